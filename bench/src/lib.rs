@@ -1,0 +1,1 @@
+//! Placeholder: the benchmarks arrive with the benchmark issue (DESIGN.md §8).

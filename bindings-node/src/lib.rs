@@ -1,0 +1,4 @@
+//! napi-rs binding (built out by the Node binding issue).
+//!
+//! Placeholder: this crate only reserves its place in the workspace layout
+//! (DESIGN.md §1) until its issue lands.

@@ -1,0 +1,204 @@
+//! The stats schema of DESIGN §3.7 and the counters behind it.
+//!
+//! Counters live off the permit word's cache line. The one counter on the fast path
+//! (`admitted_total`) is sharded by the caller's stack address so that threads rarely share a
+//! line; everything else is counted on slow paths only.
+
+use core::fmt;
+
+use crossbeam_utils::CachePadded;
+
+use crate::{
+    reason::Reason,
+    sync::{AtomicWord, Ordering::*, Word},
+};
+
+/// Rejections counted per admission reason (all eight keys always present).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RejectedByReason(pub [u64; 8]);
+
+impl RejectedByReason {
+    /// The count for one reason.
+    pub fn get(&self, reason: Reason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// `(reason, count)` for every reason, in `hg_reason` order.
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL.into_iter().map(|r| (r, self.0[r.index()]))
+    }
+
+    /// The sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// A point-in-time view of one bulkhead. Field names are the schema's keys in every layer.
+///
+/// The fields are read one by one without a lock: each is exact, and together they are
+/// consistent at quiescent points (I2: `available + active + granted_unclaimed == limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Permits held by claimed grants.
+    pub active: u64,
+    /// Live waiters.
+    pub queued: u64,
+    /// Permits granted to waiters that have not claimed them yet.
+    pub granted_unclaimed: u64,
+    /// The current limit.
+    pub limit: u64,
+    /// The ceiling of the limit.
+    pub max_concurrent: u64,
+    /// Permits free now; negative after a shrink until releases pay it back.
+    pub available: i64,
+    /// Acquires granted (at once or after queueing).
+    pub admitted_total: u64,
+    /// Rejections per reason.
+    pub rejected_by_reason: RejectedByReason,
+    /// Explicit releases of an already released permit (no-ops).
+    pub released_twice_total: u64,
+    /// Permits returned because a binding handle was destroyed while held.
+    pub leaked_total: u64,
+    /// Ring cells free for new waiters.
+    pub ring_free: u64,
+    /// Acquires that queued and were then granted.
+    pub queue_wait_count: u64,
+    /// Their total wait, enqueue to grant, in ns of the host clock.
+    pub queue_wait_sum_ns: u64,
+    /// The longest such wait, in ns.
+    pub queue_wait_max_ns: u64,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "active={} queued={} granted_unclaimed={} limit={} max_concurrent={} available={} \
+             admitted_total={}",
+            self.active,
+            self.queued,
+            self.granted_unclaimed,
+            self.limit,
+            self.max_concurrent,
+            self.available,
+            self.admitted_total
+        )?;
+        for (r, n) in self.rejected_by_reason.iter() {
+            write!(f, " rejected.{}={}", r.as_str(), n)?;
+        }
+        write!(
+            f,
+            " released_twice_total={} leaked_total={} ring_free={} queue_wait_count={} \
+             queue_wait_sum_ns={} queue_wait_max_ns={}",
+            self.released_twice_total,
+            self.leaked_total,
+            self.ring_free,
+            self.queue_wait_count,
+            self.queue_wait_sum_ns,
+            self.queue_wait_max_ns
+        )
+    }
+}
+
+const SHARDS: usize = 8;
+
+/// A counter sharded by the caller's stack address (threads' stacks lie megabytes apart), so
+/// that concurrent fast paths rarely write the same cache line.
+#[derive(Debug)]
+pub(crate) struct ShardedCounter {
+    shards: [CachePadded<AtomicWord>; SHARDS],
+}
+
+impl ShardedCounter {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            shards: [const { CachePadded::new(AtomicWord::new(0)) }; SHARDS],
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: core::array::from_fn(|_| CachePadded::new(AtomicWord::new(0))),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, n: Word) {
+        let probe = 0u8;
+        let shard = (core::ptr::addr_of!(probe).addr() >> 16) % SHARDS;
+        // Relaxed: a statistic; it publishes nothing.
+        self.shards[shard].fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn sum(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.load(Relaxed) as u64)
+            .fold(0u64, u64::wrapping_add)
+    }
+}
+
+/// The slow-path counters of one bulkhead.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    pub(crate) admitted: ShardedCounter,
+    pub(crate) rejected: [AtomicWord; 8],
+    pub(crate) released_twice: AtomicWord,
+    pub(crate) leaked: AtomicWord,
+    /// Permits in `GRANTED` cells.
+    pub(crate) unclaimed: AtomicWord,
+    pub(crate) wait_count: AtomicWord,
+    pub(crate) wait_sum_ns: AtomicWord,
+    pub(crate) wait_max_ns: AtomicWord,
+}
+
+impl Counters {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            admitted: ShardedCounter::new(),
+            rejected: [const { AtomicWord::new(0) }; 8],
+            released_twice: AtomicWord::new(0),
+            leaked: AtomicWord::new(0),
+            unclaimed: AtomicWord::new(0),
+            wait_count: AtomicWord::new(0),
+            wait_sum_ns: AtomicWord::new(0),
+            wait_max_ns: AtomicWord::new(0),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            admitted: ShardedCounter::new(),
+            rejected: core::array::from_fn(|_| AtomicWord::new(0)),
+            released_twice: AtomicWord::new(0),
+            leaked: AtomicWord::new(0),
+            unclaimed: AtomicWord::new(0),
+            wait_count: AtomicWord::new(0),
+            wait_sum_ns: AtomicWord::new(0),
+            wait_max_ns: AtomicWord::new(0),
+        }
+    }
+
+    pub(crate) fn reject(&self, reason: Reason) {
+        self.rejected[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn rejected(&self) -> RejectedByReason {
+        let mut out = [0u64; 8];
+        for (o, c) in out.iter_mut().zip(&self.rejected) {
+            *o = c.load(Relaxed) as u64;
+        }
+        RejectedByReason(out)
+    }
+
+    pub(crate) fn record_wait(&self, ns: Word) {
+        self.wait_count.fetch_add(1, Relaxed);
+        self.wait_sum_ns.fetch_add(ns, Relaxed);
+        self.wait_max_ns.fetch_max(ns, Relaxed);
+    }
+}

@@ -1,0 +1,6 @@
+//! White-box tests. Loom models compile only under `--cfg loom`; the rest only without it.
+
+#[cfg(not(loom))]
+mod bulkhead;
+#[cfg(loom)]
+mod loom_bulkhead;

@@ -1,0 +1,151 @@
+//! A waker slot tagged with the ticket it belongs to: one per ring cell.
+//!
+//! The idea is the `AtomicWaker` of futures/embassy (two state bits instead of a lock); the
+//! ticket tag is ours: a cell is reused lap after lap, and a dispatcher that granted ticket `t`
+//! must never take the waker that the cell's *next* owner (`t + capacity`) registered.
+//!
+//! ```text
+//! `WakerSlot::state`:
+//!   0            idle: nobody is touching `waker` / `ticket`
+//!   REGISTERING  the owner is writing its waker
+//!   WAKING       the dispatcher is taking the waker out
+//!   both         a take arrived while the owner registered: the owner wakes its own waker
+//!                when it unlocks, so the wake is never lost
+//! ```
+//! Neither side ever waits for the other: a side that finds the other bit set hands the job
+//! over (the registerer wakes itself, the taker leaves), so the slot is lock-free.
+
+use core::task::Waker;
+
+use crate::sync::{AtomicWord, Ordering::*, UnsafeCell, Word};
+
+const REGISTERING: Word = 1;
+const WAKING: Word = 2;
+
+/// One cell's waker, tagged with its ticket.
+#[derive(Debug)]
+pub(crate) struct WakerSlot {
+    state: AtomicWord,
+    /// The ticket `waker` belongs to. Guarded by the state bits.
+    ticket: UnsafeCell<Word>,
+    /// Guarded by the state bits: written only under `REGISTERING`, taken only under `WAKING`.
+    waker: UnsafeCell<Option<Waker>>,
+}
+
+// SAFETY: `ticket` and `waker` are only accessed by the single thread that moved `state` from 0
+// to REGISTERING or WAKING (an exclusive claim by CAS / fetch_or), and released with a Release
+// RMW that the next claimant's Acquire reads; `Waker` is `Send + Sync`.
+unsafe impl Sync for WakerSlot {}
+// SAFETY: all fields are `Send` (`Waker` is `Send`).
+unsafe impl Send for WakerSlot {}
+
+impl WakerSlot {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        Self {
+            state: AtomicWord::new(0),
+            ticket: UnsafeCell::new(0),
+            waker: UnsafeCell::new(None),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        Self {
+            state: AtomicWord::new(0),
+            ticket: UnsafeCell::new(0),
+            waker: UnsafeCell::new(None),
+        }
+    }
+
+    /// The owner of ticket `t` stores `waker` (a clone, unless the stored one already wakes the
+    /// same task). If a take races with it, `waker` is woken at once, so the caller's re-check of
+    /// the cell can never miss a grant.
+    pub(crate) fn register(&self, t: Word, waker: &Waker) {
+        // Acquire: pairs with the Release that ended the previous claim (its writes visible).
+        match self
+            .state
+            .compare_exchange(0, REGISTERING, Acquire, Acquire)
+        {
+            Ok(_) => {
+                // SAFETY: we hold REGISTERING; see the `Sync` impl.
+                let old = unsafe {
+                    self.ticket.with_mut(|p| {
+                        let same_ticket = *p == t;
+                        *p = t;
+                        same_ticket
+                    })
+                };
+                // SAFETY: as above.
+                let replaced = self.waker.with_mut(|p| unsafe {
+                    match &*p {
+                        Some(w) if old && w.will_wake(waker) => None,
+                        _ => (*p).replace(waker.clone()),
+                    }
+                });
+                // AcqRel: Release publishes the waker to the next taker; Acquire (on failure)
+                // sees a concurrent taker's claim.
+                match self.state.compare_exchange(REGISTERING, 0, AcqRel, Acquire) {
+                    Ok(_) => {}
+                    Err(_) => {
+                        // A take arrived while we registered; it left the waker to us.
+                        // SAFETY: we still hold REGISTERING (the taker only set WAKING).
+                        let mine = self.waker.with_mut(|p| unsafe { (*p).take() });
+                        self.state.store(0, Release);
+                        if let Some(w) = mine {
+                            w.wake();
+                        }
+                    }
+                }
+                // Dropped outside the claim: a waker's drop may run arbitrary code.
+                drop(replaced);
+            }
+            // A take is in progress (or, by misuse, another registration): make the owner poll
+            // again rather than risk a lost wake-up.
+            Err(_) => waker.wake_by_ref(),
+        }
+    }
+
+    /// The dispatcher takes ticket `t`'s waker to wake it after the state change is committed.
+    /// Returns `None` if the slot holds another ticket's waker, or if the owner is registering
+    /// (it then wakes itself).
+    pub(crate) fn take(&self, t: Word) -> Option<Waker> {
+        // AcqRel: Acquire pairs with the registerer's Release unlock (we see its waker);
+        // Release orders our earlier stamp change before the owner's next claim.
+        let prev = self.state.fetch_or(WAKING, AcqRel);
+        if prev != 0 {
+            return None;
+        }
+        // SAFETY: we moved the state from 0 to WAKING: exclusive access.
+        let w = unsafe { self.ticket.with_mut(|p| *p == t) }
+            .then(|| {
+                // SAFETY: as above.
+                self.waker.with_mut(|p| unsafe { (*p).take() })
+            })
+            .flatten();
+        // Release: hands the slot back; a registerer that failed meanwhile woke itself.
+        self.state.fetch_and(!WAKING, Release);
+        w
+    }
+
+    /// The owner of ticket `t` is done with the cell: drop its waker if the slot is free now.
+    /// If a take is in flight the waker is left for it (or for the next registration).
+    pub(crate) fn clear(&self, t: Word) {
+        if self
+            .state
+            .compare_exchange(0, REGISTERING, Acquire, Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // SAFETY: we hold REGISTERING.
+        let mine = unsafe { self.ticket.with_mut(|p| *p == t) };
+        // SAFETY: as above.
+        let w = mine
+            .then(|| self.waker.with_mut(|p| unsafe { (*p).take() }))
+            .flatten();
+        // A concurrent take only set WAKING and left; clear both bits.
+        self.state.store(0, Release);
+        drop(w);
+    }
+}
