@@ -418,7 +418,7 @@ impl<const N: usize> Bulkhead<N> {
         waker: Option<&Waker>,
     ) -> Result<TicketPoll, StaleTicket> {
         let t = ticket.0;
-        let cell = self.ring.cell(t);
+        let cell = self.ring.cell_checked(t).ok_or(StaleTicket)?;
         let mut s = cell.stamp.load(Acquire);
         if s == self.ring.stamp(t, Kind::Waiting) {
             let Some(waker) = waker else {
@@ -470,7 +470,7 @@ impl<const N: usize> Bulkhead<N> {
     /// is not live.
     pub fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
         let t = ticket.0;
-        let cell = self.ring.cell(t);
+        let cell = self.ring.cell_checked(t).ok_or(CancelError::Stale)?;
         // AcqRel: one winner against the dispatcher's WAITING → GRANTED CAS.
         match cell.stamp.compare_exchange(
             self.ring.stamp(t, Kind::Waiting),
@@ -744,15 +744,15 @@ impl<const N: usize> Bulkhead<N> {
                         // release dispatches again.
                         return false;
                     }
+                    // Count the reserved permits as unclaimed *before* the grant is visible:
+                    // the owner may consume it (and subtract) the moment the CAS lands.
+                    self.counters.unclaimed.fetch_add(w, AcqRel);
                     let granted = self.ring.stamp(h, Kind::Granted);
                     if cell
                         .stamp
                         .compare_exchange(s, granted, AcqRel, Acquire)
                         .is_ok()
                     {
-                        // Count unclaimed before the waiter leaves `live`, so that a reader
-                        // never sees the permits nowhere.
-                        self.counters.unclaimed.fetch_add(w, AcqRel);
                         self.ring.settle_live();
                         self.counters.admitted.add(1);
                         if self.clock.is_some() {
@@ -768,6 +768,7 @@ impl<const N: usize> Bulkhead<N> {
                     } else {
                         // The owner cancelled first: the permits go back (we are the
                         // dispatcher, so no new pass is needed) and the next turn sweeps it.
+                        self.counters.unclaimed.fetch_sub(w, AcqRel);
                         self.permits.give(w);
                     }
                 }

@@ -108,10 +108,19 @@ impl<const N: usize> WaiterRing<N> {
         self.cells().len()
     }
 
+    /// The cell of ticket `t`. Callers hold a claimed ticket, so the ring is not empty.
     #[inline]
     pub(crate) fn cell(&self, t: Word) -> &Cell {
         let cells = self.cells();
         &cells[(t as usize) & (cells.len() - 1)]
+    }
+
+    /// The cell of a ticket from outside (a poll or cancel): `None` for a ring with no cells,
+    /// so a forged ticket can never index out of bounds.
+    #[inline]
+    pub(crate) fn cell_checked(&self, t: Word) -> Option<&Cell> {
+        let cells = self.cells();
+        cells.get((t as usize) & cells.len().wrapping_sub(1))
     }
 
     #[inline]

@@ -461,3 +461,23 @@ fn static_bulkhead_queues_in_its_inline_ring() {
     B.release_units(1);
     assert_eq!(B.stats().available, 1);
 }
+
+#[test]
+fn forged_tickets_are_stale_never_a_panic() {
+    let b = bh(1, 0);
+    assert_eq!(
+        b.poll_ticket(crate::Ticket::from_raw(7), None),
+        Err(StaleTicket)
+    );
+    assert_eq!(
+        b.cancel(crate::Ticket::from_raw(7), Reason::Aborted),
+        Err(CancelError::Stale)
+    );
+    let b = bh(1, 4);
+    for raw in [0, 1, 5, 1 << 40, u64::MAX] {
+        let t = crate::Ticket::from_raw(raw);
+        assert_eq!(b.poll_ticket(t, None), Err(StaleTicket));
+        assert_eq!(b.cancel(t, Reason::Aborted), Err(CancelError::Stale));
+    }
+    assert_eq!(b.stats().rejected_by_reason.total(), 0);
+}

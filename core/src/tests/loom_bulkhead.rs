@@ -1,1 +1,417 @@
+//! Loom models of every protocol step (compiled only with `RUSTFLAGS="--cfg loom"`; run by
+//! `ci/loom.sh` with a bounded preemption count). Each model asserts the invariants of
+//! DESIGN §3.3 that apply at its end: conservation (I2), settle-once (I3), no idle capacity
+//! (I4), quiescence (I5), FIFO (I6), one winner for cancel vs grant (I7), close (I8).
 
+use core::task::{Context, Poll, Waker};
+use std::{boxed::Box, sync::Arc as StdArc, task::Wake};
+
+use loom::{
+    future::block_on,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering::SeqCst},
+    },
+    thread,
+};
+
+use crate::{Admission, Bulkhead, CancelError, Config, Reason, Ticket, TicketPoll};
+
+type Bh = Bulkhead<4>;
+
+fn bh(max_concurrent: u64, max_queue: u64) -> Arc<Bh> {
+    Arc::new(
+        Bh::try_new_static(Config {
+            max_concurrent,
+            max_queue,
+            ..Config::DEFAULT
+        })
+        .unwrap(),
+    )
+}
+
+/// A waker that only counts (the polling API's owner polls after the model joins).
+struct Count(AtomicUsize);
+impl Wake for Count {
+    fn wake(self: StdArc<Self>) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+fn noop_waker() -> Waker {
+    Waker::from(StdArc::new(Count(AtomicUsize::new(0))))
+}
+
+fn enqueue(b: &Bh, w: u64) -> Ticket {
+    match b.enqueue(w, Some(&noop_waker())).unwrap() {
+        Admission::Queued(t) => t,
+        Admission::Granted => panic!("expected to queue"),
+    }
+}
+
+/// I5 + I2 at the end of a model.
+fn assert_quiescent(b: &Bh) {
+    let s = b.stats();
+    assert_eq!(s.available, s.limit as i64, "I5 available: {s}");
+    assert_eq!(
+        (s.queued, s.granted_unclaimed, s.active),
+        (0, 0, 0),
+        "I5: {s}"
+    );
+}
+
+#[test]
+fn loom_acquire_release() {
+    loom::model(|| {
+        let b = bh(1, 2);
+        let ts: std::vec::Vec<_> = (0..2)
+            .map(|_| {
+                let b = b.clone();
+                thread::spawn(move || {
+                    let p = block_on(b.acquire(1)).unwrap();
+                    // I1: never more than the limit in flight.
+                    assert!(b.stats().active <= 1);
+                    drop(p);
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_quiescent(&b);
+        assert_eq!(b.stats().admitted_total, 2);
+    });
+}
+
+#[test]
+fn loom_try_acquire_vs_release_no_barging() {
+    // A queued waiter exists; a release races a try_acquire: the try_acquire must fail
+    // (the permit is the waiter's), I6.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        let barged = b.try_acquire_units(1).is_ok();
+        rel.join().unwrap();
+        assert!(!barged, "try_acquire barged past a queued waiter");
+        assert_eq!(b.poll_ticket(t, None), Ok(TicketPoll::Granted(1)));
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_enqueue_vs_release_no_lost_grant() {
+    // The WAITERS flag race: an enqueue publishing while the only holder releases. The waiter
+    // must be granted (I4), never left queued with a free permit.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        let outcome = b.enqueue(1, Some(&noop_waker())).unwrap();
+        rel.join().unwrap();
+        match outcome {
+            Admission::Granted => {}
+            Admission::Queued(t) => {
+                assert_eq!(
+                    b.poll_ticket(t, None),
+                    Ok(TicketPoll::Granted(1)),
+                    "I4: lost grant"
+                );
+            }
+        }
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_handoff_to_queued_waiter() {
+    loom::model(|| {
+        let b = bh(1, 2);
+        let held = b.try_acquire_units(1);
+        assert!(held.is_ok());
+        let w = {
+            let b = b.clone();
+            thread::spawn(move || {
+                let p = block_on(b.acquire(1)).unwrap();
+                drop(p);
+            })
+        };
+        b.release_units(1);
+        w.join().unwrap();
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_cancel_vs_grant() {
+    // I7: a release (grant) races the owner's cancel. Exactly one wins; if the grant won, the
+    // owner passes the permit on (abandon), and nothing is lost either way.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        let cancelled = b.cancel(t, Reason::Aborted);
+        match cancelled {
+            Ok(()) => {}
+            Err(CancelError::Granted) => {
+                assert_eq!(b.poll_ticket(t, None), Ok(TicketPoll::Granted(1)));
+                b.release_units(1);
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        rel.join().unwrap();
+        // Settle once (I3): the ticket is consumed whichever way it went.
+        assert!(b.poll_ticket(t, None).is_err());
+        assert_quiescent(&b);
+        let aborted = b.stats().rejected_by_reason.get(Reason::Aborted);
+        assert_eq!(aborted, u64::from(cancelled.is_ok()));
+    });
+}
+
+#[test]
+fn loom_timeout_vs_grant() {
+    // The host timer fires (cancel with `timeout`) while a release grants; the owner, a
+    // future, then polls. A timed-out waiter is never handed a permit later (I7).
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let w = noop_waker();
+        let mut cx = Context::from_waker(&w);
+        let mut fut = Box::pin(b.acquire(1));
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let t = fut.ticket().unwrap();
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        let timer = {
+            let b = b.clone();
+            thread::spawn(move || b.cancel(t, Reason::Timeout).is_ok())
+        };
+        rel.join().unwrap();
+        let timed_out = timer.join().unwrap();
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok(p)) => {
+                assert!(!timed_out, "a timed-out waiter was handed a permit");
+                drop(p);
+            }
+            Poll::Ready(Err(_)) | Poll::Pending => assert!(timed_out),
+        }
+        drop(fut);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_cancel_head_passes_the_turn() {
+    // C02 / embassy#6964: a heavy head is cancelled while a lighter waiter sits behind it with
+    // enough free permits; concurrently another holder releases. The light waiter is granted.
+    loom::model(|| {
+        let b = bh(10, 4);
+        b.try_acquire_units(8).unwrap();
+        let w1 = enqueue(&b, 5);
+        let w2 = enqueue(&b, 2);
+        let canceller = {
+            let b = b.clone();
+            thread::spawn(move || b.cancel(w1, Reason::Aborted).unwrap())
+        };
+        let s = b.enqueue(1, None);
+        canceller.join().unwrap();
+        assert_eq!(
+            b.poll_ticket(w2, None),
+            Ok(TicketPoll::Granted(2)),
+            "I4 after cancel"
+        );
+        match s.unwrap() {
+            Admission::Queued(t3) => {
+                b.release_units(2);
+                assert_eq!(b.poll_ticket(t3, None), Ok(TicketPoll::Granted(1)));
+                b.release_units(1);
+            }
+            Admission::Granted => panic!("barged past queued waiters"),
+        }
+        b.release_units(8);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_close_with_waiters() {
+    // I8 + I3: close races a release; the waiter settles exactly once (granted before the
+    // close, or shutdown), nothing is admitted after close, and the books balance.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let closer = {
+            let b = b.clone();
+            thread::spawn(move || b.close())
+        };
+        b.release_units(1);
+        closer.join().unwrap();
+        match b.poll_ticket(t, None) {
+            Ok(TicketPoll::Granted(1)) => b.release_units(1),
+            Ok(TicketPoll::Rejected(r)) => assert_eq!(r.reason, Reason::Shutdown),
+            other => panic!("waiter not settled after close: {other:?}"),
+        }
+        assert!(b.try_acquire_units(1).is_err());
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_resize_with_waiters() {
+    // set_limit up and down races a release with a waiter queued: conservation (I2) and no
+    // idle capacity (I4) at the end.
+    loom::model(|| {
+        let b = bh(3, 2);
+        b.set_limit(1).unwrap();
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let resizer = {
+            let b = b.clone();
+            thread::spawn(move || {
+                b.set_limit(2).unwrap();
+                b.set_limit(1).unwrap();
+            })
+        };
+        b.release_units(1);
+        resizer.join().unwrap();
+        // Limit is 1 and nothing else is held: the waiter must have been granted.
+        assert_eq!(
+            b.poll_ticket(t, None),
+            Ok(TicketPoll::Granted(1)),
+            "I4 after resize"
+        );
+        let s = b.stats();
+        assert_eq!(s.available + s.active as i64, s.limit as i64, "I2: {s}");
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_weighted_head_of_line_fifo() {
+    // Two releases race; the heavy head must be granted before the light waiter behind it (I6).
+    loom::model(|| {
+        let b = bh(4, 4);
+        b.try_acquire_units(2).unwrap();
+        b.try_acquire_units(2).unwrap();
+        let heavy = enqueue(&b, 3);
+        let light = enqueue(&b, 1);
+        let r1 = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(2))
+        };
+        b.release_units(2);
+        r1.join().unwrap();
+        assert_eq!(b.poll_ticket(heavy, None), Ok(TicketPoll::Granted(3)));
+        assert_eq!(b.poll_ticket(light, None), Ok(TicketPoll::Granted(1)));
+        b.release_units(4);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_drop_queued_future_vs_release() {
+    // C01 in a race: the owner drops its queued future while the holder releases; the permit
+    // is never stranded in the dropped waiter.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let w = noop_waker();
+        let mut cx = Context::from_waker(&w);
+        let mut fut = Box::pin(b.acquire(1));
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        drop(fut);
+        rel.join().unwrap();
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_close_vs_publishing_enqueue() {
+    // I8: an enqueuer publishing its cell while close() sweeps. The waiter is rejected
+    // `shutdown` (at enqueue or once queued); it is never left pending after close.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let closer = {
+            let b = b.clone();
+            thread::spawn(move || b.close())
+        };
+        let r = b.enqueue(1, Some(&noop_waker()));
+        closer.join().unwrap();
+        match r {
+            Err(e) => assert_eq!(e.reason(), Some(Reason::Shutdown)),
+            Ok(Admission::Queued(t)) => match b.poll_ticket(t, None) {
+                Ok(TicketPoll::Rejected(rj)) => assert_eq!(rj.reason, Reason::Shutdown),
+                other => panic!("waiter not rejected after close: {other:?}"),
+            },
+            Ok(Admission::Granted) => panic!("admitted with no free permit"),
+        }
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_cancel_enqueue_release_three_way() {
+    // Three parties: the head waiter is cancelled while a new waiter enqueues behind it and the
+    // holder releases. Exactly one waiter ends up with the permit, the other settles, and the
+    // books balance (I2, I3, I4, I7).
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let head = enqueue(&b, 1);
+        let enq = {
+            let b = b.clone();
+            thread::spawn(move || b.enqueue(1, Some(&noop_waker())).unwrap())
+        };
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        let head_cancelled = b.cancel(head, Reason::Aborted);
+        let second = enq.join().unwrap();
+        rel.join().unwrap();
+        let mut granted = 0;
+        if head_cancelled == Err(CancelError::Granted) {
+            assert_eq!(b.poll_ticket(head, None), Ok(TicketPoll::Granted(1)));
+            granted += 1;
+        }
+        match second {
+            Admission::Granted => granted += 1,
+            Admission::Queued(t) => match b.poll_ticket(t, None) {
+                Ok(TicketPoll::Granted(1)) => granted += 1,
+                Ok(TicketPoll::Pending) => {
+                    assert_eq!(granted, 1, "I4: permit idle while a waiter is queued");
+                    b.release_units(1);
+                    granted = 0;
+                    assert_eq!(b.poll_ticket(t, None), Ok(TicketPoll::Granted(1)));
+                    granted += 1;
+                }
+                other => panic!("{other:?}"),
+            },
+        }
+        assert_eq!(granted, 1, "exactly one holder of the single permit");
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
