@@ -85,12 +85,35 @@ impl<const N: usize> Bulkhead<N> {
         weight: u64,
         timeout: Option<Duration>,
     ) -> Result<Permit<'_, N>, AcquireError> {
+        self.acquire_blocking_units(weight, timeout)
+            .map(|w| Permit::new(self, w))
+    }
+
+    /// [`acquire_blocking`](Self::acquire_blocking) returning an
+    /// [`OwnedPermit`](crate::OwnedPermit).
+    ///
+    /// # Errors
+    /// As [`acquire_blocking`](Self::acquire_blocking).
+    pub fn acquire_blocking_owned(
+        self: &Arc<Self>,
+        weight: u64,
+        timeout: Option<Duration>,
+    ) -> Result<crate::OwnedPermit<N>, AcquireError> {
+        self.acquire_blocking_units(weight, timeout)
+            .map(|w| crate::permit::PermitOf::new(self.clone(), w))
+    }
+
+    /// The timeout rules of [`acquire_blocking`](Self::acquire_blocking), without a handle.
+    fn acquire_blocking_units(
+        &self,
+        weight: u64,
+        timeout: Option<Duration>,
+    ) -> Result<u64, AcquireError> {
         let timeout = timeout.unwrap_or(self.queue_timeout());
         if timeout.is_zero() {
-            return self.try_acquire(weight);
+            return self.try_acquire_units(weight).map(|()| weight);
         }
-        let w = self.acquire_units_blocking(weight, deadline(timeout))?;
-        Ok(Permit::new(self, w))
+        self.acquire_units_blocking(weight, deadline(timeout))
     }
 
     /// The handle-free form of [`acquire_blocking`](Self::acquire_blocking): on `Ok` the caller

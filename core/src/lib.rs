@@ -14,6 +14,7 @@
 //! | L2 | [`bulkhead`] | [`Bulkhead`]: admission, queueing, handoff, cancel, resize, close |
 //! | L2 | [`permit`], [`acquire`] | RAII permits; runtime-agnostic acquire futures |
 //! | L2 | [`blocking`], [`drain`] | thread waits and `drain` (feature `std`) |
+//! | L3 | [`registry`], [`origin`] | one bulkhead per key; the canonical origin key (`std`) |
 //! | — | [`config`], [`reason`], [`stats`], [`clock`] | options, reasons and errors, stats, host clock |
 //!
 //! # Features
@@ -67,8 +68,12 @@ pub mod clock;
 pub mod config;
 #[cfg(feature = "std")]
 pub mod drain;
+#[cfg(feature = "std")]
+pub mod origin;
 pub mod permit;
 pub mod reason;
+#[cfg(feature = "std")]
+pub mod registry;
 pub mod stats;
 
 #[cfg(test)]
@@ -86,4 +91,9 @@ pub use crate::{
     stats::{RejectedByReason, Stats},
 };
 #[cfg(feature = "std")]
-pub use crate::{blocking::block_on, drain::DrainResult};
+pub use crate::{
+    blocking::block_on,
+    drain::DrainResult,
+    origin::{OriginKeyError, origin_key},
+    registry::{KeyedError, Registry, RegistryConfig, RegistryConfigError},
+};

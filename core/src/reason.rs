@@ -155,6 +155,9 @@ impl core::error::Error for Rejection {}
 pub enum AcquireError {
     /// Settled without a permit.
     Rejected(Rejection),
+    /// A configuration value out of range (a `set_limit` value, or a registry key's bulkhead
+    /// whose ring could not be allocated); reason `invalid`, never counted.
+    Config(crate::config::ConfigError),
     /// `weight` is 0 or above `max_concurrent` (reason `invalid`; never counted in the stats).
     InvalidWeight {
         /// The weight asked for.
@@ -169,7 +172,7 @@ impl AcquireError {
     pub const fn reason(&self) -> Option<Reason> {
         match self {
             AcquireError::Rejected(r) => Some(r.reason),
-            AcquireError::InvalidWeight { .. } => None,
+            AcquireError::Config(_) | AcquireError::InvalidWeight { .. } => None,
         }
     }
 
@@ -177,14 +180,15 @@ impl AcquireError {
     pub const fn rejection(&self) -> Option<&Rejection> {
         match self {
             AcquireError::Rejected(r) => Some(r),
-            AcquireError::InvalidWeight { .. } => None,
+            AcquireError::Config(_) | AcquireError::InvalidWeight { .. } => None,
         }
     }
 
-    /// The name of the bad argument (`"weight"`), for an invalid-argument error.
+    /// The name of the bad argument (`"weight"`, `"limit"`, …), for an invalid-argument error.
     pub const fn invalid_argument(&self) -> Option<&'static str> {
         match self {
             AcquireError::Rejected(_) => None,
+            AcquireError::Config(e) => Some(e.option()),
             AcquireError::InvalidWeight { .. } => Some("weight"),
         }
     }
@@ -194,6 +198,7 @@ impl fmt::Display for AcquireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AcquireError::Rejected(r) => r.fmt(f),
+            AcquireError::Config(e) => e.fmt(f),
             AcquireError::InvalidWeight {
                 weight,
                 max_concurrent,

@@ -345,3 +345,53 @@ async fn c05_acquire_parks_every_flavour() {
     })
     .await;
 }
+
+// ----- C07: thread-pool bulkhead rejects below capacity (resilience4j#2125) ------------------
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn c07_count_only_admission_never_rejects_below_capacity() {
+    // max_concurrent 5, max_queue 1 (capacity 6); every 2 s a burst of 4 one-second tasks,
+    // 10 bursts. Admission depends on counts alone: 0 rejections, at most 4 in flight, and
+    // every task starts when it is submitted.
+    let bh = Arc::new(bulkhead(5, 1));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _burst in 0..10 {
+        for _ in 0..4 {
+            let (bh, in_flight, peak) = (bh.clone(), in_flight.clone(), peak.clone());
+            tasks.push(tokio::spawn(async move {
+                let submitted = tokio::time::Instant::now();
+                let permit = bh
+                    .clone()
+                    .acquire_timeout_owned(1, tokio::time::sleep(Duration::from_secs(30)))
+                    .await?;
+                assert_eq!(submitted.elapsed(), Duration::ZERO, "task waited to start");
+                let now = in_flight.fetch_add(1, SeqCst) + 1;
+                peak.fetch_max(now, SeqCst);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                in_flight.fetch_sub(1, SeqCst);
+                drop(permit);
+                Ok::<(), hullguard_core::AcquireError>(())
+            }));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let rejected = futures_join(tasks).await;
+    assert_eq!(rejected, 0);
+    assert!(peak.load(SeqCst) <= 4);
+    let s = check(bh.stats());
+    assert_eq!((s.admitted_total, s.rejected_by_reason.total()), (40, 0));
+}
+
+async fn futures_join(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), hullguard_core::AcquireError>>>,
+) -> usize {
+    let mut rejected = 0;
+    for t in tasks {
+        if t.await.unwrap().is_err() {
+            rejected += 1;
+        }
+    }
+    rejected
+}

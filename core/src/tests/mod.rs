@@ -4,3 +4,5 @@
 mod bulkhead;
 #[cfg(loom)]
 mod loom_bulkhead;
+#[cfg(all(not(loom), feature = "std"))]
+mod registry;

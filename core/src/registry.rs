@@ -1,0 +1,393 @@
+//! A registry of independent bulkheads, one per key (feature `std`): one per origin, per
+//! database, per LLM provider.
+//!
+//! Bulkheads are created on first use from `defaults` (or the key's entry in `overrides`).
+//! The key map sits behind a `std::sync::RwLock`: looking a key up takes the read lock, a new
+//! key the write lock. **Admission inside each bulkhead stays lock-free**; the lock only guards
+//! the map. At `max_keys`, a new key evicts the least recently used entry that is idle
+//! (`active == 0`, `queued == 0`, no unclaimed grant) and has no outside handle alive (no
+//! `Arc` from [`Registry::get`], no permit, no pending acquire); with nothing evictable the new
+//! key is rejected `key_limit`.
+//!
+//! Keys are opaque strings compared byte for byte; for URLs use [`origin_key`](crate::origin_key)
+//! so that every integration agrees on one key per origin.
+
+use core::{fmt, future::Future, time::Duration};
+use std::{
+    boxed::Box,
+    collections::{BTreeMap, HashMap},
+    string::{String, ToString},
+    sync::{Arc, RwLock},
+    vec::Vec,
+};
+
+use crate::{
+    bulkhead::Bulkhead,
+    clock::ClockSource,
+    config::{Config, ConfigError},
+    permit::OwnedPermit,
+    reason::{AcquireError, Reason, Rejection, Snapshot},
+    stats::Stats,
+    sync::{AtomicBool, AtomicWord, Ordering::*},
+};
+
+/// Configuration of a [`Registry`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryConfig {
+    /// The configuration of every key without an override.
+    pub defaults: Config,
+    /// Per-key configurations (keys exactly as they will be looked up).
+    pub overrides: HashMap<String, Config>,
+    /// How many keys may exist at once (default 1024).
+    pub max_keys: usize,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            defaults: Config::DEFAULT,
+            overrides: HashMap::new(),
+            max_keys: 1024,
+        }
+    }
+}
+
+/// A configuration error, naming the option (and the override key, if it is in one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryConfigError {
+    /// The override key whose configuration is bad; `None` for `defaults` / `max_keys`.
+    pub key: Option<String>,
+    /// The bad option: `"max_keys"`, or a [`ConfigError`]'s option name.
+    pub option: &'static str,
+}
+
+impl fmt::Display for RegistryConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(k) => write!(f, "overrides[{k:?}]: invalid {}", self.option),
+            None if self.option == "max_keys" => f.write_str("max_keys must be at least 1"),
+            None => write!(f, "defaults: invalid {}", self.option),
+        }
+    }
+}
+
+impl core::error::Error for RegistryConfigError {}
+
+/// An acquire through a registry failed; carries the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedError {
+    /// The key asked for.
+    pub key: String,
+    /// What went wrong.
+    pub error: AcquireError,
+}
+
+impl KeyedError {
+    /// The admission reason, `None` for an invalid argument.
+    pub fn reason(&self) -> Option<Reason> {
+        self.error.reason()
+    }
+}
+
+impl fmt::Display for KeyedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (key {:?})", self.error, self.key)
+    }
+}
+
+impl core::error::Error for KeyedError {}
+
+#[derive(Debug)]
+struct Entry {
+    bh: Arc<Bulkhead>,
+    /// LRU stamp from `Registry::tick`.
+    last_used: AtomicWord,
+}
+
+/// Independent bulkheads per key. See the module docs.
+///
+/// # Examples
+/// ```
+/// use hullguard_core::{origin_key, Config, Reason, Registry, RegistryConfig};
+/// let reg = Registry::new(RegistryConfig {
+///     defaults: Config { max_concurrent: 1, max_queue: 0, ..Config::default() },
+///     ..RegistryConfig::default()
+/// })?;
+/// let slow = origin_key("https://slow.example/")?;
+/// let fast = origin_key("https://fast.example/")?;
+/// let _p = reg.try_acquire(&slow, 1)?;
+/// // The slow origin is full; the fast one is untouched.
+/// assert_eq!(reg.try_acquire(&slow, 1).unwrap_err().reason(), Some(Reason::ConcurrencyLimit));
+/// assert!(reg.try_acquire(&fast, 1).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Registry {
+    map: RwLock<HashMap<Box<str>, Entry>>,
+    defaults: Config,
+    overrides: HashMap<String, Config>,
+    max_keys: usize,
+    clock: ClockSource,
+    tick: AtomicWord,
+    key_limit_rejections: AtomicWord,
+    closed: AtomicBool,
+}
+
+impl Registry {
+    /// A registry using the host's monotonic clock.
+    ///
+    /// # Errors
+    /// [`RegistryConfigError`] naming the bad option (and override key).
+    pub fn new(config: RegistryConfig) -> Result<Self, RegistryConfigError> {
+        Self::with_clock(config, ClockSource::default_for_host())
+    }
+
+    /// A registry whose bulkheads all read `clock`.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_clock(
+        config: RegistryConfig,
+        clock: ClockSource,
+    ) -> Result<Self, RegistryConfigError> {
+        if config.max_keys == 0 {
+            return Err(RegistryConfigError {
+                key: None,
+                option: "max_keys",
+            });
+        }
+        config
+            .defaults
+            .validate()
+            .map_err(|e| RegistryConfigError {
+                key: None,
+                option: e.option(),
+            })?;
+        for (k, c) in &config.overrides {
+            c.validate().map_err(|e| RegistryConfigError {
+                key: Some(k.clone()),
+                option: e.option(),
+            })?;
+        }
+        Ok(Self {
+            map: RwLock::new(HashMap::new()),
+            defaults: config.defaults,
+            overrides: config.overrides,
+            max_keys: config.max_keys,
+            clock,
+            tick: AtomicWord::new(0),
+            key_limit_rejections: AtomicWord::new(0),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// The configuration a key gets.
+    pub fn config_for(&self, key: &str) -> Config {
+        self.overrides.get(key).copied().unwrap_or(self.defaults)
+    }
+
+    /// How many keys exist now.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether no key exists.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `max_keys`.
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// New keys rejected `key_limit` so far.
+    pub fn key_limit_rejections(&self) -> u64 {
+        self.key_limit_rejections.load(Relaxed) as u64
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Box<str>, Entry>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touch(&self, e: &Entry) {
+        e.last_used.store(self.tick.fetch_add(1, Relaxed), Relaxed);
+    }
+
+    fn key_error(&self, key: &str, reason: Reason) -> KeyedError {
+        let c = self.config_for(key);
+        KeyedError {
+            key: key.to_string(),
+            error: AcquireError::Rejected(Rejection {
+                reason,
+                snapshot: Snapshot {
+                    active: 0,
+                    queued: 0,
+                    limit: c.max_concurrent,
+                    available: c.max_concurrent as i64,
+                },
+            }),
+        }
+    }
+
+    /// The bulkhead of `key`, created on first use. The returned `Arc` is an *outside handle*:
+    /// while it lives, the entry is never evicted.
+    ///
+    /// # Errors
+    /// `key_limit` when `max_keys` keys exist and none is evictable; `shutdown` after
+    /// [`close`](Self::close) for a key that does not exist yet.
+    pub fn get(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
+        if let Some(e) = self.read().get(key) {
+            self.touch(e);
+            return Ok(e.bh.clone());
+        }
+        self.insert(key)
+    }
+
+    fn insert(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
+        if self.closed.load(Acquire) {
+            return Err(self.key_error(key, Reason::Shutdown));
+        }
+        // Built outside the lock (it allocates the ring).
+        let bh = Bulkhead::with_clock(self.config_for(key), self.clock.clone())
+            .map(Arc::new)
+            .map_err(|e| KeyedError {
+                key: key.to_string(),
+                error: AcquireError::Config(e),
+            })?;
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = map.get(key) {
+            // Another thread created it meanwhile.
+            self.touch(e);
+            return Ok(e.bh.clone());
+        }
+        if map.len() >= self.max_keys {
+            let victim = map
+                .iter()
+                .filter(|(_, e)| Arc::strong_count(&e.bh) == 1 && e.bh.is_idle())
+                .min_by_key(|(_, e)| e.last_used.load(Relaxed))
+                .map(|(k, _)| k.clone());
+            match victim {
+                Some(k) => {
+                    map.remove(&k);
+                }
+                None => {
+                    drop(map);
+                    self.key_limit_rejections.fetch_add(1, Relaxed);
+                    return Err(self.key_error(key, Reason::KeyLimit));
+                }
+            }
+        }
+        if self.closed.load(Acquire) {
+            bh.close();
+        }
+        let entry = Entry {
+            bh: bh.clone(),
+            last_used: AtomicWord::new(self.tick.fetch_add(1, Relaxed)),
+        };
+        map.insert(key.into(), entry);
+        Ok(bh)
+    }
+
+    fn keyed<T>(key: &str, r: Result<T, AcquireError>) -> Result<T, KeyedError> {
+        r.map_err(|error| KeyedError {
+            key: key.to_string(),
+            error,
+        })
+    }
+
+    /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit
+    /// keeps the entry alive only while it is held.
+    ///
+    /// # Errors
+    /// As [`Bulkhead::try_acquire`], plus `key_limit`.
+    pub fn try_acquire(&self, key: &str, weight: u64) -> Result<OwnedPermit, KeyedError> {
+        let bh = self.get(key)?;
+        Self::keyed(key, bh.try_acquire_owned(weight))
+    }
+
+    /// Waits for `weight` permits of `key`'s bulkhead (no deadline of its own).
+    ///
+    /// # Errors
+    /// As [`Bulkhead::acquire`], plus `key_limit`.
+    pub fn acquire(
+        &self,
+        key: &str,
+        weight: u64,
+    ) -> impl Future<Output = Result<OwnedPermit, KeyedError>> + Send + 'static {
+        let key = key.to_string();
+        let bh = self.get(&key);
+        async move {
+            let bh = bh?;
+            let r = bh.acquire_owned(weight).await;
+            Self::keyed(&key, r)
+        }
+    }
+
+    /// [`acquire`](Self::acquire) that settles `timeout` when `sleep` finishes first.
+    ///
+    /// # Errors
+    /// As [`Bulkhead::acquire_timeout`], plus `key_limit`.
+    pub fn acquire_timeout<S: Future + Send + 'static>(
+        &self,
+        key: &str,
+        weight: u64,
+        sleep: S,
+    ) -> impl Future<Output = Result<OwnedPermit, KeyedError>> + Send + 'static {
+        let key = key.to_string();
+        let bh = self.get(&key);
+        async move {
+            let bh = bh?;
+            let r = bh.acquire_timeout_owned(weight, sleep).await;
+            Self::keyed(&key, r)
+        }
+    }
+
+    /// [`Bulkhead::acquire_blocking`] on `key`'s bulkhead.
+    ///
+    /// # Errors
+    /// As [`Bulkhead::acquire_blocking`], plus `key_limit`.
+    pub fn acquire_blocking(
+        &self,
+        key: &str,
+        weight: u64,
+        timeout: Option<Duration>,
+    ) -> Result<OwnedPermit, KeyedError> {
+        let bh = self.get(key)?;
+        Self::keyed(key, bh.acquire_blocking_owned(weight, timeout))
+    }
+
+    /// The stats of every key, `{key: stats}` in key order.
+    pub fn stats(&self) -> BTreeMap<String, Stats> {
+        self.read()
+            .iter()
+            .map(|(k, e)| (k.to_string(), e.bh.stats()))
+            .collect()
+    }
+
+    /// The keys that exist now.
+    pub fn keys(&self) -> Vec<String> {
+        self.read().keys().map(|k| k.to_string()).collect()
+    }
+
+    /// Closes every bulkhead (their waiters are rejected `shutdown`); keys created later are
+    /// closed too.
+    pub fn close(&self) {
+        self.closed.store(true, Release);
+        for e in self.read().values() {
+            e.bh.close();
+        }
+    }
+
+    /// Changes the limit of `key`'s bulkhead (creating it if needed).
+    ///
+    /// # Errors
+    /// `key_limit`, or [`AcquireError::Config`] naming `limit` when it is out of range.
+    pub fn set_limit(&self, key: &str, limit: u64) -> Result<(), KeyedError> {
+        let bh = self.get(key)?;
+        bh.set_limit(limit).map_err(|e: ConfigError| KeyedError {
+            key: key.to_string(),
+            error: AcquireError::Config(e),
+        })
+    }
+}
