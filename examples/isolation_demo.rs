@@ -11,8 +11,9 @@
 //! The same schedule runs twice:
 //! 1. **without hullguard**: the degraded origin's slow requests take every slot of the shared
 //!    budget, and the healthy origin's requests queue behind them;
-//! 2. **with hullguard**: one `Bulkhead` per upstream origin, acquired *before* the shared
-//!    budget. The bulkheads' `max_concurrent` add up to the budget, so the degraded origin can
+//! 2. **with hullguard**: a `Registry` with one bulkhead per upstream origin (keyed by the
+//!    canonical `origin_key`, the degraded origin configured through `overrides`), acquired
+//!    *before* the shared budget. The bulkheads' `max_concurrent` add up to the budget, so the degraded origin can
 //!    only ever hold its own slice, and a healthy request never waits behind a degraded one.
 //!
 //! Then it prints the two runs side by side and each bulkhead's stats, and checks the two
@@ -24,7 +25,7 @@
 //! a deadline. The whole demo takes about 20 s.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     convert::Infallible,
     error::Error,
     net::{Ipv4Addr, SocketAddr},
@@ -38,7 +39,7 @@ use std::{
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
-use hullguard_core::{Bulkhead, Config, Reason, Stats};
+use hullguard_core::{Config, Reason, Registry, RegistryConfig, Stats, origin_key};
 use hyper::{Request, Response, Uri, body::Incoming, server::conn::http1, service::service_fn};
 use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
@@ -142,25 +143,36 @@ struct Live {
     healthy_waited_behind_degraded: AtomicU64,
 }
 
-/// One bulkhead per upstream origin.
+/// One bulkhead per upstream origin, in a registry keyed by the canonical origin key.
 struct Bulkheads {
-    healthy: Bulkhead,
-    degraded: Bulkhead,
+    registry: Registry,
+    /// `origin_key` of the healthy and the degraded upstream.
+    keys: [String; 2],
 }
 
 impl Bulkheads {
-    fn new() -> Result<Self, Box<dyn Error>> {
-        Ok(Self {
-            healthy: Bulkhead::new(healthy_config())?,
-            degraded: Bulkhead::new(degraded_config())?,
-        })
+    fn new(uris: &[Uri; 2]) -> Result<Self, Box<dyn Error>> {
+        let keys = [
+            origin_key(&uris[0].to_string())?,
+            origin_key(&uris[1].to_string())?,
+        ];
+        let registry = Registry::new(RegistryConfig {
+            defaults: healthy_config(),
+            overrides: HashMap::from([(keys[1].clone(), degraded_config())]),
+            ..RegistryConfig::default()
+        })?;
+        Ok(Self { registry, keys })
     }
 
-    fn get(&self, origin: Origin) -> &Bulkhead {
+    fn key(&self, origin: Origin) -> &str {
         match origin {
-            Origin::Healthy => &self.healthy,
-            Origin::Degraded => &self.degraded,
+            Origin::Healthy => &self.keys[0],
+            Origin::Degraded => &self.keys[1],
         }
+    }
+
+    fn stats(&self, origin: Origin) -> Stats {
+        self.registry.stats()[self.key(origin)]
     }
 }
 
@@ -253,9 +265,11 @@ async fn guarded_call(run: &Run, origin: Origin) -> Outcome {
         None => None,
         Some(bulkheads) => {
             // The core arms no timer: the host's sleep future is the queue deadline.
-            let bulkhead = bulkheads.get(origin);
-            match bulkhead
-                .acquire_timeout(1, tokio::time::sleep(bulkhead.queue_timeout()))
+            let key = bulkheads.key(origin);
+            let deadline = bulkheads.registry.config_for(key).queue_timeout;
+            match bulkheads
+                .registry
+                .acquire_timeout(key, 1, tokio::time::sleep(deadline))
                 .await
             {
                 Ok(permit) => Some(permit),
@@ -619,7 +633,7 @@ async fn main() -> Result<ExitCode, Box<dyn Error>> {
         POOL_TIMEOUT.as_secs(),
     );
     println!(
-        "  with hullguard: one Bulkhead per origin, acquired before the shared budget: \
+        "  with hullguard: a Registry with one bulkhead per origin key, acquired before the shared budget: \
          healthy max_concurrent={} max_queue={} queue_timeout={:?}; \
          degraded max_concurrent={} max_queue={} queue_timeout={:?}",
         h.max_concurrent,
@@ -631,11 +645,14 @@ async fn main() -> Result<ExitCode, Box<dyn Error>> {
     );
 
     let (_, without) = run_once("without hullguard", &uris, None).await;
-    let (run, with) = run_once("with hullguard", &uris, Some(Bulkheads::new()?)).await;
+    let (run, with) = run_once("with hullguard", &uris, Some(Bulkheads::new(&uris)?)).await;
 
     print_table(&without, &with);
     if let Some(bulkheads) = &run.bulkheads {
-        print_stats(&bulkheads.healthy.stats(), &bulkheads.degraded.stats());
+        print_stats(
+            &bulkheads.stats(Origin::Healthy),
+            &bulkheads.stats(Origin::Degraded),
+        );
     }
 
     println!();
