@@ -13,7 +13,15 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy unit loom miri nostd test demo bench
+.PHONY: help setup fmt-check clippy unit loom miri nostd test demo demo-rust bench \
+	py-dev py-test py-wheel
+
+# The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
+VENV := .venv
+PY := $(VENV)/bin/python
+PY_TARGET := target/python
+MATURIN := env CARGO_TARGET_DIR=$(abspath $(PY_TARGET)) VIRTUAL_ENV=$(abspath $(VENV)) \
+	PATH=$(abspath $(VENV))/bin:$$PATH $(abspath $(VENV))/bin/maturin
 
 help:
 	@echo "make demo       run the isolation demo (two local HTTP upstreams, without/with hullguard)"
@@ -65,10 +73,42 @@ miri:
 nostd:
 	ci/no-std.sh
 
-test: setup fmt-check clippy unit loom miri nostd
+test: setup fmt-check clippy unit loom miri nostd py-test
 
-demo:
+# The main job: the isolation demo in Python (httpx, a shared connection budget).
+demo: py-dev
+	$(PY) examples/isolation_demo.py
+
+demo-rust:
 	cargo run --release -p hullguard-examples --example isolation_demo
 
+# A venv with the build/test tools and the extension installed in development mode.
+$(VENV)/bin/maturin: bindings-python/requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r bindings-python/requirements-dev.txt
+	touch $@
+
+py-dev: $(VENV)/bin/maturin
+	cd bindings-python && $(MATURIN) develop --release --quiet
+
+# pytest (warnings are errors), stubtest on the native module, then the wheel in a fresh venv.
+py-test: py-dev
+	cd bindings-python && ../$(PY) -m pytest -q
+	cd bindings-python && ../$(PY) -m mypy.stubtest hullguard._native --allowlist stubtest-allowlist.txt
+	$(MAKE) --no-print-directory py-wheel
+
+py-wheel: $(VENV)/bin/maturin
+	rm -rf target/wheels target/wheel-venv
+	cd bindings-python && $(MATURIN) build --release --quiet --out ../target/wheels
+	python3 -m venv target/wheel-venv
+	target/wheel-venv/bin/pip install --quiet target/wheels/hullguard-*.whl
+	cd /tmp && $(abspath target/wheel-venv)/bin/python -c "import hullguard, asyncio; \
+	bh = hullguard.Bulkhead(max_concurrent=1); p = bh.try_acquire(); assert p is not None; \
+	assert bh.try_acquire() is None; p.release(); \
+	print('wheel OK:', hullguard.__version__, hullguard.origin_key('https://Example.com'))"
+
 bench:
-	@echo "bench: the benchmarks arrive with the benchmark issue (DESIGN.md §8); nothing to run yet."
+	cargo bench -p hullguard-bench --bench engine
+	cargo run --release --quiet -p hullguard-bench --bin ratios
+	bench/callgrind.sh

@@ -6,6 +6,7 @@
 
 use core::{
     future::Future,
+    ops::Deref,
     pin::Pin,
     task::{Context, Poll, Waker},
     time::Duration,
@@ -74,17 +75,28 @@ pub struct DrainResult {
     pub queued: u64,
 }
 
-/// Future returned by [`Bulkhead::drain`].
+/// Future of a drain on a bulkhead reached through `B` (a reference or an `Arc`).
+/// See [`Bulkhead::drain`] and [`Bulkhead::drain_owned`].
 #[must_use = "futures do nothing unless polled"]
 #[derive(Debug)]
-pub struct Drain<'a, S, const N: usize = 0> {
-    bh: &'a Bulkhead<N>,
+pub struct DrainOf<B, S, const N: usize>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    bh: B,
     sleep: Option<S>,
     watching: bool,
 }
 
-impl<S, const N: usize> Drain<'_, S, N> {
-    fn result(&self, drained: bool) -> DrainResult {
+/// Future returned by [`Bulkhead::drain`].
+pub type Drain<'a, S, const N: usize = 0> = DrainOf<&'a Bulkhead<N>, S, N>;
+
+impl<B, S, const N: usize> DrainOf<B, S, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    /// What the drain would report now.
+    pub fn result(&self, drained: bool) -> DrainResult {
         let s = self.bh.snapshot();
         DrainResult {
             drained,
@@ -94,11 +106,15 @@ impl<S, const N: usize> Drain<'_, S, N> {
     }
 }
 
-impl<S: Future, const N: usize> Future for Drain<'_, S, N> {
+impl<B, S: Future, const N: usize> Future for DrainOf<B, S, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
     type Output = DrainResult;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<DrainResult> {
-        // SAFETY: `sleep` is structurally pinned (never moved; `Drop` does not touch it).
+        // SAFETY: `sleep` is structurally pinned (never moved; `Drop` does not touch it), and
+        // `bh` is never pinned-projected.
         let this = unsafe { self.get_unchecked_mut() };
         if !this.watching {
             this.watching = true;
@@ -118,7 +134,10 @@ impl<S: Future, const N: usize> Future for Drain<'_, S, N> {
     }
 }
 
-impl<S, const N: usize> Drop for Drain<'_, S, N> {
+impl<B, S, const N: usize> Drop for DrainOf<B, S, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
     fn drop(&mut self) {
         if self.watching {
             self.bh.idle.watchers.fetch_sub(1, SeqCst);
@@ -130,7 +149,19 @@ impl<const N: usize> Bulkhead<N> {
     /// Completes when the bulkhead is idle, or when `sleep` (if any) finishes first. Does not
     /// close: graceful shutdown is [`close`](Self::close) then `drain`.
     pub fn drain<S: Future>(&self, sleep: Option<S>) -> Drain<'_, S, N> {
-        Drain {
+        DrainOf {
+            bh: self,
+            sleep,
+            watching: false,
+        }
+    }
+
+    /// [`drain`](Self::drain) on an `Arc` (`'static`).
+    pub fn drain_owned<S: Future>(
+        self: std::sync::Arc<Self>,
+        sleep: Option<S>,
+    ) -> DrainOf<std::sync::Arc<Self>, S, N> {
+        DrainOf {
             bh: self,
             sleep,
             watching: false,

@@ -1,0 +1,62 @@
+"""hullguard: one bulkhead engine for every runtime.
+
+A bulkhead caps concurrent work per dependency (per origin, per database pool, per LLM
+provider) so one slow or failing upstream cannot eat all of a service's capacity. This package
+is the Python face of the Rust engine ``hullguard-core``: the same decisions, reasons and stats
+as the C, Node and Rust layers.
+
+Quick start::
+
+    import hullguard
+
+    bh = hullguard.Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0)
+
+    async def call():
+        async with bh.acquire() as permit:   # waits FIFO; raises BulkheadFullError & co.
+            ...
+
+Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
+Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
+is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
+after forking.
+"""
+
+from __future__ import annotations
+
+from . import _native
+from ._errors import (
+    BulkheadClosedError,
+    BulkheadError,
+    BulkheadFullError,
+    BulkheadQueueTimeoutError,
+    CallTimeoutError,
+    CircuitOpenError,
+)
+from ._native import (
+    MAX_PERMITS,
+    MAX_QUEUE,
+    AcquireContext,
+    Bulkhead,
+    Permit,
+    Registry,
+    origin_key,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "Bulkhead",
+    "Registry",
+    "Permit",
+    "AcquireContext",
+    "origin_key",
+    "BulkheadError",
+    "BulkheadFullError",
+    "BulkheadQueueTimeoutError",
+    "BulkheadClosedError",
+    "CircuitOpenError",
+    "CallTimeoutError",
+    "MAX_PERMITS",
+    "MAX_QUEUE",
+    "__version__",
+]

@@ -1,0 +1,85 @@
+"""The exception hierarchy of hullguard (DESIGN.md §3.1, §5).
+
+Every rejection raises a subclass of :class:`BulkheadError` carrying ``code``, ``reason``,
+``retryable``, ``category`` and ``snapshot`` (``{"active", "queued", "limit", "available",
+"key"}``). Cancellation is never wrapped: a cancelled task gets its own
+``asyncio.CancelledError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+__all__ = [
+    "BulkheadError",
+    "BulkheadFullError",
+    "BulkheadQueueTimeoutError",
+    "BulkheadClosedError",
+    "CircuitOpenError",
+    "CallTimeoutError",
+]
+
+
+class BulkheadError(Exception):
+    """Base of every hullguard rejection.
+
+    Attributes:
+        code: the stable error code shared by every layer (``"BULKHEAD_FULL"``, ...).
+        reason: the admission reason (``"concurrency_limit"``, ``"queue_limit"``, ...).
+        retryable: whether retrying later may succeed.
+        category: always ``"resilience"``.
+        snapshot: ``{"active", "queued", "limit", "available", "key"}`` when it was rejected.
+    """
+
+    code: str = "BULKHEAD_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        code: Optional[str] = None,
+        retryable: bool = True,
+        snapshot: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.reason = reason
+        self.retryable = retryable
+        self.category = "resilience"
+        self.snapshot: Dict[str, Any] = snapshot if snapshot is not None else {}
+
+
+class BulkheadFullError(BulkheadError):
+    """Not admitted: ``concurrency_limit``, ``queue_limit`` or ``key_limit`` (retryable)."""
+
+    code = "BULKHEAD_FULL"
+
+
+class BulkheadQueueTimeoutError(BulkheadError):
+    """Waited in the queue longer than the queue timeout (``timeout``).
+
+    Deliberately *not* a :class:`TimeoutError`: retry libraries must not treat local overload
+    as a network timeout.
+    """
+
+    code = "BULKHEAD_QUEUE_TIMEOUT"
+
+
+class BulkheadClosedError(BulkheadError):
+    """The bulkhead is closed (``shutdown``); retrying will not help."""
+
+    code = "BULKHEAD_CLOSED"
+
+
+class CircuitOpenError(BulkheadError):
+    """The paired circuit breaker is open (``circuit_open``)."""
+
+    code = "CIRCUIT_OPEN"
+
+
+class CallTimeoutError(BulkheadError):
+    """A guarded call overran its per-call timeout (``call_timeout``)."""
+
+    code = "BULKHEAD_CALL_TIMEOUT"

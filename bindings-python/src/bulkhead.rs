@@ -1,0 +1,385 @@
+//! `Bulkhead`: the Python face of one core bulkhead. Argument conversion, error mapping and
+//! event-loop / thread plumbing only; every admission decision is the core's.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use hullguard_core::{
+    Admission, Bulkhead as CoreBulkhead, CancelError, Clock, ClockSource, Config, MAX_PERMITS,
+    MAX_QUEUE, Reason, Rejection, TicketPoll,
+};
+use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
+
+use crate::{
+    awaitable::{AcquireContext, DrainAwaitable, Ready},
+    errors::{acquire_err, count_arg, rejection_err, seconds_arg},
+    permit::Permit,
+    stats::{drain_dict, stats_dict},
+};
+
+/// How long `acquire_sync` / `drain_sync` park before checking for signals (Ctrl-C).
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// A test hook: the host clock taken from a Python callable returning integer ns.
+pub(crate) struct PyClock(pub(crate) Py<PyAny>);
+
+impl Clock for PyClock {
+    fn now_ns(&self) -> u64 {
+        Python::attach(|py| {
+            self.0
+                .bind(py)
+                .call0()
+                .and_then(|v| v.extract::<u64>())
+                .unwrap_or(0)
+        })
+    }
+}
+
+pub(crate) fn clock_source(clock: Option<Py<PyAny>>) -> ClockSource {
+    match clock {
+        Some(c) => ClockSource::Shared(Arc::new(PyClock(c))),
+        None => ClockSource::default_for_host(),
+    }
+}
+
+/// Builds a `Config` from Python arguments, naming the bad one.
+pub(crate) fn config_from(
+    max_concurrent: Option<&Bound<'_, PyAny>>,
+    max_queue: Option<&Bound<'_, PyAny>>,
+    queue_timeout: Option<&Bound<'_, PyAny>>,
+    enabled: Option<&Bound<'_, PyAny>>,
+    base: Config,
+) -> PyResult<Config> {
+    let mut c = base;
+    if let Some(v) = max_concurrent.filter(|v| !v.is_none()) {
+        c.max_concurrent = count_arg(v, "max_concurrent", 1, MAX_PERMITS)?;
+    }
+    if let Some(v) = max_queue.filter(|v| !v.is_none()) {
+        c.max_queue = count_arg(v, "max_queue", 0, MAX_QUEUE)?;
+    }
+    if let Some(d) = seconds_arg(queue_timeout, "queue_timeout")? {
+        c.queue_timeout = d;
+    }
+    if let Some(v) = enabled.filter(|v| !v.is_none()) {
+        if !v.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "enabled must be a bool, not {}",
+                v.get_type().name()?
+            )));
+        }
+        c.enabled = v.extract()?;
+    }
+    c.validate()
+        .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
+    Ok(c)
+}
+
+/// The effective queue timeout of one call: `None` → the bulkhead's `queue_timeout`.
+fn call_timeout(bh: &CoreBulkhead, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
+    Ok(seconds_arg(timeout, "timeout")?.unwrap_or(bh.queue_timeout()))
+}
+
+pub(crate) fn weight_arg(bh: &CoreBulkhead, weight: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+    match weight {
+        None => Ok(1),
+        Some(w) => count_arg(w, "weight", 1, bh.max_concurrent()),
+    }
+}
+
+/// `try_acquire`: a permit, `None` for `concurrency_limit`, any other reason raised.
+pub(crate) fn try_acquire_on(
+    py: Python<'_>,
+    bh: &Arc<CoreBulkhead>,
+    key: Option<&str>,
+    weight: u64,
+) -> PyResult<Option<Permit>> {
+    match bh.try_acquire_units(weight) {
+        Ok(()) => Ok(Some(Permit::new(bh.clone(), weight, key.map(str::to_owned)))),
+        Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
+        Err(e) => Err(acquire_err(py, &e, key)),
+    }
+}
+
+/// `acquire_sync`: parks this thread (GIL released) in slices of at most 100 ms, checking for
+/// signals between slices, so Ctrl-C raises promptly and the ticket is given up cleanly.
+pub(crate) fn acquire_sync_on(
+    py: Python<'_>,
+    bh: &Arc<CoreBulkhead>,
+    key: Option<&str>,
+    weight: u64,
+    timeout: Duration,
+) -> PyResult<Permit> {
+    let key_owned = key.map(str::to_owned);
+    if timeout.is_zero() {
+        return match bh.try_acquire_units(weight) {
+            Ok(()) => Ok(Permit::new(bh.clone(), weight, key_owned)),
+            Err(e) => Err(acquire_err(py, &e, key)),
+        };
+    }
+    let deadline = (timeout != Duration::MAX)
+        .then(|| Instant::now().checked_add(timeout))
+        .flatten();
+    let ticket = match bh.enqueue(weight, None) {
+        Ok(Admission::Granted) => return Ok(Permit::new(bh.clone(), weight, key_owned)),
+        Ok(Admission::Queued(t)) => t,
+        Err(e) => return Err(acquire_err(py, &e, key)),
+    };
+    let waker = std::task::Waker::from(Arc::new(ThreadWake(std::thread::current())));
+    loop {
+        let polled = py.detach(|| {
+            let slice_end = Instant::now() + SIGNAL_SLICE;
+            let until = deadline.map_or(slice_end, |d| d.min(slice_end));
+            loop {
+                match bh.poll_ticket(ticket, Some(&waker)) {
+                    Ok(TicketPoll::Pending) => {}
+                    other => return other,
+                }
+                let now = Instant::now();
+                if now >= until {
+                    return Ok(TicketPoll::Pending);
+                }
+                std::thread::park_timeout(until - now);
+            }
+        });
+        match polled {
+            Ok(TicketPoll::Granted(w)) => return Ok(Permit::new(bh.clone(), w, key_owned)),
+            Ok(TicketPoll::Rejected(r)) => return Err(rejection_err(py, &r, key)),
+            Ok(TicketPoll::Pending) => {}
+            Err(_) => {
+                let r = Rejection {
+                    reason: Reason::Aborted,
+                    snapshot: bh.snapshot(),
+                };
+                return Err(rejection_err(py, &r, key));
+            }
+        }
+        if let Err(e) = py.check_signals() {
+            bh.abandon(ticket);
+            return Err(e);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            match bh.cancel(ticket, Reason::Timeout) {
+                Ok(()) => {
+                    let r = Rejection {
+                        reason: Reason::Timeout,
+                        snapshot: bh.snapshot(),
+                    };
+                    return Err(rejection_err(py, &r, key));
+                }
+                // Settled first: the next poll takes the outcome.
+                Err(CancelError::Granted | CancelError::Rejected(_)) => {}
+                Err(CancelError::Stale) => bh.abandon(ticket),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+struct ThreadWake(std::thread::Thread);
+impl std::task::Wake for ThreadWake {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// `drain_sync`: parks in slices, checking for signals.
+pub(crate) fn drain_sync_on<'py>(
+    py: Python<'py>,
+    bh: &CoreBulkhead,
+    timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let timeout = seconds_arg(timeout, "timeout")?.unwrap_or(Duration::MAX);
+    let deadline = (timeout != Duration::MAX)
+        .then(|| Instant::now().checked_add(timeout))
+        .flatten();
+    loop {
+        let slice = deadline.map_or(SIGNAL_SLICE, |d| {
+            d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE)
+        });
+        let r = py.detach(|| bh.drain_blocking(Some(slice)));
+        if r.drained || deadline.is_some_and(|d| Instant::now() >= d) {
+            return drain_dict(py, &r);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// A bulkhead: at most `max_concurrent` permits in flight, at most `max_queue` callers waiting
+/// (FIFO, no barging) for at most `queue_timeout` seconds. Thread-safe; usable from several
+/// event loops and threads at once.
+#[pyclass(module = "hullguard._native", name = "Bulkhead", subclass, frozen)]
+pub(crate) struct Bulkhead {
+    pub(crate) bh: Arc<CoreBulkhead>,
+    pub(crate) key: Option<String>,
+}
+
+#[pymethods]
+impl Bulkhead {
+    #[new]
+    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, _clock=None))]
+    fn new(
+        max_concurrent: Option<&Bound<'_, PyAny>>,
+        max_queue: Option<&Bound<'_, PyAny>>,
+        queue_timeout: Option<&Bound<'_, PyAny>>,
+        enabled: Option<&Bound<'_, PyAny>>,
+        _clock: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let config = config_from(max_concurrent, max_queue, queue_timeout, enabled, Config::DEFAULT)?;
+        let bh = CoreBulkhead::with_clock(config, clock_source(_clock))
+            .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
+        Ok(Self {
+            bh: Arc::new(bh),
+            key: None,
+        })
+    }
+
+    /// Waits for `weight` permits: `await bh.acquire()` gives a `Permit` (release it yourself);
+    /// `async with bh.acquire() as permit:` releases on exit.
+    #[pyo3(signature = (weight=None, timeout=None))]
+    fn acquire(
+        &self,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AcquireContext> {
+        let w = weight_arg(&self.bh, weight)?;
+        let t = call_timeout(&self.bh, timeout)?;
+        Ok(AcquireContext::new(self.bh.clone(), self.key.clone(), w, t, false))
+    }
+
+    /// `async with bh:` — one permit for the block.
+    fn __aenter__(&self) -> AcquireContext {
+        AcquireContext::new(
+            self.bh.clone(),
+            self.key.clone(),
+            1,
+            self.bh.queue_timeout(),
+            true,
+        )
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<Ready> {
+        self.bh.release_units(1);
+        Ok(Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()))
+    }
+
+    /// Blocks this thread (GIL released) until admitted.
+    #[pyo3(signature = (weight=None, timeout=None))]
+    fn acquire_sync(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Permit> {
+        let w = weight_arg(&self.bh, weight)?;
+        let t = call_timeout(&self.bh, timeout)?;
+        acquire_sync_on(py, &self.bh, self.key.as_deref(), w, t)
+    }
+
+    /// A permit now, or `None` (`concurrency_limit`); other reasons raise.
+    #[pyo3(signature = (weight=None))]
+    fn try_acquire(&self, py: Python<'_>, weight: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Permit>> {
+        let w = weight_arg(&self.bh, weight)?;
+        try_acquire_on(py, &self.bh, self.key.as_deref(), w)
+    }
+
+    /// Decorator: every call of `fn` (sync or async) holds `weight` permits. `@bh.guard` or
+    /// `@bh.guard(weight=2, timeout=1.0)`.
+    #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None))]
+    fn guard(
+        slf: &Bound<'_, Self>,
+        r#fn: Option<&Bound<'_, PyAny>>,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let me = slf.borrow();
+        weight_arg(&me.bh, weight)?;
+        call_timeout(&me.bh, timeout)?;
+        let py = slf.py();
+        let acquire = slf.getattr("acquire")?;
+        let acquire_sync = slf.getattr("acquire_sync")?;
+        crate::guard::decorator(py, &acquire, &acquire_sync, (weight, timeout), r#fn)
+    }
+
+    /// Changes the limit (1 ..= max_concurrent); never blocks, never revokes.
+    fn set_limit(&self, limit: &Bound<'_, PyAny>) -> PyResult<()> {
+        let n = count_arg(limit, "limit", 1, self.bh.max_concurrent())?;
+        self.bh
+            .set_limit(n)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.bh.stats())
+    }
+
+    /// Stops admission; queued waiters are rejected with `BulkheadClosedError`.
+    fn close(&self) {
+        self.bh.close();
+    }
+
+    /// Waits (without closing) until idle or `timeout` seconds pass.
+    #[pyo3(signature = (timeout=None))]
+    fn drain(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<DrainAwaitable> {
+        let t = seconds_arg(timeout, "timeout")?.unwrap_or(Duration::MAX);
+        Ok(DrainAwaitable::new(self.bh.clone(), t))
+    }
+
+    #[pyo3(signature = (timeout=None))]
+    fn drain_sync<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        drain_sync_on(py, &self.bh, timeout)
+    }
+
+    #[getter]
+    fn max_concurrent(&self) -> u64 {
+        self.bh.max_concurrent()
+    }
+    #[getter]
+    fn max_queue(&self) -> u64 {
+        self.bh.max_queue()
+    }
+    #[getter]
+    fn queue_timeout(&self) -> f64 {
+        let t = self.bh.queue_timeout();
+        if t == Duration::MAX { f64::INFINITY } else { t.as_secs_f64() }
+    }
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.bh.enabled()
+    }
+    #[getter]
+    fn limit(&self) -> u64 {
+        self.bh.limit()
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.bh.is_closed()
+    }
+    #[getter]
+    fn key(&self) -> Option<String> {
+        self.key.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.bh.stats();
+        format!(
+            "<Bulkhead limit={} active={} queued={}{}>",
+            s.limit,
+            s.active,
+            s.queued,
+            self.key
+                .as_ref()
+                .map(|k| format!(" key={k:?}"))
+                .unwrap_or_default()
+        )
+    }
+}

@@ -1,0 +1,33 @@
+//! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods; the
+//! wrappers themselves live in `hullguard/_guard.py` (plain `async with` / `with`).
+
+use pyo3::{prelude::*, types::PyCFunction};
+
+/// `fn` given: the wrapped function. `fn` omitted: a decorator that wraps its argument.
+pub(crate) fn decorator(
+    py: Python<'_>,
+    acquire: &Bound<'_, PyAny>,
+    acquire_sync: &Bound<'_, PyAny>,
+    (weight, timeout): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
+    r#fn: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let functools = py.import("functools")?;
+    let weight = weight.map_or_else(|| 1u64.into_pyobject(py).map(|v| v.into_any()), |w| Ok(w.clone()))?;
+    let timeout = timeout.map_or_else(|| py.None().into_bound(py), |t| t.clone());
+    let acquire = functools.call_method1("partial", (acquire, &weight, &timeout))?;
+    let acquire_sync = functools.call_method1("partial", (acquire_sync, &weight, &timeout))?;
+    let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
+    if let Some(f) = r#fn {
+        return Ok(wrap.call1((acquire, acquire_sync, f))?.unbind());
+    }
+    let (acquire, acquire_sync) = (acquire.unbind(), acquire_sync.unbind());
+    let deco = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<Py<PyAny>> {
+        let py = args.py();
+        let f = args.get_item(0)?;
+        let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
+        Ok(wrap
+            .call1((acquire.bind(py), acquire_sync.bind(py), f))?
+            .unbind())
+    })?;
+    Ok(deco.into_any().unbind())
+}
