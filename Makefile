@@ -14,7 +14,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 NIGHTLY := nightly
 
 .PHONY: help setup fmt-check clippy unit loom miri nostd test demo demo-rust bench \
-	py-dev py-test py-wheel
+	py-dev py-test py-wheel node-build node-test demo-node
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
 VENV := .venv
@@ -73,7 +73,7 @@ miri:
 nostd:
 	ci/no-std.sh
 
-test: setup fmt-check clippy unit loom miri nostd py-test
+test: setup fmt-check clippy unit loom miri nostd py-test node-test
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
 demo: py-dev
@@ -112,3 +112,21 @@ bench:
 	cargo bench -p hullguard-bench --bench engine
 	cargo run --release --quiet -p hullguard-bench --bin ratios
 	bench/callgrind.sh
+	$(MAKE) --no-print-directory py-dev
+	$(VENV)/bin/pip install --quiet -r bench/python/requirements.txt
+	$(PY) bench/python/bench.py
+
+# ----- Node binding (bindings-node/, npm package `hullguard`) ----------------------------------
+
+bindings-node/node_modules/.package-lock.json: bindings-node/package.json bindings-node/package-lock.json
+	cd bindings-node && npm ci --no-audit --no-fund --loglevel=error
+
+# `npm run build` = `napi build --platform --release --js native.js --dts native.d.ts`.
+node-build: bindings-node/node_modules/.package-lock.json
+	cd bindings-node && npm run --silent build
+
+node-test: node-build
+	cd bindings-node && npm test
+
+demo-node: node-build
+	node examples/isolation_demo.mjs

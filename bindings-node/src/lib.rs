@@ -1,4 +1,42 @@
-//! napi-rs binding (built out by the Node binding issue).
+//! The napi-rs addon `hullguard` (native part). The public API is the hand-written facade
+//! `index.js` / `index.mjs` / `index.d.ts`, which turns these small integer codes into
+//! promises, permits and `BulkheadError`s.
 //!
-//! Placeholder: this crate only reserves its place in the workspace layout
-//! (DESIGN.md §1) until its issue lands.
+//! | module | what |
+//! |---|---|
+//! | `bulkhead` | `NativeBulkhead`: tryTake / enqueue / pollTicket / cancel / release / stats |
+//! | `registry` | `NativeRegistry`, `originKey` |
+//! | `settled` | the per-isolate queue of settled waiter ids (no threadsafe function needed) |
+//! | `stats`, `clock` | the stats object; the virtual clock of the test hook |
+
+mod bulkhead;
+mod clock;
+mod registry;
+mod settled;
+mod stats;
+
+use napi_derive::napi;
+
+/// Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`.
+#[napi]
+pub const MAX_PERMITS: f64 = if hullguard_core::MAX_PERMITS < (1u64 << 53) - 1 {
+    hullguard_core::MAX_PERMITS as f64
+} else {
+    ((1u64 << 53) - 1) as f64
+};
+
+/// Largest `maxQueue`.
+#[napi]
+pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
+
+/// The settled waiter ids since the last call, oldest first.
+#[napi]
+pub fn take_settled() -> Vec<u32> {
+    settled::take()
+}
+
+/// How many settled waiter ids wait to be taken.
+#[napi]
+pub fn settled_pending() -> u32 {
+    settled::pending()
+}

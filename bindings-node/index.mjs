@@ -1,0 +1,5 @@
+// ESM entry: the same objects as the CommonJS entry (index.js).
+import cjs from './index.js'
+
+export const { Bulkhead, Registry, Permit, BulkheadError, originKey, MAX_PERMITS, MAX_QUEUE, REASONS } = cjs
+export default cjs

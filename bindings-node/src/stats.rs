@@ -1,0 +1,96 @@
+//! `stats()` as a JS object: DESIGN §3.7 names in camelCase; the keys of `rejectedByReason`
+//! stay exactly the reason strings.
+
+use hullguard_core::{Snapshot, Stats};
+use napi_derive::napi;
+
+/// Rejections per reason (keys are the reason strings of every layer).
+#[napi(object)]
+pub struct RejectedByReason {
+    #[napi(js_name = "concurrency_limit")]
+    pub concurrency_limit: f64,
+    #[napi(js_name = "queue_limit")]
+    pub queue_limit: f64,
+    #[napi(js_name = "key_limit")]
+    pub key_limit: f64,
+    #[napi(js_name = "timeout")]
+    pub timeout: f64,
+    #[napi(js_name = "aborted")]
+    pub aborted: f64,
+    #[napi(js_name = "shutdown")]
+    pub shutdown: f64,
+    #[napi(js_name = "circuit_open")]
+    pub circuit_open: f64,
+    #[napi(js_name = "call_timeout")]
+    pub call_timeout: f64,
+}
+
+/// The stats of one bulkhead.
+#[napi(object)]
+pub struct JsStats {
+    pub active: f64,
+    pub queued: f64,
+    pub granted_unclaimed: f64,
+    pub limit: f64,
+    pub max_concurrent: f64,
+    pub available: f64,
+    pub admitted_total: f64,
+    pub rejected_by_reason: RejectedByReason,
+    pub released_twice_total: f64,
+    pub leaked_total: f64,
+    pub ring_free: f64,
+    pub queue_wait_count: f64,
+    pub queue_wait_sum_ns: f64,
+    pub queue_wait_max_ns: f64,
+}
+
+impl From<&Stats> for JsStats {
+    fn from(s: &Stats) -> Self {
+        let r = |i: usize| s.rejected_by_reason.0[i] as f64;
+        JsStats {
+            active: s.active as f64,
+            queued: s.queued as f64,
+            granted_unclaimed: s.granted_unclaimed as f64,
+            limit: s.limit as f64,
+            max_concurrent: s.max_concurrent as f64,
+            available: s.available as f64,
+            admitted_total: s.admitted_total as f64,
+            rejected_by_reason: RejectedByReason {
+                concurrency_limit: r(0),
+                queue_limit: r(1),
+                key_limit: r(2),
+                timeout: r(3),
+                aborted: r(4),
+                shutdown: r(5),
+                circuit_open: r(6),
+                call_timeout: r(7),
+            },
+            released_twice_total: s.released_twice_total as f64,
+            leaked_total: s.leaked_total as f64,
+            ring_free: s.ring_free as f64,
+            queue_wait_count: s.queue_wait_count as f64,
+            queue_wait_sum_ns: s.queue_wait_sum_ns as f64,
+            queue_wait_max_ns: s.queue_wait_max_ns as f64,
+        }
+    }
+}
+
+/// `{active, queued, limit, available}` at a rejection.
+#[napi(object)]
+pub struct JsSnapshot {
+    pub active: f64,
+    pub queued: f64,
+    pub limit: f64,
+    pub available: f64,
+}
+
+impl From<Snapshot> for JsSnapshot {
+    fn from(s: Snapshot) -> Self {
+        JsSnapshot {
+            active: s.active as f64,
+            queued: s.queued as f64,
+            limit: s.limit as f64,
+            available: s.available as f64,
+        }
+    }
+}
