@@ -89,6 +89,16 @@ where
         Ok(())
     }
 
+    /// Takes the permit apart without releasing it: the handle and the permits held. The
+    /// caller must return them ([`Bulkhead::release_units`]) — bindings use this to move a
+    /// permit into their own handle type.
+    pub fn into_parts(self) -> (B, u64) {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once.
+        let bh = unsafe { core::ptr::read(&this.bh) };
+        (bh, this.weight)
+    }
+
     /// Keeps the permits out of the bulkhead for good; returns how many.
     pub fn forget(mut self) -> u64 {
         core::mem::take(&mut self.weight)

@@ -1,0 +1,253 @@
+//! `hg_bulkhead_acquire_async`: queued acquires that settle through a C callback, and the timer
+//! thread that arms their deadlines (the core owns no clock and no timer).
+//!
+//! Each queued acquire has one entry in `PENDING`, keyed by (bulkhead, ticket). Whoever settles
+//! the ticket — the core's grant (through the `Waker` below), `hg_ticket_cancel`, the timer, a
+//! close or a resize — takes the entry out and runs the callback, outside every lock. The core's
+//! one-winner CAS per ticket makes "exactly once" hold; taking the entry is bookkeeping.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap},
+    ffi::c_void,
+    sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak},
+    task::{Wake, Waker},
+    time::{Duration, Instant},
+};
+
+use hullguard_core::{Bulkhead as CoreBulkhead, Reason, Ticket, TicketPoll};
+
+use crate::{
+    handle::{PermitBox, hg_permit},
+    status::hg_status,
+};
+
+/// The callback of a queued `hg_bulkhead_acquire_async`: runs exactly once, with
+/// `HG_STATUS_OK` and a permit (now owned by the callee) on a grant, otherwise the rejection
+/// status and NULL. It runs on the thread that settled the ticket and must not block or free
+/// the owning bulkhead; it may call any non-blocking `hg_*` function, including releasing its
+/// permit. `user_data` is passed back untouched (the callback releases it).
+pub type hg_acquire_callback =
+    Option<unsafe extern "C" fn(status: hg_status, permit: *mut hg_permit, user_data: *mut c_void)>;
+
+struct Callback {
+    f: unsafe extern "C" fn(hg_status, *mut hg_permit, *mut c_void),
+    user_data: *mut c_void,
+}
+
+// SAFETY: the user data is the caller's, handed back to its callback exactly once; the C
+// contract of `hg_bulkhead_acquire_async` makes it usable from the settling thread.
+unsafe impl Send for Callback {}
+
+type Key = (usize, u64);
+
+static PENDING: LazyLock<Mutex<HashMap<Key, Callback>>> = LazyLock::new(Default::default);
+
+fn pending() -> MutexGuard<'static, HashMap<Key, Callback>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn key(core: &Arc<CoreBulkhead>, t: Ticket) -> Key {
+    (Arc::as_ptr(core) as usize, t.to_raw())
+}
+
+/// Runs the callback of `(core, t)` if it is still pending (outside the lock).
+fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, permit: *mut hg_permit) {
+    let cb = pending().remove(&key(core, t));
+    match cb {
+        // SAFETY: the function pointer and user data came from the caller of
+        // `hg_bulkhead_acquire_async`, whose contract this is.
+        Some(cb) => unsafe { (cb.f)(status, permit, cb.user_data) },
+        // Nobody waits for it any more: never strand a permit.
+        None if !permit.is_null() => {
+            // SAFETY: `permit` was created just now by `settle` and is owned here.
+            unsafe { crate::handle::permit_free(permit) }
+        }
+        None => {}
+    }
+}
+
+/// Consumes a settled ticket and runs its callback; a pending ticket is left alone.
+fn settle(core: &Arc<CoreBulkhead>, t: Ticket) {
+    match core.poll_ticket(t, None) {
+        Ok(TicketPoll::Granted(w)) => {
+            fire(
+                core,
+                t,
+                hg_status::HG_STATUS_OK,
+                PermitBox::new(core.clone(), w).into_raw(),
+            );
+        }
+        Ok(TicketPoll::Rejected(r)) => fire(core, t, r.reason.into(), std::ptr::null_mut()),
+        Ok(TicketPoll::Pending) | Err(_) => {}
+    }
+}
+
+/// The core wakes this when the ticket settles (on the settling thread, after the commit).
+struct CWake {
+    core: Weak<CoreBulkhead>,
+    ticket: Ticket,
+}
+
+impl Wake for CWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(core) = self.core.upgrade() {
+            settle(&core, self.ticket);
+        }
+    }
+}
+
+/// What `register` found.
+pub(crate) enum Registered {
+    /// Pending: the callback will run exactly once.
+    Queued,
+    /// It settled before the waker was in place: granted `weight` (no callback will run).
+    Granted(u64),
+    /// Rejected before the waker was in place (no callback will run).
+    Rejected(Reason),
+}
+
+/// Registers the callback and the waker of a freshly queued ticket, and arms its deadline.
+pub(crate) fn register(
+    core: &Arc<CoreBulkhead>,
+    t: Ticket,
+    f: unsafe extern "C" fn(hg_status, *mut hg_permit, *mut c_void),
+    user_data: *mut c_void,
+    timeout: Duration,
+) -> Registered {
+    pending().insert(key(core, t), Callback { f, user_data });
+    let waker = Waker::from(Arc::new(CWake {
+        core: Arc::downgrade(core),
+        ticket: t,
+    }));
+    let early = match core.poll_ticket(t, Some(&waker)) {
+        Ok(TicketPoll::Pending) => None,
+        Ok(TicketPoll::Granted(w)) => Some(Registered::Granted(w)),
+        Ok(TicketPoll::Rejected(r)) => Some(Registered::Rejected(r.reason)),
+        Err(_) => Some(Registered::Rejected(Reason::Aborted)),
+    };
+    if let Some(r) = early {
+        pending().remove(&key(core, t));
+        return r;
+    }
+    if timeout != Duration::MAX {
+        timer().arm(core, t, timeout);
+    }
+    Registered::Queued
+}
+
+/// `hg_ticket_cancel`: `true` if the cancel won (the callback ran with `HG_STATUS_ABORTED`).
+pub(crate) fn cancel(core: &Arc<CoreBulkhead>, t: Ticket, reason: Reason) -> bool {
+    if core.cancel(t, reason).is_ok() {
+        fire(core, t, reason.into(), std::ptr::null_mut());
+        true
+    } else {
+        false
+    }
+}
+
+// ----- the timer thread ------------------------------------------------------------------------
+
+struct Deadline {
+    at: Instant,
+    core: Weak<CoreBulkhead>,
+    ticket: Ticket,
+}
+
+impl PartialEq for Deadline {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+impl Eq for Deadline {}
+impl PartialOrd for Deadline {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Deadline {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.at.cmp(&other.at)
+    }
+}
+
+/// One process-wide thread, started on first use, that cancels queued tickets as `timeout`
+/// when their deadline passes. Settled tickets' deadlines are dropped lazily (their cancel
+/// finds them stale).
+struct Timer {
+    heap: Mutex<BinaryHeap<Reverse<Deadline>>>,
+    wake: Condvar,
+}
+
+static TIMER: LazyLock<Arc<Timer>> = LazyLock::new(|| {
+    let t = Arc::new(Timer {
+        heap: Mutex::new(BinaryHeap::new()),
+        wake: Condvar::new(),
+    });
+    let worker = t.clone();
+    std::thread::Builder::new()
+        .name("hullguard-timer".into())
+        .spawn(move || worker.run())
+        .expect("spawn the hullguard timer thread");
+    t
+});
+
+fn timer() -> &'static Timer {
+    &TIMER
+}
+
+impl Timer {
+    fn arm(&self, core: &Arc<CoreBulkhead>, ticket: Ticket, timeout: Duration) {
+        let at = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        let earliest = heap.peek().is_none_or(|Reverse(d)| at < d.at);
+        heap.push(Reverse(Deadline {
+            at,
+            core: Arc::downgrade(core),
+            ticket,
+        }));
+        drop(heap);
+        if earliest {
+            self.wake.notify_one();
+        }
+    }
+
+    fn run(&self) {
+        let mut heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let now = Instant::now();
+            match heap.peek() {
+                None => {
+                    heap = self.wake.wait(heap).unwrap_or_else(|e| e.into_inner());
+                }
+                Some(Reverse(d)) if d.at > now => {
+                    let wait = d.at - now;
+                    heap = self
+                        .wake
+                        .wait_timeout(heap, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                Some(_) => {
+                    let Some(Reverse(d)) = heap.pop() else {
+                        continue;
+                    };
+                    drop(heap);
+                    if let Some(core) = d.core.upgrade() {
+                        // Outside the lock: the callback may arm another deadline.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            cancel(&core, d.ticket, Reason::Timeout)
+                        }));
+                    }
+                    heap = self.heap.lock().unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        }
+    }
+}

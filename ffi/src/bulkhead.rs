@@ -1,0 +1,345 @@
+//! `hg_bulkhead_*`: one bulkhead through the C ABI.
+
+use std::{ffi::c_void, sync::Arc, time::Duration};
+
+use hullguard_core::{Admission, Bulkhead as CoreBulkhead, Reason, Ticket};
+
+use crate::{
+    async_wait::{self, Registered, hg_acquire_callback},
+    boundary::{boundary, non_null, try_mut},
+    config::{call_timeout, hg_config, hg_drain_result, hg_stats, read_config, write_stats},
+    handle::{
+        BulkheadHandle, PermitBox, bulkhead_into_raw, bulkhead_ref, bulkhead_release,
+        bulkhead_retain, hg_bulkhead, hg_permit,
+    },
+    status::hg_status,
+};
+
+/// A queued acquire's handle, for `hg_ticket_cancel()`.
+pub type hg_ticket = u64;
+
+/// # Safety
+/// `bh` is NULL or a live `hg_bulkhead*`.
+unsafe fn core<'a>(bh: *const hg_bulkhead) -> Option<&'a Arc<CoreBulkhead>> {
+    // SAFETY: per the contract.
+    (!bh.is_null()).then(|| &unsafe { bulkhead_ref(bh) }.core)
+}
+
+macro_rules! try_core {
+    ($bh:expr) => {
+        // SAFETY: every export documents that `bh` is NULL or a live handle.
+        match unsafe { core($bh) } {
+            Some(c) => c,
+            None => return hg_status::HG_STATUS_NULL_PARAMETER,
+        }
+    };
+}
+
+/// Creates a bulkhead.
+///
+/// Parameters:
+///   config: from `hg_config_default()`, then edited; its `struct_size` says how much to read.
+///   out: receives the new bulkhead (set only on `HG_STATUS_OK`).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for an
+///   out-of-range option (`max_concurrent` 0 or above `HG_MAX_PERMITS`, `max_queue` above
+///   `HG_MAX_QUEUE`) or a `struct_size` too small; `HG_STATUS_OUT_OF_MEMORY` when the waiter
+///   ring cannot be allocated.
+///
+/// Memory and lifetimes: the caller owns one reference; free it with `hg_bulkhead_free()`.
+/// Freeing the last reference closes the bulkhead (pending async acquires are rejected
+/// `HG_STATUS_SHUTDOWN`); permits keep working and release normally.
+///
+/// Thread-safety: the bulkhead may be used from any number of threads at once.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_new(
+    config: *const hg_config,
+    out: *mut *mut hg_bulkhead,
+) -> hg_status {
+    boundary(|| {
+        non_null!(config);
+        let out = try_mut!(out);
+        // SAFETY: `config` is non-null and points to an `hg_config` (contract).
+        let c = match unsafe { read_config(config) } {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        match CoreBulkhead::new(c) {
+            Ok(core) => {
+                *out = bulkhead_into_raw(BulkheadHandle {
+                    core: Arc::new(core),
+                    owned: true,
+                });
+                hg_status::HG_STATUS_OK
+            }
+            Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
+            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// Adds a reference to `bh` and returns it (NULL in, NULL out).
+///
+/// Memory and lifetimes: each reference is dropped by one `hg_bulkhead_free()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_retain(bh: *const hg_bulkhead) -> *const hg_bulkhead {
+    boundary(|| {
+        if !bh.is_null() {
+            // SAFETY: `bh` is a live handle (contract).
+            unsafe { bulkhead_retain(bh) };
+        }
+        bh
+    })
+}
+
+/// Drops one reference to `bh`. NULL is accepted and ignored.
+///
+/// Memory and lifetimes: after this call the caller's `bh` is dangling. Freeing the same
+/// reference twice is undefined behaviour (as in rustls-ffi).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
+    boundary(|| {
+        if !bh.is_null() {
+            // SAFETY: the caller gives up a live reference (contract).
+            unsafe { bulkhead_release(bh) };
+        }
+    })
+}
+
+fn grant(core: &Arc<CoreBulkhead>, weight: u64, out: &mut *mut hg_permit) -> hg_status {
+    *out = PermitBox::new(core.clone(), weight).into_raw();
+    hg_status::HG_STATUS_OK
+}
+
+/// Takes `weight` permits now, or fails without waiting.
+///
+/// Parameters:
+///   bh: the bulkhead. weight: `1 .. max_concurrent`. out: receives the permit on `HG_STATUS_OK`.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_CONCURRENCY_LIMIT` when not admitted at once (also while
+///   waiters are queued: no barging); `HG_STATUS_SHUTDOWN` after close;
+///   `HG_STATUS_INVALID_ARGUMENT` for a bad weight; `HG_STATUS_NULL_PARAMETER`.
+///
+/// Memory and lifetimes: the caller owns `*out` (release it, then `hg_permit_free()`).
+/// Thread-safety: any thread. Lock-free.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_try_acquire(
+    bh: *const hg_bulkhead,
+    weight: u64,
+    out: *mut *mut hg_permit,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let out = try_mut!(out);
+        match core.try_acquire_units(weight) {
+            Ok(()) => grant(core, weight, out),
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// Waits on this thread for `weight` permits.
+///
+/// Parameters:
+///   timeout_ms: `HG_TIMEOUT_DEFAULT` uses the configured `queue_timeout_ms`;
+///   `HG_TIMEOUT_INFINITE` waits without a deadline; 0 does not queue.
+///
+/// Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_TIMEOUT`; `HG_STATUS_QUEUE_LIMIT`;
+///   `HG_STATUS_CONCURRENCY_LIMIT`; `HG_STATUS_SHUTDOWN`; `HG_STATUS_INVALID_ARGUMENT`;
+///   `HG_STATUS_NULL_PARAMETER`.
+///
+/// Thread-safety: blocks the calling thread (park/unpark); never call it from an
+/// `hg_acquire_callback`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_acquire_timeout(
+    bh: *const hg_bulkhead,
+    weight: u64,
+    timeout_ms: u64,
+    out: *mut *mut hg_permit,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let out = try_mut!(out);
+        match core.acquire_blocking_owned(weight, call_timeout(timeout_ms)) {
+            Ok(p) => {
+                let (_, w) = p.into_parts();
+                grant(core, w, out)
+            }
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// Acquires without blocking: a permit now, or a queued ticket whose callback runs exactly once.
+///
+/// Parameters:
+///   timeout_ms: as `hg_bulkhead_acquire_timeout()`; the deadline is armed on an internal
+///   timer thread started on first use. callback: required. user_data: passed back to it.
+///   out: receives the permit on `HG_STATUS_OK`. ticket: receives the ticket on
+///   `HG_STATUS_QUEUED`.
+///
+/// Returns: `HG_STATUS_OK` with `*out` when a permit was free (the callback never runs);
+///   `HG_STATUS_QUEUED` with `*ticket` (the callback then runs exactly once, with
+///   `HG_STATUS_OK` and a permit on a grant, or the rejection status and NULL — timeout,
+///   cancel (`HG_STATUS_ABORTED`), close, resize); a rejection status when neither (the
+///   callback never runs); `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT`.
+///
+/// The callback runs on the thread that settled the ticket: a releasing thread, the caller of
+/// `hg_bulkhead_close()` / `hg_bulkhead_set_limit()`, the timer thread, or the caller of
+/// `hg_ticket_cancel()` before that call returns. It may call any non-blocking `hg_*`
+/// function; it must not block and must not free the owning bulkhead.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_acquire_async(
+    bh: *const hg_bulkhead,
+    weight: u64,
+    timeout_ms: u64,
+    callback: hg_acquire_callback,
+    user_data: *mut c_void,
+    out: *mut *mut hg_permit,
+    ticket: *mut hg_ticket,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let Some(callback) = callback else {
+            return hg_status::HG_STATUS_NULL_PARAMETER;
+        };
+        let out = try_mut!(out);
+        let ticket = try_mut!(ticket);
+        let timeout = call_timeout(timeout_ms).unwrap_or(core.queue_timeout());
+        let admission = if timeout.is_zero() {
+            core.try_acquire_units(weight).map(|()| Admission::Granted)
+        } else {
+            core.enqueue(weight, None)
+        };
+        match admission {
+            Ok(Admission::Granted) => grant(core, weight, out),
+            Ok(Admission::Queued(t)) => {
+                match async_wait::register(core, t, callback, user_data, timeout) {
+                    Registered::Queued => {
+                        *ticket = t.to_raw();
+                        hg_status::HG_STATUS_QUEUED
+                    }
+                    Registered::Granted(w) => grant(core, w, out),
+                    Registered::Rejected(r) => r.into(),
+                }
+            }
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// Cancels a queued `hg_bulkhead_acquire_async`.
+///
+/// Returns: `HG_STATUS_OK` when the cancel won (the callback has already run, with
+///   `HG_STATUS_ABORTED`, before this returns); `HG_STATUS_ALREADY_SETTLED` when a grant,
+///   timeout or close won (its callback runs, or has run, with that outcome);
+///   `HG_STATUS_NULL_PARAMETER`.
+///
+/// Thread-safety: any thread, including from a callback. Lock-free in the core (O(1)).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        if async_wait::cancel(core, Ticket::from_raw(ticket), Reason::Aborted) {
+            hg_status::HG_STATUS_OK
+        } else {
+            hg_status::HG_STATUS_ALREADY_SETTLED
+        }
+    })
+}
+
+/// Changes the limit (`1 .. max_concurrent`). Never blocks, never revokes: growing grants
+/// queued waiters; shrinking lets `available` go negative and rejects queued waiters heavier
+/// than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_set_limit(bh: *const hg_bulkhead, limit: u64) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        match core.set_limit(limit) {
+            Ok(()) => hg_status::HG_STATUS_OK,
+            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// Stops admission for good: queued waiters are rejected `HG_STATUS_SHUTDOWN` at once (their
+/// callbacks run on this thread); in-flight permits release normally. Idempotent.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_close(bh: *const hg_bulkhead) -> hg_status {
+    boundary(|| {
+        try_core!(bh).close();
+        hg_status::HG_STATUS_OK
+    })
+}
+
+/// Waits (without closing) until the bulkhead is idle or `timeout_ms` passes
+/// (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until idle; 0: report at once).
+///
+/// Returns: `HG_STATUS_OK` with `*out` filled (`drained` says which); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: blocks the calling thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_drain(
+    bh: *const hg_bulkhead,
+    timeout_ms: u64,
+    out: *mut hg_drain_result,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let out = try_mut!(out);
+        let timeout = call_timeout(timeout_ms).filter(|t| *t != Duration::MAX);
+        let r = core.drain_blocking(timeout);
+        *out = hg_drain_result {
+            drained: r.drained,
+            active: r.active,
+            queued: r.queued,
+        };
+        hg_status::HG_STATUS_OK
+    })
+}
+
+/// Fills `*out` (at most `out->struct_size` bytes; set it to `sizeof(hg_stats)` first).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
+///   `HG_STATUS_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_stats(bh: *const hg_bulkhead, out: *mut hg_stats) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        non_null!(out);
+        // SAFETY: `out` is non-null and writable for its declared size (contract).
+        unsafe { write_stats(out, &core.stats()) }
+    })
+}
+
+/// The raw pair, for firmware: takes `weight` permits without a handle.
+///
+/// Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
+/// `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
+/// would lift `available` above the limit.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_try_acquire_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        match core.try_acquire_units(weight) {
+            Ok(()) => hg_status::HG_STATUS_OK,
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// Returns `weight` permits taken with `hg_bulkhead_try_acquire_units()`.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the return would lift
+///   `available` above the limit (nothing changes); `HG_STATUS_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        match core.release_units_checked(weight) {
+            Ok(()) => hg_status::HG_STATUS_OK,
+            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
+    })
+}

@@ -1,0 +1,297 @@
+//! `hg_registry_*` and `hg_origin_key`.
+
+use std::{collections::HashMap, ffi::c_char};
+
+use hullguard_core::{Registry as CoreRegistry, RegistryConfig, origin_key};
+
+use crate::{
+    boundary::{boundary, non_null, try_mut},
+    config::{call_timeout, hg_config, hg_stats, read_config, write_stats},
+    handle::{
+        BulkheadHandle, PermitBox, RegistryHandle, bulkhead_into_raw, hg_bulkhead, hg_permit,
+        hg_registry, registry_into_raw, registry_ref, registry_release, registry_retain,
+    },
+    status::hg_status,
+};
+
+/// One per-key configuration for `hg_registry_new()`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct hg_registry_override {
+    /// The key's bytes (UTF-8; not NUL-terminated), `key_len` long.
+    pub key: *const c_char,
+    pub key_len: usize,
+    /// Its configuration (from `hg_config_default()`, then edited).
+    pub config: *const hg_config,
+}
+
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes.
+unsafe fn key_str<'a>(p: *const c_char, len: usize) -> Result<&'a str, hg_status> {
+    if p.is_null() {
+        return Err(hg_status::HG_STATUS_NULL_PARAMETER);
+    }
+    // SAFETY: `len` readable bytes at `p` (contract).
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) };
+    std::str::from_utf8(bytes).map_err(|_| hg_status::HG_STATUS_INVALID_ARGUMENT)
+}
+
+macro_rules! try_val {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(s) => return s,
+        }
+    };
+}
+
+/// # Safety
+/// `reg` is NULL or a live `hg_registry*`.
+unsafe fn reg<'a>(reg: *const hg_registry) -> Result<&'a CoreRegistry, hg_status> {
+    if reg.is_null() {
+        return Err(hg_status::HG_STATUS_NULL_PARAMETER);
+    }
+    // SAFETY: per the contract.
+    Ok(&unsafe { registry_ref(reg) }.reg)
+}
+
+/// Creates a registry: one bulkhead per key, created on first use from `defaults` or the key's
+/// override; at `max_keys` a new key evicts the least recently used idle entry with no outside
+/// handle, or is rejected `HG_STATUS_KEY_LIMIT`.
+///
+/// Parameters:
+///   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys: ≥ 1.
+///   out: receives the registry.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config, a non-UTF-8 key,
+///   `max_keys` 0); `HG_STATUS_NULL_PARAMETER`.
+///
+/// Memory and lifetimes: reference-counted like `hg_bulkhead`; freeing the last reference
+/// closes every bulkhead in it. Thread-safety: any number of threads.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_new(
+    defaults: *const hg_config,
+    overrides: *const hg_registry_override,
+    overrides_len: usize,
+    max_keys: u64,
+    out: *mut *mut hg_registry,
+) -> hg_status {
+    boundary(|| {
+        non_null!(defaults);
+        let out = try_mut!(out);
+        // SAFETY: non-null `hg_config` (contract).
+        let defaults = try_val!(unsafe { read_config(defaults) });
+        let mut map = HashMap::new();
+        if overrides_len > 0 {
+            non_null!(overrides);
+            // SAFETY: `overrides_len` readable entries at `overrides` (contract).
+            let entries = unsafe { std::slice::from_raw_parts(overrides, overrides_len) };
+            for o in entries {
+                // SAFETY: each entry's key points to `key_len` bytes (contract).
+                let k = try_val!(unsafe { key_str(o.key, o.key_len) });
+                non_null!(o.config);
+                // SAFETY: non-null `hg_config` (contract).
+                let c = try_val!(unsafe { read_config(o.config) });
+                map.insert(k.to_owned(), c);
+            }
+        }
+        let Ok(max_keys) = usize::try_from(max_keys) else {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        };
+        match CoreRegistry::new(RegistryConfig {
+            defaults,
+            overrides: map,
+            max_keys,
+        }) {
+            Ok(reg) => {
+                *out = registry_into_raw(RegistryHandle { reg });
+                hg_status::HG_STATUS_OK
+            }
+            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// Adds a reference to `reg` and returns it (NULL in, NULL out).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_retain(reg: *const hg_registry) -> *const hg_registry {
+    boundary(|| {
+        if !reg.is_null() {
+            // SAFETY: a live handle (contract).
+            unsafe { registry_retain(reg) };
+        }
+        reg
+    })
+}
+
+/// Drops one reference to `reg`. NULL is accepted and ignored. Freeing twice is undefined
+/// behaviour.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_free(reg: *const hg_registry) {
+    boundary(|| {
+        if !reg.is_null() {
+            // SAFETY: the caller gives up a live reference (contract).
+            unsafe { registry_release(reg) };
+        }
+    })
+}
+
+/// A handle on `key`'s bulkhead (created on first use), usable with every `hg_bulkhead_*`
+/// function. While the handle lives the entry is never evicted; freeing it does not close the
+/// bulkhead.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_KEY_LIMIT`; `HG_STATUS_SHUTDOWN` after close;
+///   `HG_STATUS_INVALID_ARGUMENT` (non-UTF-8 key); `HG_STATUS_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_get(
+    reg: *const hg_registry,
+    key: *const c_char,
+    key_len: usize,
+    out: *mut *mut hg_bulkhead,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let r = try_val!(unsafe { self::reg(reg) });
+        // SAFETY: `key_len` readable bytes (contract).
+        let k = try_val!(unsafe { key_str(key, key_len) });
+        let out = try_mut!(out);
+        match r.get(k) {
+            Ok(core) => {
+                *out = bulkhead_into_raw(BulkheadHandle { core, owned: false });
+                hg_status::HG_STATUS_OK
+            }
+            Err(e) => (&e.error).into(),
+        }
+    })
+}
+
+/// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit keeps
+/// the entry alive only while it is held.
+///
+/// Returns: as `hg_bulkhead_try_acquire()`, plus `HG_STATUS_KEY_LIMIT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_try_acquire(
+    reg: *const hg_registry,
+    key: *const c_char,
+    key_len: usize,
+    weight: u64,
+    out: *mut *mut hg_permit,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let r = try_val!(unsafe { self::reg(reg) });
+        // SAFETY: `key_len` readable bytes (contract).
+        let k = try_val!(unsafe { key_str(key, key_len) });
+        let out = try_mut!(out);
+        match r.try_acquire(k, weight) {
+            Ok(p) => {
+                let (core, w) = p.into_parts();
+                *out = PermitBox::new(core, w).into_raw();
+                hg_status::HG_STATUS_OK
+            }
+            Err(e) => (&e.error).into(),
+        }
+    })
+}
+
+/// Waits on this thread for `weight` permits of `key`'s bulkhead (timeouts as
+/// `hg_bulkhead_acquire_timeout()`).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_acquire_timeout(
+    reg: *const hg_registry,
+    key: *const c_char,
+    key_len: usize,
+    weight: u64,
+    timeout_ms: u64,
+    out: *mut *mut hg_permit,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let r = try_val!(unsafe { self::reg(reg) });
+        // SAFETY: `key_len` readable bytes (contract).
+        let k = try_val!(unsafe { key_str(key, key_len) });
+        let out = try_mut!(out);
+        match r.acquire_blocking(k, weight, call_timeout(timeout_ms)) {
+            Ok(p) => {
+                let (core, w) = p.into_parts();
+                *out = PermitBox::new(core, w).into_raw();
+                hg_status::HG_STATUS_OK
+            }
+            Err(e) => (&e.error).into(),
+        }
+    })
+}
+
+/// The stats of `key`'s bulkhead (it is not created: `HG_STATUS_INVALID_ARGUMENT` if absent).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_stats(
+    reg: *const hg_registry,
+    key: *const c_char,
+    key_len: usize,
+    out: *mut hg_stats,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let r = try_val!(unsafe { self::reg(reg) });
+        // SAFETY: `key_len` readable bytes (contract).
+        let k = try_val!(unsafe { key_str(key, key_len) });
+        non_null!(out);
+        let all = r.stats();
+        let Some(s) = all.get(k) else {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        };
+        // SAFETY: non-null, writable for its declared size (contract).
+        unsafe { write_stats(out, s) }
+    })
+}
+
+/// Closes every bulkhead of the registry (and those created later).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_close(reg: *const hg_registry) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        try_val!(unsafe { self::reg(reg) }).close();
+        hg_status::HG_STATUS_OK
+    })
+}
+
+/// The canonical origin key of a URL (`scheme://host:port`, DESIGN §3.8), written into `buf`
+/// with a terminating NUL.
+///
+/// Parameters:
+///   url, url_len: the URL's bytes (UTF-8, not NUL-terminated). buf, buf_len: where to write.
+///   out_len: receives the key's length without the NUL (also when `buf` is too small).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a URL without an origin key or a
+///   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL);
+///   `HG_STATUS_NULL_PARAMETER`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_origin_key(
+    url: *const c_char,
+    url_len: usize,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: `url_len` readable bytes (contract).
+        let u = try_val!(unsafe { key_str(url, url_len) });
+        let out_len = try_mut!(out_len);
+        if buf.is_null() {
+            return hg_status::HG_STATUS_NULL_PARAMETER;
+        }
+        let Ok(k) = origin_key(u) else {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        };
+        *out_len = k.len();
+        if k.len() + 1 > buf_len {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
+        // SAFETY: `buf` has `buf_len >= k.len() + 1` writable bytes (contract + check).
+        unsafe {
+            std::ptr::copy_nonoverlapping(k.as_ptr(), buf.cast::<u8>(), k.len());
+            *buf.add(k.len()) = 0;
+        }
+        hg_status::HG_STATUS_OK
+    })
+}
