@@ -53,6 +53,10 @@ impl Ready {
     fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+    fn close(&self) {}
     fn __next__(&self, py: Python<'_>) -> Step {
         stop(self.value.clone_ref(py))
     }
@@ -280,6 +284,11 @@ impl AcquireContext {
         slf
     }
 
+    /// Iterable like a generator-based coroutine, so asyncio's helpers accept it.
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
     fn __next__(&mut self, py: Python<'_>) -> Step {
         self.step(py)
     }
@@ -320,9 +329,11 @@ impl AcquireContext {
     #[pyo3(signature = (*_exc))]
     fn __aexit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<Ready> {
         if let Some(p) = self.permit.take() {
-            p.borrow_mut(py).release_inner(false);
+            p.get().release_inner(false);
         }
-        Ok(Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()))
+        Ok(Ready::new(
+            false.into_pyobject(py)?.to_owned().into_any().unbind(),
+        ))
     }
 }
 
@@ -380,7 +391,9 @@ impl DrainAwaitable {
 
     fn step(&mut self, py: Python<'_>) -> Step {
         if self.done {
-            return Err(PyRuntimeError::new_err("this drain has already been awaited"));
+            return Err(PyRuntimeError::new_err(
+                "this drain has already been awaited",
+            ));
         }
         let target = match &self.target {
             Some(t) => {
@@ -404,7 +417,12 @@ impl DrainAwaitable {
             return self.finish(py, false);
         }
         if self.timer.is_none() && self.timeout != Duration::MAX {
-            let cb = Py::new(py, DrainTimer { target: target.clone() })?;
+            let cb = Py::new(
+                py,
+                DrainTimer {
+                    target: target.clone(),
+                },
+            )?;
             let h = target
                 .event_loop(py)
                 .call_method1("call_later", (self.timeout.as_secs_f64(), cb))?;
@@ -418,6 +436,13 @@ impl DrainAwaitable {
 impl DrainAwaitable {
     fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
+    }
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+    fn close(&mut self, py: Python<'_>) {
+        self.done = true;
+        cancel_timer(py, self.timer.take());
     }
     fn __next__(&mut self, py: Python<'_>) -> Step {
         self.step(py)

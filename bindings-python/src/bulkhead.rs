@@ -96,7 +96,11 @@ pub(crate) fn try_acquire_on(
     weight: u64,
 ) -> PyResult<Option<Permit>> {
     match bh.try_acquire_units(weight) {
-        Ok(()) => Ok(Some(Permit::new(bh.clone(), weight, key.map(str::to_owned)))),
+        Ok(()) => Ok(Some(Permit::new(
+            bh.clone(),
+            weight,
+            key.map(str::to_owned),
+        ))),
         Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
         Err(e) => Err(acquire_err(py, &e, key)),
     }
@@ -199,7 +203,8 @@ pub(crate) fn drain_sync_on<'py>(
         .flatten();
     loop {
         let slice = deadline.map_or(SIGNAL_SLICE, |d| {
-            d.saturating_duration_since(Instant::now()).min(SIGNAL_SLICE)
+            d.saturating_duration_since(Instant::now())
+                .min(SIGNAL_SLICE)
         });
         let r = py.detach(|| bh.drain_blocking(Some(slice)));
         if r.drained || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -229,7 +234,13 @@ impl Bulkhead {
         enabled: Option<&Bound<'_, PyAny>>,
         _clock: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let config = config_from(max_concurrent, max_queue, queue_timeout, enabled, Config::DEFAULT)?;
+        let config = config_from(
+            max_concurrent,
+            max_queue,
+            queue_timeout,
+            enabled,
+            Config::DEFAULT,
+        )?;
         let bh = CoreBulkhead::with_clock(config, clock_source(_clock))
             .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
         Ok(Self {
@@ -248,7 +259,13 @@ impl Bulkhead {
     ) -> PyResult<AcquireContext> {
         let w = weight_arg(&self.bh, weight)?;
         let t = call_timeout(&self.bh, timeout)?;
-        Ok(AcquireContext::new(self.bh.clone(), self.key.clone(), w, t, false))
+        Ok(AcquireContext::new(
+            self.bh.clone(),
+            self.key.clone(),
+            w,
+            t,
+            false,
+        ))
     }
 
     /// `async with bh:` — one permit for the block.
@@ -265,7 +282,9 @@ impl Bulkhead {
     #[pyo3(signature = (*_exc))]
     fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<Ready> {
         self.bh.release_units(1);
-        Ok(Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()))
+        Ok(Ready::new(
+            false.into_pyobject(py)?.to_owned().into_any().unbind(),
+        ))
     }
 
     /// Blocks this thread (GIL released) until admitted.
@@ -283,7 +302,11 @@ impl Bulkhead {
 
     /// A permit now, or `None` (`concurrency_limit`); other reasons raise.
     #[pyo3(signature = (weight=None))]
-    fn try_acquire(&self, py: Python<'_>, weight: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Permit>> {
+    fn try_acquire(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Permit>> {
         let w = weight_arg(&self.bh, weight)?;
         try_acquire_on(py, &self.bh, self.key.as_deref(), w)
     }
@@ -350,7 +373,11 @@ impl Bulkhead {
     #[getter]
     fn queue_timeout(&self) -> f64 {
         let t = self.bh.queue_timeout();
-        if t == Duration::MAX { f64::INFINITY } else { t.as_secs_f64() }
+        if t == Duration::MAX {
+            f64::INFINITY
+        } else {
+            t.as_secs_f64()
+        }
     }
     #[getter]
     fn enabled(&self) -> bool {

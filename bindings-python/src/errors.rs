@@ -71,14 +71,20 @@ pub(crate) fn acquire_err(py: Python<'_>, e: &AcquireError, key: Option<&str>) -
 /// A permit count argument: an `int` (not a `bool`) in range, else `TypeError` / `ValueError`
 /// naming it.
 pub(crate) fn count_arg(value: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyResult<u64> {
-    if value.is_instance_of::<pyo3::types::PyBool>() || !value.is_instance_of::<pyo3::types::PyInt>()
+    if value.is_instance_of::<pyo3::types::PyBool>()
+        || !value.is_instance_of::<pyo3::types::PyInt>()
     {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an int, not {}",
             value.get_type().name()?
         )));
     }
-    let n: i128 = value.extract()?;
+    // Beyond i128 it is out of range either way: name the argument, never `OverflowError`.
+    let Ok(n) = value.extract::<i128>() else {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be in {min}..={max}, got {value}"
+        )));
+    };
     if n < i128::from(min) || n > i128::from(max) {
         return Err(PyValueError::new_err(format!(
             "{name} must be in {min}..={max}, got {n}"
@@ -105,7 +111,12 @@ pub(crate) fn seconds_arg(
             value.get_type().name()?
         )));
     }
-    let s: f64 = value.extract()?;
+    let s: f64 = match value.extract() {
+        Ok(s) => s,
+        // An int too large for a float: negative is invalid, positive is "no deadline".
+        Err(_) if value.lt(0)? => f64::NAN,
+        Err(_) => f64::INFINITY,
+    };
     if s.is_nan() || s < 0.0 {
         return Err(PyValueError::new_err(format!(
             "{name} must be >= 0 seconds (or math.inf), got {s}"
@@ -114,5 +125,7 @@ pub(crate) fn seconds_arg(
     if s.is_infinite() {
         return Ok(Some(std::time::Duration::MAX));
     }
-    Ok(Some(std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX)))
+    Ok(Some(
+        std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX),
+    ))
 }

@@ -12,7 +12,10 @@ pub(crate) fn decorator(
     r#fn: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let functools = py.import("functools")?;
-    let weight = weight.map_or_else(|| 1u64.into_pyobject(py).map(|v| v.into_any()), |w| Ok(w.clone()))?;
+    let weight = weight.map_or_else(
+        || 1u64.into_pyobject(py).map(|v| v.into_any()),
+        |w| Ok(w.clone()),
+    )?;
     let timeout = timeout.map_or_else(|| py.None().into_bound(py), |t| t.clone());
     let acquire = functools.call_method1("partial", (acquire, &weight, &timeout))?;
     let acquire_sync = functools.call_method1("partial", (acquire_sync, &weight, &timeout))?;
@@ -21,13 +24,18 @@ pub(crate) fn decorator(
         return Ok(wrap.call1((acquire, acquire_sync, f))?.unbind());
     }
     let (acquire, acquire_sync) = (acquire.unbind(), acquire_sync.unbind());
-    let deco = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<Py<PyAny>> {
-        let py = args.py();
-        let f = args.get_item(0)?;
-        let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
-        Ok(wrap
-            .call1((acquire.bind(py), acquire_sync.bind(py), f))?
-            .unbind())
-    })?;
+    let deco = PyCFunction::new_closure(
+        py,
+        None,
+        None,
+        move |args, _kwargs| -> PyResult<Py<PyAny>> {
+            let py = args.py();
+            let f = args.get_item(0)?;
+            let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
+            Ok(wrap
+                .call1((acquire.bind(py), acquire_sync.bind(py), f))?
+                .unbind())
+        },
+    )?;
     Ok(deco.into_any().unbind())
 }

@@ -3,19 +3,26 @@
 //! returned and counted in `leaked_total`. A released permit keeps no outside handle on its
 //! bulkhead (a registry may evict it).
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use hullguard_core::Bulkhead as CoreBulkhead;
 use pyo3::{exceptions::PyValueError, prelude::*};
 
 use crate::errors::count_arg;
 
-/// Permits held by one acquire; see the module docs.
-#[pyclass(module = "hullguard._native", name = "Permit")]
-pub(crate) struct Permit {
-    held: Option<Arc<CoreBulkhead>>,
-    weak: Weak<CoreBulkhead>,
+/// What a permit holds. Behind a mutex that is held only to take or change it, never while
+/// the release runs (a release may wake waiters, which runs Python code that may touch this
+/// permit again, from this thread or another).
+struct Held {
+    bh: Option<Arc<CoreBulkhead>>,
     weight: u64,
+}
+
+/// Permits held by one acquire; see the module docs. Thread-safe.
+#[pyclass(module = "hullguard._native", name = "Permit", frozen)]
+pub(crate) struct Permit {
+    held: Mutex<Held>,
+    weak: Weak<CoreBulkhead>,
     key: Option<String>,
 }
 
@@ -23,18 +30,28 @@ impl Permit {
     pub(crate) fn new(bh: Arc<CoreBulkhead>, weight: u64, key: Option<String>) -> Self {
         Self {
             weak: Arc::downgrade(&bh),
-            held: Some(bh),
-            weight,
+            held: Mutex::new(Held {
+                bh: Some(bh),
+                weight,
+            }),
             key,
         }
     }
 
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Releases if still held. `explicit` calls on a released permit are counted.
-    pub(crate) fn release_inner(&mut self, explicit: bool) -> bool {
-        match self.held.take() {
-            Some(bh) => {
-                if self.weight > 0 {
-                    bh.release_units(self.weight);
+    pub(crate) fn release_inner(&self, explicit: bool) -> bool {
+        let taken = {
+            let mut h = self.lock();
+            h.bh.take().map(|bh| (bh, h.weight))
+        };
+        match taken {
+            Some((bh, weight)) => {
+                if weight > 0 {
+                    bh.release_units(weight);
                 }
                 true
             }
@@ -53,23 +70,27 @@ impl Permit {
 #[pymethods]
 impl Permit {
     /// Returns the permits. Idempotent: `True` the first time, `False` afterwards.
-    fn release(&mut self) -> bool {
+    fn release(&self) -> bool {
         self.release_inner(true)
     }
 
     /// Returns `n` of the held permits now (a refund); the rest stay held.
-    fn release_partial(&mut self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn release_partial(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = count_arg(n, "n", 1, u64::MAX)?;
-        let Some(bh) = &self.held else {
-            return Err(PyValueError::new_err("permit already released"));
+        let bh = {
+            let mut h = self.lock();
+            let Some(bh) = h.bh.clone() else {
+                return Err(PyValueError::new_err("permit already released"));
+            };
+            if n > h.weight {
+                return Err(PyValueError::new_err(format!(
+                    "n must be in 1..={} (permits held), got {n}",
+                    h.weight
+                )));
+            }
+            h.weight -= n;
+            bh
         };
-        if n > self.weight {
-            return Err(PyValueError::new_err(format!(
-                "n must be in 1..={} (permits held), got {n}",
-                self.weight
-            )));
-        }
-        self.weight -= n;
         bh.release_units(n);
         Ok(())
     }
@@ -77,13 +98,14 @@ impl Permit {
     /// Permits still held (0 once released).
     #[getter]
     fn weight(&self) -> u64 {
-        if self.held.is_some() { self.weight } else { 0 }
+        let h = self.lock();
+        if h.bh.is_some() { h.weight } else { 0 }
     }
 
     /// Whether `release()` ran (or the permit was returned by `with` / `async with`).
     #[getter]
     fn released(&self) -> bool {
-        self.held.is_none()
+        self.lock().bh.is_none()
     }
 
     /// The registry key of its bulkhead, or `None`.
@@ -97,7 +119,7 @@ impl Permit {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.release_inner(false);
         false
     }
@@ -106,7 +128,7 @@ impl Permit {
         format!(
             "<Permit weight={} released={}{}>",
             self.weight(),
-            self.held.is_none(),
+            self.released(),
             self.key
                 .as_ref()
                 .map(|k| format!(" key={k:?}"))
@@ -117,10 +139,11 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Some(bh) = self.held.take() {
-            if self.weight > 0 {
-                bh.record_leak(self.weight);
-                bh.release_units(self.weight);
+        let h = self.held.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(bh) = h.bh.take() {
+            if h.weight > 0 {
+                bh.record_leak(h.weight);
+                bh.release_units(h.weight);
             }
         }
     }

@@ -13,9 +13,7 @@ use pyo3::{
 
 use crate::{
     awaitable::AcquireContext,
-    bulkhead::{
-        Bulkhead, acquire_sync_on, clock_source, config_from, try_acquire_on, weight_arg,
-    },
+    bulkhead::{Bulkhead, acquire_sync_on, clock_source, config_from, try_acquire_on, weight_arg},
     errors::{acquire_err, count_arg, seconds_arg},
     permit::Permit,
     stats::stats_dict,
@@ -25,9 +23,9 @@ const CONFIG_KEYS: [&str; 4] = ["max_concurrent", "max_queue", "queue_timeout", 
 
 /// One override dict merged key by key over the defaults.
 fn override_config(key: &str, d: &Bound<'_, PyAny>, defaults: Config) -> PyResult<Config> {
-    let d = d.cast::<PyDict>().map_err(|_| {
-        PyTypeError::new_err(format!("overrides[{key:?}] must be a dict"))
-    })?;
+    let d = d
+        .cast::<PyDict>()
+        .map_err(|_| PyTypeError::new_err(format!("overrides[{key:?}] must be a dict")))?;
     for k in d.keys() {
         let name: String = k.extract()?;
         if !CONFIG_KEYS.contains(&name.as_str()) {
@@ -44,7 +42,16 @@ fn override_config(key: &str, d: &Bound<'_, PyAny>, defaults: Config) -> PyResul
         get("enabled").as_ref(),
         defaults,
     )
-    .map_err(|e| PyValueError::new_err(format!("overrides[{key:?}]: {e}")))
+    .map_err(|e| {
+        // Keep the exception class (TypeError stays TypeError); prefix the key.
+        let py = d.py();
+        let msg = format!("overrides[{key:?}]: {}", e.value(py));
+        if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(msg)
+        } else {
+            PyValueError::new_err(msg)
+        }
+    })
 }
 
 fn keyed_err(py: Python<'_>, e: &KeyedError) -> PyErr {
@@ -81,7 +88,13 @@ impl Registry {
         max_keys: Option<&Bound<'_, PyAny>>,
         _clock: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let defaults = config_from(max_concurrent, max_queue, queue_timeout, enabled, Config::DEFAULT)?;
+        let defaults = config_from(
+            max_concurrent,
+            max_queue,
+            queue_timeout,
+            enabled,
+            Config::DEFAULT,
+        )?;
         let max_keys = match max_keys.filter(|v| !v.is_none()) {
             Some(v) => count_arg(v, "max_keys", 1, usize::MAX as u64)? as usize,
             None => 1024,
@@ -237,10 +250,14 @@ impl Registry {
         self.reg.max_keys()
     }
 
-    /// A copy of the per-key overrides given at construction.
+    /// A copy of the per-key overrides given at construction (inner dicts copied too).
     #[getter]
     fn overrides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.overrides.bind(py).copy()
+        let out = PyDict::new(py);
+        for (k, v) in self.overrides.bind(py).iter() {
+            out.set_item(k, v.cast::<PyDict>()?.copy()?)?;
+        }
+        Ok(out)
     }
 
     /// New keys rejected `key_limit` so far.

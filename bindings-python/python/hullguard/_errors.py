@@ -50,6 +50,20 @@ class BulkheadError(Exception):
         self.category = "resilience"
         self.snapshot: Dict[str, Any] = snapshot if snapshot is not None else {}
 
+    def __reduce__(self) -> Any:
+        # `reason` is keyword-only: rebuild through a helper so pickle / copy work (a
+        # rejection raised in a process pool reaches the parent intact).
+        return (
+            _rebuild,
+            (type(self), str(self), self.reason, self.code, self.retryable, self.snapshot),
+        )
+
+
+def _rebuild(
+    cls: Any, message: str, reason: str, code: str, retryable: bool, snapshot: Dict[str, Any]
+) -> BulkheadError:
+    return cls(message, reason=reason, code=code, retryable=retryable, snapshot=snapshot)  # type: ignore[no-any-return]
+
 
 class BulkheadFullError(BulkheadError):
     """Not admitted: ``concurrency_limit``, ``queue_limit`` or ``key_limit`` (retryable)."""

@@ -14,7 +14,9 @@ def wrap(acquire: Callable[[], Any], acquire_sync: Callable[[], Any], fn: F) -> 
     ``with acquire_sync()`` (blocking this thread) for plain callables."""
     if not callable(fn):
         raise TypeError(f"guard() needs a callable, not {type(fn).__name__}")
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)
+    ):
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:

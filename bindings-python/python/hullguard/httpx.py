@@ -1,0 +1,241 @@
+"""httpx integration: one bulkhead per origin around any httpx transport.
+
+Isolation for an existing client in one line::
+
+    import httpx, hullguard
+    from hullguard.httpx import BulkheadTransport, SyncBulkheadTransport
+
+    client = httpx.AsyncClient(transport=BulkheadTransport(registry=hullguard.Registry(
+        max_concurrent=6, max_queue=100, queue_timeout=1.0,
+        overrides={"https://slow.example.com:443": {"max_concurrent": 2, "max_queue": 4}},
+    )))
+    sync_client = httpx.Client(transport=SyncBulkheadTransport())
+
+Two classes, because httpx keeps its async and sync transports apart:
+
+* :class:`BulkheadTransport` (``httpx.AsyncBaseTransport``) for ``httpx.AsyncClient``; wraps
+  ``httpx.AsyncHTTPTransport()`` unless given another async transport;
+* :class:`SyncBulkheadTransport` (``httpx.BaseTransport``) for ``httpx.Client``; wraps
+  ``httpx.HTTPTransport()`` unless given another sync transport (blocks the calling thread
+  while queued, with the GIL released).
+
+Each request is admitted by the bulkhead of its canonical origin key,
+``hullguard.origin_key(str(request.url))`` (``scheme://host:port``, the same key as every other
+hullguard layer and as ``Registry(overrides=...)``). Per request:
+
+1. the permit is acquired *before* the request reaches the inner transport, so a request the
+   bulkhead rejects never takes a slot of the connection pool;
+2. a rejection raises the hullguard exception unchanged (``BulkheadFullError``,
+   ``BulkheadQueueTimeoutError``, ``BulkheadClosedError``; never an ``httpx`` error): it is local
+   overload, not a network failure;
+3. the permit is held until the response is closed: for a streamed response
+   (``client.stream(...)``, ``send(..., stream=True)``) that is when its body is closed or fully
+   consumed, not when the headers arrive. The inner response stream is closed first, so the
+   connection is back in the pool before the permit is released. A response whose body the
+   inner transport already holds in memory (``httpx.ByteStream``, e.g. from
+   ``httpx.MockTransport``) releases the permit at once;
+4. a transport error or a cancellation while sending releases the permit and propagates.
+
+Redirects are separate requests: each hop is admitted by the bulkhead of its own origin.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, AsyncIterator, Iterator, Optional
+
+import httpx
+
+from ._native import Permit, Registry, origin_key
+
+__all__ = ["BulkheadTransport", "SyncBulkheadTransport"]
+
+
+def _release(permit: Permit) -> None:
+    """Releases ``permit`` silently if still held (the ``with``-exit form: a permit already
+    returned is skipped and never counted as ``released_twice_total``)."""
+    permit.__exit__(None, None, None)
+
+
+class _AsyncPermitStream(httpx.AsyncByteStream):
+    """The response body of an admitted request: closes the inner stream, then releases."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, permit: Permit) -> None:
+        self._stream = stream
+        self._permit = permit
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except BaseException:
+            await self.aclose()
+            raise
+        # Fully consumed: the permit goes back even if the caller never closes the response.
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._stream.aclose()
+        finally:
+            _release(self._permit)
+
+
+class _SyncPermitStream(httpx.SyncByteStream):
+    """The sync twin of :class:`_AsyncPermitStream`."""
+
+    def __init__(self, stream: httpx.SyncByteStream, permit: Permit) -> None:
+        self._stream = stream
+        self._permit = permit
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._stream:
+                yield chunk
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._stream.close()
+        finally:
+            _release(self._permit)
+
+
+class _Base:
+    """What both transports share: the registry, the queue timeout, the key of a request."""
+
+    def __init__(self, registry: Optional[Registry], timeout: Optional[float]) -> None:
+        if registry is not None and not isinstance(registry, Registry):
+            raise TypeError(
+                f"registry must be a hullguard.Registry, not {type(registry).__name__}"
+            )
+        self._registry = registry if registry is not None else Registry()
+        self._timeout = timeout
+
+    @property
+    def registry(self) -> Registry:
+        """The registry holding one bulkhead per origin key."""
+        return self._registry
+
+    @staticmethod
+    def key_of(request: httpx.Request) -> str:
+        """The registry key of ``request``: its canonical origin key."""
+        return origin_key(str(request.url))
+
+
+class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
+    """An async httpx transport that admits each request through its origin's bulkhead.
+
+    Args:
+        transport: the async transport that sends admitted requests (default
+            ``httpx.AsyncHTTPTransport()``; pass your own to keep its ``limits``, ``retries``,
+            ``http2`` ... settings). Closed when this transport is closed.
+        registry: one bulkhead per origin key (default ``hullguard.Registry()``: 10 concurrent,
+            100 queued, 30 s queue timeout per origin). Use ``overrides`` keyed by
+            ``hullguard.origin_key(url)`` for per-origin settings.
+        timeout: the queue timeout in seconds for every request (``None``: each bulkhead's own
+            ``queue_timeout``; ``0``: never queue; ``math.inf``: no deadline).
+    """
+
+    def __init__(
+        self,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+        *,
+        registry: Optional[Registry] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        super().__init__(registry, timeout)
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The inner transport."""
+        return self._transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        key = self.key_of(request)
+        permit: Permit = await self._registry.acquire(key, timeout=self._timeout)
+        try:
+            response = await self._transport.handle_async_request(request)
+        except BaseException:
+            _release(permit)
+            raise
+        stream = response.stream
+        if isinstance(stream, httpx.ByteStream) or not isinstance(stream, httpx.AsyncByteStream):
+            # The body is already in memory: nothing is held any more.
+            _release(permit)
+        else:
+            response.stream = _AsyncPermitStream(stream, permit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> "BulkheadTransport":
+        await self._transport.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._transport.__aexit__(*exc)
+
+
+class SyncBulkheadTransport(_Base, httpx.BaseTransport):
+    """A sync httpx transport that admits each request through its origin's bulkhead.
+
+    The arguments are those of :class:`BulkheadTransport`, with a sync ``transport`` (default
+    ``httpx.HTTPTransport()``). A queued request blocks its thread (GIL released) in
+    ``Registry.acquire_sync``.
+    """
+
+    def __init__(
+        self,
+        transport: Optional[httpx.BaseTransport] = None,
+        *,
+        registry: Optional[Registry] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        super().__init__(registry, timeout)
+        self._transport = transport if transport is not None else httpx.HTTPTransport()
+
+    @property
+    def transport(self) -> httpx.BaseTransport:
+        """The inner transport."""
+        return self._transport
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        key = self.key_of(request)
+        permit = self._registry.acquire_sync(key, timeout=self._timeout)
+        try:
+            response = self._transport.handle_request(request)
+        except BaseException:
+            _release(permit)
+            raise
+        stream = response.stream
+        if isinstance(stream, httpx.ByteStream) or not isinstance(stream, httpx.SyncByteStream):
+            _release(permit)
+        else:
+            response.stream = _SyncPermitStream(stream, permit)
+        return response
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self) -> "SyncBulkheadTransport":
+        self._transport.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._transport.__exit__(*exc)

@@ -1,0 +1,323 @@
+"""The Python runner of the scenario vectors (DESIGN §5.1): ``tests/vectors/*.json`` at the
+repository root, the same decisions as the Rust runner (``tests/tests/vectors.rs``, mirrored
+here step for step).
+
+Each vector runs on a :class:`VirtualClockLoop`; the bulkhead / registry gets the loop's
+virtual clock through the binding's ``_clock`` hook, so the binding's queue timers
+(``loop.call_later``) and the core's ``*_ns`` stats share one virtual time. Acquires are
+driven as asyncio tasks. After every step the loop runs to quiescence and exactly the acquires
+that settled during the step are compared with ``settles``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+import hullguard
+from _support import STATS_KEYS, VirtualClockLoop, conserved, outcome_of
+
+VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
+SCHEMA = json.loads((VECTORS / "schema.json").read_text())
+FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "schema.json")
+
+
+def _step_shapes() -> Dict[str, Tuple[set, set]]:
+    """op -> (allowed fields, required fields), read from schema.json."""
+    shapes = {}
+    for alt in SCHEMA["$defs"]["step"]["oneOf"]:
+        op = alt["properties"]["op"]["const"]
+        shapes[op] = (set(alt["properties"]), set(alt.get("required", [])))
+    return shapes
+
+
+STEP_SHAPES = _step_shapes()
+
+
+def _seconds(ms: Any) -> float:
+    """A vector duration (integer ms or "infinite") in the binding's unit (seconds)."""
+    if ms == "infinite":
+        return math.inf
+    assert isinstance(ms, int) and not isinstance(ms, bool) and ms >= 0, ms
+    return ms / 1000
+
+
+def _config(c: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A vector config as Bulkhead / Registry keyword arguments."""
+    out: Dict[str, Any] = {}
+    for k, v in (c or {}).items():
+        if k == "queue_timeout_ms":
+            out["queue_timeout"] = _seconds(v)
+        else:
+            assert k in ("max_concurrent", "max_queue", "enabled"), f"unknown config field {k}"
+            out[k] = v
+    return out
+
+
+async def _await(box: List[Any]) -> Any:
+    return await box.pop()  # no local keeps the AcquireContext (and its bulkhead) alive
+
+
+class Runner:
+    def __init__(self, vector: Dict[str, Any], loop: VirtualClockLoop) -> None:
+        self.name = vector["name"]
+        self.loop = loop
+        self.reg: Optional[hullguard.Registry] = None
+        self.bh: Optional[hullguard.Bulkhead] = None
+        if "registry" in vector:
+            r = vector["registry"]
+            self.reg = hullguard.Registry(
+                **_config(r.get("defaults")),
+                overrides={k: _config(v) for k, v in r.get("overrides", {}).items()},
+                max_keys=r.get("max_keys"),
+                _clock=loop.clock,
+            )
+        else:
+            self.bh = hullguard.Bulkhead(**_config(vector.get("config")), _clock=loop.clock)
+        # id -> ("queued", task) | ("held", permit) | ("released", permit) | ("rejected", None)
+        self.acquires: Dict[str, Tuple[str, Any]] = {}
+
+    # -- helpers ---------------------------------------------------------------------------
+    def bulkhead(self, key: Optional[str]) -> hullguard.Bulkhead:
+        if self.reg is not None:
+            assert key is not None, f"{self.name}: registry steps need a key"
+            return self.reg.get(key)
+        assert key is None and self.bh is not None, f"{self.name}: a key outside a registry"
+        return self.bh
+
+    def stats(self, key: Optional[str]) -> Dict[str, Any]:
+        if self.reg is not None:
+            assert key is not None, f"{self.name}: registry steps need a key"
+            return self.reg.stats()[key]
+        assert key is None and self.bh is not None
+        return self.bh.stats()
+
+    def acquire(self, step: Dict[str, Any], queue: bool) -> str:
+        aid, key = step["id"], step.get("key")
+        kwargs: Dict[str, Any] = {}
+        if "weight" in step:
+            kwargs["weight"] = step["weight"]
+        if not queue:
+            try:
+                if self.reg is not None:
+                    assert key is not None
+                    p = self.reg.try_acquire(key, **kwargs)
+                else:
+                    p = self.bulkhead(key).try_acquire(**kwargs)
+            except (ValueError, TypeError):
+                self.acquires[aid] = ("rejected", None)
+                return "invalid"
+            except hullguard.BulkheadError as e:
+                self.acquires[aid] = ("rejected", None)
+                return e.reason
+            if p is None:
+                self.acquires[aid] = ("rejected", None)
+                return "concurrency_limit"
+            self.acquires[aid] = ("held", p)
+            return "granted"
+        if "timeout_ms" in step:
+            kwargs["timeout"] = _seconds(step["timeout_ms"])
+        try:
+            if self.reg is not None:
+                assert key is not None
+                ctx = self.reg.acquire(key, **kwargs)
+            else:
+                ctx = self.bulkhead(key).acquire(**kwargs)
+        except (ValueError, TypeError):
+            self.acquires[aid] = ("rejected", None)
+            return "invalid"
+        task = self.loop.create_task(_await([ctx]))
+        del ctx
+        self.loop.run_until_quiet()
+        if not task.done():
+            self.acquires[aid] = ("queued", task)
+            return "queued"
+        got = outcome_of(task)
+        self.acquires[aid] = ("held", task.result()) if got == "granted" else ("rejected", None)
+        return got
+
+    def collect_settled(self, settled: Dict[str, str]) -> None:
+        for aid, (state, obj) in list(self.acquires.items()):
+            if state == "queued" and obj.done():
+                got = outcome_of(obj)
+                settled[aid] = got
+                # drop the task: a finished task keeps its traceback and frames alive
+                self.acquires[aid] = ("held", obj.result()) if got == "granted" else ("rejected", None)
+
+    def all_stats(self) -> List[Dict[str, Any]]:
+        if self.reg is not None:
+            return list(self.reg.stats().values())
+        assert self.bh is not None
+        return [self.bh.stats()]
+
+    # -- one step --------------------------------------------------------------------------
+    def step(self, i: int, step: Dict[str, Any]) -> None:
+        ctx = f"{self.name} step {i} {json.dumps(step)}"
+        op = step.get("op")
+        key = step.get("key")
+        settled: Dict[str, str] = {}
+        if op in ("acquire", "try_acquire"):
+            got = self.acquire(step, op == "acquire")
+            assert got == step["expect"], ctx
+        elif op == "release":
+            aid = step["id"]
+            state, p = self.acquires.get(aid, ("missing", None))
+            assert state in ("held", "released"), f"{ctx}: {aid} holds no permit ({state})"
+            released = p.release()
+            assert released is (state == "held"), ctx
+            self.acquires[aid] = ("released", p)
+            assert released is step.get("expect", True), ctx
+        elif op == "release_partial":
+            aid = step["id"]
+            state, p = self.acquires.get(aid, ("missing", None))
+            assert state == "held", f"{ctx}: {aid} holds no permit ({state})"
+            try:
+                p.release_partial(step["n"])
+                got = "ok"
+            except (ValueError, TypeError):
+                got = "invalid"
+            assert got == step.get("expect", "ok"), ctx
+        elif op == "cancel":
+            aid = step["id"]
+            state, task = self.acquires.get(aid, ("missing", None))
+            assert state != "missing", f"{ctx}: no acquire {aid}"
+            won = False
+            if state == "queued":
+                task.cancel()
+                self.loop.run_until_quiet()
+                if task.cancelled():
+                    won = True
+                    settled[aid] = "aborted"
+                    self.acquires[aid] = ("rejected", None)
+            assert ("cancelled" if won else "already_settled") == step.get("expect", "cancelled"), ctx
+        elif op == "set_limit":
+            try:
+                if self.reg is not None:
+                    assert key is not None
+                    self.reg.set_limit(key, step["limit"])
+                else:
+                    self.bulkhead(key).set_limit(step["limit"])
+                got = "ok"
+            except (ValueError, TypeError):
+                got = "invalid"
+            assert got == step.get("expect", "ok"), ctx
+        elif op == "close":
+            if self.reg is not None and key is None:
+                self.reg.close()
+            else:
+                self.bulkhead(key).close()
+        elif op == "advance_clock":
+            self.loop.advance(step["ms"])
+        elif op == "drain":
+            assert step.get("timeout_ms", 0) == 0, ctx
+            bh = self.bulkhead(key)
+            got_sync = bh.drain_sync(0)
+            task = self.loop.create_task(_await([bh.drain(0)]))
+            del bh
+            self.loop.run_until_quiet()
+            assert task.done() and task.result() == got_sync, ctx  # both forms agree
+            _subset(ctx, step["expect"], got_sync)
+        elif op == "stats":
+            s = self.stats(key)
+            assert list(s) == list(STATS_KEYS), ctx
+            _subset(ctx, step["expect"], s)
+        elif op == "keys":
+            assert self.reg is not None, f"{ctx}: not a registry"
+            assert sorted(self.reg.keys()) == step["expect"], ctx
+        else:
+            raise AssertionError(f"{ctx}: unknown op {op!r}")
+        # every step runs to quiescence: collect what settled, then compare exactly
+        self.loop.run_until_quiet()
+        self.collect_settled(settled)
+        assert settled == step.get("settles", {}), f"{ctx}: settles (at {self.loop.now_ns // 1_000_000} ms)"
+        for s in self.all_stats():
+            assert conserved(s), f"{ctx}: I2 {s}"
+            assert s["granted_unclaimed"] == 0, f"{ctx}: the runner claims every grant {s}"
+
+    def run(self, vector: Dict[str, Any]) -> None:
+        for i, step in enumerate(vector["steps"]):
+            self.step(i, step)
+
+
+def _subset(ctx: str, want: Any, got: Any) -> None:
+    if isinstance(want, dict):
+        for k, v in want.items():
+            assert isinstance(got, dict) and k in got, f"{ctx}: no field {k} in {got}"
+            _subset(f"{ctx}.{k}", v, got[k])
+    else:
+        assert type(want) is type(got) and want == got, f"{ctx}: want {want!r}, got {got!r}"
+
+
+def _check_shape(vector: Dict[str, Any], where: str) -> None:
+    """What the schema says about the top level and each step (fields per op)."""
+    extra = set(vector) - {"name", "description", "config", "registry", "steps"}
+    assert not extra, f"{where}: unknown fields {extra}"
+    assert not ("config" in vector and "registry" in vector), where
+    assert vector["steps"], where
+    for i, step in enumerate(vector["steps"]):
+        op = step.get("op")
+        assert op in STEP_SHAPES, f"{where} step {i}: unknown op {op!r}"
+        allowed, required = STEP_SHAPES[op]
+        assert required <= set(step), f"{where} step {i}: missing {required - set(step)}"
+        assert set(step) <= allowed, f"{where} step {i}: unknown fields {set(step) - allowed}"
+
+
+def test_every_vector_file_is_collected() -> None:
+    assert len(FILES) >= 25, FILES
+    names = [json.loads(f.read_text())["name"] for f in FILES]
+    assert len(set(names)) == len(names)
+    assert [f.stem for f in FILES] == names  # file name = vector name
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_vector(path: Path, vloop: VirtualClockLoop) -> None:
+    vector = json.loads(path.read_text())
+    _check_shape(vector, path.name)
+    Runner(vector, vloop).run(vector)
+
+
+BROKEN = {
+    "unknown_op": {"name": "u", "steps": [{"op": "frobnicate"}]},
+    "missing_op": {"name": "m", "steps": [{"id": "a"}]},
+    "wrong_settles": {
+        "name": "w",
+        "config": {"max_concurrent": 1},
+        "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "release", "id": "a", "settles": {"a": "granted"}},
+        ],
+    },
+    "missing_settles": {
+        "name": "s",
+        "config": {"max_concurrent": 1},
+        "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "acquire", "id": "b", "expect": "queued"},
+            {"op": "release", "id": "a"},
+        ],
+    },
+    "wrong_expect": {"name": "e", "config": {"max_concurrent": 1}, "steps": [{"op": "acquire", "id": "a", "expect": "queued"}]},
+    "wrong_stats": {"name": "t", "steps": [{"op": "stats", "expect": {"limit": 11}}]},
+    "timer_not_due": {
+        "name": "d",
+        "config": {"max_concurrent": 1, "queue_timeout_ms": 100},
+        "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "acquire", "id": "b", "expect": "queued"},
+            {"op": "advance_clock", "ms": 99, "settles": {"b": "timeout"}},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+def test_runner_can_fail(case: str, vloop: VirtualClockLoop) -> None:
+    """The runner is not vacuous: an unknown op, a wrong `settles`, a wrong expectation all
+    fail it (without the shape check, too: the runner itself rejects an unknown op)."""
+    vector = BROKEN[case]
+    with pytest.raises(AssertionError):
+        Runner(vector, vloop).run(vector)
