@@ -125,8 +125,16 @@ bindings-node/node_modules/.package-lock.json: bindings-node/package.json bindin
 node-build: bindings-node/node_modules/.package-lock.json
 	cd bindings-node && npm run --silent build
 
+# After the rebuild: no drift in the generated native.d.ts / native.js (they must match the
+# committed ones), the typed usage files against index.d.ts (with and without lib.dom), the
+# node:test suites (`node --expose-gc --test __test__/`), then the `npm pack` tarball installed
+# in a temp dir and loaded with require and import.
 node-test: node-build
+	bash bindings-node/scripts/check-drift.sh
+	cd bindings-node && node_modules/.bin/tsc --noEmit -p types-check
+	cd bindings-node && node_modules/.bin/tsc --noEmit -p types-check/tsconfig.bare.json
 	cd bindings-node && npm test
+	bash bindings-node/scripts/pack-check.sh
 
 demo-node: node-build
 	node examples/isolation_demo.mjs

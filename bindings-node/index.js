@@ -89,7 +89,8 @@ function millis(value, name, dflt) {
   if (value === undefined || value === null) return dflt
   if (typeof value !== 'number') throw new TypeError(`${name} must be a number of milliseconds, got ${typeof value}`)
   if (Number.isNaN(value) || value < 0) throw new RangeError(`${name} must be >= 0 (or Infinity), got ${value}`)
-  return value
+  // Beyond ~285 million years a deadline is no deadline (and Rust's Duration would overflow).
+  return value > 9e21 ? Infinity : value
 }
 
 function signalArg(signal) {
@@ -152,6 +153,23 @@ function rejection(nb, reasonIndex, key) {
   return new BulkheadError(REASONS[reasonIndex], nb.snapshot(), key)
 }
 
+/** Node clamps setTimeout delays above 2^31-1 ms to 1 ms: arm long deadlines in chunks. */
+const MAX_TIMER_MS = 2 ** 31 - 1
+
+function unrefTimer(fn, ms) {
+  const t = { id: null }
+  const arm = (left) => {
+    t.id = setTimeout(left > MAX_TIMER_MS ? () => arm(left - MAX_TIMER_MS) : fn, Math.min(left, MAX_TIMER_MS))
+    if (typeof t.id.unref === 'function') t.id.unref()
+  }
+  arm(ms)
+  return t
+}
+
+function clearUnrefTimer(t) {
+  if (t !== null) clearTimeout(t.id)
+}
+
 function abortReason(signal) {
   return signal.reason !== undefined ? signal.reason : new DOMException('This operation was aborted', 'AbortError')
 }
@@ -172,15 +190,12 @@ class Waiter {
       this.onAbort = () => this.cancel(R_ABORTED)
       signal.addEventListener('abort', this.onAbort, { once: true })
     }
-    if (timeoutMs !== Infinity) {
-      this.timer = setTimeout(() => this.cancel(R_TIMEOUT), timeoutMs)
-      if (typeof this.timer.unref === 'function') this.timer.unref()
-    }
+    if (timeoutMs !== Infinity) this.timer = unrefTimer(() => this.cancel(R_TIMEOUT), timeoutMs)
   }
 
   cleanup() {
     waiters.delete(this.id)
-    if (this.timer !== null) clearTimeout(this.timer)
+    clearUnrefTimer(this.timer)
     if (this.onAbort !== null) this.signal.removeEventListener('abort', this.onAbort)
   }
 
@@ -330,39 +345,59 @@ if (typeof Symbol.dispose === 'symbol') {
 
 // ----- Bulkhead -------------------------------------------------------------------------------
 
-function acquireOn(nb, key, opts, dispose) {
-  let o, weight, timeoutMs, signal
+/**
+ * A native handle with the two settings every call reads, cached in JS so the fast path
+ * makes no getter calls into the addon (they never change after construction).
+ */
+function handleOf(nb, maxConcurrent, queueTimeoutMs, dispose) {
+  return { nb, maxConcurrent, queueTimeoutMs, dispose }
+}
+
+/** A rejection for `h`, built before the handle is disposed (it reads the snapshot). */
+function rejectOn(h, reasonIndex, key) {
+  const err = rejection(h.nb, reasonIndex, key)
+  if (h.dispose) h.nb.dispose()
+  return err
+}
+
+function callArgs(h, opts) {
+  const o = options(opts, 'options')
+  return {
+    weight: count(o.weight, 'weight', 1, h.maxConcurrent, 1),
+    timeoutMs: millis(o.queueTimeoutMs, 'queueTimeoutMs', h.queueTimeoutMs),
+    signal: signalArg(o.signal),
+  }
+}
+
+function acquireOn(h, key, opts) {
+  let a
   try {
-    o = options(opts, 'options')
-    weight = count(o.weight, 'weight', 1, nb.maxConcurrent, 1)
-    timeoutMs = millis(o.queueTimeoutMs, 'queueTimeoutMs', nb.queueTimeoutMs)
-    signal = signalArg(o.signal)
+    a = callArgs(h, opts)
   } catch (e) {
-    if (dispose) nb.dispose()
+    if (h.dispose) h.nb.dispose()
     return Promise.reject(e)
   }
-  const p = take(nb, key, weight, timeoutMs, signal)
-  return p.then(
-    (w) => new Permit(nb, w, key, dispose),
+  const nb = h.nb
+  return take(nb, key, a.weight, a.timeoutMs, a.signal).then(
+    (w) => new Permit(nb, w, key, h.dispose),
     (e) => {
-      if (dispose) nb.dispose()
+      if (h.dispose) nb.dispose()
       throw e
     },
   )
 }
 
-function runOn(nb, key, fn, opts, dispose) {
-  let o, weight, timeoutMs, signal
+function runOn(h, key, fn, opts) {
+  let a
   try {
     if (typeof fn !== 'function') throw new TypeError('fn must be a function')
-    o = options(opts, 'options')
-    weight = count(o.weight, 'weight', 1, nb.maxConcurrent, 1)
-    timeoutMs = millis(o.queueTimeoutMs, 'queueTimeoutMs', nb.queueTimeoutMs)
-    signal = signalArg(o.signal)
+    a = callArgs(h, opts)
   } catch (e) {
-    if (dispose) nb.dispose()
+    if (h.dispose) h.nb.dispose()
     return Promise.reject(e)
   }
+  const { nb, dispose } = h
+  const { weight, timeoutMs, signal } = a
   if (signal !== undefined && signal.aborted) {
     if (dispose) nb.dispose()
     return Promise.reject(abortReason(signal))
@@ -386,23 +421,28 @@ function runOn(nb, key, fn, opts, dispose) {
         },
       )
     }
-    if (dispose) nb.dispose()
-    return Promise.reject(rejection(nb, -r - REJECTED_BASE, key))
+    return Promise.reject(rejectOn(h, -r - REJECTED_BASE, key))
   }
   const code = nb.tryTake(weight)
   if (code === 0) return runHeld(nb, weight, fn, signal, dispose)
-  if (dispose) nb.dispose()
-  return Promise.reject(rejection(nb, code - 1, key))
+  return Promise.reject(rejectOn(h, code - 1, key))
 }
 
-function tryAcquireOn(nb, key, opts, dispose) {
-  const o = options(opts, 'options')
-  const weight = count(o.weight, 'weight', 1, nb.maxConcurrent, 1)
-  const code = nb.tryTake(weight)
-  if (code === 0) return new Permit(nb, weight, key, dispose)
-  if (dispose) nb.dispose()
-  if (code - 1 === R_CONCURRENCY_LIMIT) return null
-  throw rejection(nb, code - 1, key)
+function tryAcquireOn(h, key, opts) {
+  let weight
+  try {
+    weight = count(options(opts, 'options').weight, 'weight', 1, h.maxConcurrent, 1)
+  } catch (e) {
+    if (h.dispose) h.nb.dispose()
+    throw e
+  }
+  const code = h.nb.tryTake(weight)
+  if (code === 0) return new Permit(h.nb, weight, key, h.dispose)
+  if (code - 1 === R_CONCURRENCY_LIMIT) {
+    if (h.dispose) h.nb.dispose()
+    return null
+  }
+  throw rejectOn(h, code - 1, key)
 }
 
 function drainOn(nb, opts) {
@@ -420,14 +460,11 @@ function drainOn(nb, opts) {
       timer: null,
       finish(drained) {
         drains.delete(d)
-        if (d.timer !== null) clearTimeout(d.timer)
+        clearUnrefTimer(d.timer)
         report(drained)
       },
     }
-    if (timeoutMs !== Infinity) {
-      d.timer = setTimeout(() => d.finish(false), timeoutMs)
-      if (typeof d.timer.unref === 'function') d.timer.unref()
-    }
+    if (timeoutMs !== Infinity) d.timer = unrefTimer(() => d.finish(false), timeoutMs)
     drains.add(d)
   })
 }
@@ -440,37 +477,40 @@ function drainOn(nb, opts) {
  */
 class Bulkhead {
   #nb
+  #h
   #key
-  constructor(opts, handle, key) {
+  constructor(opts, handle, key, config) {
     if (handle instanceof NativeBulkhead) {
       this.#nb = handle
       this.#key = key
+      this.#h = handleOf(handle, config.maxConcurrent, config.queueTimeoutMs, false)
       return
     }
     const c = configFrom(opts, DEFAULTS)
     const clock = opts !== undefined && opts !== null ? opts[kClock] : undefined
     this.#nb = new NativeBulkhead(c.maxConcurrent, c.maxQueue, c.queueTimeoutMs, c.enabled, clock)
     this.#key = undefined
+    this.#h = handleOf(this.#nb, c.maxConcurrent, c.queueTimeoutMs, false)
   }
 
   /** Resolves with a `Permit` (release it yourself, or `using`). */
   acquire(opts) {
-    return acquireOn(this.#nb, this.#key, opts, false)
+    return acquireOn(this.#h, this.#key, opts)
   }
 
   /** Runs `fn(signal)` holding the permits; they are released when it settles. */
   run(fn, opts) {
-    return runOn(this.#nb, this.#key, fn, opts, false)
+    return runOn(this.#h, this.#key, fn, opts)
   }
 
   /** A `Permit` now, or `null` (`concurrency_limit`); other reasons throw. */
   tryAcquire(opts) {
-    return tryAcquireOn(this.#nb, this.#key, opts, false)
+    return tryAcquireOn(this.#h, this.#key, opts)
   }
 
   /** Changes the limit (1..maxConcurrent); never blocks, never revokes. */
   setLimit(limit) {
-    count(limit, 'limit', 1, this.#nb.maxConcurrent, undefined)
+    count(limit, 'limit', 1, this.#h.maxConcurrent, undefined)
     if (limit === undefined) throw new TypeError('limit must be a number')
     after(this.#nb.setLimit(limit))
   }
@@ -497,13 +537,13 @@ class Bulkhead {
   }
 
   get maxConcurrent() {
-    return this.#nb.maxConcurrent
+    return this.#h.maxConcurrent
   }
   get maxQueue() {
     return this.#nb.maxQueue
   }
   get queueTimeoutMs() {
-    return this.#nb.queueTimeoutMs
+    return this.#h.queueTimeoutMs
   }
   get enabled() {
     return this.#nb.enabled
@@ -534,6 +574,8 @@ function keyArg(key) {
 class Registry {
   #nr
   #overrides
+  #defaults
+  #configs
   constructor(opts) {
     const o = options(opts, 'options')
     const defaults = configFrom(o, DEFAULTS)
@@ -550,6 +592,8 @@ class Registry {
     }
     const maxKeys = count(o.maxKeys, 'maxKeys', 1, 2 ** 32 - 1, 1024)
     this.#overrides = Object.freeze({ ...given })
+    this.#defaults = defaults
+    this.#configs = new Map(Object.entries(overrides))
     this.#nr = new NativeRegistry(defaults, overrides, maxKeys, o[kClock])
   }
 
@@ -565,33 +609,44 @@ class Registry {
     }
   }
 
+  /** The settings of `key` (resolved in JS: no native getter calls per call). */
+  #config(key) {
+    return this.#configs.get(key) ?? this.#defaults
+  }
+
+  /** A per-call handle, disposed when the call's permit is released. */
+  #callHandle(key) {
+    const c = this.#config(key)
+    return handleOf(this.#handle(key), c.maxConcurrent, c.queueTimeoutMs, true)
+  }
+
   /** The bulkhead of `key`; while it lives the entry is not evicted. */
   get(key) {
-    return new Bulkhead(undefined, this.#handle(key), key)
+    return new Bulkhead(undefined, this.#handle(key), key, this.#config(key))
   }
 
   run(key, fn, opts) {
-    let nb
+    let h
     try {
-      nb = this.#handle(key)
+      h = this.#callHandle(key)
     } catch (e) {
       return Promise.reject(e)
     }
-    return runOn(nb, key, fn, opts, true)
+    return runOn(h, key, fn, opts)
   }
 
   acquire(key, opts) {
-    let nb
+    let h
     try {
-      nb = this.#handle(key)
+      h = this.#callHandle(key)
     } catch (e) {
       return Promise.reject(e)
     }
-    return acquireOn(nb, key, opts, true)
+    return acquireOn(h, key, opts)
   }
 
   tryAcquire(key, opts) {
-    return tryAcquireOn(this.#handle(key), key, opts, true)
+    return tryAcquireOn(this.#callHandle(key), key, opts)
   }
 
   /** `{key: stats}` (keys unchanged). */
@@ -643,4 +698,5 @@ module.exports = {
   MAX_QUEUE,
   REASONS,
   __test: { kClock, VirtualClock: native.VirtualClock },
+  ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
 }

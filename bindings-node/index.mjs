@@ -2,4 +2,6 @@
 import cjs from './index.js'
 
 export const { Bulkhead, Registry, Permit, BulkheadError, originKey, MAX_PERMITS, MAX_QUEUE, REASONS } = cjs
+export const { withBulkhead, guardAgent, BulkheadAgent } = cjs
+export const { __test } = cjs
 export default cjs

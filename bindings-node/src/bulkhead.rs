@@ -47,16 +47,14 @@ pub(crate) fn config(
     let c = Config {
         max_concurrent: max_concurrent as u64,
         max_queue: max_queue as u64,
-        queue_timeout: if queue_timeout_ms.is_infinite() {
-            Duration::MAX
-        } else {
-            Duration::from_secs_f64(queue_timeout_ms.max(0.0) / 1000.0)
-        },
+        // NaN / negative were rejected by the facade; anything too large for a Duration is
+        // "no deadline" (never a panic across the boundary).
+        queue_timeout: Duration::try_from_secs_f64(queue_timeout_ms.max(0.0) / 1000.0)
+            .unwrap_or(Duration::MAX),
         enabled,
     };
-    c.validate().map_err(|e| {
-        Error::new(Status::InvalidArg, format!("{}: {e}", e.option()))
-    })?;
+    c.validate()
+        .map_err(|e| Error::new(Status::InvalidArg, format!("{}: {e}", e.option())))?;
     Ok(c)
 }
 
@@ -135,7 +133,10 @@ impl NativeBulkhead {
     #[napi]
     pub fn poll_ticket(&self, ticket: f64) -> Result<f64> {
         Ok(
-            match self.bh()?.poll_ticket(Ticket::from_raw(ticket as u64), None) {
+            match self
+                .bh()?
+                .poll_ticket(Ticket::from_raw(ticket as u64), None)
+            {
                 Ok(TicketPoll::Pending) => 0.0,
                 Ok(TicketPoll::Granted(w)) => w as f64,
                 Ok(TicketPoll::Rejected(r)) => rejected(r.reason),

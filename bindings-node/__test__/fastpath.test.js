@@ -1,0 +1,160 @@
+'use strict'
+// The fast path (DESIGN §5 Node, index.js header): `acquire()` / `run()` always return
+// Promises, and an uncontended call crosses into the addon exactly once to take its permits
+// (plus once to release them).
+
+const { test, describe, after, beforeEach } = require('node:test')
+const assert = require('node:assert/strict')
+
+// Spy on the addon *before* the facade creates any bulkhead: every method and accessor of
+// NativeBulkhead.prototype, plus the module-level functions the facade calls.
+const native = require('../native.js')
+const { spyPrototype } = require('./helpers.js')
+const spy = spyPrototype(native.NativeBulkhead.prototype)
+
+const { Bulkhead, Registry, Permit } = require('../index.js')
+const { turn } = require('./helpers.js')
+
+after(() => spy.restore())
+
+/** Native calls made by `fn` (sync part, plus what its promise does until it settles). */
+async function nativeCallsOf(fn) {
+  spy.calls.length = 0
+  const r = fn()
+  await r
+  const calls = [...spy.calls]
+  return { calls, result: r }
+}
+
+const methodsOnly = (calls) => calls.filter((c) => !c.startsWith('get '))
+
+describe('acquire() and run() always return Promises', () => {
+  const bh = new Bulkhead({ maxConcurrent: 1, maxQueue: 0 })
+  const cases = {
+    'granted at once': (b) => b.acquire(),
+    'invalid weight': (b) => b.acquire({ weight: 0 }),
+    'options not an object': (b) => b.acquire(7),
+    'bad signal': (b) => b.acquire({ signal: 1 }),
+    'bad queueTimeoutMs': (b) => b.acquire({ queueTimeoutMs: -1 }),
+    'run: fn not a function': (b) => b.run(null),
+    'run: invalid weight': (b) => b.run(() => 1, { weight: 2 }),
+    'run: options null': (b) => b.run(() => 1, null),
+    'run: fn throws': (b) =>
+      b.run(() => {
+        throw new Error('x')
+      }),
+    'already aborted': (b) => b.acquire({ signal: AbortSignal.abort() }),
+    'run already aborted': (b) => b.run(() => 1, { signal: AbortSignal.abort() }),
+    'drain bad option': (b) => b.drain({ timeoutMs: 'x' }),
+  }
+  for (const [name, call] of Object.entries(cases)) {
+    test(name, async () => {
+      let p
+      assert.doesNotThrow(() => {
+        p = call(bh)
+      })
+      assert.ok(p instanceof Promise, name)
+      await p.then(
+        (v) => v instanceof Permit && v.release(),
+        () => {},
+      )
+    })
+  }
+
+  test('rejections at once (full, closed) are Promises too', async () => {
+    const b = new Bulkhead({ maxConcurrent: 1, maxQueue: 0 })
+    const h = b.tryAcquire()
+    for (const p of [b.acquire(), b.run(() => 1), b.acquire({ queueTimeoutMs: 0 })]) {
+      assert.ok(p instanceof Promise)
+      await assert.rejects(p, { code: 'BULKHEAD_FULL' })
+    }
+    b.close()
+    for (const p of [b.acquire(), b.run(() => 1)]) {
+      assert.ok(p instanceof Promise)
+      await assert.rejects(p, { code: 'BULKHEAD_CLOSED' })
+    }
+    h.release()
+  })
+
+  test('Registry.run / acquire: key errors are rejected Promises', async () => {
+    const reg = new Registry({ maxKeys: 1 })
+    const pin = reg.get('a')
+    for (const p of [reg.run(1, () => 1), reg.acquire(null), reg.run('b', () => 1), reg.acquire('b')]) {
+      assert.ok(p instanceof Promise)
+      await assert.rejects(p)
+    }
+    assert.equal(pin.key, 'a')
+  })
+})
+
+describe('native calls per uncontended call', () => {
+  let bh
+  beforeEach(() => {
+    bh = new Bulkhead({ maxConcurrent: 4 })
+  })
+
+  test('run(): fn runs in the caller’s turn (inline fast path)', async () => {
+    let ran = false
+    const p = bh.run(() => {
+      ran = true
+    })
+    assert.equal(ran, true)
+    await p
+  })
+
+  test('run(): one enqueue + one release, no other native method', async () => {
+    for (const opts of [undefined, { weight: 2 }, { signal: new AbortController().signal }]) {
+      const { calls } = await nativeCallsOf(() => bh.run(() => 1, opts))
+      assert.deepEqual(methodsOnly(calls), ['enqueue', 'release'], JSON.stringify(opts))
+    }
+    const { calls } = await nativeCallsOf(() => bh.run(async () => turn()))
+    assert.deepEqual(methodsOnly(calls), ['enqueue', 'release'])
+  })
+
+  test('acquire(): exactly one native method (enqueue) to take; release(): one', async () => {
+    for (const opts of [undefined, { weight: 3 }, { queueTimeoutMs: 5 }]) {
+      const { calls, result } = await nativeCallsOf(() => bh.acquire(opts))
+      assert.deepEqual(methodsOnly(calls), ['enqueue'], JSON.stringify(opts))
+      const permit = await result
+      spy.calls.length = 0
+      permit.release()
+      assert.deepEqual(methodsOnly(spy.calls), ['release'])
+    }
+  })
+
+  test('acquire({queueTimeoutMs: 0}): one tryTake', async () => {
+    const { calls, result } = await nativeCallsOf(() => bh.acquire({ queueTimeoutMs: 0 }))
+    assert.deepEqual(methodsOnly(calls), ['tryTake'])
+    ;(await result).release()
+  })
+
+  test('run(): exactly 2 native calls in total (getters included)', async () => {
+    const { calls } = await nativeCallsOf(() => bh.run(() => 1))
+    assert.deepEqual(calls, ['enqueue', 'release'])
+  })
+
+  test('acquire(): exactly 1 native call in total (getters included)', async () => {
+    const { calls, result } = await nativeCallsOf(() => bh.acquire())
+    assert.deepEqual(calls, ['enqueue'])
+    ;(await result).release()
+  })
+
+  test('no native call while a queued waiter waits (no polling); one per settle', async () => {
+    const b = new Bulkhead({ maxConcurrent: 1 })
+    const h = await b.acquire()
+    const w = b.acquire()
+    spy.calls.length = 0
+    for (let i = 0; i < 5; i++) await turn()
+    assert.deepEqual(spy.calls, [], 'the waiter never polls the addon while it waits')
+    h.release()
+    assert.deepEqual(methodsOnly(spy.calls), ['release', 'pollTicket'], 'release + the waiter claims its grant')
+    ;(await w).release()
+  })
+})
+
+test('a fast-path run leaves no settled waiter id behind', async () => {
+  const bh = new Bulkhead({ maxConcurrent: 1 })
+  await bh.run(() => 1)
+  ;(await bh.acquire()).release()
+  assert.equal(native.settledPending(), 0)
+})

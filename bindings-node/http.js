@@ -1,0 +1,265 @@
+'use strict'
+/**
+ * HTTP integrations: one bulkhead per canonical origin key (`originKey`, DESIGN §3.8), taken
+ * from a `Registry`, around a request.
+ *
+ * - `withBulkhead(fetch, registry)` wraps a WHATWG `fetch` (Node's global `fetch`, undici's).
+ * - `BulkheadAgent` (an `http.Agent`), and `guardAgent(AgentClass)` for `https.Agent` or any other
+ *   `http.Agent` subclass, guard `http.request` / `https.request` and every library that takes
+ *   an `agent` option.
+ *
+ * When is the permit released? When the request stops using a connection, so that a bulkhead
+ * with `maxConcurrent: n` bounds the origin's connections in use to n:
+ *
+ * - fetch: when the response body has been fully read, cancelled or has errored (the permit is
+ *   held while the body streams: releasing at the headers would let a slow or streaming body
+ *   hold a connection outside the limit); at once when fetch rejects (transport error, abort)
+ *   or the response has no body (`HEAD`, 204, 304). A body you never read or cancel holds its
+ *   permit, exactly as it holds its connection (undici's rule: consume or cancel every body);
+ *   if the response is garbage-collected unread, the permit is reclaimed and counted in
+ *   `stats().leakedTotal`.
+ * - agent: when the request emits `'close'`: after the response has been read to the end
+ *   (the socket goes back to the agent's free list first) or when the request fails or is
+ *   destroyed. A response you never consume (`res.resume()`) holds its permit, as it holds its
+ *   socket.
+ *
+ * Rejections by the bulkhead surface as `BulkheadError` (fetch: the promise rejects; agent: the
+ * request emits `'error'` and no socket is ever taken). Cancellation surfaces as the caller's
+ * own: fetch rejects with `signal.reason`; a destroyed request emits what `req.destroy(err)` or
+ * its `signal` gave it.
+ */
+
+const http = require('node:http')
+
+// The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
+let facade = null
+function hullguard() {
+  if (facade === null) facade = require('./index.js')
+  return facade
+}
+
+function originKey(url) {
+  return hullguard().originKey(url)
+}
+
+function registryArg(registry) {
+  if (!(registry instanceof hullguard().Registry)) throw new TypeError('registry must be a hullguard Registry')
+  return registry
+}
+
+// ----- fetch ----------------------------------------------------------------------------------
+
+/** The URL string of fetch's `input`: a string, a `URL`, a `Request` (or anything with `url`). */
+function urlOf(input) {
+  if (typeof input === 'string') return input
+  if (input instanceof URL) return input.href
+  if (input !== null && typeof input === 'object' && typeof input.url === 'string') return input.url
+  return String(input)
+}
+
+/** The signal fetch will use: `init.signal` when given (even `null`), else the Request's. */
+function signalOf(input, init) {
+  if (init !== undefined && init !== null && 'signal' in init) return init.signal ?? undefined
+  if (input !== null && typeof input === 'object' && !(input instanceof URL) && input.signal) return input.signal
+  return undefined
+}
+
+/**
+ * The response with its body wrapped so that `done()` runs once when the body ends, errors or
+ * is cancelled. The wrapper pulls from the original body only when its reader asks
+ * (highWaterMark 0): it adds no buffering and no read-ahead.
+ */
+function guardBody(res, done) {
+  const body = res.body
+  if (typeof body.getReader !== 'function') {
+    // A Node stream body (node-fetch and the like): 'close' follows end, error and destroy.
+    body.once('close', done)
+    return res
+  }
+  const reader = body.getReader()
+  const wrapped = new ReadableStream(
+    {
+      async pull(controller) {
+        let chunk
+        try {
+          chunk = await reader.read()
+        } catch (e) {
+          done()
+          throw e
+        }
+        if (chunk.done) {
+          done()
+          controller.close()
+        } else {
+          controller.enqueue(chunk.value)
+        }
+      },
+      cancel(reason) {
+        done()
+        return reader.cancel(reason)
+      },
+    },
+    { highWaterMark: 0 },
+  )
+  const out = new Response(wrapped, { status: res.status, statusText: res.statusText, headers: res.headers })
+  // What `new Response` cannot take from an init: keep the fetched response's values.
+  Object.defineProperties(out, {
+    url: { value: res.url },
+    redirected: { value: res.redirected },
+    type: { value: res.type },
+  })
+  return out
+}
+
+/**
+ * A fetch-compatible function that runs every request inside the bulkhead of its origin
+ * (`registry`, keyed by `originKey(url)`).
+ *
+ * The caller's `signal` (`init.signal`, or the `Request`'s) bounds both the wait for a permit
+ * and the fetch itself. The permit is held until the response body is fully read, cancelled or
+ * errors (see the module notes), so `response.body` is a wrapper stream over the original
+ * (`url`, `redirected` and `type` are kept; `clone()` works, but a clone's `url` is empty).
+ *
+ * Rejects with a `BulkheadError` when the bulkhead rejects the call (`BULKHEAD_FULL`,
+ * `BULKHEAD_QUEUE_TIMEOUT`, `BULKHEAD_CLOSED`), with `signal.reason` when aborted while
+ * waiting, with a `TypeError` for a URL without an origin (`data:`, `file:`, a bad URL), and
+ * otherwise as `fetch` does.
+ *
+ * @param {typeof fetch} fetchImpl  usually the global `fetch`
+ * @param {Registry} registry
+ * @returns {typeof fetch}
+ */
+function withBulkhead(fetchImpl, registry) {
+  if (typeof fetchImpl !== 'function') throw new TypeError('fetch must be a function')
+  registryArg(registry)
+  return async function fetchWithBulkhead(input, init) {
+    const key = originKey(urlOf(input))
+    const signal = signalOf(input, init)
+    const permit = await registry.acquire(key, signal === undefined ? undefined : { signal })
+    let released = false
+    const done = () => {
+      if (released) return
+      released = true
+      permit.release()
+    }
+    let res
+    try {
+      res = await fetchImpl(input, init)
+    } catch (e) {
+      done()
+      throw e
+    }
+    if (res === null || typeof res !== 'object' || res.body === null || res.body === undefined) {
+      done()
+      return res
+    }
+    try {
+      return guardBody(res, done)
+    } catch (e) {
+      done()
+      throw e
+    }
+  }
+}
+
+// ----- http.Agent ---------------------------------------------------------------------------
+
+/** The origin key of a request the agent is about to serve (the host and port it connects to). */
+function agentKey(agent, options) {
+  // The agent connects with its own options over the request's (Agent#addRequest does the same).
+  const o = { ...options, ...agent.options }
+  if (o.socketPath) return `unix:${o.socketPath}`
+  const protocol = agent.protocol || o.protocol || 'http:'
+  let host = o.host || o.hostname || 'localhost'
+  if (host.includes(':') && !host.startsWith('[')) host = `[${host}]`
+  const port = o.port || agent.defaultPort
+  return originKey(`${protocol}//${host}${port ? `:${port}` : ''}/`)
+}
+
+/** Fails a request that never got a socket: it emits 'error' (unless aborted) and 'close'. */
+function failRequest(req, err) {
+  // `onSocket(null, err)` is how an agent reports a failed socket to its request (Node's own
+  // Agent does it when a connection cannot be created). On a destroyed request it reports the
+  // error `req.destroy(err)` stored.
+  req.onSocket(null, req.destroyed ? undefined : err)
+}
+
+/**
+ * `Base` (`http.Agent`, `https.Agent` or a subclass) with a bulkhead per origin key in front of
+ * its socket pool. Every request takes a permit of its origin's bulkhead before the agent sees
+ * it (so a rejected or waiting request never holds or waits for a socket of the agent) and
+ * returns it when it emits `'close'`. With `maxConcurrent` per origin adding up to at most the
+ * agent's `maxTotalSockets`, one origin can never take another's sockets.
+ *
+ * Options: the agent's own, plus `registry` (a hullguard `Registry`, required).
+ * Requests over a Unix socket (`socketPath`) use the opaque key `unix:<path>`.
+ */
+function guardAgent(Base) {
+  if (typeof Base !== 'function' || !(Base === http.Agent || Base.prototype instanceof http.Agent)) {
+    throw new TypeError('guardAgent needs http.Agent or a subclass of it')
+  }
+  return class BulkheadAgent extends Base {
+    #registry
+    constructor(options) {
+      if (options === null || typeof options !== 'object') throw new TypeError('options must be an object')
+      const { registry, ...rest } = options
+      registryArg(registry)
+      super(rest)
+      this.#registry = registry
+    }
+
+    /** The registry of the bulkheads. */
+    get registry() {
+      return this.#registry
+    }
+
+    addRequest(req, options, ...legacy) {
+      let key
+      try {
+        key = agentKey(this, typeof options === 'string' ? { host: options, port: legacy[0] } : options)
+      } catch (e) {
+        failRequest(req, e)
+        return
+      }
+      // Always `acquire` (never `tryAcquire` first): one admission decision per request, so a
+      // rejection is counted once. A free permit resolves in a microtask; the request enters the
+      // agent then, with its data buffered meanwhile as when the agent itself queues it.
+      const cancel = new AbortController()
+      // A request without a socket emits nothing when destroyed (it reports once it gets one),
+      // so `destroy` is hooked on this request until the permit is settled: it cancels the wait.
+      const own = Object.prototype.hasOwnProperty.call(req, 'destroy')
+      const destroy = req.destroy
+      req.destroy = function (err) {
+        const r = destroy.call(this, err)
+        cancel.abort()
+        return r
+      }
+      const unhook = () => {
+        if (own) req.destroy = destroy
+        else delete req.destroy
+      }
+      this.#registry.acquire(key, { signal: cancel.signal }).then(
+        (permit) => {
+          unhook()
+          req.once('close', () => permit.release())
+          // Destroyed just as the grant came: report it without taking a socket.
+          if (req.destroyed) failRequest(req, undefined)
+          else super.addRequest(req, options, ...legacy)
+        },
+        (err) => {
+          unhook()
+          failRequest(req, err)
+        },
+      )
+    }
+  }
+}
+
+/**
+ * `http.Agent` with a bulkhead per origin: `new BulkheadAgent({registry, keepAlive, ...})`.
+ * For HTTPS: `const HttpsBulkheadAgent = guardAgent(https.Agent)` (not built here, so that
+ * loading hullguard does not load TLS).
+ */
+const BulkheadAgent = guardAgent(http.Agent)
+
+module.exports = { withBulkhead, guardAgent, BulkheadAgent }

@@ -1,0 +1,448 @@
+/// <reference lib="esnext.disposable" />
+/**
+ * hullguard for Node: a bulkhead caps concurrent work per dependency (per origin, per pool, per
+ * LLM provider) so that one slow upstream can only consume its own slice of capacity.
+ *
+ * The hand-written public types of the facade (`index.js` / `index.mjs`). Conventions:
+ * - **counts** (permits, weights, limits, queue sizes) are Numbers that must be safe integers;
+ *   a non-number is a `TypeError`, anything else out of range (including above
+ *   `Number.MAX_SAFE_INTEGER`) is a `RangeError`; both name the option.
+ * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline", `0` means "do not
+ *   queue"; NaN or negative is a `RangeError`, a non-number a `TypeError`.
+ * - `acquire()`, `run()` and `drain()` always return Promises: argument errors reject them,
+ *   they never throw synchronously. `tryAcquire()`, `setLimit()` and the constructors throw.
+ * - `stats()` field names are camelCase; the keys of `rejectedByReason`, `reason` values and
+ *   registry keys are exactly the strings of every other layer (`'queue_limit'`, …).
+ * - A `Bulkhead` belongs to one isolate (one thread).
+ *
+ * @packageDocumentation
+ */
+
+// ----- helpers ----------------------------------------------------------------------------------
+
+/**
+ * The global `AbortSignal` (from `lib.dom` or `@types/node`), or its structural shape when
+ * neither is loaded.
+ */
+type SignalOf<G> = G extends { AbortSignal: { prototype: infer S } } ? S : AbortSignalLike
+
+/** What the facade needs from a signal: any real `AbortSignal` fits. */
+export interface AbortSignalLike {
+  readonly aborted: boolean
+  readonly reason?: unknown
+  addEventListener(type: 'abort', listener: (...args: any[]) => unknown, options?: { once?: boolean }): void
+  removeEventListener(type: 'abort', listener: (...args: any[]) => unknown): void
+}
+
+/** The `AbortSignal` type of the environment. */
+export type HullguardAbortSignal = SignalOf<typeof globalThis>
+
+// ----- constants --------------------------------------------------------------------------------
+
+/**
+ * Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)` — `2 ** 53 - 1` on
+ * 64-bit hosts. `maxConcurrent`, weights and limits must not exceed it.
+ */
+export declare const MAX_PERMITS: number
+
+/** Largest `maxQueue`: `2 ** 20` (1 048 576) live waiters. */
+export declare const MAX_QUEUE: number
+
+/** An admission reason (DESIGN §3.1); identical strings in every layer. */
+export type Reason =
+  | 'concurrency_limit'
+  | 'queue_limit'
+  | 'key_limit'
+  | 'timeout'
+  | 'aborted'
+  | 'shutdown'
+  | 'circuit_open'
+  | 'call_timeout'
+
+/** The admission reasons, indexed like C's `hg_reason` (frozen). */
+export declare const REASONS: readonly [
+  'concurrency_limit',
+  'queue_limit',
+  'key_limit',
+  'timeout',
+  'aborted',
+  'shutdown',
+  'circuit_open',
+  'call_timeout',
+]
+
+// ----- errors -----------------------------------------------------------------------------------
+
+/**
+ * The stable error code of a rejection, the same in every binding:
+ * `BULKHEAD_FULL` (`concurrency_limit`, `queue_limit`, `key_limit`), `BULKHEAD_QUEUE_TIMEOUT`
+ * (`timeout`), `BULKHEAD_CLOSED` (`shutdown`), `CIRCUIT_OPEN`, `BULKHEAD_CALL_TIMEOUT`.
+ * (`ABORTED` is never thrown: a cancelled call rejects with `signal.reason`.)
+ */
+export type BulkheadErrorCode =
+  | 'BULKHEAD_FULL'
+  | 'BULKHEAD_QUEUE_TIMEOUT'
+  | 'BULKHEAD_CLOSED'
+  | 'CIRCUIT_OPEN'
+  | 'BULKHEAD_CALL_TIMEOUT'
+  | 'ABORTED'
+
+/** The bulkhead's state at a rejection. */
+export interface BulkheadSnapshot {
+  /** Permits held by claimed grants. */
+  active: number
+  /** Live waiters. */
+  queued: number
+  /** The current limit. */
+  limit: number
+  /** Free permits (negative after the limit shrank below `active`). */
+  available: number
+  /** The registry key, or `null` outside a registry. */
+  key: string | null
+}
+
+/**
+ * A rejection by a bulkhead (never an argument error: those are `TypeError` / `RangeError`,
+ * and a cancelled call rejects with its `signal.reason`).
+ *
+ * @example
+ * try { await bh.run(call) } catch (e) {
+ *   if (e instanceof BulkheadError && e.retryable) retryLater()
+ * }
+ */
+export declare class BulkheadError extends Error {
+  constructor(
+    reason: Reason,
+    snapshot: { active: number; queued: number; limit: number; available: number },
+    key?: string | null,
+  )
+  readonly name: 'BulkheadError'
+  /** Stable across layers, e.g. `'BULKHEAD_FULL'`. */
+  readonly code: BulkheadErrorCode
+  /** The admission reason, e.g. `'queue_limit'`. */
+  readonly reason: Reason
+  /** `false` for `shutdown` (and `aborted`), `true` otherwise. */
+  readonly retryable: boolean
+  /** Always `'resilience'`. */
+  readonly category: 'resilience'
+  /** The state at the rejection. */
+  readonly snapshot: BulkheadSnapshot
+}
+
+// ----- options ----------------------------------------------------------------------------------
+
+/** Construction options of a `Bulkhead` (and the defaults / overrides of a `Registry`). */
+export interface BulkheadOptions {
+  /** The ceiling of the limit: 1 … `MAX_PERMITS`. Default 10. */
+  maxConcurrent?: number
+  /** Live waiters allowed: 0 … `MAX_QUEUE`; 0 = fail fast. Default 100. */
+  maxQueue?: number
+  /** Default queue deadline in ms (`Infinity` = none, 0 = never queue). Default 30 000. */
+  queueTimeoutMs?: number
+  /** `false` admits everything (still counted in stats). Default `true`. */
+  enabled?: boolean
+}
+
+/** Options of one `acquire()` / `run()`. */
+export interface AcquireOptions {
+  /**
+   * Cancels the call while it is queued: the promise rejects with `signal.reason` (an
+   * `AbortError` `DOMException` unless the caller chose another reason), `fn` is never called
+   * and the waiter's queue slot frees at once. An already aborted signal rejects at once.
+   */
+  signal?: HullguardAbortSignal | null
+  /** Permits to hold: 1 … `maxConcurrent`. Default 1. */
+  weight?: number
+  /**
+   * Bounds only the time spent queued, in ms: `undefined` / `null` = the bulkhead's
+   * `queueTimeoutMs`; `Infinity` = no deadline; `0` = do not queue (`concurrency_limit` if not
+   * admitted at once).
+   */
+  queueTimeoutMs?: number | null
+}
+
+/** Options of `tryAcquire()`. */
+export interface TryAcquireOptions {
+  /** Permits to take: 1 … `maxConcurrent`. Default 1. */
+  weight?: number
+}
+
+/** Options of `drain()`. */
+export interface DrainOptions {
+  /**
+   * Give up after this many ms (`undefined` / `null` / `Infinity` = wait until idle; `0` =
+   * report at once). Not a queue timeout.
+   */
+  timeoutMs?: number | null
+}
+
+/** What `drain()` reports. */
+export interface DrainResult {
+  /** `true` when the bulkhead became idle (`active == 0 && queued == 0`). */
+  drained: boolean
+  active: number
+  queued: number
+}
+
+/** Options of a `Registry`: the defaults of every key plus the registry's own. */
+export interface RegistryOptions extends BulkheadOptions {
+  /** Per-key options, merged option by option over the defaults (keys unchanged). */
+  overrides?: Record<string, BulkheadOptions>
+  /** Most entries at once: 1 … 2³²−1. Default 1024. */
+  maxKeys?: number
+}
+
+// ----- stats ------------------------------------------------------------------------------------
+
+/** Rejections per admission reason; keys are the reason strings (snake_case), all present. */
+export type RejectedByReason = { [R in Reason]: number }
+
+/** `stats()` of one bulkhead: DESIGN §3.7 names in camelCase. Counts are Numbers. */
+export interface BulkheadStats {
+  /** Permits held by claimed grants. */
+  active: number
+  /** Live waiters. */
+  queued: number
+  /** Permits granted to waiters that have not yet claimed them. */
+  grantedUnclaimed: number
+  /** The current limit. */
+  limit: number
+  /** The ceiling of the limit. */
+  maxConcurrent: number
+  /** Free permits; negative after the limit shrank below `active`. */
+  available: number
+  /** Admissions since construction. */
+  admittedTotal: number
+  /** Rejections per reason (argument errors are never counted). */
+  rejectedByReason: RejectedByReason
+  /** Explicit `release()` calls on an already released permit. */
+  releasedTwiceTotal: number
+  /** Permits reclaimed after their `Permit` was garbage-collected while held. */
+  leakedTotal: number
+  /** Free cells of the waiter ring. */
+  ringFree: number
+  /** Acquires that queued and were then granted. */
+  queueWaitCount: number
+  /** Sum of their enqueue → grant times, in ns. */
+  queueWaitSumNs: number
+  /** The longest enqueue → grant time, in ns. */
+  queueWaitMaxNs: number
+  /** `null` unless an adaptive controller is attached (none yet). */
+  adaptive: null
+  /** `null` unless a circuit breaker is attached (none yet). */
+  circuit: null
+}
+
+// ----- permits ----------------------------------------------------------------------------------
+
+/**
+ * Permits held by one `acquire()` / `tryAcquire()`. Release them with `release()` or `using`
+ * (`[Symbol.dispose]`); a permit garbage-collected while held is reclaimed on a later turn and
+ * counted in `stats().leakedTotal`.
+ */
+export declare class Permit implements Disposable {
+  private constructor()
+  /** The permits still held (0 once released). */
+  readonly weight: number
+  /** Whether the permits were returned. */
+  readonly released: boolean
+  /** The registry key of its bulkhead, or `null`. */
+  readonly key: string | null
+  /**
+   * Returns the permits. Idempotent: `true` the first time, `false` after (a second explicit
+   * call is counted in `stats().releasedTwiceTotal`, never an extra permit).
+   */
+  release(): boolean
+  /**
+   * Returns `n` of the held permits now (a refund); the rest stay held.
+   * @throws {TypeError} `n` is not a number.
+   * @throws {RangeError} `n` is not a safe integer in 1 … `weight`, or the permit was released.
+   */
+  releasePartial(n: number): void
+  /** Releases if still held, silently (never counted as a double release). */
+  [Symbol.dispose](): void
+}
+
+// ----- Bulkhead ---------------------------------------------------------------------------------
+
+/** The function `run()` guards; it receives the call's signal (or `undefined`). */
+export type Guarded<T> = (signal: HullguardAbortSignal | undefined) => T | PromiseLike<T>
+
+/**
+ * A bulkhead: at most `maxConcurrent` permits in flight, at most `maxQueue` callers waiting
+ * (FIFO, no barging) for at most `queueTimeoutMs` ms.
+ *
+ * @example
+ * const bh = new Bulkhead({ maxConcurrent: 10, maxQueue: 100, queueTimeoutMs: 5_000 })
+ * const body = await bh.run((signal) => fetch(url, { signal }), { signal })
+ */
+export declare class Bulkhead {
+  /**
+   * @throws {TypeError} an option of the wrong type (`options` not an object, `enabled` not a
+   *   boolean, a count or duration not a number), naming it.
+   * @throws {RangeError} an option out of range (not a safe integer, NaN, negative, above
+   *   `MAX_PERMITS` / `MAX_QUEUE`), naming it.
+   */
+  constructor(options?: BulkheadOptions)
+
+  /**
+   * Resolves with a `Permit` once admitted (release it yourself, or `using`).
+   * Rejects with a `BulkheadError` (`BULKHEAD_FULL`, `BULKHEAD_QUEUE_TIMEOUT`,
+   * `BULKHEAD_CLOSED`), with `signal.reason` when aborted, or with a `TypeError` / `RangeError`
+   * for a bad argument. Never throws synchronously.
+   */
+  acquire(options?: AcquireOptions): Promise<Permit>
+
+  /**
+   * Runs `fn(signal)` holding `weight` permits, in the caller's `AsyncLocalStorage` context;
+   * the permits are released when `fn`'s result settles or `fn` throws. Resolves with `fn`'s
+   * result; rejects with its error, a `BulkheadError`, `signal.reason` (then `fn` never ran) or
+   * an argument error. Never throws synchronously.
+   */
+  run<T>(fn: Guarded<T>, options?: AcquireOptions): Promise<Awaited<T>>
+
+  /**
+   * A `Permit` now, or `null` when not admitted at once (`concurrency_limit`, counted).
+   * @throws {BulkheadError} any other reason, e.g. `BULKHEAD_CLOSED` after `close()`.
+   * @throws {TypeError|RangeError} a bad `weight`.
+   */
+  tryAcquire(options?: TryAcquireOptions): Permit | null
+
+  /**
+   * Changes the limit (1 … `maxConcurrent`). Never blocks, never revokes: growing grants
+   * waiters, shrinking lets `available` go negative until releases pay it back.
+   * @throws {TypeError|RangeError} naming `limit`.
+   */
+  setLimit(limit: number): void
+
+  /** A fresh stats object. */
+  stats(): BulkheadStats
+
+  /** Stops admission; queued callers are rejected `BULKHEAD_CLOSED`; in-flight work completes. */
+  close(): void
+
+  /**
+   * Resolves `{drained, active, queued}` once idle or after `timeoutMs` (does not close:
+   * graceful shutdown is `close()` then `drain()`). Rejects (never throws) for a bad option.
+   */
+  drain(options?: DrainOptions): Promise<DrainResult>
+
+  /** The ceiling of the limit. */
+  readonly maxConcurrent: number
+  readonly maxQueue: number
+  /** Default queue deadline in ms (`Infinity` = none). */
+  readonly queueTimeoutMs: number
+  readonly enabled: boolean
+  /** The current limit. */
+  readonly limit: number
+  readonly closed: boolean
+  /** The registry key, or `null` outside a registry. */
+  readonly key: string | null
+}
+
+// ----- Registry ---------------------------------------------------------------------------------
+
+/**
+ * Independent bulkheads per key (per origin: see `originKey`), created on first use from the
+ * defaults or the key's entry in `overrides`. At `maxKeys` a new key evicts the least recently
+ * used idle entry that no permit or `get()` handle holds, or is rejected `key_limit`
+ * (`BULKHEAD_FULL`). Keys are opaque strings compared byte for byte.
+ *
+ * @example
+ * const reg = new Registry({ maxConcurrent: 8, overrides: { 'https://slow.example:443': { maxConcurrent: 2 } } })
+ * await reg.run(originKey(url), () => fetch(url))
+ */
+export declare class Registry {
+  /**
+   * @throws {TypeError|RangeError} a bad option, naming it (`overrides["k"]: …` for overrides).
+   */
+  constructor(options?: RegistryOptions)
+
+  /** The bulkhead of `key`; while the returned object lives the entry is not evicted. */
+  get(key: string): Bulkhead
+
+  /** `run()` on `key`'s bulkhead (a `key_limit` or closed registry rejects the promise). */
+  run<T>(key: string, fn: Guarded<T>, options?: AcquireOptions): Promise<Awaited<T>>
+
+  /** `acquire()` on `key`'s bulkhead; the permit's `key` is `key`. */
+  acquire(key: string, options?: AcquireOptions): Promise<Permit>
+
+  /**
+   * `tryAcquire()` on `key`'s bulkhead.
+   * @throws {BulkheadError} `key_limit`, `shutdown`.
+   * @throws {TypeError|RangeError} a bad key or weight.
+   */
+  tryAcquire(key: string, options?: TryAcquireOptions): Permit | null
+
+  /** `{key: stats}` for every live entry (keys unchanged). */
+  stats(): Record<string, BulkheadStats>
+
+  /** The live keys, sorted. */
+  keys(): string[]
+
+  /** Closes every entry and refuses new keys (`BULKHEAD_CLOSED`). */
+  close(): void
+
+  /** Live entries. */
+  readonly size: number
+  readonly maxKeys: number
+  /** The `overrides` as given (frozen). */
+  readonly overrides: Readonly<Record<string, BulkheadOptions>>
+}
+
+/**
+ * The canonical origin key of `url`: `scheme://host:port`, lowercase, IDNA host, IPv6 in
+ * brackets, explicit default port (`'https://api.example.com:443'`). Computed by the core.
+ * @throws {TypeError} `url` is not a string or has no origin.
+ */
+export declare function originKey(url: string): string
+
+// ----- HTTP integrations (http.js, re-exported by the entry) ------------------------------------
+// Typed structurally so that index.d.ts needs neither lib.dom nor @types/node.
+
+/**
+ * A fetch-compatible function that runs every request inside the bulkhead of its origin
+ * (`registry`, keyed by `originKey(url)`). The permit is held until the response body is fully
+ * read, cancelled or errors. Rejects with a `BulkheadError` when the bulkhead rejects the call,
+ * with `signal.reason` when aborted while waiting, with a `TypeError` for a URL without an
+ * origin, and otherwise as `fetchImpl` does.
+ * @throws {TypeError} `fetchImpl` is not a function or `registry` not a `Registry`.
+ */
+export declare function withBulkhead<F extends (input: any, init?: any) => Promise<any>>(
+  fetchImpl: F,
+  registry: Registry,
+): F
+
+/** Options of a guarded agent class: the agent's own plus the `registry` (required). */
+export type GuardedAgentOptions<O> = (O extends undefined ? {} : O) & { registry: Registry }
+
+/** An agent class made by `guardAgent(Base)`: `Base`'s instances with a `registry`. */
+export type GuardedAgentClass<B extends abstract new (...args: any) => any> = new (
+  options: GuardedAgentOptions<ConstructorParameters<B>[0]>,
+) => InstanceType<B> & { readonly registry: Registry }
+
+/**
+ * `Base` (`http.Agent`, `https.Agent` or a subclass) with a bulkhead per origin key in front of
+ * its socket pool: `const HttpsBulkheadAgent = guardAgent(https.Agent)`.
+ * @throws {TypeError} `Base` is not `http.Agent` or a subclass.
+ */
+export declare function guardAgent<B extends new (options?: any) => any>(Base: B): GuardedAgentClass<B>
+
+/**
+ * `http.Agent` with a bulkhead per origin: `new BulkheadAgent({registry, keepAlive, ...})`.
+ * (Its instance type is `any` here, as index.d.ts does not depend on `@types/node`; use
+ * `guardAgent(http.Agent)` for the precise type.)
+ */
+export declare const BulkheadAgent: new (options: { registry: Registry; [option: string]: unknown }) => any
+
+/**
+ * Private test hook (not part of the public API): pass a `VirtualClock` as
+ * `options[__test.kClock]` to `Bulkhead` / `Registry` to replace the stats clock.
+ * @internal
+ */
+export declare const __test: {
+  readonly kClock: symbol
+  readonly VirtualClock: {
+    new (): { advance(ms: number): void; nowMs(): number }
+  }
+}

@@ -1,0 +1,10 @@
+// No lib.dom, no @types/node: the signal option falls back to a structural AbortSignal type.
+import { Bulkhead, type AbortSignalLike } from 'hullguard'
+
+declare const signal: AbortSignalLike
+const bh = new Bulkhead({ maxConcurrent: 1 })
+export async function bare(): Promise<number> {
+  const permit = await bh.acquire({ signal })
+  permit[Symbol.dispose]()
+  return bh.run((s) => (s?.aborted ? 0 : 1), { signal })
+}
