@@ -13,7 +13,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy unit loom miri nostd test demo demo-rust bench \
+.PHONY: help setup fmt-check clippy unit stress loom miri nostd test demo demo-rust bench \
 	py-dev py-test py-wheel node-build node-test demo-node header header-check
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
@@ -64,6 +64,10 @@ clippy:
 unit:
 	cargo test --workspace
 
+# 8 threads, ~10^6 random operations per test, in release; asserts invariants, never time.
+stress:
+	cargo test --release -p hullguard-tests --test stress
+
 loom:
 	ci/loom.sh
 
@@ -73,7 +77,7 @@ miri:
 nostd:
 	ci/no-std.sh
 
-test: setup fmt-check clippy header-check unit loom miri nostd py-test node-test
+test: setup fmt-check clippy header-check unit stress loom miri nostd py-test node-test
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
 demo: py-dev
@@ -115,6 +119,7 @@ bench:
 	$(MAKE) --no-print-directory py-dev
 	$(VENV)/bin/pip install --quiet -r bench/python/requirements.txt
 	$(PY) bench/python/bench.py
+	$(MAKE) --no-print-directory node-build && cd bench/node && npm ci --no-audit --no-fund --loglevel=error && node --expose-gc bench.mjs
 
 # ----- Node binding (bindings-node/, npm package `hullguard`) ----------------------------------
 

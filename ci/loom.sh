@@ -3,8 +3,9 @@
 #
 # Loom explores every interleaving of a model. Unbounded, a 3-thread model of the waiter ring
 # runs for hours, so the search is bounded. DESIGN §3.3 asks for 2 preemptions (3 for 2-thread
-# models); we run every model at 3, a superset, because it is cheap here: ~5 s for all models
-# on this 2-core machine (measured; at 4 they also pass, in ~20 s, and tokio/crossbeam CI use 2).
+# models); we run every model at 4, a superset: a real barging race (the dispatcher clearing
+# WAITERS under a publishing enqueuer) only showed at 4. ~30 s for all models on this 2-core
+# machine (measured; tokio and crossbeam CI use 2).
 # LOOM_MAX_BRANCHES caps the branches of one execution so a model that spins (a retry loop)
 # fails fast instead of hanging.
 #
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target/loom}"
-export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-3}"
+export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-4}"
 export LOOM_MAX_BRANCHES="${LOOM_MAX_BRANCHES:-10000}"
 export RUSTFLAGS="${RUSTFLAGS:-} --cfg loom"
 

@@ -9,6 +9,9 @@
 //! | `settled` | the per-isolate queue of settled waiter ids (no threadsafe function needed) |
 //! | `stats`, `clock` | the stats object; the virtual clock of the test hook |
 
+// napi-derive registers exports only outside `cfg(test)`; the test build sees them unused.
+#![cfg_attr(test, allow(dead_code))]
+
 mod bulkhead;
 mod clock;
 mod registry;

@@ -321,10 +321,15 @@ impl<const N: usize> Bulkhead<N> {
 
     #[inline]
     fn admit_now(&self, w: Word) -> Result<(), TakeError> {
-        let r = if self.enabled {
-            self.permits.try_take(w)
-        } else {
+        let r = if !self.enabled {
             self.permits.take_unbounded(w)
+        } else if self.ring.is_empty() {
+            self.permits.try_take(w)
+        } else if self.is_closed() {
+            Err(TakeError::Closed)
+        } else {
+            // A waiter is queued: no barging (I6), whatever the `WAITERS` flag says now.
+            Err(TakeError::Busy)
         };
         if r.is_ok() {
             self.counters.admitted.add(1);
@@ -612,8 +617,9 @@ impl<const N: usize> Bulkhead<N> {
     }
 
     /// Stops admission for good: new acquires are rejected `shutdown`, queued waiters are
-    /// rejected `shutdown` at once (I8); work in flight completes and releases normally.
-    /// Idempotent.
+    /// rejected `shutdown` at once (I8) — by this call, or by the dispatcher pass another thread
+    /// is running at that moment; a grant that pass had already decided before the close
+    /// completes as a grant. Work in flight completes and releases normally. Idempotent.
     pub fn close(&self) {
         let prev = self.permits.close();
         if prev & CLOSED == 0 {
@@ -698,9 +704,10 @@ impl<const N: usize> Bulkhead<N> {
         let mut h = self.ring.head();
         loop {
             if h == self.ring.tail() {
-                // Empty: let the fast path run again, then re-check for an enqueuer that
-                // claimed before our clear (its `set_waiters` is ordered before our clear, so
-                // its claim is visible to this `tail()`).
+                // Empty: let `release` skip the dispatcher again, then re-check for an
+                // enqueuer that claimed meanwhile (it may have set WAITERS just before our
+                // clear). The fast path does not rely on the flag alone: it also checks that
+                // the ring is empty, so clearing here never lets anyone barge (I6).
                 self.permits.clear_waiters();
                 if h == self.ring.tail() {
                     return false;
@@ -739,10 +746,13 @@ impl<const N: usize> Bulkhead<N> {
                         // else: lost to a cancel; the next turn sweeps it.
                         continue;
                     }
-                    if self.permits.reserve_for_head(w) == Reserve::Blocked {
+                    match self.permits.reserve_for_head(w) {
+                        Reserve::Reserved => {}
                         // WAITERS is set in the state that showed the shortage: the next
                         // release dispatches again.
-                        return false;
+                        Reserve::Blocked => return false,
+                        // Closed since the check above: reject on the next turn.
+                        Reserve::Closed => continue,
                     }
                     // Count the reserved permits as unclaimed *before* the grant is visible:
                     // the owner may consume it (and subtract) the moment the CAS lands.

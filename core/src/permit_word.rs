@@ -51,6 +51,8 @@ pub(crate) enum Reserve {
     /// Not enough permits; `WAITERS` is set in the same state that showed it, so the next
     /// release will dispatch.
     Blocked,
+    /// `CLOSED` is set: no admission decision may be made any more (I8).
+    Closed,
 }
 
 /// The packed permit word. See the module docs for the layout.
@@ -176,6 +178,11 @@ impl PermitWord {
     pub(crate) fn reserve_for_head(&self, n: Word) -> Reserve {
         let mut cur = self.state.load(Acquire);
         loop {
+            // Checked in the same CAS as the reservation: a pass that began before `close()` can
+            // never decide a grant after it.
+            if cur & CLOSED != 0 {
+                return Reserve::Closed;
+            }
             let (next, outcome) = if available(cur) >= n as SWord {
                 (cur.wrapping_sub(units(n)), Reserve::Reserved)
             } else if cur & WAITERS == 0 {

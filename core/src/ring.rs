@@ -152,6 +152,18 @@ impl<const N: usize> WaiterRing<N> {
         (self.capacity() as Word).saturating_sub(self.occupied.load(Acquire))
     }
 
+    /// No ticket between head and tail: no waiter is queued (or being published).
+    ///
+    /// The fast path checks this besides the `WAITERS` flag: an `enqueue` that returned
+    /// `Queued` before a `try_acquire` started has moved `tail` (and the head cannot pass its
+    /// cell until it settles), so the `try_acquire` fails whatever the dispatcher is doing with
+    /// the flag at that moment (I6).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        // SeqCst: ordered with the claim CAS of an enqueue that completed before us.
+        self.tail.load(SeqCst) == self.head.load(SeqCst)
+    }
+
     pub(crate) fn head(&self) -> Word {
         self.head.load(Acquire)
     }

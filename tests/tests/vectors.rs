@@ -37,10 +37,18 @@ enum Target {
 }
 
 enum State {
-    Queued { bh: Arc<Bulkhead>, ticket: Ticket },
-    Held { bh: Arc<Bulkhead>, weight: u64 },
+    Queued {
+        bh: Arc<Bulkhead>,
+        ticket: Ticket,
+    },
+    Held {
+        bh: Arc<Bulkhead>,
+        weight: u64,
+    },
     /// A released handle keeps no outside handle on its bulkhead (it may be evicted).
-    Released { bh: Weak<Bulkhead> },
+    Released {
+        bh: Weak<Bulkhead>,
+    },
     Rejected,
 }
 
@@ -91,7 +99,11 @@ impl Runner {
             let overrides = r
                 .get("overrides")
                 .and_then(Value::as_object)
-                .map(|o| o.iter().map(|(k, c)| (k.clone(), config(Some(c)))).collect())
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, c)| (k.clone(), config(Some(c))))
+                        .collect()
+                })
                 .unwrap_or_default();
             let rc = RegistryConfig {
                 defaults: config(r.get("defaults")),
@@ -125,7 +137,10 @@ impl Runner {
         match (&self.target, key) {
             (Target::Single(b), None) => Ok(b.clone()),
             (Target::Registry(r), Some(k)) => r.get(k).map_err(|e| e.error),
-            _ => panic!("{}: `key` must be given exactly for registry vectors", self.name),
+            _ => panic!(
+                "{}: `key` must be given exactly for registry vectors",
+                self.name
+            ),
         }
     }
 
@@ -147,7 +162,7 @@ impl Runner {
         let timeout = match step.get("timeout_ms") {
             None => {
                 let t = bh.queue_timeout();
-                (t != Duration::MAX).then(|| t.as_millis() as u64)
+                (t != Duration::MAX).then_some(t.as_millis() as u64)
             }
             Some(Value::String(_)) => None,
             Some(t) => Some(t.as_u64().unwrap()),
@@ -181,12 +196,17 @@ impl Runner {
     /// Polls every queued acquire; returns those that settled.
     fn collect_settled(&mut self, settled: &mut BTreeMap<String, String>) {
         for (id, st) in self.acquires.iter_mut() {
-            let State::Queued { bh, ticket } = st else { continue };
+            let State::Queued { bh, ticket } = st else {
+                continue;
+            };
             match bh.poll_ticket(*ticket, None).unwrap() {
                 TicketPoll::Pending => {}
                 TicketPoll::Granted(w) => {
                     settled.insert(id.clone(), "granted".into());
-                    *st = State::Held { bh: bh.clone(), weight: w };
+                    *st = State::Held {
+                        bh: bh.clone(),
+                        weight: w,
+                    };
                 }
                 TicketPoll::Rejected(r) => {
                     settled.insert(id.clone(), r.reason.as_str().into());
@@ -271,9 +291,16 @@ impl Runner {
             }
             "cancel" => {
                 let id = step["id"].as_str().unwrap();
-                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("cancelled");
+                let expect = step
+                    .get("expect")
+                    .and_then(Value::as_str)
+                    .unwrap_or("cancelled");
                 let won = self.cancel(id, Reason::Aborted, &mut settled);
-                assert_eq!(if won { "cancelled" } else { "already_settled" }, expect, "{ctx}");
+                assert_eq!(
+                    if won { "cancelled" } else { "already_settled" },
+                    expect,
+                    "{ctx}"
+                );
             }
             "set_limit" => {
                 let limit = step["limit"].as_u64().unwrap_or(0);
@@ -312,7 +339,9 @@ impl Runner {
                 subset(&ctx, &step["expect"], &stats_json(&s));
             }
             "keys" => {
-                let Target::Registry(r) = &self.target else { panic!("{ctx}: not a registry") };
+                let Target::Registry(r) = &self.target else {
+                    panic!("{ctx}: not a registry")
+                };
                 let mut keys = r.keys();
                 keys.sort();
                 assert_eq!(json!(keys), step["expect"], "{ctx}");
@@ -346,7 +375,10 @@ impl Runner {
                 s.limit as i64,
                 "{ctx}: I2 {s}"
             );
-            assert_eq!(s.granted_unclaimed, 0, "{ctx}: the runner claims every grant");
+            assert_eq!(
+                s.granted_unclaimed, 0,
+                "{ctx}: the runner claims every grant"
+            );
         }
     }
 }
@@ -372,7 +404,9 @@ fn subset(ctx: &str, want: &Value, got: &Value) {
     match want {
         Value::Object(m) => {
             for (k, v) in m {
-                let g = got.get(k).unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
+                let g = got
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
                 subset(&format!("{ctx}.{k}"), v, g);
             }
         }

@@ -415,3 +415,71 @@ fn loom_cancel_enqueue_release_three_way() {
         assert_quiescent(&b);
     });
 }
+
+#[test]
+fn loom_dispatcher_clear_vs_enqueue_no_barging() {
+    // Found by the stress test: a dispatcher pass on an empty ring (here set_limit's) clears
+    // WAITERS while an enqueue publishes and returns Queued; the same thread's try_acquire must
+    // still fail (I6). The fast path checks the ring itself, not only the flag.
+    loom::model(|| {
+        let b = bh(4, 2);
+        b.try_acquire_units(2).unwrap();
+        let d = {
+            let b = b.clone();
+            thread::spawn(move || b.set_limit(3).unwrap())
+        };
+        let t = enqueue(&b, 3);
+        let barged = b.try_acquire_units(1).is_ok();
+        d.join().unwrap();
+        assert!(!barged, "I6: try_acquire barged past a queued waiter");
+        b.cancel(t, Reason::Aborted).unwrap();
+        b.release_units(2);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_no_grant_decided_after_close() {
+    // I8: a release races close(). The waiter settles exactly once; if it was granted, that
+    // grant's reservation preceded the close (the release's pass began before it), so a
+    // release that *starts* after close() returned can never grant it.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let closer = {
+            let b = b.clone();
+            thread::spawn(move || b.close())
+        };
+        closer.join().unwrap();
+        let r = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        r.join().unwrap();
+        match b.poll_ticket(t, None) {
+            Ok(TicketPoll::Rejected(rj)) => assert_eq!(rj.reason, Reason::Shutdown),
+            other => panic!("I8: after close() the waiter must be rejected, got {other:?}"),
+        }
+        assert_quiescent(&b);
+    });
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let t = enqueue(&b, 1);
+        let r = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(1))
+        };
+        b.close();
+        r.join().unwrap();
+        // Settled exactly once, either way; nothing lost.
+        match b.poll_ticket(t, None) {
+            Ok(TicketPoll::Granted(w)) => b.release_units(w),
+            Ok(TicketPoll::Rejected(rj)) => assert_eq!(rj.reason, Reason::Shutdown),
+            other => panic!("waiter not settled: {other:?}"),
+        }
+        assert!(b.try_acquire_units(1).is_err());
+        assert_quiescent(&b);
+    });
+}

@@ -1,0 +1,672 @@
+//! Multi-thread stress of one bulkhead (DESIGN §7): 8 worker threads run random acquires
+//! (`try_acquire`, `enqueue` + poll loops, `acquire_blocking` with short timeouts), releases
+//! (whole, partial, checked), cancels (`cancel(t, aborted)`, `abandon`) and timeouts
+//! (`cancel(t, timeout)` after a random patience, counted in the other threads' operations so
+//! that outcomes do not hinge on the OS scheduler), ~10⁶ operations per test in
+//! `--release` (scaled down in debug builds). Each thread tallies what it observed; at the end
+//! the bulkhead must be quiescent and its counters must equal the tallies. Variants add a
+//! concurrent `set_limit` thread, or a `close()` half-way through. Nothing here asserts on time.
+//!
+//! Run in release: `cargo test --release -p hullguard-tests --test stress`.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering::SeqCst},
+    },
+    task::{Wake, Waker},
+    thread,
+    time::Duration,
+};
+
+use hullguard_core::{
+    AcquireError, Admission, Bulkhead, CancelError, ClockSource, Config, Permit, Reason, Stats,
+    Ticket, TicketPoll,
+};
+
+const THREADS: u64 = 8;
+
+/// Operations per worker thread: 8 × 125 000 = 10⁶ per test in release, 8 × 25 000 in debug.
+fn ops_per_thread() -> u64 {
+    if cfg!(debug_assertions) {
+        25_000
+    } else {
+        125_000
+    }
+}
+
+/// SplitMix64: a tiny deterministic generator per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Yields a waiter spends waiting for the wake-up of a settlement that is already committed
+/// (its cancel lost to the grant) before the test calls the wake-up lost. Not a timing
+/// assertion: a hang guard, orders of magnitude above what a preempted dispatcher needs.
+const LOST_WAKE_YIELDS: u64 = 50_000_000;
+
+/// Records that it was woken.
+#[derive(Default)]
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+/// What one thread observed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Acquires that ended with the caller holding permits.
+    grants: u64,
+    /// Of which: queued tickets whose poll returned `Granted`.
+    queued_grants: u64,
+    /// Rejections per reason, as answered to the caller.
+    rejected: [u64; 8],
+    /// `abandon` calls (their outcome is not reported to the caller: each adds exactly one
+    /// grant or one `aborted` / `shutdown` / `concurrency_limit` rejection to the stats).
+    abandons: u64,
+    /// Acquires started after `is_closed()` was observed (each must be rejected `shutdown`).
+    after_close: u64,
+    /// Tickets whose owner waited for the wake-up (never polling before it) and got one.
+    woken: u64,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.grants += o.grants;
+        self.queued_grants += o.queued_grants;
+        for (a, b) in self.rejected.iter_mut().zip(o.rejected) {
+            *a += b;
+        }
+        self.abandons += o.abandons;
+        self.after_close += o.after_close;
+        self.woken += o.woken;
+    }
+}
+
+/// What every thread shares.
+struct Shared {
+    bh: Bulkhead,
+    /// Permits the threads hold, by their own count: incremented after an acquire returns,
+    /// decremented before a release, so it never exceeds what the engine has out.
+    held: AtomicU64,
+    /// `held` may never exceed this (I1): the limit, or `max_concurrent` when it changes.
+    bound: u64,
+    /// Operations started, over all workers.
+    progress: AtomicU64,
+    done: AtomicBool,
+}
+
+/// How an acquire ended for its caller.
+enum Outcome {
+    Granted(u64),
+    Rejected(Reason),
+    /// Given up through `abandon`: outcome unknown to the caller.
+    Abandoned,
+    /// Weight 0: an argument error, never counted.
+    Invalid,
+}
+
+struct Worker<'a> {
+    sh: &'a Shared,
+    rng: Rng,
+    tally: Tally,
+    units: Vec<u64>,
+    permits: Vec<Permit<'a>>,
+}
+
+impl<'a> Worker<'a> {
+    fn bh(&self) -> &'a Bulkhead {
+        &self.sh.bh
+    }
+
+    fn weight(&mut self) -> u64 {
+        // Weight 0 now and then: InvalidWeight, never counted.
+        if self.rng.below(200) == 0 {
+            0
+        } else {
+            1 + self.rng.below(3)
+        }
+    }
+
+    fn granted(&mut self, w: u64) {
+        self.tally.grants += 1;
+        let held = self.sh.held.fetch_add(w, SeqCst) + w;
+        assert!(
+            held <= self.sh.bound,
+            "I1: threads hold {held} permits, bound {}: {}",
+            self.sh.bound,
+            self.bh().stats()
+        );
+    }
+
+    fn releasing(&self, w: u64) {
+        self.sh.held.fetch_sub(w, SeqCst);
+    }
+
+    fn err(&mut self, e: AcquireError) -> Outcome {
+        match e.reason() {
+            Some(r) => Outcome::Rejected(r),
+            None => Outcome::Invalid,
+        }
+    }
+
+    /// Whether a waiter has waited long enough: `patience` operations started by the other
+    /// threads since `start` (so the answer does not depend on how the OS schedules threads),
+    /// or, when they are all waiting too, `64 × (patience + 1)` yields of its own.
+    fn out_of_patience(&self, start: u64, patience: u64, yields: u64) -> bool {
+        self.sh.progress.load(SeqCst) - start >= patience || yields >= 64 * (patience + 1)
+    }
+
+    /// Polls `t` until it settles (a yield between polls); out of patience it is cancelled with
+    /// `reason`, or abandoned when `reason` is `None`.
+    fn wait(&mut self, t: Ticket, patience: u64, reason: Option<Reason>) -> Outcome {
+        let bh = self.bh();
+        let start = self.sh.progress.load(SeqCst);
+        let mut yields = 0;
+        loop {
+            match bh.poll_ticket(t, None) {
+                Ok(TicketPoll::Pending) => {}
+                Ok(TicketPoll::Granted(w)) => {
+                    self.tally.queued_grants += 1;
+                    return Outcome::Granted(w);
+                }
+                Ok(TicketPoll::Rejected(r)) => return Outcome::Rejected(r.reason),
+                Err(_) => panic!("the owner's ticket {t:?} went stale"),
+            }
+            if self.out_of_patience(start, patience, yields) {
+                let Some(reason) = reason else {
+                    bh.abandon(t);
+                    return Outcome::Abandoned;
+                };
+                match bh.cancel(t, reason) {
+                    Ok(()) => return Outcome::Rejected(reason),
+                    // Settled first: the next poll consumes it.
+                    Err(CancelError::Granted | CancelError::Rejected(_)) => {}
+                    Err(e) => panic!("cancel of the owner's ticket {t:?}: {e:?}"),
+                }
+            }
+            yields += 1;
+            thread::yield_now();
+        }
+    }
+
+    /// The async owner's protocol: registers a waker at enqueue and polls only once woken.
+    /// Out of patience it cancels with `reason`; if the waiter settled first, the wake-up must
+    /// still come (state is committed first, wakers run after), so it keeps waiting for it.
+    fn wait_for_wake(&mut self, t: Ticket, flag: &Flag, patience: u64, reason: Reason) -> Outcome {
+        let bh = self.bh();
+        let start = self.sh.progress.load(SeqCst);
+        let mut yields = 0;
+        let mut settled_at = None;
+        while !flag.0.load(SeqCst) {
+            match settled_at {
+                None if self.out_of_patience(start, patience, yields) => {
+                    match bh.cancel(t, reason) {
+                        Ok(()) => return Outcome::Rejected(reason),
+                        Err(CancelError::Granted | CancelError::Rejected(_)) => {
+                            settled_at = Some(yields);
+                        }
+                        Err(e) => panic!("cancel of the owner's ticket {t:?}: {e:?}"),
+                    }
+                }
+                Some(at) => assert!(
+                    yields - at < LOST_WAKE_YIELDS,
+                    "lost wake-up: ticket {t:?} settled, its waker never ran: {}",
+                    bh.stats()
+                ),
+                None => {}
+            }
+            yields += 1;
+            thread::yield_now();
+        }
+        self.tally.woken += 1;
+        match bh.poll_ticket(t, None) {
+            Ok(TicketPoll::Granted(w)) => {
+                self.tally.queued_grants += 1;
+                Outcome::Granted(w)
+            }
+            Ok(TicketPoll::Rejected(r)) => Outcome::Rejected(r.reason),
+            other => panic!("woken before the settlement was committed: {other:?}"),
+        }
+    }
+
+    fn acquire(&mut self, roll: u64) -> Outcome {
+        let bh = self.bh();
+        let w = self.weight();
+        match roll {
+            // Fast path, handle-free.
+            0..20 => match bh.try_acquire_units(w) {
+                Ok(()) => Outcome::Granted(w),
+                Err(e) => self.err(e),
+            },
+            // Fast path, RAII permit.
+            20..28 => match bh.try_acquire(w) {
+                Ok(p) => {
+                    self.permits.push(p);
+                    Outcome::Granted(w)
+                }
+                Err(e) => self.err(e),
+            },
+            // Queue with a waker, wait for the wake-up; time out after a random patience.
+            28..40 => {
+                let flag = Arc::new(Flag::default());
+                match bh.enqueue(w, Some(&Waker::from(flag.clone()))) {
+                    Ok(Admission::Granted) => Outcome::Granted(w),
+                    Ok(Admission::Queued(t)) => {
+                        let patience = self.rng.below(128);
+                        let reason = if self.rng.below(4) == 0 {
+                            Reason::Aborted
+                        } else {
+                            Reason::Timeout
+                        };
+                        self.wait_for_wake(t, &flag, patience, reason)
+                    }
+                    Err(e) => self.err(e),
+                }
+            }
+            // Queue, poll; time out (or abort) after a random patience.
+            40..56 => match bh.enqueue(w, None) {
+                Ok(Admission::Granted) => Outcome::Granted(w),
+                Ok(Admission::Queued(t)) => {
+                    let patience = self.rng.below(64);
+                    let reason = match self.rng.below(4) {
+                        0 => Some(Reason::Aborted),
+                        1 => None,
+                        _ => Some(Reason::Timeout),
+                    };
+                    self.wait(t, patience, reason)
+                }
+                Err(e) => self.err(e),
+            },
+            // Blocking waits with a short deadline (0 = try_acquire).
+            _ => {
+                let timeout = Duration::from_micros(self.rng.below(200));
+                match bh.acquire_blocking(w, Some(timeout)) {
+                    Ok(p) => {
+                        self.permits.push(p);
+                        Outcome::Granted(w)
+                    }
+                    Err(e) => self.err(e),
+                }
+            }
+        }
+    }
+
+    /// Releases one hold (whole, partly, or through the checked raw release).
+    fn release(&mut self, how: u64) {
+        let n_units = self.units.len() as u64;
+        let n = n_units + self.permits.len() as u64;
+        if n == 0 {
+            return;
+        }
+        let k = self.rng.below(n);
+        if k < n_units {
+            let w = self.units.swap_remove(k as usize);
+            self.releasing(w);
+            if how % 4 == 0 {
+                // Held permits always fit under the limit: the checked release accepts them.
+                self.bh()
+                    .release_units_checked(w)
+                    .unwrap_or_else(|_| panic!("checked release of {w} held permits refused"));
+            } else {
+                self.bh().release_units(w);
+            }
+            return;
+        }
+        let k = (k - n_units) as usize;
+        let held = self.permits[k].weight();
+        if how % 2 == 0 {
+            // Partial release, sometimes out of range (refused, nothing changes: I9).
+            let n = self.rng.below(held + 2);
+            if n == 0 || n > held {
+                assert!(self.permits[k].release_partial(n).is_err());
+                assert_eq!(self.permits[k].weight(), held);
+            } else {
+                self.releasing(n);
+                self.permits[k].release_partial(n).unwrap();
+                assert_eq!(self.permits[k].weight(), held - n);
+            }
+        } else {
+            let p = self.permits.swap_remove(k);
+            self.releasing(p.weight());
+            drop(p);
+        }
+    }
+
+    fn run(mut self, ops: u64) -> Tally {
+        for _ in 0..ops {
+            self.sh.progress.fetch_add(1, SeqCst);
+            let roll = self.rng.below(100);
+            if roll < 65 {
+                let kind = roll * 100 / 65;
+                // Callers that may wait mostly hold nothing while they do; a quarter of them
+                // wait while holding (nested acquires), which only timeouts resolve.
+                if kind >= 28 && self.rng.below(4) != 0 {
+                    self.release_all();
+                }
+                let closed_before = self.bh().is_closed();
+                let permits_before = self.permits.len();
+                let outcome = self.acquire(kind);
+                match outcome {
+                    Outcome::Granted(w) => {
+                        assert!(!closed_before, "I8: admitted after close()");
+                        self.granted(w);
+                        if self.permits.len() == permits_before {
+                            self.units.push(w);
+                        }
+                    }
+                    Outcome::Rejected(r) => {
+                        self.tally.rejected[r.index()] += 1;
+                        if closed_before {
+                            assert_eq!(r, Reason::Shutdown, "I8: after close()");
+                        }
+                        // Back off a little, as a real caller would: otherwise cheap
+                        // rejections eat the operation budget while the queue is full.
+                        if matches!(r, Reason::QueueLimit | Reason::ConcurrencyLimit) {
+                            thread::yield_now();
+                        }
+                    }
+                    Outcome::Abandoned => self.tally.abandons += 1,
+                    Outcome::Invalid => {}
+                }
+                if closed_before && !matches!(outcome, Outcome::Invalid) {
+                    self.tally.after_close += 1;
+                }
+            } else {
+                let how = self.rng.next();
+                self.release(how);
+            }
+            // Hold at most three things at once so that queues drain.
+            while self.units.len() + self.permits.len() > 3 {
+                let how = self.rng.next() | 1;
+                self.release(how);
+            }
+        }
+        self.release_all();
+        self.tally
+    }
+
+    fn release_all(&mut self) {
+        for w in std::mem::take(&mut self.units) {
+            self.releasing(w);
+            self.bh().release_units(w);
+        }
+        for p in std::mem::take(&mut self.permits) {
+            self.releasing(p.weight());
+            drop(p);
+        }
+    }
+}
+
+enum Extra {
+    None,
+    /// A thread calling `set_limit` with random limits until the workers finish.
+    Resize,
+    /// `close()` once half of the operations have started.
+    CloseMidway,
+}
+
+/// Runs the workers (plus the extra thread) and checks the end state against the tallies.
+fn stress(cfg: Config, seed: u64, extra: Extra) -> (Stats, Tally) {
+    let resizing = matches!(extra, Extra::Resize);
+    let sh = Shared {
+        bh: Bulkhead::new(cfg).unwrap(),
+        held: AtomicU64::new(0),
+        bound: cfg.max_concurrent,
+        progress: AtomicU64::new(0),
+        done: AtomicBool::new(false),
+    };
+    let ops = ops_per_thread();
+    let total_ops = ops * THREADS;
+    let mut total = Tally::default();
+    thread::scope(|s| {
+        let extra_thread = match extra {
+            Extra::None => None,
+            Extra::Resize => Some(s.spawn(|| {
+                let mut rng = Rng(seed ^ 0x5e71);
+                while !sh.done.load(SeqCst) {
+                    let n = 1 + rng.below(cfg.max_concurrent);
+                    sh.bh.set_limit(n).unwrap();
+                    for _ in 0..rng.below(16) {
+                        thread::yield_now();
+                    }
+                }
+            })),
+            Extra::CloseMidway => Some(s.spawn(|| {
+                while sh.progress.load(SeqCst) < total_ops / 2 && !sh.done.load(SeqCst) {
+                    thread::yield_now();
+                }
+                sh.bh.close();
+                assert!(sh.bh.is_closed());
+            })),
+        };
+        let workers: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let sh = &sh;
+                s.spawn(move || {
+                    Worker {
+                        sh,
+                        rng: Rng(seed.wrapping_add(i.wrapping_mul(0x1000_0001))),
+                        tally: Tally::default(),
+                        units: Vec::new(),
+                        permits: Vec::new(),
+                    }
+                    .run(ops)
+                })
+            })
+            .collect();
+        // Join everything before failing, so that a worker's panic cannot leave the extra
+        // thread running forever.
+        let results: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+        sh.done.store(true, SeqCst);
+        let extra_result = extra_thread.map(|t| t.join());
+        for r in results {
+            match r {
+                Ok(t) => total.add(&t),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        if let Some(Err(panic)) = extra_result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+
+    let bh = &sh.bh;
+    let s = bh.stats();
+    let ctx = format!("seed {seed:#x}, {cfg:?}: {s}; observed {total:?}");
+    if std::env::var_os("HG_STRESS_VERBOSE").is_some() {
+        eprintln!("{ctx}");
+    }
+    // I5 quiescence and I2 conservation.
+    assert_eq!(sh.held.load(SeqCst), 0);
+    assert_eq!(s.available, s.limit as i64, "I5 available == limit; {ctx}");
+    assert_eq!(s.queued, 0, "I5 queued; {ctx}");
+    assert_eq!(s.granted_unclaimed, 0, "I5 granted_unclaimed; {ctx}");
+    assert_eq!(s.active, 0, "I5 active; {ctx}");
+    assert_eq!(
+        s.ring_free,
+        if cfg.max_queue == 0 {
+            0
+        } else {
+            cfg.ring_capacity() as u64
+        },
+        "every ring cell is free again; {ctx}"
+    );
+    assert!(bh.is_idle(), "{ctx}");
+    if !resizing {
+        assert_eq!(s.limit, cfg.max_concurrent, "{ctx}");
+    }
+    assert_eq!((s.released_twice_total, s.leaked_total), (0, 0), "{ctx}");
+
+    // The counters equal what the callers were told. An `abandon` adds exactly one outcome the
+    // caller does not see: a grant (handed back at once), or `aborted`, or a dispatcher's
+    // `shutdown` / `concurrency_limit`.
+    let extra_admitted = s
+        .admitted_total
+        .checked_sub(total.grants)
+        .unwrap_or_else(|| panic!("admitted_total below the grants observed; {ctx}"));
+    let mut extra_rejected = 0;
+    for r in Reason::ALL {
+        let got = s.rejected_by_reason.get(r);
+        let seen = total.rejected[r.index()];
+        let more = got
+            .checked_sub(seen)
+            .unwrap_or_else(|| panic!("rejected[{r}] below the rejections observed; {ctx}"));
+        if !matches!(
+            r,
+            Reason::Aborted | Reason::Shutdown | Reason::ConcurrencyLimit
+        ) {
+            assert_eq!(more, 0, "rejected[{r}] vs observed; {ctx}");
+        }
+        extra_rejected += more;
+    }
+    assert_eq!(
+        extra_admitted + extra_rejected,
+        total.abandons,
+        "each abandon settles exactly once; {ctx}"
+    );
+    // Queue-wait stats cover every queued grant (some grants hide inside acquire_blocking and
+    // abandon).
+    assert!(
+        s.queue_wait_count >= total.queued_grants && s.queue_wait_count <= s.admitted_total,
+        "{ctx}"
+    );
+
+    // The fast path works again (no stuck WAITERS flag), or reports shutdown.
+    match bh.try_acquire(s.limit) {
+        Ok(p) => {
+            assert!(!bh.is_closed(), "admitted after close; {ctx}");
+            drop(p);
+        }
+        Err(e) => {
+            assert!(
+                bh.is_closed(),
+                "a quiescent bulkhead refused its limit: {e}; {ctx}"
+            );
+            assert_eq!(e.reason(), Some(Reason::Shutdown), "{ctx}");
+        }
+    }
+    (s, total)
+}
+
+fn cfg(max_concurrent: u64, max_queue: u64) -> Config {
+    Config {
+        max_concurrent,
+        max_queue,
+        ..Config::default()
+    }
+}
+
+#[test]
+fn stress_mixed_small_queue() {
+    // 4 live waiters over 8 threads: queue_limit (live and ring-full) is frequent.
+    let (s, t) = stress(cfg(8, 4), 0x4855_4c4c_0001, Extra::None);
+    assert!(s.rejected_by_reason.get(Reason::QueueLimit) > 0, "{s}");
+    assert!(t.queued_grants > 0 && t.woken > 0, "{s}");
+}
+
+#[test]
+fn stress_mixed_deep_queue() {
+    // Every thread can queue: grants by handoff, timeouts and aborts dominate.
+    let (s, t) = stress(cfg(6, 16), 0x4855_4c4c_0002, Extra::None);
+    assert!(t.queued_grants > 0 && t.woken > 0, "{s}");
+    assert!(s.rejected_by_reason.get(Reason::Timeout) > 0, "{s}");
+}
+
+#[test]
+fn stress_with_concurrent_set_limit() {
+    let (s, _) = stress(cfg(8, 8), 0x4855_4c4c_0003, Extra::Resize);
+    // Shrinks below queued weights reject them `concurrency_limit` (counted above exactly).
+    assert!(
+        s.rejected_by_reason.get(Reason::ConcurrencyLimit) > 0,
+        "{s}"
+    );
+}
+
+#[test]
+fn stress_close_midway() {
+    let (s, t) = stress(cfg(8, 8), 0x4855_4c4c_0004, Extra::CloseMidway);
+    assert!(t.after_close > 0, "{s}");
+    assert!(
+        s.rejected_by_reason.get(Reason::Shutdown) >= t.after_close,
+        "{s}"
+    );
+}
+
+/// I6 (no barging) against a dispatcher pass that runs on an empty ring at the moment an
+/// arrival queues: after `enqueue` returned `Queued`, the same thread's `try_acquire` must fail
+/// while its waiter is still queued. The waiter here can never be granted (weight 3, at most
+/// 2 permits free), so every successful `try_acquire` is a barge.
+///
+/// Regression test for a race the first version of this test found (it failed on most
+/// release runs): `Bulkhead::pass` cleared `WAITERS` on an empty ring after a concurrent
+/// enqueuer had set it, and the fast path trusted the flag alone. The fast path now also checks
+/// that the ring is empty; the loom model `loom_dispatcher_clear_vs_enqueue_no_barging` pins
+/// the interleaving.
+#[test]
+fn no_barging_past_a_queued_waiter() {
+    // Queued waiters to try (the loop runs until this many queued).
+    let target: u64 = if cfg!(debug_assertions) {
+        500_000
+    } else {
+        3_000_000
+    };
+    // No clock: the shorter the enqueue, the more often it lands inside the window.
+    let bh = Bulkhead::with_clock(cfg(4, 2), ClockSource::None).unwrap();
+    bh.try_acquire_units(2).unwrap();
+    let done = AtomicBool::new(false);
+    let (mut queued, mut barged) = (0u64, 0u64);
+    thread::scope(|s| {
+        // Every set_limit runs a dispatcher pass, mostly on an empty ring. Two of them on
+        // two cores: preemptions inside a pass widen the window.
+        for _ in 0..2 {
+            s.spawn(|| {
+                let mut limit = 3;
+                while !done.load(SeqCst) {
+                    bh.set_limit(limit).unwrap();
+                    limit = 7 - limit;
+                }
+            });
+        }
+        while queued < target {
+            // Not queued when the ring is full of tombstones not yet swept (queue_limit).
+            if let Ok(Admission::Queued(t)) = bh.enqueue(3, None) {
+                queued += 1;
+                if bh.try_acquire_units(1).is_ok() {
+                    barged += 1;
+                    bh.release_units(1);
+                }
+                bh.abandon(t);
+            }
+        }
+        done.store(true, SeqCst);
+    });
+    bh.release_units(2);
+    let s = bh.stats();
+    assert_eq!(
+        (s.available, s.queued, s.active),
+        (s.limit as i64, 0, 0),
+        "{s}"
+    );
+    assert!(queued > 0);
+    assert_eq!(
+        barged, 0,
+        "I6: try_acquire succeeded {barged} times right after this thread's own waiter queued \
+         ({queued} queued)"
+    );
+}
