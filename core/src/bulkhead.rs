@@ -656,7 +656,7 @@ impl<const N: usize> Bulkhead<N> {
             limit: snap.limit,
             max_concurrent: self.max_concurrent as u64,
             available: snap.available,
-            admitted_total: c.admitted.sum(),
+            admitted_total: c.admitted_total(),
             rejected_by_reason: c.rejected(),
             released_twice_total: c.released_twice.load(Relaxed) as u64,
             leaked_total: c.leaked.load(Relaxed) as u64,
@@ -687,8 +687,12 @@ impl<const N: usize> Bulkhead<N> {
             return;
         }
         let mut batch = WakeBatch::new();
+        let mut first = true;
         loop {
-            self.dispatch.begin_pass();
+            if !first {
+                self.dispatch.begin_pass();
+            }
+            first = false;
             let full = self.pass(&mut batch);
             let leave = !full && self.dispatch.try_leave();
             // State is committed; wake outside every protocol step.
@@ -764,7 +768,7 @@ impl<const N: usize> Bulkhead<N> {
                         .is_ok()
                     {
                         self.ring.settle_live();
-                        self.counters.admitted.add(1);
+                        self.counters.record_queued_grant();
                         if self.clock.is_some() {
                             let waited = (self.clock.now_ns() as Word)
                                 .wrapping_sub(cell.enqueued_ns.load(Relaxed));

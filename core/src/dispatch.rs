@@ -7,7 +7,7 @@
 //! before it leaves, so no request is lost and no caller ever waits. A preempted runner delays
 //! grants (documented), never other callers.
 
-use core::task::Waker;
+use core::{mem::MaybeUninit, task::Waker};
 
 use crate::sync::{AtomicWord, Ordering::*, Word};
 
@@ -35,20 +35,46 @@ impl DispatchFlag {
         }
     }
 
-    /// Announces work. Returns `true` if the caller became the runner and must call
-    /// [`begin_pass`](Self::begin_pass) / [`try_leave`](Self::try_leave).
+    /// Announces work. Returns `true` if the caller became the runner: it then runs a first
+    /// pass at once (no [`begin_pass`](Self::begin_pass) needed) and calls
+    /// [`try_leave`](Self::try_leave) / `begin_pass` after each.
+    ///
+    /// One RMW in the common cases: idle → `RUNNING`, or running → `RUNNING | PENDING`. The
+    /// state "`PENDING` without `RUNNING`" never exists, so a request is never left unserved.
     #[inline]
     pub(crate) fn enter(&self) -> bool {
-        // AcqRel: Release publishes the caller's state change to the runner, which reads this
-        // flag with an RMW (`begin_pass` / `try_leave`); Acquire makes a new runner see the
-        // previous runner's writes (it left with a Release RMW).
-        self.state.fetch_or(RUNNING | PENDING, AcqRel) & RUNNING == 0
+        let mut cur = self.state.load(Relaxed);
+        loop {
+            if cur & RUNNING == 0 {
+                // Idle: become the runner. AcqRel: Acquire makes us see the previous runner's
+                // writes and every requester's (their RMWs form one release sequence on this
+                // word); Release is irrelevant here but keeps the pairing symmetric.
+                match self
+                    .state
+                    .compare_exchange_weak(cur, RUNNING, AcqRel, Relaxed)
+                {
+                    Ok(_) => return true,
+                    Err(actual) => cur = actual,
+                }
+            } else {
+                // Running: leave work behind. Always an RMW, even when PENDING is already set:
+                // the runner's next `begin_pass` / `try_leave` must synchronize with *our*
+                // Release, or it could miss the state change we made before calling this.
+                let prev = self.state.fetch_or(PENDING, AcqRel);
+                if prev & RUNNING != 0 {
+                    return false;
+                }
+                // The runner left in between: PENDING is set with nobody running; take over.
+                cur = prev | PENDING;
+            }
+        }
     }
 
-    /// Runner: clears `PENDING` before a pass; requests made after this are seen by a later pass.
+    /// Runner, before a second or later pass: clears `PENDING`; requests made after this are
+    /// seen by a later pass.
     pub(crate) fn begin_pass(&self) {
-        // AcqRel RMW (not a store): it reads every requester's Release `fetch_or`, so this pass
-        // sees their state changes.
+        // AcqRel RMW (not a store): it reads every requester's Release CAS, so this pass sees
+        // their state changes.
         self.state.swap(RUNNING, AcqRel);
     }
 
@@ -63,10 +89,18 @@ impl DispatchFlag {
 
 /// Wakers collected during a dispatcher pass, woken after it (never inside a protocol step:
 /// a waker may run arbitrary code, including a C callback that releases).
-#[derive(Debug)]
+///
+/// Only the first `len` slots are initialized: creating a batch writes nothing and dropping one
+/// touches only what was pushed (a dispatcher run usually wakes one waiter).
 pub(crate) struct WakeBatch {
-    wakers: [Option<Waker>; WakeBatch::CAPACITY],
+    wakers: [MaybeUninit<Option<Waker>>; WakeBatch::CAPACITY],
     len: usize,
+}
+
+impl core::fmt::Debug for WakeBatch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WakeBatch").field("len", &self.len).finish()
+    }
 }
 
 impl WakeBatch {
@@ -75,7 +109,7 @@ impl WakeBatch {
 
     pub(crate) const fn new() -> Self {
         Self {
-            wakers: [const { None }; Self::CAPACITY],
+            wakers: [const { MaybeUninit::uninit() }; Self::CAPACITY],
             len: 0,
         }
     }
@@ -86,17 +120,26 @@ impl WakeBatch {
 
     /// Counts one settled waiter (with or without a waker to wake).
     pub(crate) fn push(&mut self, waker: Option<Waker>) {
-        self.wakers[self.len] = waker;
+        self.wakers[self.len].write(waker);
         self.len += 1;
     }
 
     /// Wakes everything collected and empties the batch.
     pub(crate) fn wake_all(&mut self) {
-        for w in &mut self.wakers[..self.len] {
-            if let Some(w) = w.take() {
+        let n = core::mem::take(&mut self.len);
+        for slot in &mut self.wakers[..n] {
+            // SAFETY: slots `..n` were written by `push` since the last `wake_all`, and `len`
+            // is already 0, so each is read exactly once (a panicking waker cannot cause a
+            // second read from `Drop`).
+            if let Some(w) = unsafe { slot.assume_init_read() } {
                 w.wake();
             }
         }
-        self.len = 0;
+    }
+}
+
+impl Drop for WakeBatch {
+    fn drop(&mut self) {
+        self.wake_all();
     }
 }

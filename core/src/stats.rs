@@ -101,13 +101,46 @@ impl fmt::Display for Stats {
     }
 }
 
-const SHARDS: usize = 8;
+const SHARDS: usize = 16;
 
-/// A counter sharded by the caller's stack address (threads' stacks lie megabytes apart), so
-/// that concurrent fast paths rarely write the same cache line.
+/// The fast path's admission counter, off the permit word's cache line.
+///
+/// Under `std` each of the first [`SHARDS`] threads of the process owns one shard outright and
+/// bumps it with a plain load and store (no locked instruction: exact, because it is the only
+/// writer); later threads share an `overflow` counter with `fetch_add`. Without `std` the shard
+/// is picked by hashing the caller's stack address (threads' stacks lie far apart).
 #[derive(Debug)]
 pub(crate) struct ShardedCounter {
     shards: [CachePadded<AtomicWord>; SHARDS],
+    overflow: CachePadded<AtomicWord>,
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+mod thread_shard {
+    use core::cell::Cell;
+
+    use crate::sync::{AtomicWord, Ordering::Relaxed};
+
+    static NEXT: AtomicWord = AtomicWord::new(0);
+
+    std::thread_local! {
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+
+    /// This thread's shard index, assigned on first use (`>= SHARDS` means none).
+    #[inline]
+    pub(super) fn index() -> usize {
+        SHARD.with(|s| {
+            let i = s.get();
+            if i != usize::MAX {
+                return i;
+            }
+            // Relaxed: only uniqueness matters.
+            let i = usize::try_from(NEXT.fetch_add(1, Relaxed)).unwrap_or(usize::MAX - 1);
+            s.set(i);
+            i
+        })
+    }
 }
 
 impl ShardedCounter {
@@ -115,6 +148,7 @@ impl ShardedCounter {
     pub(crate) const fn new() -> Self {
         Self {
             shards: [const { CachePadded::new(AtomicWord::new(0)) }; SHARDS],
+            overflow: CachePadded::new(AtomicWord::new(0)),
         }
     }
 
@@ -122,26 +156,40 @@ impl ShardedCounter {
     pub(crate) fn new() -> Self {
         Self {
             shards: core::array::from_fn(|_| CachePadded::new(AtomicWord::new(0))),
+            overflow: CachePadded::new(AtomicWord::new(0)),
         }
     }
 
     #[inline]
     pub(crate) fn add(&self, n: Word) {
-        // Loom replays executions and needs them deterministic; stack addresses are not.
+        // Relaxed everywhere: a statistic; it publishes nothing.
+        #[cfg(all(feature = "std", not(loom)))]
+        {
+            let i = thread_shard::index();
+            if let Some(shard) = self.shards.get(i) {
+                // This thread is the shard's only writer: no RMW needed.
+                shard.store(shard.load(Relaxed).wrapping_add(n), Relaxed);
+            } else {
+                self.overflow.fetch_add(n, Relaxed);
+            }
+        }
         #[cfg(loom)]
-        let shard = 0;
-        #[cfg(not(loom))]
-        let shard = {
+        self.overflow.fetch_add(n, Relaxed);
+        #[cfg(all(not(feature = "std"), not(loom)))]
+        {
             let probe = 0u8;
-            (core::ptr::addr_of!(probe).addr() >> 16) % SHARDS
-        };
-        // Relaxed: a statistic; it publishes nothing.
-        self.shards[shard].fetch_add(n, Relaxed);
+            // Fibonacci hashing of the page number: default thread stacks are 2 MiB + 4 KiB
+            // apart, which a plain modulus of the address maps to one shard.
+            let page = core::ptr::addr_of!(probe).addr() >> 12;
+            let i = page.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - 4);
+            self.shards[i % SHARDS].fetch_add(n, Relaxed);
+        }
     }
 
     pub(crate) fn sum(&self) -> u64 {
         self.shards
             .iter()
+            .chain(core::iter::once(&self.overflow))
             .map(|s| s.load(Relaxed) as u64)
             .fold(0u64, u64::wrapping_add)
     }
@@ -150,7 +198,11 @@ impl ShardedCounter {
 /// The slow-path counters of one bulkhead.
 #[derive(Debug)]
 pub(crate) struct Counters {
+    /// Admissions on the fast path (any thread).
     pub(crate) admitted: ShardedCounter,
+    /// Grants to queued waiters. Written only by the dispatcher (one at a time, serialized by
+    /// its flag's Acquire/Release), so plain load + store; like the `wait_*` fields.
+    pub(crate) admitted_queued: AtomicWord,
     pub(crate) rejected: [AtomicWord; 8],
     pub(crate) released_twice: AtomicWord,
     pub(crate) leaked: AtomicWord,
@@ -166,6 +218,7 @@ impl Counters {
     pub(crate) const fn new() -> Self {
         Self {
             admitted: ShardedCounter::new(),
+            admitted_queued: AtomicWord::new(0),
             rejected: [const { AtomicWord::new(0) }; 8],
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
@@ -180,6 +233,7 @@ impl Counters {
     pub(crate) fn new() -> Self {
         Self {
             admitted: ShardedCounter::new(),
+            admitted_queued: AtomicWord::new(0),
             rejected: core::array::from_fn(|_| AtomicWord::new(0)),
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
@@ -202,9 +256,27 @@ impl Counters {
         RejectedByReason(out)
     }
 
+    /// Dispatcher only (see `admitted_queued`): a plain load + store is exact.
+    fn bump(c: &AtomicWord, f: impl FnOnce(Word) -> Word) {
+        c.store(f(c.load(Relaxed)), Relaxed);
+    }
+
+    /// Dispatcher only: a queued waiter was granted.
+    pub(crate) fn record_queued_grant(&self) {
+        Self::bump(&self.admitted_queued, |v| v.wrapping_add(1));
+    }
+
+    /// Dispatcher only: a queued waiter waited `ns`.
     pub(crate) fn record_wait(&self, ns: Word) {
-        self.wait_count.fetch_add(1, Relaxed);
-        self.wait_sum_ns.fetch_add(ns, Relaxed);
-        self.wait_max_ns.fetch_max(ns, Relaxed);
+        Self::bump(&self.wait_count, |v| v.wrapping_add(1));
+        Self::bump(&self.wait_sum_ns, |v| v.wrapping_add(ns));
+        Self::bump(&self.wait_max_ns, |v| v.max(ns));
+    }
+
+    /// `admitted_total`.
+    pub(crate) fn admitted_total(&self) -> u64 {
+        self.admitted
+            .sum()
+            .wrapping_add(self.admitted_queued.load(Relaxed) as u64)
     }
 }

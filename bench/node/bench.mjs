@@ -1,0 +1,270 @@
+#!/usr/bin/env node
+// The Node benchmark of DESIGN.md §8: hullguard beside cockatiel, p-limit and async-sema, in one
+// process, one run. `make bench` runs it (after `make node-build`); alone:
+//   cd bench/node && npm ci && node bench.mjs        (REPS=n, default 9, at least 5)
+//
+// Rows (ratio = hullguard / anchor, lower is better):
+//
+// | row | one op | anchor | target |
+// |---|---|---|---|
+// | uncontended run(fn) | `await bh.run(fn)` one at a time, limit 10, nothing else running | cockatiel `await bulkhead(10, 100).execute(fn)` | ≤ 1.5 |
+// | 100 000 tasks through limit 10 | 100 000 `bh.run(fn)` started at once (99 990 queue), `await Promise.all` | async-sema `Sema(10)` acquire/try/finally release | ≤ 0.5 |
+// |  |  | cockatiel `bulkhead(10, 100 000).execute(fn)` | ≤ 0.1 |
+//
+// `fn` is `async () => {}` everywhere. p-limit (`pLimit(10)(fn)`) and async-sema are in every
+// table for reference; "no limiter" (`await fn()` / `Promise.all` of the bare calls) shows the
+// floor that every limiter pays. The task rows run hullguard with `queueTimeoutMs: Infinity`,
+// as the anchors have no queue deadline; the row "hullguard, 30 s deadline" shows the default
+// configuration, which arms an unref'd timer per queued waiter.
+//
+// Method: every repetition (REPS, default 9, at least 5) runs every case (one tinybench `Bench`
+// per case), in an order that alternates (forward, reversed) so drift hits both sides of a
+// ratio alike. Each tinybench iteration is a batch (uncontended: 15 batches of 2 000 sequential
+// ops; tasks: one 100 000-task run, after a full GC when run with --expose-gc) timed inside the
+// task (`overriddenDuration`), so set-up and tinybench's own per-iteration overhead are never
+// timed. A case's figure in a repetition is its median batch;
+// a ratio is computed per repetition; the table prints the median ratio and the min–max, and
+// each side's median per op. Limiters are built once per case and reused (idle between
+// batches). A background check reads /proc/stat: when other processes took more than 5 % of the
+// machine during the run, the table says the timed rows are unreliable.
+//
+// Benchmarks are never unit tests: nothing here asserts a time.
+
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { cpus } from 'node:os'
+import { Bench } from 'tinybench'
+import { bulkhead } from 'cockatiel'
+import pLimit from 'p-limit'
+import { Sema } from 'async-sema'
+
+const require = createRequire(import.meta.url)
+const { Bulkhead } = require('../../bindings-node/index.js')
+
+const REPS = Math.max(5, Number(process.env.REPS ?? 9))
+const LIMIT = 10
+const TASKS = 100_000
+const UNCONTENDED_BATCH = 2_000
+
+const fn = async () => {}
+
+// ----- the cases: each returns an async function running one batch, resolving its ms ----------
+
+/** `n` sequential `await call()`, timed. */
+function sequential(call, n) {
+  return async () => {
+    const t0 = performance.now()
+    for (let i = 0; i < n; i++) await call()
+    return performance.now() - t0
+  }
+}
+
+/** `n` calls started at once, then `await Promise.all`, timed. */
+function burst(call, n) {
+  return async () => {
+    const ps = new Array(n)
+    const t0 = performance.now()
+    for (let i = 0; i < n; i++) ps[i] = call()
+    await Promise.all(ps)
+    return performance.now() - t0
+  }
+}
+
+function semaCall(sema) {
+  return async () => {
+    await sema.acquire()
+    try {
+      return await fn()
+    } finally {
+      sema.release()
+    }
+  }
+}
+
+const UNCONTENDED = {
+  'hullguard run(fn)': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: 100 })
+    return sequential(() => bh.run(fn), UNCONTENDED_BATCH)
+  },
+  'cockatiel execute(fn)': () => {
+    const bh = bulkhead(LIMIT, 100)
+    return sequential(() => bh.execute(fn), UNCONTENDED_BATCH)
+  },
+  'p-limit limit(fn)': () => {
+    const limit = pLimit(LIMIT)
+    return sequential(() => limit(fn), UNCONTENDED_BATCH)
+  },
+  'async-sema acquire/release': () => {
+    const call = semaCall(new Sema(LIMIT))
+    return sequential(call, UNCONTENDED_BATCH)
+  },
+  'no limiter': () => sequential(fn, UNCONTENDED_BATCH),
+}
+
+const TASK_CASES = {
+  'hullguard run(fn)': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: TASKS, queueTimeoutMs: Infinity })
+    return burst(() => bh.run(fn), TASKS)
+  },
+  'hullguard, 30 s deadline': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: TASKS })
+    return burst(() => bh.run(fn), TASKS)
+  },
+  'cockatiel execute(fn)': () => {
+    const bh = bulkhead(LIMIT, TASKS)
+    return burst(() => bh.execute(fn), TASKS)
+  },
+  'p-limit limit(fn)': () => {
+    const limit = pLimit(LIMIT)
+    return burst(() => limit(fn), TASKS)
+  },
+  'async-sema acquire/release': () => {
+    const call = semaCall(new Sema(LIMIT))
+    return burst(call, TASKS)
+  },
+  'no limiter': () => burst(fn, TASKS),
+}
+
+/** [label, ours, anchor, target ratio or null]. */
+const ROWS = [
+  ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'cockatiel execute(fn)', 1.5],
+  ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'p-limit limit(fn)', null],
+  ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'async-sema acquire/release', null],
+  ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'async-sema acquire/release', 0.5],
+  ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'cockatiel execute(fn)', 0.1],
+  ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'p-limit limit(fn)', null],
+  ['… hullguard 30 s deadline', 't', 'hullguard, 30 s deadline', 'async-sema acquire/release', null],
+]
+
+// ----- running --------------------------------------------------------------------------------
+
+/** CPU jiffies: [machine busy, machine total] from /proc/stat, or null. */
+function machineTimes() {
+  try {
+    const f = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number)
+    const idle = f[3] + (f[4] || 0)
+    const total = f.reduce((a, b) => a + b, 0)
+    return [total - idle, total]
+  } catch {
+    return null
+  }
+}
+
+async function repetition(rep, makers) {
+  // Every case of both groups, in an order that alternates between repetitions.
+  const names = []
+  for (const [group, cases] of Object.entries(makers)) for (const name of Object.keys(cases)) names.push([group, name])
+  if (rep % 2 === 1) names.reverse()
+  // One tinybench run per case, in this repetition's order: a case's batches run together.
+  const out = {}
+  for (const [group, name] of names) {
+    const iterations = group === 'u' ? 15 : 1
+    const b = new Bench({ time: 0, iterations, warmup: false, throws: true })
+    const run = makers[group][name].runner
+    b.add(name, async () => ({ overriddenDuration: await run() }))
+    globalThis.gc?.()
+    await b.run()
+    const r = b.tasks[0].result
+    const ops = group === 'u' ? UNCONTENDED_BATCH : TASKS
+    out[`${group}:${name}`] = (r.latency.p50 * 1e6) / ops // ns per op
+  }
+  return out
+}
+
+function median(xs) {
+  const s = [...xs].sort((a, b) => a - b)
+  const m = s.length >> 1
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2
+}
+
+function fmtNs(ns) {
+  return ns >= 1000 ? `${(ns / 1000).toFixed(2)} µs` : `${ns.toFixed(0)} ns`
+}
+
+async function main() {
+  const makers = { u: {}, t: {} }
+  for (const [name, make] of Object.entries(UNCONTENDED)) makers.u[name] = { runner: make() }
+  for (const [name, make] of Object.entries(TASK_CASES)) makers.t[name] = { runner: make() }
+
+  console.log(
+    `hullguard Node benchmark (DESIGN §8): node ${process.version}, ${cpus()[0]?.model ?? 'cpu'} × ${cpus().length}`,
+  )
+  const version = (pkg) =>
+    JSON.parse(readFileSync(new URL(`node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version
+  console.log(
+    `  ${['cockatiel', 'p-limit', 'async-sema', 'tinybench'].map((p) => `${p} ${version(p)}`).join(', ')} (bench/node/package-lock.json)`,
+  )
+  console.log(
+    `  ${REPS} interleaved repetitions; uncontended: batches of ${UNCONTENDED_BATCH} sequential ops; tasks: ${TASKS} at once through limit ${LIMIT}`,
+  )
+
+  // Warm-up: every case a few batches (JIT, inline caches, the addon's first calls).
+  for (const group of Object.keys(makers)) {
+    for (const c of Object.values(makers[group])) for (let i = 0; i < (group === 'u' ? 20 : 1); i++) await c.runner()
+  }
+
+  const t0 = machineTimes()
+  const c0 = process.cpuUsage()
+  const w0 = performance.now()
+  const reps = []
+  for (let rep = 0; rep < REPS; rep++) {
+    reps.push(await repetition(rep, makers))
+    process.stdout.write(`  repetition ${rep + 1}/${REPS} done\r`)
+  }
+  process.stdout.write(' '.repeat(40) + '\r')
+  const wallS = (performance.now() - w0) / 1000
+  const c1 = process.cpuUsage(c0)
+  const t1 = machineTimes()
+
+  const row = (a, b, c, d, e, f, g) =>
+    console.log(
+      `  ${a.padEnd(26)} ${b.padEnd(28)} ${c.padStart(7)} ${d.padStart(13)} ${e.padStart(10)} ${f.padStart(10)}  ${g}`,
+    )
+  console.log()
+  console.log('== ratios: hullguard / anchor (median of the per-repetition ratios, min–max; lower is better) ==')
+  row('row', 'anchor', 'ratio', 'min–max', 'hullguard', 'anchor', 'target')
+  for (const [label, group, ours, anchor, target] of ROWS) {
+    const ratios = reps.map((r) => r[`${group}:${ours}`] / r[`${group}:${anchor}`])
+    const m = median(ratios)
+    const verdict = target === null ? '(reference)' : `≤ ${target}: ${m <= target ? 'met' : 'MISSED'}`
+    row(
+      label,
+      anchor,
+      m.toFixed(3),
+      `${Math.min(...ratios).toFixed(3)}–${Math.max(...ratios).toFixed(3)}`,
+      fmtNs(median(reps.map((r) => r[`${group}:${ours}`]))),
+      fmtNs(median(reps.map((r) => r[`${group}:${anchor}`]))),
+      verdict,
+    )
+  }
+
+  console.log()
+  console.log('== per op (median over repetitions) ==')
+  for (const [group, title] of [
+    ['u', 'uncontended, one op'],
+    ['t', `${TASKS} tasks through limit ${LIMIT}, per task`],
+  ]) {
+    console.log(`  ${title}`)
+    for (const name of Object.keys(makers[group])) {
+      const v = reps.map((r) => r[`${group}:${name}`])
+      console.log(
+        `    ${name.padEnd(30)} ${fmtNs(median(v)).padStart(10)}   (min ${fmtNs(Math.min(...v))}, max ${fmtNs(Math.max(...v))})`,
+      )
+    }
+  }
+
+  if (t0 !== null && t1 !== null) {
+    const hz = 100 // USER_HZ
+    const busy = (t1[0] - t0[0]) / hz
+    const total = (t1[1] - t0[1]) / hz
+    const own = (c1.user + c1.system) / 1e6
+    const others = total > 0 ? Math.max(0, (busy - own) / total) : 0
+    console.log()
+    console.log(
+      `background: other processes used ${(others * 100).toFixed(1)} % of the machine during the run (${wallS.toFixed(1)} s)` +
+        (others > 0.05 ? ' — above 5 %: the timed rows are unreliable' : ''),
+    )
+  }
+}
+
+await main()

@@ -1,0 +1,497 @@
+#!/usr/bin/env python3
+"""The Python benchmark of DESIGN.md §8: hullguard beside its anchors, in one process, one run.
+
+Rows (hullguard / anchor, lower is better):
+
+| row | one op | anchor | target |
+|---|---|---|---|
+| uncontended ``async with`` | ``async with bh:`` / ``async with bh.acquire():`` (limit 10, nothing else running) | ``async with asyncio.Semaphore(10)`` | ≤ 0.5 |
+| ``try_acquire`` + ``release`` | ``bh.try_acquire().release()`` | ``threading.BoundedSemaphore.acquire(blocking=False)`` + ``release()`` | ≤ 0.2 |
+| 1000 tasks through limit 10 | 1000 tasks, each ``async with lim: await asyncio.sleep(0)``, gathered; the limiter's cost per task = time per task minus the same tasks without a limiter | ``asyncio.Semaphore(10)`` | ≤ 0.5 |
+
+Beside them, for reference (no target): ``bulklink.AsyncBulkhead`` (pure Python, PyPI), the
+closest pure-Python bulkhead; it is async-only, so it has no ``try_acquire`` row.
+
+Method:
+
+* **One process, interleaved.** A warm-up round calibrates each case to a batch of about 25 ms,
+  then ``--reps`` (default 9, at least 5) repetitions run every case once, the order alternating
+  (forward, reversed) so drift hits both sides of a ratio alike. A row's ratio is computed per
+  repetition; the table prints the median and the min–max, and the median ns per op of each side.
+* **Set-up is never timed**: limiters are built before the clock starts (the task rows reuse one
+  limiter for every group of 1000 tasks; it is idle between groups). The task rows create and
+  gather their 1000 tasks inside the timed region for every case alike (the no-limiter baseline
+  too), so the subtraction leaves the limiter's own cost per task.
+* **GC off while timing** (as ``timeit`` does), a collection before each batch.
+* **Default loop**: ``asyncio``'s own event loop (the one ``asyncio.run`` uses).
+* **Background check**: ``/proc/stat`` minus this process's own CPU; above 5 % of the machine the
+  table says the timed rows are unreliable (a build running beside it on a 2-core machine).
+* **Callgrind** (when ``valgrind`` is installed; ``--no-callgrind`` skips it): one
+  ``python bench.py --callgrind-child`` under ``valgrind --tool=callgrind`` runs every case at two
+  sizes after a warm-up, zeroing callgrind's counters before each batch and dumping them after
+  (``--zero-before=os_getppid --dump-before=os_getpgrp``); instructions per op =
+  ``(Ir(large) − Ir(small)) / (large − small)``, so fixed costs cancel out. Deterministic, so one
+  run is enough.
+
+Benchmarks are never unit tests: nothing here asserts a time. ``make bench`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import gc
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Tuple
+
+import hullguard
+
+bulklink: Any
+try:
+    import bulklink
+except ImportError:  # pragma: no cover - bench/python/requirements.txt installs it
+    bulklink = None
+
+TASKS = 1000
+LIMIT = 10
+BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1}
+BUSY = 0.05
+
+# ---------------------------------------------------------------------------------------------
+# The cases. A case runs `n` ops and returns the seconds they took (set-up excluded).
+
+Runner = Callable[[int], float]
+
+
+def _async(make: Callable[[], object], body: Callable[[object, int], Awaitable[None]]) -> Runner:
+    """An async case on a private event loop (created once per case)."""
+    loop = asyncio.new_event_loop()
+
+    def run(n: int) -> float:
+        lim = make()
+
+        async def timed() -> float:
+            t0 = time.perf_counter()
+            await body(lim, n)
+            return time.perf_counter() - t0
+
+        return loop.run_until_complete(timed())
+
+    return run
+
+
+async def _async_with(lim: object, n: int) -> None:
+    for _ in range(n):
+        async with lim:  # type: ignore[attr-defined]
+            pass
+
+
+async def _acquire_with(bh: object, n: int) -> None:
+    acquire = bh.acquire  # type: ignore[attr-defined]
+    for _ in range(n):
+        async with acquire():
+            pass
+
+
+async def _slot_with(bb: object, n: int) -> None:
+    slot = bb.slot  # type: ignore[attr-defined]
+    for _ in range(n):
+        async with slot():
+            pass
+
+
+def _sync_try_hullguard() -> Runner:
+    def run(n: int) -> float:
+        bh = hullguard.Bulkhead(max_concurrent=LIMIT)
+        try_acquire = bh.try_acquire
+        t0 = time.perf_counter()
+        for _ in range(n):
+            try_acquire().release()  # type: ignore[union-attr]
+        return time.perf_counter() - t0
+
+    return run
+
+
+def _sync_try_bounded() -> Runner:
+    def run(n: int) -> float:
+        sem = threading.BoundedSemaphore(LIMIT)
+        acquire, release = sem.acquire, sem.release
+        t0 = time.perf_counter()
+        for _ in range(n):
+            acquire(blocking=False)
+            release()
+        return time.perf_counter() - t0
+
+    return run
+
+
+def _tasks(make: Optional[Callable[[], object]], form: str = "with") -> Runner:
+    """`n` tasks (a multiple of 1000) in gathered groups of 1000, each task
+    ``async with lim: await asyncio.sleep(0)`` (or only the sleep when `make` is None). One
+    limiter, built before the clock starts, serves every group (it is idle between groups)."""
+
+    async def body(lim: object, n: int) -> None:
+        if lim is None:
+
+            async def task() -> None:
+                await asyncio.sleep(0)
+
+        elif form == "slot":
+            slot = lim.slot  # type: ignore[attr-defined]
+
+            async def task() -> None:
+                async with slot():
+                    await asyncio.sleep(0)
+
+        else:
+
+            async def task() -> None:
+                async with lim:  # type: ignore[attr-defined]
+                    await asyncio.sleep(0)
+
+        for _ in range(max(1, n // TASKS)):
+            await asyncio.gather(*[task() for _ in range(TASKS)])
+
+    return _async(make if make is not None else (lambda: None), body)
+
+
+class MinimalLimiter:
+    """The floor of any asyncio limiter that suspends: a counter, a deque of Futures, FIFO
+    handoff, nothing else (no cancellation safety, no timeout, no stats). Not a real limiter:
+    it shows how much of a queued acquire is the event loop's own cost (Future, set_result,
+    the task's wake-up), which every asyncio limiter pays."""
+
+    __slots__ = ("free", "waiters")
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self.waiters: Deque["asyncio.Future[None]"] = collections.deque()
+
+    async def __aenter__(self) -> None:
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        await fut  # the releaser hands its permit over
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.waiters:
+            self.waiters.popleft().set_result(None)
+        else:
+            self.free += 1
+
+
+def _hg(**kw: Any) -> Callable[[], object]:
+    return lambda: hullguard.Bulkhead(max_concurrent=LIMIT, **kw)
+
+
+def _bulklink() -> object:
+    assert bulklink is not None
+    return bulklink.AsyncBulkhead(label="bench", parallelism=LIMIT, waiting_room=TASKS)
+
+
+# name -> (label, factory of the runner, unit)
+CASES: Dict[str, Tuple[str, Callable[[], Runner]]] = {
+    "with/asyncio": ("asyncio.Semaphore", lambda: _async(lambda: asyncio.Semaphore(LIMIT), _async_with)),
+    "with/hullguard": ("hullguard: async with bh", lambda: _async(_hg(), _async_with)),
+    "with/hullguard-acquire": (
+        "hullguard: async with bh.acquire()",
+        lambda: _async(_hg(), _acquire_with),
+    ),
+    "with/bulklink": ("bulklink: async with b.slot()", lambda: _async(_bulklink, _slot_with)),
+    "try/threading": ("threading.BoundedSemaphore", _sync_try_bounded),
+    "try/hullguard": ("hullguard: try_acquire().release()", _sync_try_hullguard),
+    "tasks/none": ("no limiter (baseline)", lambda: _tasks(None)),
+    "tasks/asyncio": ("asyncio.Semaphore", lambda: _tasks(lambda: asyncio.Semaphore(LIMIT))),
+    "tasks/hullguard": (
+        "hullguard, queue_timeout=inf",
+        lambda: _tasks(_hg(max_queue=TASKS, queue_timeout=math.inf)),
+    ),
+    "tasks/hullguard-timer": (
+        "hullguard, queue_timeout=30 s",
+        lambda: _tasks(_hg(max_queue=TASKS, queue_timeout=30.0)),
+    ),
+    "tasks/bulklink": ("bulklink", lambda: _tasks(_bulklink, form="slot")),
+    "tasks/floor": ("minimal deque+Future limiter", lambda: _tasks(lambda: MinimalLimiter(LIMIT))),
+}
+if bulklink is None:
+    CASES = {k: v for k, v in CASES.items() if "bulklink" not in k}
+
+
+@dataclass
+class Row:
+    label: str
+    hg: str
+    anchor: str
+    target: Optional[float]  # None: information only
+    baseline: Optional[str] = None  # subtracted from both sides (per-task overhead rows)
+
+
+ROWS = [
+    Row("uncontended `async with bh`", "with/hullguard", "with/asyncio", 0.5),
+    Row("uncontended `async with bh.acquire()`", "with/hullguard-acquire", "with/asyncio", 0.5),
+    Row("uncontended, bulklink `async with slot()`", "with/bulklink", "with/asyncio", None),
+    Row("try_acquire + release", "try/hullguard", "try/threading", 0.2),
+    Row("1000 tasks / limit 10, overhead per task", "tasks/hullguard", "tasks/asyncio", 0.5, "tasks/none"),
+    Row(
+        "  same, default queue_timeout (one timer per waiter)",
+        "tasks/hullguard-timer",
+        "tasks/asyncio",
+        0.5,
+        "tasks/none",
+    ),
+    Row("  same, bulklink", "tasks/bulklink", "tasks/asyncio", None, "tasks/none"),
+    Row(
+        "  floor: minimal deque+Future limiter (see docs)",
+        "tasks/floor",
+        "tasks/asyncio",
+        None,
+        "tasks/none",
+    ),
+]
+ROWS = [r for r in ROWS if r.hg in CASES and r.anchor in CASES]
+
+
+def unit_ops(name: str, n: int) -> int:
+    """How many ops `n` stands for (task cases round to whole groups of 1000)."""
+    return max(1, n // TASKS) * TASKS if name.startswith("tasks/") else n
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing.
+
+
+class Background:
+    """The share of the machine other processes (and hypervisor steal) took meanwhile."""
+
+    def __init__(self) -> None:
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> Optional[Tuple[float, float, float, float]]:
+        try:
+            with open("/proc/stat") as f:
+                fields = [float(x) for x in f.readline().split()[1:]]
+        except OSError:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        idle = fields[3] + fields[4]
+        steal = fields[7] if len(fields) > 7 else 0.0
+        total = sum(fields[:8])
+        own = sum(os.times()[:2]) * ticks
+        return total, idle, steal, own
+
+    def shares(self) -> Optional[Tuple[float, float]]:
+        end = self._read()
+        if self.start is None or end is None:
+            return None
+        total, idle, steal, own = (e - s for e, s in zip(end, self.start))
+        if total <= 0:
+            return None
+        others = max(0.0, total - idle - steal - own)
+        return others / total, steal / total
+
+
+def batch_seconds(name: str) -> float:
+    return next(v for k, v in BATCH_SECONDS.items() if name.startswith(k))
+
+
+def calibrate(run: Runner, name: str) -> int:
+    target = batch_seconds(name)
+    n = 1000 if not name.startswith("tasks/") else TASKS
+    while True:
+        dt = _measure(run, n)
+        if dt >= target / 4 or n > 50_000_000:
+            break
+        n *= 4
+    n = max(1, int(n * target / max(dt, 1e-9)))
+    return unit_ops(name, n)
+
+
+def _measure(run: Runner, n: int) -> float:
+    """One batch with the cyclic GC off (as ``timeit`` does), collected before."""
+    gc.collect()
+    gc.disable()
+    try:
+        return run(n)
+    finally:
+        gc.enable()
+
+
+def timed_rows(
+    reps: int,
+) -> Tuple[Dict[str, List[float]], float, Optional[Tuple[float, float]]]:
+    runners = {name: make() for name, (_, make) in CASES.items()}
+    sizes = {name: calibrate(run, name) for name, run in runners.items()}
+    order = list(runners)
+    ns: Dict[str, List[float]] = {name: [] for name in order}
+    bg = Background()
+    started = time.perf_counter()
+    for rep in range(reps):
+        for name in order if rep % 2 == 0 else reversed(order):
+            n = sizes[name]
+            ns[name].append(_measure(runners[name], n) / n * 1e9)
+    return ns, time.perf_counter() - started, bg.shares()
+
+
+def med_min_max(values: List[float]) -> Tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def print_timed(
+    ns: Dict[str, List[float]],
+    reps: int,
+    seconds: float,
+    shares: Optional[Tuple[float, float]],
+) -> int:
+    print(
+        f"== hullguard (Python {sys.version.split()[0]}, {hullguard.__version__}) vs anchors: "
+        f"{reps} interleaved repetitions, median (min–max) of per-repetition ratios =="
+    )
+    header = (
+        f"{'row':<52} {'anchor':<27} {'hullguard ns':>12} {'anchor ns':>10}  "
+        f"{'ratio median (min–max)':<24} {'target':<8} result"
+    )
+    print(header)
+    print("-" * len(header))
+    misses = 0
+    for r in ROWS:
+        hg, an = ns[r.hg], ns[r.anchor]
+        if r.baseline is not None:
+            base = ns[r.baseline]
+            hg = [h - b for h, b in zip(hg, base)]
+            an = [a - b for a, b in zip(an, base)]
+        ratios = [h / a for h, a in zip(hg, an)]
+        med, lo, hi = med_min_max(ratios)
+        if r.target is None:
+            target, result = "—", "info"
+        elif med <= r.target:
+            target, result = f"≤ {r.target:.2f}", "pass"
+        else:
+            target, result = f"≤ {r.target:.2f}", "MISS"
+            misses += 1
+        print(
+            f"{r.label:<52} {CASES[r.anchor][0]:<27} {statistics.median(hg):>12.1f} "
+            f"{statistics.median(an):>10.1f}  {f'{med:.2f} ({lo:.2f}–{hi:.2f})':<24} "
+            f"{target:<8} {result}"
+        )
+    if "tasks/none" in ns:
+        print(
+            f"(task rows: ns per task after subtracting the no-limiter baseline, "
+            f"{statistics.median(ns['tasks/none']):.0f} ns per task)"
+        )
+    if shares is None:
+        print("background during the run: unknown (no /proc)")
+    else:
+        others, steal = shares
+        busy = others + steal > BUSY
+        print(
+            f"background during the run: other processes {others * 100:.0f}% of the machine's "
+            f"CPU, hypervisor steal {steal * 100:.0f}%"
+            + (" — BUSY MACHINE: the timed rows are unreliable, run again when idle" if busy else "")
+        )
+    print(f"{misses} target(s) missed; {seconds:.0f} s")
+    return misses
+
+
+# ---------------------------------------------------------------------------------------------
+# Callgrind.
+
+CG_SIZES = {"with/": (1_000, 4_000), "try/": (2_000, 12_000), "tasks/": (1_000, 3_000)}
+CG_SIZES_SLOW = {"with/bulklink": (200, 800), "tasks/bulklink": (1_000, 2_000)}
+
+
+def cg_sizes(name: str) -> Tuple[int, int]:
+    if name in CG_SIZES_SLOW:
+        return CG_SIZES_SLOW[name]
+    return next(v for k, v in CG_SIZES.items() if name.startswith(k))
+
+
+def callgrind_child() -> None:
+    """Under callgrind (``--zero-before=os_getppid --dump-before=os_getpgrp``): for each case,
+    a warm-up, then zero → small batch → dump, zero → large batch → dump."""
+    for name in CASES:
+        run = CASES[name][1]()
+        small, large = cg_sizes(name)
+        _measure(run, small)  # warm-up: imports, caches, free lists
+        for n in (small, large):
+            os.getppid()  # zero the counters
+            _measure(run, n)
+            os.getpgrp()  # dump them
+
+
+def callgrind_rows(valgrind: str) -> None:
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "cg.out")
+        subprocess.run(
+            [valgrind, "--tool=callgrind", f"--callgrind-out-file={base}",
+             "--zero-before=os_getppid", "--dump-before=os_getpgrp",
+             sys.executable, os.path.abspath(__file__), "--callgrind-child"],
+            check=True, env=dict(os.environ, PYTHONHASHSEED="0"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        totals = []
+        for i in range(1, 2 * len(CASES) + 1):
+            with open(f"{base}.{i}") as f:
+                totals.append(next(int(m.group(1)) for m in map(re.compile(r"totals:\s+(\d+)").match, f) if m))
+    per_op = {}
+    for k, name in enumerate(CASES):
+        small, large = cg_sizes(name)
+        per_op[name] = (totals[2 * k + 1] - totals[2 * k]) / (unit_ops(name, large) - unit_ops(name, small))
+    print()
+    print("== callgrind: instructions per op (Ir), deterministic ==")
+    header = f"{'row':<52} {'anchor':<27} {'hullguard Ir':>12} {'anchor Ir':>10}  ratio"
+    print(header)
+    print("-" * len(header))
+    for r in ROWS:
+        hg, an = per_op[r.hg], per_op[r.anchor]
+        if r.baseline is not None:
+            hg, an = hg - per_op[r.baseline], an - per_op[r.baseline]
+        print(f"{r.label:<52} {CASES[r.anchor][0]:<27} {hg:>12.0f} {an:>10.0f}  {hg / an:.2f}")
+    print(f"({time.perf_counter() - started:.0f} s under valgrind)")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description="hullguard's Python benchmark (DESIGN.md §8)")
+    p.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 9)))
+    p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--callgrind-child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.callgrind_child:
+        callgrind_child()
+        return 0
+    if args.reps < 5:
+        p.error("--reps must be at least 5")
+    if bulklink is None:
+        print("note: bulklink is not installed (pip install -r bench/python/requirements.txt); "
+              "its reference rows are left out")
+    ns, seconds, shares = timed_rows(args.reps)
+    print_timed(ns, args.reps, seconds, shares)
+    valgrind = shutil.which("valgrind")
+    if args.no_callgrind:
+        pass
+    elif valgrind is None:
+        print("\ncallgrind: valgrind not found; skipped (apt-get install valgrind)")
+    else:
+        callgrind_rows(valgrind)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

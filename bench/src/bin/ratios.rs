@@ -1,0 +1,361 @@
+//! The ratio table of DESIGN.md §8: every case of `hullguard_bench::cases()` in one run,
+//! hullguard beside its anchors, `REPS` (default 9, at least 5) interleaved repetitions whose
+//! order alternates (forward, then reversed); each row prints the median of the per-repetition
+//! ratios with their min–max.
+//!
+//! Usage: `cargo run --release -p hullguard-bench --bin ratios` (`REPS=n` to change the count).
+
+use std::{collections::HashMap, fmt::Write as _, time::Instant};
+
+use hullguard_bench::{Case, DEPTHS, HANDOFF_TASKS, cases};
+
+/// An aggregate 2-thread throughput at least this many times one thread's counts as parallel
+/// (the control row's ratio is then at most `2 / PARALLEL`).
+const PARALLEL: f64 = 1.6;
+
+/// "Stays flat": the per-op cost at a depth at most this many times the cost at depth 10
+/// (an O(depth) step would be 100× to 10 000×).
+const FLAT: f64 = 1.5;
+
+/// Other processes plus steal above this share of the machine make the timed rows unreliable.
+const BUSY: f64 = 0.05;
+
+enum Target {
+    /// Pass when the median ratio is at most this.
+    Max(f64),
+    /// Reported, not judged.
+    Info,
+}
+
+struct Row {
+    label: String,
+    anchor_label: String,
+    hg: String,
+    anchor: String,
+    target: Target,
+}
+
+fn row(label: &str, anchor_label: &str, hg: &str, anchor: &str, target: Target) -> Row {
+    Row {
+        label: label.into(),
+        anchor_label: anchor_label.into(),
+        hg: hg.into(),
+        anchor: anchor.into(),
+        target,
+    }
+}
+
+fn rows() -> Vec<Row> {
+    use Target::*;
+    let mut v = vec![
+        row(
+            "uncontended try_acquire+release",
+            "CAS loop",
+            "uncontended/hullguard",
+            "uncontended/cas",
+            Max(1.6),
+        ),
+        row(
+            "uncontended try_acquire+release",
+            "tokio",
+            "uncontended/hullguard",
+            "uncontended/tokio",
+            Max(0.8),
+        ),
+        row(
+            "2 threads, one shared limiter (per thread)",
+            "tokio",
+            "2t-shared/hullguard",
+            "2t-shared/tokio",
+            Max(0.6),
+        ),
+        row(
+            "2 threads, one shared limiter (per thread)",
+            "CAS loop",
+            "2t-shared/hullguard",
+            "2t-shared/cas",
+            Info,
+        ),
+        row(
+            "control: 2 threads, no sharing, hullguard",
+            "1 thread, same",
+            "2t-private/hullguard",
+            "uncontended/hullguard",
+            Max(2.0 / PARALLEL),
+        ),
+        row(
+            "control: 2 threads, no sharing, CAS loop",
+            "1 thread, same",
+            "2t-private/cas",
+            "uncontended/cas",
+            Max(2.0 / PARALLEL),
+        ),
+        row(
+            "control: 2 threads, no sharing, tokio",
+            "1 thread, same",
+            "2t-private/tokio",
+            "uncontended/tokio",
+            Max(2.0 / PARALLEL),
+        ),
+        row(
+            &format!("handoff: limit 1, {HANDOFF_TASKS} tasks, current-thread rt"),
+            "tokio",
+            "handoff/hullguard",
+            "handoff/tokio",
+            Max(0.8),
+        ),
+    ];
+    for d in DEPTHS {
+        v.push(row(
+            &format!("depth {d}: release→grant→enqueue"),
+            "tokio",
+            &format!("depth-cycle/{d}/hullguard"),
+            &format!("depth-cycle/{d}/tokio"),
+            Info,
+        ));
+    }
+    for d in &DEPTHS[1..] {
+        v.push(row(
+            &format!("  flat? depth {d} vs 10, hullguard"),
+            "depth 10",
+            &format!("depth-cycle/{d}/hullguard"),
+            &format!("depth-cycle/{}/hullguard", DEPTHS[0]),
+            Max(FLAT),
+        ));
+        v.push(row(
+            &format!("  flat? depth {d} vs 10, tokio"),
+            "depth 10",
+            &format!("depth-cycle/{d}/tokio"),
+            &format!("depth-cycle/{}/tokio", DEPTHS[0]),
+            Info,
+        ));
+    }
+    for d in DEPTHS {
+        v.push(row(
+            &format!("depth {d}: cancel middle + enqueue"),
+            "tokio",
+            &format!("depth-cancel/{d}/hullguard"),
+            &format!("depth-cancel/{d}/tokio"),
+            Info,
+        ));
+    }
+    for d in &DEPTHS[1..] {
+        v.push(row(
+            &format!("  flat? depth {d} vs 10, hullguard"),
+            "depth 10",
+            &format!("depth-cancel/{d}/hullguard"),
+            &format!("depth-cancel/{}/hullguard", DEPTHS[0]),
+            Max(FLAT),
+        ));
+        v.push(row(
+            &format!("  flat? depth {d} vs 10, tokio"),
+            "depth 10",
+            &format!("depth-cancel/{d}/tokio"),
+            &format!("depth-cancel/{}/tokio", DEPTHS[0]),
+            Info,
+        ));
+    }
+    v
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn min_max(xs: &[f64]) -> (f64, f64) {
+    xs.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// `(busy, steal, total)` jiffies of the whole machine, from `/proc/stat`.
+fn machine_jiffies() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
+    let f: Vec<u64> = cpu
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let (idle, steal) = (f.get(3)? + f.get(4)?, *f.get(7)?);
+    let total: u64 = f.iter().take(8).sum();
+    Some((total - idle - steal, steal, total))
+}
+
+/// CPU jiffies (user + system) of this process, all threads.
+fn own_jiffies() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// What the rest of the machine did during the run: other processes' CPU and the
+/// hypervisor's steal, as shares of the machine's capacity.
+struct Background {
+    start: Option<((u64, u64, u64), u64)>,
+}
+
+impl Background {
+    fn start() -> Self {
+        Self {
+            start: machine_jiffies().zip(own_jiffies()),
+        }
+    }
+
+    /// `(others, steal)` as fractions of all CPUs' time since `start`.
+    fn shares(&self) -> Option<(f64, f64)> {
+        let ((b0, s0, t0), o0) = self.start?;
+        let ((b1, s1, t1), o1) = machine_jiffies().zip(own_jiffies())?;
+        let total = (t1 - t0).max(1) as f64;
+        let others = (b1 - b0).saturating_sub(o1 - o0) as f64;
+        Some((others / total, (s1 - s0) as f64 / total))
+    }
+}
+
+fn ns_per_op(c: &Case) -> f64 {
+    let d = (c.run)(c.batch);
+    d.as_secs_f64() * 1e9 / c.batch as f64
+}
+
+fn main() {
+    let reps: usize = std::env::var("REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(9);
+    assert!(reps >= 5, "DESIGN §8: at least 5 repetitions (REPS={reps})");
+    let cases = cases();
+    let started = Instant::now();
+    let background = Background::start();
+
+    // Warm-up: every case once, a tenth of a batch (page faults, allocator, CPU frequency).
+    for c in &cases {
+        (c.run)((c.batch / 10).max(1));
+    }
+    let mut ns: HashMap<&str, Vec<f64>> = HashMap::new();
+    for rep in 0..reps {
+        let order: Vec<&Case> = if rep % 2 == 0 {
+            cases.iter().collect()
+        } else {
+            cases.iter().rev().collect()
+        };
+        for c in order {
+            ns.entry(c.name.as_str()).or_default().push(ns_per_op(c));
+        }
+    }
+
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "hullguard ratio table — {} ({} logical CPUs), {reps} interleaved repetitions, \
+         alternating order; ns per op, ratio = hullguard / anchor per repetition",
+        cpu_model(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let _ = writeln!(out);
+    let header = format!(
+        "{:<46} {:<15} {:>11} {:>11}  {:<22} {:<8} {}",
+        "row", "anchor", "hullguard", "anchor", "ratio median (min–max)", "target", "result"
+    );
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "{}", "-".repeat(header.chars().count()));
+    let mut misses = 0;
+    for r in rows() {
+        let (hg, an) = (&ns[r.hg.as_str()], &ns[r.anchor.as_str()]);
+        let ratios: Vec<f64> = hg.iter().zip(an).map(|(h, a)| h / a).collect();
+        let (lo, hi) = min_max(&ratios);
+        let med = median(&ratios);
+        let (target, result) = match r.target {
+            Target::Max(t) if med <= t => (format!("≤ {t:.2}"), "pass"),
+            Target::Max(t) => {
+                misses += 1;
+                (format!("≤ {t:.2}"), "MISS")
+            }
+            Target::Info => ("—".to_string(), "info"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<46} {:<15} {:>11.2} {:>11.2}  {:<22} {:<8} {}",
+            r.label,
+            r.anchor_label,
+            median(hg),
+            median(an),
+            format!("{med:.2} ({lo:.2}–{hi:.2})"),
+            target,
+            result
+        );
+    }
+
+    // The 2-thread rows count only if the no-sharing control shows two threads at work.
+    let _ = writeln!(out);
+    let mut parallel = true;
+    for (engine, label) in [
+        ("hullguard", "hullguard"),
+        ("cas", "CAS loop"),
+        ("tokio", "tokio"),
+    ] {
+        let one = &ns[format!("uncontended/{engine}").as_str()];
+        let two = &ns[format!("2t-private/{engine}").as_str()];
+        let speedups: Vec<f64> = one.iter().zip(two).map(|(o, t)| 2.0 * o / t).collect();
+        let (lo, hi) = min_max(&speedups);
+        let med = median(&speedups);
+        parallel &= med >= PARALLEL;
+        let _ = writeln!(
+            out,
+            "no-sharing control, {label}: 2 threads = {med:.2}× one thread's throughput \
+             ({lo:.2}–{hi:.2})"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "threads ran in parallel (control ≥ {PARALLEL:.1}×): {} — the 2-thread rows are {}",
+        if parallel { "yes" } else { "NO" },
+        if parallel { "valid" } else { "NOT valid" }
+    );
+    match background.shares() {
+        Some((others, steal)) => {
+            let _ = writeln!(
+                out,
+                "background during the run: other processes {:.0}% of the machine's CPU, \
+                 hypervisor steal {:.0}%{}",
+                others * 100.0,
+                steal * 100.0,
+                if others + steal > BUSY {
+                    " — BUSY MACHINE: the timed rows are unreliable, run again when idle"
+                } else {
+                    ""
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(out, "background during the run: unknown (no /proc)");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{misses} target(s) missed; {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    print!("{out}");
+}
