@@ -119,7 +119,9 @@ bench:
 	$(MAKE) --no-print-directory py-dev
 	$(VENV)/bin/pip install --quiet -r bench/python/requirements.txt
 	$(PY) bench/python/bench.py
-	$(MAKE) --no-print-directory node-build && cd bench/node && npm ci --no-audit --no-fund --loglevel=error && node --expose-gc bench.mjs
+	$(MAKE) --no-print-directory node-build
+	cd bench/node && npm ci --no-audit --no-fund --loglevel=error && node --expose-gc bench.mjs
+	bench/c/run.sh
 
 # ----- Node binding (bindings-node/, npm package `hullguard`) ----------------------------------
 
@@ -151,3 +153,43 @@ header:
 
 header-check:
 	ci/header.sh --check
+
+# ----- C ABI tests / install / embedded --------------------------------------------------------
+#
+#   make c-test             the C ABI's tests (tests/c/run.sh): the C tests plain, under ASan +
+#                           UBSan (leaks on) and valgrind; the C++17 example (examples/cpp), plain
+#                           and under ASan; the scenario vectors through the ABI; and a C program
+#                           built with pkg-config against `make install` in a temp prefix
+#   make install PREFIX=... lib/libhullguard.{a,so}, include/hullguard.h, lib/pkgconfig/hullguard.pc
+#                           (PREFIX defaults to /usr/local; DESTDIR is honoured)
+#   make firmware           examples/firmware (no_std, a static bulkhead, no allocator): its host
+#                           tests, then it and the core for thumbv6m-none-eabi (critical-section)
+#                           and thumbv7em-none-eabihf, in their own target dir
+
+PREFIX ?= /usr/local
+HG_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+FIRMWARE_CARGO := env CARGO_TARGET_DIR=target/nostd cargo
+
+.PHONY: c-test install firmware
+
+c-test:
+	tests/c/run.sh
+
+install:
+	cargo build --quiet --release -p hullguard-ffi
+	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
+	install -m 644 target/release/libhullguard.a "$(DESTDIR)$(PREFIX)/lib/"
+	install -m 755 target/release/libhullguard.so "$(DESTDIR)$(PREFIX)/lib/"
+	install -m 644 ffi/include/hullguard.h "$(DESTDIR)$(PREFIX)/include/"
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(HG_VERSION)|g' ffi/hullguard.pc.in \
+	    | grep -v '^#' > "$(DESTDIR)$(PREFIX)/lib/pkgconfig/hullguard.pc"
+
+# A library build needs no critical-section implementation; a firmware binary must bring one.
+firmware:
+	$(FIRMWARE_CARGO) test --quiet -p hullguard-firmware-example
+	$(FIRMWARE_CARGO) build -p hullguard-core --no-default-features --features critical-section \
+	    --target thumbv6m-none-eabi
+	$(FIRMWARE_CARGO) build -p hullguard-firmware-example --features critical-section \
+	    --target thumbv6m-none-eabi
+	$(FIRMWARE_CARGO) build -p hullguard-core --no-default-features --target thumbv7em-none-eabihf
+	$(FIRMWARE_CARGO) build -p hullguard-firmware-example --target thumbv7em-none-eabihf

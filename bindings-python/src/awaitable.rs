@@ -20,7 +20,6 @@ use hullguard_core::{
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
     prelude::*,
-    types::PyTuple,
 };
 
 use crate::{
@@ -28,6 +27,41 @@ use crate::{
     permit::Permit,
     waiter::{QueueTimer, WaitTarget},
 };
+
+/// Units held by `async with bh:` blocks of one `Bulkhead` object. `__aexit__` returns a
+/// unit only if one is outstanding, so a stray `__aexit__` can never mint a permit (counted as
+/// a double release instead).
+#[derive(Debug)]
+pub(crate) struct BareHeld {
+    bh: Arc<CoreBulkhead>,
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl BareHeld {
+    pub(crate) fn new(bh: Arc<CoreBulkhead>) -> Self {
+        Self {
+            bh,
+            held: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn enter(&self) {
+        self.held.fetch_add(1, SeqCst);
+    }
+
+    /// Returns one unit if a block holds one.
+    pub(crate) fn exit(&self) {
+        let took = self
+            .held
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if took {
+            self.bh.release_units(1);
+        } else {
+            self.bh.record_double_release();
+        }
+    }
+}
 
 /// What to yield to the task, or the final value (as `StopIteration`), or an error.
 type Step = PyResult<Py<PyAny>>;
@@ -42,9 +76,21 @@ pub(crate) struct Ready {
     value: Py<PyAny>,
 }
 
+static READY_FALSE: pyo3::sync::PyOnceLock<Py<Ready>> = pyo3::sync::PyOnceLock::new();
+
 impl Ready {
-    pub(crate) fn new(value: Py<PyAny>) -> Self {
-        Self { value }
+    /// The one shared, already-finished awaitable of `False` (what every `__aexit__` returns).
+    pub(crate) fn exit_false(py: Python<'_>) -> PyResult<Py<Ready>> {
+        READY_FALSE
+            .get_or_try_init(py, || {
+                Py::new(
+                    py,
+                    Ready {
+                        value: false.into_pyobject(py)?.to_owned().into_any().unbind(),
+                    },
+                )
+            })
+            .map(|r| r.clone_ref(py))
     }
 }
 
@@ -109,8 +155,9 @@ pub(crate) struct AcquireContext {
     weight: u64,
     /// Resolved queue timeout: `ZERO` = do not queue, `MAX` = no deadline.
     timeout: Duration,
-    /// `async with bh:` — hold the units without a `Permit` object.
-    bare: bool,
+    /// `async with bh:` — hold one unit without a `Permit` object, counted in this bulkhead
+    /// object's `BareHeld` so that `Bulkhead.__aexit__` can never return more than was taken.
+    bare: Option<Arc<BareHeld>>,
     state: State,
     permit: Option<Py<Permit>>,
 }
@@ -121,7 +168,7 @@ impl AcquireContext {
         key: Option<String>,
         weight: u64,
         timeout: Duration,
-        bare: bool,
+        bare: Option<Arc<BareHeld>>,
     ) -> Self {
         Self {
             bh,
@@ -136,14 +183,15 @@ impl AcquireContext {
 
     /// An acquire that raises `err` when awaited (a registry key that could not be created).
     pub(crate) fn failed(bh: Arc<CoreBulkhead>, key: Option<String>, err: PyErr) -> Self {
-        let mut s = Self::new(bh, key, 1, Duration::ZERO, false);
+        let mut s = Self::new(bh, key, 1, Duration::ZERO, None);
         s.state = State::Failed(Some(err));
         s
     }
 
     fn granted(&mut self, py: Python<'_>, weight: u64) -> Step {
         self.state = State::Done;
-        if self.bare {
+        if let Some(bare) = &self.bare {
+            bare.enter();
             return stop(py.None());
         }
         let permit = Py::new(py, Permit::new(self.bh.clone(), weight, self.key.clone()))?;
@@ -254,9 +302,22 @@ impl AcquireContext {
                     };
                     return self.rejected(py, &r);
                 }
-                // Woken (or resumed spuriously): a fresh future for the next wait.
-                target.renew(py)?;
-                self.wait(py, ticket, target, timer, false)
+                // Woken: take the outcome first; only a spurious wake-up (still pending)
+                // needs a fresh future for the next wait.
+                match self.bh.poll_ticket(ticket, None) {
+                    Ok(TicketPoll::Granted(w)) => {
+                        cancel_timer(py, timer);
+                        self.granted(py, w)
+                    }
+                    Ok(TicketPoll::Rejected(r)) => {
+                        cancel_timer(py, timer);
+                        self.rejected(py, &r)
+                    }
+                    _ => {
+                        target.renew(py)?;
+                        self.wait(py, ticket, target, timer, false)
+                    }
+                }
             }
             State::Failed(e) => Err(e.unwrap_or_else(|| {
                 PyRuntimeError::new_err("this acquire has already been awaited")
@@ -326,14 +387,18 @@ impl AcquireContext {
     }
 
     /// Releases the permit taken by `__aenter__` (skipped silently if already released).
-    #[pyo3(signature = (*_exc))]
-    fn __aexit__(&mut self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> PyResult<Ready> {
+    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    fn __aexit__(
+        &mut self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Ready>> {
         if let Some(p) = self.permit.take() {
             p.get().release_inner(false);
         }
-        Ok(Ready::new(
-            false.into_pyobject(py)?.to_owned().into_any().unbind(),
-        ))
+        Ready::exit_false(py)
     }
 }
 

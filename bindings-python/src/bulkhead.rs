@@ -13,7 +13,7 @@ use hullguard_core::{
 use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
 
 use crate::{
-    awaitable::{AcquireContext, DrainAwaitable, Ready},
+    awaitable::{AcquireContext, BareHeld, DrainAwaitable, Ready},
     errors::{acquire_err, count_arg, rejection_err, seconds_arg},
     permit::Permit,
     stats::{drain_dict, stats_dict},
@@ -221,6 +221,18 @@ pub(crate) fn drain_sync_on<'py>(
 pub(crate) struct Bulkhead {
     pub(crate) bh: Arc<CoreBulkhead>,
     pub(crate) key: Option<String>,
+    /// Units held by this object's `async with bh:` blocks.
+    bare: Arc<BareHeld>,
+}
+
+impl Bulkhead {
+    pub(crate) fn wrap(bh: Arc<CoreBulkhead>, key: Option<String>) -> Self {
+        Self {
+            bare: Arc::new(BareHeld::new(bh.clone())),
+            bh,
+            key,
+        }
+    }
 }
 
 #[pymethods]
@@ -243,10 +255,7 @@ impl Bulkhead {
         )?;
         let bh = CoreBulkhead::with_clock(config, clock_source(_clock))
             .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
-        Ok(Self {
-            bh: Arc::new(bh),
-            key: None,
-        })
+        Ok(Self::wrap(Arc::new(bh), None))
     }
 
     /// Waits for `weight` permits: `await bh.acquire()` gives a `Permit` (release it yourself);
@@ -264,7 +273,7 @@ impl Bulkhead {
             self.key.clone(),
             w,
             t,
-            false,
+            None,
         ))
     }
 
@@ -275,16 +284,22 @@ impl Bulkhead {
             self.key.clone(),
             1,
             self.bh.queue_timeout(),
-            true,
+            Some(self.bare.clone()),
         )
     }
 
-    #[pyo3(signature = (*_exc))]
-    fn __aexit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<Ready> {
-        self.bh.release_units(1);
-        Ok(Ready::new(
-            false.into_pyobject(py)?.to_owned().into_any().unbind(),
-        ))
+    /// Returns the unit of the `async with bh:` block (a stray call returns nothing and is
+    /// counted in `released_twice_total`).
+    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    fn __aexit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<Ready>> {
+        self.bare.exit();
+        Ready::exit_false(py)
     }
 
     /// Blocks this thread (GIL released) until admitted.

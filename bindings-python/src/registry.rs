@@ -131,10 +131,10 @@ impl Registry {
     /// The bulkhead of `key` (created on first use). While the returned object lives, the
     /// entry is never evicted.
     fn get(&self, py: Python<'_>, key: &str) -> PyResult<Bulkhead> {
-        Ok(Bulkhead {
-            bh: self.bulkhead(py, key)?,
-            key: Some(key.to_owned()),
-        })
+        Ok(Bulkhead::wrap(
+            self.bulkhead(py, key)?,
+            Some(key.to_owned()),
+        ))
     }
 
     /// `bh.acquire()` on `key`'s bulkhead: awaitable and async context manager.
@@ -166,7 +166,7 @@ impl Registry {
         };
         let w = weight_arg(&bh, weight)?;
         let t = seconds_arg(timeout, "timeout")?.unwrap_or(bh.queue_timeout());
-        Ok(AcquireContext::new(bh, Some(key.to_owned()), w, t, false))
+        Ok(AcquireContext::new(bh, Some(key.to_owned()), w, t, None))
     }
 
     /// Decorator: every call of the function holds `weight` permits of `key`'s bulkhead.

@@ -902,3 +902,15 @@ def test_valid_timeout_types() -> None:
         p = bh.acquire_sync(timeout=t)
         p.release()
     assert_idle(bh)
+
+
+async def test_stray_bulkhead_aexit_never_mints_a_permit() -> None:
+    # A `Bulkhead.__aexit__` with no matching `__aenter__` returns nothing (I9) and is
+    # counted as a double release; I1/I2 hold afterwards.
+    bh = hullguard.Bulkhead(max_concurrent=1)
+    await bh.__aexit__(None, None, None)
+    s = bh.stats()
+    assert (s["available"], s["limit"], s["released_twice_total"]) == (1, 1, 1)
+    async with bh:
+        assert bh.try_acquire() is None
+    assert bh.stats()["available"] == 1

@@ -1,0 +1,574 @@
+#!/usr/bin/env python3
+"""The isolation demo in Python (DESIGN.md §9): ``make demo``.
+
+Two real HTTP/1.1 upstreams listen on loopback, served by a separate process with its own
+asyncio loop (so the client's loop measures only the client): a healthy origin that answers in
+about 5 ms and a degraded origin that answers in 1-2 s. One ``httpx.AsyncClient`` sends an
+open-loop schedule of requests to both. Its total outbound capacity is a shared budget of N
+concurrent requests across all origins: ``httpx.Limits(max_connections=N)``, the connection
+pool's total cap (HTTP/1.1: one request per connection). A request that gets no connection
+within the pool timeout (``httpx.Timeout(pool=2.0)``) fails with ``httpx.PoolTimeout``.
+
+The same schedule runs twice, each time with a fresh client:
+
+1. **without hullguard**: the degraded origin's slow requests take every connection of the
+   shared pool, and the healthy origin's requests queue behind them;
+2. **with hullguard**: the same client with one line added,
+   ``transport=BulkheadTransport(inner, registry=Registry(..., overrides={degraded_key: ...}))``:
+   one bulkhead per canonical origin key (``hullguard.origin_key``), acquired *before* the pool.
+   The bulkheads' ``max_concurrent`` add up to N, so the degraded origin can only ever hold its
+   own slice of the pool and a healthy request never waits behind a degraded one.
+
+Then it prints both runs side by side and each bulkhead's stats, and checks the two properties
+the demo exists to show (exit code 1 if either fails), as the Rust demo does: the healthy
+origin's p99 latency with hullguard is at most a fifth of its p99 without, and with hullguard no
+healthy request waited behind a degraded one for the shared budget.
+
+How "waited behind a degraded one for the shared budget" is measured: a thin instrumenting
+transport sits directly around ``httpx.AsyncHTTPTransport`` (inside the bulkhead transport). It
+counts the requests inside the pool: *holding* a connection (from httpcore's first
+``trace`` event, which fires only once the pool has assigned a connection, until the response
+is closed or fails) or *waiting* for one (entered, not yet assigned). With HTTP/1.1 and
+``max_connections=N`` a request that enters while ``holding + waiting >= N`` cannot get a
+connection at once: it "waited for the shared budget". If at that moment at least one degraded
+request holds a connection, it "waited behind a degraded one". This is the Python form of the
+Rust demo's ``try_acquire`` on the budget semaphore failing while ``degraded_in_budget > 0``.
+Beside it, the measured time from entering the pool to getting a connection is reported. (It
+can exceed the pool timeout: httpcore restarts the pool timeout when a connection it assigned
+was taken by another request first and it retries, ``ConnectionNotAvailable``; that happens
+often in a saturated pool.)
+
+Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
+deadline. The whole demo takes about 25 s. Smaller runs: ``--budget 4 --seconds 3
+--degraded-min 1.0``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
+
+import httpx
+
+import hullguard
+from hullguard.httpx import BulkheadTransport
+
+HEALTHY, DEGRADED = 0, 1
+
+# ---------------------------------------------------------------------------------------------
+# The upstreams (a separate process: `isolation_demo.py --serve ...`).
+
+_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n"
+    b"Connection: keep-alive\r\n\r\nok\n"
+)
+
+
+def _delay_fn(kind: int, args: argparse.Namespace) -> Callable[[int], float]:
+    if kind == HEALTHY:
+        return lambda n: args.healthy_ms / 1000.0
+    lo, hi = args.degraded_min, args.degraded_max
+    # Spread deterministically over [lo, hi) (mean (lo + hi) / 2), like the Rust demo.
+    return lambda n: lo + (hi - lo) * ((n * 379) % 1000) / 1000.0
+
+
+async def _serve_upstream(delay: Callable[[int], float]) -> asyncio.Server:
+    served = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip())
+                if length:
+                    await reader.readexactly(length)
+                pause = delay(served)
+                served += 1
+                await asyncio.sleep(pause)
+                writer.write(_RESPONSE)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # the client went away: this connection ends
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+
+
+async def _serve_main(args: argparse.Namespace) -> None:
+    servers = [await _serve_upstream(_delay_fn(k, args)) for k in (HEALTHY, DEGRADED)]
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    print(f"PORTS {ports[0]} {ports[1]}", flush=True)
+    # Serve until the parent closes our stdin (or dies).
+    loop = asyncio.get_running_loop()
+    stop = loop.create_future()
+
+    def finish() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
+    def watch_stdin() -> None:
+        sys.stdin.buffer.read()
+        loop.call_soon_threadsafe(finish)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    await stop
+    for s in servers:
+        s.close()
+
+
+class Upstreams:
+    """The two upstreams, in a child process with its own event loop."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--serve",
+            f"--healthy-ms={args.healthy_ms}",
+            f"--degraded-min={args.degraded_min}",
+            f"--degraded-max={args.degraded_max}",
+        ]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode().split()
+        if len(line) != 3 or line[0] != "PORTS":
+            self.close()
+            raise RuntimeError(f"upstream process failed to start: {line!r}")
+        self.ports = (int(line[1]), int(line[2]))
+        self.urls = tuple(f"http://127.0.0.1:{p}/" for p in self.ports)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The client side.
+
+
+@dataclass
+class Live:
+    """Live counters, read by the progress line and the summary."""
+
+    sent: List[int] = field(default_factory=lambda: [0, 0])
+    done: List[int] = field(default_factory=lambda: [0, 0])
+    ok: List[int] = field(default_factory=lambda: [0, 0])
+    # Inside the pool right now, per origin: holding a connection / waiting for one.
+    holding: List[int] = field(default_factory=lambda: [0, 0])
+    waiting: List[int] = field(default_factory=lambda: [0, 0])
+    # Healthy requests that found the shared budget full on entering the pool ...
+    healthy_waited: int = 0
+    # ... while at least one degraded request held a connection.
+    healthy_waited_behind_degraded: int = 0
+    # Seconds from entering the pool to getting a connection, per healthy request.
+    healthy_conn_wait: List[float] = field(default_factory=list)
+
+
+class _PoolSlotStream(httpx.AsyncByteStream):
+    """Marks the end of holding a connection when the response body is closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, done: Callable[[], None]) -> None:
+        self._inner = inner
+        self._done = done
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._done()
+
+
+class PoolCounter(httpx.AsyncBaseTransport):
+    """``httpx.AsyncHTTPTransport(limits=Limits(max_connections=budget))`` plus the counting
+    described in the module docs."""
+
+    def __init__(self, budget: int, ports: Tuple[int, int], live: Live) -> None:
+        self.inner = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=budget, max_keepalive_connections=budget)
+        )
+        self.budget = budget
+        self.ports = ports
+        self.live = live
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        live = self.live
+        origin = HEALTHY if request.url.port == self.ports[HEALTHY] else DEGRADED
+        if origin == HEALTHY and sum(live.holding) + sum(live.waiting) >= self.budget:
+            live.healthy_waited += 1
+            if live.holding[DEGRADED] > 0:
+                live.healthy_waited_behind_degraded += 1
+        live.waiting[origin] += 1
+        held = over = False
+        entered = time.perf_counter()
+        user_trace = request.extensions.get("trace")
+
+        async def trace(name: str, info: Dict[str, Any]) -> None:
+            # httpcore emits trace events only once the pool has assigned a connection.
+            nonlocal held
+            if not held and not over:
+                held = True
+                live.waiting[origin] -= 1
+                live.holding[origin] += 1
+                if origin == HEALTHY:
+                    live.healthy_conn_wait.append(time.perf_counter() - entered)
+            if user_trace is not None:
+                await user_trace(name, info)
+
+        def leave() -> None:
+            nonlocal over
+            if over:
+                return
+            over = True
+            if held:
+                live.holding[origin] -= 1
+            else:
+                live.waiting[origin] -= 1
+
+        request.extensions = {**request.extensions, "trace": trace}
+        try:
+            response = await self.inner.handle_async_request(request)
+        except BaseException:
+            leave()
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _PoolSlotStream(response.stream, leave)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass
+class Record:
+    origin: int
+    outcome: str
+    latency: float
+
+
+@dataclass
+class Summary:
+    healthy_total: int
+    healthy_ok: int
+    healthy_pct: List[float]  # p50, p95, p99 in seconds, over every healthy request
+    healthy_waited: int
+    healthy_waited_behind_degraded: int
+    healthy_conn_wait_max: float
+    degraded_total: int
+    degraded_outcomes: Dict[str, int]
+    wall: float
+
+
+def percentile(sorted_values: List[float], p: float) -> float:
+    """Nearest-rank percentile of a sorted list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = -(-p * len(sorted_values) // 100)  # ceil(p/100 × n)
+    rank = int(min(max(rank, 1), len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def schedule(args: argparse.Namespace) -> List[Tuple[float, int]]:
+    at: List[Tuple[float, int]] = []
+    for every_ms, origin in ((args.healthy_every_ms, HEALTHY), (args.degraded_every_ms, DEGRADED)):
+        n = 0
+        while n * every_ms < args.seconds * 1000:
+            at.append((n * every_ms / 1000.0, origin))
+            n += 1
+    at.sort()
+    return at
+
+
+OUTCOME_ORDER = ["ok", "pool_timeout (shared budget)", "http_error"]
+
+
+def outcome_sort_key(o: str) -> Tuple[int, str]:
+    return (OUTCOME_ORDER.index(o) if o in OUTCOME_ORDER else len(OUTCOME_ORDER), o)
+
+
+async def run_once(
+    name: str,
+    args: argparse.Namespace,
+    up: Upstreams,
+    registry: Optional[Any],
+) -> Summary:
+    live = Live()
+    pool = PoolCounter(args.budget, up.ports, live)
+    # The one line that adds isolation: wrap the client's transport.
+    transport = pool if registry is None else BulkheadTransport(pool, registry=registry)
+    timeout = httpx.Timeout(args.request_timeout, pool=args.pool_timeout)
+    records: List[Record] = []
+
+    async def request(client: Any, origin: int) -> None:
+        start = time.perf_counter()
+        try:
+            r = await client.get(up.urls[origin])
+            outcome = "ok" if r.status_code == 200 and r.content == b"ok\n" else "http_error"
+        except hullguard.BulkheadError as e:
+            outcome = f"rejected by bulkhead: {e.reason}"
+        except httpx.PoolTimeout:
+            outcome = "pool_timeout (shared budget)"
+        except httpx.HTTPError:
+            outcome = "http_error"
+        latency = time.perf_counter() - start
+        live.done[origin] += 1
+        if outcome == "ok":
+            live.ok[origin] += 1
+        records.append(Record(origin, outcome, latency))
+
+    async def progress(start: float) -> None:
+        second = 1
+        while True:
+            await asyncio.sleep(max(0.0, start + second - time.perf_counter()))
+            phase = "sending " if second <= args.seconds else "settling"
+            h, d = HEALTHY, DEGRADED
+            print(
+                f"  [{name:<17}] {second:>2}s {phase} | healthy {live.sent[h]:>3} sent "
+                f"{live.done[h]:>3} done {live.ok[h]:>3} ok | degraded {live.sent[d]:>3} sent "
+                f"{live.done[d]:>3} done {live.ok[d]:>3} ok | pool {sum(live.holding)}/"
+                f"{args.budget} connections in use ({live.holding[d]} degraded), "
+                f"{sum(live.waiting):>3} waiting",
+                flush=True,
+            )
+            second += 1
+
+    print(f"\n== {name} ==", flush=True)
+    async with httpx.AsyncClient(transport=transport, timeout=timeout) as client:
+        started = time.perf_counter()
+        ticker = asyncio.create_task(progress(started))
+        tasks = []
+        for offset, origin in schedule(args):
+            delay = started + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            live.sent[origin] += 1
+            tasks.append(asyncio.create_task(request(client, origin)))
+        await asyncio.gather(*tasks)
+        wall = time.perf_counter() - started
+        ticker.cancel()
+        try:
+            await ticker
+        except asyncio.CancelledError:
+            pass
+
+    healthy = sorted(r.latency for r in records if r.origin == HEALTHY)
+    degraded: Dict[str, int] = {}
+    for r in records:
+        if r.origin == DEGRADED:
+            degraded[r.outcome] = degraded.get(r.outcome, 0) + 1
+    return Summary(
+        healthy_total=len(healthy),
+        healthy_ok=sum(1 for r in records if r.origin == HEALTHY and r.outcome == "ok"),
+        healthy_pct=[percentile(healthy, p) for p in (50.0, 95.0, 99.0)],
+        healthy_waited=live.healthy_waited,
+        healthy_waited_behind_degraded=live.healthy_waited_behind_degraded,
+        healthy_conn_wait_max=max(live.healthy_conn_wait, default=0.0),
+        degraded_total=len(records) - len(healthy),
+        degraded_outcomes=degraded,
+        wall=wall,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Output.
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def rate(ok: int, total: int) -> str:
+    if total == 0:
+        return "-"
+    return f"{ok * 100.0 / total:.1f} % ({ok}/{total})"
+
+
+def row(label: str, a: object, b: object) -> None:
+    print(f"  {label:<46} {str(a):>22} {str(b):>22}")
+
+
+def print_table(without: Summary, with_: Summary, args: argparse.Namespace) -> None:
+    print("\n== side by side ==")
+    row("", "without hullguard", "with hullguard")
+    print(f"  healthy origin (~{args.healthy_ms:g} ms)")
+    row("  requests", without.healthy_total, with_.healthy_total)
+    row(
+        "  success rate",
+        rate(without.healthy_ok, without.healthy_total),
+        rate(with_.healthy_ok, with_.healthy_total),
+    )
+    for i, p in enumerate(("p50", "p95", "p99")):
+        row(f"  {p} latency (all requests)", ms(without.healthy_pct[i]), ms(with_.healthy_pct[i]))
+    row("  waited for the shared budget", without.healthy_waited, with_.healthy_waited)
+    row(
+        "  ... behind a degraded request holding a slot",
+        without.healthy_waited_behind_degraded,
+        with_.healthy_waited_behind_degraded,
+    )
+    row(
+        "  max time waiting for a connection",
+        ms(without.healthy_conn_wait_max),
+        ms(with_.healthy_conn_wait_max),
+    )
+    print(f"  degraded origin ({args.degraded_min:g}-{args.degraded_max:g} s), outcomes")
+    row("  requests", without.degraded_total, with_.degraded_total)
+    for o in sorted(set(without.degraded_outcomes) | set(with_.degraded_outcomes), key=outcome_sort_key):
+        row(f"  {o}", without.degraded_outcomes.get(o, 0), with_.degraded_outcomes.get(o, 0))
+    row("run time (sending + settling)", f"{without.wall:.1f} s", f"{with_.wall:.1f} s")
+
+
+def print_stats(healthy: Dict[str, Any], degraded: Dict[str, Any]) -> None:
+    print("\n== bulkhead stats (with hullguard, after the run) ==")
+    row("", "healthy bulkhead", "degraded bulkhead")
+    for k in (
+        "max_concurrent", "limit", "active", "queued", "granted_unclaimed", "available",
+        "admitted_total",
+    ):
+        row(k, healthy[k], degraded[k])
+    for reason in healthy["rejected_by_reason"]:
+        row(
+            f"rejected_by_reason.{reason}",
+            healthy["rejected_by_reason"][reason],
+            degraded["rejected_by_reason"][reason],
+        )
+    for k in ("released_twice_total", "leaked_total", "ring_free", "queue_wait_count"):
+        row(k, healthy[k], degraded[k])
+
+    def wait(s: Dict[str, Any], ns: int) -> str:
+        return "-" if s["queue_wait_count"] == 0 else ms(ns / 1e9)
+
+    row(
+        "queue wait mean (queue_wait_sum_ns / count)",
+        wait(healthy, healthy["queue_wait_sum_ns"] // max(healthy["queue_wait_count"], 1)),
+        wait(degraded, degraded["queue_wait_sum_ns"] // max(degraded["queue_wait_count"], 1)),
+    )
+    row(
+        "queue wait max (queue_wait_max_ns)",
+        wait(healthy, healthy["queue_wait_max_ns"]),
+        wait(degraded, degraded["queue_wait_max_ns"]),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--budget", type=int, default=8, help="shared budget N (max_connections)")
+    p.add_argument("--seconds", type=float, default=8.0, help="how long each run sends")
+    p.add_argument("--healthy-every-ms", type=float, default=10.0)
+    p.add_argument("--degraded-every-ms", type=float, default=20.0)
+    p.add_argument("--healthy-ms", type=float, default=5.0, help="healthy upstream latency")
+    p.add_argument("--degraded-min", type=float, default=1.0, help="degraded latency min (s)")
+    p.add_argument("--degraded-max", type=float, default=None, help="default: min + 1 s")
+    p.add_argument("--pool-timeout", type=float, default=2.0, help="httpx Timeout(pool=...)")
+    p.add_argument("--request-timeout", type=float, default=5.0)
+    p.add_argument("--degraded-slice", type=int, default=None,
+                   help="degraded bulkhead's max_concurrent (default: max(1, budget // 4))")
+    p.add_argument("--json", metavar="PATH", help="also write both summaries as JSON")
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.degraded_max is None:
+        args.degraded_max = args.degraded_min + 1.0
+    if args.degraded_slice is None:
+        args.degraded_slice = max(1, args.budget // 4)
+    if args.budget < 2 or not 1 <= args.degraded_slice < args.budget:
+        p.error("need --budget >= 2 and 1 <= --degraded-slice < --budget")
+    if args.degraded_max < args.degraded_min or args.degraded_max >= args.request_timeout:
+        p.error("need degraded-min <= degraded-max < request-timeout")
+    return args
+
+
+async def amain(args: argparse.Namespace) -> int:
+    healthy_cfg = {"max_concurrent": args.budget - args.degraded_slice, "max_queue": 100,
+                   "queue_timeout": 1.0}
+    degraded_cfg = {"max_concurrent": args.degraded_slice, "max_queue": 4, "queue_timeout": 0.1}
+    up = Upstreams(args)
+    try:
+        keys = [hullguard.origin_key(u) for u in up.urls]
+        print("hullguard isolation demo (Python, httpx)")
+        print(f"  healthy upstream  {up.urls[0]}  answers in ~{args.healthy_ms:g} ms")
+        print(f"  degraded upstream {up.urls[1]}  answers in {args.degraded_min:g}-"
+              f"{args.degraded_max:g} s   (both served by a separate process, pid {up.proc.pid})")
+        print(f"  load: {args.seconds:g} s open loop, a healthy request every "
+              f"{args.healthy_every_ms:g} ms and a degraded one every {args.degraded_every_ms:g} ms")
+        print(f"  shared budget: one httpx.AsyncClient, Limits(max_connections={args.budget}) "
+              f"across all origins; Timeout(pool={args.pool_timeout:g})")
+        print(f"  with hullguard: BulkheadTransport(registry=Registry(**{healthy_cfg}, "
+              f"overrides={{{keys[1]!r}: {degraded_cfg}}}))")
+
+        # Warm-up, untimed: the first request of a process pays httpx's lazy imports (anyio's
+        # backend, h11) and would otherwise count against the first run only.
+        async with httpx.AsyncClient() as warm:
+            for url in up.urls[:1]:
+                (await warm.get(url)).raise_for_status()
+
+        without = await run_once("without hullguard", args, up, None)
+        registry = hullguard.Registry(**healthy_cfg, overrides={keys[1]: degraded_cfg})
+        with_ = await run_once("with hullguard", args, up, registry)
+    finally:
+        up.close()
+
+    print_table(without, with_, args)
+    stats = registry.stats()
+    print_stats(stats[keys[0]], stats[keys[1]])
+
+    p99_ok = with_.healthy_pct[2] * 5 <= without.healthy_pct[2]
+    # The strict form, as in the Rust demo: with hullguard a healthy request never even finds
+    # the shared budget full (the slices add up to the budget), so it cannot wait behind a
+    # degraded one.
+    isolated = with_.healthy_waited == 0 and with_.healthy_waited_behind_degraded == 0
+    print()
+    print(f"check: healthy p99 with hullguard ({ms(with_.healthy_pct[2])}) at most a fifth of "
+          f"without ({ms(without.healthy_pct[2])}): {'PASS' if p99_ok else 'FAIL'}")
+    print(f"check: healthy requests that waited behind a degraded one for the shared budget, "
+          f"with hullguard: {with_.healthy_waited_behind_degraded} (want 0; waited at all: "
+          f"{with_.healthy_waited}): {'PASS' if isolated else 'FAIL'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"without": without.__dict__, "with": with_.__dict__, "stats": stats,
+                 "checks": {"p99": p99_ok, "isolated": isolated}},
+                f, indent=2,
+            )
+    return 0 if p99_ok and isolated else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.serve:
+        asyncio.run(_serve_main(args))
+        return 0
+    return asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
