@@ -904,6 +904,7 @@ def test_valid_timeout_types() -> None:
     assert_idle(bh)
 
 
+@pytest.mark.asyncio
 async def test_stray_bulkhead_aexit_never_mints_a_permit() -> None:
     # A `Bulkhead.__aexit__` with no matching `__aenter__` returns nothing (I9) and is
     # counted as a double release; I1/I2 hold afterwards.
