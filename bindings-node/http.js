@@ -18,10 +18,11 @@
  *   permit, exactly as it holds its connection (undici's rule: consume or cancel every body);
  *   if the response is garbage-collected unread, the permit is reclaimed and counted in
  *   `stats().leakedTotal`.
- * - agent: when the request emits `'close'`: after the response has been read to the end
- *   (the socket goes back to the agent's free list first) or when the request fails or is
- *   destroyed. A response you never consume (`res.resume()`) holds its permit, as it holds its
- *   socket.
+ * - agent: when the request emits `'close'`: after the response has been read to the end or
+ *   when the request fails or is destroyed. A request that this release admits enters the agent
+ *   a microtask later, once the freed keep-alive socket is back on the agent's free list (Node
+ *   emits the request's `'close'` just before the socket's `'free'`, in the same tick). A
+ *   response you never consume (`res.resume()`) holds its permit, as it holds its socket.
  *
  * Rejections by the bulkhead surface as `BulkheadError` (fetch: the promise rejects; agent: the
  * request emits `'error'` and no socket is ever taken). Cancellation surfaces as the caller's
@@ -214,6 +215,11 @@ function guardAgent(Base) {
     }
 
     addRequest(req, options, ...legacy) {
+      // Destroyed before it got here (an already aborted signal): report it, take nothing.
+      if (req.destroyed) {
+        failRequest(req, undefined)
+        return
+      }
       let key
       try {
         key = agentKey(this, typeof options === 'string' ? { host: options, port: legacy[0] } : options)

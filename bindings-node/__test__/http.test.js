@@ -140,9 +140,7 @@ test('fetch: at most maxConcurrent requests of one origin reach the server', asy
   t.after(() => s.close())
   const registry = new Registry({ maxConcurrent: 2 })
   const f = withBulkhead(fetch, registry)
-  const bodies = await Promise.all(
-    Array.from({ length: 6 }, () => f(`${s.base}/slow?ms=30`).then((r) => r.text())),
-  )
+  const bodies = await Promise.all(Array.from({ length: 6 }, () => f(`${s.base}/slow?ms=30`).then((r) => r.text())))
   assert.deepEqual(bodies, Array(6).fill('slow'))
   assert.equal(s.state.maxInFlight, 2)
   const st = registry.stats()[s.key]
@@ -340,24 +338,28 @@ test('fetch: clone() of a guarded response reads both copies and releases once',
   assert.equal(st.releasedTwiceTotal, 0)
 })
 
-test('fetch: an unread response that is garbage-collected gives its permit back', { skip: typeof gc !== 'function' && 'needs --expose-gc' }, async (t) => {
-  const s = await startServer()
-  t.after(() => s.close())
-  const registry = new Registry({ maxConcurrent: 1 })
-  const f = withBulkhead(fetch, registry)
-  await (async () => {
-    const res = await f(`${s.base}/stream`)
-    assert.equal(res.status, 200)
-  })()
-  for (let i = 0; i < 50 && registry.stats()[s.key].active !== 0; i++) {
-    gc()
-    await tick(5)
-  }
-  const st = registry.stats()[s.key]
-  assert.equal(st.active, 0)
-  assert.equal(st.leakedTotal, 1)
-  s.release()
-})
+test(
+  'fetch: an unread response that is garbage-collected gives its permit back',
+  { skip: typeof gc !== 'function' && 'needs --expose-gc' },
+  async (t) => {
+    const s = await startServer()
+    t.after(() => s.close())
+    const registry = new Registry({ maxConcurrent: 1 })
+    const f = withBulkhead(fetch, registry)
+    await (async () => {
+      const res = await f(`${s.base}/stream`)
+      assert.equal(res.status, 200)
+    })()
+    for (let i = 0; i < 50 && registry.stats()[s.key].active !== 0; i++) {
+      gc()
+      await tick(5)
+    }
+    const st = registry.stats()[s.key]
+    assert.equal(st.active, 0)
+    assert.equal(st.leakedTotal, 1)
+    s.release()
+  },
+)
 
 test('fetch: bad arguments', async () => {
   const registry = new Registry()
@@ -500,6 +502,13 @@ test('agent: a signal or destroy() cancels the wait; nothing leaks', async (t) =
   assert.equal(registry.stats()[s.key].queued, 0)
   assert.equal(Object.prototype.hasOwnProperty.call(req, 'destroy'), false, 'destroy hook removed')
 
+  // A signal that is already aborted: the request fails at once and is never admitted.
+  const gone = new AbortController()
+  gone.abort()
+  const admitted = registry.stats()[s.key].admittedTotal
+  await assert.rejects(get(agent, `${s.base}/`, { signal: gone.signal }), (e) => e.name === 'AbortError')
+  assert.equal(registry.stats()[s.key].admittedTotal, admitted)
+
   s.release()
   held.resume()
   await once(held, 'end')
@@ -519,7 +528,10 @@ test('agent: queue timeout, close() and connection errors', async (t) => {
   const held = await new Promise((resolve, reject) => {
     http.get(`${s.base}/stream`, { agent }, resolve).on('error', reject)
   })
-  await assert.rejects(get(agent, `${s.base}/`), (e) => e instanceof BulkheadError && e.code === 'BULKHEAD_QUEUE_TIMEOUT')
+  await assert.rejects(
+    get(agent, `${s.base}/`),
+    (e) => e instanceof BulkheadError && e.code === 'BULKHEAD_QUEUE_TIMEOUT',
+  )
   s.release()
   held.resume()
   await once(held, 'end')
