@@ -77,7 +77,7 @@ miri:
 nostd:
 	ci/no-std.sh
 
-test: setup fmt-check clippy header-check unit stress loom miri nostd py-test node-test
+test: setup fmt-check clippy header-check unit stress loom miri nostd firmware c-test py-test node-test
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
 demo: py-dev
@@ -179,7 +179,9 @@ install:
 	cargo build --quiet --release -p hullguard-ffi
 	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
 	install -m 644 target/release/libhullguard.a "$(DESTDIR)$(PREFIX)/lib/"
-	install -m 755 target/release/libhullguard.so "$(DESTDIR)$(PREFIX)/lib/"
+	install -m 755 target/release/libhullguard.so "$(DESTDIR)$(PREFIX)/lib/libhullguard.so.$(HG_VERSION)"
+	ln -sf "libhullguard.so.$(HG_VERSION)" "$(DESTDIR)$(PREFIX)/lib/libhullguard.so.0"
+	ln -sf "libhullguard.so.0" "$(DESTDIR)$(PREFIX)/lib/libhullguard.so"
 	install -m 644 ffi/include/hullguard.h "$(DESTDIR)$(PREFIX)/include/"
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(HG_VERSION)|g' ffi/hullguard.pc.in \
 	    | grep -v '^#' > "$(DESTDIR)$(PREFIX)/lib/pkgconfig/hullguard.pc"

@@ -7,18 +7,24 @@
 
 #![allow(clippy::disallowed_types)]
 
+#[cfg(all(loom, feature = "std"))]
+pub(crate) use loom::sync::atomic::AtomicBool;
 #[cfg(all(loom, target_has_atomic = "64"))]
 pub(crate) use loom::sync::atomic::AtomicU64 as AtomicWord;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, Ordering};
+pub(crate) use loom::sync::atomic::Ordering;
 
+#[cfg(all(not(loom), feature = "portable-atomic", feature = "std"))]
+pub(crate) use portable_atomic::AtomicBool;
 #[cfg(all(not(loom), feature = "portable-atomic", not(target_has_atomic = "64")))]
 pub(crate) use portable_atomic::AtomicU32 as AtomicWord;
 #[cfg(all(not(loom), feature = "portable-atomic", target_has_atomic = "64"))]
 pub(crate) use portable_atomic::AtomicU64 as AtomicWord;
 #[cfg(all(not(loom), feature = "portable-atomic"))]
-pub(crate) use portable_atomic::{AtomicBool, Ordering};
+pub(crate) use portable_atomic::Ordering;
 
+#[cfg(all(not(loom), not(feature = "portable-atomic"), feature = "std"))]
+pub(crate) use core::sync::atomic::AtomicBool;
 #[cfg(all(
     not(loom),
     not(feature = "portable-atomic"),
@@ -28,7 +34,7 @@ pub(crate) use core::sync::atomic::AtomicU32 as AtomicWord;
 #[cfg(all(not(loom), not(feature = "portable-atomic"), target_has_atomic = "64"))]
 pub(crate) use core::sync::atomic::AtomicU64 as AtomicWord;
 #[cfg(all(not(loom), not(feature = "portable-atomic")))]
-pub(crate) use core::sync::atomic::{AtomicBool, Ordering};
+pub(crate) use core::sync::atomic::Ordering;
 
 /// The unsigned machine word of the engine (permit counter, tickets, stamps).
 #[cfg(target_has_atomic = "64")]

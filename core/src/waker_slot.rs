@@ -130,6 +130,12 @@ impl WakerSlot {
 
     /// The owner of ticket `t` is done with the cell: drop its waker if the slot is free now.
     /// If a take is in flight the waker is left for it (or for the next registration).
+    ///
+    /// A late `clear` (its owner was preempted after cancelling, while the cell was swept and
+    /// reused) may hold the lock exactly when the dispatcher takes the *next* ticket's waker;
+    /// that take then leaves the wake to the lock holder, as it does for a registration. So if
+    /// a take arrived meanwhile, this wakes whatever waker the slot holds (at worst a spurious
+    /// wake-up, which every owner tolerates).
     pub(crate) fn clear(&self, t: Word) {
         if self
             .state
@@ -141,11 +147,22 @@ impl WakerSlot {
         // SAFETY: we hold REGISTERING.
         let mine = unsafe { self.ticket.with_mut(|p| *p == t) };
         // SAFETY: as above.
-        let w = mine
+        let ours = mine
             .then(|| self.waker.with_mut(|p| unsafe { (*p).take() }))
             .flatten();
-        // A concurrent take only set WAKING and left; clear both bits.
-        self.state.store(0, Release);
-        drop(w);
+        // AcqRel: as in `register`. Failure means a take arrived and left the wake to us.
+        let orphan = match self.state.compare_exchange(REGISTERING, 0, AcqRel, Acquire) {
+            Ok(_) => None,
+            Err(_) => {
+                // SAFETY: we still hold REGISTERING (the taker only set WAKING).
+                let w = self.waker.with_mut(|p| unsafe { (*p).take() });
+                self.state.store(0, Release);
+                w
+            }
+        };
+        drop(ours);
+        if let Some(w) = orphan {
+            w.wake();
+        }
     }
 }

@@ -208,6 +208,12 @@ typedef struct hg_config {
 } hg_config;
 
 /**
+ * A host clock: returns monotonic nanoseconds from an arbitrary origin (it must never go
+ * backwards). Called from any thread that uses the bulkhead.
+ */
+typedef uint64_t (*hg_now_ns_fn)(void *user_data);
+
+/**
  * The callback of a queued `hg_bulkhead_acquire_async`: runs exactly once, with
  * `HG_STATUS_OK` and a permit (now owned by the callee) on a grant, otherwise the rejection
  * status and NULL. It runs on the thread that settled the ticket and must not block or free
@@ -304,6 +310,21 @@ extern "C" {
 hg_status hg_bulkhead_new(const struct hg_config *config, struct hg_bulkhead **out);
 
 /**
+ * `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats use it; default: the
+ * system's monotonic clock). Tests use it to run on virtual time.
+ *
+ * Parameters:
+ *   now_ns: required; must be callable from any thread, must not block, must never go back.
+ *   user_data: passed to `now_ns`; must stay valid until the bulkhead and its permits are gone.
+ *
+ * Returns: as `hg_bulkhead_new()`.
+ */
+hg_status hg_bulkhead_new_with_clock(const struct hg_config *config,
+                                     hg_now_ns_fn now_ns,
+                                     void *user_data,
+                                     struct hg_bulkhead **out);
+
+/**
  * Adds a reference to `bh` and returns it (NULL in, NULL out).
  *
  * Memory and lifetimes: each reference is dropped by one `hg_bulkhead_free()`.
@@ -383,6 +404,16 @@ hg_status hg_bulkhead_acquire_async(const struct hg_bulkhead *bh,
                                     hg_ticket *ticket);
 
 /**
+ * Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
+ * caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
+ * its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).
+ *
+ * Returns: as `hg_ticket_cancel()`, plus `HG_STATUS_INVALID_ARGUMENT` for a reason other than
+ *   `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+ */
+hg_status hg_ticket_cancel_reason(const struct hg_bulkhead *bh, hg_ticket ticket, uint32_t reason);
+
+/**
  * Cancels a queued `hg_bulkhead_acquire_async`.
  *
  * Returns: `HG_STATUS_OK` when the cancel won (the callback has already run, with
@@ -421,7 +452,8 @@ hg_status hg_bulkhead_drain(const struct hg_bulkhead *bh,
                             struct hg_drain_result *out);
 
 /**
- * Fills `*out` (at most `out->struct_size` bytes; set it to `sizeof(hg_stats)` first).
+ * Fills `*out` (at most `out->struct_size` bytes; set it to `sizeof(hg_stats)` first). On
+ * return `out->struct_size` says how many bytes were written (older libraries write less).
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
  *   `HG_STATUS_NULL_PARAMETER`.
@@ -586,7 +618,8 @@ hg_status hg_registry_close(const struct hg_registry *reg);
  *   out_len: receives the key's length without the NUL (also when `buf` is too small).
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a URL without an origin key or a
- *   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL);
+ *   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL; pass
+ *   `buf` NULL and `buf_len` 0 to ask for the size first);
  *   `HG_STATUS_NULL_PARAMETER`.
  */
 hg_status hg_origin_key(const char *url,

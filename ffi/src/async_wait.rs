@@ -10,7 +10,10 @@ use std::{
     cmp::Reverse,
     collections::{BinaryHeap, HashMap},
     ffi::c_void,
-    sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak},
+    sync::{
+        Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak,
+        atomic::{AtomicU8, Ordering::*},
+    },
     task::{Wake, Waker},
     time::{Duration, Instant},
 };
@@ -67,27 +70,43 @@ fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, permit: *mut hg_
     }
 }
 
-/// Consumes a settled ticket and runs its callback; a pending ticket is left alone.
-fn settle(core: &Arc<CoreBulkhead>, t: Ticket) {
+/// Consumes a settled ticket and runs its callback. Returns `true` if it is still pending.
+fn settle(core: &Arc<CoreBulkhead>, t: Ticket) -> bool {
     match core.poll_ticket(t, None) {
         Ok(TicketPoll::Granted(w)) => {
-            fire(
-                core,
-                t,
-                hg_status::HG_STATUS_OK,
-                PermitBox::new(core.clone(), w).into_raw(),
-            );
+            let permit = PermitBox::new(core.clone(), w).into_raw();
+            fire(core, t, hg_status::HG_STATUS_OK, permit);
+            false
         }
-        Ok(TicketPoll::Rejected(r)) => fire(core, t, r.reason.into(), std::ptr::null_mut()),
-        Ok(TicketPoll::Pending) | Err(_) => {}
+        Ok(TicketPoll::Rejected(r)) => {
+            fire(core, t, r.reason.into(), std::ptr::null_mut());
+            false
+        }
+        Ok(TicketPoll::Pending) => true,
+        Err(_) => false,
     }
 }
 
 /// The core wakes this when the ticket settles (on the settling thread, after the commit).
+///
+/// A wake can also mean "poll again": the core asks an owner to re-poll when its waker
+/// registration collided with a concurrent take or clear of the same cell (for the cell's
+/// previous ticket, say) and was not stored. A future would re-poll with its waker; this waker
+/// does the same: if the ticket is still pending it registers itself again. That may collide
+/// and wake this same waker again, re-entrantly or from another thread; `run` makes such a wake
+/// only leave a note, and the one running loop goes round again, so this never recurses and
+/// never drops a wake. (The note is per waker: a callback run from one waker may release a
+/// permit whose grant wakes *another* waker on the same thread, which must run.)
 struct CWake {
     core: Weak<CoreBulkhead>,
     ticket: Ticket,
+    /// `IDLE`, `RUNNING`, or `RUNNING | AGAIN`.
+    run: AtomicU8,
 }
+
+const IDLE: u8 = 0;
+const RUNNING: u8 = 1;
+const AGAIN: u8 = 2;
 
 impl Wake for CWake {
     fn wake(self: Arc<Self>) {
@@ -95,8 +114,39 @@ impl Wake for CWake {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(core) = self.core.upgrade() {
-            settle(&core, self.ticket);
+        // Become the one running loop, or leave a note for it.
+        if self.run.fetch_or(RUNNING | AGAIN, AcqRel) & RUNNING != 0 {
+            return;
+        }
+        let Some(core) = self.core.upgrade() else {
+            self.run.store(IDLE, Release);
+            return;
+        };
+        loop {
+            // Clear the note: wakes from here on ask for another round.
+            self.run.store(RUNNING, Release);
+            if settle(&core, self.ticket) {
+                // Still pending: make sure our waker is registered for the grant. If the ticket
+                // settled meanwhile, nobody else will take it: go round again.
+                let waker = Waker::from(self.clone());
+                if !matches!(
+                    core.poll_ticket(self.ticket, Some(&waker)),
+                    Ok(TicketPoll::Pending)
+                ) {
+                    continue;
+                }
+            }
+            // Leave, unless a wake arrived during the round.
+            if self
+                .run
+                .compare_exchange(RUNNING, IDLE, AcqRel, Acquire)
+                .is_ok()
+            {
+                return;
+            }
+            // A registration collided with a peer's take or clear (a few instructions): let
+            // it finish, then go round again.
+            std::thread::yield_now();
         }
     }
 }
@@ -123,12 +173,16 @@ pub(crate) fn register(
     let waker = Waker::from(Arc::new(CWake {
         core: Arc::downgrade(core),
         ticket: t,
+        run: AtomicU8::new(IDLE),
     }));
     let early = match core.poll_ticket(t, Some(&waker)) {
         Ok(TicketPoll::Pending) => None,
         Ok(TicketPoll::Granted(w)) => Some(Registered::Granted(w)),
         Ok(TicketPoll::Rejected(r)) => Some(Registered::Rejected(r.reason)),
-        Err(_) => Some(Registered::Rejected(Reason::Aborted)),
+        // Stale: our own waker (woken during registration, on another thread) already took
+        // the outcome and owns the callback. Report it as queued: the callback runs (or ran)
+        // exactly once, and nothing is settled twice.
+        Err(_) => None,
     };
     if let Some(r) = early {
         pending().remove(&key(core, t));

@@ -12,7 +12,7 @@ use crate::{
         BulkheadHandle, PermitBox, bulkhead_into_raw, bulkhead_ref, bulkhead_release,
         bulkhead_retain, hg_bulkhead, hg_permit,
     },
-    status::hg_status,
+    status::{hg_reason, hg_status},
 };
 
 /// A queued acquire's handle, for `hg_ticket_cancel()`.
@@ -65,6 +65,69 @@ pub extern "C" fn hg_bulkhead_new(
             Err(s) => return s,
         };
         match CoreBulkhead::new(c) {
+            Ok(core) => {
+                *out = bulkhead_into_raw(BulkheadHandle {
+                    core: Arc::new(core),
+                    owned: true,
+                });
+                hg_status::HG_STATUS_OK
+            }
+            Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
+            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// A host clock: returns monotonic nanoseconds from an arbitrary origin (it must never go
+/// backwards). Called from any thread that uses the bulkhead.
+pub type hg_now_ns_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> u64>;
+
+struct CClock {
+    f: unsafe extern "C" fn(*mut c_void) -> u64,
+    user_data: *mut c_void,
+}
+
+// SAFETY: the contract of `hg_bulkhead_new_with_clock` makes the clock callable from any
+// thread with its user data.
+unsafe impl Send for CClock {}
+// SAFETY: as above.
+unsafe impl Sync for CClock {}
+
+impl hullguard_core::Clock for CClock {
+    fn now_ns(&self) -> u64 {
+        // SAFETY: the caller's function and data, per the contract.
+        unsafe { (self.f)(self.user_data) }
+    }
+}
+
+/// `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats use it; default: the
+/// system's monotonic clock). Tests use it to run on virtual time.
+///
+/// Parameters:
+///   now_ns: required; must be callable from any thread, must not block, must never go back.
+///   user_data: passed to `now_ns`; must stay valid until the bulkhead and its permits are gone.
+///
+/// Returns: as `hg_bulkhead_new()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_new_with_clock(
+    config: *const hg_config,
+    now_ns: hg_now_ns_fn,
+    user_data: *mut c_void,
+    out: *mut *mut hg_bulkhead,
+) -> hg_status {
+    boundary(|| {
+        non_null!(config);
+        let Some(f) = now_ns else {
+            return hg_status::HG_STATUS_NULL_PARAMETER;
+        };
+        let out = try_mut!(out);
+        // SAFETY: `config` is non-null and points to an `hg_config` (contract).
+        let c = match unsafe { read_config(config) } {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        let clock = hullguard_core::ClockSource::Shared(Arc::new(CClock { f, user_data }));
+        match CoreBulkhead::with_clock(c, clock) {
             Ok(core) => {
                 *out = bulkhead_into_raw(BulkheadHandle {
                     core: Arc::new(core),
@@ -228,6 +291,33 @@ pub extern "C" fn hg_bulkhead_acquire_async(
     })
 }
 
+/// Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
+/// caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
+/// its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).
+///
+/// Returns: as `hg_ticket_cancel()`, plus `HG_STATUS_INVALID_ARGUMENT` for a reason other than
+///   `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_ticket_cancel_reason(
+    bh: *const hg_bulkhead,
+    ticket: hg_ticket,
+    reason: u32,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let reason = match reason {
+            r if r == hg_reason::HG_REASON_ABORTED as u32 => Reason::Aborted,
+            r if r == hg_reason::HG_REASON_TIMEOUT as u32 => Reason::Timeout,
+            _ => return hg_status::HG_STATUS_INVALID_ARGUMENT,
+        };
+        if async_wait::cancel(core, Ticket::from_raw(ticket), reason) {
+            hg_status::HG_STATUS_OK
+        } else {
+            hg_status::HG_STATUS_ALREADY_SETTLED
+        }
+    })
+}
+
 /// Cancels a queued `hg_bulkhead_acquire_async`.
 ///
 /// Returns: `HG_STATUS_OK` when the cancel won (the callback has already run, with
@@ -299,7 +389,8 @@ pub extern "C" fn hg_bulkhead_drain(
     })
 }
 
-/// Fills `*out` (at most `out->struct_size` bytes; set it to `sizeof(hg_stats)` first).
+/// Fills `*out` (at most `out->struct_size` bytes; set it to `sizeof(hg_stats)` first). On
+/// return `out->struct_size` says how many bytes were written (older libraries write less).
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
 ///   `HG_STATUS_NULL_PARAMETER`.

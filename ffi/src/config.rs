@@ -167,7 +167,9 @@ pub(crate) unsafe fn write_stats(out: *mut hg_stats, stats: &Stats) -> hg_status
     }
     let mut ours = hg_stats::from(stats);
     let n = declared.min(size_of::<hg_stats>());
-    ours.struct_size = declared as u32;
+    // Echo how many bytes were written: a caller built against a newer, larger struct learns
+    // which fields this library filled.
+    ours.struct_size = n as u32;
     // SAFETY: `n` bytes fit both the caller's struct (its declared size) and ours.
     unsafe { std::ptr::copy_nonoverlapping((&raw const ours).cast::<u8>(), out.cast::<u8>(), n) };
     hg_status::HG_STATUS_OK

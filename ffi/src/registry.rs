@@ -263,7 +263,8 @@ pub extern "C" fn hg_registry_close(reg: *const hg_registry) -> hg_status {
 ///   out_len: receives the key's length without the NUL (also when `buf` is too small).
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a URL without an origin key or a
-///   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL);
+///   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL; pass
+///   `buf` NULL and `buf_len` 0 to ask for the size first);
 ///   `HG_STATUS_NULL_PARAMETER`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_origin_key(
@@ -277,7 +278,8 @@ pub extern "C" fn hg_origin_key(
         // SAFETY: `url_len` readable bytes (contract).
         let u = try_val!(unsafe { key_str(url, url_len) });
         let out_len = try_mut!(out_len);
-        if buf.is_null() {
+        // `buf` NULL with `buf_len` 0 asks for the size only.
+        if buf.is_null() && buf_len != 0 {
             return hg_status::HG_STATUS_NULL_PARAMETER;
         }
         let Ok(k) = origin_key(u) else {

@@ -1,0 +1,827 @@
+//! The C runner of the scenario vectors in `tests/vectors/` (DESIGN.md §5.1): the same decisions
+//! through the C ABI. It mirrors the Rust runner (`tests/tests/vectors.rs`) step for step, but
+//! calls only the exported `hg_*` functions (as the crate's `pub extern "C"` items, the very
+//! symbols a C program links) — never `hullguard-core`.
+//!
+//! How the steps map onto the ABI:
+//! * `acquire` → `hg_bulkhead_acquire_async` (a queued acquire settles through its callback,
+//!   which records into a per-acquire slot; after every step the runner collects the slots of
+//!   the queued acquires, exactly as the Rust runner polls their tickets); `timeout_ms: 0` is
+//!   passed as 0 (do not queue). `try_acquire` → `hg_bulkhead_try_acquire`. In a registry, the
+//!   key's bulkhead comes from `hg_registry_get` (an outside handle while queued, as the Rust
+//!   runner's `Arc`).
+//! * `release` / `release_partial` → `hg_permit_release` / `hg_permit_release_partial` (a second
+//!   release is `HG_STATUS_ALREADY_RELEASED`); `cancel` → `hg_ticket_cancel`; `set_limit`,
+//!   `close`, `drain` (timeout 0), `stats` → their `hg_bulkhead_*` / `hg_registry_*` functions.
+//! * `keys` → the ABI has no key listing: a key exists iff `hg_registry_stats` finds it (it
+//!   neither creates nor touches an entry), checked over every key the vector names.
+//! * Queue deadlines: the C timer thread runs on real time, so the runner passes
+//!   `HG_TIMEOUT_INFINITE` for a queued acquire and keeps each deadline on its own virtual timer
+//!   (as the Rust runner does); when one passes, it settles the acquire with
+//!   `hg_ticket_cancel_reason(.., HG_REASON_TIMEOUT)`, as a host with its own timers would. A
+//!   single bulkhead is built with `hg_bulkhead_new_with_clock` on the runner's virtual clock, so
+//!   `queue_wait_*_ns` figures match. (A registry has no clock hook; no registry vector asserts
+//!   `_ns` figures.)
+
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, BTreeSet, HashMap},
+    ffi::{CStr, c_char, c_void},
+    fs,
+    path::{Path, PathBuf},
+    ptr,
+};
+
+use hullguard::{
+    HG_TIMEOUT_INFINITE, hg_bulkhead, hg_bulkhead_acquire_async, hg_bulkhead_close,
+    hg_bulkhead_drain, hg_bulkhead_free, hg_bulkhead_new_with_clock, hg_bulkhead_set_limit,
+    hg_bulkhead_stats, hg_bulkhead_try_acquire, hg_config, hg_config_default, hg_drain_result,
+    hg_permit, hg_permit_free, hg_permit_release, hg_permit_release_partial, hg_reason,
+    hg_reason_name, hg_registry, hg_registry_close, hg_registry_free, hg_registry_get,
+    hg_registry_new, hg_registry_override, hg_registry_stats, hg_stats, hg_status, hg_ticket,
+    hg_ticket_cancel, hg_ticket_cancel_reason,
+};
+use serde_json::{Map, Value, json};
+
+/// The C ABI never gives a reason for `HG_STATUS_INVALID_ARGUMENT`; the vectors call it this.
+const INVALID: &str = "invalid";
+
+/// A status as the vectors spell it: `granted`, a reason (`hg_reason_name`), or `invalid`.
+fn outcome(s: hg_status) -> String {
+    match s {
+        hg_status::HG_STATUS_OK => "granted".into(),
+        hg_status::HG_STATUS_QUEUED => "queued".into(),
+        hg_status::HG_STATUS_INVALID_ARGUMENT => INVALID.into(),
+        s if (s as u32) >= 2000 => {
+            let name = hg_reason_name(s as u32 - 2000);
+            assert!(!name.is_null(), "no reason name for status {s:?}");
+            // SAFETY: hg_reason_name returns a static NUL-terminated string (or NULL, excluded).
+            unsafe { CStr::from_ptr(name) }.to_str().unwrap().into()
+        }
+        s => panic!("unexpected status {s:?}"),
+    }
+}
+
+/// Where the callback of one queued acquire records its settlement.
+#[derive(Default)]
+struct Slot {
+    calls: u32,
+    status: Option<hg_status>,
+    permit: usize,
+}
+
+/// The `hg_acquire_callback`: records into the `RefCell<Slot>` passed as `user_data`.
+unsafe extern "C" fn on_settle(status: hg_status, permit: *mut hg_permit, user_data: *mut c_void) {
+    // SAFETY: `user_data` is the address of a boxed `RefCell<Slot>` that the runner keeps alive
+    // until every callback has run (see `Runner::finish`). Callbacks run on this thread.
+    let slot = unsafe { &*user_data.cast::<RefCell<Slot>>() };
+    let mut s = slot.borrow_mut();
+    s.calls += 1;
+    s.status = Some(status);
+    s.permit = permit as usize;
+}
+
+/// An owned `hg_bulkhead*` reference.
+struct Bh(*mut hg_bulkhead);
+
+impl Drop for Bh {
+    fn drop(&mut self) {
+        hg_bulkhead_free(self.0);
+    }
+}
+
+enum Target {
+    Single(Bh),
+    Registry(*mut hg_registry),
+}
+
+enum State {
+    /// Queued: the outside handle of its bulkhead, its ticket and its callback's slot.
+    Queued {
+        bh: Bh,
+        ticket: hg_ticket,
+        slot: usize,
+    },
+    /// Holds `permit` (released or not: `hg_permit_release` tells).
+    Permit {
+        permit: *mut hg_permit,
+        ticket: Option<hg_ticket>,
+    },
+    Rejected {
+        ticket: Option<hg_ticket>,
+    },
+}
+
+/// A step the C ABI cannot run faithfully (see the module docs).
+struct Unsupported(String);
+
+struct Runner {
+    name: String,
+    target: Target,
+    /// `queue_timeout_ms` by key (`""` for a single bulkhead); `None` = infinite.
+    default_timeouts: HashMap<String, Option<u64>>,
+    registry_override_timeouts: HashMap<String, Option<u64>>,
+    /// Every key the vector names (the universe of `keys`).
+    universe: BTreeSet<String>,
+    acquires: HashMap<String, State>,
+    /// Kept alive until every callback has run. Boxed: each slot's address is a callback's
+    /// `user_data` and must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    slots: Vec<Box<RefCell<Slot>>>,
+    /// (deadline ns, sequence) → acquire id: the runner's virtual timer.
+    timers: BTreeMap<(u64, u64), String>,
+    now_ns: u64,
+    /// The virtual clock the single bulkhead reads (boxed: its address is the clock's user data).
+    clock: Box<std::sync::atomic::AtomicU64>,
+    seq: u64,
+}
+
+/// An `hg_config` from a vector's config object (defaults: `hg_config_default`), and its
+/// queue timeout in ms (`None` = infinite).
+fn config(v: Option<&Value>) -> (hg_config, Option<u64>) {
+    let mut c = hg_config {
+        struct_size: 0,
+        max_concurrent: 0,
+        max_queue: 0,
+        queue_timeout_ms: 0,
+        enabled: false,
+    };
+    assert_eq!(hg_config_default(&mut c), hg_status::HG_STATUS_OK);
+    let mut timeout = Some(c.queue_timeout_ms);
+    if let Some(v) = v.and_then(Value::as_object) {
+        if let Some(n) = v.get("max_concurrent").and_then(Value::as_u64) {
+            c.max_concurrent = n;
+        }
+        if let Some(n) = v.get("max_queue").and_then(Value::as_u64) {
+            c.max_queue = n;
+        }
+        match v.get("queue_timeout_ms") {
+            Some(Value::String(_)) => {
+                c.queue_timeout_ms = HG_TIMEOUT_INFINITE;
+                timeout = None;
+            }
+            Some(t) => {
+                c.queue_timeout_ms = t.as_u64().unwrap();
+                timeout = Some(c.queue_timeout_ms);
+            }
+            None => {}
+        }
+        if let Some(b) = v.get("enabled").and_then(Value::as_bool) {
+            c.enabled = b;
+        }
+    }
+    (c, timeout)
+}
+
+fn stats_json(s: &hg_stats) -> Value {
+    let rejected: Map<String, Value> = (0..8u32)
+        .map(|r| {
+            // SAFETY: reasons 0..8 have static names.
+            let name = unsafe { CStr::from_ptr(hg_reason_name(r)) };
+            (
+                name.to_str().unwrap().to_string(),
+                json!(s.rejected[r as usize]),
+            )
+        })
+        .collect();
+    json!({
+        "active": s.active, "queued": s.queued, "granted_unclaimed": s.granted_unclaimed,
+        "limit": s.limit, "max_concurrent": s.max_concurrent, "available": s.available,
+        "admitted_total": s.admitted_total, "rejected_by_reason": rejected,
+        "released_twice_total": s.released_twice_total, "leaked_total": s.leaked_total,
+        "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
+        "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
+    })
+}
+
+/// The host clock handed to `hg_bulkhead_new_with_clock`: the runner's virtual ns.
+unsafe extern "C" fn virtual_now_ns(user_data: *mut c_void) -> u64 {
+    // SAFETY: `user_data` is the runner's boxed clock, alive as long as the bulkhead.
+    unsafe { &*user_data.cast::<std::sync::atomic::AtomicU64>() }
+        .load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Every key of `want` (recursively for objects) equals `got`'s.
+fn subset(ctx: &str, want: &Value, got: &Value) {
+    match want {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let g = got
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
+                subset(&format!("{ctx}.{k}"), v, g);
+            }
+        }
+        _ => assert_eq!(want, got, "{ctx}"),
+    }
+}
+
+fn key_bytes(k: &str) -> (*const c_char, usize) {
+    (k.as_ptr().cast(), k.len())
+}
+
+impl Runner {
+    fn new(v: &Value) -> Self {
+        let clock = Box::new(std::sync::atomic::AtomicU64::new(0));
+        let mut universe = BTreeSet::new();
+        let mut default_timeouts = HashMap::new();
+        let mut registry_override_timeouts = HashMap::new();
+        let target = if let Some(r) = v.get("registry") {
+            let (defaults, t) = config(r.get("defaults"));
+            default_timeouts.insert(String::new(), t);
+            // Overrides are built from the defaults of hg_config_default, as the Rust runner's
+            // are from Config::default().
+            let overrides: Vec<(String, hg_config)> = r
+                .get("overrides")
+                .and_then(Value::as_object)
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, c)| {
+                            let (c, t) = config(Some(c));
+                            registry_override_timeouts.insert(k.clone(), t);
+                            universe.insert(k.clone());
+                            (k.clone(), c)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let entries: Vec<hg_registry_override> = overrides
+                .iter()
+                .map(|(k, c)| {
+                    let (key, key_len) = key_bytes(k);
+                    hg_registry_override {
+                        key,
+                        key_len,
+                        config: c,
+                    }
+                })
+                .collect();
+            let max_keys = r.get("max_keys").and_then(Value::as_u64).unwrap_or(1024);
+            let mut reg = ptr::null_mut();
+            let s = hg_registry_new(
+                &defaults,
+                entries.as_ptr(),
+                entries.len(),
+                max_keys,
+                &mut reg,
+            );
+            assert_eq!(s, hg_status::HG_STATUS_OK);
+            Target::Registry(reg)
+        } else {
+            let (c, t) = config(v.get("config"));
+            default_timeouts.insert(String::new(), t);
+            let mut bh = ptr::null_mut();
+            let user_data = (&raw const *clock).cast_mut().cast::<c_void>();
+            assert_eq!(
+                hg_bulkhead_new_with_clock(&c, Some(virtual_now_ns), user_data, &mut bh),
+                hg_status::HG_STATUS_OK
+            );
+            Target::Single(Bh(bh))
+        };
+        for step in v["steps"].as_array().unwrap() {
+            if let Some(k) = step.get("key").and_then(Value::as_str) {
+                universe.insert(k.to_string());
+            }
+            if step["op"] == "keys" {
+                for k in step["expect"].as_array().unwrap() {
+                    universe.insert(k.as_str().unwrap().to_string());
+                }
+            }
+        }
+        Runner {
+            name: v["name"].as_str().unwrap().to_string(),
+            target,
+            default_timeouts,
+            registry_override_timeouts,
+            universe,
+            acquires: HashMap::new(),
+            slots: Vec::new(),
+            timers: BTreeMap::new(),
+            now_ns: 0,
+            clock,
+            seq: 0,
+        }
+    }
+
+    /// The bulkhead of this vector (a new reference), or of `key` in the registry.
+    fn bulkhead(&self, key: Option<&str>) -> Result<Bh, hg_status> {
+        match (&self.target, key) {
+            (Target::Single(b), None) => Ok(Bh(hullguard::hg_bulkhead_retain(b.0).cast_mut())),
+            (Target::Registry(r), Some(k)) => {
+                let (kp, kl) = key_bytes(k);
+                let mut out = ptr::null_mut();
+                match hg_registry_get(*r, kp, kl, &mut out) {
+                    hg_status::HG_STATUS_OK => Ok(Bh(out)),
+                    s => Err(s),
+                }
+            }
+            _ => panic!(
+                "{}: `key` must be given exactly for registry vectors",
+                self.name
+            ),
+        }
+    }
+
+    /// The queue timeout of `key`'s bulkhead in ms (`None` = infinite).
+    fn queue_timeout(&self, key: Option<&str>) -> Option<u64> {
+        if let Some(t) = key.and_then(|k| self.registry_override_timeouts.get(k)) {
+            return *t;
+        }
+        self.default_timeouts[""]
+    }
+
+    fn new_slot(&mut self) -> usize {
+        self.slots.push(Box::default());
+        self.slots.len() - 1
+    }
+
+    fn acquire(&mut self, step: &Value, queue: bool) -> String {
+        let id = step["id"].as_str().unwrap().to_string();
+        let key = step.get("key").and_then(Value::as_str);
+        let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
+        let bh = match self.bulkhead(key) {
+            Ok(b) => b,
+            Err(s) => {
+                self.acquires.insert(id, State::Rejected { ticket: None });
+                return outcome(s);
+            }
+        };
+        let timeout = match step.get("timeout_ms") {
+            None => self.queue_timeout(key),
+            Some(Value::String(_)) => None,
+            Some(t) => Some(t.as_u64().unwrap()),
+        };
+        let mut permit = ptr::null_mut();
+        if !queue {
+            let s = hg_bulkhead_try_acquire(bh.0, weight, &mut permit);
+            self.settle_now(id, s, permit, None);
+            return outcome(s);
+        }
+        // 0: do not queue. Otherwise no real deadline: the runner's virtual timer owns it.
+        let abi_timeout = if timeout == Some(0) {
+            0
+        } else {
+            HG_TIMEOUT_INFINITE
+        };
+        let slot = self.new_slot();
+        let user_data = ptr::from_ref::<RefCell<Slot>>(&*self.slots[slot])
+            .cast_mut()
+            .cast();
+        let mut ticket: hg_ticket = 0;
+        let s = hg_bulkhead_acquire_async(
+            bh.0,
+            weight,
+            abi_timeout,
+            Some(on_settle),
+            user_data,
+            &mut permit,
+            &mut ticket,
+        );
+        if s == hg_status::HG_STATUS_QUEUED {
+            if let Some(ms) = timeout {
+                self.seq += 1;
+                self.timers
+                    .insert((self.now_ns + ms * 1_000_000, self.seq), id.clone());
+            }
+            self.acquires.insert(id, State::Queued { bh, ticket, slot });
+        } else {
+            assert_eq!(
+                self.slots[slot].borrow().calls,
+                0,
+                "{}: callback of {id} ran",
+                self.name
+            );
+            self.settle_now(id, s, permit, None);
+        }
+        outcome(s)
+    }
+
+    fn settle_now(
+        &mut self,
+        id: String,
+        s: hg_status,
+        permit: *mut hg_permit,
+        t: Option<hg_ticket>,
+    ) {
+        let st = if s == hg_status::HG_STATUS_OK {
+            assert!(!permit.is_null());
+            State::Permit { permit, ticket: t }
+        } else {
+            assert!(permit.is_null() || s == hg_status::HG_STATUS_QUEUED);
+            State::Rejected { ticket: t }
+        };
+        self.acquires.insert(id, st);
+    }
+
+    /// Collects the queued acquires whose callback ran (the Rust runner polls their tickets).
+    fn collect_settled(&mut self, settled: &mut BTreeMap<String, String>) {
+        let ids: Vec<String> = self
+            .acquires
+            .iter()
+            .filter(|(_, st)| matches!(st, State::Queued { .. }))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            let Some(State::Queued { slot, ticket, .. }) = self.acquires.get(&id) else {
+                unreachable!()
+            };
+            let (slot, ticket) = (*slot, *ticket);
+            let s = self.slots[slot].borrow();
+            let Some(status) = s.status else { continue };
+            assert_eq!(
+                s.calls, 1,
+                "{}: callback of {id} ran {} times",
+                self.name, s.calls
+            );
+            let permit = s.permit as *mut hg_permit;
+            drop(s);
+            settled.insert(id.clone(), outcome(status));
+            // Dropping the Queued state frees its outside handle, as the Rust runner's Held /
+            // Rejected states keep none once the permit is released.
+            self.settle_now(id, status, permit, Some(ticket));
+        }
+    }
+
+    /// Moves the virtual clock (the runner's and the bulkhead's host clock).
+    fn set_clock(&mut self, ns: u64) {
+        self.now_ns = ns;
+        self.clock.store(ns, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The step would need an ABI piece that does not exist? (None does any more: timers settle
+    /// through `hg_ticket_cancel_reason` and the clock is `hg_bulkhead_new_with_clock`'s.)
+    fn check_supported(&self, _step: &Value) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn stats(&self, key: Option<&str>) -> hg_stats {
+        let mut s = hg_stats {
+            struct_size: size_of::<hg_stats>() as u32,
+            ..Default::default()
+        };
+        let st = match (&self.target, key) {
+            (Target::Single(b), None) => hg_bulkhead_stats(b.0, &mut s),
+            (Target::Registry(r), Some(k)) => {
+                let (kp, kl) = key_bytes(k);
+                hg_registry_stats(*r, kp, kl, &mut s)
+            }
+            _ => panic!("{}: bad key", self.name),
+        };
+        assert_eq!(
+            st,
+            hg_status::HG_STATUS_OK,
+            "{}: stats of {key:?}",
+            self.name
+        );
+        s
+    }
+
+    /// The keys that exist: those `hg_registry_stats` finds (it neither creates nor touches).
+    fn existing_keys(&self) -> Vec<String> {
+        let Target::Registry(r) = &self.target else {
+            return vec![];
+        };
+        self.universe
+            .iter()
+            .filter(|k| {
+                let mut s = hg_stats {
+                    struct_size: size_of::<hg_stats>() as u32,
+                    ..Default::default()
+                };
+                let (kp, kl) = key_bytes(k);
+                match hg_registry_stats(*r, kp, kl, &mut s) {
+                    hg_status::HG_STATUS_OK => true,
+                    hg_status::HG_STATUS_INVALID_ARGUMENT => false,
+                    other => panic!("hg_registry_stats({k}) -> {other:?}"),
+                }
+            })
+            .cloned()
+            .collect()
+    }
+
+    fn step(&mut self, i: usize, step: &Value) -> Result<(), Unsupported> {
+        let ctx = format!("{} step {i} {step}", self.name);
+        self.check_supported(step)?;
+        let op = step["op"].as_str().unwrap();
+        let key = step.get("key").and_then(Value::as_str);
+        let mut settled = BTreeMap::new();
+        match op {
+            "acquire" | "try_acquire" => {
+                let got = self.acquire(step, op == "acquire");
+                assert_eq!(got, step["expect"].as_str().unwrap(), "{ctx}");
+            }
+            "release" => {
+                let id = step["id"].as_str().unwrap();
+                let expect = step.get("expect").and_then(Value::as_bool).unwrap_or(true);
+                let Some(State::Permit { permit, .. }) = self.acquires.get(id) else {
+                    panic!("{ctx}: {id} holds no permit")
+                };
+                let released = match hg_permit_release(*permit) {
+                    hg_status::HG_STATUS_OK => true,
+                    hg_status::HG_STATUS_ALREADY_RELEASED => false,
+                    s => panic!("{ctx}: hg_permit_release -> {s:?}"),
+                };
+                assert_eq!(released, expect, "{ctx}");
+            }
+            "release_partial" => {
+                let id = step["id"].as_str().unwrap();
+                let n = step["n"].as_u64().unwrap_or(0);
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                let Some(State::Permit { permit, .. }) = self.acquires.get(id) else {
+                    panic!("{ctx}: {id} holds no permit")
+                };
+                let got = match hg_permit_release_partial(*permit, n) {
+                    hg_status::HG_STATUS_OK => "ok",
+                    hg_status::HG_STATUS_INVALID_ARGUMENT => INVALID,
+                    s => panic!("{ctx}: hg_permit_release_partial -> {s:?}"),
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "cancel" => {
+                let id = step["id"].as_str().unwrap();
+                let expect = step
+                    .get("expect")
+                    .and_then(Value::as_str)
+                    .unwrap_or("cancelled");
+                let got = match self.acquires.get(id) {
+                    Some(State::Queued { bh, ticket, .. }) => match hg_ticket_cancel(bh.0, *ticket)
+                    {
+                        hg_status::HG_STATUS_OK => "cancelled",
+                        hg_status::HG_STATUS_ALREADY_SETTLED => "already_settled",
+                        s => panic!("{ctx}: hg_ticket_cancel -> {s:?}"),
+                    },
+                    // Settled before: the Rust runner answers without the core; the C runner
+                    // also asks the ABI when it still may (a single bulkhead: no handle to
+                    // take from a registry), which must answer "already settled".
+                    Some(
+                        State::Permit {
+                            ticket: Some(t), ..
+                        }
+                        | State::Rejected { ticket: Some(t) },
+                    ) => {
+                        if let Target::Single(b) = &self.target {
+                            assert_eq!(
+                                hg_ticket_cancel(b.0, *t),
+                                hg_status::HG_STATUS_ALREADY_SETTLED,
+                                "{ctx}"
+                            );
+                        }
+                        "already_settled"
+                    }
+                    _ => "already_settled",
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "set_limit" => {
+                let limit = step["limit"].as_u64().unwrap_or(0);
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                let bh = self
+                    .bulkhead(key)
+                    .unwrap_or_else(|s| panic!("{ctx}: {s:?}"));
+                let got = match hg_bulkhead_set_limit(bh.0, limit) {
+                    hg_status::HG_STATUS_OK => "ok",
+                    hg_status::HG_STATUS_INVALID_ARGUMENT => INVALID,
+                    s => panic!("{ctx}: hg_bulkhead_set_limit -> {s:?}"),
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "close" => match (&self.target, key) {
+                (Target::Registry(r), None) => {
+                    assert_eq!(hg_registry_close(*r), hg_status::HG_STATUS_OK, "{ctx}");
+                }
+                _ => {
+                    let bh = self
+                        .bulkhead(key)
+                        .unwrap_or_else(|s| panic!("{ctx}: {s:?}"));
+                    assert_eq!(hg_bulkhead_close(bh.0), hg_status::HG_STATUS_OK, "{ctx}");
+                }
+            },
+            "advance_clock" => {
+                // Due timers fire in deadline order, each at its own instant: a still-queued
+                // acquire is settled `timeout` through the ABI, as a host with its own timers
+                // would (a grant that won first leaves the cancel `already settled`).
+                let to = self.now_ns + step["ms"].as_u64().unwrap() * 1_000_000;
+                while let Some(entry) = self.timers.first_entry() {
+                    if entry.key().0 > to {
+                        break;
+                    }
+                    let ((deadline, _), id) = entry.remove_entry();
+                    self.set_clock(deadline);
+                    self.collect_settled(&mut settled);
+                    if let Some(State::Queued { bh, ticket, .. }) = self.acquires.get(&id) {
+                        let s = hg_ticket_cancel_reason(
+                            bh.0,
+                            *ticket,
+                            hg_reason::HG_REASON_TIMEOUT as u32,
+                        );
+                        assert!(
+                            matches!(
+                                s,
+                                hg_status::HG_STATUS_OK | hg_status::HG_STATUS_ALREADY_SETTLED
+                            ),
+                            "{ctx}: hg_ticket_cancel_reason -> {s:?}"
+                        );
+                        self.collect_settled(&mut settled);
+                    }
+                }
+                self.set_clock(to);
+            }
+            "drain" => {
+                let bh = self
+                    .bulkhead(key)
+                    .unwrap_or_else(|s| panic!("{ctx}: {s:?}"));
+                let mut r = hg_drain_result::default();
+                assert_eq!(hg_bulkhead_drain(bh.0, 0, &mut r), hg_status::HG_STATUS_OK);
+                let got = json!({"drained": r.drained, "active": r.active, "queued": r.queued});
+                subset(&ctx, &step["expect"], &got);
+            }
+            "stats" => {
+                let s = self.stats(key);
+                let want = &step["expect"];
+                subset(&ctx, want, &stats_json(&s));
+            }
+            "keys" => {
+                assert!(
+                    matches!(self.target, Target::Registry(_)),
+                    "{ctx}: not a registry"
+                );
+                assert_eq!(json!(self.existing_keys()), step["expect"], "{ctx}");
+            }
+            other => panic!("{ctx}: unknown op {other:?}"),
+        }
+        // Every step runs to quiescence: collect what settled, then compare exactly.
+        self.collect_settled(&mut settled);
+        let want: BTreeMap<String, String> = step
+            .get("settles")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            settled,
+            want,
+            "{ctx}: settles (at {} ms)",
+            self.now_ns / 1_000_000
+        );
+        self.check_invariants(&ctx);
+        Ok(())
+    }
+
+    /// I1 and I2 after every step, for every bulkhead.
+    fn check_invariants(&self, ctx: &str) {
+        let all: Vec<hg_stats> = match &self.target {
+            Target::Single(_) => vec![self.stats(None)],
+            Target::Registry(_) => self
+                .existing_keys()
+                .iter()
+                .map(|k| self.stats(Some(k)))
+                .collect(),
+        };
+        for s in all {
+            assert_eq!(
+                s.available + s.active as i64 + s.granted_unclaimed as i64,
+                s.limit as i64,
+                "{ctx}: I2 {s:?}"
+            );
+            assert_eq!(
+                s.granted_unclaimed, 0,
+                "{ctx}: the runner claims every grant"
+            );
+        }
+    }
+
+    /// Settles everything and frees every handle, in an order that keeps every slot alive
+    /// while a callback can still run: close (queued acquires are rejected `shutdown`), free
+    /// the permits (nothing is queued to be granted any more), then the target.
+    fn finish(mut self) {
+        match &self.target {
+            Target::Single(b) => assert_eq!(hg_bulkhead_close(b.0), hg_status::HG_STATUS_OK),
+            Target::Registry(r) => assert_eq!(hg_registry_close(*r), hg_status::HG_STATUS_OK),
+        }
+        let mut settled = BTreeMap::new();
+        self.collect_settled(&mut settled);
+        for (_, st) in self.acquires.drain() {
+            match st {
+                State::Permit { permit, .. } => hg_permit_free(permit),
+                State::Queued { .. } => panic!("{}: still queued after close", self.name),
+                State::Rejected { .. } => {}
+            }
+        }
+        match &self.target {
+            Target::Single(_) => {}
+            Target::Registry(r) => hg_registry_free(*r),
+        }
+        // `self.target` (a Single's Bh) is freed on drop, then the slots.
+    }
+}
+
+fn vector_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.ends_with("schema.json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs one vector; `Err((step, why))` when it needs an ABI piece that does not exist.
+fn run(v: &Value) -> Result<(), (usize, String)> {
+    let mut r = Runner::new(v);
+    let mut result = Ok(());
+    for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
+        if let Err(Unsupported(why)) = r.step(i, step) {
+            result = Err((i, why));
+            break;
+        }
+    }
+    r.finish();
+    result
+}
+
+#[test]
+fn scenario_vectors_through_the_c_abi() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
+        .expect("schema.json parses");
+    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
+    let files = vector_files(&dir);
+    assert!(files.len() >= 25, "only {} vectors", files.len());
+    let mut names = std::collections::HashSet::new();
+    let mut skipped = Vec::new();
+    let mut full = 0;
+    for f in &files {
+        let v: Value = serde_json::from_str(&fs::read_to_string(f).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if let Err(e) = validator.validate(&v) {
+            panic!("{}: does not match schema.json: {e}", f.display());
+        }
+        let name = v["name"].as_str().unwrap().to_string();
+        assert_eq!(
+            f.file_stem().unwrap().to_str().unwrap(),
+            name,
+            "file name = vector name"
+        );
+        assert!(names.insert(name.clone()));
+        match run(&v) {
+            Ok(()) => full += 1,
+            Err((step, why)) => {
+                // Only a vector that moves the clock or asserts `_ns` figures may be skipped.
+                let text = v.to_string();
+                assert!(
+                    text.contains("advance_clock") || text.contains("_ns\""),
+                    "{name}: skipped although it needs no clock: {why}"
+                );
+                let n = v["steps"].as_array().unwrap().len();
+                skipped.push(format!("{name} (steps {step}..{n} of {n} not run): {why}"));
+            }
+        }
+    }
+    println!(
+        "C ABI vectors: {full} of {} run in full, {} skipped (an ABI gap):",
+        files.len(),
+        skipped.len()
+    );
+    for s in &skipped {
+        println!("  SKIPPED {s}");
+    }
+    assert!(
+        skipped.is_empty(),
+        "every vector must run through the C ABI"
+    );
+    assert_eq!(full, files.len());
+}
+
+#[test]
+fn runner_rejects_unknown_ops_and_wrong_settles() {
+    // The runner must be able to fail: a wrong `settles` and an unknown op both panic.
+    let wrong = json!({"name": "w", "config": {"max_concurrent": 1},
+        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
+                  {"op": "release", "id": "a", "settles": {"a": "granted"}}]});
+    let unknown = json!({"name": "u", "steps": [{"op": "frobnicate"}]});
+    let queued_wrong = json!({"name": "q", "config": {"max_concurrent": 1},
+        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
+                  {"op": "acquire", "id": "b", "expect": "queued"},
+                  {"op": "release", "id": "a"}]});
+    for v in [wrong, unknown, queued_wrong] {
+        let r = std::panic::catch_unwind(|| {
+            let _ = run(&v);
+        });
+        assert!(r.is_err(), "{v}");
+    }
+}
+
+#[test]
+fn a_timer_vector_runs_through_the_c_abi() {
+    // A queued acquire whose deadline passes settles `timeout` (hg_ticket_cancel_reason).
+    let v = json!({"name": "t", "config": {"max_concurrent": 1, "queue_timeout_ms": 100},
+        "steps": [{"op": "acquire", "id": "h", "expect": "granted"},
+                  {"op": "acquire", "id": "w", "expect": "queued"},
+                  {"op": "advance_clock", "ms": 99},
+                  {"op": "advance_clock", "ms": 1, "settles": {"w": "timeout"}},
+                  {"op": "stats", "expect": {"rejected_by_reason": {"timeout": 1}}}]});
+    assert!(run(&v).is_ok());
+}
