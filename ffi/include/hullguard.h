@@ -404,6 +404,34 @@ hg_status hg_bulkhead_acquire_async(const struct hg_bulkhead *bh,
                                     hg_ticket *ticket);
 
 /**
+ * The polling API (for cooperative schedulers): takes `weight` permits now, or queues and
+ * returns a ticket to poll with `hg_ticket_poll()` — no callback, no thread, no timer.
+ *
+ * Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_QUEUED` with `*ticket` (poll it, or give it
+ *   up with `hg_ticket_cancel()` / `hg_ticket_cancel_reason()`, which then return
+ *   `HG_STATUS_OK` and nothing more happens); a rejection status; `HG_STATUS_NULL_PARAMETER`;
+ *   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline: the caller owns its timing.
+ *
+ * Thread-safety: any thread; a ticket must be polled by one thread at a time.
+ */
+hg_status hg_bulkhead_enqueue(const struct hg_bulkhead *bh,
+                              uint64_t weight,
+                              struct hg_permit **out,
+                              hg_ticket *ticket);
+
+/**
+ * Polls a ticket from `hg_bulkhead_enqueue()`.
+ *
+ * Returns: `HG_STATUS_QUEUED` while it waits; `HG_STATUS_OK` with `*out` once granted (the
+ *   ticket is then consumed); the rejection status once rejected (consumed);
+ *   `HG_STATUS_ALREADY_SETTLED` for a ticket that is not live (consumed or cancelled);
+ *   `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Thread-safety: any thread, one at a time per ticket. Lock-free, never waits.
+ */
+hg_status hg_ticket_poll(const struct hg_bulkhead *bh, hg_ticket ticket, struct hg_permit **out);
+
+/**
  * Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
  * caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
  * its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).

@@ -291,6 +291,63 @@ pub extern "C" fn hg_bulkhead_acquire_async(
     })
 }
 
+/// The polling API (for cooperative schedulers): takes `weight` permits now, or queues and
+/// returns a ticket to poll with `hg_ticket_poll()` — no callback, no thread, no timer.
+///
+/// Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_QUEUED` with `*ticket` (poll it, or give it
+///   up with `hg_ticket_cancel()` / `hg_ticket_cancel_reason()`, which then return
+///   `HG_STATUS_OK` and nothing more happens); a rejection status; `HG_STATUS_NULL_PARAMETER`;
+///   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline: the caller owns its timing.
+///
+/// Thread-safety: any thread; a ticket must be polled by one thread at a time.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_enqueue(
+    bh: *const hg_bulkhead,
+    weight: u64,
+    out: *mut *mut hg_permit,
+    ticket: *mut hg_ticket,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let out = try_mut!(out);
+        let ticket = try_mut!(ticket);
+        match core.enqueue(weight, None) {
+            Ok(Admission::Granted) => grant(core, weight, out),
+            Ok(Admission::Queued(t)) => {
+                *ticket = t.to_raw();
+                hg_status::HG_STATUS_QUEUED
+            }
+            Err(e) => (&e).into(),
+        }
+    })
+}
+
+/// Polls a ticket from `hg_bulkhead_enqueue()`.
+///
+/// Returns: `HG_STATUS_QUEUED` while it waits; `HG_STATUS_OK` with `*out` once granted (the
+///   ticket is then consumed); the rejection status once rejected (consumed);
+///   `HG_STATUS_ALREADY_SETTLED` for a ticket that is not live (consumed or cancelled);
+///   `HG_STATUS_NULL_PARAMETER`.
+///
+/// Thread-safety: any thread, one at a time per ticket. Lock-free, never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_ticket_poll(
+    bh: *const hg_bulkhead,
+    ticket: hg_ticket,
+    out: *mut *mut hg_permit,
+) -> hg_status {
+    boundary(|| {
+        let core = try_core!(bh);
+        let out = try_mut!(out);
+        match core.poll_ticket(Ticket::from_raw(ticket), None) {
+            Ok(hullguard_core::TicketPoll::Pending) => hg_status::HG_STATUS_QUEUED,
+            Ok(hullguard_core::TicketPoll::Granted(w)) => grant(core, w, out),
+            Ok(hullguard_core::TicketPoll::Rejected(r)) => r.reason.into(),
+            Err(_) => hg_status::HG_STATUS_ALREADY_SETTLED,
+        }
+    })
+}
+
 /// Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
 /// caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
 /// its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).

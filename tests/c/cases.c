@@ -258,6 +258,42 @@ static void c05_poll_loop_no_busy_wait(void) {
     hg_bulkhead_free(bh);
 }
 
+/* C05, the polling path proper: a cooperative scheduler drives W through hg_bulkhead_enqueue /
+ * hg_ticket_poll (no callback, no thread, no timer). W polls once per turn while it is runnable;
+ * it must not be granted before the release, must be granted in the release's turn, and the
+ * whole wait costs at most 3 polls (enqueue, one poll that still waits, the granted poll) when
+ * W only polls after being told the holder released (as a scheduler woken by the release would). */
+static void c05_polling_api(void) {
+    hg_bulkhead *bh = hg_test_new(1, 4, HG_TIMEOUT_INFINITE);
+    hg_permit *h = NULL;
+    CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &h), HG_STATUS_OK);
+    hg_permit *p = NULL;
+    hg_ticket t = 0;
+    CHECK_STATUS(hg_bulkhead_enqueue(bh, 1, &p, &t), HG_STATUS_QUEUED);
+    int polls = 1;
+    CHECK_STATUS(hg_ticket_poll(bh, t, &p), HG_STATUS_QUEUED); /* still waiting */
+    polls++;
+    CHECK(p == NULL);
+    CHECK_EQ_U64(hg_test_stats(bh).queued, 1);
+    release_free(h); /* the release grants W in this turn */
+    CHECK_STATUS(hg_ticket_poll(bh, t, &p), HG_STATUS_OK);
+    polls++;
+    CHECK(p != NULL && polls <= 3);
+    CHECK_STATUS(hg_ticket_poll(bh, t, &p), HG_STATUS_ALREADY_SETTLED); /* consumed */
+    release_free(p);
+    /* A polled ticket cancelled: OK, then not live; nothing leaks. */
+    CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &h), HG_STATUS_OK);
+    CHECK_STATUS(hg_bulkhead_enqueue(bh, 1, &p, &t), HG_STATUS_QUEUED);
+    CHECK_STATUS(hg_ticket_cancel_reason(bh, t, HG_REASON_TIMEOUT), HG_STATUS_OK);
+    CHECK_STATUS(hg_ticket_poll(bh, t, &p), HG_STATUS_ALREADY_SETTLED);
+    release_free(h);
+    hg_stats s = hg_test_stats(bh);
+    CHECK_EQ_I64(s.available, 1);
+    CHECK_EQ_U64(s.queued, 0);
+    CHECK_EQ_U64(s.rejected[HG_REASON_TIMEOUT], 1);
+    hg_bulkhead_free(bh);
+}
+
 /* The blocking call parks: W blocks in hg_bulkhead_acquire_timeout while H holds for 200 ms.
  * Its wake-ups are counted as the thread's context switches (getrusage RUSAGE_THREAD): a
  * parked thread switches out once and in once; a yield or sleep loop would switch hundreds
@@ -555,6 +591,7 @@ int main(int argc, char **argv) {
     RUN(c05_weighted_waiter_not_invoked_early);
     RUN(c05_with_timeout_once);
     RUN(c05_poll_loop_no_busy_wait);
+    RUN(c05_polling_api);
     RUN(c05_blocking_call_parks);
     RUN(c08_max_accepted_max_plus_one_rejected);
     RUN(c08_no_truncation_above_u32);
