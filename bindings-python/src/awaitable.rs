@@ -63,6 +63,17 @@ impl BareHeld {
     }
 }
 
+/// The exception `throw(typ, value)` re-raises: the instance given (a task's own
+/// `CancelledError`, unchanged), or `typ()` when only a class came.
+fn thrown(typ: &Bound<'_, PyAny>, value: Option<&Bound<'_, PyAny>>) -> PyResult<PyErr> {
+    let exc = match value.filter(|v| !v.is_none()) {
+        Some(v) => v.clone(),
+        None if typ.is_instance_of::<pyo3::exceptions::PyBaseException>() => typ.clone(),
+        None => typ.call0()?,
+    };
+    Ok(PyErr::from_value(exc))
+}
+
 /// What to yield to the task, or the final value (as `StopIteration`), or an error.
 type Step = PyResult<Py<PyAny>>;
 
@@ -370,12 +381,7 @@ impl AcquireContext {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> Step {
         self.abandon(py);
-        let exc = match value.filter(|v| !v.is_none()) {
-            Some(v) => v.clone(),
-            None if typ.is_instance_of::<pyo3::exceptions::PyBaseException>() => typ.clone(),
-            None => typ.call0()?,
-        };
-        Err(PyErr::from_value(exc))
+        Err(thrown(typ, value)?)
     }
 
     fn close(&mut self, py: Python<'_>) {
@@ -526,11 +532,6 @@ impl DrainAwaitable {
     ) -> Step {
         self.done = true;
         cancel_timer(py, self.timer.take());
-        let exc = match value.filter(|v| !v.is_none()) {
-            Some(v) => v.clone(),
-            None if typ.is_instance_of::<pyo3::exceptions::PyBaseException>() => typ.clone(),
-            None => typ.call0()?,
-        };
-        Err(PyErr::from_value(exc))
+        Err(thrown(typ, value)?)
     }
 }

@@ -367,12 +367,17 @@ pub extern "C" fn hg_ticket_cancel_reason(
             r if r == hg_reason::HG_REASON_TIMEOUT as u32 => Reason::Timeout,
             _ => return hg_status::HG_STATUS_INVALID_ARGUMENT,
         };
-        if async_wait::cancel(core, Ticket::from_raw(ticket), reason) {
-            hg_status::HG_STATUS_OK
-        } else {
-            hg_status::HG_STATUS_ALREADY_SETTLED
-        }
+        cancel_with(core, ticket, reason)
     })
+}
+
+/// The outcome of a cancel, for both cancel entry points.
+fn cancel_with(core: &Arc<CoreBulkhead>, ticket: hg_ticket, reason: Reason) -> hg_status {
+    if async_wait::cancel(core, Ticket::from_raw(ticket), reason) {
+        hg_status::HG_STATUS_OK
+    } else {
+        hg_status::HG_STATUS_ALREADY_SETTLED
+    }
 }
 
 /// Cancels a queued `hg_bulkhead_acquire_async`.
@@ -385,14 +390,7 @@ pub extern "C" fn hg_ticket_cancel_reason(
 /// Thread-safety: any thread, including from a callback. Lock-free in the core (O(1)).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) -> hg_status {
-    boundary(|| {
-        let core = try_core!(bh);
-        if async_wait::cancel(core, Ticket::from_raw(ticket), Reason::Aborted) {
-            hg_status::HG_STATUS_OK
-        } else {
-            hg_status::HG_STATUS_ALREADY_SETTLED
-        }
-    })
+    boundary(|| cancel_with(try_core!(bh), ticket, Reason::Aborted))
 }
 
 /// Changes the limit (`1 .. max_concurrent`). Never blocks, never revokes: growing grants
