@@ -13,9 +13,11 @@
 //! | L1 | `dispatch` | the "dispatching" / "work pending" flags and the wake batch |
 //! | L2 | [`bulkhead`] | [`Bulkhead`]: admission, queueing, handoff, cancel, resize, close |
 //! | L2 | [`permit`], [`acquire`] | RAII permits; runtime-agnostic acquire futures |
+//! | L2 | [`breaker`] | [`Breaker`](breaker::Breaker): lock-free circuit breaker on the host clock |
 //! | L2 | [`blocking`], [`drain`] | thread waits and `drain` (feature `std`) |
 //! | L3 | [`registry`], [`origin`] | one bulkhead per key; the canonical origin key (`std`) |
 //! | — | [`config`], [`reason`], [`stats`], [`clock`] | options, reasons and errors, stats, host clock |
+//! | — | [`adaptive`] | AIMD and Gradient2 limit controllers, fed one sample at a time |
 //!
 //! # Features
 //! * `alloc` — runtime-sized rings ([`Bulkhead::new`]), owned permits on `Arc<Bulkhead>`.
@@ -61,8 +63,10 @@ mod sync;
 mod waker_slot;
 
 pub mod acquire;
+pub mod adaptive;
 #[cfg(feature = "std")]
 pub mod blocking;
+pub mod breaker;
 pub mod bulkhead;
 pub mod clock;
 pub mod config;

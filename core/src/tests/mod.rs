@@ -1,7 +1,13 @@
 //! White-box tests. Loom models compile only under `--cfg loom`; the rest only without it.
 
 #[cfg(not(loom))]
+mod adaptive;
+#[cfg(not(loom))]
+mod breaker;
+#[cfg(not(loom))]
 mod bulkhead;
+#[cfg(loom)]
+mod loom_breaker;
 #[cfg(loom)]
 mod loom_bulkhead;
 #[cfg(all(not(loom), feature = "std"))]
