@@ -226,14 +226,9 @@ class Waiter {
  */
 function take(nb, key, weight, timeoutMs, signal) {
   if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
-  if (timeoutMs === 0) {
-    const code = nb.tryTake(weight)
-    if (code === 0) return Promise.resolve(weight)
-    return Promise.reject(rejection(nb, code - 1, key))
-  }
   const id = nextWaiterId
   nextWaiterId = nextWaiterId >= 0xfffffff0 ? 1 : nextWaiterId + 1
-  const r = nb.enqueue(weight, id)
+  const r = nb.enqueue(weight, id, timeoutMs)
   if (r === GRANTED) return Promise.resolve(weight)
   if (r >= 0) {
     return new Promise((resolve, reject) => {
@@ -403,29 +398,24 @@ function runOn(h, key, fn, opts) {
     return Promise.reject(abortReason(signal))
   }
   // Fast path inline: one native call, then `fn` runs in the caller's turn and context.
-  if (timeoutMs !== 0) {
-    const id = nextWaiterId
-    nextWaiterId = nextWaiterId >= 0xfffffff0 ? 1 : nextWaiterId + 1
-    const r = nb.enqueue(weight, id)
-    if (r === GRANTED) return runHeld(nb, weight, fn, signal, dispose)
-    if (r >= 0) {
-      const queued = new Promise((resolve, reject) => {
-        waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
-      })
-      // `.then` keeps the caller's AsyncLocalStorage context for `fn`.
-      return queued.then(
-        (w) => runHeld(nb, w, fn, signal, dispose),
-        (e) => {
-          if (dispose) nb.dispose()
-          throw e
-        },
-      )
-    }
-    return Promise.reject(rejectOn(h, -r - REJECTED_BASE, key))
+  const id = nextWaiterId
+  nextWaiterId = nextWaiterId >= 0xfffffff0 ? 1 : nextWaiterId + 1
+  const r = nb.enqueue(weight, id, timeoutMs)
+  if (r === GRANTED) return runHeld(nb, weight, fn, signal, dispose)
+  if (r >= 0) {
+    const queued = new Promise((resolve, reject) => {
+      waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
+    })
+    // `.then` keeps the caller's AsyncLocalStorage context for `fn`.
+    return queued.then(
+      (w) => runHeld(nb, w, fn, signal, dispose),
+      (e) => {
+        if (dispose) nb.dispose()
+        throw e
+      },
+    )
   }
-  const code = nb.tryTake(weight)
-  if (code === 0) return runHeld(nb, weight, fn, signal, dispose)
-  return Promise.reject(rejectOn(h, code - 1, key))
+  return Promise.reject(rejectOn(h, -r - REJECTED_BASE, key))
 }
 
 function tryAcquireOn(h, key, opts) {

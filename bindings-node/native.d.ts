@@ -19,9 +19,10 @@ export declare class NativeBulkhead {
   tryTake(weight: number): number
   /**
    * Admits at once (`GRANTED`), queues (the ticket, ≥ 0; waiter `id` is reported through
-   * `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`).
+   * `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`). `queueTimeoutMs` 0
+   * means "do not queue" (the core decides; the facade arms the timer otherwise).
    */
-  enqueue(weight: number, id: number): number
+  enqueue(weight: number, id: number, queueTimeoutMs: number): number
   /**
    * A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
    * or `-(10 + hg_reason)`.

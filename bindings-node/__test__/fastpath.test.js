@@ -122,9 +122,9 @@ describe('native calls per uncontended call', () => {
     }
   })
 
-  test('acquire({queueTimeoutMs: 0}): one tryTake', async () => {
+  test('acquire({queueTimeoutMs: 0}): one native call (the core decides "do not queue")', async () => {
     const { calls, result } = await nativeCallsOf(() => bh.acquire({ queueTimeoutMs: 0 }))
-    assert.deepEqual(methodsOnly(calls), ['tryTake'])
+    assert.deepEqual(methodsOnly(calls), ['enqueue'])
     ;(await result).release()
   })
 

@@ -109,11 +109,17 @@ impl NativeBulkhead {
     }
 
     /// Admits at once (`GRANTED`), queues (the ticket, ≥ 0; waiter `id` is reported through
-    /// `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`).
+    /// `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`). `queueTimeoutMs` 0
+    /// means "do not queue" (the core decides; the facade arms the timer otherwise).
     #[napi]
-    pub fn enqueue(&self, weight: f64, id: u32) -> Result<f64> {
+    pub fn enqueue(&self, weight: f64, id: u32, queue_timeout_ms: f64) -> Result<f64> {
         let bh = self.bh()?;
-        Ok(match bh.enqueue(weight as u64, None) {
+        let timeout = if queue_timeout_ms == 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::MAX
+        };
+        Ok(match bh.enqueue_within(weight as u64, timeout, None) {
             Ok(Admission::Granted) => GRANTED,
             Ok(Admission::Queued(t)) => {
                 // Register the waiter's waker; the ticket may already have settled.

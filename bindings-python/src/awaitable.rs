@@ -216,13 +216,7 @@ impl AcquireContext {
     }
 
     fn first_step(&mut self, py: Python<'_>) -> Step {
-        let admission = if self.timeout.is_zero() {
-            self.bh
-                .try_acquire_units(self.weight)
-                .map(|()| Admission::Granted)
-        } else {
-            self.bh.enqueue(self.weight, None)
-        };
+        let admission = self.bh.enqueue_within(self.weight, self.timeout, None);
         let ticket = match admission {
             Ok(Admission::Granted) => return self.granted(py, self.weight),
             Ok(Admission::Queued(t)) => t,

@@ -116,16 +116,10 @@ pub(crate) fn acquire_sync_on(
     timeout: Duration,
 ) -> PyResult<Permit> {
     let key_owned = key.map(str::to_owned);
-    if timeout.is_zero() {
-        return match bh.try_acquire_units(weight) {
-            Ok(()) => Ok(Permit::new(bh.clone(), weight, key_owned)),
-            Err(e) => Err(acquire_err(py, &e, key)),
-        };
-    }
     let deadline = (timeout != Duration::MAX)
         .then(|| Instant::now().checked_add(timeout))
         .flatten();
-    let ticket = match bh.enqueue(weight, None) {
+    let ticket = match bh.enqueue_within(weight, timeout, None) {
         Ok(Admission::Granted) => return Ok(Permit::new(bh.clone(), weight, key_owned)),
         Ok(Admission::Queued(t)) => t,
         Err(e) => return Err(acquire_err(py, &e, key)),

@@ -110,10 +110,11 @@ impl<const N: usize> Bulkhead<N> {
         timeout: Option<Duration>,
     ) -> Result<u64, AcquireError> {
         let timeout = timeout.unwrap_or(self.queue_timeout());
-        if timeout.is_zero() {
-            return self.try_acquire_units(weight).map(|()| weight);
+        let waker = thread_waker();
+        match self.enqueue_within(weight, timeout, Some(&waker))? {
+            Admission::Granted => Ok(weight),
+            Admission::Queued(t) => self.wait_ticket_blocking(t, &waker, deadline(timeout)),
         }
-        self.acquire_units_blocking(weight, deadline(timeout))
     }
 
     /// The handle-free form of [`acquire_blocking`](Self::acquire_blocking): on `Ok` the caller

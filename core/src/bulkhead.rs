@@ -412,6 +412,25 @@ impl<const N: usize> Bulkhead<N> {
         Ok(Admission::Queued(Ticket(t)))
     }
 
+    /// [`enqueue`](Self::enqueue) with a queue timeout: `Duration::ZERO` means "do not queue"
+    /// (`concurrency_limit` if not admitted at once, DESIGN §3.4), anything else may queue (the
+    /// host arms the deadline). The one place every binding takes this decision from.
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue) / [`try_acquire`](Self::try_acquire).
+    pub fn enqueue_within(
+        &self,
+        weight: u64,
+        timeout: Duration,
+        waker: Option<&Waker>,
+    ) -> Result<Admission, AcquireError> {
+        if timeout.is_zero() {
+            self.try_acquire_units(weight).map(|()| Admission::Granted)
+        } else {
+            self.enqueue(weight, waker)
+        }
+    }
+
     /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
     /// registered waker while it is pending.
     ///

@@ -269,12 +269,7 @@ pub extern "C" fn hg_bulkhead_acquire_async(
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
         let timeout = call_timeout(timeout_ms).unwrap_or(core.queue_timeout());
-        let admission = if timeout.is_zero() {
-            core.try_acquire_units(weight).map(|()| Admission::Granted)
-        } else {
-            core.enqueue(weight, None)
-        };
-        match admission {
+        match core.enqueue_within(weight, timeout, None) {
             Ok(Admission::Granted) => grant(core, weight, out),
             Ok(Admission::Queued(t)) => {
                 match async_wait::register(core, t, callback, user_data, timeout) {
