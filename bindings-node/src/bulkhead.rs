@@ -52,6 +52,7 @@ pub(crate) fn config(
         queue_timeout: Duration::try_from_secs_f64(queue_timeout_ms.max(0.0) / 1000.0)
             .unwrap_or(Duration::MAX),
         enabled,
+        ..Config::DEFAULT
     };
     c.validate()
         .map_err(|e| Error::new(Status::InvalidArg, format!("{}: {e}", e.option())))?;

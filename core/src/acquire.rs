@@ -11,7 +11,9 @@ use core::{
 
 use crate::{
     bulkhead::{Admission, Bulkhead, Ticket, TicketPoll},
+    outcome::Outcome,
     permit::PermitOf,
+    policy::CallStart,
     reason::{AcquireError, Reason, Rejection},
 };
 
@@ -24,6 +26,7 @@ where
     bh: Option<B>,
     weight: u64,
     ticket: Option<Ticket>,
+    call: CallStart,
 }
 
 /// Future returned by [`Bulkhead::acquire`].
@@ -42,6 +45,7 @@ where
             bh: Some(bh),
             weight,
             ticket: None,
+            call: CallStart::NONE,
         }
     }
 
@@ -54,11 +58,21 @@ where
         &mut self,
         r: Result<u64, AcquireError>,
     ) -> Poll<Result<PermitOf<B, N>, AcquireError>> {
-        self.ticket = None;
-        let bh = self.bh.take();
-        Poll::Ready(
-            r.map(|w| PermitOf::new(bh.expect("acquire future polled after completion"), w)),
-        )
+        let queued = self.ticket.take().is_some();
+        let bh = self.bh.take().expect("acquire future polled after completion");
+        let mut call = core::mem::take(&mut self.call);
+        Poll::Ready(match r {
+            Ok(w) => {
+                if queued {
+                    bh.mark_granted(&mut call);
+                }
+                Ok(PermitOf::with_call(bh, w, call))
+            }
+            Err(e) => {
+                bh.end_call(call, Outcome::Ignored);
+                Err(e)
+            }
+        })
     }
 
     /// Settles a queued ticket with `reason` (a deadline passed). If the waiter settled first,
@@ -117,6 +131,14 @@ where
             .bh
             .as_deref()
             .expect("acquire future polled after completion");
+        if bh.has_policies() {
+            // The breaker's check comes before admission (policy docs).
+            match bh.begin_call() {
+                Ok(call) => this.call = call,
+                Err(e) => return this.finish(Err(e)),
+            }
+        }
+        let bh = this.bh.as_deref().expect("checked above");
         match bh.enqueue(this.weight, Some(cx.waker())) {
             Ok(Admission::Granted) => {
                 let w = this.weight;
@@ -136,8 +158,12 @@ where
     B: Deref<Target = Bulkhead<N>>,
 {
     fn drop(&mut self) {
-        if let (Some(bh), Some(t)) = (self.bh.as_deref(), self.ticket) {
-            bh.abandon(t);
+        if let Some(bh) = self.bh.as_deref() {
+            if let Some(t) = self.ticket {
+                bh.abandon(t);
+            }
+            // Dropped before it finished: the call never started (a cancellation).
+            bh.end_call(self.call, Outcome::Ignored);
         }
     }
 }

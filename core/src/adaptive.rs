@@ -46,21 +46,13 @@ use crate::config::{Config, MAX_PERMITS};
 
 mod aimd;
 mod gradient2;
+mod shared;
 
 pub use aimd::Aimd;
 pub use gradient2::Gradient2;
+pub use shared::{AdaptiveStats, SharedController};
 
-/// How a guarded call ended, as the adaptive limit sees it (DESIGN §4 "Outcomes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The call completed normally; its RTT is a measurement of the service.
-    Success,
-    /// `call_timeout`, any other error, transport errors, HTTP 5xx and HTTP 429: a congestion
-    /// signal. Never grows the limit; its RTT is not used.
-    Failure,
-    /// Cancellation or a hullguard rejection before the call started: no sample at all.
-    Ignored,
-}
+pub use crate::outcome::Outcome;
 
 /// One finished call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,6 +83,25 @@ pub enum Algorithm {
     /// Netflix Gradient2 with hullguard's fixes (the recommended one).
     #[default]
     Gradient2,
+}
+
+impl Algorithm {
+    /// `"aimd"` or `"gradient2"`, as every layer spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::Aimd => "aimd",
+            Algorithm::Gradient2 => "gradient2",
+        }
+    }
+
+    /// Parses [`as_str`](Self::as_str)'s spelling.
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        match s {
+            "aimd" => Some(Algorithm::Aimd),
+            "gradient2" => Some(Algorithm::Gradient2),
+            _ => None,
+        }
+    }
 }
 
 /// The `adaptive` options (DESIGN §4), one shape for both algorithms.

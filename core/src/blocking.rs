@@ -86,7 +86,7 @@ impl<const N: usize> Bulkhead<N> {
         timeout: Option<Duration>,
     ) -> Result<Permit<'_, N>, AcquireError> {
         self.acquire_blocking_units(weight, timeout)
-            .map(|w| Permit::new(self, w))
+            .map(|(w, call)| crate::permit::PermitOf::with_call(self, w, call))
     }
 
     /// [`acquire_blocking`](Self::acquire_blocking) returning an
@@ -100,7 +100,7 @@ impl<const N: usize> Bulkhead<N> {
         timeout: Option<Duration>,
     ) -> Result<crate::OwnedPermit<N>, AcquireError> {
         self.acquire_blocking_units(weight, timeout)
-            .map(|w| crate::permit::PermitOf::new(self.clone(), w))
+            .map(|(w, call)| crate::permit::PermitOf::with_call(self.clone(), w, call))
     }
 
     /// The timeout rules of [`acquire_blocking`](Self::acquire_blocking), without a handle.
@@ -108,12 +108,23 @@ impl<const N: usize> Bulkhead<N> {
         &self,
         weight: u64,
         timeout: Option<Duration>,
-    ) -> Result<u64, AcquireError> {
+    ) -> Result<(u64, crate::policy::CallStart), AcquireError> {
         let timeout = timeout.unwrap_or(self.queue_timeout());
         let waker = thread_waker();
-        match self.enqueue_within(weight, timeout, Some(&waker))? {
-            Admission::Granted => Ok(weight),
-            Admission::Queued(t) => self.wait_ticket_blocking(t, &waker, deadline(timeout)),
+        let mut call = self.begin_call()?;
+        let r = match self.enqueue_within(weight, timeout, Some(&waker)) {
+            Ok(Admission::Granted) => Ok(weight),
+            Ok(Admission::Queued(t)) => self
+                .wait_ticket_blocking(t, &waker, deadline(timeout))
+                .inspect(|_| self.mark_granted(&mut call)),
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(w) => Ok((w, call)),
+            Err(e) => {
+                self.end_call(call, crate::outcome::Outcome::Ignored);
+                Err(e)
+            }
         }
     }
 

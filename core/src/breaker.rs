@@ -146,16 +146,7 @@ impl fmt::Display for CircuitState {
     }
 }
 
-/// How a guarded call ended (DESIGN §4 "Outcomes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// Counts as a success.
-    Success,
-    /// Counts as a failure.
-    Failure,
-    /// Counts nothing (cancellation, rejection before the call). A probe gives its slot back.
-    Ignored,
-}
+pub use crate::outcome::Outcome;
 
 /// A committed state change. Fire it (see [`Transition::notify`]) after the call that returned
 /// it; exactly one caller gets each transition.
@@ -170,16 +161,19 @@ pub struct Transition {
 }
 
 impl Transition {
-    /// Calls `observer.on_state_change(old, new)`.
-    pub fn notify<O: Observer + ?Sized>(self, observer: &O) {
-        observer.on_state_change(self.old, self.new);
+    /// Calls `observer.on_state_change(key, old, new)`.
+    pub fn notify<O: Observer + ?Sized>(self, key: Option<&str>, observer: &O) {
+        observer.on_state_change(key, self.old, self.new);
     }
 }
 
-/// Receives state-change events; the caller invokes it with the [`Transition`]s it gets back.
+/// Receives breaker state-change events (DESIGN §4: transitions only; adaptive limit moves are
+/// not events). A bulkhead with a breaker calls it after each state commit, once per
+/// transition, on the thread that committed it; `key` is the registry key, `None` outside a
+/// registry. It must not block: it runs inside an admission, a release or a stats read.
 pub trait Observer {
     /// Called after the state commit, once per transition.
-    fn on_state_change(&self, old: CircuitState, new: CircuitState);
+    fn on_state_change(&self, key: Option<&str>, old: CircuitState, new: CircuitState);
 }
 
 /// Admission to run one call; pass it back to [`Breaker::record`] with the outcome.
@@ -545,6 +539,7 @@ impl Breaker {
     /// closes, failure re-opens, `Ignored` gives the slot back; a report after
     /// `half_open_timeout` counts as a failure whatever the outcome.
     pub fn record(&self, admit: Admit, outcome: Outcome, now_ns: u64) -> Option<Transition> {
+        let outcome = outcome.for_breaker();
         let t = tick(now_ns);
         let gen_mask = !(STATE_MASK | (PROBE_MAX << PROBE_SHIFT));
         // Acquire: as in `try_admit` (side words of the transition that made this word).
@@ -560,7 +555,9 @@ impl Breaker {
                     let late = reached(t, self.probe_at.load(Relaxed), self.half_open_ticks);
                     let r = match (outcome, late) {
                         (_, true) | (Outcome::Failure, false) => self.reopen(w, t).map(Some),
-                        (Outcome::Success, false) => self.close(w, now_ns).map(Some),
+                        (Outcome::Success | Outcome::Overload, false) => {
+                            self.close(w, now_ns).map(Some)
+                        }
                         (Outcome::Ignored, false) => {
                             // AcqRel: Release so the slot's return orders after this probe's
                             // reads; Acquire for the retry. Pairs with the probe CAS in try_admit.
@@ -582,7 +579,7 @@ impl Breaker {
         let gen_tag = (w >> GEN_SHIFT) & HALF_MASK;
         let consecutive = match outcome {
             Outcome::Ignored => return None,
-            Outcome::Success => {
+            Outcome::Success | Outcome::Overload => {
                 self.count_consecutive(gen_tag, false);
                 self.count_window(now_ns, false);
                 return None;

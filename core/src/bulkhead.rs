@@ -39,6 +39,7 @@ use crate::{
     config::{Config, ConfigError},
     dispatch::{DispatchFlag, WakeBatch},
     permit::PermitOf,
+    policy::{Policies, PolicyBox},
     permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS, available},
     reason::{AcquireError, Reason, Rejection, Snapshot},
     ring::WaiterRing,
@@ -140,6 +141,7 @@ pub struct Bulkhead<const N: usize = 0> {
     queue_timeout: Duration,
     enabled: bool,
     clock: ClockSource,
+    policies: Option<PolicyBox>,
     #[cfg(feature = "std")]
     pub(crate) idle: crate::drain::IdleWaiters,
 }
@@ -161,13 +163,31 @@ impl Bulkhead<0> {
     /// # Errors
     /// As [`new`](Self::new).
     pub fn with_clock(config: Config, clock: ClockSource) -> Result<Self, ConfigError> {
+        Self::with_observer(config, clock, None, None)
+    }
+
+    /// [`with_clock`](Self::with_clock) plus where breaker state changes go: `observer` is
+    /// called after each commit with `key` (a registry passes the entry's key; `None` outside
+    /// one). See [`policy`](crate::policy).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), plus the `resilience` errors of [`Config::validate`].
+    pub fn with_observer(
+        config: Config,
+        clock: ClockSource,
+        observer: Option<crate::policy::SharedObserver>,
+        key: Option<&str>,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
+        let policies = Policies::build(&config, observer, key)?;
         let ring = if config.max_queue == 0 {
             WaiterRing::new_inline(0)
         } else {
             WaiterRing::new_heap(config.max_queue as Word, config.ring_capacity())?
         };
-        Ok(Self::from_parts(config, ring, clock))
+        let mut bh = Self::from_parts(config, ring, clock);
+        bh.policies = policies;
+        Ok(bh)
     }
 }
 
@@ -190,7 +210,10 @@ impl<const N: usize> Bulkhead<N> {
     /// ```
     #[cfg(not(loom))]
     pub const fn new_static(config: Config) -> Self {
-        if config.validate().is_err() || config.max_queue > N as u64 {
+        if config.validate_base().is_err()
+            || !config.resilience.is_off()
+            || config.max_queue > N as u64
+        {
             panic!("invalid hullguard Config for Bulkhead::new_static");
         }
         Self::inline(config)
@@ -202,8 +225,11 @@ impl<const N: usize> Bulkhead<N> {
     /// A [`ConfigError`] naming the bad option ([`ConfigError::MaxQueue`] if `max_queue > N`).
     #[cfg(not(loom))]
     pub const fn try_new_static(config: Config) -> Result<Self, ConfigError> {
-        if let Err(e) = config.validate() {
+        if let Err(e) = config.validate_base() {
             return Err(e);
+        }
+        if !config.resilience.is_off() {
+            return Err(ConfigError::Resilience);
         }
         if config.max_queue > N as u64 {
             return Err(ConfigError::MaxQueue);
@@ -223,6 +249,7 @@ impl<const N: usize> Bulkhead<N> {
             queue_timeout: config.queue_timeout,
             enabled: config.enabled,
             clock: ClockSource::None,
+            policies: None,
             #[cfg(feature = "std")]
             idle: crate::drain::IdleWaiters::new(),
         }
@@ -231,7 +258,7 @@ impl<const N: usize> Bulkhead<N> {
     /// A bulkhead with an inline ring of `N` cells (loom build: not `const`).
     #[cfg(loom)]
     pub fn try_new_static(config: Config) -> Result<Self, ConfigError> {
-        config.validate()?;
+        config.validate_base()?;
         if config.max_queue > N as u64 {
             return Err(ConfigError::MaxQueue);
         }
@@ -254,9 +281,16 @@ impl<const N: usize> Bulkhead<N> {
             queue_timeout: config.queue_timeout,
             enabled: config.enabled,
             clock,
+            policies: None,
             #[cfg(feature = "std")]
             idle: crate::drain::IdleWaiters::new(),
         }
+    }
+
+    /// The policy state, if `resilience` configured any.
+    #[inline]
+    pub(crate) fn policies(&self) -> Option<&Policies> {
+        self.policies.as_deref()
     }
 
     // ----- configuration views -------------------------------------------------------------
@@ -355,8 +389,27 @@ impl<const N: usize> Bulkhead<N> {
     /// ```
     #[inline]
     pub fn try_acquire(&self, weight: u64) -> Result<crate::Permit<'_, N>, AcquireError> {
-        self.try_acquire_units(weight)
-            .map(|()| PermitOf::new(self, weight))
+        let call = self.guarded_try(weight)?;
+        Ok(PermitOf::with_call(self, weight, call))
+    }
+
+    /// `try_acquire_units` inside the guarded-call steps (policy docs): weight checked first,
+    /// then the breaker, then admission; a refused admission ends the call `Ignored`.
+    #[inline]
+    fn guarded_try(&self, weight: u64) -> Result<crate::policy::CallStart, AcquireError> {
+        if !self.has_policies() {
+            self.try_acquire_units(weight)?;
+            return Ok(crate::policy::CallStart::NONE);
+        }
+        self.check_weight(weight)?;
+        let call = self.begin_call()?;
+        match self.try_acquire_units(weight) {
+            Ok(()) => Ok(call),
+            Err(e) => {
+                self.end_call(call, crate::outcome::Outcome::Ignored);
+                Err(e)
+            }
+        }
     }
 
     /// [`try_acquire`](Self::try_acquire) without a handle: on `Ok` the caller holds `weight`
@@ -683,6 +736,8 @@ impl<const N: usize> Bulkhead<N> {
             queue_wait_count: c.wait_count.load(Relaxed) as u64,
             queue_wait_sum_ns: c.wait_sum_ns.load(Relaxed) as u64,
             queue_wait_max_ns: c.wait_max_ns.load(Relaxed) as u64,
+            adaptive: self.adaptive_stats(),
+            circuit: self.circuit_stats(),
         }
     }
 
@@ -831,7 +886,7 @@ impl<const N: usize> Bulkhead<N> {
         self: &alloc::sync::Arc<Self>,
         weight: u64,
     ) -> Result<crate::OwnedPermit<N>, AcquireError> {
-        self.try_acquire_units(weight)
-            .map(|()| PermitOf::new(self.clone(), weight))
+        let call = self.guarded_try(weight)?;
+        Ok(PermitOf::with_call(self.clone(), weight, call))
     }
 }

@@ -2,7 +2,10 @@
 
 use core::{fmt, time::Duration};
 
-use crate::sync::Word;
+use crate::{
+    adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience,
+    sync::Word,
+};
 
 /// Largest permit count accepted anywhere (limits, weights, `max_concurrent`).
 ///
@@ -32,7 +35,7 @@ pub const MAX_QUEUE: u64 = 1 << 20;
 /// assert_eq!(c.max_queue, 100);
 /// assert_eq!(c.queue_timeout, Duration::from_secs(30));
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
     /// The ceiling of the limit, `1 ..= MAX_PERMITS`. The limit starts here.
     pub max_concurrent: u64,
@@ -43,6 +46,9 @@ pub struct Config {
     pub queue_timeout: Duration,
     /// `false` admits everything (still counted in the stats; I1 does not apply).
     pub enabled: bool,
+    /// The policies around this bulkhead (DESIGN §4); [`Resilience::OFF`] by default. Needs
+    /// the `alloc` feature (the policy state is allocated once, at construction).
+    pub resilience: Resilience,
 }
 
 impl Config {
@@ -52,14 +58,23 @@ impl Config {
         max_queue: 100,
         queue_timeout: Duration::from_secs(30),
         enabled: true,
+        resilience: Resilience::OFF,
     };
 
     /// Checks every option, naming the first bad one.
     ///
     /// # Errors
     /// [`ConfigError::MaxConcurrent`] outside `1 ..= MAX_PERMITS`,
-    /// [`ConfigError::MaxQueue`] above [`MAX_QUEUE`].
-    pub const fn validate(&self) -> Result<(), ConfigError> {
+    /// [`ConfigError::MaxQueue`] above [`MAX_QUEUE`], then the `resilience` errors of
+    /// [`Resilience::validate`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_base()?;
+        self.resilience.validate(self.max_concurrent)
+    }
+
+    /// The `const` part of [`validate`](Self::validate) (for static bulkheads, which take no
+    /// policies).
+    pub(crate) const fn validate_base(&self) -> Result<(), ConfigError> {
         if self.max_concurrent == 0 || self.max_concurrent > MAX_PERMITS {
             return Err(ConfigError::MaxConcurrent);
         }
@@ -102,6 +117,15 @@ pub enum ConfigError {
     MaxQueue,
     /// A `set_limit` value outside `1 ..= max_concurrent`.
     Limit,
+    /// An `adaptive` option out of range (`max_limit` also when above `max_concurrent`).
+    Adaptive(AdaptiveConfigError),
+    /// A `breaker` option out of range.
+    Breaker(BreakerConfigError),
+    /// `call_timeout` is zero.
+    CallTimeout,
+    /// `resilience` was given where policies are unavailable (a static bulkhead, or a build
+    /// without the `alloc` feature).
+    Resilience,
 }
 
 impl ConfigError {
@@ -111,6 +135,21 @@ impl ConfigError {
             ConfigError::MaxConcurrent => "max_concurrent",
             ConfigError::MaxQueue => "max_queue",
             ConfigError::Limit => "limit",
+            ConfigError::Adaptive(e) => e.option(),
+            ConfigError::Breaker(e) => e.option(),
+            ConfigError::CallTimeout => "call_timeout",
+            ConfigError::Resilience => "resilience",
+        }
+    }
+
+    /// The part of `resilience` the option belongs to: `Some("adaptive")`, `Some("breaker")`,
+    /// `Some("resilience")` for `call_timeout`, `None` for the bulkhead's own options.
+    pub const fn section(&self) -> Option<&'static str> {
+        match self {
+            ConfigError::Adaptive(_) => Some("adaptive"),
+            ConfigError::Breaker(_) => Some("breaker"),
+            ConfigError::CallTimeout => Some("resilience"),
+            _ => None,
         }
     }
 }
@@ -126,6 +165,15 @@ impl fmt::Display for ConfigError {
                 "max_queue must be in 0..={MAX_QUEUE} (and fit the ring; allocation may have failed)"
             ),
             ConfigError::Limit => write!(f, "limit must be in 1..=max_concurrent"),
+            ConfigError::Adaptive(AdaptiveConfigError::MaxLimit) => {
+                f.write_str("adaptive.max_limit must be in 1..=max_concurrent")
+            }
+            ConfigError::Adaptive(e) => write!(f, "{e}"),
+            ConfigError::Breaker(e) => write!(f, "{e}"),
+            ConfigError::CallTimeout => f.write_str("call_timeout must be greater than zero"),
+            ConfigError::Resilience => f.write_str(
+                "resilience needs the alloc feature and a runtime-sized Bulkhead (not new_static)",
+            ),
         }
     }
 }

@@ -14,6 +14,8 @@
 //! | L2 | [`bulkhead`] | [`Bulkhead`]: admission, queueing, handoff, cancel, resize, close |
 //! | L2 | [`permit`], [`acquire`] | RAII permits; runtime-agnostic acquire futures |
 //! | L2 | [`breaker`] | [`Breaker`](breaker::Breaker): lock-free circuit breaker on the host clock |
+//! | L2 | [`policy`], [`call`] | the guarded-call path: breaker → admission → call → outcome |
+//! | — | [`resilience`], [`outcome`] | the `resilience` options; how a call ended |
 //! | L2 | [`blocking`], [`drain`] | thread waits and `drain` (feature `std`) |
 //! | L3 | [`registry`], [`origin`] | one bulkhead per key; the canonical origin key (`std`) |
 //! | — | [`config`], [`reason`], [`stats`], [`clock`] | options, reasons and errors, stats, host clock |
@@ -68,14 +70,18 @@ pub mod adaptive;
 pub mod blocking;
 pub mod breaker;
 pub mod bulkhead;
+pub mod call;
 pub mod clock;
 pub mod config;
 #[cfg(feature = "std")]
 pub mod drain;
 #[cfg(feature = "std")]
 pub mod origin;
+pub mod outcome;
 pub mod permit;
+pub mod policy;
 pub mod reason;
+pub mod resilience;
 #[cfg(feature = "std")]
 pub mod registry;
 pub mod stats;
@@ -90,8 +96,12 @@ pub use crate::{
     bulkhead::{Admission, Bulkhead, CancelError, OverRelease, StaleTicket, Ticket, TicketPoll},
     clock::{Clock, ClockSource},
     config::{Config, ConfigError, MAX_PERMITS, MAX_QUEUE},
+    call::CallError,
+    outcome::Outcome,
     permit::{InvalidRelease, Permit},
+    policy::CallStart,
     reason::{AcquireError, Reason, Rejection, Snapshot},
+    resilience::Resilience,
     stats::{RejectedByReason, Stats},
 };
 #[cfg(feature = "std")]

@@ -2,7 +2,7 @@
 
 use core::{fmt, ops::Deref};
 
-use crate::bulkhead::Bulkhead;
+use crate::{bulkhead::Bulkhead, outcome::Outcome, policy::CallStart};
 
 /// Permits held on a bulkhead reached through `B` (a reference or an `Arc`).
 ///
@@ -14,6 +14,8 @@ where
 {
     bh: B,
     weight: u64,
+    call: CallStart,
+    outcome: Outcome,
 }
 
 /// A permit borrowed from a [`Bulkhead`].
@@ -48,8 +50,36 @@ impl<B, const N: usize> PermitOf<B, N>
 where
     B: Deref<Target = Bulkhead<N>>,
 {
-    pub(crate) fn new(bh: B, weight: u64) -> Self {
-        Self { bh, weight }
+    pub(crate) fn with_call(bh: B, weight: u64, call: CallStart) -> Self {
+        Self {
+            bh,
+            weight,
+            call,
+            outcome: Outcome::Ignored,
+        }
+    }
+
+    /// Sets the outcome recorded when this permit is dropped (DESIGN §4 "Outcomes"): on a
+    /// bulkhead with policies a permit dropped without one records [`Outcome::Ignored`]. The
+    /// guarded-call path ([`Bulkhead::call`]) sets it for you.
+    pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+
+    /// The outcome that the drop will record.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Releases now, recording `outcome` (the Rust spelling of a binding's
+    /// `release(outcome=…)`).
+    pub fn release_with(mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+
+    /// This permit's guarded-call token (inert on a bulkhead without policies).
+    pub fn call(&self) -> CallStart {
+        self.call
     }
 
     /// Permits still held.
@@ -89,18 +119,21 @@ where
         Ok(())
     }
 
-    /// Takes the permit apart without releasing it: the handle and the permits held. The
-    /// caller must return them ([`Bulkhead::release_units`]) — bindings use this to move a
-    /// permit into their own handle type.
-    pub fn into_parts(self) -> (B, u64) {
+    /// Takes the permit apart without releasing it: the handle, the permits held and the
+    /// guarded-call token. The caller must return the permits
+    /// ([`Bulkhead::release_units`]) and end the call ([`Bulkhead::end_call`]) — bindings use
+    /// this to move a permit into their own handle type.
+    pub fn into_parts(self) -> (B, u64, CallStart) {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once.
         let bh = unsafe { core::ptr::read(&this.bh) };
-        (bh, this.weight)
+        (bh, this.weight, this.call)
     }
 
-    /// Keeps the permits out of the bulkhead for good; returns how many.
+    /// Keeps the permits out of the bulkhead for good; returns how many. The call ends
+    /// [`Outcome::Ignored`] now.
     pub fn forget(mut self) -> u64 {
+        self.outcome = Outcome::Ignored;
         core::mem::take(&mut self.weight)
     }
 }
@@ -110,6 +143,8 @@ where
     B: Deref<Target = Bulkhead<N>>,
 {
     fn drop(&mut self) {
+        // The outcome first (DESIGN §4): the adaptive sample counts this call in flight.
+        self.bh.end_call(self.call, self.outcome);
         if self.weight > 0 {
             self.bh.release_units(self.weight);
         }
@@ -123,6 +158,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("weight", &self.weight)
+            .field("outcome", &self.outcome)
             .finish_non_exhaustive()
     }
 }

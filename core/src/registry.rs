@@ -26,13 +26,14 @@ use crate::{
     clock::ClockSource,
     config::{Config, ConfigError},
     permit::OwnedPermit,
+    policy::{ObserverField, SharedObserver},
     reason::{AcquireError, Reason, Rejection, Snapshot},
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
 };
 
 /// Configuration of a [`Registry`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RegistryConfig {
     /// The configuration of every key without an override.
     pub defaults: Config,
@@ -128,6 +129,7 @@ pub struct Registry {
     overrides: HashMap<String, Config>,
     max_keys: usize,
     clock: ClockSource,
+    observer: ObserverField,
     tick: AtomicWord,
     key_limit_rejections: AtomicWord,
     closed: AtomicBool,
@@ -149,6 +151,19 @@ impl Registry {
     pub fn with_clock(
         config: RegistryConfig,
         clock: ClockSource,
+    ) -> Result<Self, RegistryConfigError> {
+        Self::with_observer(config, clock, None)
+    }
+
+    /// [`with_clock`](Self::with_clock) plus an observer of every key's breaker: state changes
+    /// arrive as `on_state_change(Some(key), old, new)` after each commit.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_observer(
+        config: RegistryConfig,
+        clock: ClockSource,
+        observer: Option<SharedObserver>,
     ) -> Result<Self, RegistryConfigError> {
         if config.max_keys == 0 {
             return Err(RegistryConfigError {
@@ -175,6 +190,7 @@ impl Registry {
             overrides: config.overrides,
             max_keys: config.max_keys,
             clock,
+            observer: ObserverField(observer),
             tick: AtomicWord::new(0),
             key_limit_rejections: AtomicWord::new(0),
             closed: AtomicBool::new(false),
@@ -249,7 +265,12 @@ impl Registry {
             return Err(self.key_error(key, Reason::Shutdown));
         }
         // Built outside the lock (it allocates the ring).
-        let bh = Bulkhead::with_clock(self.config_for(key), self.clock.clone())
+        let bh = Bulkhead::with_observer(
+            self.config_for(key),
+            self.clock.clone(),
+            self.observer.0.clone(),
+            Some(key),
+        )
             .map(Arc::new)
             .map_err(|e| KeyedError {
                 key: key.to_string(),

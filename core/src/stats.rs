@@ -9,6 +9,8 @@ use core::fmt;
 use crossbeam_utils::CachePadded;
 
 use crate::{
+    adaptive::AdaptiveStats,
+    breaker::CircuitStats,
     reason::Reason,
     sync::{AtomicWord, Ordering::*, Word},
 };
@@ -68,6 +70,11 @@ pub struct Stats {
     pub queue_wait_sum_ns: u64,
     /// The longest such wait, in ns.
     pub queue_wait_max_ns: u64,
+    /// The adaptive limit's state; `None` unless one is attached.
+    pub adaptive: Option<AdaptiveStats>,
+    /// The circuit breaker's state and counters; `None` unless one is attached. Reading the
+    /// stats commits a due lazy transition (open → half-open) like any state read.
+    pub circuit: Option<CircuitStats>,
 }
 
 impl fmt::Display for Stats {

@@ -225,7 +225,7 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
         let out = try_mut!(out);
         match core.acquire_blocking_owned(weight, call_timeout(timeout_ms)) {
             Ok(p) => {
-                let (_, w) = p.into_parts();
+                let (_, w, _call) = p.into_parts();
                 grant(core, w, out)
             }
             Err(e) => (&e).into(),

@@ -75,6 +75,7 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<Config, hg_statu
         },
         // Read as a byte: any non-zero value is true (never a Rust `bool` from foreign bytes).
         enabled: buf[offset_of!(hg_config, enabled)] != 0,
+        ..Config::DEFAULT
     };
     c.validate()
         .map_err(|_| hg_status::HG_STATUS_INVALID_ARGUMENT)?;

@@ -185,7 +185,7 @@ pub extern "C" fn hg_registry_try_acquire(
         let out = try_mut!(out);
         match r.try_acquire(k, weight) {
             Ok(p) => {
-                let (core, w) = p.into_parts();
+                let (core, w, _call) = p.into_parts();
                 *out = PermitBox::new(core, w).into_raw();
                 hg_status::HG_STATUS_OK
             }
@@ -213,7 +213,7 @@ pub extern "C" fn hg_registry_acquire_timeout(
         let out = try_mut!(out);
         match r.acquire_blocking(k, weight, call_timeout(timeout_ms)) {
             Ok(p) => {
-                let (core, w) = p.into_parts();
+                let (core, w, _call) = p.into_parts();
                 *out = PermitBox::new(core, w).into_raw();
                 hg_status::HG_STATUS_OK
             }

@@ -53,9 +53,9 @@ impl Aimd {
 
 impl Controller for Aimd {
     fn on_sample(&mut self, s: Sample) -> u64 {
-        let next = match s.outcome {
+        let next = match s.outcome.for_limit() {
             Outcome::Ignored => return self.limit,
-            Outcome::Failure => self.decrease(),
+            Outcome::Failure | Outcome::Overload => self.decrease(),
             Outcome::Success if s.rtt_ns > self.target_latency_ns => self.decrease(),
             Outcome::Success if s.inflight.saturating_mul(2) >= self.limit => {
                 self.limit.saturating_add(self.increase_step)

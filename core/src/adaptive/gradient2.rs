@@ -152,10 +152,10 @@ impl Gradient2 {
 
 impl Controller for Gradient2 {
     fn on_sample(&mut self, s: Sample) -> u64 {
-        let target = match s.outcome {
+        let target = match s.outcome.for_limit() {
             Outcome::Ignored => return self.limit(),
             // Fix 3 (#176): no RTT sample, never growth.
-            Outcome::Failure => self.estimate * self.decrease_ratio,
+            Outcome::Failure | Outcome::Overload => self.estimate * self.decrease_ratio,
             Outcome::Success => {
                 let t = self.success_target(s.rtt_ns);
                 // Fix 4: the app-limited guard stops growth only.

@@ -430,15 +430,15 @@ fn observer_gets_old_and_new() {
     use core::cell::RefCell;
     struct Log(RefCell<Vec<(CircuitState, CircuitState)>>);
     impl Observer for Log {
-        fn on_state_change(&self, old: CircuitState, new: CircuitState) {
+        fn on_state_change(&self, _key: Option<&str>, old: CircuitState, new: CircuitState) {
             self.0.borrow_mut().push((old, new));
         }
     }
     let log = Log(RefCell::new(Vec::new()));
     let b = breaker(100);
-    trip(&b, 0).notify(&log);
+    trip(&b, 0).notify(None, &log);
     if let Some(t) = admit(&b, 100 * MS).transition {
-        t.notify(&log);
+        t.notify(None, &log);
     }
     assert_eq!(
         *log.0.borrow(),

@@ -46,6 +46,7 @@ pub static RADIO: Bulkhead<RING> = Bulkhead::new_static(Config {
     // The firmware keeps its own deadlines (in ticks); the core's default is unused here.
     queue_timeout: Duration::MAX,
     enabled: true,
+    ..Config::DEFAULT
 });
 
 /// What a task does: take `weight` permits, hold them for `work_ticks` turns, `repeat` times.
@@ -368,6 +369,7 @@ mod tests {
             max_queue,
             queue_timeout: Duration::MAX,
             enabled: true,
+            ..Config::DEFAULT
         }
     }
 
