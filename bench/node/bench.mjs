@@ -10,6 +10,12 @@
 // | uncontended run(fn) | `await bh.run(fn)` one at a time, limit 10, nothing else running | cockatiel `await bulkhead(10, 100).execute(fn)` | ≤ 1.5 |
 // | 100 000 tasks through limit 10 | 100 000 `bh.run(fn)` started at once (99 990 queue), `await Promise.all` | async-sema `Sema(10)` acquire/try/finally release | ≤ 0.5 |
 // |  |  | cockatiel `bulkhead(10, 100 000).execute(fn)` | ≤ 0.1 |
+// | composed policy, uncontended (issue 8) | `await bh.run(fn)` on a bulkhead with `resilience: {breaker: {}}` (bulkhead + breaker: breaker check, admission, outcome recorded, release) | opossum `new CircuitBreaker(() => cockatiel bulkhead(10, 100).execute(fn), {timeout: false}).fire()` | (reported) |
+//
+// The composed rows also show cockatiel's own composition `wrap(bulkhead(10, 100),
+// circuitBreaker(handleAll, {breaker: new ConsecutiveBreaker(5)}))`, opossum alone and the plain
+// hullguard bulkhead (what the breaker adds). opossum runs with `timeout: false`: the composed
+// hullguard policy has no call timeout either (opossum would otherwise arm a timer per call).
 //
 // `fn` is `async () => {}` everywhere. p-limit (`pLimit(10)(fn)`) and async-sema are in every
 // table for reference; "no limiter" (`await fn()` / `Promise.all` of the bare calls) shows the
@@ -34,7 +40,8 @@ import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { cpus } from 'node:os'
 import { Bench } from 'tinybench'
-import { bulkhead } from 'cockatiel'
+import { bulkhead, circuitBreaker, ConsecutiveBreaker, handleAll, wrap } from 'cockatiel'
+import CircuitBreaker from 'opossum'
 import pLimit from 'p-limit'
 import { Sema } from 'async-sema'
 
@@ -99,6 +106,24 @@ const UNCONTENDED = {
     return sequential(call, UNCONTENDED_BATCH)
   },
   'no limiter': () => sequential(fn, UNCONTENDED_BATCH),
+  // The composed policy: bulkhead + circuit breaker, one call at a time.
+  'hullguard run(fn) + breaker': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: 100, resilience: { breaker: {} } })
+    return sequential(() => bh.run(fn), UNCONTENDED_BATCH)
+  },
+  'opossum(cockatiel bulkhead)': () => {
+    const bh = bulkhead(LIMIT, 100)
+    const breaker = new CircuitBreaker(() => bh.execute(fn), { timeout: false })
+    return sequential(() => breaker.fire(), UNCONTENDED_BATCH)
+  },
+  'cockatiel wrap(bulkhead, breaker)': () => {
+    const policy = wrap(bulkhead(LIMIT, 100), circuitBreaker(handleAll, { halfOpenAfter: 30_000, breaker: new ConsecutiveBreaker(5) }))
+    return sequential(() => policy.execute(fn), UNCONTENDED_BATCH)
+  },
+  'opossum alone': () => {
+    const breaker = new CircuitBreaker(fn, { timeout: false })
+    return sequential(() => breaker.fire(), UNCONTENDED_BATCH)
+  },
 }
 
 const TASK_CASES = {
@@ -134,6 +159,10 @@ const ROWS = [
   ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'cockatiel execute(fn)', 0.1],
   ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'p-limit limit(fn)', null],
   ['… hullguard 30 s deadline', 't', 'hullguard, 30 s deadline', 'async-sema acquire/release', null],
+  ['composed: bulkhead + breaker', 'u', 'hullguard run(fn) + breaker', 'opossum(cockatiel bulkhead)', null],
+  ['composed: bulkhead + breaker', 'u', 'hullguard run(fn) + breaker', 'cockatiel wrap(bulkhead, breaker)', null],
+  ['composed: bulkhead + breaker', 'u', 'hullguard run(fn) + breaker', 'opossum alone', null],
+  ['composed: what the breaker adds', 'u', 'hullguard run(fn) + breaker', 'hullguard run(fn)', null],
 ]
 
 // ----- running --------------------------------------------------------------------------------
@@ -192,7 +221,7 @@ async function main() {
   const version = (pkg) =>
     JSON.parse(readFileSync(new URL(`node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version
   console.log(
-    `  ${['cockatiel', 'p-limit', 'async-sema', 'tinybench'].map((p) => `${p} ${version(p)}`).join(', ')} (bench/node/package-lock.json)`,
+    `  ${['cockatiel', 'opossum', 'p-limit', 'async-sema', 'tinybench'].map((p) => `${p} ${version(p)}`).join(', ')} (bench/node/package-lock.json)`,
   )
   console.log(
     `  ${REPS} interleaved repetitions; uncontended: batches of ${UNCONTENDED_BATCH} sequential ops; tasks: ${TASKS} at once through limit ${LIMIT}`,
@@ -218,7 +247,7 @@ async function main() {
 
   const row = (a, b, c, d, e, f, g) =>
     console.log(
-      `  ${a.padEnd(26)} ${b.padEnd(28)} ${c.padStart(7)} ${d.padStart(13)} ${e.padStart(10)} ${f.padStart(10)}  ${g}`,
+      `  ${a.padEnd(31)} ${b.padEnd(33)} ${c.padStart(7)} ${d.padStart(13)} ${e.padStart(10)} ${f.padStart(10)}  ${g}`,
     )
   console.log()
   console.log('== ratios: hullguard / anchor (median of the per-repetition ratios, min–max; lower is better) ==')

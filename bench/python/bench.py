@@ -7,6 +7,7 @@ Rows (hullguard / anchor, lower is better):
 |---|---|---|---|
 | uncontended ``async with`` | ``async with bh:`` / ``async with bh.acquire():`` (limit 10, nothing else running) | ``async with asyncio.Semaphore(10)`` | ≤ 0.5 |
 | ``try_acquire`` + ``release`` | ``bh.try_acquire().release()`` | ``threading.BoundedSemaphore.acquire(blocking=False)`` + ``release()`` | ≤ 0.2 |
+| composed policy | ``async with bh:`` on a bulkhead with ``resilience={"breaker": {}}`` around an empty function | ``async with asyncio.Semaphore(10): pybreaker.CircuitBreaker().call(f)`` | ≤ 1.0 |
 | 1000 tasks through limit 10 | 1000 tasks, each ``async with lim: await asyncio.sleep(0)``, gathered; the limiter's cost per task = time per task minus the same tasks without a limiter | ``asyncio.Semaphore(10)`` | ≤ 0.5 |
 
 Beside them, for reference (no target): ``bulklink.AsyncBulkhead`` (pure Python, PyPI), the
@@ -62,10 +63,15 @@ try:
     import bulklink
 except ImportError:  # pragma: no cover - bench/python/requirements.txt installs it
     bulklink = None
+pybreaker: Any
+try:
+    import pybreaker
+except ImportError:  # pragma: no cover - bench/python/requirements.txt installs it
+    pybreaker = None
 
 TASKS = 1000
 LIMIT = 10
-BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1}
+BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1, "policy/": 0.025}
 BUSY = 0.05
 
 # ---------------------------------------------------------------------------------------------
@@ -95,6 +101,27 @@ async def _async_with(lim: object, n: int) -> None:
     for _ in range(n):
         async with lim:  # type: ignore[attr-defined]
             pass
+
+
+def _work() -> None:
+    """The guarded work of the policy rows: nothing (so the rows measure the policy)."""
+
+
+async def _breaker_anchor(lim: object, n: int) -> None:
+    """pybreaker's breaker around the work, inside an ``asyncio.Semaphore``: the composition
+    an asyncio service builds from the two most used libraries."""
+    sem, breaker = lim  # type: ignore[misc]
+    call = breaker.call
+    for _ in range(n):
+        async with sem:
+            call(_work)
+
+
+async def _guarded_with(bh: object, n: int) -> None:
+    """hullguard's breaker (+ limit) around the same work: one ``async with``."""
+    for _ in range(n):
+        async with bh:  # type: ignore[attr-defined]
+            _work()
 
 
 async def _acquire_with(bh: object, n: int) -> None:
@@ -224,10 +251,27 @@ CASES: Dict[str, Tuple[str, Callable[[], Runner]]] = {
         lambda: _tasks(_hg(max_queue=TASKS, queue_timeout=30.0)),
     ),
     "tasks/bulklink": ("bulklink", lambda: _tasks(_bulklink, form="slot")),
+    "policy/anchor": (
+        "pybreaker + asyncio.Semaphore",
+        lambda: _async(
+            lambda: (asyncio.Semaphore(LIMIT), pybreaker.CircuitBreaker(fail_max=5)),
+            _breaker_anchor,
+        ),
+    ),
+    "policy/hullguard-breaker": (
+        "hullguard: async with bh (breaker)",
+        lambda: _async(_hg(resilience={"breaker": {}}), _guarded_with),
+    ),
+    "policy/hullguard-both": (
+        "hullguard: async with bh (breaker + adaptive)",
+        lambda: _async(_hg(resilience={"breaker": {}, "adaptive": {}}), _guarded_with),
+    ),
     "tasks/floor": ("minimal deque+Future limiter", lambda: _tasks(lambda: MinimalLimiter(LIMIT))),
 }
 if bulklink is None:
     CASES = {k: v for k, v in CASES.items() if "bulklink" not in k}
+if pybreaker is None:
+    CASES = {k: v for k, v in CASES.items() if not k.startswith("policy/")}
 
 
 @dataclass
@@ -260,6 +304,11 @@ ROWS = [
         None,
         "tasks/none",
     ),
+]
+ROWS += [
+    Row("composed policy: breaker + bulkhead, per call", "policy/hullguard-breaker",
+        "policy/anchor", 1.0),
+    Row("  + adaptive limit (gradient2)", "policy/hullguard-both", "policy/anchor", None),
 ]
 ROWS = [r for r in ROWS if r.hg in CASES and r.anchor in CASES]
 

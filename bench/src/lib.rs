@@ -140,6 +140,47 @@ pub fn bulkhead(permits: u64) -> Bulkhead {
     .expect("valid config")
 }
 
+/// A bulkhead of `permits` with the given policies (host clock, stats on).
+pub fn guarded_bulkhead(permits: u64, breaker: bool, adaptive: bool) -> Bulkhead {
+    use hullguard_core::{Resilience, adaptive::AdaptiveConfig, breaker::BreakerConfig};
+    Bulkhead::new(Config {
+        max_concurrent: permits,
+        resilience: Resilience {
+            adaptive: adaptive.then(|| AdaptiveConfig::for_max_concurrent(permits)),
+            breaker: breaker.then_some(BreakerConfig::DEFAULT),
+            call_timeout: None,
+        },
+        ..Config::default()
+    })
+    .expect("valid config")
+}
+
+/// `n` guarded calls with an empty body on this thread: breaker check, admission, outcome
+/// `success` recorded to the policies, release (what `Bulkhead::call` does around the work).
+#[inline(never)]
+pub fn guarded_calls(bh: &Bulkhead, n: u64) -> Duration {
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let mut permit = black_box(bh).try_acquire(1).expect("a permit is free");
+        permit.set_outcome(hullguard_core::Outcome::Success);
+        drop(permit);
+    }
+    t0.elapsed()
+}
+
+/// `n` × (one read of the host clock + one bare try_acquire/release): the budget of a guarded
+/// call ("≤ bare + one clock read").
+#[inline(never)]
+pub fn bare_plus_clock(bh: &Bulkhead, n: u64) -> Duration {
+    let t0 = Instant::now();
+    for _ in 0..n {
+        black_box(black_box(bh).now_ns());
+        let permit = black_box(bh).try_acquire(1).expect("a permit is free");
+        drop(permit);
+    }
+    t0.elapsed()
+}
+
 /// `n` uncontended try_acquire + release on this thread.
 pub fn uncontended<L: Limiter>(limiter: &L, n: u64) -> Duration {
     let t0 = Instant::now();
@@ -514,6 +555,21 @@ pub fn cases() -> Vec<Case> {
             handoff_hullguard,
         ),
         case("handoff/tokio".into(), 320_000, SingleThread, handoff_tokio),
+        case("guarded/bare".into(), UNC, SingleThread, |n| {
+            guarded_calls(&bulkhead(1), n)
+        }),
+        case("guarded/bare+clock".into(), UNC, SingleThread, |n| {
+            bare_plus_clock(&bulkhead(1), n)
+        }),
+        case("guarded/breaker".into(), UNC, SingleThread, |n| {
+            guarded_calls(&guarded_bulkhead(1, true, false), n)
+        }),
+        case("guarded/adaptive".into(), UNC, SingleThread, |n| {
+            guarded_calls(&guarded_bulkhead(1, false, true), n)
+        }),
+        case("guarded/composed".into(), UNC, SingleThread, |n| {
+            guarded_calls(&guarded_bulkhead(1, true, true), n)
+        }),
     ];
     for d in DEPTHS {
         v.push(case(

@@ -59,7 +59,10 @@ where
         r: Result<u64, AcquireError>,
     ) -> Poll<Result<PermitOf<B, N>, AcquireError>> {
         let queued = self.ticket.take().is_some();
-        let bh = self.bh.take().expect("acquire future polled after completion");
+        let bh = self
+            .bh
+            .take()
+            .expect("acquire future polled after completion");
         let mut call = core::mem::take(&mut self.call);
         Poll::Ready(match r {
             Ok(w) => {
@@ -132,7 +135,10 @@ where
             .as_deref()
             .expect("acquire future polled after completion");
         if bh.has_policies() {
-            // The breaker's check comes before admission (policy docs).
+            // Argument errors first (never counted), then the breaker, then admission.
+            if let Err(e) = bh.check_weight(this.weight) {
+                return this.finish(Err(e));
+            }
             match bh.begin_call() {
                 Ok(call) => this.call = call,
                 Err(e) => return this.finish(Err(e)),

@@ -111,6 +111,10 @@ impl<const N: usize> Bulkhead<N> {
     ) -> Result<(u64, crate::policy::CallStart), AcquireError> {
         let timeout = timeout.unwrap_or(self.queue_timeout());
         let waker = thread_waker();
+        if self.has_policies() {
+            // Argument errors first (never counted), then the breaker, then admission.
+            self.check_weight(weight)?;
+        }
         let mut call = self.begin_call()?;
         let r = match self.enqueue_within(weight, timeout, Some(&waker)) {
             Ok(Admission::Granted) => Ok(weight),

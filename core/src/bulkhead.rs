@@ -39,8 +39,8 @@ use crate::{
     config::{Config, ConfigError},
     dispatch::{DispatchFlag, WakeBatch},
     permit::PermitOf,
-    policy::{Policies, PolicyBox},
     permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS, available},
+    policy::{Policies, PolicyBox},
     reason::{AcquireError, Reason, Rejection, Snapshot},
     ring::WaiterRing,
     stats::{Counters, Stats},
@@ -185,8 +185,13 @@ impl Bulkhead<0> {
         } else {
             WaiterRing::new_heap(config.max_queue as Word, config.ring_capacity())?
         };
+        let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
         let mut bh = Self::from_parts(config, ring, clock);
         bh.policies = policies;
+        if let Some(limit) = initial_limit {
+            // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
+            bh.set_limit(limit)?;
+        }
         Ok(bh)
     }
 }
@@ -334,7 +339,7 @@ impl<const N: usize> Bulkhead<N> {
 
     /// Validates a weight: `1 ..= max_concurrent`.
     #[inline]
-    fn check_weight(&self, weight: u64) -> Result<Word, AcquireError> {
+    pub(crate) fn check_weight(&self, weight: u64) -> Result<Word, AcquireError> {
         if weight == 0 || weight > self.max_concurrent as u64 {
             return Err(AcquireError::InvalidWeight {
                 weight,

@@ -3,8 +3,7 @@
 use core::{fmt, time::Duration};
 
 use crate::{
-    adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience,
-    sync::Word,
+    adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience, sync::Word,
 };
 
 /// Largest permit count accepted anywhere (limits, weights, `max_concurrent`).

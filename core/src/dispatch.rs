@@ -70,6 +70,16 @@ impl DispatchFlag {
         }
     }
 
+    /// Becomes the runner only if nobody is running (one CAS); leaves nothing behind when it
+    /// fails. For callers with a cheaper path when uncontended (they must then announce their
+    /// work through [`enter`](Self::enter)).
+    pub(crate) fn try_enter_idle(&self) -> bool {
+        // AcqRel: as in `enter`.
+        self.state
+            .compare_exchange(0, RUNNING, AcqRel, Relaxed)
+            .is_ok()
+    }
+
     /// Runner, before a second or later pass: clears `PENDING`; requests made after this are
     /// seen by a later pass.
     pub(crate) fn begin_pass(&self) {

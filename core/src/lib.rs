@@ -81,9 +81,9 @@ pub mod outcome;
 pub mod permit;
 pub mod policy;
 pub mod reason;
-pub mod resilience;
 #[cfg(feature = "std")]
 pub mod registry;
+pub mod resilience;
 pub mod stats;
 
 #[cfg(test)]
@@ -94,9 +94,9 @@ pub use crate::{acquire::OwnedAcquire, acquire::OwnedAcquireTimeout, permit::Own
 pub use crate::{
     acquire::{Acquire, AcquireTimeout},
     bulkhead::{Admission, Bulkhead, CancelError, OverRelease, StaleTicket, Ticket, TicketPoll},
+    call::CallError,
     clock::{Clock, ClockSource},
     config::{Config, ConfigError, MAX_PERMITS, MAX_QUEUE},
-    call::CallError,
     outcome::Outcome,
     permit::{InvalidRelease, Permit},
     policy::CallStart,

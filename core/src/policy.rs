@@ -138,9 +138,9 @@ impl Policies {
             None => None,
         };
         let adaptive = match &r.adaptive {
-            Some(a) => Some(
-                SharedController::new(a).map_err(crate::config::ConfigError::Adaptive)?,
-            ),
+            Some(a) => {
+                Some(SharedController::new(a).map_err(crate::config::ConfigError::Adaptive)?)
+            }
             None => None,
         };
         Ok(Some(alloc::boxed::Box::new(Policies {
@@ -150,6 +150,12 @@ impl Policies {
             observer,
             key: key.map(alloc::boxed::Box::from),
         })))
+    }
+
+    /// The limit the adaptive controller starts at (`initial_limit`), if there is one: the
+    /// bulkhead must start there too, not at `max_concurrent`.
+    pub(crate) fn initial_limit(&self) -> Option<u64> {
+        self.adaptive.as_ref().map(SharedController::limit)
     }
 
     /// Fires a transition at the observer (after its commit).

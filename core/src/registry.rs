@@ -271,11 +271,11 @@ impl Registry {
             self.observer.0.clone(),
             Some(key),
         )
-            .map(Arc::new)
-            .map_err(|e| KeyedError {
-                key: key.to_string(),
-                error: AcquireError::Config(e),
-            })?;
+        .map(Arc::new)
+        .map_err(|e| KeyedError {
+            key: key.to_string(),
+            error: AcquireError::Config(e),
+        })?;
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         if let Some(e) = map.get(key) {
             // Another thread created it meanwhile.
@@ -380,10 +380,14 @@ impl Registry {
 
     /// The stats of every key, `{key: stats}` in key order.
     pub fn stats(&self) -> BTreeMap<String, Stats> {
-        self.read()
+        // The lock is dropped before any stats read: a read may commit a breaker transition
+        // and call the observer, which may use this registry.
+        let entries: Vec<(String, Arc<Bulkhead>)> = self
+            .read()
             .iter()
-            .map(|(k, e)| (k.to_string(), e.bh.stats()))
-            .collect()
+            .map(|(k, e)| (k.to_string(), e.bh.clone()))
+            .collect();
+        entries.into_iter().map(|(k, bh)| (k, bh.stats())).collect()
     }
 
     /// The keys that exist now.

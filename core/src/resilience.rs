@@ -5,11 +5,7 @@
 
 use core::time::Duration;
 
-use crate::{
-    adaptive::AdaptiveConfig,
-    breaker::BreakerConfig,
-    config::ConfigError,
-};
+use crate::{adaptive::AdaptiveConfig, breaker::BreakerConfig, config::ConfigError};
 
 /// Policies around a bulkhead (DESIGN §4 "Options").
 ///

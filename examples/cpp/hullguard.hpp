@@ -153,6 +153,8 @@ enum class Outcome : uint32_t {
     success = HG_OUTCOME_SUCCESS,
     failure = HG_OUTCOME_FAILURE,
     ignored = HG_OUTCOME_IGNORED,
+    /// HTTP 429: a success for the breaker, a failure for the adaptive limit.
+    overload = HG_OUTCOME_OVERLOAD,
 };
 
 // ----- Permit ---------------------------------------------------------------------------------
@@ -180,6 +182,14 @@ public:
     bool release(Outcome outcome = Outcome::success) noexcept {
         if (p_ == nullptr) return false;
         return hg_permit_release_outcome(p_, static_cast<uint32_t>(outcome)) == HG_STATUS_OK;
+    }
+
+    /// The host's own call_timeout_ms timer fired (the library arms none): counts
+    /// `call_timeout` and records the call as a failure now; keep the Permit until the work
+    /// really ends (its later release records nothing more). `false` if already reported,
+    /// released or empty.
+    bool call_timed_out() noexcept {
+        return p_ != nullptr && hg_permit_call_timed_out(p_) == HG_STATUS_OK;
     }
 
     /// Returns `n` of the held permits now (1 .. weight()).

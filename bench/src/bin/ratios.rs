@@ -104,6 +104,41 @@ fn rows() -> Vec<Row> {
             "handoff/tokio",
             Max(0.8),
         ),
+        row(
+            "guarded call: breaker + adaptive (empty body)",
+            "bare + 1 clock read",
+            "guarded/composed",
+            "guarded/bare+clock",
+            Max(1.0),
+        ),
+        row(
+            "guarded call: breaker + adaptive (empty body)",
+            "bare bulkhead",
+            "guarded/composed",
+            "guarded/bare",
+            Info,
+        ),
+        row(
+            "  breaker only",
+            "bare bulkhead",
+            "guarded/breaker",
+            "guarded/bare",
+            Info,
+        ),
+        row(
+            "  adaptive only (gradient2)",
+            "bare bulkhead",
+            "guarded/adaptive",
+            "guarded/bare",
+            Info,
+        ),
+        row(
+            "  one host clock read",
+            "bare bulkhead",
+            "guarded/bare+clock",
+            "guarded/bare",
+            Info,
+        ),
     ];
     for d in DEPTHS {
         v.push(row(

@@ -17,8 +17,9 @@
 //! averaged, and a sample that finds the success count full (only while a runner is preempted
 //! for thousands of calls) is dropped and counted in `dropped`.
 
-use super::{AdaptiveConfig, AdaptiveConfigError, AdaptiveController, Algorithm, Controller,
-    Outcome, Sample};
+use super::{
+    AdaptiveConfig, AdaptiveConfigError, AdaptiveController, Algorithm, Controller, Outcome, Sample,
+};
 use crate::{
     dispatch::DispatchFlag,
     sync::{AtomicWord, Ordering::*, UnsafeCell, Word},
@@ -141,39 +142,32 @@ impl SharedController {
         }
     }
 
-    /// Feeds one sample. `Ignored` does nothing. Otherwise the sample joins the inbox and, if no
-    /// other thread is feeding, this thread drains the inbox and calls `apply(limit)` for every
-    /// limit change, in order. Never waits.
+    /// Feeds one sample. `Ignored` does nothing. Otherwise, if no other thread is feeding,
+    /// this thread feeds its sample directly, then drains the inbox; if one is, the sample
+    /// joins the inbox for that runner. `apply(limit)` is called for every limit change, in
+    /// order, by the runner only. Never waits.
     pub fn feed(&self, s: Sample, mut apply: impl FnMut(u64)) {
-        match s.outcome.for_limit() {
-            Outcome::Ignored => return,
-            Outcome::Failure | Outcome::Overload => {
-                self.fail.fetch_add(1, Release);
-            }
-            Outcome::Success => {
-                let units = ((s.rtt_ns >> UNIT_SHIFT).max(1)).min(SUM_MAX as u64) as Word;
-                let mut cur = self.ok.load(Relaxed);
-                loop {
-                    if cur & COUNT_MASK == COUNT_MASK || (cur >> COUNT_BITS) > SUM_MAX - units {
-                        self.dropped.fetch_add(1, Relaxed);
-                        break;
-                    }
-                    let new = cur + (units << COUNT_BITS) + 1;
-                    // Release: the runner's Acquire swap sees it; Relaxed retry.
-                    match self.ok.compare_exchange_weak(cur, new, Release, Relaxed) {
-                        Ok(_) => break,
-                        Err(a) => cur = a,
-                    }
-                }
-            }
+        let outcome = s.outcome.for_limit();
+        if outcome == Outcome::Ignored {
+            return;
         }
-        self.inflight.store(s.inflight.min(Word::MAX as u64) as Word, Relaxed);
-        if !self.flag.enter() {
-            return; // the runner will drain it
+        self.inflight
+            .store(s.inflight.min(Word::MAX as u64) as Word, Relaxed);
+        if self.flag.try_enter_idle() {
+            // Uncontended: our sample goes straight in (exact RTT, no inbox RMWs).
+            // SAFETY: we hold the runner flag (module docs): no other access to `ctl` overlaps.
+            self.ctl
+                .with_mut(|c| self.step(unsafe { &mut *c }, s, &mut apply));
+        } else {
+            self.push(s.rtt_ns, outcome);
+            if !self.flag.enter() {
+                return; // the runner will drain it
+            }
         }
         loop {
-            // SAFETY: we hold the runner flag (module docs): no other access to `ctl` overlaps.
-            self.ctl.with_mut(|c| self.drain(unsafe { &mut *c }, &mut apply));
+            // SAFETY: as above.
+            self.ctl
+                .with_mut(|c| self.drain(unsafe { &mut *c }, &mut apply));
             if self.flag.try_leave() {
                 return;
             }
@@ -181,36 +175,88 @@ impl SharedController {
         }
     }
 
-    fn drain(&self, c: &mut AdaptiveController, apply: &mut impl FnMut(u64)) {
-        let inflight = self.inflight.load(Relaxed) as u64;
-        let fails = self.fail.swap(0, Acquire) as u64;
-        let ok = self.ok.swap(0, Acquire);
-        let count = (ok & COUNT_MASK) as u64;
-        let mut prev = c.limit();
-        let mut step = |c: &mut AdaptiveController, s: Sample| {
-            let l = c.on_sample(s);
-            self.samples.fetch_add(1, Relaxed);
-            if l < prev {
-                self.decreases.fetch_add(1, Relaxed);
-            }
-            if l != prev {
-                self.limit.store(l as Word, Relaxed);
-                apply(l);
-                prev = l;
-            }
-        };
-        for _ in 0..fails {
-            step(c, Sample { rtt_ns: 0, inflight, outcome: Outcome::Failure });
+    /// Puts a sample into the inbox (module docs).
+    fn push(&self, rtt_ns: u64, outcome: Outcome) {
+        if outcome != Outcome::Success {
+            // Release: the runner's Acquire swap sees it.
+            self.fail.fetch_add(1, Release);
+            return;
         }
-        if count > 0 {
-            let rtt_ns = ((ok >> COUNT_BITS) as u64 / count) << UNIT_SHIFT;
-            self.last_rtt.store(rtt_ns.min(Word::MAX as u64) as Word, Relaxed);
-            for _ in 0..count {
-                step(c, Sample { rtt_ns, inflight, outcome: Outcome::Success });
+        let units = ((rtt_ns >> UNIT_SHIFT).max(1)).min(SUM_MAX as u64) as Word;
+        let mut cur = self.ok.load(Relaxed);
+        loop {
+            if cur & COUNT_MASK == COUNT_MASK || (cur >> COUNT_BITS) > SUM_MAX - units {
+                self.dropped.fetch_add(1, Relaxed);
+                return;
             }
+            let new = cur + (units << COUNT_BITS) + 1;
+            // Release: the runner's Acquire swap sees it; Relaxed retry.
+            match self.ok.compare_exchange_weak(cur, new, Release, Relaxed) {
+                Ok(_) => return,
+                Err(a) => cur = a,
+            }
+        }
+    }
+
+    /// Runner only: one sample into the controller; publishes and applies a changed limit.
+    /// The published figures have one writer (the runner), so they are plain stores.
+    fn step(&self, c: &mut AdaptiveController, s: Sample, apply: &mut impl FnMut(u64)) {
+        let prev = c.limit();
+        let l = c.on_sample(s);
+        self.samples
+            .store(self.samples.load(Relaxed).wrapping_add(1), Relaxed);
+        if s.outcome.for_limit() == Outcome::Success {
+            self.last_rtt
+                .store(s.rtt_ns.min(Word::MAX as u64) as Word, Relaxed);
             if let AdaptiveController::Gradient2(g) = c {
                 let long = g.long_rtt_ns() as u64;
-                self.long_rtt.store(long.min(Word::MAX as u64) as Word, Relaxed);
+                self.long_rtt
+                    .store(long.min(Word::MAX as u64) as Word, Relaxed);
+            }
+        }
+        if l != prev {
+            if l < prev {
+                self.decreases
+                    .store(self.decreases.load(Relaxed).wrapping_add(1), Relaxed);
+            }
+            self.limit.store(l as Word, Relaxed);
+            apply(l);
+        }
+    }
+
+    /// Runner only: feeds everything in the inbox (failures, then the successes at their mean
+    /// RTT). Loads first, so an empty inbox costs no RMW.
+    fn drain(&self, c: &mut AdaptiveController, apply: &mut impl FnMut(u64)) {
+        let inflight = self.inflight.load(Relaxed) as u64;
+        // Acquire (the swap): sees the pushes' Release.
+        let fails = if self.fail.load(Relaxed) != 0 {
+            self.fail.swap(0, Acquire) as u64
+        } else {
+            0
+        };
+        let ok = if self.ok.load(Relaxed) != 0 {
+            self.ok.swap(0, Acquire)
+        } else {
+            0
+        };
+        for _ in 0..fails {
+            let s = Sample {
+                rtt_ns: 0,
+                inflight,
+                outcome: Outcome::Failure,
+            };
+            self.step(c, s, apply);
+        }
+        let count = (ok & COUNT_MASK) as u64;
+        if let Some(mean) = ((ok >> COUNT_BITS) as u64).checked_div(count) {
+            let rtt_ns = mean << UNIT_SHIFT;
+            for _ in 0..count {
+                let s = Sample {
+                    rtt_ns,
+                    inflight,
+                    outcome: Outcome::Success,
+                };
+                self.step(c, s, apply);
             }
         }
     }

@@ -7,6 +7,8 @@ mod breaker;
 #[cfg(not(loom))]
 mod bulkhead;
 #[cfg(loom)]
+mod loom_adaptive;
+#[cfg(loom)]
 mod loom_breaker;
 #[cfg(loom)]
 mod loom_bulkhead;
