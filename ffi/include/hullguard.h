@@ -119,6 +119,61 @@ typedef uint32_t hg_status;
 #endif // __cplusplus
 
 /**
+ * The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (DESIGN §4).
+ */
+enum hg_adaptive_algorithm
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Netflix Gradient2 with hullguard's fixes (the recommended one, the default).
+   */
+  HG_ADAPTIVE_GRADIENT2 = 0,
+  /**
+   * Additive increase / multiplicative decrease against `adaptive_target_latency_ms`.
+   */
+  HG_ADAPTIVE_AIMD = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_adaptive_algorithm hg_adaptive_algorithm;
+#else
+typedef uint32_t hg_adaptive_algorithm;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A circuit breaker's state (DESIGN §3.7: `"closed"`, `"open"`, `"half_open"`).
+ */
+enum hg_circuit_state
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Calls pass; outcomes are counted.
+   */
+  HG_CIRCUIT_CLOSED = 0,
+  /**
+   * Calls fail fast with `HG_STATUS_CIRCUIT_OPEN`.
+   */
+  HG_CIRCUIT_OPEN = 1,
+  /**
+   * Up to `breaker_half_open_max_calls` probes pass; one success closes, one failure
+   * re-opens.
+   */
+  HG_CIRCUIT_HALF_OPEN = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_circuit_state hg_circuit_state;
+#else
+typedef uint32_t hg_circuit_state;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Why an acquire was rejected: the index of `hg_stats.rejected` (8–15 reserved).
  */
 enum hg_reason
@@ -151,9 +206,23 @@ enum hg_outcome
   : uint32_t
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
+  /**
+   * The call completed normally.
+   */
   HG_OUTCOME_SUCCESS = 0,
+  /**
+   * The call failed (an error, HTTP 5xx, a transport error, `call_timeout`).
+   */
   HG_OUTCOME_FAILURE = 1,
+  /**
+   * Cancelled, or never started: no breaker count, no adaptive sample.
+   */
   HG_OUTCOME_IGNORED = 2,
+  /**
+   * The upstream said "slow down" (HTTP 429): a success for the breaker, a failure for the
+   * adaptive limit.
+   */
+  HG_OUTCOME_OVERLOAD = 3,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -182,7 +251,41 @@ typedef struct hg_permit hg_permit;
 typedef struct hg_registry hg_registry;
 
 /**
+ * A breaker state-change callback (`hg_config.on_state_change`, DESIGN §4 "State-change
+ * events"): called once per transition, after the state commit, on the thread
+ * that committed it — inside an admission (`hg_bulkhead_try_acquire`, `…_acquire_async`,
+ * `…_enqueue`, …), a release (`hg_permit_release*`, `hg_permit_free`,
+ * `hg_permit_call_timed_out`) or a stats read (`hg_bulkhead_stats`, `hg_registry_stats`), since `open` becomes `half_open` lazily when one of those finds
+ * `breaker_open_duration_ms` passed.
+ *
+ * `key` / `key_len`: the registry key's bytes (UTF-8, not NUL-terminated, valid only during
+ * the call), or NULL / 0 outside a registry. `user_data`: `on_state_change_user_data`.
+ *
+ * What is safe inside it: it must be quick and must not block (it runs inside the caller's
+ * acquire or release). Logging, posting to a queue, setting a flag, reading the stats of a
+ * standalone bulkhead (`hg_bulkhead_stats`, which may re-enter this callback for a further lazy
+ * transition) are safe. It must not free the bulkhead or registry it belongs to, must not call
+ * a blocking function (`hg_bulkhead_acquire_timeout`, `hg_bulkhead_drain`), and must not call
+ * any `hg_registry_*` function of its registry (it may run while `hg_registry_stats` holds the
+ * registry's key map). Acquiring or releasing permits of the same bulkhead from it is allowed
+ * but re-entrant (those steps may fire further transitions); prefer deferring such work to
+ * the host's own thread. It must not unwind (no C++ exception, no longjmp) out of the call.
+ */
+typedef void (*hg_state_change_fn)(void *user_data,
+                                   const char *key,
+                                   size_t key_len,
+                                   hg_circuit_state old_state,
+                                   hg_circuit_state new_state);
+
+/**
  * Configuration of a bulkhead. Fill it with `hg_config_default()`, then change fields.
+ *
+ * Policies (DESIGN §4): the `adaptive_*`, `breaker_*` and `call_timeout_ms` fields were appended
+ * with the policies (after `enabled`). A caller built against an older header passes a `struct_size` that ends before them
+ * (below `offsetof(hg_config, on_state_change_user_data) + sizeof(void *)`): its bulkheads have
+ * no policies. For every numeric policy field, 0 means the DESIGN §4 default named in its
+ * comment. A bad value makes `hg_bulkhead_new()` / `hg_registry_new()` return
+ * `HG_STATUS_INVALID_ARGUMENT`; `hg_config_check()` names the field.
  */
 typedef struct hg_config {
   /**
@@ -205,6 +308,111 @@ typedef struct hg_config {
    * `false` admits everything (still counted in the stats).
    */
   bool enabled;
+  /**
+   * Attach an adaptive limit (default false; when false the other `adaptive_*` fields are
+   * not read). Read as a byte: any non-zero value is true.
+   */
+  bool adaptive_enabled;
+  /**
+   * `HG_ADAPTIVE_GRADIENT2` (default) or `HG_ADAPTIVE_AIMD`; another number is invalid.
+   */
+  hg_adaptive_algorithm adaptive_algorithm;
+  /**
+   * The starting limit, `adaptive_min_limit .. adaptive_max_limit` (0 = `adaptive_max_limit`).
+   */
+  uint64_t adaptive_initial_limit;
+  /**
+   * The floor, `1 .. adaptive_max_limit` (0 = 1).
+   */
+  uint64_t adaptive_min_limit;
+  /**
+   * The ceiling, `1 .. max_concurrent` (0 = `max_concurrent`).
+   */
+  uint64_t adaptive_max_limit;
+  /**
+   * AIMD: a success slower than this is a congestion signal, in ms (0 = 500).
+   */
+  uint64_t adaptive_target_latency_ms;
+  /**
+   * AIMD: the additive increase, `1 .. HG_MAX_PERMITS` (0 = 1).
+   */
+  uint64_t adaptive_increase_step;
+  /**
+   * The multiplicative back-off, in `(0, 1)` (0 = 0.7; NaN is invalid).
+   */
+  double adaptive_decrease_ratio;
+  /**
+   * Gradient2: weight of the new estimate, in `(0, 1]` (0 = 0.2).
+   */
+  double adaptive_smoothing;
+  /**
+   * Gradient2: RTT growth tolerated before shrinking, finite and `>= 1` (0 = 1.5).
+   */
+  double adaptive_rtt_tolerance;
+  /**
+   * Gradient2: samples in the long-term RTT average, `1 .. 2^32` (0 = 600).
+   */
+  uint64_t adaptive_long_window;
+  /**
+   * Gradient2: headroom added while no queueing is seen, `1 .. HG_MAX_PERMITS` (0 = 4; a
+   * headroom of 0 cannot be expressed through the C ABI).
+   */
+  uint64_t adaptive_queue_size;
+  /**
+   * Attach a circuit breaker (default false; when false the other `breaker_*` fields are not
+   * read). Read as a byte: any non-zero value is true.
+   */
+  bool breaker_enabled;
+  /**
+   * Consecutive failures that open it, `1 .. 1048575` (0 = 5).
+   */
+  uint32_t breaker_failure_threshold;
+  /**
+   * Failure fraction over the window that opens it, in `(0, 1]` (0 = 0.5).
+   */
+  double breaker_error_rate_threshold;
+  /**
+   * The rolling window of the error rate, in ms (0 = 10000). Every breaker duration must be
+   * at most 2^62 ns (about 146 years), and the window at least one ns per bucket.
+   */
+  uint64_t breaker_error_rate_window_ms;
+  /**
+   * Buckets of the window, `1 .. 32` (0 = 10).
+   */
+  uint32_t breaker_error_rate_buckets;
+  /**
+   * Calls in the window before the error rate counts, `1 .. 1048575` (0 = 20).
+   */
+  uint32_t breaker_volume_threshold;
+  /**
+   * Time open before half-open, in ms (0 = 30000).
+   */
+  uint64_t breaker_open_duration_ms;
+  /**
+   * Probes admitted while half-open, `1 .. 255` (0 = 1).
+   */
+  uint32_t breaker_half_open_max_calls;
+  /**
+   * A probe that has not reported within this many ms counts as a failure (0 = 30000).
+   */
+  uint64_t breaker_half_open_timeout_ms;
+  /**
+   * Bounds the work of one guarded call, in ms (0, `HG_TIMEOUT_INFINITE` or
+   * `HG_TIMEOUT_DEFAULT` = off, the default). The library arms no timer: a C host enforces it
+   * with its own timer (read it back with `hg_bulkhead_call_timeout_ms()`) and, on overrun,
+   * calls `hg_permit_call_timed_out()`.
+   */
+  uint64_t call_timeout_ms;
+  /**
+   * Called on every breaker transition (NULL = none): see `hg_state_change_fn`. In a
+   * registry, the defaults' callback receives every key's events; an override's must be
+   * NULL or the same function with the same user data.
+   */
+  hg_state_change_fn on_state_change;
+  /**
+   * Passed to `on_state_change`; must stay valid while the bulkhead or registry lives.
+   */
+  void *on_state_change_user_data;
 } hg_config;
 
 /**
@@ -268,6 +476,65 @@ typedef struct hg_stats {
   uint64_t queue_wait_count;
   uint64_t queue_wait_sum_ns;
   uint64_t queue_wait_max_ns;
+  /**
+   * Appended with the policies (absent when an older caller's `struct_size` ends before them): whether
+   * a circuit breaker is attached; the `circuit_*` fields are 0 otherwise.
+   */
+  bool circuit_present;
+  /**
+   * The breaker's state (after any due lazy `open` → `half_open` this read committed).
+   */
+  hg_circuit_state circuit_state;
+  /**
+   * The breaker's generation (incremented by every transition).
+   */
+  uint64_t circuit_generation;
+  /**
+   * Consecutive failures in the current closed generation.
+   */
+  uint64_t circuit_consecutive_failures;
+  /**
+   * Calls (successes + failures) in the rolling window of the current closed period.
+   */
+  uint64_t circuit_window_requests;
+  /**
+   * Failures in that window.
+   */
+  uint64_t circuit_window_failures;
+  /**
+   * When the breaker last opened, host-clock ns (0 if never).
+   */
+  uint64_t circuit_opened_at_ns;
+  /**
+   * Whether an adaptive limit is attached; the `adaptive_*` fields are 0 otherwise.
+   */
+  bool adaptive_present;
+  /**
+   * Its algorithm.
+   */
+  hg_adaptive_algorithm adaptive_algorithm;
+  /**
+   * The limit the controller last applied.
+   */
+  uint64_t adaptive_limit;
+  uint64_t adaptive_min_limit;
+  uint64_t adaptive_max_limit;
+  /**
+   * Samples fed (successes and failures; ignored outcomes are not samples).
+   */
+  uint64_t adaptive_samples_total;
+  /**
+   * Samples that lowered the limit.
+   */
+  uint64_t adaptive_decreases_total;
+  /**
+   * The RTT of the last success fed, ns (0 before any).
+   */
+  uint64_t adaptive_last_rtt_ns;
+  /**
+   * Gradient2's long-term RTT average, ns (0 for AIMD or before any success).
+   */
+  uint64_t adaptive_long_rtt_ns;
 } hg_stats;
 
 /**
@@ -298,8 +565,10 @@ extern "C" {
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for an
  *   out-of-range option (`max_concurrent` 0 or above `HG_MAX_PERMITS`, `max_queue` above
- *   `HG_MAX_QUEUE`) or a `struct_size` too small; `HG_STATUS_OUT_OF_MEMORY` when the waiter
- *   ring cannot be allocated.
+ *   `HG_MAX_QUEUE`, a policy field out of its range, an unknown `adaptive_algorithm`,
+ *   `adaptive_max_limit` above `max_concurrent`; `hg_config_check()` names the field) or a
+ *   `struct_size` too small; `HG_STATUS_OUT_OF_MEMORY` when the waiter ring cannot be
+ *   allocated.
  *
  * Memory and lifetimes: the caller owns one reference; free it with `hg_bulkhead_free()`.
  * Freeing the last reference closes the bulkhead (pending async acquires are rejected
@@ -491,6 +760,10 @@ hg_status hg_bulkhead_stats(const struct hg_bulkhead *bh, struct hg_stats *out);
 /**
  * The raw pair, for firmware: takes `weight` permits without a handle.
  *
+ * Policy-free: this pair never runs the guarded-call steps (no breaker check, no
+ * `HG_STATUS_CIRCUIT_OPEN`, no outcome, no adaptive sample) even on a bulkhead with policies;
+ * use the permit API (`hg_bulkhead_try_acquire()`, …) for guarded calls.
+ *
  * Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
  * `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
  * would lift `available` above the limit.
@@ -506,6 +779,32 @@ hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t w
 hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weight);
 
 /**
+ * The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library
+ * arms no timer for it (DESIGN §4): a C host that wants it arms its own timer per call and, on
+ * overrun, calls `hg_permit_call_timed_out()` (then releases the permit when the work really
+ * ends).
+ *
+ * Thread-safety: any thread; never waits.
+ */
+uint64_t hg_bulkhead_call_timeout_ms(const struct hg_bulkhead *bh);
+
+/**
+ * Checks a configuration as `hg_bulkhead_new()` would, without creating anything, and names
+ * the first bad field.
+ *
+ * Parameters:
+ *   config: the configuration (its `struct_size` says how much to read). NULL →
+ *   `HG_STATUS_NULL_PARAMETER`.
+ *   bad_field: NULL, or receives the C name of the first bad field (`"max_concurrent"`,
+ *   `"adaptive_min_limit"`, `"breaker_open_duration_ms"`, `"call_timeout_ms"`,
+ *   `"struct_size"`, …) on `HG_STATUS_INVALID_ARGUMENT`, else NULL. The string is static.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: touches only `*bad_field`.
+ */
+hg_status hg_config_check(const struct hg_config *config, const char **bad_field);
+
+/**
  * Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled) and its `struct_size`.
  *
  * Parameters:
@@ -516,7 +815,9 @@ hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weigh
 hg_status hg_config_default(struct hg_config *config);
 
 /**
- * Returns the permits to their bulkhead (the head waiter gets them).
+ * Returns the permits to their bulkhead (the head waiter gets them), recording the guarded
+ * call as a success (DESIGN §4: a plain release is a success; use
+ * `hg_permit_release_outcome()` to say otherwise).
  *
  * Returns: `HG_STATUS_OK` the first time; `HG_STATUS_ALREADY_RELEASED` afterwards (a no-op,
  *   counted in `released_twice_total`, never an extra permit); `HG_STATUS_NULL_PARAMETER`.
@@ -527,12 +828,35 @@ hg_status hg_config_default(struct hg_config *config);
 hg_status hg_permit_release(struct hg_permit *permit);
 
 /**
- * `hg_permit_release()` recording how the guarded call ended (DESIGN §4 outcomes; recorded
- * by the policies once a breaker or adaptive limit is attached).
+ * `hg_permit_release()` recording how the guarded call ended (DESIGN §4 "Outcomes"), for the
+ * breaker and the adaptive limit of the permit's bulkhead (on a bulkhead without policies the
+ * outcome is checked and otherwise unused).
  *
- * Returns: as `hg_permit_release()`, plus `HG_STATUS_INVALID_ARGUMENT` for an unknown outcome.
+ * Parameters:
+ *   outcome: an `hg_outcome`: `HG_OUTCOME_SUCCESS`; `HG_OUTCOME_FAILURE` (an error, a 5xx, a
+ *   call timeout); `HG_OUTCOME_IGNORED` (cancelled: no breaker count, no adaptive sample);
+ *   `HG_OUTCOME_OVERLOAD` (HTTP 429: a success for the breaker, a failure for the limit).
+ *
+ * Returns: as `hg_permit_release()`, plus `HG_STATUS_INVALID_ARGUMENT` for an unknown outcome
+ *   (nothing is released). After `hg_permit_call_timed_out()` the outcome was already
+ *   recorded (failure): this only returns the permits.
  */
 hg_status hg_permit_release_outcome(struct hg_permit *permit, uint32_t outcome);
+
+/**
+ * The host's own `call_timeout_ms` timer fired for this permit's call (the library arms no
+ * timer: DESIGN §4). Counts one `call_timeout` in `hg_stats.rejected[HG_REASON_CALL_TIMEOUT]`
+ * and records the call's outcome as a failure, now. The permits stay held until the work
+ * really ends: then release the permit as usual — that release records nothing more.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_ALREADY_SETTLED` when this permit's call already timed
+ *   out (nothing is counted again); `HG_STATUS_ALREADY_RELEASED` for a released permit (too
+ *   late: nothing is counted); `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Thread-safety: as `hg_permit_release()` (one thread at a time per permit: a timer thread
+ * must not race the worker's release of the same permit — serialize them).
+ */
+hg_status hg_permit_call_timed_out(struct hg_permit *permit);
 
 /**
  * Returns `n` of the held permits now (`1 .. held`); the rest stay held.
@@ -548,8 +872,8 @@ hg_status hg_permit_release_partial(struct hg_permit *permit, uint64_t n);
 uint64_t hg_permit_weight(const struct hg_permit *permit);
 
 /**
- * Frees a permit, releasing it first if still held (counted in `leaked_total`). NULL is
- * accepted and ignored.
+ * Frees a permit, releasing it first if still held (counted in `leaked_total`; its guarded
+ * call ends `ignored`, DESIGN §4). NULL is accepted and ignored.
  *
  * Memory and lifetimes: after this call `permit` is dangling. Must not be called twice with
  * the same value.
@@ -565,8 +889,15 @@ void hg_permit_free(struct hg_permit *permit);
  *   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys: ≥ 1.
  *   out: receives the registry.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config, a non-UTF-8 key,
- *   `max_keys` 0); `HG_STATUS_NULL_PARAMETER`.
+ * Policies: each key's bulkhead gets the policy fields (`adaptive_*`, `breaker_*`,
+ *   `call_timeout_ms`) of its override, else of `defaults` — an override is a whole
+ *   `hg_config`, not merged field by field (start it as a copy of `defaults`). The defaults'
+ *   `on_state_change` receives every key's breaker transitions with the key's bytes; an
+ *   override's `on_state_change` must be NULL or the defaults' (same function and user data).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config — `hg_config_check()`
+ *   names the field —, a non-UTF-8 key, `max_keys` 0, an override with another
+ *   `on_state_change`); `HG_STATUS_NULL_PARAMETER`.
  *
  * Memory and lifetimes: reference-counted like `hg_bulkhead`; freeing the last reference
  * closes every bulkhead in it. Thread-safety: any number of threads.
@@ -576,6 +907,26 @@ hg_status hg_registry_new(const struct hg_config *defaults,
                           size_t overrides_len,
                           uint64_t max_keys,
                           struct hg_registry **out);
+
+/**
+ * `hg_registry_new()` whose bulkheads all read the host's clock (as
+ * `hg_bulkhead_new_with_clock()`): the `_ns` stats, the breaker's open duration and the adaptive
+ * limit's RTTs use it. Tests use it to run on virtual time.
+ *
+ * Parameters:
+ *   now_ns: required; callable from any thread, never blocks, never goes back.
+ *   user_data: passed to `now_ns`; must stay valid until the registry, its bulkhead handles
+ *   and its permits are gone.
+ *
+ * Returns: as `hg_registry_new()`.
+ */
+hg_status hg_registry_new_with_clock(const struct hg_config *defaults,
+                                     const struct hg_registry_override *overrides,
+                                     size_t overrides_len,
+                                     uint64_t max_keys,
+                                     hg_now_ns_fn now_ns,
+                                     void *user_data,
+                                     struct hg_registry **out);
 
 /**
  * Adds a reference to `reg` and returns it (NULL in, NULL out).

@@ -3,8 +3,11 @@
 //!
 //! Each queued acquire has one entry in `PENDING`, keyed by (bulkhead, ticket). Whoever settles
 //! the ticket — the core's grant (through the `Waker` below), `hg_ticket_cancel`, the timer, a
-//! close or a resize — takes the entry out and runs the callback, outside every lock. The core's
-//! one-winner CAS per ticket makes "exactly once" hold; taking the entry is bookkeeping.
+//! close or a resize — takes the entry out, concludes the acquire's guarded call (DESIGN §4: a
+//! grant marks it granted and moves it into the permit; a rejection ends it `ignored`) and runs
+//! the callback, outside every lock. The core's one-winner CAS per ticket makes "exactly once"
+//! hold; taking the entry is bookkeeping. Polling tickets (`hg_bulkhead_enqueue`) of a bulkhead
+//! with policies keep their call in the same table, without a callback.
 
 use std::{
     cmp::Reverse,
@@ -18,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hullguard_core::{Bulkhead as CoreBulkhead, Reason, Ticket, TicketPoll};
+use hullguard_core::{Bulkhead as CoreBulkhead, CallStart, Outcome, Reason, Ticket, TicketPoll};
 
 use crate::{
     handle::{PermitBox, hg_permit},
@@ -42,11 +45,23 @@ struct Callback {
 // contract of `hg_bulkhead_acquire_async` makes it usable from the settling thread.
 unsafe impl Send for Callback {}
 
+/// The state of one queued acquire: its guarded call (DESIGN §4) and, for
+/// `hg_bulkhead_acquire_async`, its callback. A polling ticket (`hg_bulkhead_enqueue`) has an
+/// entry only when its bulkhead has policies.
+struct Waiter {
+    /// Keeps the bulkhead's allocation (not the bulkhead) alive while the entry exists, so its
+    /// address — half of the key — cannot be reused by another bulkhead meanwhile.
+    _core: Weak<CoreBulkhead>,
+    /// Begun before admission; ended exactly once by whoever takes this entry.
+    call: CallStart,
+    cb: Option<Callback>,
+}
+
 type Key = (usize, u64);
 
-static PENDING: LazyLock<Mutex<HashMap<Key, Callback>>> = LazyLock::new(Default::default);
+static PENDING: LazyLock<Mutex<HashMap<Key, Waiter>>> = LazyLock::new(Default::default);
 
-fn pending() -> MutexGuard<'static, HashMap<Key, Callback>> {
+fn pending() -> MutexGuard<'static, HashMap<Key, Waiter>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -54,16 +69,42 @@ fn key(core: &Arc<CoreBulkhead>, t: Ticket) -> Key {
     (Arc::as_ptr(core) as usize, t.to_raw())
 }
 
-/// Runs the callback of `(core, t)` if it is still pending (outside the lock).
-fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, permit: *mut hg_permit) {
-    let cb = pending().remove(&key(core, t));
-    match cb {
+fn take(core: &Arc<CoreBulkhead>, t: Ticket) -> Option<Waiter> {
+    pending().remove(&key(core, t))
+}
+
+/// Ends the guarded-call steps of a queued acquire that settled: a grant (`Some(weight)`)
+/// becomes a permit whose call restarts its RTT clock at the grant; a rejection ends the call
+/// `ignored` and gives a NULL permit.
+pub(crate) fn conclude(
+    core: &Arc<CoreBulkhead>,
+    mut call: CallStart,
+    granted: Option<u64>,
+) -> *mut hg_permit {
+    match granted {
+        Some(w) => {
+            core.mark_granted(&mut call);
+            PermitBox::new(core.clone(), w, call).into_raw()
+        }
+        None => {
+            core.end_call(call, Outcome::Ignored);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Concludes `(core, t)` and runs its callback if it is still pending (outside the lock).
+fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, granted: Option<u64>) {
+    let w = take(core, t);
+    let call = w.as_ref().map_or(CallStart::NONE, |w| w.call);
+    let permit = conclude(core, call, granted);
+    match w.and_then(|w| w.cb) {
         // SAFETY: the function pointer and user data came from the caller of
         // `hg_bulkhead_acquire_async`, whose contract this is.
         Some(cb) => unsafe { (cb.f)(status, permit, cb.user_data) },
         // Nobody waits for it any more: never strand a permit.
         None if !permit.is_null() => {
-            // SAFETY: `permit` was created just now by `settle` and is owned here.
+            // SAFETY: `permit` was created just now by `conclude` and is owned here.
             unsafe { crate::handle::permit_free(permit) }
         }
         None => {}
@@ -74,17 +115,39 @@ fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, permit: *mut hg_
 fn settle(core: &Arc<CoreBulkhead>, t: Ticket) -> bool {
     match core.poll_ticket(t, None) {
         Ok(TicketPoll::Granted(w)) => {
-            let permit = PermitBox::new(core.clone(), w).into_raw();
-            fire(core, t, hg_status::HG_STATUS_OK, permit);
+            fire(core, t, hg_status::HG_STATUS_OK, Some(w));
             false
         }
         Ok(TicketPoll::Rejected(r)) => {
-            fire(core, t, r.reason.into(), std::ptr::null_mut());
+            fire(core, t, r.reason.into(), None);
             false
         }
         Ok(TicketPoll::Pending) => true,
         Err(_) => false,
     }
+}
+
+/// Keeps the call of a freshly queued polling ticket (`hg_bulkhead_enqueue`) until it settles.
+/// Nothing is stored for an inert call (a bulkhead without policies).
+pub(crate) fn track(core: &Arc<CoreBulkhead>, t: Ticket, call: CallStart) {
+    if call.is_tracked() {
+        pending().insert(
+            key(core, t),
+            Waiter {
+                _core: Arc::downgrade(core),
+                call,
+                cb: None,
+            },
+        );
+    }
+}
+
+/// The call of a polling ticket that just settled (`hg_ticket_poll`), taken out of the table.
+pub(crate) fn untrack(core: &Arc<CoreBulkhead>, t: Ticket) -> CallStart {
+    if !core.has_policies() {
+        return CallStart::NONE;
+    }
+    take(core, t).map_or(CallStart::NONE, |w| w.call)
 }
 
 /// The core wakes this when the ticket settles (on the settling thread, after the commit).
@@ -155,21 +218,29 @@ impl Wake for CWake {
 pub(crate) enum Registered {
     /// Pending: the callback will run exactly once.
     Queued,
-    /// It settled before the waker was in place: granted `weight` (no callback will run).
-    Granted(u64),
-    /// Rejected before the waker was in place (no callback will run).
-    Rejected(Reason),
+    /// It settled before the waker was in place (no callback will run): the permit (granted,
+    /// its call concluded) or NULL with the rejection.
+    Settled(*mut hg_permit, Option<Reason>),
 }
 
-/// Registers the callback and the waker of a freshly queued ticket, and arms its deadline.
+/// Registers the callback, the call and the waker of a freshly queued ticket, and arms its
+/// deadline.
 pub(crate) fn register(
     core: &Arc<CoreBulkhead>,
     t: Ticket,
+    call: CallStart,
     f: unsafe extern "C" fn(hg_status, *mut hg_permit, *mut c_void),
     user_data: *mut c_void,
     timeout: Duration,
 ) -> Registered {
-    pending().insert(key(core, t), Callback { f, user_data });
+    pending().insert(
+        key(core, t),
+        Waiter {
+            _core: Arc::downgrade(core),
+            call,
+            cb: Some(Callback { f, user_data }),
+        },
+    );
     let waker = Waker::from(Arc::new(CWake {
         core: Arc::downgrade(core),
         ticket: t,
@@ -177,16 +248,20 @@ pub(crate) fn register(
     }));
     let early = match core.poll_ticket(t, Some(&waker)) {
         Ok(TicketPoll::Pending) => None,
-        Ok(TicketPoll::Granted(w)) => Some(Registered::Granted(w)),
-        Ok(TicketPoll::Rejected(r)) => Some(Registered::Rejected(r.reason)),
+        Ok(TicketPoll::Granted(w)) => Some(Ok(w)),
+        Ok(TicketPoll::Rejected(r)) => Some(Err(r.reason)),
         // Stale: our own waker (woken during registration, on another thread) already took
         // the outcome and owns the callback. Report it as queued: the callback runs (or ran)
         // exactly once, and nothing is settled twice.
         Err(_) => None,
     };
     if let Some(r) = early {
-        pending().remove(&key(core, t));
-        return r;
+        // This thread consumed the ticket, so the entry (and its call) is still ours.
+        let call = take(core, t).map_or(CallStart::NONE, |w| w.call);
+        return match r {
+            Ok(w) => Registered::Settled(conclude(core, call, Some(w)), None),
+            Err(reason) => Registered::Settled(conclude(core, call, None), Some(reason)),
+        };
     }
     if timeout != Duration::MAX {
         timer().arm(core, t, timeout);
@@ -194,10 +269,11 @@ pub(crate) fn register(
     Registered::Queued
 }
 
-/// `hg_ticket_cancel`: `true` if the cancel won (the callback ran with `HG_STATUS_ABORTED`).
+/// `hg_ticket_cancel`: `true` if the cancel won (the callback ran with the reason's status; a
+/// polling ticket's call ended `ignored`).
 pub(crate) fn cancel(core: &Arc<CoreBulkhead>, t: Ticket, reason: Reason) -> bool {
     if core.cancel(t, reason).is_ok() {
-        fire(core, t, reason.into(), std::ptr::null_mut());
+        fire(core, t, reason.into(), None);
         true
     } else {
         false

@@ -2,12 +2,17 @@
 
 use std::{ffi::c_void, sync::Arc, time::Duration};
 
-use hullguard_core::{Admission, Bulkhead as CoreBulkhead, Reason, Ticket};
+use hullguard_core::{
+    Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, Outcome, Reason, Ticket,
+};
 
 use crate::{
     async_wait::{self, Registered, hg_acquire_callback},
     boundary::{boundary, non_null, try_mut},
-    config::{call_timeout, hg_config, hg_drain_result, hg_stats, read_config, write_stats},
+    config::{
+        HG_TIMEOUT_INFINITE, StateChange, call_timeout, hg_config, hg_drain_result, hg_stats,
+        read_config, write_stats,
+    },
     handle::{
         BulkheadHandle, PermitBox, bulkhead_into_raw, bulkhead_ref, bulkhead_release,
         bulkhead_retain, hg_bulkhead, hg_permit,
@@ -43,8 +48,10 @@ macro_rules! try_core {
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for an
 ///   out-of-range option (`max_concurrent` 0 or above `HG_MAX_PERMITS`, `max_queue` above
-///   `HG_MAX_QUEUE`) or a `struct_size` too small; `HG_STATUS_OUT_OF_MEMORY` when the waiter
-///   ring cannot be allocated.
+///   `HG_MAX_QUEUE`, a policy field out of its range, an unknown `adaptive_algorithm`,
+///   `adaptive_max_limit` above `max_concurrent`; `hg_config_check()` names the field) or a
+///   `struct_size` too small; `HG_STATUS_OUT_OF_MEMORY` when the waiter ring cannot be
+///   allocated.
 ///
 /// Memory and lifetimes: the caller owns one reference; free it with `hg_bulkhead_free()`.
 /// Freeing the last reference closes the bulkhead (pending async acquires are rejected
@@ -60,22 +67,36 @@ pub extern "C" fn hg_bulkhead_new(
         non_null!(config);
         let out = try_mut!(out);
         // SAFETY: `config` is non-null and points to an `hg_config` (contract).
-        let c = match unsafe { read_config(config) } {
-            Ok(c) => c,
-            Err(s) => return s,
-        };
-        match CoreBulkhead::new(c) {
-            Ok(core) => {
-                *out = bulkhead_into_raw(BulkheadHandle {
-                    core: Arc::new(core),
-                    owned: true,
-                });
-                hg_status::HG_STATUS_OK
-            }
-            Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
-            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
-        }
+        unsafe { new_bulkhead(config, ClockSource::default_for_host(), out) }
     })
+}
+
+/// Reads `config` and builds a bulkhead on `clock` with its state-change callback.
+///
+/// # Safety
+/// `config` is non-null and points to an `hg_config` (the exports' contract).
+unsafe fn new_bulkhead(
+    config: *const hg_config,
+    clock: ClockSource,
+    out: &mut *mut hg_bulkhead,
+) -> hg_status {
+    // SAFETY: per the contract.
+    let c = match unsafe { read_config(config) } {
+        Ok(c) => c,
+        Err(_) => return hg_status::HG_STATUS_INVALID_ARGUMENT,
+    };
+    let observer = c.on_state_change.map(StateChange::shared);
+    match CoreBulkhead::with_observer(c.config, clock, observer, None) {
+        Ok(core) => {
+            *out = bulkhead_into_raw(BulkheadHandle {
+                core: Arc::new(core),
+                owned: true,
+            });
+            hg_status::HG_STATUS_OK
+        }
+        Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
+        Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+    }
 }
 
 /// A host clock: returns monotonic nanoseconds from an arbitrary origin (it must never go
@@ -122,23 +143,16 @@ pub extern "C" fn hg_bulkhead_new_with_clock(
         };
         let out = try_mut!(out);
         // SAFETY: `config` is non-null and points to an `hg_config` (contract).
-        let c = match unsafe { read_config(config) } {
-            Ok(c) => c,
-            Err(s) => return s,
-        };
-        let clock = hullguard_core::ClockSource::Shared(Arc::new(CClock { f, user_data }));
-        match CoreBulkhead::with_clock(c, clock) {
-            Ok(core) => {
-                *out = bulkhead_into_raw(BulkheadHandle {
-                    core: Arc::new(core),
-                    owned: true,
-                });
-                hg_status::HG_STATUS_OK
-            }
-            Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
-            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
-        }
+        unsafe { new_bulkhead(config, c_clock(f, user_data), out) }
     })
+}
+
+/// A host clock as the core's clock source.
+pub(crate) fn c_clock(
+    f: unsafe extern "C" fn(*mut c_void) -> u64,
+    user_data: *mut c_void,
+) -> ClockSource {
+    ClockSource::Shared(Arc::new(CClock { f, user_data }))
 }
 
 /// Adds a reference to `bh` and returns it (NULL in, NULL out).
@@ -169,9 +183,29 @@ pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
     })
 }
 
-fn grant(core: &Arc<CoreBulkhead>, weight: u64, out: &mut *mut hg_permit) -> hg_status {
-    *out = PermitBox::new(core.clone(), weight).into_raw();
+fn grant(
+    core: &Arc<CoreBulkhead>,
+    weight: u64,
+    call: CallStart,
+    out: &mut *mut hg_permit,
+) -> hg_status {
+    *out = PermitBox::new(core.clone(), weight, call).into_raw();
     hg_status::HG_STATUS_OK
+}
+
+/// Step 1 of a guarded call (DESIGN §4): the breaker's check before admission — after the
+/// argument check, so a bad weight is `HG_STATUS_INVALID_ARGUMENT` (never counted, never a
+/// probe) even while the circuit is open, as in `hg_bulkhead_try_acquire()`.
+macro_rules! begin_call {
+    ($core:expr, $weight:expr) => {{
+        if $weight == 0 || $weight > $core.max_concurrent() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
+        match $core.begin_call() {
+            Ok(c) => c,
+            Err(e) => return (&e).into(),
+        }
+    }};
 }
 
 /// Takes `weight` permits now, or fails without waiting.
@@ -194,8 +228,13 @@ pub extern "C" fn hg_bulkhead_try_acquire(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        match core.try_acquire_units(weight) {
-            Ok(()) => grant(core, weight, out),
+        // The core's guarded try: weight, breaker check, admission (a refusal ends the call
+        // `ignored`).
+        match core.try_acquire_owned(weight) {
+            Ok(p) => {
+                let (_, w, call) = p.into_parts();
+                grant(core, w, call, out)
+            }
             Err(e) => (&e).into(),
         }
     })
@@ -223,10 +262,14 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
+        // The argument check before the core's breaker check (see `begin_call!`).
+        if weight == 0 || weight > core.max_concurrent() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
         match core.acquire_blocking_owned(weight, call_timeout(timeout_ms)) {
             Ok(p) => {
-                let (_, w, _call) = p.into_parts();
-                grant(core, w, out)
+                let (_, w, call) = p.into_parts();
+                grant(core, w, call, out)
             }
             Err(e) => (&e).into(),
         }
@@ -269,19 +312,26 @@ pub extern "C" fn hg_bulkhead_acquire_async(
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
         let timeout = call_timeout(timeout_ms).unwrap_or(core.queue_timeout());
+        let call = begin_call!(core, weight);
         match core.enqueue_within(weight, timeout, None) {
-            Ok(Admission::Granted) => grant(core, weight, out),
+            Ok(Admission::Granted) => grant(core, weight, call, out),
             Ok(Admission::Queued(t)) => {
-                match async_wait::register(core, t, callback, user_data, timeout) {
+                match async_wait::register(core, t, call, callback, user_data, timeout) {
                     Registered::Queued => {
                         *ticket = t.to_raw();
                         hg_status::HG_STATUS_QUEUED
                     }
-                    Registered::Granted(w) => grant(core, w, out),
-                    Registered::Rejected(r) => r.into(),
+                    Registered::Settled(permit, None) => {
+                        *out = permit;
+                        hg_status::HG_STATUS_OK
+                    }
+                    Registered::Settled(_, Some(r)) => r.into(),
                 }
             }
-            Err(e) => (&e).into(),
+            Err(e) => {
+                core.end_call(call, Outcome::Ignored);
+                (&e).into()
+            }
         }
     })
 }
@@ -306,13 +356,18 @@ pub extern "C" fn hg_bulkhead_enqueue(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
+        let call = begin_call!(core, weight);
         match core.enqueue(weight, None) {
-            Ok(Admission::Granted) => grant(core, weight, out),
+            Ok(Admission::Granted) => grant(core, weight, call, out),
             Ok(Admission::Queued(t)) => {
+                async_wait::track(core, t, call);
                 *ticket = t.to_raw();
                 hg_status::HG_STATUS_QUEUED
             }
-            Err(e) => (&e).into(),
+            Err(e) => {
+                core.end_call(call, Outcome::Ignored);
+                (&e).into()
+            }
         }
     })
 }
@@ -334,10 +389,17 @@ pub extern "C" fn hg_ticket_poll(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        match core.poll_ticket(Ticket::from_raw(ticket), None) {
+        let t = Ticket::from_raw(ticket);
+        match core.poll_ticket(t, None) {
             Ok(hullguard_core::TicketPoll::Pending) => hg_status::HG_STATUS_QUEUED,
-            Ok(hullguard_core::TicketPoll::Granted(w)) => grant(core, w, out),
-            Ok(hullguard_core::TicketPoll::Rejected(r)) => r.reason.into(),
+            Ok(hullguard_core::TicketPoll::Granted(w)) => {
+                *out = async_wait::conclude(core, async_wait::untrack(core, t), Some(w));
+                hg_status::HG_STATUS_OK
+            }
+            Ok(hullguard_core::TicketPoll::Rejected(r)) => {
+                async_wait::conclude(core, async_wait::untrack(core, t), None);
+                r.reason.into()
+            }
             Err(_) => hg_status::HG_STATUS_ALREADY_SETTLED,
         }
     })
@@ -456,6 +518,10 @@ pub extern "C" fn hg_bulkhead_stats(bh: *const hg_bulkhead, out: *mut hg_stats) 
 
 /// The raw pair, for firmware: takes `weight` permits without a handle.
 ///
+/// Policy-free: this pair never runs the guarded-call steps (no breaker check, no
+/// `HG_STATUS_CIRCUIT_OPEN`, no outcome, no adaptive sample) even on a bulkhead with policies;
+/// use the permit API (`hg_bulkhead_try_acquire()`, …) for guarded calls.
+///
 /// Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
 /// `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
 /// would lift `available` above the limit.
@@ -482,5 +548,24 @@ pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64)
             Ok(()) => hg_status::HG_STATUS_OK,
             Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
         }
+    })
+}
+
+/// The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library
+/// arms no timer for it (DESIGN §4): a C host that wants it arms its own timer per call and, on
+/// overrun, calls `hg_permit_call_timed_out()` (then releases the permit when the work really
+/// ends).
+///
+/// Thread-safety: any thread; never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_call_timeout_ms(bh: *const hg_bulkhead) -> u64 {
+    boundary(|| {
+        // SAFETY: NULL or a live handle (contract).
+        let Some(core) = (unsafe { core(bh) }) else {
+            return HG_TIMEOUT_INFINITE;
+        };
+        core.call_timeout().map_or(HG_TIMEOUT_INFINITE, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(HG_TIMEOUT_INFINITE - 2)
+        })
     })
 }

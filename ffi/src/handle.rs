@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use hullguard_core::{Bulkhead as CoreBulkhead, Registry as CoreRegistry};
+use hullguard_core::{Bulkhead as CoreBulkhead, CallStart, Outcome, Registry as CoreRegistry};
 
 /// A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
 /// `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
@@ -51,19 +51,29 @@ impl Drop for RegistryHandle {
     }
 }
 
-/// What an `hg_permit*` points to.
+/// What an `hg_permit*` points to. It carries its guarded call (DESIGN §4): the
+/// [`CallStart`] of `begin_call`, ended exactly once — by the release with its outcome
+/// (`hg_permit_release` = success, `hg_permit_release_outcome`), by `hg_permit_call_timed_out`
+/// (failure; the later release then records nothing), or `ignored` when the permit is freed
+/// still held.
 pub(crate) struct PermitBox {
     pub(crate) held: Option<Arc<CoreBulkhead>>,
     pub(crate) weak: Weak<CoreBulkhead>,
     pub(crate) weight: u64,
+    /// The call, until it is ended (then `CallStart::NONE`, inert).
+    pub(crate) call: CallStart,
+    /// `hg_permit_call_timed_out` ran.
+    pub(crate) timed_out: bool,
 }
 
 impl PermitBox {
-    pub(crate) fn new(core: Arc<CoreBulkhead>, weight: u64) -> Self {
+    pub(crate) fn new(core: Arc<CoreBulkhead>, weight: u64, call: CallStart) -> Self {
         Self {
             weak: Arc::downgrade(&core),
             held: Some(core),
             weight,
+            call,
+            timed_out: false,
         }
     }
 
@@ -71,10 +81,19 @@ impl PermitBox {
         Box::into_raw(Box::new(self)).cast()
     }
 
-    /// Returns the permits if still held; `false` if they were already released.
-    pub(crate) fn release(&mut self) -> bool {
+    /// Ends the call with `outcome` (once; later calls record nothing).
+    pub(crate) fn end_call(&mut self, core: &CoreBulkhead, outcome: Outcome) {
+        let call = std::mem::replace(&mut self.call, CallStart::NONE);
+        core.end_call(call, outcome);
+    }
+
+    /// Ends the call with `outcome` (if not ended yet), then returns the permits if still held;
+    /// `false` if they were already released.
+    pub(crate) fn release(&mut self, outcome: Outcome) -> bool {
         match self.held.take() {
             Some(core) => {
+                // The outcome first (DESIGN §4): the adaptive sample counts this call in flight.
+                self.end_call(&core, outcome);
                 if self.weight > 0 {
                     core.release_units(self.weight);
                 }
@@ -87,7 +106,8 @@ impl PermitBox {
 
 impl Drop for PermitBox {
     fn drop(&mut self) {
-        self.release();
+        // Freed while held: the call ends `ignored` (DESIGN §4).
+        self.release(Outcome::Ignored);
     }
 }
 

@@ -6,7 +6,7 @@
 //! | module | what |
 //! |---|---|
 //! | `status` | `hg_status`, `hg_reason`, `hg_outcome`, messages, version |
-//! | `config` | `hg_config`, `hg_stats`, `hg_drain_result` (size-versioned structs) |
+//! | `config` | `hg_config` (with the policy fields), `hg_config_check`, `hg_stats`, `hg_drain_result` (size-versioned structs), `hg_circuit_state`, `hg_adaptive_algorithm`, `hg_state_change_fn` |
 //! | `handle` | the opaque handles and their casts |
 //! | `bulkhead` | `hg_bulkhead_*`, `hg_ticket_cancel` |
 //! | `async_wait` | queued async acquires: callbacks and the timer thread |

@@ -1,18 +1,20 @@
 //! `hg_permit_*`: permits held by one acquire.
 
+use hullguard_core::Outcome;
+
 use crate::{
     boundary::boundary,
     handle::{hg_permit, permit_free, permit_mut},
     status::{hg_outcome, hg_status},
 };
 
-fn release(permit: *mut hg_permit) -> hg_status {
+fn release(permit: *mut hg_permit, outcome: Outcome) -> hg_status {
     if permit.is_null() {
         return hg_status::HG_STATUS_NULL_PARAMETER;
     }
     // SAFETY: non-null; a live permit the caller does not use elsewhere during the call.
     let p = unsafe { permit_mut(permit) };
-    if p.release() {
+    if p.release(outcome) {
         hg_status::HG_STATUS_OK
     } else {
         if let Some(core) = p.weak.upgrade() {
@@ -22,7 +24,9 @@ fn release(permit: *mut hg_permit) -> hg_status {
     }
 }
 
-/// Returns the permits to their bulkhead (the head waiter gets them).
+/// Returns the permits to their bulkhead (the head waiter gets them), recording the guarded
+/// call as a success (DESIGN §4: a plain release is a success; use
+/// `hg_permit_release_outcome()` to say otherwise).
 ///
 /// Returns: `HG_STATUS_OK` the first time; `HG_STATUS_ALREADY_RELEASED` afterwards (a no-op,
 ///   counted in `released_twice_total`, never an extra permit); `HG_STATUS_NULL_PARAMETER`.
@@ -31,25 +35,64 @@ fn release(permit: *mut hg_permit) -> hg_status {
 /// Thread-safety: a permit must not be used from two threads at once. Lock-free.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_permit_release(permit: *mut hg_permit) -> hg_status {
-    boundary(|| release(permit))
+    boundary(|| release(permit, Outcome::Success))
 }
 
-/// `hg_permit_release()` recording how the guarded call ended (DESIGN §4 outcomes; recorded
-/// by the policies once a breaker or adaptive limit is attached).
+/// `hg_permit_release()` recording how the guarded call ended (DESIGN §4 "Outcomes"), for the
+/// breaker and the adaptive limit of the permit's bulkhead (on a bulkhead without policies the
+/// outcome is checked and otherwise unused).
 ///
-/// Returns: as `hg_permit_release()`, plus `HG_STATUS_INVALID_ARGUMENT` for an unknown outcome.
+/// Parameters:
+///   outcome: an `hg_outcome`: `HG_OUTCOME_SUCCESS`; `HG_OUTCOME_FAILURE` (an error, a 5xx, a
+///   call timeout); `HG_OUTCOME_IGNORED` (cancelled: no breaker count, no adaptive sample);
+///   `HG_OUTCOME_OVERLOAD` (HTTP 429: a success for the breaker, a failure for the limit).
+///
+/// Returns: as `hg_permit_release()`, plus `HG_STATUS_INVALID_ARGUMENT` for an unknown outcome
+///   (nothing is released). After `hg_permit_call_timed_out()` the outcome was already
+///   recorded (failure): this only returns the permits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_permit_release_outcome(permit: *mut hg_permit, outcome: u32) -> hg_status {
     boundary(|| {
-        let known = [
-            hg_outcome::HG_OUTCOME_SUCCESS,
-            hg_outcome::HG_OUTCOME_FAILURE,
-            hg_outcome::HG_OUTCOME_IGNORED,
-        ];
-        if !known.iter().any(|o| *o as u32 == outcome) {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        let outcome = match outcome {
+            o if o == hg_outcome::HG_OUTCOME_SUCCESS as u32 => Outcome::Success,
+            o if o == hg_outcome::HG_OUTCOME_FAILURE as u32 => Outcome::Failure,
+            o if o == hg_outcome::HG_OUTCOME_IGNORED as u32 => Outcome::Ignored,
+            o if o == hg_outcome::HG_OUTCOME_OVERLOAD as u32 => Outcome::Overload,
+            _ => return hg_status::HG_STATUS_INVALID_ARGUMENT,
+        };
+        release(permit, outcome)
+    })
+}
+
+/// The host's own `call_timeout_ms` timer fired for this permit's call (the library arms no
+/// timer: DESIGN §4). Counts one `call_timeout` in `hg_stats.rejected[HG_REASON_CALL_TIMEOUT]`
+/// and records the call's outcome as a failure, now. The permits stay held until the work
+/// really ends: then release the permit as usual — that release records nothing more.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_ALREADY_SETTLED` when this permit's call already timed
+///   out (nothing is counted again); `HG_STATUS_ALREADY_RELEASED` for a released permit (too
+///   late: nothing is counted); `HG_STATUS_NULL_PARAMETER`.
+///
+/// Thread-safety: as `hg_permit_release()` (one thread at a time per permit: a timer thread
+/// must not race the worker's release of the same permit — serialize them).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_permit_call_timed_out(permit: *mut hg_permit) -> hg_status {
+    boundary(|| {
+        if permit.is_null() {
+            return hg_status::HG_STATUS_NULL_PARAMETER;
         }
-        release(permit)
+        // SAFETY: non-null live permit, not used elsewhere during the call (contract).
+        let p = unsafe { permit_mut(permit) };
+        let Some(core) = p.held.clone() else {
+            return hg_status::HG_STATUS_ALREADY_RELEASED;
+        };
+        if p.timed_out {
+            return hg_status::HG_STATUS_ALREADY_SETTLED;
+        }
+        p.timed_out = true;
+        core.count_call_timeout();
+        p.end_call(&core, Outcome::Failure);
+        hg_status::HG_STATUS_OK
     })
 }
 
@@ -90,8 +133,8 @@ pub extern "C" fn hg_permit_weight(permit: *const hg_permit) -> u64 {
     })
 }
 
-/// Frees a permit, releasing it first if still held (counted in `leaked_total`). NULL is
-/// accepted and ignored.
+/// Frees a permit, releasing it first if still held (counted in `leaked_total`; its guarded
+/// call ends `ignored`, DESIGN §4). NULL is accepted and ignored.
 ///
 /// Memory and lifetimes: after this call `permit` is dangling. Must not be called twice with
 /// the same value.

@@ -1,12 +1,16 @@
 //! `hg_registry_*` and `hg_origin_key`.
 
-use std::{collections::HashMap, ffi::c_char};
+use std::{
+    collections::HashMap,
+    ffi::{c_char, c_void},
+};
 
-use hullguard_core::{Registry as CoreRegistry, RegistryConfig, origin_key};
+use hullguard_core::{ClockSource, Registry as CoreRegistry, RegistryConfig, origin_key};
 
 use crate::{
     boundary::{boundary, non_null, try_mut},
-    config::{call_timeout, hg_config, hg_stats, read_config, write_stats},
+    bulkhead::{c_clock, hg_now_ns_fn},
+    config::{StateChange, call_timeout, hg_config, hg_stats, read_config, write_stats},
     handle::{
         BulkheadHandle, PermitBox, RegistryHandle, bulkhead_into_raw, hg_bulkhead, hg_permit,
         hg_registry, registry_into_raw, registry_ref, registry_release, registry_retain,
@@ -63,8 +67,15 @@ unsafe fn reg<'a>(reg: *const hg_registry) -> Result<&'a CoreRegistry, hg_status
 ///   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys: ≥ 1.
 ///   out: receives the registry.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config, a non-UTF-8 key,
-///   `max_keys` 0); `HG_STATUS_NULL_PARAMETER`.
+/// Policies: each key's bulkhead gets the policy fields (`adaptive_*`, `breaker_*`,
+///   `call_timeout_ms`) of its override, else of `defaults` — an override is a whole
+///   `hg_config`, not merged field by field (start it as a copy of `defaults`). The defaults'
+///   `on_state_change` receives every key's breaker transitions with the key's bytes; an
+///   override's `on_state_change` must be NULL or the defaults' (same function and user data).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config — `hg_config_check()`
+///   names the field —, a non-UTF-8 key, `max_keys` 0, an override with another
+///   `on_state_change`); `HG_STATUS_NULL_PARAMETER`.
 ///
 /// Memory and lifetimes: reference-counted like `hg_bulkhead`; freeing the last reference
 /// closes every bulkhead in it. Thread-safety: any number of threads.
@@ -79,37 +90,114 @@ pub extern "C" fn hg_registry_new(
     boundary(|| {
         non_null!(defaults);
         let out = try_mut!(out);
-        // SAFETY: non-null `hg_config` (contract).
-        let defaults = try_val!(unsafe { read_config(defaults) });
-        let mut map = HashMap::new();
-        if overrides_len > 0 {
-            non_null!(overrides);
-            // SAFETY: `overrides_len` readable entries at `overrides` (contract).
-            let entries = unsafe { std::slice::from_raw_parts(overrides, overrides_len) };
-            for o in entries {
-                // SAFETY: each entry's key points to `key_len` bytes (contract).
-                let k = try_val!(unsafe { key_str(o.key, o.key_len) });
-                non_null!(o.config);
-                // SAFETY: non-null `hg_config` (contract).
-                let c = try_val!(unsafe { read_config(o.config) });
-                map.insert(k.to_owned(), c);
-            }
-        }
-        let Ok(max_keys) = usize::try_from(max_keys) else {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        };
-        match CoreRegistry::new(RegistryConfig {
-            defaults,
-            overrides: map,
-            max_keys,
-        }) {
-            Ok(reg) => {
-                *out = registry_into_raw(RegistryHandle { reg });
-                hg_status::HG_STATUS_OK
-            }
-            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        // SAFETY: contract of this function.
+        unsafe {
+            new_registry(
+                defaults,
+                overrides,
+                overrides_len,
+                max_keys,
+                ClockSource::default_for_host(),
+                out,
+            )
         }
     })
+}
+
+/// `hg_registry_new()` whose bulkheads all read the host's clock (as
+/// `hg_bulkhead_new_with_clock()`): the `_ns` stats, the breaker's open duration and the adaptive
+/// limit's RTTs use it. Tests use it to run on virtual time.
+///
+/// Parameters:
+///   now_ns: required; callable from any thread, never blocks, never goes back.
+///   user_data: passed to `now_ns`; must stay valid until the registry, its bulkhead handles
+///   and its permits are gone.
+///
+/// Returns: as `hg_registry_new()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_registry_new_with_clock(
+    defaults: *const hg_config,
+    overrides: *const hg_registry_override,
+    overrides_len: usize,
+    max_keys: u64,
+    now_ns: hg_now_ns_fn,
+    user_data: *mut c_void,
+    out: *mut *mut hg_registry,
+) -> hg_status {
+    boundary(|| {
+        non_null!(defaults);
+        let Some(f) = now_ns else {
+            return hg_status::HG_STATUS_NULL_PARAMETER;
+        };
+        let out = try_mut!(out);
+        // SAFETY: contract of this function.
+        unsafe {
+            new_registry(
+                defaults,
+                overrides,
+                overrides_len,
+                max_keys,
+                c_clock(f, user_data),
+                out,
+            )
+        }
+    })
+}
+
+/// # Safety
+/// `defaults` is non-null; the rest as `hg_registry_new()`'s contract.
+unsafe fn new_registry(
+    defaults: *const hg_config,
+    overrides: *const hg_registry_override,
+    overrides_len: usize,
+    max_keys: u64,
+    clock: ClockSource,
+    out: &mut *mut hg_registry,
+) -> hg_status {
+    let invalid = |_| hg_status::HG_STATUS_INVALID_ARGUMENT;
+    // SAFETY: non-null `hg_config` (contract).
+    let defaults = try_val!(unsafe { read_config(defaults) }.map_err(invalid));
+    let mut map = HashMap::new();
+    if overrides_len > 0 {
+        non_null!(overrides);
+        // SAFETY: `overrides_len` readable entries at `overrides` (contract).
+        let entries = unsafe { std::slice::from_raw_parts(overrides, overrides_len) };
+        for o in entries {
+            // SAFETY: each entry's key points to `key_len` bytes (contract).
+            let k = try_val!(unsafe { key_str(o.key, o.key_len) });
+            non_null!(o.config);
+            // SAFETY: non-null `hg_config` (contract).
+            let c = try_val!(unsafe { read_config(o.config) }.map_err(invalid));
+            let same = match (&c.on_state_change, &defaults.on_state_change) {
+                (None, _) => true,
+                (Some(a), Some(b)) => a.same(b),
+                (Some(_), None) => false,
+            };
+            if !same {
+                return hg_status::HG_STATUS_INVALID_ARGUMENT;
+            }
+            map.insert(k.to_owned(), c.config);
+        }
+    }
+    let Ok(max_keys) = usize::try_from(max_keys) else {
+        return hg_status::HG_STATUS_INVALID_ARGUMENT;
+    };
+    let observer = defaults.on_state_change.map(StateChange::shared);
+    match CoreRegistry::with_observer(
+        RegistryConfig {
+            defaults: defaults.config,
+            overrides: map,
+            max_keys,
+        },
+        clock,
+        observer,
+    ) {
+        Ok(reg) => {
+            *out = registry_into_raw(RegistryHandle { reg });
+            hg_status::HG_STATUS_OK
+        }
+        Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+    }
 }
 
 /// Adds a reference to `reg` and returns it (NULL in, NULL out).
@@ -185,8 +273,8 @@ pub extern "C" fn hg_registry_try_acquire(
         let out = try_mut!(out);
         match r.try_acquire(k, weight) {
             Ok(p) => {
-                let (core, w, _call) = p.into_parts();
-                *out = PermitBox::new(core, w).into_raw();
+                let (core, w, call) = p.into_parts();
+                *out = PermitBox::new(core, w, call).into_raw();
                 hg_status::HG_STATUS_OK
             }
             Err(e) => (&e.error).into(),
@@ -213,8 +301,8 @@ pub extern "C" fn hg_registry_acquire_timeout(
         let out = try_mut!(out);
         match r.acquire_blocking(k, weight, call_timeout(timeout_ms)) {
             Ok(p) => {
-                let (core, w, _call) = p.into_parts();
-                *out = PermitBox::new(core, w).into_raw();
+                let (core, w, call) = p.into_parts();
+                *out = PermitBox::new(core, w, call).into_raw();
                 hg_status::HG_STATUS_OK
             }
             Err(e) => (&e.error).into(),

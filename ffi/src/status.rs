@@ -87,9 +87,15 @@ pub enum hg_reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
 pub enum hg_outcome {
+    /// The call completed normally.
     HG_OUTCOME_SUCCESS = 0,
+    /// The call failed (an error, HTTP 5xx, a transport error, `call_timeout`).
     HG_OUTCOME_FAILURE = 1,
+    /// Cancelled, or never started: no breaker count, no adaptive sample.
     HG_OUTCOME_IGNORED = 2,
+    /// The upstream said "slow down" (HTTP 429): a success for the breaker, a failure for the
+    /// adaptive limit.
+    HG_OUTCOME_OVERLOAD = 3,
 }
 
 /// A NUL-terminated static string.

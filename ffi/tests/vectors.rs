@@ -20,8 +20,16 @@
 //!   (as the Rust runner does); when one passes, it settles the acquire with
 //!   `hg_ticket_cancel_reason(.., HG_REASON_TIMEOUT)`, as a host with its own timers would. A
 //!   single bulkhead is built with `hg_bulkhead_new_with_clock` on the runner's virtual clock, so
-//!   `queue_wait_*_ns` figures match. (A registry has no clock hook; no registry vector asserts
-//!   `_ns` figures.)
+//!   `queue_wait_*_ns` figures match; a registry is built with `hg_registry_new_with_clock` on
+//!   the same clock.
+//! * Policy vectors (`tests/vectors/policies/`, DESIGN §4): `config.resilience` becomes the
+//!   appended `hg_config` fields (`adaptive_*`, `breaker_*`, `call_timeout_ms`; an omitted
+//!   option stays 0 = the default); a registry override is merged key by key over the defaults
+//!   in JSON (as the Rust runner does), then passed as a whole `hg_config`. `release` /
+//!   `record_outcome` with an `outcome` → `hg_permit_release_outcome` (without one:
+//!   `hg_permit_release`, a success); `expect_state` → `hg_stats.circuit_state` (a stats read
+//!   commits a due lazy transition, as a state read does); `expect_events` → the transitions the
+//!   `on_state_change` callback logged (the key's bytes in a registry, NULL outside one).
 
 use std::{
     cell::RefCell,
@@ -33,13 +41,14 @@ use std::{
 };
 
 use hullguard::{
-    HG_TIMEOUT_INFINITE, hg_bulkhead, hg_bulkhead_acquire_async, hg_bulkhead_close,
-    hg_bulkhead_drain, hg_bulkhead_free, hg_bulkhead_new_with_clock, hg_bulkhead_set_limit,
-    hg_bulkhead_stats, hg_bulkhead_try_acquire, hg_config, hg_config_default, hg_drain_result,
-    hg_permit, hg_permit_free, hg_permit_release, hg_permit_release_partial, hg_reason,
+    HG_TIMEOUT_INFINITE, hg_adaptive_algorithm, hg_bulkhead, hg_bulkhead_acquire_async,
+    hg_bulkhead_close, hg_bulkhead_drain, hg_bulkhead_free, hg_bulkhead_new_with_clock,
+    hg_bulkhead_set_limit, hg_bulkhead_stats, hg_bulkhead_try_acquire, hg_circuit_state, hg_config,
+    hg_config_check, hg_config_default, hg_drain_result, hg_outcome, hg_permit, hg_permit_free,
+    hg_permit_release, hg_permit_release_outcome, hg_permit_release_partial, hg_reason,
     hg_reason_name, hg_registry, hg_registry_close, hg_registry_free, hg_registry_get,
-    hg_registry_new, hg_registry_override, hg_registry_stats, hg_stats, hg_status, hg_ticket,
-    hg_ticket_cancel, hg_ticket_cancel_reason,
+    hg_registry_new_with_clock, hg_registry_override, hg_registry_stats, hg_stats, hg_status,
+    hg_ticket, hg_ticket_cancel, hg_ticket_cancel_reason,
 };
 use serde_json::{Map, Value, json};
 
@@ -133,20 +142,135 @@ struct Runner {
     now_ns: u64,
     /// The virtual clock the single bulkhead reads (boxed: its address is the clock's user data).
     clock: Box<std::sync::atomic::AtomicU64>,
+    /// The breaker transitions logged by `on_state_change` (boxed: its address is user data).
+    events: Box<EventLog>,
     seq: u64,
 }
 
-/// An `hg_config` from a vector's config object (defaults: `hg_config_default`), and its
-/// queue timeout in ms (`None` = infinite).
-fn config(v: Option<&Value>) -> (hg_config, Option<u64>) {
-    let mut c = hg_config {
-        struct_size: 0,
-        max_concurrent: 0,
-        max_queue: 0,
-        queue_timeout_ms: 0,
-        enabled: false,
+/// The breaker transitions the `on_state_change` callback logged: `[old, new]`, or
+/// `[key, old, new]` in a registry.
+type EventLog = std::sync::Mutex<Vec<Value>>;
+
+fn state_name(s: hg_circuit_state) -> &'static str {
+    match s {
+        hg_circuit_state::HG_CIRCUIT_CLOSED => "closed",
+        hg_circuit_state::HG_CIRCUIT_OPEN => "open",
+        hg_circuit_state::HG_CIRCUIT_HALF_OPEN => "half_open",
+    }
+}
+
+/// The `on_state_change` callback: appends to the `EventLog` passed as user data.
+unsafe extern "C" fn on_state_change(
+    user_data: *mut c_void,
+    key: *const c_char,
+    key_len: usize,
+    old: hg_circuit_state,
+    new: hg_circuit_state,
+) {
+    // SAFETY: `user_data` is the runner's boxed log, alive as long as the bulkheads.
+    let log = unsafe { &*user_data.cast::<EventLog>() };
+    let e = if key.is_null() {
+        assert_eq!(key_len, 0, "key NULL with a length");
+        json!([state_name(old), state_name(new)])
+    } else {
+        // SAFETY: `key_len` bytes at `key` during the call (the callback's contract).
+        let k = unsafe { std::slice::from_raw_parts(key.cast::<u8>(), key_len) };
+        json!([
+            std::str::from_utf8(k).unwrap(),
+            state_name(old),
+            state_name(new)
+        ])
     };
-    assert_eq!(hg_config_default(&mut c), hg_status::HG_STATUS_OK);
+    log.lock().unwrap().push(e);
+}
+
+/// A registry override merged key by key over the defaults (DESIGN §4 "Options"), as the Rust
+/// runner does: top-level keys replace; `resilience` and its `adaptive` / `breaker` objects merge
+/// one level deeper. The C ABI takes whole configs, so the runner merges before building them.
+fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
+    let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
+        return over.clone();
+    };
+    let mut m = d.clone();
+    for (k, v) in o {
+        let deeper = match depth {
+            0 => k == "resilience",
+            1 => k == "adaptive" || k == "breaker",
+            _ => false,
+        };
+        let merged = if deeper {
+            merge(d.get(k), v, depth + 1)
+        } else {
+            v.clone()
+        };
+        m.insert(k.clone(), merged);
+    }
+    Value::Object(m)
+}
+
+fn default_config() -> hg_config {
+    let mut c = std::mem::MaybeUninit::<hg_config>::uninit();
+    assert_eq!(hg_config_default(c.as_mut_ptr()), hg_status::HG_STATUS_OK);
+    // SAFETY: `hg_config_default` wrote every field.
+    unsafe { c.assume_init() }
+}
+
+/// `config.resilience` onto the appended policy fields (an omitted option stays 0, the default).
+fn resilience(c: &mut hg_config, r: &Value) {
+    let u = |x: &Value| x.as_u64().unwrap();
+    let u32_ = |x: &Value| u32::try_from(x.as_u64().unwrap()).unwrap();
+    if let Some(a) = r.get("adaptive").and_then(Value::as_object) {
+        c.adaptive_enabled = true;
+        for (k, x) in a {
+            match k.as_str() {
+                "algorithm" => {
+                    c.adaptive_algorithm = match x.as_str().unwrap() {
+                        "aimd" => hg_adaptive_algorithm::HG_ADAPTIVE_AIMD,
+                        "gradient2" => hg_adaptive_algorithm::HG_ADAPTIVE_GRADIENT2,
+                        other => panic!("unknown algorithm {other:?}"),
+                    }
+                }
+                "initial_limit" => c.adaptive_initial_limit = u(x),
+                "min_limit" => c.adaptive_min_limit = u(x),
+                "max_limit" => c.adaptive_max_limit = u(x),
+                "target_latency_ms" => c.adaptive_target_latency_ms = u(x),
+                "increase_step" => c.adaptive_increase_step = u(x),
+                "decrease_ratio" => c.adaptive_decrease_ratio = x.as_f64().unwrap(),
+                "smoothing" => c.adaptive_smoothing = x.as_f64().unwrap(),
+                "rtt_tolerance" => c.adaptive_rtt_tolerance = x.as_f64().unwrap(),
+                "long_window" => c.adaptive_long_window = u(x),
+                "queue_size" => c.adaptive_queue_size = u(x),
+                other => panic!("unknown adaptive option {other:?}"),
+            }
+        }
+    }
+    if let Some(b) = r.get("breaker").and_then(Value::as_object) {
+        c.breaker_enabled = true;
+        for (k, x) in b {
+            match k.as_str() {
+                "failure_threshold" => c.breaker_failure_threshold = u32_(x),
+                "error_rate_threshold" => c.breaker_error_rate_threshold = x.as_f64().unwrap(),
+                "error_rate_window_ms" => c.breaker_error_rate_window_ms = u(x),
+                "error_rate_buckets" => c.breaker_error_rate_buckets = u32_(x),
+                "volume_threshold" => c.breaker_volume_threshold = u32_(x),
+                "open_duration_ms" => c.breaker_open_duration_ms = u(x),
+                "half_open_max_calls" => c.breaker_half_open_max_calls = u32_(x),
+                "half_open_timeout_ms" => c.breaker_half_open_timeout_ms = u(x),
+                other => panic!("unknown breaker option {other:?}"),
+            }
+        }
+    }
+    if let Some(t) = r.get("call_timeout_ms").filter(|t| !t.is_null()) {
+        c.call_timeout_ms = u(t);
+    }
+}
+
+/// An `hg_config` from a vector's config object (defaults: `hg_config_default`), and its
+/// queue timeout in ms (`None` = infinite). Its `on_state_change` logs into `events`.
+fn config(v: Option<&Value>, events: &EventLog) -> (hg_config, Option<u64>) {
+    let mut c = default_config();
+    c.on_state_change = Some(on_state_change);
+    c.on_state_change_user_data = ptr::from_ref(events).cast_mut().cast();
     let mut timeout = Some(c.queue_timeout_ms);
     if let Some(v) = v.and_then(Value::as_object) {
         if let Some(n) = v.get("max_concurrent").and_then(Value::as_u64) {
@@ -169,6 +293,16 @@ fn config(v: Option<&Value>) -> (hg_config, Option<u64>) {
         if let Some(b) = v.get("enabled").and_then(Value::as_bool) {
             c.enabled = b;
         }
+        if let Some(r) = v.get("resilience") {
+            resilience(&mut c, r);
+        }
+    }
+    let mut bad = ptr::null();
+    let s = hg_config_check(&c, &mut bad);
+    if s != hg_status::HG_STATUS_OK {
+        // SAFETY: a static NUL-terminated field name.
+        let field = unsafe { CStr::from_ptr(bad) };
+        panic!("config {v:?}: {s:?} ({field:?})");
     }
     (c, timeout)
 }
@@ -191,6 +325,21 @@ fn stats_json(s: &hg_stats) -> Value {
         "released_twice_total": s.released_twice_total, "leaked_total": s.leaked_total,
         "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
         "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
+        "circuit": s.circuit_present.then(|| json!({
+            "state": state_name(s.circuit_state), "generation": s.circuit_generation,
+            "consecutive_failures": s.circuit_consecutive_failures,
+            "window_requests": s.circuit_window_requests,
+            "window_failures": s.circuit_window_failures,
+        })),
+        "adaptive": s.adaptive_present.then(|| json!({
+            "algorithm": match s.adaptive_algorithm {
+                hg_adaptive_algorithm::HG_ADAPTIVE_AIMD => "aimd",
+                hg_adaptive_algorithm::HG_ADAPTIVE_GRADIENT2 => "gradient2",
+            },
+            "limit": s.adaptive_limit, "min_limit": s.adaptive_min_limit,
+            "max_limit": s.adaptive_max_limit, "samples_total": s.adaptive_samples_total,
+            "decreases_total": s.adaptive_decreases_total,
+        })),
     })
 }
 
@@ -223,11 +372,13 @@ fn key_bytes(k: &str) -> (*const c_char, usize) {
 impl Runner {
     fn new(v: &Value) -> Self {
         let clock = Box::new(std::sync::atomic::AtomicU64::new(0));
+        let clock_data = (&raw const *clock).cast_mut().cast::<c_void>();
+        let events: Box<EventLog> = Box::default();
         let mut universe = BTreeSet::new();
         let mut default_timeouts = HashMap::new();
         let mut registry_override_timeouts = HashMap::new();
         let target = if let Some(r) = v.get("registry") {
-            let (defaults, t) = config(r.get("defaults"));
+            let (defaults, t) = config(r.get("defaults"), &events);
             default_timeouts.insert(String::new(), t);
             // Overrides are built from the defaults of hg_config_default, as the Rust runner's
             // are from Config::default().
@@ -237,7 +388,8 @@ impl Runner {
                 .map(|o| {
                     o.iter()
                         .map(|(k, c)| {
-                            let (c, t) = config(Some(c));
+                            let merged = merge(r.get("defaults"), c, 0);
+                            let (c, t) = config(Some(&merged), &events);
                             registry_override_timeouts.insert(k.clone(), t);
                             universe.insert(k.clone());
                             (k.clone(), c)
@@ -258,22 +410,23 @@ impl Runner {
                 .collect();
             let max_keys = r.get("max_keys").and_then(Value::as_u64).unwrap_or(1024);
             let mut reg = ptr::null_mut();
-            let s = hg_registry_new(
+            let s = hg_registry_new_with_clock(
                 &defaults,
                 entries.as_ptr(),
                 entries.len(),
                 max_keys,
+                Some(virtual_now_ns),
+                clock_data,
                 &mut reg,
             );
             assert_eq!(s, hg_status::HG_STATUS_OK);
             Target::Registry(reg)
         } else {
-            let (c, t) = config(v.get("config"));
+            let (c, t) = config(v.get("config"), &events);
             default_timeouts.insert(String::new(), t);
             let mut bh = ptr::null_mut();
-            let user_data = (&raw const *clock).cast_mut().cast::<c_void>();
             assert_eq!(
-                hg_bulkhead_new_with_clock(&c, Some(virtual_now_ns), user_data, &mut bh),
+                hg_bulkhead_new_with_clock(&c, Some(virtual_now_ns), clock_data, &mut bh),
                 hg_status::HG_STATUS_OK
             );
             Target::Single(Bh(bh))
@@ -299,6 +452,7 @@ impl Runner {
             timers: BTreeMap::new(),
             now_ns: 0,
             clock,
+            events,
             seq: 0,
         }
     }
@@ -510,13 +664,27 @@ impl Runner {
                 let got = self.acquire(step, op == "acquire");
                 assert_eq!(got, step["expect"].as_str().unwrap(), "{ctx}");
             }
-            "release" => {
+            "release" | "record_outcome" => {
                 let id = step["id"].as_str().unwrap();
                 let expect = step.get("expect").and_then(Value::as_bool).unwrap_or(true);
                 let Some(State::Permit { permit, .. }) = self.acquires.get(id) else {
                     panic!("{ctx}: {id} holds no permit")
                 };
-                let released = match hg_permit_release(*permit) {
+                // Without an outcome: the plain release (a success, DESIGN §4).
+                let status = match step.get("outcome").and_then(Value::as_str) {
+                    None => hg_permit_release(*permit),
+                    Some(o) => {
+                        let o = match o {
+                            "success" => hg_outcome::HG_OUTCOME_SUCCESS,
+                            "failure" => hg_outcome::HG_OUTCOME_FAILURE,
+                            "ignored" => hg_outcome::HG_OUTCOME_IGNORED,
+                            "overload" => hg_outcome::HG_OUTCOME_OVERLOAD,
+                            other => panic!("{ctx}: unknown outcome {other:?}"),
+                        };
+                        hg_permit_release_outcome(*permit, o as u32)
+                    }
+                };
+                let released = match status {
                     hg_status::HG_STATUS_OK => true,
                     hg_status::HG_STATUS_ALREADY_RELEASED => false,
                     s => panic!("{ctx}: hg_permit_release -> {s:?}"),
@@ -640,6 +808,19 @@ impl Runner {
                 let want = &step["expect"];
                 subset(&ctx, want, &stats_json(&s));
             }
+            "expect_state" => {
+                let s = self.stats(key);
+                assert!(s.circuit_present, "{ctx}: no breaker");
+                assert_eq!(
+                    state_name(s.circuit_state),
+                    step["state"].as_str().unwrap(),
+                    "{ctx}"
+                );
+            }
+            "expect_events" => {
+                let got = std::mem::take(&mut *self.events.lock().unwrap());
+                assert_eq!(Value::Array(got), step["events"], "{ctx}: events");
+            }
             "keys" => {
                 assert!(
                     matches!(self.target, Target::Registry(_)),
@@ -742,15 +923,18 @@ fn run(v: &Value) -> Result<(), (usize, String)> {
     result
 }
 
-#[test]
-fn scenario_vectors_through_the_c_abi() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
-    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
-        .expect("schema.json parses");
-    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
-    let files = vector_files(&dir);
-    assert!(files.len() >= 25, "only {} vectors", files.len());
-    let mut names = std::collections::HashSet::new();
+/// Validates and runs every vector of `dir` (none if it does not exist); returns
+/// (files, run in full, skipped descriptions).
+fn run_dir(
+    dir: &Path,
+    validator: &jsonschema::Validator,
+    names: &mut std::collections::HashSet<String>,
+) -> (usize, usize, Vec<String>) {
+    let files = if dir.is_dir() {
+        vector_files(dir)
+    } else {
+        vec![]
+    };
     let mut skipped = Vec::new();
     let mut full = 0;
     for f in &files {
@@ -765,7 +949,11 @@ fn scenario_vectors_through_the_c_abi() {
             name,
             "file name = vector name"
         );
-        assert!(names.insert(name.clone()));
+        assert!(
+            names.insert(name.clone()),
+            "{}: duplicate name",
+            f.display()
+        );
         match run(&v) {
             Ok(()) => full += 1,
             Err((step, why)) => {
@@ -780,9 +968,23 @@ fn scenario_vectors_through_the_c_abi() {
             }
         }
     }
+    (files.len(), full, skipped)
+}
+
+#[test]
+fn scenario_vectors_through_the_c_abi() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
+        .expect("schema.json parses");
+    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
+    let mut names = std::collections::HashSet::new();
+    // The plain vectors, then the policy vectors (DESIGN §5.1; names unique across both).
+    let (n, full, mut skipped) = run_dir(&dir, &validator, &mut names);
+    assert!(n >= 25, "only {n} vectors");
+    let (pn, pfull, pskipped) = run_dir(&dir.join("policies"), &validator, &mut names);
+    skipped.extend(pskipped);
     println!(
-        "C ABI vectors: {full} of {} run in full, {} skipped (an ABI gap):",
-        files.len(),
+        "C ABI vectors: {full} of {n} run in full; policies: {pfull} of {pn}; {} skipped (an ABI gap):",
         skipped.len()
     );
     for s in &skipped {
@@ -792,7 +994,7 @@ fn scenario_vectors_through_the_c_abi() {
         skipped.is_empty(),
         "every vector must run through the C ABI"
     );
-    assert_eq!(full, files.len());
+    assert_eq!((full, pfull), (n, pn));
 }
 
 #[test]
@@ -806,12 +1008,60 @@ fn runner_rejects_unknown_ops_and_wrong_settles() {
         "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
                   {"op": "acquire", "id": "b", "expect": "queued"},
                   {"op": "release", "id": "a"}]});
-    for v in [wrong, unknown, queued_wrong] {
+    // Wrong policy expectations fail too (state, events, circuit stats, a missing breaker).
+    let breaker = json!({"max_concurrent": 2,
+        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
+    let trip_once = |then: Value| {
+        json!({"name": "p", "config": breaker, "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "record_outcome", "id": "a", "outcome": "failure"},
+            then]})
+    };
+    let wrong_state = trip_once(json!({"op": "expect_state", "state": "open"}));
+    let wrong_events = trip_once(json!({"op": "expect_events", "events": [["closed", "open"]]}));
+    let wrong_fast_fail =
+        trip_once(json!({"op": "try_acquire", "id": "b", "expect": "circuit_open"}));
+    let wrong_circuit =
+        trip_once(json!({"op": "stats", "expect": {"circuit": {"consecutive_failures": 0}}}));
+    let no_breaker = json!({"name": "n", "config": {"max_concurrent": 1},
+        "steps": [{"op": "stats", "expect": {"circuit": {"state": "closed"}}}]});
+    for v in [
+        wrong,
+        unknown,
+        queued_wrong,
+        wrong_state,
+        wrong_events,
+        wrong_fast_fail,
+        wrong_circuit,
+        no_breaker,
+    ] {
         let r = std::panic::catch_unwind(|| {
             let _ = run(&v);
         });
         assert!(r.is_err(), "{v}");
     }
+}
+
+#[test]
+fn policy_steps_with_the_right_expectations_pass() {
+    let v = json!({"name": "r", "config": {"max_concurrent": 2,
+            "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}},
+        "steps": [
+        {"op": "acquire", "id": "a", "expect": "granted"},
+        {"op": "record_outcome", "id": "a", "outcome": "failure"},
+        {"op": "stats", "expect": {"circuit": {"state": "closed", "consecutive_failures": 1}}},
+        {"op": "acquire", "id": "b", "expect": "granted"},
+        {"op": "release", "id": "b", "outcome": "failure"},
+        {"op": "expect_state", "state": "open"},
+        {"op": "expect_events", "events": [["closed", "open"]]},
+        {"op": "try_acquire", "id": "c", "expect": "circuit_open"},
+        {"op": "advance_clock", "ms": 100},
+        {"op": "expect_state", "state": "half_open"},
+        {"op": "acquire", "id": "p", "expect": "granted"},
+        {"op": "release", "id": "p"},
+        {"op": "expect_events", "events": [["open", "half_open"], ["half_open", "closed"]]},
+        {"op": "stats", "expect": {"rejected_by_reason": {"circuit_open": 1}}}]});
+    assert!(run(&v).is_ok());
 }
 
 #[test]

@@ -243,8 +243,10 @@ static void zero_and_huge_weights(void) {
         CHECK_UNTOUCHED(bh);
     }
     CHECK_EQ_U64(hg_permit_weight(held), 2);
-    /* An unknown outcome is an argument error; the permit stays held. */
-    CHECK_STATUS(hg_permit_release_outcome(held, 3), HG_STATUS_INVALID_ARGUMENT);
+    /* An unknown outcome is an argument error; the permit stays held (3 is
+     * HG_OUTCOME_OVERLOAD since the policies; 4 is the first unknown one). */
+    CHECK_STATUS(hg_permit_release_outcome(held, HG_OUTCOME_OVERLOAD + 1),
+                 HG_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(hg_permit_release_outcome(held, UINT32_MAX), HG_STATUS_INVALID_ARGUMENT);
     CHECK_EQ_U64(hg_permit_weight(held), 2);
     CHECK_UNTOUCHED(bh);
