@@ -15,7 +15,8 @@ use std::{
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, Reason, Rejection, Ticket, TicketPoll, drain::DrainOf,
+    Admission, Bulkhead as CoreBulkhead, CallStart, Outcome, Reason, Rejection, Ticket, TicketPoll,
+    drain::DrainOf,
 };
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
@@ -25,16 +26,29 @@ use pyo3::{
 use crate::{
     errors::{acquire_err, rejection_err},
     permit::Permit,
+    policy::{ArmedCall, CallRef, CallSlot, call_timeout_err, classify_exit, current_task},
     waiter::{QueueTimer, WaitTarget},
 };
 
 /// Units held by `async with bh:` blocks of one `Bulkhead` object. `__aexit__` returns a
 /// unit only if one is outstanding, so a stray `__aexit__` can never mint a permit (counted as
-/// a double release instead).
-#[derive(Debug)]
+/// a double release instead). With policies, each open block also keeps its guarded call,
+/// found again at the exit by the task running it (blocks of one task exit in LIFO order).
 pub(crate) struct BareHeld {
     bh: Arc<CoreBulkhead>,
     held: std::sync::atomic::AtomicU64,
+    calls: std::sync::Mutex<Vec<BareCall>>,
+}
+
+struct BareCall {
+    /// `id()` of the task that entered the block (0 outside a task).
+    task: usize,
+    slot: Arc<CallSlot>,
+    armed: Option<ArmedCall>,
+}
+
+fn task_id(py: Python<'_>) -> usize {
+    current_task(py).map_or(0, |t| t.as_ptr() as usize)
 }
 
 impl BareHeld {
@@ -42,24 +56,69 @@ impl BareHeld {
         Self {
             bh,
             held: std::sync::atomic::AtomicU64::new(0),
+            calls: std::sync::Mutex::new(Vec::new()),
         }
     }
 
-    fn enter(&self) {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Vec<BareCall>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn enter(&self, py: Python<'_>, call: CallStart) {
+        if call.is_tracked() || self.bh.call_timeout().is_some() {
+            let slot = Arc::new(CallSlot::new(call));
+            // No loop to arm a timer on (cannot happen inside a task): no deadline.
+            let armed = ArmedCall::arm(py, &self.bh, CallRef::Slot(slot.clone()))
+                .ok()
+                .flatten();
+            let task = task_id(py);
+            self.calls().push(BareCall { task, slot, armed });
+        }
         self.held.fetch_add(1, SeqCst);
     }
 
-    /// Returns one unit if a block holds one.
-    pub(crate) fn exit(&self) {
+    /// Returns one unit if a block holds one, ending its call as the exception says. Raises
+    /// `CallTimeoutError` if the block overran `call_timeout`.
+    pub(crate) fn exit(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let took = self
             .held
             .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
             .is_ok();
-        if took {
-            self.bh.release_units(1);
-        } else {
+        if !took {
             self.bh.record_double_release();
+            return Ok(());
         }
+        let entry = {
+            let mut calls = self.calls();
+            if calls.is_empty() {
+                None
+            } else {
+                let task = task_id(py);
+                let i = calls
+                    .iter()
+                    .rposition(|c| c.task == task)
+                    .unwrap_or(calls.len() - 1);
+                Some(calls.remove(i))
+            }
+        };
+        let mut fired = false;
+        if let Some(e) = entry {
+            fired = e.armed.is_some_and(|a| a.disarm(py, exc_type));
+            e.slot.end(&self.bh, classify_exit(exc_type));
+        }
+        self.bh.release_units(1);
+        if fired {
+            return Err(call_timeout_err(py, &self.bh, None));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for BareHeld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BareHeld")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
     }
 }
 
@@ -171,6 +230,12 @@ pub(crate) struct AcquireContext {
     bare: Option<Arc<BareHeld>>,
     state: State,
     permit: Option<Py<Permit>>,
+    /// The guarded call from `begin_call` until the grant hands it on (or it ends `ignored`).
+    call: Option<CallStart>,
+    /// Used as `async with` (`__aenter__` ran): the block is a guarded call with a deadline.
+    cm: bool,
+    /// The `call_timeout` timer of the `async with` block.
+    armed: Option<ArmedCall>,
 }
 
 impl AcquireContext {
@@ -189,6 +254,16 @@ impl AcquireContext {
             bare,
             state: State::Init,
             permit: None,
+            call: None,
+            cm: false,
+            armed: None,
+        }
+    }
+
+    /// Ends a call that never started (rejected, cancelled, abandoned): `ignored`.
+    fn end_ignored(&mut self) {
+        if let Some(c) = self.call.take() {
+            self.bh.end_call(c, Outcome::Ignored);
         }
     }
 
@@ -199,29 +274,52 @@ impl AcquireContext {
         s
     }
 
-    fn granted(&mut self, py: Python<'_>, weight: u64) -> Step {
+    /// `queued`: the grant came after queueing (the adaptive sample restarts at the grant).
+    fn granted(&mut self, py: Python<'_>, weight: u64, queued: bool) -> Step {
         self.state = State::Done;
+        let mut call = self.call.take().unwrap_or(CallStart::NONE);
+        if queued {
+            self.bh.mark_granted(&mut call);
+        }
         if let Some(bare) = &self.bare {
-            bare.enter();
+            bare.enter(py, call);
             return stop(py.None());
         }
-        let permit = Py::new(py, Permit::new(self.bh.clone(), weight, self.key.clone()))?;
+        let permit = Py::new(
+            py,
+            Permit::new(self.bh.clone(), weight, self.key.clone(), call),
+        )?;
+        if self.cm {
+            self.armed = ArmedCall::arm(py, &self.bh, CallRef::Permit(permit.clone_ref(py)))
+                .ok()
+                .flatten();
+        }
         self.permit = Some(permit.clone_ref(py));
         stop(permit.into_any())
     }
 
     fn rejected(&mut self, py: Python<'_>, r: &Rejection) -> Step {
         self.state = State::Done;
+        self.end_ignored();
         Err(rejection_err(py, r, self.key.as_deref()))
     }
 
     fn first_step(&mut self, py: Python<'_>) -> Step {
+        // Step 1 of the guarded call: the breaker's check, before admission.
+        match self.bh.begin_call() {
+            Ok(c) => self.call = Some(c),
+            Err(e) => {
+                self.state = State::Done;
+                return Err(acquire_err(py, &e, self.key.as_deref()));
+            }
+        }
         let admission = self.bh.enqueue_within(self.weight, self.timeout, None);
         let ticket = match admission {
-            Ok(Admission::Granted) => return self.granted(py, self.weight),
+            Ok(Admission::Granted) => return self.granted(py, self.weight, false),
             Ok(Admission::Queued(t)) => t,
             Err(e) => {
                 self.state = State::Done;
+                self.end_ignored();
                 return Err(acquire_err(py, &e, self.key.as_deref()));
             }
         };
@@ -231,6 +329,7 @@ impl AcquireContext {
                 // No running loop: give the place back before raising.
                 self.bh.abandon(ticket);
                 self.state = State::Done;
+                self.end_ignored();
                 return Err(e);
             }
         };
@@ -254,6 +353,7 @@ impl AcquireContext {
                         Err(e) => {
                             self.bh.abandon(ticket);
                             self.state = State::Done;
+                            self.end_ignored();
                             return Err(e);
                         }
                     }
@@ -270,7 +370,7 @@ impl AcquireContext {
             }
             Ok(TicketPoll::Granted(w)) => {
                 cancel_timer(py, timer);
-                self.granted(py, w)
+                self.granted(py, w, true)
             }
             Ok(TicketPoll::Rejected(r)) => {
                 cancel_timer(py, timer);
@@ -312,7 +412,7 @@ impl AcquireContext {
                 match self.bh.poll_ticket(ticket, None) {
                     Ok(TicketPoll::Granted(w)) => {
                         cancel_timer(py, timer);
-                        self.granted(py, w)
+                        self.granted(py, w, true)
                     }
                     Ok(TicketPoll::Rejected(r)) => {
                         cancel_timer(py, timer);
@@ -341,6 +441,7 @@ impl AcquireContext {
             cancel_timer(py, timer);
             self.bh.abandon(ticket);
         }
+        self.end_ignored();
     }
 }
 
@@ -382,21 +483,31 @@ impl AcquireContext {
         self.abandon(py);
     }
 
-    fn __aenter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+    /// `async with bh.acquire() as permit:` — the block is one guarded call (its
+    /// `call_timeout`, if configured, is armed at the grant).
+    fn __aenter__(mut slf: PyRefMut<'_, Self>) -> PyRefMut<'_, Self> {
+        slf.cm = true;
         slf
     }
 
-    /// Releases the permit taken by `__aenter__` (skipped silently if already released).
-    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    /// Releases the permit taken by `__aenter__` (skipped silently if already released),
+    /// recording the outcome the block's exception gives (none → success,
+    /// `asyncio.CancelledError` → ignored, other → failure). Raises `CallTimeoutError` if the
+    /// block overran `call_timeout` (its cancellation is replaced, as `asyncio.timeout` does).
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __aexit__(
         &mut self,
         py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
+        exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Ready>> {
+        let fired = self.armed.take().is_some_and(|a| a.disarm(py, exc_type));
         if let Some(p) = self.permit.take() {
-            p.get().release_inner(false);
+            p.get().release_inner(false, classify_exit(exc_type));
+        }
+        if fired {
+            return Err(call_timeout_err(py, &self.bh, self.key.as_deref()));
         }
         Ready::exit_false(py)
     }
@@ -404,8 +515,11 @@ impl AcquireContext {
 
 impl Drop for AcquireContext {
     fn drop(&mut self) {
-        if matches!(self.state, State::Waiting { .. }) {
+        if matches!(self.state, State::Waiting { .. }) || self.call.is_some() {
             Python::attach(|py| self.abandon(py));
+        }
+        if let Some(a) = self.armed.take() {
+            Python::attach(|py| a.cancel(py));
         }
     }
 }

@@ -7,8 +7,8 @@ use std::{
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CancelError, Clock, ClockSource, Config, MAX_PERMITS,
-    MAX_QUEUE, Reason, Rejection, TicketPoll,
+    Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Clock, ClockSource, Config,
+    MAX_PERMITS, MAX_QUEUE, Outcome, Reason, Rejection, TicketPoll,
 };
 use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
 
@@ -16,6 +16,7 @@ use crate::{
     awaitable::{AcquireContext, BareHeld, DrainAwaitable, Ready},
     errors::{acquire_err, count_arg, rejection_err, seconds_arg},
     permit::Permit,
+    policy::{PyObserver, config_error, resilience_from},
     stats::{drain_dict, stats_dict},
 };
 
@@ -44,14 +45,27 @@ pub(crate) fn clock_source(clock: Option<Py<PyAny>>) -> ClockSource {
     }
 }
 
-/// Builds a `Config` from Python arguments, naming the bad one.
-pub(crate) fn config_from(
-    max_concurrent: Option<&Bound<'_, PyAny>>,
-    max_queue: Option<&Bound<'_, PyAny>>,
-    queue_timeout: Option<&Bound<'_, PyAny>>,
-    enabled: Option<&Bound<'_, PyAny>>,
-    base: Config,
-) -> PyResult<Config> {
+/// The bulkhead's own options, as Python passes them.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Options<'a, 'py> {
+    pub(crate) max_concurrent: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) max_queue: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) queue_timeout: Option<&'a Bound<'py, PyAny>>,
+    pub(crate) enabled: Option<&'a Bound<'py, PyAny>>,
+    /// `Some` replaces `base.resilience` (parsed for the final `max_concurrent`).
+    pub(crate) resilience: Option<&'a Bound<'py, PyAny>>,
+}
+
+/// Builds a `Config` from Python arguments over `base`, naming the bad one (`prefix` goes
+/// before the names of `resilience` options, e.g. `overrides["k"]: `).
+pub(crate) fn config_from(o: Options<'_, '_>, base: Config, prefix: &str) -> PyResult<Config> {
+    let Options {
+        max_concurrent,
+        max_queue,
+        queue_timeout,
+        enabled,
+        resilience,
+    } = o;
     let mut c = base;
     if let Some(v) = max_concurrent.filter(|v| !v.is_none()) {
         c.max_concurrent = count_arg(v, "max_concurrent", 1, MAX_PERMITS)?;
@@ -71,8 +85,10 @@ pub(crate) fn config_from(
         }
         c.enabled = v.extract()?;
     }
-    c.validate()
-        .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
+    if let Some(r) = resilience {
+        c.resilience = resilience_from(Some(r), c.max_concurrent, prefix)?;
+    }
+    c.validate().map_err(|e| config_error(&e, prefix))?;
     Ok(c)
 }
 
@@ -95,14 +111,22 @@ pub(crate) fn try_acquire_on(
     key: Option<&str>,
     weight: u64,
 ) -> PyResult<Option<Permit>> {
+    let call = bh.begin_call().map_err(|e| acquire_err(py, &e, key))?;
     match bh.try_acquire_units(weight) {
         Ok(()) => Ok(Some(Permit::new(
             bh.clone(),
             weight,
             key.map(str::to_owned),
+            call,
         ))),
-        Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
-        Err(e) => Err(acquire_err(py, &e, key)),
+        Err(e) => {
+            bh.end_call(call, Outcome::Ignored);
+            if e.reason() == Some(Reason::ConcurrencyLimit) {
+                Ok(None)
+            } else {
+                Err(acquire_err(py, &e, key))
+            }
+        }
     }
 }
 
@@ -119,10 +143,19 @@ pub(crate) fn acquire_sync_on(
     let deadline = (timeout != Duration::MAX)
         .then(|| Instant::now().checked_add(timeout))
         .flatten();
+    let call = bh.begin_call().map_err(|e| acquire_err(py, &e, key))?;
     let ticket = match bh.enqueue_within(weight, timeout, None) {
-        Ok(Admission::Granted) => return Ok(Permit::new(bh.clone(), weight, key_owned)),
+        Ok(Admission::Granted) => return Ok(Permit::new(bh.clone(), weight, key_owned, call)),
         Ok(Admission::Queued(t)) => t,
-        Err(e) => return Err(acquire_err(py, &e, key)),
+        Err(e) => {
+            bh.end_call(call, Outcome::Ignored);
+            return Err(acquire_err(py, &e, key));
+        }
+    };
+    // Every way out below that is not a grant ends the call `ignored`.
+    let refused = |err: PyErr| -> PyResult<Permit> {
+        bh.end_call(call, Outcome::Ignored);
+        Err(err)
     };
     let waker = std::task::Waker::from(Arc::new(ThreadWake(std::thread::current())));
     loop {
@@ -142,20 +175,24 @@ pub(crate) fn acquire_sync_on(
             }
         });
         match polled {
-            Ok(TicketPoll::Granted(w)) => return Ok(Permit::new(bh.clone(), w, key_owned)),
-            Ok(TicketPoll::Rejected(r)) => return Err(rejection_err(py, &r, key)),
+            Ok(TicketPoll::Granted(w)) => {
+                let mut call: CallStart = call;
+                bh.mark_granted(&mut call);
+                return Ok(Permit::new(bh.clone(), w, key_owned, call));
+            }
+            Ok(TicketPoll::Rejected(r)) => return refused(rejection_err(py, &r, key)),
             Ok(TicketPoll::Pending) => {}
             Err(_) => {
                 let r = Rejection {
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };
-                return Err(rejection_err(py, &r, key));
+                return refused(rejection_err(py, &r, key));
             }
         }
         if let Err(e) = py.check_signals() {
             bh.abandon(ticket);
-            return Err(e);
+            return refused(e);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             match bh.cancel(ticket, Reason::Timeout) {
@@ -164,7 +201,7 @@ pub(crate) fn acquire_sync_on(
                         reason: Reason::Timeout,
                         snapshot: bh.snapshot(),
                     };
-                    return Err(rejection_err(py, &r, key));
+                    return refused(rejection_err(py, &r, key));
                 }
                 // Settled first: the next poll takes the outcome.
                 Err(CancelError::Granted | CancelError::Rejected(_)) => {}
@@ -211,6 +248,17 @@ pub(crate) fn drain_sync_on<'py>(
 /// A bulkhead: at most `max_concurrent` permits in flight, at most `max_queue` callers waiting
 /// (FIFO, no barging) for at most `queue_timeout` seconds. Thread-safe; usable from several
 /// event loops and threads at once.
+///
+/// `resilience={"adaptive": {...}, "breaker": {...}, "call_timeout": seconds}` adds the
+/// policies of DESIGN §4 (a part omitted or `None` is off; `{}` is on with the defaults;
+/// durations in seconds; an unknown key or bad value raises `ValueError` / `TypeError` naming
+/// it, e.g. `resilience.breaker.open_duration`). Every acquire is then a guarded call: an open
+/// breaker raises `CircuitOpenError` before admission; the outcome (`permit.release(outcome=)`,
+/// or the exception leaving `with` / `async with` / a `guard`ed function) feeds the breaker
+/// and the adaptive limit. `call_timeout` bounds `guard`ed calls and `async with` blocks
+/// (`CallTimeoutError`). `on_state_change(key, old, new)` is called (with the GIL, on the
+/// thread that committed it; `key` is `None`) for each breaker transition between
+/// `"closed"`, `"open"` and `"half_open"`; its exceptions go to `sys.unraisablehook`.
 #[pyclass(module = "hullguard._native", name = "Bulkhead", subclass, frozen)]
 pub(crate) struct Bulkhead {
     pub(crate) bh: Arc<CoreBulkhead>,
@@ -232,23 +280,31 @@ impl Bulkhead {
 #[pymethods]
 impl Bulkhead {
     #[new]
-    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, _clock=None))]
+    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, resilience=None, on_state_change=None, _clock=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         max_concurrent: Option<&Bound<'_, PyAny>>,
         max_queue: Option<&Bound<'_, PyAny>>,
         queue_timeout: Option<&Bound<'_, PyAny>>,
         enabled: Option<&Bound<'_, PyAny>>,
+        resilience: Option<&Bound<'_, PyAny>>,
+        on_state_change: Option<&Bound<'_, PyAny>>,
         _clock: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let config = config_from(
-            max_concurrent,
-            max_queue,
-            queue_timeout,
-            enabled,
+            Options {
+                max_concurrent,
+                max_queue,
+                queue_timeout,
+                enabled,
+                resilience: resilience.filter(|r| !r.is_none()),
+            },
             Config::DEFAULT,
+            "",
         )?;
-        let bh = CoreBulkhead::with_clock(config, clock_source(_clock))
-            .map_err(|e| PyValueError::new_err(format!("{}: {e}", e.option())))?;
+        let observer = PyObserver::from_arg(on_state_change)?;
+        let bh = CoreBulkhead::with_observer(config, clock_source(_clock), observer, None)
+            .map_err(|e| config_error(&e, ""))?;
         Ok(Self::wrap(Arc::new(bh), None))
     }
 
@@ -284,15 +340,18 @@ impl Bulkhead {
 
     /// Returns the unit of the `async with bh:` block (a stray call returns nothing and is
     /// counted in `released_twice_total`).
-    #[pyo3(signature = (_exc_type=None, _exc=None, _tb=None))]
+    /// With policies, the block's exception gives the outcome (none → success,
+    /// `asyncio.CancelledError` → ignored, other → failure), and a block that overran
+    /// `call_timeout` raises `CallTimeoutError`.
+    #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __aexit__(
         &self,
         py: Python<'_>,
-        _exc_type: Option<&Bound<'_, PyAny>>,
+        exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Ready>> {
-        self.bare.exit();
+        self.bare.exit(py, exc_type)?;
         Ready::exit_false(py)
     }
 
@@ -335,7 +394,15 @@ impl Bulkhead {
         let py = slf.py();
         let acquire = slf.getattr("acquire")?;
         let acquire_sync = slf.getattr("acquire_sync")?;
-        crate::guard::decorator(py, &acquire, &acquire_sync, (weight, timeout), r#fn)
+        let call_timeout = me.bh.call_timeout();
+        crate::guard::decorator(
+            py,
+            &acquire,
+            &acquire_sync,
+            (weight, timeout),
+            call_timeout,
+            r#fn,
+        )
     }
 
     /// Changes the limit (1 ..= max_concurrent); never blocks, never revokes.
@@ -346,6 +413,9 @@ impl Bulkhead {
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
+    /// The stats dict (DESIGN §3.7); `adaptive` / `circuit` are dicts when those policies
+    /// are on, else `None`. Reading it may commit a due open → half-open transition (and fire
+    /// `on_state_change`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.bh.stats())
     }
@@ -403,6 +473,17 @@ impl Bulkhead {
     #[getter]
     fn key(&self) -> Option<String> {
         self.key.clone()
+    }
+    /// `resilience.call_timeout` in seconds, or `None`.
+    #[getter]
+    fn call_timeout(&self) -> Option<f64> {
+        self.bh.call_timeout().map(|d| d.as_secs_f64())
+    }
+    /// The breaker's state now (`"closed"`, `"open"`, `"half_open"`; committing a due
+    /// open → half-open transition), or `None` without a breaker.
+    #[getter]
+    fn circuit_state(&self) -> Option<&'static str> {
+        self.bh.circuit_state().map(|s| s.as_str())
     }
 
     fn __repr__(&self) -> String {

@@ -1,5 +1,5 @@
-//! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods; the
-//! wrappers themselves live in `hullguard/_guard.py` (plain `async with` / `with`).
+//! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods and the
+//! bulkhead's `call_timeout`; the wrappers themselves live in `hullguard/_guard.py`.
 
 use pyo3::{prelude::*, types::PyCFunction};
 
@@ -9,8 +9,10 @@ pub(crate) fn decorator(
     acquire: &Bound<'_, PyAny>,
     acquire_sync: &Bound<'_, PyAny>,
     (weight, timeout): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
+    call_timeout: Option<std::time::Duration>,
     r#fn: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
+    let call_timeout = call_timeout.map(|d| d.as_secs_f64());
     let functools = py.import("functools")?;
     let weight = weight.map_or_else(
         || 1u64.into_pyobject(py).map(|v| v.into_any()),
@@ -21,7 +23,9 @@ pub(crate) fn decorator(
     let acquire_sync = functools.call_method1("partial", (acquire_sync, &weight, &timeout))?;
     let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
     if let Some(f) = r#fn {
-        return Ok(wrap.call1((acquire, acquire_sync, f))?.unbind());
+        return Ok(wrap
+            .call1((acquire, acquire_sync, f, call_timeout))?
+            .unbind());
     }
     let (acquire, acquire_sync) = (acquire.unbind(), acquire_sync.unbind());
     let deco = PyCFunction::new_closure(
@@ -33,7 +37,7 @@ pub(crate) fn decorator(
             let f = args.get_item(0)?;
             let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
             Ok(wrap
-                .call1((acquire.bind(py), acquire_sync.bind(py), f))?
+                .call1((acquire.bind(py), acquire_sync.bind(py), f, call_timeout))?
                 .unbind())
         },
     )?;

@@ -15,6 +15,7 @@ mod bulkhead;
 mod errors;
 mod guard;
 mod permit;
+mod policy;
 mod registry;
 mod stats;
 mod waiter;

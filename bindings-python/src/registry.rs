@@ -13,16 +13,31 @@ use pyo3::{
 
 use crate::{
     awaitable::AcquireContext,
-    bulkhead::{Bulkhead, acquire_sync_on, clock_source, config_from, try_acquire_on, weight_arg},
+    bulkhead::{
+        Bulkhead, Options, acquire_sync_on, clock_source, config_from, try_acquire_on, weight_arg,
+    },
     errors::{acquire_err, count_arg, seconds_arg},
     permit::Permit,
+    policy::{PyObserver, deferring_events, merge_resilience},
     stats::stats_dict,
 };
 
-const CONFIG_KEYS: [&str; 4] = ["max_concurrent", "max_queue", "queue_timeout", "enabled"];
+const CONFIG_KEYS: [&str; 5] = [
+    "max_concurrent",
+    "max_queue",
+    "queue_timeout",
+    "enabled",
+    "resilience",
+];
 
-/// One override dict merged key by key over the defaults.
-fn override_config(key: &str, d: &Bound<'_, PyAny>, defaults: Config) -> PyResult<Config> {
+/// One override dict merged key by key over the defaults (its `resilience` merged over the
+/// defaults' `resilience`, section by section).
+fn override_config(
+    key: &str,
+    d: &Bound<'_, PyAny>,
+    defaults: Config,
+    default_resilience: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Config> {
     let d = d
         .cast::<PyDict>()
         .map_err(|_| PyTypeError::new_err(format!("overrides[{key:?}] must be a dict")))?;
@@ -35,16 +50,27 @@ fn override_config(key: &str, d: &Bound<'_, PyAny>, defaults: Config) -> PyResul
         }
     }
     let get = |n: &str| d.get_item(n).ok().flatten();
+    let prefix = format!("overrides[{key:?}]: ");
+    let py = d.py();
+    let resilience = merge_resilience(py, default_resilience, get("resilience").as_ref(), &prefix)?;
+    let none = py.None().into_bound(py);
     config_from(
-        get("max_concurrent").as_ref(),
-        get("max_queue").as_ref(),
-        get("queue_timeout").as_ref(),
-        get("enabled").as_ref(),
+        Options {
+            max_concurrent: get("max_concurrent").as_ref(),
+            max_queue: get("max_queue").as_ref(),
+            queue_timeout: get("queue_timeout").as_ref(),
+            enabled: get("enabled").as_ref(),
+            // Parsed again for this key's max_concurrent (the adaptive defaults follow it).
+            resilience: Some(resilience.as_ref().unwrap_or(&none)),
+        },
         defaults,
+        &prefix,
     )
     .map_err(|e| {
+        if e.value(py).to_string().starts_with("overrides[") {
+            return e;
+        }
         // Keep the exception class (TypeError stays TypeError); prefix the key.
-        let py = d.py();
         let msg = format!("overrides[{key:?}]: {}", e.value(py));
         if e.is_instance_of::<PyTypeError>(py) {
             PyTypeError::new_err(msg)
@@ -61,6 +87,11 @@ fn keyed_err(py: Python<'_>, e: &KeyedError) -> PyErr {
 /// Independent bulkheads per key, created on first use from the defaults (or the key's entry
 /// in `overrides`). At `max_keys` a new key evicts the least recently used idle entry with no
 /// outside handle, or is rejected `key_limit`. Thread-safe.
+///
+/// `resilience={...}` (as on `Bulkhead`) applies to every key; an `overrides[key]` dict may
+/// carry its own `"resilience"`, merged key by key over the defaults' (its `"breaker"` dict
+/// over the default `"breaker"` dict; `None` turns a part off). `on_state_change(key, old,
+/// new)` receives every key's breaker transitions.
 #[pyclass(module = "hullguard._native", name = "Registry", subclass, frozen)]
 pub(crate) struct Registry {
     reg: Arc<CoreRegistry>,
@@ -76,7 +107,7 @@ impl Registry {
 #[pymethods]
 impl Registry {
     #[new]
-    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, overrides=None, max_keys=None, _clock=None))]
+    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, resilience=None, overrides=None, max_keys=None, on_state_change=None, _clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -84,17 +115,25 @@ impl Registry {
         max_queue: Option<&Bound<'_, PyAny>>,
         queue_timeout: Option<&Bound<'_, PyAny>>,
         enabled: Option<&Bound<'_, PyAny>>,
+        resilience: Option<&Bound<'_, PyAny>>,
         overrides: Option<&Bound<'_, PyAny>>,
         max_keys: Option<&Bound<'_, PyAny>>,
+        on_state_change: Option<&Bound<'_, PyAny>>,
         _clock: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
+        let resilience = resilience.filter(|r| !r.is_none());
         let defaults = config_from(
-            max_concurrent,
-            max_queue,
-            queue_timeout,
-            enabled,
+            Options {
+                max_concurrent,
+                max_queue,
+                queue_timeout,
+                enabled,
+                resilience,
+            },
             Config::DEFAULT,
+            "",
         )?;
+        let observer = PyObserver::from_arg(on_state_change)?;
         let max_keys = match max_keys.filter(|v| !v.is_none()) {
             Some(v) => count_arg(v, "max_keys", 1, usize::MAX as u64)? as usize,
             None => 1024,
@@ -109,17 +148,21 @@ impl Registry {
                 let key: String = k
                     .extract()
                     .map_err(|_| PyTypeError::new_err("overrides keys must be str"))?;
-                map.insert(key.clone(), override_config(&key, &v, defaults)?);
+                map.insert(
+                    key.clone(),
+                    override_config(&key, &v, defaults, resilience)?,
+                );
                 copy.set_item(key, v.cast::<PyDict>()?.copy()?)?;
             }
         }
-        let reg = CoreRegistry::with_clock(
+        let reg = CoreRegistry::with_observer(
             RegistryConfig {
                 defaults,
                 overrides: map,
                 max_keys,
             },
             clock_source(_clock),
+            observer,
         )
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(Self {
@@ -184,7 +227,15 @@ impl Registry {
         let functools = py.import("functools")?;
         let acquire = functools.call_method1("partial", (acquire, key))?;
         let acquire_sync = functools.call_method1("partial", (acquire_sync, key))?;
-        crate::guard::decorator(py, &acquire, &acquire_sync, (weight, timeout), None)
+        let call_timeout = slf.get().reg.config_for(key).resilience.call_timeout;
+        crate::guard::decorator(
+            py,
+            &acquire,
+            &acquire_sync,
+            (weight, timeout),
+            call_timeout,
+            None,
+        )
     }
 
     #[pyo3(signature = (key, weight=None, timeout=None))]
@@ -225,7 +276,9 @@ impl Registry {
     /// `{key: stats}` for every key.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        for (k, s) in self.reg.stats() {
+        // State-change events of this read are delivered after the registry's lock is gone.
+        let all = deferring_events(py, || self.reg.stats());
+        for (k, s) in all {
             d.set_item(k, stats_dict(py, &s)?)?;
         }
         Ok(d)

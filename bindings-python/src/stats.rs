@@ -3,8 +3,10 @@
 use hullguard_core::{DrainResult, Stats};
 use pyo3::{prelude::*, types::PyDict};
 
-/// The stats dict (every key of the schema; `adaptive` / `circuit` are `None` until policies
-/// are attached).
+/// The stats dict (every key of the schema; `adaptive` / `circuit` are `None` unless those
+/// policies are attached, else `{algorithm, limit, min_limit, max_limit, samples_total,
+/// decreases_total, last_rtt_ns, long_rtt_ns}` / `{state, generation, consecutive_failures,
+/// window_requests, window_failures, opened_at_ns}`).
 pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("active", s.active)?;
@@ -25,8 +27,34 @@ pub(crate) fn stats_dict<'py>(py: Python<'py>, s: &Stats) -> PyResult<Bound<'py,
     d.set_item("queue_wait_count", s.queue_wait_count)?;
     d.set_item("queue_wait_sum_ns", s.queue_wait_sum_ns)?;
     d.set_item("queue_wait_max_ns", s.queue_wait_max_ns)?;
-    d.set_item("adaptive", py.None())?;
-    d.set_item("circuit", py.None())?;
+    match &s.adaptive {
+        Some(a) => {
+            let x = PyDict::new(py);
+            x.set_item("algorithm", a.algorithm.as_str())?;
+            x.set_item("limit", a.limit)?;
+            x.set_item("min_limit", a.min_limit)?;
+            x.set_item("max_limit", a.max_limit)?;
+            x.set_item("samples_total", a.samples_total)?;
+            x.set_item("decreases_total", a.decreases_total)?;
+            x.set_item("last_rtt_ns", a.last_rtt_ns)?;
+            x.set_item("long_rtt_ns", a.long_rtt_ns)?;
+            d.set_item("adaptive", x)?;
+        }
+        None => d.set_item("adaptive", py.None())?,
+    }
+    match &s.circuit {
+        Some(c) => {
+            let x = PyDict::new(py);
+            x.set_item("state", c.state.as_str())?;
+            x.set_item("generation", c.generation)?;
+            x.set_item("consecutive_failures", c.consecutive_failures)?;
+            x.set_item("window_requests", c.window_requests)?;
+            x.set_item("window_failures", c.window_failures)?;
+            x.set_item("opened_at_ns", c.opened_at_ns)?;
+            d.set_item("circuit", x)?;
+        }
+        None => d.set_item("circuit", py.None())?,
+    }
     Ok(d)
 }
 

@@ -1,6 +1,12 @@
-"""The Python runner of the scenario vectors (DESIGN §5.1): ``tests/vectors/*.json`` at the
-repository root, the same decisions as the Rust runner (``tests/tests/vectors.rs``, mirrored
-here step for step).
+"""The Python runner of the scenario vectors (DESIGN §5.1): ``tests/vectors/*.json`` and the
+policy vectors ``tests/vectors/policies/*.json`` at the repository root, the same decisions as
+the Rust runner (``tests/tests/vectors.rs``, mirrored here step for step).
+
+Policy vectors add ``resilience`` to the config (durations as integer ``…_ms``, converted to
+the binding's seconds), ``release`` / ``record_outcome`` with an ``outcome``, ``expect_state``
+(``bh.circuit_state``), ``expect_events`` (the ``on_state_change`` calls since the previous
+check: ``[old, new]``, or ``[key, old, new]`` in a registry) and the ``circuit`` / ``adaptive``
+stats.
 
 Each vector runs on a :class:`VirtualClockLoop`; the bulkhead / registry gets the loop's
 virtual clock through the binding's ``_clock`` hook, so the binding's queue timers
@@ -24,6 +30,8 @@ from _support import STATS_KEYS, VirtualClockLoop, conserved, outcome_of
 VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
 SCHEMA = json.loads((VECTORS / "schema.json").read_text())
 FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "schema.json")
+POLICY_VECTORS = VECTORS / "policies"
+POLICY_FILES = sorted(POLICY_VECTORS.glob("*.json")) if POLICY_VECTORS.is_dir() else []
 
 
 def _step_shapes() -> Dict[str, Tuple[set, set]]:
@@ -36,6 +44,25 @@ def _step_shapes() -> Dict[str, Tuple[set, set]]:
 
 
 STEP_SHAPES = _step_shapes()
+# The policy ops, should schema.json not describe them (yet): (allowed, required).
+_POLICY_SHAPES = {
+    "release": ({"op", "id", "outcome", "expect", "settles"}, {"op", "id"}),
+    "record_outcome": ({"op", "id", "outcome", "expect", "settles"}, {"op", "id", "outcome"}),
+    "expect_state": ({"op", "key", "state", "settles"}, {"op", "state"}),
+    "expect_events": ({"op", "events", "settles"}, {"op", "events"}),
+}
+for _op, (_allowed, _required) in _POLICY_SHAPES.items():
+    _have = STEP_SHAPES.get(_op, (set(), _required))
+    STEP_SHAPES[_op] = (_have[0] | _allowed, _have[1])
+
+# Vector duration fields of `resilience` (integer ms) -> the Python option (seconds).
+_MS_FIELDS = {
+    "target_latency_ms": "target_latency",
+    "error_rate_window_ms": "error_rate_window",
+    "open_duration_ms": "open_duration",
+    "half_open_timeout_ms": "half_open_timeout",
+    "call_timeout_ms": "call_timeout",
+}
 
 
 def _seconds(ms: Any) -> float:
@@ -46,12 +73,27 @@ def _seconds(ms: Any) -> float:
     return ms / 1000
 
 
+def _resilience(r: Any) -> Any:
+    """A vector `resilience` object (or one of its parts) with the binding's keys and units."""
+    if not isinstance(r, dict):
+        return r
+    out: Dict[str, Any] = {}
+    for k, v in r.items():
+        if k in _MS_FIELDS:
+            out[_MS_FIELDS[k]] = None if v is None else _seconds(v)
+        else:
+            out[k] = _resilience(v)
+    return out
+
+
 def _config(c: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """A vector config as Bulkhead / Registry keyword arguments."""
     out: Dict[str, Any] = {}
     for k, v in (c or {}).items():
         if k == "queue_timeout_ms":
             out["queue_timeout"] = _seconds(v)
+        elif k == "resilience":
+            out["resilience"] = _resilience(v)
         else:
             assert k in ("max_concurrent", "max_queue", "enabled"), f"unknown config field {k}"
             out[k] = v
@@ -68,16 +110,23 @@ class Runner:
         self.loop = loop
         self.reg: Optional[hullguard.Registry] = None
         self.bh: Optional[hullguard.Bulkhead] = None
+        # on_state_change calls since the last expect_events: [old, new] / [key, old, new]
+        self.events: List[List[str]] = []
         if "registry" in vector:
             r = vector["registry"]
             self.reg = hullguard.Registry(
                 **_config(r.get("defaults")),
                 overrides={k: _config(v) for k, v in r.get("overrides", {}).items()},
                 max_keys=r.get("max_keys"),
+                on_state_change=lambda key, old, new: self.events.append([key, old, new]),
                 _clock=loop.clock,
             )
         else:
-            self.bh = hullguard.Bulkhead(**_config(vector.get("config")), _clock=loop.clock)
+            self.bh = hullguard.Bulkhead(
+                **_config(vector.get("config")),
+                on_state_change=lambda key, old, new: self.events.append([old, new]),
+                _clock=loop.clock,
+            )
         # id -> ("queued", task) | ("held", permit) | ("released", permit) | ("rejected", None)
         self.acquires: Dict[str, Tuple[str, Any]] = {}
 
@@ -163,11 +212,11 @@ class Runner:
         if op in ("acquire", "try_acquire"):
             got = self.acquire(step, op == "acquire")
             assert got == step["expect"], ctx
-        elif op == "release":
+        elif op in ("release", "record_outcome"):
             aid = step["id"]
             state, p = self.acquires.get(aid, ("missing", None))
             assert state in ("held", "released"), f"{ctx}: {aid} holds no permit ({state})"
-            released = p.release()
+            released = p.release(outcome=step["outcome"]) if "outcome" in step else p.release()
             assert released is (state == "held"), ctx
             self.acquires[aid] = ("released", p)
             assert released is step.get("expect", True), ctx
@@ -225,6 +274,12 @@ class Runner:
             s = self.stats(key)
             assert list(s) == list(STATS_KEYS), ctx
             _subset(ctx, step["expect"], s)
+        elif op == "expect_state":
+            got = self.bulkhead(key).circuit_state
+            assert got == step["state"], f"{ctx}: state {got!r}"
+        elif op == "expect_events":
+            got_events, self.events = self.events, []
+            assert got_events == step["events"], f"{ctx}: events {got_events}"
         elif op == "keys":
             assert self.reg is not None, f"{ctx}: not a registry"
             assert sorted(self.reg.keys()) == step["expect"], ctx
@@ -280,6 +335,24 @@ def test_vector(path: Path, vloop: VirtualClockLoop) -> None:
     Runner(vector, vloop).run(vector)
 
 
+def test_policy_vector_files() -> None:
+    """The policy vectors (DESIGN §5.1): unique names = file names. Without any (the folder
+    missing or empty) this test skips; the rest of the suite still runs."""
+    if not POLICY_FILES:
+        pytest.skip(f"no policy vectors in {POLICY_VECTORS}")
+    names = [json.loads(f.read_text())["name"] for f in POLICY_FILES]
+    assert len(set(names)) == len(names)
+    assert [f.stem for f in POLICY_FILES] == names
+    assert not {f.stem for f in FILES} & set(names)
+
+
+@pytest.mark.parametrize("path", POLICY_FILES, ids=[f"policies/{f.stem}" for f in POLICY_FILES])
+def test_policy_vector(path: Path, vloop: VirtualClockLoop) -> None:
+    vector = json.loads(path.read_text())
+    _check_shape(vector, f"policies/{path.name}")
+    Runner(vector, vloop).run(vector)
+
+
 BROKEN = {
     "unknown_op": {"name": "u", "steps": [{"op": "frobnicate"}]},
     "missing_op": {"name": "m", "steps": [{"id": "a"}]},
@@ -302,6 +375,25 @@ BROKEN = {
     },
     "wrong_expect": {"name": "e", "config": {"max_concurrent": 1}, "steps": [{"op": "acquire", "id": "a", "expect": "queued"}]},
     "wrong_stats": {"name": "t", "steps": [{"op": "stats", "expect": {"limit": 11}}]},
+    "wrong_state": {
+        "name": "ws",
+        "config": {"resilience": {"breaker": {}}},
+        "steps": [{"op": "expect_state", "state": "open"}],
+    },
+    "missing_event": {
+        "name": "me",
+        "config": {"resilience": {"breaker": {"failure_threshold": 1}}},
+        "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "release", "id": "a", "outcome": "failure"},
+            {"op": "expect_events", "events": []},
+        ],
+    },
+    "wrong_circuit_stats": {
+        "name": "wc",
+        "config": {"resilience": {"breaker": {}}},
+        "steps": [{"op": "stats", "expect": {"circuit": {"generation": 1}}}],
+    },
     "timer_not_due": {
         "name": "d",
         "config": {"max_concurrent": 1, "queue_timeout_ms": 100},

@@ -15,6 +15,16 @@ Quick start::
         async with bh.acquire() as permit:   # waits FIFO; raises BulkheadFullError & co.
             ...
 
+Policies (DESIGN §4) around any bulkhead or registry::
+
+    bh = hullguard.Bulkhead(
+        max_concurrent=50,
+        resilience={"adaptive": {}, "breaker": {"open_duration": 5.0}, "call_timeout": 2.0},
+        on_state_change=lambda key, old, new: log.info("breaker %s -> %s", old, new),
+    )
+    permit = await bh.acquire()          # CircuitOpenError while the breaker is open
+    permit.release(outcome="failure")    # "success" (default), "failure", "ignored", "overload"
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads

@@ -48,8 +48,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 _Seconds = Union[int, float]
 
 # The values of a `stats()` dict (DESIGN §3.7): ints, the `rejected_by_reason` dict, and
-# `adaptive` / `circuit` (None until policies are attached).
+# `adaptive` / `circuit` (dicts when those policies are on, else None).
 _Stats = Dict[str, Any]
+
+# `resilience={...}` (DESIGN §4): {"adaptive": {...} | None, "breaker": {...} | None,
+# "call_timeout": seconds | None}; durations in seconds.
+_Resilience = Mapping[str, Any]
+
+# `on_state_change(key, old, new)`: key None outside a registry; states "closed", "open",
+# "half_open".
+_OnStateChange = Callable[[Optional[str], str, str], Any]
+
+# The outcome of a guarded call.
+_Outcome = str
 
 @final
 class _Ready(Generic[_T_co]):
@@ -65,7 +76,9 @@ class _Ready(Generic[_T_co]):
 class Permit:
     """Permits held by one acquire."""
 
-    def release(self) -> bool: ...
+    def release(self, outcome: Optional[_Outcome] = None) -> bool: ...
+    def _finish(self, outcome: _Outcome) -> bool: ...
+    def _call_timed_out(self) -> Any: ...
     def release_partial(self, n: int) -> None: ...
     @property
     def weight(self) -> int: ...
@@ -74,7 +87,9 @@ class Permit:
     @property
     def key(self) -> Optional[str]: ...
     def __enter__(self) -> Permit: ...
-    def __exit__(self, *_exc: object) -> bool: ...
+    def __exit__(
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
+    ) -> bool: ...
 
 @final
 class AcquireContext(Generic[_T_co]):
@@ -88,7 +103,7 @@ class AcquireContext(Generic[_T_co]):
     def close(self) -> None: ...
     def __aenter__(self) -> AcquireContext[_T_co]: ...
     def __aexit__(
-        self, _exc_type: object = None, _exc: object = None, _tb: object = None
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> _Ready[bool]: ...
 
 @final
@@ -111,6 +126,8 @@ class Bulkhead:
         queue_timeout: Optional[_Seconds] = None,
         enabled: Optional[bool] = None,
         *,
+        resilience: Optional[_Resilience] = None,
+        on_state_change: Optional[_OnStateChange] = None,
         _clock: Optional[Callable[[], int]] = None,
     ) -> Bulkhead: ...
     def acquire(
@@ -118,7 +135,7 @@ class Bulkhead:
     ) -> AcquireContext[Permit]: ...
     def __aenter__(self) -> AcquireContext[None]: ...
     def __aexit__(
-        self, _exc_type: object = None, _exc: object = None, _tb: object = None
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> _Ready[bool]: ...
     def acquire_sync(
         self, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
@@ -151,6 +168,10 @@ class Bulkhead:
     def closed(self) -> bool: ...
     @property
     def key(self) -> Optional[str]: ...
+    @property
+    def call_timeout(self) -> Optional[float]: ...
+    @property
+    def circuit_state(self) -> Optional[str]: ...
 
 @disjoint_base
 class Registry:
@@ -161,8 +182,10 @@ class Registry:
         queue_timeout: Optional[_Seconds] = None,
         enabled: Optional[bool] = None,
         *,
+        resilience: Optional[_Resilience] = None,
         overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
         max_keys: Optional[int] = None,
+        on_state_change: Optional[_OnStateChange] = None,
         _clock: Optional[Callable[[], int]] = None,
     ) -> Registry: ...
     def get(self, key: str) -> Bulkhead: ...

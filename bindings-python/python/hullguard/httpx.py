@@ -26,8 +26,8 @@ hullguard layer and as ``Registry(overrides=...)``). Per request:
 1. the permit is acquired *before* the request reaches the inner transport, so a request the
    bulkhead rejects never takes a slot of the connection pool;
 2. a rejection raises the hullguard exception unchanged (``BulkheadFullError``,
-   ``BulkheadQueueTimeoutError``, ``BulkheadClosedError``; never an ``httpx`` error): it is local
-   overload, not a network failure;
+   ``BulkheadQueueTimeoutError``, ``BulkheadClosedError``, ``CircuitOpenError``; never an
+   ``httpx`` error): it is local overload, not a network failure;
 3. the permit is held until the response is closed: for a streamed response
    (``client.stream(...)``, ``send(..., stream=True)``) that is when its body is closed or fully
    consumed, not when the headers arrive. The inner response stream is closed first, so the
@@ -36,11 +36,20 @@ hullguard layer and as ``Registry(overrides=...)``). Per request:
    ``httpx.MockTransport``) releases the permit at once;
 4. a transport error or a cancellation while sending releases the permit and propagates.
 
+Outcomes (DESIGN §4, for a registry built with ``resilience={...}``): each request is one
+guarded call. A transport error (an exception from the inner transport, or while reading the
+body) and an HTTP 5xx response are ``failure``; HTTP 429 is ``overload`` (a failure for the
+adaptive limit, a success for the breaker); any other response is ``success``; a cancellation
+is ``ignored``. The outcome is recorded when the permit is released, i.e. when the response
+body is closed. An open breaker raises :class:`hullguard.CircuitOpenError` before the request
+is sent.
+
 Redirects are separate requests: each hop is admitted by the bulkhead of its own origin.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any, AsyncIterator, Iterator, Optional
 
@@ -48,28 +57,47 @@ import httpx
 
 from ._native import Permit, Registry, origin_key
 
-__all__ = ["BulkheadTransport", "SyncBulkheadTransport"]
+__all__ = ["BulkheadTransport", "SyncBulkheadTransport", "outcome_of_status", "outcome_of_error"]
 
 
-def _release(permit: Permit) -> None:
-    """Releases ``permit`` silently if still held (the ``with``-exit form: a permit already
-    returned is skipped and never counted as ``released_twice_total``)."""
-    permit.__exit__(None, None, None)
+def _release(permit: Permit, outcome: str) -> None:
+    """Releases ``permit`` silently if still held (a permit already returned is skipped and
+    never counted as ``released_twice_total``), recording ``outcome``."""
+    permit._finish(outcome)
+
+
+def outcome_of_status(status_code: int) -> str:
+    """The outcome of a response (DESIGN §4): 5xx → ``"failure"``, 429 → ``"overload"``,
+    anything else → ``"success"``."""
+    if status_code >= 500:
+        return "failure"
+    if status_code == 429:
+        return "overload"
+    return "success"
+
+
+def outcome_of_error(exc: BaseException) -> str:
+    """The outcome of an exception while sending or reading: a cancellation is
+    ``"ignored"``; anything else (transport errors) is ``"failure"``."""
+    return "ignored" if isinstance(exc, asyncio.CancelledError) else "failure"
 
 
 class _AsyncPermitStream(httpx.AsyncByteStream):
     """The response body of an admitted request: closes the inner stream, then releases."""
 
-    def __init__(self, stream: httpx.AsyncByteStream, permit: Permit) -> None:
+    def __init__(self, stream: httpx.AsyncByteStream, permit: Permit, outcome: str) -> None:
         self._stream = stream
         self._permit = permit
+        self._outcome = outcome
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._stream:
                 yield chunk
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, GeneratorExit):  # the reader stopped early: not an error
+                self._outcome = outcome_of_error(e)
             await self.aclose()
             raise
         # Fully consumed: the permit goes back even if the caller never closes the response.
@@ -82,15 +110,16 @@ class _AsyncPermitStream(httpx.AsyncByteStream):
         try:
             await self._stream.aclose()
         finally:
-            _release(self._permit)
+            _release(self._permit, self._outcome)
 
 
 class _SyncPermitStream(httpx.SyncByteStream):
     """The sync twin of :class:`_AsyncPermitStream`."""
 
-    def __init__(self, stream: httpx.SyncByteStream, permit: Permit) -> None:
+    def __init__(self, stream: httpx.SyncByteStream, permit: Permit, outcome: str) -> None:
         self._stream = stream
         self._permit = permit
+        self._outcome = outcome
         self._lock = threading.Lock()
         self._closed = False
 
@@ -98,7 +127,9 @@ class _SyncPermitStream(httpx.SyncByteStream):
         try:
             for chunk in self._stream:
                 yield chunk
-        except BaseException:
+        except BaseException as e:
+            if not isinstance(e, GeneratorExit):
+                self._outcome = outcome_of_error(e)
             self.close()
             raise
         self.close()
@@ -111,7 +142,7 @@ class _SyncPermitStream(httpx.SyncByteStream):
         try:
             self._stream.close()
         finally:
-            _release(self._permit)
+            _release(self._permit, self._outcome)
 
 
 class _Base:
@@ -170,15 +201,16 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
         permit: Permit = await self._registry.acquire(key, timeout=self._timeout)
         try:
             response = await self._transport.handle_async_request(request)
-        except BaseException:
-            _release(permit)
+        except BaseException as e:
+            _release(permit, outcome_of_error(e))
             raise
+        outcome = outcome_of_status(response.status_code)
         stream = response.stream
         if isinstance(stream, httpx.ByteStream) or not isinstance(stream, httpx.AsyncByteStream):
             # The body is already in memory: nothing is held any more.
-            _release(permit)
+            _release(permit, outcome)
         else:
-            response.stream = _AsyncPermitStream(stream, permit)
+            response.stream = _AsyncPermitStream(stream, permit, outcome)
         return response
 
     async def aclose(self) -> None:
@@ -220,14 +252,15 @@ class SyncBulkheadTransport(_Base, httpx.BaseTransport):
         permit = self._registry.acquire_sync(key, timeout=self._timeout)
         try:
             response = self._transport.handle_request(request)
-        except BaseException:
-            _release(permit)
+        except BaseException as e:
+            _release(permit, outcome_of_error(e))
             raise
+        outcome = outcome_of_status(response.status_code)
         stream = response.stream
         if isinstance(stream, httpx.ByteStream) or not isinstance(stream, httpx.SyncByteStream):
-            _release(permit)
+            _release(permit, outcome)
         else:
-            response.stream = _SyncPermitStream(stream, permit)
+            response.stream = _SyncPermitStream(stream, permit, outcome)
         return response
 
     def close(self) -> None:
