@@ -38,8 +38,13 @@ can exceed the pool timeout: httpcore restarts the pool timeout when a connectio
 was taken by another request first and it retries, ``ConnectionNotAvailable``; that happens
 often in a saturated pool.)
 
+Then two policy phases run against a third, scripted upstream (``demo_phases.py``, ~18 s;
+``--no-policies`` skips them): a circuit breaker that opens when the upstream fails outright,
+fails fast, probes and closes once it heals, with the healthy origin unaffected; and an adaptive
+limit that falls while the upstream's latency is high and climbs back after.
+
 Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
-deadline. The whole demo takes about 25 s. Smaller runs: ``--budget 4 --seconds 3
+deadline. The whole demo takes about 45 s. Smaller runs: ``--budget 4 --seconds 3
 --degraded-min 1.0``.
 """
 
@@ -62,6 +67,9 @@ import httpx
 import hullguard
 from hullguard.httpx import BulkheadTransport
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import demo_phases  # noqa: E402  (the policy phases, next to this file)
+
 HEALTHY, DEGRADED = 0, 1
 
 # ---------------------------------------------------------------------------------------------
@@ -81,7 +89,34 @@ def _delay_fn(kind: int, args: argparse.Namespace) -> Callable[[int], float]:
     return lambda n: lo + (hi - lo) * ((n * 379) % 1000) / 1000.0
 
 
-async def _serve_upstream(delay: Callable[[int], float]) -> asyncio.Server:
+_FAILURE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n"
+    b"Connection: keep-alive\r\n\r\ndown\n"
+)
+
+
+class _Script:
+    """The scripted upstream's mode, switched by the client with ``GET /__mode/<mode>``:
+    ``ok`` (answers 200 after the healthy latency), ``fail`` (answers 503 at once) or
+    ``slow:<ms>`` (answers 200 after that many ms). Used by the policy phases."""
+
+    def __init__(self, healthy_ms: float) -> None:
+        self.healthy_ms = healthy_ms
+        self.fail = False
+        self.delay = healthy_ms / 1000.0
+
+    def control(self, path: bytes) -> None:
+        mode = path[len(b"/__mode/"):].decode()
+        self.fail = mode == "fail"
+        if mode.startswith("slow:"):
+            self.delay = float(mode[5:]) / 1000.0
+        elif mode == "ok":
+            self.delay = self.healthy_ms / 1000.0
+
+
+async def _serve_upstream(
+    delay: Callable[[int], float], script: Optional[_Script] = None
+) -> asyncio.Server:
     served = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,6 +127,7 @@ async def _serve_upstream(delay: Callable[[int], float]) -> asyncio.Server:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
                     name, _, value = line.partition(b":")
@@ -99,6 +135,17 @@ async def _serve_upstream(delay: Callable[[int], float]) -> asyncio.Server:
                         length = int(value.strip())
                 if length:
                     await reader.readexactly(length)
+                if script is not None:
+                    if path.startswith(b"/__mode/"):
+                        script.control(path)
+                        writer.write(_RESPONSE)
+                    elif script.fail:
+                        writer.write(_FAILURE)
+                    else:
+                        await asyncio.sleep(script.delay)
+                        writer.write(_RESPONSE)
+                    await writer.drain()
+                    continue
                 pause = delay(served)
                 served += 1
                 await asyncio.sleep(pause)
@@ -114,8 +161,9 @@ async def _serve_upstream(delay: Callable[[int], float]) -> asyncio.Server:
 
 async def _serve_main(args: argparse.Namespace) -> None:
     servers = [await _serve_upstream(_delay_fn(k, args)) for k in (HEALTHY, DEGRADED)]
+    servers.append(await _serve_upstream(_delay_fn(HEALTHY, args), _Script(args.healthy_ms)))
     ports = [s.sockets[0].getsockname()[1] for s in servers]
-    print(f"PORTS {ports[0]} {ports[1]}", flush=True)
+    print("PORTS " + " ".join(map(str, ports)), flush=True)
     # Serve until the parent closes our stdin (or dies).
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
@@ -149,11 +197,13 @@ class Upstreams:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().split()
-        if len(line) != 3 or line[0] != "PORTS":
+        if len(line) != 4 or line[0] != "PORTS":
             self.close()
             raise RuntimeError(f"upstream process failed to start: {line!r}")
         self.ports = (int(line[1]), int(line[2]))
         self.urls = tuple(f"http://127.0.0.1:{p}/" for p in self.ports)
+        # The scripted upstream of the policy phases (demo_phases.py).
+        self.scripted_url = f"http://127.0.0.1:{int(line[3])}/"
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -494,6 +544,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--degraded-slice", type=int, default=None,
                    help="degraded bulkhead's max_concurrent (default: max(1, budget // 4))")
     p.add_argument("--json", metavar="PATH", help="also write both summaries as JSON")
+    p.add_argument("--no-policies", action="store_true",
+                   help="skip the breaker and adaptive-limit phases")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.degraded_max is None:
@@ -534,12 +586,15 @@ async def amain(args: argparse.Namespace) -> int:
         without = await run_once("without hullguard", args, up, None)
         registry = hullguard.Registry(**healthy_cfg, overrides={keys[1]: degraded_cfg})
         with_ = await run_once("with hullguard", args, up, registry)
+        print_table(without, with_, args)
+        stats = registry.stats()
+        print_stats(stats[keys[0]], stats[keys[1]])
+        phases_ok = True
+        if not args.no_policies:
+            phases_ok &= await demo_phases.breaker_phase(up.urls[0], up.scripted_url)
+            phases_ok &= await demo_phases.adaptive_phase(up.scripted_url)
     finally:
         up.close()
-
-    print_table(without, with_, args)
-    stats = registry.stats()
-    print_stats(stats[keys[0]], stats[keys[1]])
 
     p99_ok = with_.healthy_pct[2] * 5 <= without.healthy_pct[2]
     # The strict form, as in the Rust demo: with hullguard a healthy request never even finds
@@ -556,10 +611,10 @@ async def amain(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {"without": without.__dict__, "with": with_.__dict__, "stats": stats,
-                 "checks": {"p99": p99_ok, "isolated": isolated}},
+                 "checks": {"p99": p99_ok, "isolated": isolated, "policies": phases_ok}},
                 f, indent=2,
             )
-    return 0 if p99_ok and isolated else 1
+    return 0 if p99_ok and isolated and phases_ok else 1
 
 
 def main(argv: Optional[List[str]] = None) -> int:
