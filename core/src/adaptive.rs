@@ -73,6 +73,9 @@ pub trait Controller {
     fn limit(&self) -> u64;
     /// The internal (fractional) limit estimate, in `[min_limit, max_limit]`.
     fn estimate(&self) -> f64;
+    /// Restarts the controller from `limit` (clamped to `[min_limit, max_limit]`): the host
+    /// set the limit by hand (`set_limit`), and the next sample moves on from there.
+    fn reseed(&mut self, limit: u64);
 }
 
 /// Which controller [`AdaptiveController::new`] builds.
@@ -326,6 +329,13 @@ impl Controller for AdaptiveController {
         match self {
             AdaptiveController::Aimd(c) => c.estimate(),
             AdaptiveController::Gradient2(c) => c.estimate(),
+        }
+    }
+
+    fn reseed(&mut self, limit: u64) {
+        match self {
+            AdaptiveController::Aimd(c) => c.reseed(limit),
+            AdaptiveController::Gradient2(c) => c.reseed(limit),
         }
     }
 }

@@ -190,7 +190,7 @@ impl Bulkhead<0> {
         bh.policies = policies;
         if let Some(limit) = initial_limit {
             // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
-            bh.set_limit(limit)?;
+            bh.apply_limit(limit)?;
         }
         Ok(bh)
     }
@@ -657,6 +657,18 @@ impl<const N: usize> Bulkhead<N> {
     /// assert_eq!(bh.stats().available, 1);
     /// ```
     pub fn set_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        self.apply_limit(limit)?;
+        if let Some(a) = self.policies().and_then(|p| p.adaptive()) {
+            // An adaptive limit restarts from the hand-set value (README "Resilience policies").
+            a.reseed(limit, |l| {
+                let _ = self.apply_limit(l);
+            });
+        }
+        Ok(())
+    }
+
+    /// `set_limit` without telling an adaptive controller (the controller's own updates).
+    pub(crate) fn apply_limit(&self, limit: u64) -> Result<(), ConfigError> {
         if limit == 0 || limit > self.max_concurrent as u64 {
             return Err(ConfigError::Limit);
         }

@@ -158,6 +158,11 @@ impl Policies {
         self.adaptive.as_ref().map(SharedController::limit)
     }
 
+    /// The adaptive controller, if attached.
+    pub(crate) fn adaptive(&self) -> Option<&SharedController> {
+        self.adaptive.as_ref()
+    }
+
     /// Fires a transition at the observer (after its commit).
     fn fire(&self, t: Option<Transition>) {
         #[cfg(feature = "alloc")]
@@ -257,7 +262,7 @@ impl<const N: usize> Bulkhead<N> {
             };
             c.feed(sample, |limit| {
                 // In range by construction (`max_limit ≤ max_concurrent`, `min_limit ≥ 1`).
-                let _ = self.set_limit(limit);
+                let _ = self.apply_limit(limit);
             });
         }
     }

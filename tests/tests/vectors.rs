@@ -3,13 +3,19 @@
 //! `tests/vectors/schema.json`, then run step by step on a virtual clock that this runner owns
 //! (queue timers fire on `advance_clock`); after every step the runner collects exactly the
 //! acquires that settled and compares them with the step's `settles`.
+//!
+//! It reads `tests/vectors/*.json` and the policy vectors of `tests/vectors/policies/`
+//! (DESIGN §4, §5.1). With policies it drives the three steps of a guarded call exactly as a
+//! binding does: `begin_call` before admission, `mark_granted` on a queued grant, `end_call`
+//! (`ignored` for a refused or cancelled acquire, the release's outcome otherwise) before the
+//! permits return. Breaker events are logged by an [`Observer`] and checked by `expect_events`.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     fs,
     path::{Path, PathBuf},
     sync::{
-        Arc, Weak,
+        Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering::SeqCst},
     },
     task::Waker,
@@ -17,8 +23,10 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Admission, Bulkhead, CancelError, Clock, ClockSource, Config, Reason, Registry,
-    RegistryConfig, Stats, Ticket, TicketPoll,
+    AcquireError, Admission, Bulkhead, CallStart, CancelError, Clock, ClockSource, Config, Outcome,
+    Reason, Registry, RegistryConfig, Resilience, Stats, Ticket, TicketPoll,
+    adaptive::{AdaptiveConfig, Algorithm},
+    breaker::{BreakerConfig, CircuitState, Observer},
 };
 use serde_json::{Map, Value, json};
 
@@ -31,6 +39,21 @@ impl Clock for VirtualClock {
     }
 }
 
+/// Logs every breaker transition as `[old, new]`, or `[key, old, new]` in a registry.
+#[derive(Default)]
+struct EventLog(Mutex<Vec<Value>>);
+impl Observer for EventLog {
+    fn on_state_change(&self, key: Option<&str>, old: CircuitState, new: CircuitState) {
+        let e = match key {
+            Some(k) => json!([k, old.as_str(), new.as_str()]),
+            None => json!([old.as_str(), new.as_str()]),
+        };
+        self.0.lock().unwrap().push(e);
+    }
+}
+
+// One per vector: the registry's size does not matter here.
+#[allow(clippy::large_enum_variant)]
 enum Target {
     Single(Arc<Bulkhead>),
     Registry(Registry),
@@ -40,10 +63,12 @@ enum State {
     Queued {
         bh: Arc<Bulkhead>,
         ticket: Ticket,
+        call: CallStart,
     },
     Held {
         bh: Arc<Bulkhead>,
         weight: u64,
+        call: CallStart,
     },
     /// A released handle keeps no outside handle on its bulkhead (it may be evicted).
     Released {
@@ -60,6 +85,7 @@ struct Runner {
     /// (deadline ns, sequence) → acquire id.
     timers: BTreeMap<(u64, u64), String>,
     seq: u64,
+    events: Arc<EventLog>,
 }
 
 fn config(v: Option<&Value>) -> Config {
@@ -81,7 +107,89 @@ fn config(v: Option<&Value>) -> Config {
     if let Some(b) = v.get("enabled").and_then(Value::as_bool) {
         c.enabled = b;
     }
+    if let Some(r) = v.get("resilience") {
+        c.resilience = resilience(r, c.max_concurrent);
+    }
     c
+}
+
+fn ms(v: &Value) -> Duration {
+    Duration::from_millis(v.as_u64().unwrap())
+}
+
+/// `config.resilience` (DESIGN §4 with `…_ms` durations); a missing or null part is off.
+fn resilience(v: &Value, max_concurrent: u64) -> Resilience {
+    let mut r = Resilience::OFF;
+    if let Some(a) = v.get("adaptive").and_then(Value::as_object) {
+        let mut c = AdaptiveConfig::for_max_concurrent(max_concurrent);
+        for (k, x) in a {
+            match k.as_str() {
+                "algorithm" => c.algorithm = Algorithm::parse(x.as_str().unwrap()).unwrap(),
+                "initial_limit" => c.initial_limit = x.as_u64().unwrap(),
+                "min_limit" => c.min_limit = x.as_u64().unwrap(),
+                "max_limit" => c.max_limit = x.as_u64().unwrap(),
+                "target_latency_ms" => c.target_latency_ns = x.as_u64().unwrap() * 1_000_000,
+                "increase_step" => c.increase_step = x.as_u64().unwrap(),
+                "decrease_ratio" => c.decrease_ratio = x.as_f64().unwrap(),
+                "smoothing" => c.smoothing = x.as_f64().unwrap(),
+                "rtt_tolerance" => c.rtt_tolerance = x.as_f64().unwrap(),
+                "long_window" => c.long_window = x.as_u64().unwrap(),
+                "queue_size" => c.queue_size = x.as_u64().unwrap(),
+                other => panic!("unknown adaptive option {other:?}"),
+            }
+        }
+        r.adaptive = Some(c);
+    }
+    if let Some(b) = v.get("breaker").and_then(Value::as_object) {
+        let mut c = BreakerConfig::DEFAULT;
+        for (k, x) in b {
+            match k.as_str() {
+                "failure_threshold" => c.failure_threshold = x.as_u64().unwrap() as u32,
+                "error_rate_threshold" => c.error_rate_threshold = x.as_f64().unwrap(),
+                "error_rate_window_ms" => c.error_rate_window = ms(x),
+                "error_rate_buckets" => c.error_rate_buckets = x.as_u64().unwrap() as u32,
+                "volume_threshold" => c.volume_threshold = x.as_u64().unwrap() as u32,
+                "open_duration_ms" => c.open_duration = ms(x),
+                "half_open_max_calls" => c.half_open_max_calls = x.as_u64().unwrap() as u32,
+                "half_open_timeout_ms" => c.half_open_timeout = ms(x),
+                other => panic!("unknown breaker option {other:?}"),
+            }
+        }
+        r.breaker = Some(c);
+    }
+    if let Some(t) = v.get("call_timeout_ms").filter(|t| !t.is_null()) {
+        r.call_timeout = Some(ms(t));
+    }
+    r
+}
+
+/// A registry override merged key by key over the defaults (DESIGN §4 "Options"): top-level
+/// keys replace; `resilience` and its `adaptive` / `breaker` objects merge one level deeper.
+fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
+    let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
+        return over.clone();
+    };
+    let mut m = d.clone();
+    for (k, v) in o {
+        let deeper = match depth {
+            0 => k == "resilience",
+            1 => k == "adaptive" || k == "breaker",
+            _ => false,
+        };
+        let merged = if deeper {
+            merge(d.get(k), v, depth + 1)
+        } else {
+            v.clone()
+        };
+        m.insert(k.clone(), merged);
+    }
+    Value::Object(m)
+}
+
+fn outcome_arg(step: &Value) -> Outcome {
+    step.get("outcome").map_or(Outcome::Success, |o| {
+        Outcome::parse(o.as_str().unwrap()).unwrap()
+    })
 }
 
 fn outcome_of(e: &AcquireError) -> &'static str {
@@ -95,13 +203,15 @@ impl Runner {
     fn new(v: &Value) -> Self {
         let clock = Arc::new(VirtualClock::default());
         let source = ClockSource::Shared(clock.clone());
+        let events = Arc::new(EventLog::default());
+        let observer: hullguard_core::policy::SharedObserver = events.clone();
         let target = if let Some(r) = v.get("registry") {
             let overrides = r
                 .get("overrides")
                 .and_then(Value::as_object)
                 .map(|o| {
                     o.iter()
-                        .map(|(k, c)| (k.clone(), config(Some(c))))
+                        .map(|(k, c)| (k.clone(), config(Some(&merge(r.get("defaults"), c, 0)))))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -113,10 +223,11 @@ impl Runner {
                     .and_then(Value::as_u64)
                     .map_or(1024, |n| n as usize),
             };
-            Target::Registry(Registry::with_clock(rc, source).unwrap())
+            Target::Registry(Registry::with_observer(rc, source, Some(observer)).unwrap())
         } else {
             Target::Single(Arc::new(
-                Bulkhead::with_clock(config(v.get("config")), source).unwrap(),
+                Bulkhead::with_observer(config(v.get("config")), source, Some(observer), None)
+                    .unwrap(),
             ))
         };
         Runner {
@@ -126,6 +237,7 @@ impl Runner {
             acquires: HashMap::new(),
             timers: BTreeMap::new(),
             seq: 0,
+            events,
         }
     }
 
@@ -167,6 +279,18 @@ impl Runner {
             Some(Value::String(_)) => None,
             Some(t) => Some(t.as_u64().unwrap()),
         };
+        // Step 1 of a guarded call, after the argument check (an invalid weight is no call).
+        let call = if weight == 0 || weight > bh.max_concurrent() {
+            CallStart::NONE
+        } else {
+            match bh.begin_call() {
+                Ok(c) => c,
+                Err(e) => {
+                    self.acquires.insert(id, State::Rejected);
+                    return outcome_of(&e).to_string();
+                }
+            }
+        };
         let result = if !queue || timeout == Some(0) {
             bh.try_acquire_units(weight).map(|()| Admission::Granted)
         } else {
@@ -174,7 +298,7 @@ impl Runner {
         };
         match result {
             Ok(Admission::Granted) => {
-                self.acquires.insert(id, State::Held { bh, weight });
+                self.acquires.insert(id, State::Held { bh, weight, call });
                 "granted".into()
             }
             Ok(Admission::Queued(ticket)) => {
@@ -183,10 +307,12 @@ impl Runner {
                     self.seq += 1;
                     self.timers.insert((deadline, self.seq), id.clone());
                 }
-                self.acquires.insert(id, State::Queued { bh, ticket });
+                self.acquires.insert(id, State::Queued { bh, ticket, call });
                 "queued".into()
             }
             Err(e) => {
+                // Refused admission: the call never started.
+                bh.end_call(call, Outcome::Ignored);
                 self.acquires.insert(id, State::Rejected);
                 outcome_of(&e).to_string()
             }
@@ -196,20 +322,24 @@ impl Runner {
     /// Polls every queued acquire; returns those that settled.
     fn collect_settled(&mut self, settled: &mut BTreeMap<String, String>) {
         for (id, st) in self.acquires.iter_mut() {
-            let State::Queued { bh, ticket } = st else {
+            let State::Queued { bh, ticket, call } = st else {
                 continue;
             };
             match bh.poll_ticket(*ticket, None).unwrap() {
                 TicketPoll::Pending => {}
                 TicketPoll::Granted(w) => {
                     settled.insert(id.clone(), "granted".into());
+                    let mut call = *call;
+                    bh.mark_granted(&mut call);
                     *st = State::Held {
                         bh: bh.clone(),
                         weight: w,
+                        call,
                     };
                 }
                 TicketPoll::Rejected(r) => {
                     settled.insert(id.clone(), r.reason.as_str().into());
+                    bh.end_call(*call, Outcome::Ignored);
                     *st = State::Rejected;
                 }
             }
@@ -218,11 +348,13 @@ impl Runner {
 
     /// Cancels a queued acquire with `reason`; `true` if the cancel won.
     fn cancel(&mut self, id: &str, reason: Reason, settled: &mut BTreeMap<String, String>) -> bool {
-        let Some(State::Queued { bh, ticket }) = self.acquires.get(id) else {
+        let Some(State::Queued { bh, ticket, call }) = self.acquires.get(id) else {
             return false;
         };
         match bh.cancel(*ticket, reason) {
             Ok(()) => {
+                // Cancelled before the grant: the call never started.
+                bh.end_call(*call, Outcome::Ignored);
                 settled.insert(id.to_string(), reason.as_str().into());
                 self.acquires.insert(id.to_string(), State::Rejected);
                 true
@@ -250,11 +382,13 @@ impl Runner {
                 let got = self.acquire(step, op == "acquire");
                 assert_eq!(got, step["expect"].as_str().unwrap(), "{ctx}");
             }
-            "release" => {
+            "release" | "record_outcome" => {
                 let id = step["id"].as_str().unwrap();
                 let expect = step.get("expect").and_then(Value::as_bool).unwrap_or(true);
                 let released = match self.acquires.remove(id) {
-                    Some(State::Held { bh, weight }) => {
+                    Some(State::Held { bh, weight, call }) => {
+                        // Step 3: the outcome first, then the permits (DESIGN §4).
+                        bh.end_call(call, outcome_arg(step));
                         if weight > 0 {
                             bh.release_units(weight);
                         }
@@ -277,7 +411,7 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let n = step["n"].as_u64().unwrap_or(0);
                 let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
-                let Some(State::Held { bh, weight }) = self.acquires.get_mut(id) else {
+                let Some(State::Held { bh, weight, .. }) = self.acquires.get_mut(id) else {
                     panic!("{ctx}: {id} holds no permit")
                 };
                 let got = if n == 0 || n > *weight {
@@ -338,6 +472,18 @@ impl Runner {
                 let s = self.stats(key);
                 subset(&ctx, &step["expect"], &stats_json(&s));
             }
+            "expect_state" => {
+                let state = self
+                    .bulkhead(key)
+                    .unwrap()
+                    .circuit_state()
+                    .unwrap_or_else(|| panic!("{ctx}: no breaker"));
+                assert_eq!(state.as_str(), step["state"].as_str().unwrap(), "{ctx}");
+            }
+            "expect_events" => {
+                let got = std::mem::take(&mut *self.events.0.lock().unwrap());
+                assert_eq!(Value::Array(got), step["events"], "{ctx}: events");
+            }
             "keys" => {
                 let Target::Registry(r) = &self.target else {
                     panic!("{ctx}: not a registry")
@@ -396,6 +542,16 @@ fn stats_json(s: &Stats) -> Value {
         "released_twice_total": s.released_twice_total, "leaked_total": s.leaked_total,
         "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
         "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
+        "circuit": s.circuit.map(|c| json!({
+            "state": c.state.as_str(), "generation": c.generation,
+            "consecutive_failures": c.consecutive_failures,
+            "window_requests": c.window_requests, "window_failures": c.window_failures,
+        })),
+        "adaptive": s.adaptive.map(|a| json!({
+            "algorithm": a.algorithm.as_str(), "limit": a.limit, "min_limit": a.min_limit,
+            "max_limit": a.max_limit, "samples_total": a.samples_total,
+            "decreases_total": a.decreases_total,
+        })),
     })
 }
 
@@ -424,17 +580,11 @@ fn vector_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-#[test]
-fn scenario_vectors() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
-    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
-        .expect("schema.json parses");
-    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
-    let files = vector_files(&dir);
-    assert!(files.len() >= 25, "only {} vectors", files.len());
-    let mut names = std::collections::HashSet::new();
-    for f in files {
-        let v: Value = serde_json::from_str(&fs::read_to_string(&f).unwrap())
+/// Validates and runs every vector of `dir`; returns how many ran.
+fn run_dir(dir: &Path, validator: &jsonschema::Validator, names: &mut HashSet<String>) -> usize {
+    let files = vector_files(dir);
+    for f in &files {
+        let v: Value = serde_json::from_str(&fs::read_to_string(f).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         if let Err(e) = validator.validate(&v) {
             panic!("{}: does not match schema.json: {e}", f.display());
@@ -445,28 +595,86 @@ fn scenario_vectors() {
             name,
             "file name = vector name"
         );
-        assert!(names.insert(name));
-        let mut r = Runner::new(&v);
-        for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
-            r.step(i, step);
-        }
+        assert!(names.insert(name), "{}: duplicate name", f.display());
+        run(&v);
     }
+    files.len()
+}
+
+fn run(v: &Value) {
+    let mut r = Runner::new(v);
+    for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
+        r.step(i, step);
+    }
+}
+
+fn validator() -> jsonschema::Validator {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
+    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
+        .expect("schema.json parses");
+    jsonschema::validator_for(&schema).expect("schema.json is a valid schema")
+}
+
+#[test]
+fn scenario_vectors() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
+    let validator = validator();
+    let mut names = HashSet::new();
+    let n = run_dir(&dir, &validator, &mut names);
+    assert!(n >= 25, "only {n} vectors");
+    // The policy vectors (DESIGN §5.1): same schema, names unique across both folders.
+    let n = run_dir(&dir.join("policies"), &validator, &mut names);
+    assert!(n >= 10, "only {n} policy vectors");
 }
 
 #[test]
 fn runner_rejects_unknown_ops_and_wrong_settles() {
-    // The runner must be able to fail: a wrong `settles` and an unknown op both panic.
+    // The runner must be able to fail: a wrong `settles`, an unknown op and wrong policy
+    // expectations (state, events, circuit stats, a fast-fail that does not happen) all panic.
     let wrong = json!({"name": "w", "config": {"max_concurrent": 1},
         "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
                   {"op": "release", "id": "a", "settles": {"a": "granted"}}]});
     let unknown = json!({"name": "u", "steps": [{"op": "frobnicate"}]});
-    for v in [wrong, unknown] {
-        let r = std::panic::catch_unwind(|| {
-            let mut r = Runner::new(&v);
-            for (i, s) in v["steps"].as_array().unwrap().iter().enumerate() {
-                r.step(i, s);
-            }
-        });
+    let breaker = json!({"max_concurrent": 2,
+        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
+    let trip_once = |then: Value| {
+        json!({"name": "p", "config": breaker, "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "record_outcome", "id": "a", "outcome": "failure"},
+            then]})
+    };
+    let wrong_state = trip_once(json!({"op": "expect_state", "state": "open"}));
+    let wrong_events = trip_once(json!({"op": "expect_events", "events": [["closed", "open"]]}));
+    let wrong_fast_fail =
+        trip_once(json!({"op": "try_acquire", "id": "b", "expect": "circuit_open"}));
+    let wrong_circuit =
+        trip_once(json!({"op": "stats", "expect": {"circuit": {"consecutive_failures": 0}}}));
+    let no_breaker = json!({"name": "n", "config": {"max_concurrent": 1},
+        "steps": [{"op": "stats", "expect": {"circuit": {"state": "closed"}}}]});
+    let validator = validator();
+    for v in [
+        wrong,
+        unknown,
+        wrong_state,
+        wrong_events,
+        wrong_fast_fail,
+        wrong_circuit,
+        no_breaker,
+    ] {
+        let r = std::panic::catch_unwind(|| run(&v));
         assert!(r.is_err(), "{v}");
     }
+    // And the same policy steps with the right expectations pass, so the failures above are
+    // the expectations' (and the schema accepts the shapes).
+    let right = json!({"name": "r", "config": breaker, "steps": [
+        {"op": "acquire", "id": "a", "expect": "granted"},
+        {"op": "record_outcome", "id": "a", "outcome": "failure"},
+        {"op": "stats", "expect": {"circuit": {"state": "closed", "consecutive_failures": 1}}},
+        {"op": "acquire", "id": "b", "expect": "granted"},
+        {"op": "release", "id": "b", "outcome": "failure"},
+        {"op": "expect_state", "state": "open"},
+        {"op": "expect_events", "events": [["closed", "open"]]},
+        {"op": "try_acquire", "id": "c", "expect": "circuit_open"}]});
+    validator.validate(&right).unwrap();
+    run(&right);
 }

@@ -52,6 +52,10 @@ impl Aimd {
 }
 
 impl Controller for Aimd {
+    fn reseed(&mut self, limit: u64) {
+        self.limit = limit.clamp(self.min_limit, self.max_limit);
+    }
+
     fn on_sample(&mut self, s: Sample) -> u64 {
         let next = match s.outcome.for_limit() {
             Outcome::Ignored => return self.limit,

@@ -151,6 +151,10 @@ impl Gradient2 {
 }
 
 impl Controller for Gradient2 {
+    fn reseed(&mut self, limit: u64) {
+        self.estimate = clamp_f(limit as f64, self.min_limit, self.max_limit);
+    }
+
     fn on_sample(&mut self, s: Sample) -> u64 {
         let target = match s.outcome.for_limit() {
             Outcome::Ignored => return self.limit(),

@@ -65,6 +65,8 @@ pub struct SharedController {
     ok: AtomicWord,
     fail: AtomicWord,
     inflight: AtomicWord,
+    /// A limit the host set by hand (`set_limit`), for the runner to restart from; 0 = none.
+    reseed: AtomicWord,
     // Published by the runner (Relaxed: they are figures, not synchronisation).
     limit: AtomicWord,
     samples: AtomicWord,
@@ -107,6 +109,7 @@ impl SharedController {
             ok: AtomicWord::new(0),
             fail: AtomicWord::new(0),
             inflight: AtomicWord::new(0),
+            reseed: AtomicWord::new(0),
             samples: AtomicWord::new(0),
             decreases: AtomicWord::new(0),
             dropped: AtomicWord::new(0),
@@ -164,10 +167,26 @@ impl SharedController {
                 return; // the runner will drain it
             }
         }
+        self.run(&mut apply);
+    }
+
+    /// The host set the limit to `limit` by hand: the controller restarts from it at its next
+    /// run (here, or by the thread feeding now), which also applies it again so the bulkhead's
+    /// limit and the controller's agree at the end whatever the interleaving. Never waits.
+    pub fn reseed(&self, limit: u64, mut apply: impl FnMut(u64)) {
+        let l = limit.clamp(self.min_limit, self.max_limit).max(1);
+        // Release: the runner's Acquire swap sees it.
+        self.reseed.store(l.min(Word::MAX as u64) as Word, Release);
+        if self.flag.enter() {
+            self.run(&mut apply);
+        }
+    }
+
+    /// Runner only (the flag is held): drains until no request is pending, then leaves.
+    fn run(&self, apply: &mut impl FnMut(u64)) {
         loop {
-            // SAFETY: as above.
-            self.ctl
-                .with_mut(|c| self.drain(unsafe { &mut *c }, &mut apply));
+            // SAFETY: the caller holds the runner flag (module docs).
+            self.ctl.with_mut(|c| self.drain(unsafe { &mut *c }, apply));
             if self.flag.try_leave() {
                 return;
             }
@@ -227,6 +246,16 @@ impl SharedController {
     /// Runner only: feeds everything in the inbox (failures, then the successes at their mean
     /// RTT). Loads first, so an empty inbox costs no RMW.
     fn drain(&self, c: &mut AdaptiveController, apply: &mut impl FnMut(u64)) {
+        if self.reseed.load(Relaxed) != 0 {
+            // Acquire: pairs with `reseed`'s Release store.
+            let l = self.reseed.swap(0, Acquire) as u64;
+            if l != 0 {
+                c.reseed(l);
+                let l = c.limit();
+                self.limit.store(l as Word, Relaxed);
+                apply(l);
+            }
+        }
         let inflight = self.inflight.load(Relaxed) as u64;
         // Acquire (the swap): sees the pushes' Release.
         let fails = if self.fail.load(Relaxed) != 0 {
