@@ -1149,7 +1149,11 @@ fn manual_set_limit_reseeds_the_adaptive_controller() {
     p.set_outcome(Outcome::Failure);
     drop(p);
     let s = bh.stats();
-    assert_eq!((s.limit, s.adaptive.unwrap().limit), (5, 5), "floor(10 × 0.5)");
+    assert_eq!(
+        (s.limit, s.adaptive.unwrap().limit),
+        (5, 5),
+        "floor(10 × 0.5)"
+    );
     // Clamped to [min_limit, max_limit] like every controller limit.
     bh.set_limit(20).unwrap();
     assert_eq!(bh.stats().adaptive.unwrap().limit, 20);
