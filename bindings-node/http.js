@@ -24,6 +24,12 @@
  *   emits the request's `'close'` just before the socket's `'free'`, in the same tick). A
  *   response you never consume (`res.resume()`) holds its permit, as it holds its socket.
  *
+ * Outcomes (DESIGN §4), reported to the key's policies (breaker, adaptive limit) at the release:
+ * a transport error (fetch rejects, the request or response emits 'error') and HTTP 5xx are a
+ * `failure`; 429 is `overload` (a failure for the adaptive limit, a success for the breaker);
+ * a cancellation (the caller's `signal.reason`, an error named "AbortError", a request destroyed
+ * without an error before its response) is `ignored`; any other response is a `success`.
+ *
  * Rejections by the bulkhead surface as `BulkheadError` (fetch: the promise rejects; agent: the
  * request emits `'error'` and no socket is ever taken). Cancellation surfaces as the caller's
  * own: fetch rejects with `signal.reason`; a destroyed request emits what `req.destroy(err)` or
@@ -31,6 +37,7 @@
  */
 
 const http = require('node:http')
+const { errorMonitor } = require('node:events')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
 let facade = null
@@ -46,6 +53,19 @@ function originKey(url) {
 function registryArg(registry) {
   if (!(registry instanceof hullguard().Registry)) throw new TypeError('registry must be a hullguard Registry')
   return registry
+}
+
+/** The outcome of an HTTP status: 5xx failure, 429 overload, anything else success. */
+function statusOutcome(status) {
+  if (status === 429) return 'overload'
+  return typeof status === 'number' && status >= 500 ? 'failure' : 'success'
+}
+
+/** The outcome of a transport error: a cancellation is `ignored`, anything else a failure. */
+function errorOutcome(e, signal) {
+  if (signal !== undefined && signal !== null && signal.aborted && e === signal.reason) return 'ignored'
+  if (e !== null && typeof e === 'object' && (e.name === 'AbortError' || e.code === 'ABORT_ERR')) return 'ignored'
+  return 'failure'
 }
 
 // ----- fetch ----------------------------------------------------------------------------------
@@ -66,15 +86,19 @@ function signalOf(input, init) {
 }
 
 /**
- * The response with its body wrapped so that `done()` runs once when the body ends, errors or
- * is cancelled. The wrapper pulls from the original body only when its reader asks
- * (highWaterMark 0): it adds no buffering and no read-ahead.
+ * The response with its body wrapped so that `done(err)` runs once when the body ends or is
+ * cancelled (`err` undefined) or errors. The wrapper pulls from the original body only when its
+ * reader asks (highWaterMark 0): it adds no buffering and no read-ahead.
  */
 function guardBody(res, done) {
   const body = res.body
   if (typeof body.getReader !== 'function') {
     // A Node stream body (node-fetch and the like): 'close' follows end, error and destroy.
-    body.once('close', done)
+    let failed
+    body.on(errorMonitor, (e) => {
+      failed = e
+    })
+    body.once('close', () => done(failed))
     return res
   }
   const reader = body.getReader()
@@ -85,7 +109,7 @@ function guardBody(res, done) {
         try {
           chunk = await reader.read()
         } catch (e) {
-          done()
+          done(e)
           throw e
         }
         if (chunk.done) {
@@ -138,26 +162,31 @@ function withBulkhead(fetchImpl, registry) {
     const signal = signalOf(input, init)
     const permit = await registry.acquire(key, signal === undefined ? undefined : { signal })
     let released = false
-    const done = () => {
+    const release = (outcome) => {
       if (released) return
       released = true
-      permit.release()
+      permit.release({ outcome })
     }
     let res
     try {
       res = await fetchImpl(input, init)
     } catch (e) {
-      done()
+      release(errorOutcome(e, signal))
       throw e
     }
-    if (res === null || typeof res !== 'object' || res.body === null || res.body === undefined) {
-      done()
+    if (res === null || typeof res !== 'object') {
+      release('success')
+      return res
+    }
+    const outcome = statusOutcome(res.status)
+    if (res.body === null || res.body === undefined) {
+      release(outcome)
       return res
     }
     try {
-      return guardBody(res, done)
+      return guardBody(res, (err) => release(err === undefined ? outcome : errorOutcome(err, signal)))
     } catch (e) {
-      done()
+      release(errorOutcome(e, signal))
       throw e
     }
   }
@@ -183,6 +212,18 @@ function failRequest(req, err) {
   // Agent does it when a connection cannot be created). On a destroyed request it reports the
   // error `req.destroy(err)` stored.
   req.onSocket(null, req.destroyed ? undefined : err)
+}
+
+/**
+ * The outcome of a closed request: its error, else its response's error or status; a request
+ * destroyed without an error before any response is a cancellation (`ignored`).
+ */
+function agentOutcome(req, failed) {
+  if (failed !== undefined) return errorOutcome(failed, undefined)
+  const res = req.res
+  if (res === null || res === undefined) return 'ignored'
+  if (res.errored) return errorOutcome(res.errored, undefined)
+  return statusOutcome(res.statusCode)
 }
 
 /**
@@ -232,10 +273,14 @@ function guardAgent(Base) {
       // agent then, with its data buffered meanwhile as when the agent itself queues it.
       const cancel = new AbortController()
       // A request without a socket emits nothing when destroyed (it reports once it gets one),
-      // so `destroy` is hooked on this request until the permit is settled: it cancels the wait.
+      // so `destroy` is hooked on this request until it closes: it cancels the wait for a
+      // permit, and a destroy without an error (the caller's cancellation; Node's own paths
+      // pass the error) marks the call `ignored` even though Node then reports a hang-up.
       const own = Object.prototype.hasOwnProperty.call(req, 'destroy')
       const destroy = req.destroy
+      let cancelled = false
       req.destroy = function (err) {
+        if (err === undefined || err === null) cancelled = true
         const r = destroy.call(this, err)
         cancel.abort()
         return r
@@ -246,8 +291,16 @@ function guardAgent(Base) {
       }
       this.#registry.acquire(key, { signal: cancel.signal }).then(
         (permit) => {
-          unhook()
-          req.once('close', () => permit.release())
+          // The outcome is read at 'close' (a 'response' listener would change what Node does
+          // with an unhandled response; errorMonitor does not count as handling 'error').
+          let failed
+          req.on(errorMonitor, (e) => {
+            failed = e
+          })
+          req.once('close', () => {
+            unhook()
+            permit.release({ outcome: cancelled ? 'ignored' : agentOutcome(req, failed) })
+          })
           // Destroyed just as the grant came: report it without taking a socket.
           if (req.destroyed) failRequest(req, undefined)
           else super.addRequest(req, options, ...legacy)

@@ -71,6 +71,19 @@ export declare const REASONS: readonly [
   'call_timeout',
 ]
 
+/**
+ * How a guarded call ended (DESIGN §4): `'success'`, `'failure'`, `'ignored'` (a cancellation:
+ * no breaker count, no adaptive sample) or `'overload'` (HTTP 429: a failure for the adaptive
+ * limit, a success for the breaker).
+ */
+export type Outcome = 'success' | 'failure' | 'ignored' | 'overload'
+
+/** The outcomes with the addon's codes (frozen). */
+export declare const OUTCOMES: Readonly<{ success: 0; failure: 1; ignored: 2; overload: 3 }>
+
+/** A circuit breaker's state; identical strings in every layer. */
+export type CircuitState = 'closed' | 'open' | 'half_open'
+
 // ----- errors -----------------------------------------------------------------------------------
 
 /**
@@ -131,6 +144,75 @@ export declare class BulkheadError extends Error {
 
 // ----- options ----------------------------------------------------------------------------------
 
+/**
+ * `resilience.adaptive`: an adaptive limit within `[minLimit, maxLimit]` (DESIGN §4). `{}` turns
+ * it on with the defaults. Counts are safe integers; the core checks the ranges and a bad value
+ * is a `RangeError` naming it (`resilience.adaptive.minLimit: …`).
+ */
+export interface AdaptiveOptions {
+  /** `'gradient2'` (default, recommended) or `'aimd'`. */
+  algorithm?: 'gradient2' | 'aimd'
+  /** The starting limit, `minLimit … maxLimit`. Default `maxLimit`. */
+  initialLimit?: number
+  /** The floor, ≥ 1. Default 1. */
+  minLimit?: number
+  /** The ceiling, ≤ `maxConcurrent`. Default `maxConcurrent`. */
+  maxLimit?: number
+  /** AIMD: a success slower than this (ms) is a congestion signal. Default 500. */
+  targetLatencyMs?: number
+  /** AIMD: the additive increase. Default 1. */
+  increaseStep?: number
+  /** The multiplicative back-off, in (0, 1). Default 0.7. */
+  decreaseRatio?: number
+  /** Gradient2: weight of a new estimate, in (0, 1]. Default 0.2. */
+  smoothing?: number
+  /** Gradient2: tolerated RTT growth over the long-term RTT, ≥ 1. Default 1.5. */
+  rttTolerance?: number
+  /** Gradient2: samples in the long-term RTT average. Default 600. */
+  longWindow?: number
+  /** Gradient2: headroom while no queueing is seen. Default 4. */
+  queueSize?: number
+}
+
+/**
+ * `resilience.breaker`: a circuit breaker (DESIGN §4); both trip modes are always on. `{}`
+ * turns it on with the defaults (Hystrix's numbers).
+ */
+export interface BreakerOptions {
+  /** Consecutive failures that open it. Default 5. */
+  failureThreshold?: number
+  /** Failure fraction over the window that opens it, in (0, 1]. Default 0.5. */
+  errorRateThreshold?: number
+  /** The rolling window, ms. Default 10 000. */
+  errorRateWindowMs?: number
+  /** Buckets of the window. Default 10. */
+  errorRateBuckets?: number
+  /** Calls in the window before the error rate counts. Default 20. */
+  volumeThreshold?: number
+  /** Time open before half-open, ms. Default 30 000. */
+  openDurationMs?: number
+  /** Probes admitted while half-open. Default 1. */
+  halfOpenMaxCalls?: number
+  /** A probe that has not reported within this (ms) counts as a failure. Default 30 000. */
+  halfOpenTimeoutMs?: number
+}
+
+/**
+ * Policies around the bulkhead (DESIGN §4): a part that is omitted or `null` is off. In a
+ * registry's `overrides`, each part merges key by key over the defaults' (`null` turns it off).
+ * Unknown keys are a `TypeError` naming them.
+ */
+export interface ResilienceOptions {
+  adaptive?: AdaptiveOptions | null
+  breaker?: BreakerOptions | null
+  /**
+   * Bounds the work of `run(fn)` (ms; `Infinity` / `null` = none): at the deadline the signal
+   * passed to `fn` aborts, the promise rejects `BULKHEAD_CALL_TIMEOUT` (a failure) at once, and
+   * the permits are released when `fn`'s promise settles.
+   */
+  callTimeoutMs?: number | null
+}
+
 /** Construction options of a `Bulkhead` (and the defaults / overrides of a `Registry`). */
 export interface BulkheadOptions {
   /** The ceiling of the limit: 1 … `MAX_PERMITS`. Default 10. */
@@ -141,7 +223,18 @@ export interface BulkheadOptions {
   queueTimeoutMs?: number
   /** `false` admits everything (still counted in stats). Default `true`. */
   enabled?: boolean
+  /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
+  resilience?: ResilienceOptions | null
 }
+
+/** Options of `permit.release()`. */
+export interface ReleaseOptions {
+  /** How the call ended, reported to the policies. Default `'success'`. */
+  outcome?: Outcome
+}
+
+/** A `stateChange` listener: `key` is `null` outside a registry. */
+export type StateChangeListener = (key: string | null, oldState: CircuitState, newState: CircuitState) => void
 
 /** Options of one `acquire()` / `run()`. */
 export interface AcquireOptions {
@@ -227,10 +320,41 @@ export interface BulkheadStats {
   queueWaitSumNs: number
   /** The longest enqueue → grant time, in ns. */
   queueWaitMaxNs: number
-  /** `null` unless an adaptive controller is attached (none yet). */
-  adaptive: null
-  /** `null` unless a circuit breaker is attached (none yet). */
-  circuit: null
+  /** `null` unless an adaptive limit is attached (`resilience.adaptive`). */
+  adaptive: AdaptiveStats | null
+  /** `null` unless a circuit breaker is attached (`resilience.breaker`). */
+  circuit: CircuitStats | null
+}
+
+/** The adaptive limit's state. */
+export interface AdaptiveStats {
+  algorithm: 'gradient2' | 'aimd'
+  /** The limit the controller last applied. */
+  limit: number
+  minLimit: number
+  maxLimit: number
+  /** Samples fed (successes and failures; ignored outcomes are no samples). */
+  samplesTotal: number
+  /** Samples that lowered the limit. */
+  decreasesTotal: number
+  /** The RTT of the last success, ns. */
+  lastRttNs: number
+  /** Gradient2's long-term RTT average, ns (0 for AIMD). */
+  longRttNs: number
+}
+
+/** The breaker's state and counters (reading them commits a due open → half-open transition). */
+export interface CircuitStats {
+  state: CircuitState
+  generation: number
+  /** Consecutive failures in the current closed generation. */
+  consecutiveFailures: number
+  /** Calls in the rolling window of the current closed period. */
+  windowRequests: number
+  /** Failures in that window. */
+  windowFailures: number
+  /** When the breaker last opened (host-clock ns; 0 if never). */
+  openedAtNs: number
 }
 
 // ----- permits ----------------------------------------------------------------------------------
@@ -249,10 +373,12 @@ export declare class Permit implements Disposable {
   /** The registry key of its bulkhead, or `null`. */
   readonly key: string | null
   /**
-   * Returns the permits. Idempotent: `true` the first time, `false` after (a second explicit
-   * call is counted in `stats().releasedTwiceTotal`, never an extra permit).
+   * Returns the permits and reports the call's `outcome` to the policies (`'success'` by
+   * default). Idempotent: `true` the first time, `false` after (a second explicit call is
+   * counted in `stats().releasedTwiceTotal`, never an extra permit).
+   * @throws {TypeError} an unknown `outcome`.
    */
-  release(): boolean
+  release(options?: ReleaseOptions): boolean
   /**
    * Returns `n` of the held permits now (a refund); the rest stay held.
    * @throws {TypeError} `n` is not a number.
@@ -265,7 +391,12 @@ export declare class Permit implements Disposable {
 
 // ----- Bulkhead ---------------------------------------------------------------------------------
 
-/** The function `run()` guards; it receives the call's signal (or `undefined`). */
+/**
+ * The function `run()` guards; it receives the call's signal (or `undefined`): the caller's
+ * `signal`, or with `callTimeoutMs` a signal of its own that also aborts at the deadline.
+ * Its outcome: resolves → success; rejects with that signal's reason or an error named
+ * "AbortError" → ignored; any other error → failure.
+ */
 export type Guarded<T> = (signal: HullguardAbortSignal | undefined) => T | PromiseLike<T>
 
 /**
@@ -338,6 +469,16 @@ export declare class Bulkhead {
   readonly closed: boolean
   /** The registry key, or `null` outside a registry. */
   readonly key: string | null
+
+  /**
+   * Listens to the breaker's transitions (`key` is `null` outside a registry; a registry's
+   * `get(key)` bulkhead hears its key's). Listeners run on the JS thread after the native call
+   * that committed the transition; one that throws is reported as an uncaught exception and
+   * never breaks that call.
+   */
+  on(event: 'stateChange', listener: StateChangeListener): this
+  /** Removes a listener added with `on`. */
+  off(event: 'stateChange', listener: StateChangeListener): this
 }
 
 // ----- Registry ---------------------------------------------------------------------------------
@@ -388,6 +529,11 @@ export declare class Registry {
   readonly maxKeys: number
   /** The `overrides` as given (frozen). */
   readonly overrides: Readonly<Record<string, BulkheadOptions>>
+
+  /** Listens to the breaker transitions of every key (`(key, old, new)`). */
+  on(event: 'stateChange', listener: StateChangeListener): this
+  /** Removes a listener added with `on`. */
+  off(event: 'stateChange', listener: StateChangeListener): this
 }
 
 /**

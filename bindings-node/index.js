@@ -10,13 +10,19 @@
  * Queued waiters are resolved on the JS thread: the core's grant pushes the waiter's id to a
  * per-isolate queue, and every native call that can settle waiters returns how many are queued.
  *
+ * Policies (DESIGN §4, `resilience: {adaptive, breaker, callTimeoutMs}`): every call is one
+ * guarded call in the addon — begun with its admission (the breaker's check), ended with its
+ * outcome at release (`ignored` when refused, cancelled or reclaimed after GC). The call is
+ * named by the same id as its waiter. Breaker state changes are queued by the addon like
+ * settled waiters and delivered to `on('stateChange')` listeners after the native call returns.
+ *
  * Units: counts are Numbers that must be safe integers; durations are milliseconds.
  * A Bulkhead belongs to one isolate (one thread).
  */
 
 const native = require('./native.js')
 
-const { NativeBulkhead, NativeRegistry, takeSettled, settledPending } = native
+const { NativeBulkhead, NativeRegistry, takeSettled, settledPending, takeEvents, eventsPending } = native
 
 const MAX_PERMITS = native.MAX_PERMITS
 const MAX_QUEUE = native.MAX_QUEUE
@@ -45,10 +51,18 @@ const CODES = Object.freeze({
 const R_CONCURRENCY_LIMIT = 0
 const R_TIMEOUT = 3
 const R_ABORTED = 4
+const R_CALL_TIMEOUT = 7
+
+/** How a guarded call ended (the addon's codes). */
+const OUTCOMES = Object.freeze({ success: 0, failure: 1, ignored: 2, overload: 3 })
+const O_SUCCESS = 0
+const O_FAILURE = 1
+const O_IGNORED = 2
 
 // Codes of NativeBulkhead.enqueue / pollTicket.
 const GRANTED = -1
 const STALE = -2
+const GRANTED_EVENTS = -3 // granted, and breaker state changes wait to be delivered
 const REJECTED_BASE = 10
 
 /** The private test hook: pass a `native.VirtualClock` as `opts[kClock]`. */
@@ -107,6 +121,122 @@ function options(opts, name) {
   return opts
 }
 
+// ----- resilience options (DESIGN §4 "Options") ------------------------------------------------
+//
+// The facade checks the keys and the JS types; the core checks the ranges (its error names the
+// option in the core's spelling, renamed here: `open_duration` → `openDurationMs`).
+
+/** Option → kind, per part. Counts are safe integers; ms are durations; numbers are fractions. */
+const ADAPTIVE_OPTIONS = Object.freeze({
+  algorithm: 'algorithm',
+  initialLimit: 'count',
+  minLimit: 'count',
+  maxLimit: 'count',
+  targetLatencyMs: 'ms',
+  increaseStep: 'count',
+  decreaseRatio: 'number',
+  smoothing: 'number',
+  rttTolerance: 'number',
+  longWindow: 'count',
+  queueSize: 'count',
+})
+const BREAKER_OPTIONS = Object.freeze({
+  failureThreshold: 'count',
+  errorRateThreshold: 'number',
+  errorRateWindowMs: 'ms',
+  errorRateBuckets: 'count',
+  volumeThreshold: 'count',
+  openDurationMs: 'ms',
+  halfOpenMaxCalls: 'count',
+  halfOpenTimeoutMs: 'ms',
+})
+const RESILIENCE_OPTIONS = new Set(['adaptive', 'breaker', 'callTimeoutMs'])
+
+/** The core's option name → the Node one (`open_duration` → `openDurationMs`). */
+function nodeOptionName(snake) {
+  const camel = snake.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase())
+  for (const known of [ADAPTIVE_OPTIONS, BREAKER_OPTIONS]) {
+    if (`${camel}Ms` in known) return `${camel}Ms`
+    if (camel in known) return camel
+  }
+  return camel === 'callTimeout' ? 'callTimeoutMs' : camel
+}
+
+/** A core config error (`resilience.breaker.open_duration: …`) in Node's spelling. */
+function renamedConfigError(e) {
+  const m = /^(.*?)resilience\.(?:(adaptive|breaker)\.)?([a-z0-9_]+): (.*)$/s.exec(e.message)
+  if (m === null) return e
+  const [, prefix, part, option, rest] = m
+  const path = `resilience.${part === undefined ? '' : `${part}.`}${nodeOptionName(option)}`
+  const detail = rest.replace(/\b[a-z]+(?:_[a-z0-9]+)+\b/g, nodeOptionName)
+  return new RangeError(`${prefix}${path}: ${detail}`)
+}
+
+function policyPart(value, base, known, path) {
+  if (value === undefined) return base
+  if (value === null) return null
+  if (typeof value !== 'object' || Array.isArray(value)) throw new TypeError(`${path} must be an object or null`)
+  const out = base === null ? {} : { ...base }
+  for (const [k, v] of Object.entries(value)) {
+    const kind = known[k]
+    const name = `${path}.${k}`
+    if (kind === undefined) throw new TypeError(`${path}: unknown option ${JSON.stringify(k)}`)
+    if (v === undefined) continue
+    if (kind === 'algorithm') {
+      if (v !== 'aimd' && v !== 'gradient2') throw new RangeError(`${name} must be "gradient2" or "aimd", got ${JSON.stringify(v)}`)
+    } else if (kind === 'count') {
+      count(v, name, 0, Number.MAX_SAFE_INTEGER, undefined)
+    } else if (kind === 'ms') {
+      millis(v, name, undefined)
+      if (v === null) throw new TypeError(`${name} must be a number of milliseconds, got null`)
+    } else if (typeof v !== 'number' || Number.isNaN(v)) {
+      throw new TypeError(`${name} must be a number, got ${typeof v === 'number' ? v : typeof v}`)
+    }
+    out[k] = v
+  }
+  return out
+}
+
+/**
+ * `resilience` merged over `base` (a registry's defaults for an override; `null` for a
+ * bulkhead): each part merges key by key; `null` turns a part (or all of it) off.
+ */
+function resilienceFrom(value, base) {
+  if (value === undefined) return base
+  if (value === null) return null
+  if (typeof value !== 'object' || Array.isArray(value)) throw new TypeError('resilience must be an object or null')
+  for (const k of Object.keys(value)) {
+    if (!RESILIENCE_OPTIONS.has(k)) throw new TypeError(`resilience: unknown option ${JSON.stringify(k)}`)
+  }
+  const b = base ?? { adaptive: null, breaker: null, callTimeoutMs: Infinity }
+  let callTimeoutMs = b.callTimeoutMs
+  if (value.callTimeoutMs === null) callTimeoutMs = Infinity
+  else if (value.callTimeoutMs !== undefined) callTimeoutMs = millis(value.callTimeoutMs, 'resilience.callTimeoutMs', Infinity)
+  const r = {
+    adaptive: policyPart(value.adaptive, b.adaptive, ADAPTIVE_OPTIONS, 'resilience.adaptive'),
+    breaker: policyPart(value.breaker, b.breaker, BREAKER_OPTIONS, 'resilience.breaker'),
+    callTimeoutMs,
+  }
+  return r.adaptive === null && r.breaker === null && r.callTimeoutMs === Infinity ? null : r
+}
+
+/** The addon's view of a resolved `resilience` (omitted parts are off). */
+function nativeResilience(r) {
+  if (r === null) return undefined
+  const n = {}
+  if (r.adaptive !== null) n.adaptive = r.adaptive
+  if (r.breaker !== null) n.breaker = r.breaker
+  if (r.callTimeoutMs !== Infinity) n.callTimeoutMs = r.callTimeoutMs
+  return n
+}
+
+function nativeConfig(c) {
+  const n = { maxConcurrent: c.maxConcurrent, maxQueue: c.maxQueue, queueTimeoutMs: c.queueTimeoutMs, enabled: c.enabled }
+  const r = nativeResilience(c.resilience)
+  if (r !== undefined) n.resilience = r
+  return n
+}
+
 function configFrom(opts, base) {
   const o = options(opts, 'options')
   const enabled = o.enabled === undefined ? base.enabled : o.enabled
@@ -116,10 +246,108 @@ function configFrom(opts, base) {
     maxQueue: count(o.maxQueue, 'maxQueue', 0, MAX_QUEUE, base.maxQueue),
     queueTimeoutMs: millis(o.queueTimeoutMs, 'queueTimeoutMs', base.queueTimeoutMs),
     enabled,
+    resilience: resilienceFrom(o.resilience, base.resilience),
   }
 }
 
-const DEFAULTS = Object.freeze({ maxConcurrent: 10, maxQueue: 100, queueTimeoutMs: 30_000, enabled: true })
+const DEFAULTS = Object.freeze({
+  maxConcurrent: 10,
+  maxQueue: 100,
+  queueTimeoutMs: 30_000,
+  enabled: true,
+  resilience: null,
+})
+
+/** The outcome code of `permit.release({outcome})`. */
+function outcomeArg(opts) {
+  if (opts === undefined) return O_SUCCESS
+  const o = options(opts, 'options')
+  if (o.outcome === undefined) return O_SUCCESS
+  const code = typeof o.outcome === 'string' && Object.hasOwn(OUTCOMES, o.outcome) ? OUTCOMES[o.outcome] : undefined
+  if (code === undefined) {
+    throw new TypeError(`outcome must be 'success', 'failure', 'ignored' or 'overload', got ${JSON.stringify(o.outcome)}`)
+  }
+  return code
+}
+
+/**
+ * The outcome of a guarded call that threw `e` (DESIGN §4): a cancellation — the call's own
+ * `signal.reason`, or an error named "AbortError" — is `ignored`; anything else a `failure`.
+ */
+function outcomeOfError(e, signal) {
+  if (signal !== undefined && signal.aborted && e === signal.reason) return O_IGNORED
+  if (e !== null && (typeof e === 'object' || typeof e === 'function') && e.name === 'AbortError') return O_IGNORED
+  return O_FAILURE
+}
+
+// ----- state-change events --------------------------------------------------------------------
+
+/** Emitter id → WeakRef of its listener list (`{listeners: [{fn, key}]}`). */
+const emitters = new Map()
+let nextEmitterId = 1
+const emitterGone = new FinalizationRegistry((id) => emitters.delete(id))
+
+/** A listener list; registered for events (`id` > 0) only when `withEvents`. */
+function newEmitter(withEvents) {
+  const e = { id: 0, listeners: [] }
+  if (withEvents) {
+    e.id = nextEmitterId++
+    emitters.set(e.id, new WeakRef(e))
+    emitterGone.register(e, e.id)
+  }
+  return e
+}
+
+let delivering = false
+
+/** Calls the listeners of every queued state change (on the JS thread, never re-entered). */
+function deliverEvents() {
+  if (delivering) return
+  delivering = true
+  try {
+    while (eventsPending() !== 0) {
+      for (const ev of takeEvents()) {
+        const e = emitters.get(ev.emitter)?.deref()
+        if (e === undefined) continue
+        const key = ev.key === undefined ? null : ev.key
+        for (const l of e.listeners.slice()) {
+          if (l.key !== undefined && l.key !== key) continue
+          try {
+            l.fn(key, ev.old, ev.new)
+          } catch (err) {
+            // A throwing listener never breaks the call that committed the transition.
+            queueMicrotask(() => {
+              throw err
+            })
+          }
+        }
+      }
+    }
+  } finally {
+    delivering = false
+  }
+}
+
+function eventArg(event, listener) {
+  if (event !== 'stateChange') throw new TypeError(`unknown event ${JSON.stringify(event)} (only 'stateChange')`)
+  if (typeof listener !== 'function') throw new TypeError('listener must be a function')
+}
+
+function addListener(emitter, event, listener, key) {
+  eventArg(event, listener)
+  emitter.listeners.push({ fn: listener, key })
+}
+
+function removeListener(emitter, event, listener, key) {
+  eventArg(event, listener)
+  const ls = emitter.listeners
+  for (let i = ls.length - 1; i >= 0; i--) {
+    if (ls[i].fn === listener && ls[i].key === key) {
+      ls.splice(i, 1)
+      return
+    }
+  }
+}
 
 // ----- settling queued waiters --------------------------------------------------------------
 
@@ -135,6 +363,7 @@ function settle() {
     const w = waiters.get(id)
     if (w !== undefined) w.settled()
   }
+  if (eventsPending() !== 0) deliverEvents()
 }
 
 /** After a native call that may have settled waiters (`n` = how many are queued). */
@@ -201,7 +430,7 @@ class Waiter {
 
   /** The core settled the ticket (granted or rejected). */
   settled() {
-    const r = this.nb.pollTicket(this.ticket)
+    const r = this.nb.pollTicket(this.ticket, this.id)
     if (r === 0 || r === STALE) return
     this.cleanup()
     if (r > 0) this.resolve(r)
@@ -210,7 +439,7 @@ class Waiter {
 
   /** Abort or timeout: one winner against a grant (the core decides). */
   cancel(reason) {
-    const code = this.nb.cancel(this.ticket, reason)
+    const code = this.nb.cancel(this.ticket, reason, this.id)
     if (code === 0) {
       this.cleanup()
       this.reject(reason === R_ABORTED ? abortReason(this.signal) : rejection(this.nb, R_TIMEOUT, this.key))
@@ -220,16 +449,24 @@ class Waiter {
   }
 }
 
-/**
- * Takes `weight` permits of `nb`: resolves with the weight (the fast path makes one native
- * call and returns an already-resolved promise).
- */
-function take(nb, key, weight, timeoutMs, signal) {
-  if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
+/** The id of a new call (and of its waiter, if it queues). */
+function callId() {
   const id = nextWaiterId
   nextWaiterId = nextWaiterId >= 0xfffffff0 ? 1 : nextWaiterId + 1
+  return id
+}
+
+/**
+ * Begins call `id` and takes `weight` permits of `h`: resolves with the weight (the fast path
+ * makes one native call and returns an already-resolved promise).
+ */
+function take(h, key, id, weight, timeoutMs, signal) {
+  const nb = h.nb
+  if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
   const r = nb.enqueue(weight, id, timeoutMs)
   if (r === GRANTED) return Promise.resolve(weight)
+  if (h.events !== null && eventsPending() !== 0) deliverEvents()
+  if (r === GRANTED_EVENTS) return Promise.resolve(weight)
   if (r >= 0) {
     return new Promise((resolve, reject) => {
       waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
@@ -238,10 +475,15 @@ function take(nb, key, weight, timeoutMs, signal) {
   return Promise.reject(rejection(nb, -r - REJECTED_BASE, key))
 }
 
-/** Runs `fn` holding `weight` permits; releases when it settles (or throws synchronously). */
-function runHeld(nb, weight, fn, signal, dispose) {
-  const done = () => {
-    const n = nb.release(weight)
+/**
+ * Runs `fn` as call `id` holding `weight` permits; ends the call with its outcome and releases
+ * when it settles (or throws synchronously).
+ */
+function runHeld(h, key, id, weight, fn, signal) {
+  if (h.callTimeoutMs !== Infinity) return runTimed(h, key, id, weight, fn, signal)
+  const { nb, dispose } = h
+  const done = (outcome) => {
+    const n = nb.release(weight, id, outcome)
     if (dispose) nb.dispose()
     after(n)
   }
@@ -249,19 +491,74 @@ function runHeld(nb, weight, fn, signal, dispose) {
   try {
     p = fn(signal)
   } catch (e) {
-    done()
+    done(outcomeOfError(e, signal))
     return Promise.reject(e)
   }
   return Promise.resolve(p).then(
     (v) => {
-      done()
+      done(O_SUCCESS)
       return v
     },
     (e) => {
-      done()
+      done(outcomeOfError(e, signal))
       throw e
     },
   )
+}
+
+/**
+ * `runHeld` bounded by `callTimeoutMs`: `fn` gets a signal of its own that aborts at the
+ * deadline (or with the caller's signal). At the deadline the call ends `failure` (counted
+ * `call_timeout`) and the promise rejects `BULKHEAD_CALL_TIMEOUT` at once; the permits stay
+ * held until `fn`'s promise settles, and that release records nothing more.
+ */
+function runTimed(h, key, id, weight, fn, callerSignal) {
+  const { nb, dispose } = h
+  const ac = new AbortController()
+  const signal = ac.signal
+  let onAbort = null
+  if (callerSignal !== undefined) {
+    if (callerSignal.aborted) ac.abort(callerSignal.reason)
+    else {
+      onAbort = () => ac.abort(callerSignal.reason)
+      callerSignal.addEventListener('abort', onAbort, { once: true })
+    }
+  }
+  return new Promise((resolve, reject) => {
+    let timedOut = false
+    const timer = unrefTimer(() => {
+      timedOut = true
+      const err = rejection(nb, R_CALL_TIMEOUT, key)
+      after(nb.callTimedOut(id))
+      ac.abort(err)
+      reject(err)
+    }, h.callTimeoutMs)
+    const done = (outcome) => {
+      clearUnrefTimer(timer)
+      if (onAbort !== null) callerSignal.removeEventListener('abort', onAbort)
+      const n = nb.release(weight, id, outcome)
+      if (dispose) nb.dispose()
+      after(n)
+    }
+    let p
+    try {
+      p = fn(signal)
+    } catch (e) {
+      done(outcomeOfError(e, signal))
+      reject(e)
+      return
+    }
+    Promise.resolve(p).then(
+      (v) => {
+        done(O_SUCCESS)
+        if (!timedOut) resolve(v)
+      },
+      (e) => {
+        done(outcomeOfError(e, signal))
+        if (!timedOut) reject(e)
+      },
+    )
+  })
 }
 
 // ----- permits --------------------------------------------------------------------------------
@@ -270,20 +567,22 @@ function runHeld(nb, weight, fn, signal, dispose) {
 const leaks = new FinalizationRegistry((state) => {
   if (!state.held) return
   state.held = false
-  const n = state.nb.releaseLeaked(state.weight)
+  const n = state.nb.releaseLeaked(state.weight, state.id)
   if (state.dispose) state.nb.dispose()
   after(n)
 })
 
 /**
- * Permits held by one `acquire()`. `release()` is idempotent (returns whether it released);
- * `[Symbol.dispose]` releases too (`using permit = await bh.acquire()`). A permit that is
- * garbage-collected while held is reclaimed and counted in `stats().leakedTotal`.
+ * Permits held by one `acquire()`. `release({outcome})` is idempotent (returns whether it
+ * released) and reports the call's outcome to the policies ('success' by default);
+ * `[Symbol.dispose]` releases too (`using permit = await bh.acquire()`, a success). A permit
+ * that is garbage-collected while held is reclaimed (outcome 'ignored') and counted in
+ * `stats().leakedTotal`.
  */
 class Permit {
   #s
-  constructor(nb, weight, key, dispose) {
-    this.#s = { nb, weight, key, held: true, dispose }
+  constructor(h, weight, key, id) {
+    this.#s = { nb: h.nb, weight, key, held: true, dispose: h.dispose, id }
     leaks.register(this, this.#s, this.#s)
   }
 
@@ -301,12 +600,16 @@ class Permit {
     return this.#s.key === undefined ? null : this.#s.key
   }
 
-  /** Returns the permits. A second explicit call returns `false` (counted in releasedTwiceTotal). */
-  release() {
-    return this.#release(true)
+  /**
+   * Returns the permits and records the call's `outcome` ('success' by default, 'failure',
+   * 'ignored', 'overload'). A second explicit call returns `false` (counted in
+   * releasedTwiceTotal).
+   */
+  release(opts) {
+    return this.#release(true, outcomeArg(opts))
   }
 
-  #release(explicit) {
+  #release(explicit, outcome) {
     const s = this.#s
     if (!s.held) {
       if (explicit) s.nb.recordDoubleRelease()
@@ -314,7 +617,7 @@ class Permit {
     }
     s.held = false
     leaks.unregister(s)
-    const n = s.weight > 0 ? s.nb.release(s.weight) : settledPending()
+    const n = s.nb.release(s.weight, s.id, outcome)
     if (s.dispose) s.nb.dispose()
     after(n)
     return true
@@ -327,11 +630,11 @@ class Permit {
     count(n, 'n', 1, s.weight, undefined)
     if (n === undefined) throw new TypeError('n must be a number')
     s.weight -= n
-    after(s.nb.release(n))
+    after(s.nb.refund(n))
   }
 
   [Symbol.for('nodejs.dispose')]() {
-    this.#release(false)
+    this.#release(false, O_SUCCESS)
   }
 }
 if (typeof Symbol.dispose === 'symbol') {
@@ -341,11 +644,20 @@ if (typeof Symbol.dispose === 'symbol') {
 // ----- Bulkhead -------------------------------------------------------------------------------
 
 /**
- * A native handle with the two settings every call reads, cached in JS so the fast path
- * makes no getter calls into the addon (they never change after construction).
+ * A native handle with the settings every call reads, cached in JS so the fast path makes no
+ * getter calls into the addon (they never change after construction). `events` is the emitter
+ * of its breaker's state changes (`null` without a breaker).
  */
-function handleOf(nb, maxConcurrent, queueTimeoutMs, dispose) {
-  return { nb, maxConcurrent, queueTimeoutMs, dispose }
+function handleOf(nb, c, dispose, events) {
+  const r = c.resilience
+  return {
+    nb,
+    maxConcurrent: c.maxConcurrent,
+    queueTimeoutMs: c.queueTimeoutMs,
+    dispose,
+    callTimeoutMs: r === null ? Infinity : r.callTimeoutMs,
+    events: r !== null && r.breaker !== null ? events : null,
+  }
 }
 
 /** A rejection for `h`, built before the handle is disposed (it reads the snapshot). */
@@ -372,11 +684,11 @@ function acquireOn(h, key, opts) {
     if (h.dispose) h.nb.dispose()
     return Promise.reject(e)
   }
-  const nb = h.nb
-  return take(nb, key, a.weight, a.timeoutMs, a.signal).then(
-    (w) => new Permit(nb, w, key, h.dispose),
+  const id = callId()
+  return take(h, key, id, a.weight, a.timeoutMs, a.signal).then(
+    (w) => new Permit(h, w, key, id),
     (e) => {
-      if (h.dispose) nb.dispose()
+      if (h.dispose) h.nb.dispose()
       throw e
     },
   )
@@ -398,17 +710,18 @@ function runOn(h, key, fn, opts) {
     return Promise.reject(abortReason(signal))
   }
   // Fast path inline: one native call, then `fn` runs in the caller's turn and context.
-  const id = nextWaiterId
-  nextWaiterId = nextWaiterId >= 0xfffffff0 ? 1 : nextWaiterId + 1
+  const id = callId()
   const r = nb.enqueue(weight, id, timeoutMs)
-  if (r === GRANTED) return runHeld(nb, weight, fn, signal, dispose)
+  if (r === GRANTED) return runHeld(h, key, id, weight, fn, signal)
+  if (h.events !== null && eventsPending() !== 0) deliverEvents()
+  if (r === GRANTED_EVENTS) return runHeld(h, key, id, weight, fn, signal)
   if (r >= 0) {
     const queued = new Promise((resolve, reject) => {
       waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
     })
     // `.then` keeps the caller's AsyncLocalStorage context for `fn`.
     return queued.then(
-      (w) => runHeld(nb, w, fn, signal, dispose),
+      (w) => runHeld(h, key, id, w, fn, signal),
       (e) => {
         if (dispose) nb.dispose()
         throw e
@@ -426,8 +739,10 @@ function tryAcquireOn(h, key, opts) {
     if (h.dispose) h.nb.dispose()
     throw e
   }
-  const code = h.nb.tryTake(weight)
-  if (code === 0) return new Permit(h.nb, weight, key, h.dispose)
+  const id = callId()
+  const code = h.nb.tryTake(weight, id)
+  if (h.events !== null && eventsPending() !== 0) deliverEvents()
+  if (code === 0) return new Permit(h, weight, key, id)
   if (code - 1 === R_CONCURRENCY_LIMIT) {
     if (h.dispose) h.nb.dispose()
     return null
@@ -469,18 +784,49 @@ class Bulkhead {
   #nb
   #h
   #key
-  constructor(opts, handle, key, config) {
+  #events
+  constructor(opts, handle, key, config, events) {
     if (handle instanceof NativeBulkhead) {
       this.#nb = handle
       this.#key = key
-      this.#h = handleOf(handle, config.maxConcurrent, config.queueTimeoutMs, false)
+      this.#events = events
+      this.#h = handleOf(handle, config, false, events)
       return
     }
     const c = configFrom(opts, DEFAULTS)
     const clock = opts !== undefined && opts !== null ? opts[kClock] : undefined
-    this.#nb = new NativeBulkhead(c.maxConcurrent, c.maxQueue, c.queueTimeoutMs, c.enabled, clock)
+    this.#events = newEmitter(c.resilience !== null && c.resilience.breaker !== null)
+    try {
+      this.#nb = new NativeBulkhead(
+        c.maxConcurrent,
+        c.maxQueue,
+        c.queueTimeoutMs,
+        c.enabled,
+        nativeResilience(c.resilience),
+        this.#events.id,
+        clock,
+      )
+    } catch (e) {
+      throw renamedConfigError(e)
+    }
     this.#key = undefined
-    this.#h = handleOf(this.#nb, c.maxConcurrent, c.queueTimeoutMs, false)
+    this.#h = handleOf(this.#nb, c, false, this.#events)
+  }
+
+  /**
+   * `on('stateChange', (key, old, new) => …)`: the breaker's transitions (`key` is `null`
+   * outside a registry; states `'closed'`, `'open'`, `'half_open'`), called on the JS thread
+   * after the native call that committed them. Returns `this`.
+   */
+  on(event, listener) {
+    addListener(this.#events, event, listener, this.#key)
+    return this
+  }
+
+  /** Removes a listener added with `on` (the last one added, if added twice). Returns `this`. */
+  off(event, listener) {
+    removeListener(this.#events, event, listener, this.#key)
+    return this
   }
 
   /** Resolves with a `Permit` (release it yourself, or `using`). */
@@ -505,10 +851,10 @@ class Bulkhead {
     after(this.#nb.setLimit(limit))
   }
 
+  /** A fresh stats object (reading it commits a due open → half-open transition). */
   stats() {
-    const s = this.#nb.stats()
-    s.adaptive = null
-    s.circuit = null
+    const s = statsOf(this.#nb.stats())
+    if (eventsPending() !== 0) deliverEvents()
     return s
   }
 
@@ -549,6 +895,13 @@ class Bulkhead {
   }
 }
 
+/** `null` for a policy that is not attached (the addon leaves the field out). */
+function statsOf(s) {
+  if (s.adaptive === undefined) s.adaptive = null
+  if (s.circuit === undefined) s.circuit = null
+  return s
+}
+
 // ----- Registry -------------------------------------------------------------------------------
 
 function keyArg(key) {
@@ -566,6 +919,7 @@ class Registry {
   #overrides
   #defaults
   #configs
+  #events
   constructor(opts) {
     const o = options(opts, 'options')
     const defaults = configFrom(o, DEFAULTS)
@@ -581,10 +935,33 @@ class Registry {
       }
     }
     const maxKeys = count(o.maxKeys, 'maxKeys', 1, 2 ** 32 - 1, 1024)
+    const hasBreaker = (c) => c.resilience !== null && c.resilience.breaker !== null
+    this.#events = newEmitter(hasBreaker(defaults) || Object.values(overrides).some(hasBreaker))
+    const nativeOverrides = {}
+    for (const [k, c] of Object.entries(overrides)) nativeOverrides[k] = nativeConfig(c)
+    try {
+      this.#nr = new NativeRegistry(nativeConfig(defaults), nativeOverrides, maxKeys, this.#events.id, o[kClock])
+    } catch (e) {
+      throw renamedConfigError(e)
+    }
     this.#overrides = Object.freeze({ ...given })
     this.#defaults = defaults
     this.#configs = new Map(Object.entries(overrides))
-    this.#nr = new NativeRegistry(defaults, overrides, maxKeys, o[kClock])
+  }
+
+  /**
+   * `on('stateChange', (key, old, new) => …)`: the breaker transitions of every key, called
+   * on the JS thread after the native call that committed them. Returns `this`.
+   */
+  on(event, listener) {
+    addListener(this.#events, event, listener, undefined)
+    return this
+  }
+
+  /** Removes a listener added with `on`. Returns `this`. */
+  off(event, listener) {
+    removeListener(this.#events, event, listener, undefined)
+    return this
   }
 
   #handle(key) {
@@ -607,12 +984,15 @@ class Registry {
   /** A per-call handle, disposed when the call's permit is released. */
   #callHandle(key) {
     const c = this.#config(key)
-    return handleOf(this.#handle(key), c.maxConcurrent, c.queueTimeoutMs, true)
+    return handleOf(this.#handle(key), c, true, this.#events)
   }
 
-  /** The bulkhead of `key`; while it lives the entry is not evicted. */
+  /**
+   * The bulkhead of `key`; while it lives the entry is not evicted. Its `on('stateChange')`
+   * hears this key's transitions.
+   */
   get(key) {
-    return new Bulkhead(undefined, this.#handle(key), key, this.#config(key))
+    return new Bulkhead(undefined, this.#handle(key), key, this.#config(key), this.#events)
   }
 
   run(key, fn, opts) {
@@ -642,10 +1022,8 @@ class Registry {
   /** `{key: stats}` (keys unchanged). */
   stats() {
     const out = this.#nr.stats()
-    for (const s of Object.values(out)) {
-      s.adaptive = null
-      s.circuit = null
-    }
+    for (const s of Object.values(out)) statsOf(s)
+    if (eventsPending() !== 0) deliverEvents()
     return out
   }
 
@@ -687,6 +1065,7 @@ module.exports = {
   MAX_PERMITS,
   MAX_QUEUE,
   REASONS,
+  OUTCOMES,
   __test: { kClock, VirtualClock: native.VirtualClock },
   ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
 }

@@ -12,36 +12,72 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 /**
  * One core bulkhead (a handle: a registry's entry stays alive while a handle does, until
  * `dispose()`).
+ *
+ * Guarded calls (DESIGN §4): on a bulkhead with policies every admission begins a call
+ * (`begin_call`, the breaker's check) and keeps its `CallStart` here under the facade's call
+ * id until the call ends: at release with the caller's outcome, `ignored` when admission is
+ * refused, the waiter is cancelled or the permit is reclaimed after GC, `failure` when the
+ * facade's call timer fires. An id is ended at most once (it is removed when it ends).
  */
 export declare class NativeBulkhead {
-  constructor(maxConcurrent: number, maxQueue: number, queueTimeoutMs: number, enabled: boolean, clock?: VirtualClock | undefined | null)
-  /** Takes `weight` permits now: 0, or `1 + hg_reason` of the rejection. */
-  tryTake(weight: number): number
+  constructor(maxConcurrent: number, maxQueue: number, queueTimeoutMs: number, enabled: boolean, resilience?: NativeResilience | undefined | null, emitter?: number | undefined | null, clock?: VirtualClock | undefined | null)
+  /** Whether the bulkhead has policies (breaker, adaptive limit or call timeout). */
+  get hasPolicies(): boolean
+  /** The `call_timeout` in ms, or `Infinity`. */
+  get callTimeoutMs(): number
   /**
-   * Admits at once (`GRANTED`), queues (the ticket, ≥ 0; waiter `id` is reported through
-   * `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`). `queueTimeoutMs` 0
-   * means "do not queue" (the core decides; the facade arms the timer otherwise).
+   * Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
+   * (the call then ended `ignored`).
+   */
+  tryTake(weight: number, id: number): number
+  /**
+   * Begins call `id` and admits it at once (`GRANTED`, or `GRANTED_EVENTS` when state
+   * changes wait to be taken), queues it (the ticket, ≥ 0; waiter `id` is reported through
+   * `takeSettled()` when it settles) or rejects it (`-(10 + hg_reason)`, the call ended
+   * `ignored`). `queueTimeoutMs` 0 means "do not queue" (the core decides; the facade arms
+   * the timer otherwise).
    */
   enqueue(weight: number, id: number, queueTimeoutMs: number): number
   /**
    * A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
-   * or `-(10 + hg_reason)`.
+   * or `-(10 + hg_reason)`. Call `id`'s RTT clock restarts at the grant; a rejected call
+   * ends `ignored`.
    */
-  pollTicket(ticket: number): number
+  pollTicket(ticket: number, id: number): number
   /**
-   * Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled; 1 a grant won (poll
-   * it); 2 a rejection won (poll it); 3 stale.
+   * Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled (call `id` ended
+   * `ignored`); 1 a grant won (poll it); 2 a rejection won (poll it); 3 stale.
    */
-  cancel(ticket: number, reason: number): number
-  /** Returns permits; yields how many settled waiters wait to be taken. */
-  release(weight: number): number
-  /** A permit object was garbage-collected while held: return and count it. */
-  releaseLeaked(weight: number): number
+  cancel(ticket: number, reason: number, id: number): number
+  /**
+   * Returns `weight` permits early (a partial release: the call goes on); yields how many
+   * settled waiters and events wait to be taken.
+   */
+  refund(weight: number): number
+  /**
+   * Ends call `id` with `outcome` (0 success, 1 failure, 2 ignored, 3 overload; nothing if
+   * it already ended), then returns its `weight` remaining permits; yields how many settled
+   * waiters and events wait to be taken.
+   */
+  release(weight: number, id: number, outcome: number): number
+  /**
+   * The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
+   * (its permits stay held until `finish`, which then records nothing).
+   */
+  callTimedOut(id: number): number
+  /**
+   * A permit object was garbage-collected while held: end its call `ignored`, return and
+   * count it.
+   */
+  releaseLeaked(weight: number, id: number): number
   /** Counts an explicit release of an already released permit (works after `dispose()`). */
   recordDoubleRelease(): void
   setLimit(limit: number): number
   close(): number
+  /** The stats (a read commits a due open → half-open transition, like any state read). */
   stats(): JsStats
+  /** The breaker's state (`"closed"`, `"open"`, `"half_open"`), or `null` without one. */
+  circuitState(): string | null
   snapshot(): JsSnapshot
   isIdle(): boolean
   get maxConcurrent(): number
@@ -55,7 +91,7 @@ export declare class NativeBulkhead {
 }
 
 export declare class NativeRegistry {
-  constructor(defaults: NativeConfig, overrides: Record<string, NativeConfig>, maxKeys: number, clock?: VirtualClock | undefined | null)
+  constructor(defaults: NativeConfig, overrides: Record<string, NativeConfig>, maxKeys: number, emitter?: number | undefined | null, clock?: VirtualClock | undefined | null)
   /**
    * A handle on `key`'s bulkhead (created on first use). Fails with the message
    * `key_limit` or `shutdown`.
@@ -76,6 +112,31 @@ export declare class VirtualClock {
   advance(ms: number): void
   /** Now, in ms. */
   nowMs(): number
+}
+
+/** How many breaker state changes wait to be taken. */
+export declare function eventsPending(): number
+
+/** The adaptive limit's state (`algorithm` is `"aimd"` or `"gradient2"`). */
+export interface JsAdaptiveStats {
+  algorithm: string
+  limit: number
+  minLimit: number
+  maxLimit: number
+  samplesTotal: number
+  decreasesTotal: number
+  lastRttNs: number
+  longRttNs: number
+}
+
+/** The breaker's state and counters (`state` is `"closed"`, `"open"` or `"half_open"`). */
+export interface JsCircuitStats {
+  state: string
+  generation: number
+  consecutiveFailures: number
+  windowRequests: number
+  windowFailures: number
+  openedAtNs: number
 }
 
 /** `{active, queued, limit, available}` at a rejection. */
@@ -102,6 +163,10 @@ export interface JsStats {
   queueWaitCount: number
   queueWaitSumNs: number
   queueWaitMaxNs: number
+  /** `null` unless an adaptive limit is attached. */
+  adaptive?: JsAdaptiveStats
+  /** `null` unless a circuit breaker is attached. */
+  circuit?: JsCircuitStats
 }
 
 /** Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`. */
@@ -110,12 +175,49 @@ export declare const MAX_PERMITS: number
 /** Largest `maxQueue`. */
 export declare const MAX_QUEUE: number
 
+/** `resilience.adaptive`; an omitted field takes the core default. */
+export interface NativeAdaptive {
+  algorithm?: string
+  initialLimit?: number
+  minLimit?: number
+  maxLimit?: number
+  targetLatencyMs?: number
+  increaseStep?: number
+  decreaseRatio?: number
+  smoothing?: number
+  rttTolerance?: number
+  longWindow?: number
+  queueSize?: number
+}
+
+/** `resilience.breaker`; an omitted field takes the core default. */
+export interface NativeBreaker {
+  failureThreshold?: number
+  errorRateThreshold?: number
+  errorRateWindowMs?: number
+  errorRateBuckets?: number
+  volumeThreshold?: number
+  openDurationMs?: number
+  halfOpenMaxCalls?: number
+  halfOpenTimeoutMs?: number
+}
+
 /** One key's configuration, as the facade resolved it. */
 export interface NativeConfig {
   maxConcurrent: number
   maxQueue: number
   queueTimeoutMs: number
   enabled: boolean
+  /** The policies (already merged over the defaults' by the facade). */
+  resilience?: NativeResilience
+}
+
+/** `resilience`: a part that is omitted is off. */
+export interface NativeResilience {
+  adaptive?: NativeAdaptive
+  breaker?: NativeBreaker
+  /** Omitted or `Infinity` = off. */
+  callTimeoutMs?: number
 }
 
 /**
@@ -136,8 +238,20 @@ export interface RejectedByReason {
   call_timeout: number
 }
 
-/** How many settled waiter ids wait to be taken. */
+/** How many settled waiter ids and state-change events wait to be taken. */
 export declare function settledPending(): number
+
+/** One breaker transition, for the emitter `emitter` of the facade. */
+export interface StateChange {
+  emitter: number
+  /** The registry key, or `null` outside a registry. */
+  key?: string
+  old: string
+  new: string
+}
+
+/** The breaker state changes since the last call, oldest first. */
+export declare function takeEvents(): Array<StateChange>
 
 /** The settled waiter ids since the last call, oldest first. */
 export declare function takeSettled(): Array<number>

@@ -152,6 +152,13 @@ describe('native calls per uncontended call', () => {
   })
 })
 
+test('with a breaker: run() is still one enqueue + one release (events ride on their codes)', async () => {
+  const bh = new Bulkhead({ maxConcurrent: 4, resilience: { breaker: {}, adaptive: { algorithm: 'aimd' } } })
+  await bh.run(() => 1)
+  const { calls } = await nativeCallsOf(() => bh.run(() => 1))
+  assert.deepEqual(calls, ['enqueue', 'release'])
+})
+
 test('a fast-path run leaves no settled waiter id behind', async () => {
   const bh = new Bulkhead({ maxConcurrent: 1 })
   await bh.run(() => 1)

@@ -1,9 +1,14 @@
 'use strict'
-// The Node runner of the scenario vectors in tests/vectors/*.json (DESIGN §5.1; schema
-// tests/vectors/schema.json). It mirrors the Rust runner (tests/tests/vectors.rs): every step
-// runs to quiescence, then exactly the acquires that settled during the step are compared with
-// its `settles`; I2 is checked after every step. Field names of stats expectations are
-// camel-cased (top level only): reason keys, reason strings and registry keys never are.
+// The Node runner of the scenario vectors in tests/vectors/*.json and the policy vectors in
+// tests/vectors/policies/*.json (DESIGN §5.1; schema tests/vectors/schema.json). It mirrors the
+// Rust runner (tests/tests/vectors.rs): every step runs to quiescence, then exactly the acquires
+// that settled during the step are compared with its `settles`; I2 is checked after every step.
+// Field names of stats expectations are camel-cased (the top level, and inside `circuit` /
+// `adaptive`): reason keys, reason / state / algorithm strings and registry keys never are.
+// Policies: `config.resilience` becomes the facade's `resilience` (camelCase, `…Ms`); a
+// release takes the step's `outcome` (`permit.release({outcome})`); `expect_state` reads
+// `stats().circuit.state`; `expect_events` compares the `stateChange` events heard since the
+// previous check (`[old, new]`, or `[key, old, new]` in a registry).
 //
 // Time: the addon's test hook replaces the stats clock (`{[kClock]: new VirtualClock()}`), and
 // the facade's queue timers (setTimeout) run on node:test's mock timers; `advance_clock` moves
@@ -19,6 +24,7 @@ const { Bulkhead, Registry, BulkheadError, __test } = require('../index.js')
 const { kClock, VirtualClock } = __test
 
 const VECTORS = path.resolve(__dirname, '..', '..', 'tests', 'vectors')
+const POLICY_VECTORS = path.join(VECTORS, 'policies')
 const schema = JSON.parse(fs.readFileSync(path.join(VECTORS, 'schema.json'), 'utf8'))
 
 // ----- a light structural check against schema.json (no JSON-schema library) -----------------
@@ -65,7 +71,24 @@ function options(c = {}) {
   if (c.max_queue !== undefined) o.maxQueue = c.max_queue
   if (c.queue_timeout_ms !== undefined) o.queueTimeoutMs = ms(c.queue_timeout_ms)
   if (c.enabled !== undefined) o.enabled = c.enabled
+  if (c.resilience !== undefined) o.resilience = camelKeys(c.resilience, 2)
   return o
+}
+
+/**
+ * `resilience` → the facade's spelling: keys camel-cased `depth` levels deep (`…_ms` →
+ * `…Ms`), values (algorithm strings, nulls) unchanged.
+ */
+function camelKeys(v, depth) {
+  if (depth === 0 || v === null || typeof v !== 'object') return v
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [camel(k), camelKeys(x, depth - 1)]))
+}
+
+/** A stats expectation → camelCase field names (top level; inside circuit / adaptive). */
+function statsExpect(e) {
+  return Object.fromEntries(
+    Object.entries(e).map(([k, v]) => [camel(k), k === 'circuit' || k === 'adaptive' ? camelKeys(v, 1) : v]),
+  )
 }
 const ms = (t) => (t === 'infinite' ? Infinity : t)
 
@@ -108,6 +131,10 @@ class Runner {
     } else {
       this.bh = new Bulkhead({ ...options(v.config), [kClock]: this.clock })
     }
+    /** The breaker transitions heard since the last `expect_events`. */
+    this.events = []
+    const emitter = this.reg ?? this.bh
+    emitter.on('stateChange', (key, from, to) => this.events.push(this.reg ? [key, from, to] : [from, to]))
     /** id → {state: 'pending'|'held'|'rejected', permit, outcome, ac, immediate} */
     this.acquires = new Map()
     /** Queue deadlines (virtual ms) of the acquires that queued. */
@@ -241,10 +268,24 @@ class Runner {
         assert.equal(got, step.expect, ctx)
         break
       }
-      case 'release': {
+      case 'release':
+      case 'record_outcome': {
         const rec = this.acquires.get(step.id)
         assert.ok(rec && rec.permit, `${ctx}: ${step.id} holds no permit`)
-        assert.equal(rec.permit.release(), step.expect ?? true, ctx)
+        const got = step.outcome === undefined ? rec.permit.release() : rec.permit.release({ outcome: step.outcome })
+        assert.equal(got, step.expect ?? true, ctx)
+        break
+      }
+      case 'expect_state': {
+        const s = this.stats(key)
+        assert.ok(s.circuit !== null, `${ctx}: no breaker`)
+        assert.equal(s.circuit.state, step.state, ctx)
+        break
+      }
+      case 'expect_events': {
+        const got = this.events
+        this.events = []
+        assert.deepEqual(got, step.events, `${ctx}: events`)
         break
       }
       case 'release_partial': {
@@ -299,8 +340,7 @@ class Runner {
         break
       }
       case 'stats': {
-        const want = Object.fromEntries(Object.entries(step.expect).map(([k, v]) => [camel(k), v]))
-        subset(ctx, want, this.stats(key))
+        subset(ctx, statsExpect(step.expect), this.stats(key))
         break
       }
       case 'keys': {
@@ -335,16 +375,22 @@ class Runner {
 
 // ----- the vectors ----------------------------------------------------------------------------
 
-const files = fs
-  .readdirSync(VECTORS)
-  .filter((f) => f.endsWith('.json') && f !== 'schema.json')
-  .sort()
+const vectorFiles = (dir) =>
+  fs.existsSync(dir)
+    ? fs
+        .readdirSync(dir)
+        .filter((f) => f.endsWith('.json') && f !== 'schema.json')
+        .sort()
+        .map((f) => path.join(dir, f))
+    : []
+const files = [...vectorFiles(VECTORS), ...vectorFiles(POLICY_VECTORS)]
+const policyFiles = vectorFiles(POLICY_VECTORS)
 const ran = new Set()
 
-describe('scenario vectors (tests/vectors/*.json)', () => {
+describe('scenario vectors (tests/vectors/*.json, tests/vectors/policies/*.json)', () => {
   const names = new Set()
-  for (const f of files) {
-    const file = path.join(VECTORS, f)
+  for (const file of files) {
+    const f = file
     const v = JSON.parse(fs.readFileSync(file, 'utf8'))
     test(v.name, async (t) => {
       checkShape(v, file)
@@ -362,8 +408,9 @@ describe('scenario vectors (tests/vectors/*.json)', () => {
   }
 
   test('every vector file ran', () => {
-    assert.ok(files.length >= 25, `only ${files.length} vectors in ${VECTORS}`)
-    assert.deepEqual([...ran].sort(), files)
+    assert.ok(files.length - policyFiles.length >= 25, `only ${files.length} vectors in ${VECTORS}`)
+    assert.ok(policyFiles.length >= 10, `only ${policyFiles.length} policy vectors in ${POLICY_VECTORS}`)
+    assert.deepEqual([...ran].sort(), [...files].sort())
   })
 })
 
@@ -404,6 +451,40 @@ describe('the runner can fail', () => {
       ],
     }
     await assert.rejects(runs(t, missing), /settles/)
+  })
+
+  test('wrong policy expectations (state, events, circuit stats, a fast-fail) fail the runner', async (t) => {
+    const tripOnce = (then) => ({
+      name: 'p',
+      config: { max_concurrent: 2, resilience: { breaker: { failure_threshold: 2, open_duration_ms: 100 } } },
+      steps: [{ op: 'acquire', id: 'a', expect: 'granted' }, { op: 'record_outcome', id: 'a', outcome: 'failure' }, then],
+    })
+    await assert.rejects(runs(t, tripOnce({ op: 'expect_state', state: 'open' })), /closed|open/)
+    await assert.rejects(runs(t, tripOnce({ op: 'expect_events', events: [['closed', 'open']] })), /events/)
+    await assert.rejects(runs(t, tripOnce({ op: 'try_acquire', id: 'b', expect: 'circuit_open' })), /circuit_open|granted/)
+    await assert.rejects(
+      runs(t, tripOnce({ op: 'stats', expect: { circuit: { consecutive_failures: 0 } } })),
+      /consecutiveFailures/,
+    )
+    await assert.rejects(
+      runs(t, { name: 'n', config: { max_concurrent: 1 }, steps: [{ op: 'expect_state', state: 'closed' }] }),
+      /no breaker/,
+    )
+    // …and the right expectations pass.
+    await runs(t, {
+      name: 'r',
+      config: { max_concurrent: 2, resilience: { breaker: { failure_threshold: 2, open_duration_ms: 100 } } },
+      steps: [
+        { op: 'acquire', id: 'a', expect: 'granted' },
+        { op: 'record_outcome', id: 'a', outcome: 'failure' },
+        { op: 'stats', expect: { circuit: { state: 'closed', consecutive_failures: 1 } } },
+        { op: 'acquire', id: 'b', expect: 'granted' },
+        { op: 'release', id: 'b', outcome: 'failure' },
+        { op: 'expect_state', state: 'open' },
+        { op: 'expect_events', events: [['closed', 'open']] },
+        { op: 'try_acquire', id: 'c', expect: 'circuit_open' },
+      ],
+    })
   })
 
   test('a wrong stats expectation and a wrong timer outcome fail the runner', async (t) => {

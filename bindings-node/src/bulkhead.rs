@@ -3,18 +3,22 @@
 //! admission decision is the core's.
 
 use std::{
+    cell::RefCell,
+    collections::HashMap,
     sync::{Arc, Weak},
     time::Duration,
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CancelError, Config, Reason, Ticket, TicketPoll,
+    Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Config, Outcome, Reason, Ticket,
+    TicketPoll,
 };
 use napi::{Error, Result, Status};
 use napi_derive::napi;
 
 use crate::{
     clock::{self, VirtualClock},
+    resilience::{self, NativeResilience},
     settled,
     stats::{JsSnapshot, JsStats},
 };
@@ -23,11 +27,23 @@ use crate::{
 pub const GRANTED: f64 = -1.0;
 /// Code: the ticket is not live (already consumed or cancelled).
 pub const STALE: f64 = -2.0;
+/// `enqueue` code: granted at once, and breaker state changes wait to be taken (the facade
+/// then delivers them; a plain `GRANTED` needs no further native call).
+pub const GRANTED_EVENTS: f64 = -3.0;
 /// Code base of a rejection: `-(REJECTED_BASE + hg_reason)`.
 pub const REJECTED_BASE: f64 = 10.0;
 
 pub(crate) fn rejected(reason: Reason) -> f64 {
     -(REJECTED_BASE + reason.index() as f64)
+}
+
+/// `GRANTED`, or `GRANTED_EVENTS` when state changes wait to be taken.
+fn granted() -> f64 {
+    if resilience::pending() == 0 {
+        GRANTED
+    } else {
+        GRANTED_EVENTS
+    }
 }
 
 fn reason_from(code: u32) -> Result<Reason> {
@@ -43,30 +59,39 @@ pub(crate) fn config(
     max_queue: f64,
     queue_timeout_ms: f64,
     enabled: bool,
+    resilience: Option<&NativeResilience>,
 ) -> Result<Config> {
+    let max_concurrent = max_concurrent as u64;
     let c = Config {
-        max_concurrent: max_concurrent as u64,
+        max_concurrent,
         max_queue: max_queue as u64,
         // NaN / negative were rejected by the facade; anything too large for a Duration is
         // "no deadline" (never a panic across the boundary).
         queue_timeout: Duration::try_from_secs_f64(queue_timeout_ms.max(0.0) / 1000.0)
             .unwrap_or(Duration::MAX),
         enabled,
-        ..Config::DEFAULT
+        resilience: resilience::resilience(resilience, max_concurrent)?,
     };
-    c.validate()
-        .map_err(|e| Error::new(Status::InvalidArg, format!("{}: {e}", e.option())))?;
+    resilience::validate(&c)?;
     Ok(c)
 }
 
 /// One core bulkhead (a handle: a registry's entry stays alive while a handle does, until
 /// `dispose()`).
+///
+/// Guarded calls (DESIGN §4): on a bulkhead with policies every admission begins a call
+/// (`begin_call`, the breaker's check) and keeps its `CallStart` here under the facade's call
+/// id until the call ends: at release with the caller's outcome, `ignored` when admission is
+/// refused, the waiter is cancelled or the permit is reclaimed after GC, `failure` when the
+/// facade's call timer fires. An id is ended at most once (it is removed when it ends).
 #[napi]
 pub struct NativeBulkhead {
     bh: Option<Arc<CoreBulkhead>>,
     /// Still reaches the bulkhead after `dispose()` (to count a double release), without
     /// keeping it alive.
     weak: Weak<CoreBulkhead>,
+    /// The calls in flight through this handle (only with policies).
+    calls: RefCell<HashMap<u32, CallStart>>,
 }
 
 impl NativeBulkhead {
@@ -74,6 +99,7 @@ impl NativeBulkhead {
         Self {
             weak: Arc::downgrade(&bh),
             bh: Some(bh),
+            calls: RefCell::new(HashMap::new()),
         }
     }
 
@@ -81,6 +107,24 @@ impl NativeBulkhead {
         self.bh
             .as_ref()
             .ok_or_else(|| Error::new(Status::GenericFailure, "bulkhead handle disposed"))
+    }
+
+    /// Keeps a tracked call until it ends.
+    fn keep(&self, id: u32, call: CallStart) {
+        if call.is_tracked() {
+            self.calls.borrow_mut().insert(id, call);
+        }
+    }
+
+    /// Ends call `id` with `outcome` if it is still in flight.
+    fn end(&self, bh: &CoreBulkhead, id: u32, outcome: Outcome) {
+        if !bh.has_policies() {
+            return;
+        }
+        let call = self.calls.borrow_mut().remove(&id);
+        if let Some(call) = call {
+            bh.end_call(call, outcome);
+        }
     }
 }
 
@@ -92,94 +136,194 @@ impl NativeBulkhead {
         max_queue: f64,
         queue_timeout_ms: f64,
         enabled: bool,
+        resilience: Option<NativeResilience>,
+        emitter: Option<u32>,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
-        let c = config(max_concurrent, max_queue, queue_timeout_ms, enabled)?;
-        let bh = CoreBulkhead::with_clock(c, clock::source(clock))
-            .map_err(|e| Error::new(Status::InvalidArg, format!("{}: {e}", e.option())))?;
+        let c = config(
+            max_concurrent,
+            max_queue,
+            queue_timeout_ms,
+            enabled,
+            resilience.as_ref(),
+        )?;
+        let bh = CoreBulkhead::with_observer(
+            c,
+            clock::source(clock),
+            resilience::observer(emitter),
+            None,
+        )
+        .map_err(resilience::config_error)?;
         Ok(Self::from_arc(Arc::new(bh)))
     }
 
-    /// Takes `weight` permits now: 0, or `1 + hg_reason` of the rejection.
+    /// Whether the bulkhead has policies (breaker, adaptive limit or call timeout).
+    #[napi(getter)]
+    pub fn has_policies(&self) -> Result<bool> {
+        Ok(self.bh()?.has_policies())
+    }
+
+    /// The `call_timeout` in ms, or `Infinity`.
+    #[napi(getter)]
+    pub fn call_timeout_ms(&self) -> Result<f64> {
+        Ok(self
+            .bh()?
+            .call_timeout()
+            .map_or(f64::INFINITY, |d| d.as_secs_f64() * 1000.0))
+    }
+
+    /// Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
+    /// (the call then ended `ignored`).
     #[napi]
-    pub fn try_take(&self, weight: f64) -> Result<u32> {
-        Ok(match self.bh()?.try_acquire_units(weight as u64) {
-            Ok(()) => 0,
-            Err(e) => e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32),
+    pub fn try_take(&self, weight: f64, id: u32) -> Result<u32> {
+        let bh = self.bh()?;
+        let call = match bh.begin_call() {
+            Ok(c) => c,
+            Err(e) => return Ok(e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32)),
+        };
+        Ok(match bh.try_acquire_units(weight as u64) {
+            Ok(()) => {
+                self.keep(id, call);
+                0
+            }
+            Err(e) => {
+                bh.end_call(call, Outcome::Ignored);
+                e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32)
+            }
         })
     }
 
-    /// Admits at once (`GRANTED`), queues (the ticket, ≥ 0; waiter `id` is reported through
-    /// `takeSettled()` when it settles) or rejects (`-(10 + hg_reason)`). `queueTimeoutMs` 0
-    /// means "do not queue" (the core decides; the facade arms the timer otherwise).
+    /// Begins call `id` and admits it at once (`GRANTED`, or `GRANTED_EVENTS` when state
+    /// changes wait to be taken), queues it (the ticket, ≥ 0; waiter `id` is reported through
+    /// `takeSettled()` when it settles) or rejects it (`-(10 + hg_reason)`, the call ended
+    /// `ignored`). `queueTimeoutMs` 0 means "do not queue" (the core decides; the facade arms
+    /// the timer otherwise).
     #[napi]
     pub fn enqueue(&self, weight: f64, id: u32, queue_timeout_ms: f64) -> Result<f64> {
         let bh = self.bh()?;
+        let call = match bh.begin_call() {
+            Ok(c) => c,
+            Err(e) => return Ok(e.reason().map_or(STALE, rejected)),
+        };
         let timeout = if queue_timeout_ms == 0.0 {
             Duration::ZERO
         } else {
             Duration::MAX
         };
-        Ok(match bh.enqueue_within(weight as u64, timeout, None) {
+        let r = match bh.enqueue_within(weight as u64, timeout, None) {
             Ok(Admission::Granted) => GRANTED,
             Ok(Admission::Queued(t)) => {
                 // Register the waiter's waker; the ticket may already have settled.
                 match bh.poll_ticket(t, Some(&settled::waker(id))) {
                     Ok(TicketPoll::Pending) => t.to_raw() as f64,
-                    Ok(TicketPoll::Granted(_)) => GRANTED,
+                    Ok(TicketPoll::Granted(_)) => {
+                        let mut call = call;
+                        bh.mark_granted(&mut call);
+                        self.keep(id, call);
+                        return Ok(granted());
+                    }
                     Ok(TicketPoll::Rejected(r)) => rejected(r.reason),
                     Err(_) => STALE,
                 }
             }
             Err(e) => e.reason().map_or(STALE, rejected),
-        })
+        };
+        if r == GRANTED {
+            self.keep(id, call);
+            return Ok(granted());
+        }
+        if r >= 0.0 {
+            self.keep(id, call);
+        } else {
+            bh.end_call(call, Outcome::Ignored);
+        }
+        Ok(r)
     }
 
     /// A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
-    /// or `-(10 + hg_reason)`.
+    /// or `-(10 + hg_reason)`. Call `id`'s RTT clock restarts at the grant; a rejected call
+    /// ends `ignored`.
     #[napi]
-    pub fn poll_ticket(&self, ticket: f64) -> Result<f64> {
+    pub fn poll_ticket(&self, ticket: f64, id: u32) -> Result<f64> {
+        let bh = self.bh()?;
         Ok(
-            match self
-                .bh()?
-                .poll_ticket(Ticket::from_raw(ticket as u64), None)
-            {
+            match bh.poll_ticket(Ticket::from_raw(ticket as u64), None) {
                 Ok(TicketPoll::Pending) => 0.0,
-                Ok(TicketPoll::Granted(w)) => w as f64,
-                Ok(TicketPoll::Rejected(r)) => rejected(r.reason),
+                Ok(TicketPoll::Granted(w)) => {
+                    if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
+                        bh.mark_granted(call);
+                    }
+                    w as f64
+                }
+                Ok(TicketPoll::Rejected(r)) => {
+                    self.end(bh, id, Outcome::Ignored);
+                    rejected(r.reason)
+                }
                 Err(_) => STALE,
             },
         )
     }
 
-    /// Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled; 1 a grant won (poll
-    /// it); 2 a rejection won (poll it); 3 stale.
+    /// Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled (call `id` ended
+    /// `ignored`); 1 a grant won (poll it); 2 a rejection won (poll it); 3 stale.
     #[napi]
-    pub fn cancel(&self, ticket: f64, reason: u32) -> Result<u32> {
+    pub fn cancel(&self, ticket: f64, reason: u32, id: u32) -> Result<u32> {
         let reason = reason_from(reason)?;
-        Ok(
-            match self.bh()?.cancel(Ticket::from_raw(ticket as u64), reason) {
-                Ok(()) => 0,
-                Err(CancelError::Granted) => 1,
-                Err(CancelError::Rejected(_)) => 2,
-                Err(_) => 3,
-            },
-        )
+        let bh = self.bh()?;
+        Ok(match bh.cancel(Ticket::from_raw(ticket as u64), reason) {
+            Ok(()) => {
+                self.end(bh, id, Outcome::Ignored);
+                0
+            }
+            Err(CancelError::Granted) => 1,
+            Err(CancelError::Rejected(_)) => 2,
+            Err(_) => 3,
+        })
     }
 
-    /// Returns permits; yields how many settled waiters wait to be taken.
+    /// Returns `weight` permits early (a partial release: the call goes on); yields how many
+    /// settled waiters and events wait to be taken.
     #[napi]
-    pub fn release(&self, weight: f64) -> Result<u32> {
+    pub fn refund(&self, weight: f64) -> Result<u32> {
         self.bh()?.release_units(weight as u64);
         Ok(settled::pending())
     }
 
-    /// A permit object was garbage-collected while held: return and count it.
+    /// Ends call `id` with `outcome` (0 success, 1 failure, 2 ignored, 3 overload; nothing if
+    /// it already ended), then returns its `weight` remaining permits; yields how many settled
+    /// waiters and events wait to be taken.
     #[napi]
-    pub fn release_leaked(&self, weight: f64) -> Result<u32> {
+    pub fn release(&self, weight: f64, id: u32, outcome: u32) -> Result<u32> {
         let bh = self.bh()?;
+        if bh.has_policies() {
+            self.end(bh, id, resilience::outcome(outcome)?);
+        }
+        if weight > 0.0 {
+            bh.release_units(weight as u64);
+        }
+        Ok(settled::pending())
+    }
+
+    /// The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
+    /// (its permits stay held until `finish`, which then records nothing).
+    #[napi]
+    pub fn call_timed_out(&self, id: u32) -> Result<u32> {
+        let bh = self.bh()?;
+        bh.count_call_timeout();
+        self.end(bh, id, Outcome::Failure);
+        Ok(settled::pending())
+    }
+
+    /// A permit object was garbage-collected while held: end its call `ignored`, return and
+    /// count it.
+    #[napi]
+    pub fn release_leaked(&self, weight: f64, id: u32) -> Result<u32> {
+        let bh = self.bh()?;
+        self.end(bh, id, Outcome::Ignored);
         bh.record_leak(weight as u64);
-        bh.release_units(weight as u64);
+        if weight > 0.0 {
+            bh.release_units(weight as u64);
+        }
         Ok(settled::pending())
     }
 
@@ -205,9 +349,16 @@ impl NativeBulkhead {
         Ok(settled::pending())
     }
 
+    /// The stats (a read commits a due open → half-open transition, like any state read).
     #[napi]
     pub fn stats(&self) -> Result<JsStats> {
         Ok(JsStats::from(&self.bh()?.stats()))
+    }
+
+    /// The breaker's state (`"closed"`, `"open"`, `"half_open"`), or `null` without one.
+    #[napi]
+    pub fn circuit_state(&self) -> Result<Option<&'static str>> {
+        Ok(self.bh()?.circuit_state().map(|s| s.as_str()))
     }
 
     #[napi]

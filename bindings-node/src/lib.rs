@@ -7,6 +7,7 @@
 //! | `bulkhead` | `NativeBulkhead`: tryTake / enqueue / pollTicket / cancel / release / stats |
 //! | `registry` | `NativeRegistry`, `originKey` |
 //! | `settled` | the per-isolate queue of settled waiter ids (no threadsafe function needed) |
+//! | `resilience` | the `resilience` options; the per-isolate queue of breaker state changes |
 //! | `stats`, `clock` | the stats object; the virtual clock of the test hook |
 
 // napi-derive registers exports only outside `cfg(test)`; the test build sees them unused.
@@ -15,6 +16,7 @@
 mod bulkhead;
 mod clock;
 mod registry;
+mod resilience;
 mod settled;
 mod stats;
 
@@ -38,8 +40,20 @@ pub fn take_settled() -> Vec<u32> {
     settled::take()
 }
 
-/// How many settled waiter ids wait to be taken.
+/// How many settled waiter ids and state-change events wait to be taken.
 #[napi]
 pub fn settled_pending() -> u32 {
     settled::pending()
+}
+
+/// The breaker state changes since the last call, oldest first.
+#[napi]
+pub fn take_events() -> Vec<resilience::StateChange> {
+    resilience::take()
+}
+
+/// How many breaker state changes wait to be taken.
+#[napi]
+pub fn events_pending() -> u32 {
+    resilience::pending()
 }

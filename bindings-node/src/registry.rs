@@ -9,6 +9,7 @@ use napi_derive::napi;
 use crate::{
     bulkhead::{NativeBulkhead, config},
     clock::{self, VirtualClock},
+    resilience::{self, NativeResilience},
     stats::JsStats,
 };
 
@@ -19,10 +20,18 @@ pub struct NativeConfig {
     pub max_queue: f64,
     pub queue_timeout_ms: f64,
     pub enabled: bool,
+    /// The policies (already merged over the defaults' by the facade).
+    pub resilience: Option<NativeResilience>,
 }
 
 fn to_core(c: &NativeConfig) -> Result<hullguard_core::Config> {
-    config(c.max_concurrent, c.max_queue, c.queue_timeout_ms, c.enabled)
+    config(
+        c.max_concurrent,
+        c.max_queue,
+        c.queue_timeout_ms,
+        c.enabled,
+        c.resilience.as_ref(),
+    )
 }
 
 #[napi]
@@ -37,19 +46,27 @@ impl NativeRegistry {
         defaults: NativeConfig,
         overrides: HashMap<String, NativeConfig>,
         max_keys: f64,
+        emitter: Option<u32>,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
         let mut o = HashMap::new();
         for (k, c) in &overrides {
-            o.insert(k.clone(), to_core(c)?);
+            let c = to_core(c).map_err(|e| {
+                Error::new(
+                    Status::InvalidArg,
+                    format!("overrides[{k:?}]: {}", e.reason),
+                )
+            })?;
+            o.insert(k.clone(), c);
         }
-        let reg = CoreRegistry::with_clock(
+        let reg = CoreRegistry::with_observer(
             RegistryConfig {
                 defaults: to_core(&defaults)?,
                 overrides: o,
                 max_keys: max_keys as usize,
             },
             clock::source(clock),
+            resilience::observer(emitter),
         )
         .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
         Ok(Self { reg })

@@ -33,9 +33,10 @@ pub(crate) fn waker(id: u32) -> Waker {
     Waker::from(Arc::new(WaiterWake(id)))
 }
 
-/// How many settled waiters wait to be taken.
+/// How many settled waiters and state-change events wait to be taken (the facade takes both
+/// when this is not 0).
 pub(crate) fn pending() -> u32 {
-    SETTLED.with(|s| s.borrow().len() as u32)
+    SETTLED.with(|s| s.borrow().len() as u32) + crate::resilience::pending()
 }
 
 /// Takes the settled waiter ids, oldest first.

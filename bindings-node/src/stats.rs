@@ -1,7 +1,7 @@
 //! `stats()` as a JS object: DESIGN §3.7 names in camelCase; the keys of `rejectedByReason`
 //! stay exactly the reason strings.
 
-use hullguard_core::{Snapshot, Stats};
+use hullguard_core::{Snapshot, Stats, adaptive::AdaptiveStats, breaker::CircuitStats};
 use napi_derive::napi;
 
 /// Rejections per reason (keys are the reason strings of every layer).
@@ -42,6 +42,62 @@ pub struct JsStats {
     pub queue_wait_count: f64,
     pub queue_wait_sum_ns: f64,
     pub queue_wait_max_ns: f64,
+    /// `null` unless an adaptive limit is attached.
+    pub adaptive: Option<JsAdaptiveStats>,
+    /// `null` unless a circuit breaker is attached.
+    pub circuit: Option<JsCircuitStats>,
+}
+
+/// The adaptive limit's state (`algorithm` is `"aimd"` or `"gradient2"`).
+#[napi(object)]
+pub struct JsAdaptiveStats {
+    pub algorithm: String,
+    pub limit: f64,
+    pub min_limit: f64,
+    pub max_limit: f64,
+    pub samples_total: f64,
+    pub decreases_total: f64,
+    pub last_rtt_ns: f64,
+    pub long_rtt_ns: f64,
+}
+
+impl From<&AdaptiveStats> for JsAdaptiveStats {
+    fn from(a: &AdaptiveStats) -> Self {
+        JsAdaptiveStats {
+            algorithm: a.algorithm.as_str().to_owned(),
+            limit: a.limit as f64,
+            min_limit: a.min_limit as f64,
+            max_limit: a.max_limit as f64,
+            samples_total: a.samples_total as f64,
+            decreases_total: a.decreases_total as f64,
+            last_rtt_ns: a.last_rtt_ns as f64,
+            long_rtt_ns: a.long_rtt_ns as f64,
+        }
+    }
+}
+
+/// The breaker's state and counters (`state` is `"closed"`, `"open"` or `"half_open"`).
+#[napi(object)]
+pub struct JsCircuitStats {
+    pub state: String,
+    pub generation: f64,
+    pub consecutive_failures: f64,
+    pub window_requests: f64,
+    pub window_failures: f64,
+    pub opened_at_ns: f64,
+}
+
+impl From<&CircuitStats> for JsCircuitStats {
+    fn from(c: &CircuitStats) -> Self {
+        JsCircuitStats {
+            state: c.state.as_str().to_owned(),
+            generation: c.generation as f64,
+            consecutive_failures: c.consecutive_failures as f64,
+            window_requests: c.window_requests as f64,
+            window_failures: c.window_failures as f64,
+            opened_at_ns: c.opened_at_ns as f64,
+        }
+    }
 }
 
 impl From<&Stats> for JsStats {
@@ -71,6 +127,8 @@ impl From<&Stats> for JsStats {
             queue_wait_count: s.queue_wait_count as f64,
             queue_wait_sum_ns: s.queue_wait_sum_ns as f64,
             queue_wait_max_ns: s.queue_wait_max_ns as f64,
+            adaptive: s.adaptive.as_ref().map(JsAdaptiveStats::from),
+            circuit: s.circuit.as_ref().map(JsCircuitStats::from),
         }
     }
 }

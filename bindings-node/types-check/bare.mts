@@ -8,3 +8,4 @@ export async function bare(): Promise<number> {
   permit[Symbol.dispose]()
   return bh.run((s) => (s?.aborted ? 0 : 1), { signal })
 }
+export const policies = new Bulkhead({ resilience: { adaptive: {}, callTimeoutMs: 10 } }).on('stateChange', () => {})

@@ -18,3 +18,6 @@ async function cjs(): Promise<number> {
 }
 const max: number = hullguard.MAX_PERMITS + hullguard.MAX_QUEUE
 void [same, cjs, max]
+const policies = new hullguard.Bulkhead({ resilience: { breaker: { openDurationMs: 100 }, callTimeoutMs: 50 } })
+policies.on('stateChange', (key, from, to) => void [key, from, to])
+void policies.tryAcquire()?.release({ outcome: 'failure' })

@@ -121,8 +121,8 @@ async function bulkheadApi(signal: AbortSignal): Promise<void> {
   const r: RejectedByReason = s.rejectedByReason
   const ql: number = s.rejectedByReason.queue_limit + r.concurrency_limit + r.key_limit + r.timeout +
     r.aborted + r.shutdown + r.circuit_open + r.call_timeout
-  const adaptive: null = s.adaptive
-  const circuit: null = s.circuit
+  const adaptive: { limit: number } | null = s.adaptive
+  const circuit: { state: 'closed' | 'open' | 'half_open' } | null = s.circuit
   // @ts-expect-error reason keys are not camel-cased
   s.rejectedByReason.queueLimit
   // @ts-expect-error field names are camel-cased
@@ -226,3 +226,67 @@ new Guarded({ keepAlive: true })
 new Guarded({ registry: reg, keepAliv: true })
 const plain = new BulkheadAgent({ registry: reg, keepAlive: true })
 void [httpApi, agentRegistry, plain]
+
+// ----- policies (resilience, outcomes, stateChange) ---------------------------------------------
+import { OUTCOMES } from 'hullguard'
+import type {
+  AdaptiveOptions,
+  AdaptiveStats,
+  BreakerOptions,
+  CircuitState,
+  CircuitStats,
+  Outcome,
+  ReleaseOptions,
+  ResilienceOptions,
+  StateChangeListener,
+} from 'hullguard'
+
+const adaptiveOpts: AdaptiveOptions = { algorithm: 'aimd', minLimit: 1, maxLimit: 8, targetLatencyMs: 250 }
+const breakerOpts: BreakerOptions = { failureThreshold: 3, openDurationMs: 2_000, halfOpenMaxCalls: 1 }
+const resilience: ResilienceOptions = { adaptive: adaptiveOpts, breaker: breakerOpts, callTimeoutMs: 1_000 }
+const guarded = new Bulkhead({ maxConcurrent: 8, resilience })
+const plainAgain = new Bulkhead({ resilience: null })
+const policyRegistry = new Registry({
+  maxConcurrent: 4,
+  resilience: { breaker: {} },
+  overrides: { 'https://slow.example:443': { resilience: { breaker: { openDurationMs: 500 }, adaptive: null } } },
+})
+// @ts-expect-error algorithm is 'gradient2' | 'aimd'
+new Bulkhead({ resilience: { adaptive: { algorithm: 'vegas' } } })
+// @ts-expect-error an unknown breaker option
+new Bulkhead({ resilience: { breaker: { resetTimeout: 5 } } })
+
+const onChange: StateChangeListener = (key: string | null, from: CircuitState, to: CircuitState) => {
+  void [key, from, to]
+}
+const chained: Bulkhead = guarded.on('stateChange', onChange).off('stateChange', onChange)
+const chainedReg: Registry = policyRegistry.on('stateChange', (key, from, to) => void [key, from, to])
+// @ts-expect-error only 'stateChange'
+guarded.on('limitChange', onChange)
+
+async function outcomes(): Promise<void> {
+  const permit = await guarded.acquire()
+  const how: Outcome = 'overload'
+  const opts: ReleaseOptions = { outcome: how }
+  const released: boolean = permit.release(opts)
+  // @ts-expect-error an unknown outcome
+  permit.release({ outcome: 'timeout' })
+  const code: 0 | 1 | 2 | 3 = OUTCOMES.failure
+  const s = guarded.stats()
+  const circuit: CircuitStats | null = s.circuit
+  const adaptive: AdaptiveStats | null = s.adaptive
+  const state: CircuitState | undefined = circuit?.state
+  const limit: number | undefined = adaptive?.limit
+  const decreases: number | undefined = adaptive?.decreasesTotal
+  const viaRun: number = await guarded.run(async (signal) => (signal?.aborted ? 0 : 1))
+  try {
+    await guarded.run(() => 1)
+  } catch (e) {
+    if (e instanceof BulkheadError && (e.code === 'CIRCUIT_OPEN' || e.code === 'BULKHEAD_CALL_TIMEOUT')) {
+      const r: Reason = e.reason
+      void r
+    }
+  }
+  void [released, code, state, limit, decreases, viaRun]
+}
+void [plainAgain, chained, chainedReg, outcomes]
