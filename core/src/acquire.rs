@@ -64,18 +64,13 @@ where
             .take()
             .expect("acquire future polled after completion");
         let mut call = core::mem::take(&mut self.call);
-        Poll::Ready(match r {
-            Ok(w) => {
-                if queued {
-                    bh.mark_granted(&mut call);
-                }
-                Ok(PermitOf::with_call(bh, w, call))
-            }
-            Err(e) => {
-                bh.end_call(call, Outcome::Ignored);
-                Err(e)
-            }
-        })
+        if queued && r.is_ok() {
+            bh.mark_granted(&mut call);
+        }
+        Poll::Ready(
+            bh.refused(call, r)
+                .map(|w| PermitOf::with_call(bh, w, call)),
+        )
     }
 
     /// Settles a queued ticket with `reason` (a deadline passed). If the waiter settled first,
@@ -134,15 +129,9 @@ where
             .bh
             .as_deref()
             .expect("acquire future polled after completion");
-        if bh.has_policies() {
-            // Argument errors first (never counted), then the breaker, then admission.
-            if let Err(e) = bh.check_weight(this.weight) {
-                return this.finish(Err(e));
-            }
-            match bh.begin_call() {
-                Ok(call) => this.call = call,
-                Err(e) => return this.finish(Err(e)),
-            }
+        match bh.begin_call_for(this.weight) {
+            Ok(call) => this.call = call,
+            Err(e) => return this.finish(Err(e)),
         }
         let bh = this.bh.as_deref().expect("checked above");
         match bh.enqueue(this.weight, Some(cx.waker())) {

@@ -111,11 +111,7 @@ impl<const N: usize> Bulkhead<N> {
     ) -> Result<(u64, crate::policy::CallStart), AcquireError> {
         let timeout = timeout.unwrap_or(self.queue_timeout());
         let waker = thread_waker();
-        if self.has_policies() {
-            // Argument errors first (never counted), then the breaker, then admission.
-            self.check_weight(weight)?;
-        }
-        let mut call = self.begin_call()?;
+        let mut call = self.begin_call_for(weight)?;
         let r = match self.enqueue_within(weight, timeout, Some(&waker)) {
             Ok(Admission::Granted) => Ok(weight),
             Ok(Admission::Queued(t)) => self
@@ -123,13 +119,7 @@ impl<const N: usize> Bulkhead<N> {
                 .inspect(|_| self.mark_granted(&mut call)),
             Err(e) => Err(e),
         };
-        match r {
-            Ok(w) => Ok((w, call)),
-            Err(e) => {
-                self.end_call(call, crate::outcome::Outcome::Ignored);
-                Err(e)
-            }
-        }
+        self.refused(call, r).map(|w| (w, call))
     }
 
     /// The handle-free form of [`acquire_blocking`](Self::acquire_blocking): on `Ok` the caller

@@ -451,6 +451,23 @@ impl Breaker {
         })
     }
 
+    /// [`try_admit`](Self::try_admit) reading the clock only when the breaker is not closed
+    /// (a closed breaker admits without looking at the time).
+    ///
+    /// # Errors
+    /// As [`try_admit`](Self::try_admit).
+    pub fn try_admit_with(&self, now_ns: impl FnOnce() -> u64) -> Result<Admit, Open> {
+        // Acquire: as in `try_admit`.
+        let w = self.word.load(Acquire);
+        if CircuitState::of(w) == CircuitState::Closed {
+            return Ok(Admit {
+                word: w,
+                transition: None,
+            });
+        }
+        self.try_admit(now_ns())
+    }
+
     /// Asks to run one call at `now_ns`.
     ///
     /// Closed: admitted. Open: rejected until `open_duration` has passed; then exactly one caller

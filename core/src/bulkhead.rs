@@ -349,9 +349,15 @@ impl<const N: usize> Bulkhead<N> {
         Ok(weight as Word)
     }
 
+    /// Counts one rejection in `rejected_by_reason`.
+    #[inline]
+    pub(crate) fn count_rejection(&self, reason: Reason) {
+        self.counters.reject(reason);
+    }
+
     /// Counts and builds a rejection.
     pub(crate) fn reject(&self, reason: Reason) -> Rejection {
-        self.counters.reject(reason);
+        self.count_rejection(reason);
         Rejection {
             reason,
             snapshot: self.snapshot(),
@@ -403,18 +409,14 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     fn guarded_try(&self, weight: u64) -> Result<crate::policy::CallStart, AcquireError> {
         if !self.has_policies() {
-            self.try_acquire_units(weight)?;
-            return Ok(crate::policy::CallStart::NONE);
+            // The plain fast path: nothing to begin or end.
+            return self
+                .try_acquire_units(weight)
+                .map(|()| crate::policy::CallStart::NONE);
         }
-        self.check_weight(weight)?;
-        let call = self.begin_call()?;
-        match self.try_acquire_units(weight) {
-            Ok(()) => Ok(call),
-            Err(e) => {
-                self.end_call(call, crate::outcome::Outcome::Ignored);
-                Err(e)
-            }
-        }
+        let call = self.begin_call_for(weight)?;
+        self.refused(call, self.try_acquire_units(weight))
+            .map(|()| call)
     }
 
     /// [`try_acquire`](Self::try_acquire) without a handle: on `Ok` the caller holds `weight`

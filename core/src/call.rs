@@ -157,6 +157,6 @@ impl<const N: usize> Bulkhead<N> {
     /// Counts one `call_timeout` in `rejected_by_reason` (a binding whose own timer fired calls
     /// this, then ends the call with [`Outcome::Failure`]).
     pub fn count_call_timeout(&self) {
-        let _ = self.reject(Reason::CallTimeout);
+        self.count_rejection(Reason::CallTimeout);
     }
 }

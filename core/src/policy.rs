@@ -128,8 +128,8 @@ impl Policies {
         observer: Option<SharedObserver>,
         key: Option<&str>,
     ) -> Result<Option<PolicyBox>, crate::config::ConfigError> {
+        // `config` was validated by the caller (`Bulkhead::with_observer`).
         let r = &config.resilience;
-        r.validate(config.max_concurrent)?;
         if r.is_off() {
             return Ok(None);
         }
@@ -196,7 +196,13 @@ impl<const N: usize> Bulkhead<N> {
     pub fn begin_call(&self) -> Result<CallStart, AcquireError> {
         match self.policies() {
             None => Ok(CallStart::NONE),
-            Some(_) => self.begin_call_at(self.now_ns()),
+            // The adaptive sample needs the start time; the breaker alone needs the clock only
+            // when it is not closed.
+            Some(p) if p.adaptive.is_some() => {
+                let now = self.now_ns();
+                self.begin(p, || now, now)
+            }
+            Some(p) => self.begin(p, || self.now_ns(), 0),
         }
     }
 
@@ -205,12 +211,49 @@ impl<const N: usize> Bulkhead<N> {
     /// # Errors
     /// As [`begin_call`](Self::begin_call).
     pub fn begin_call_at(&self, now_ns: u64) -> Result<CallStart, AcquireError> {
-        let Some(p) = self.policies() else {
+        match self.policies() {
+            None => Ok(CallStart::NONE),
+            Some(p) => self.begin(p, || now_ns, now_ns),
+        }
+    }
+
+    /// [`begin_call`](Self::begin_call) for an acquire of `weight`: argument errors first (never
+    /// counted), then the breaker. What every acquire path calls before admission.
+    ///
+    /// # Errors
+    /// [`AcquireError::InvalidWeight`] (only when policies are attached: a plain bulkhead
+    /// leaves the check to admission), then as [`begin_call`](Self::begin_call).
+    #[inline]
+    pub fn begin_call_for(&self, weight: u64) -> Result<CallStart, AcquireError> {
+        if !self.has_policies() {
             return Ok(CallStart::NONE);
-        };
+        }
+        self.check_weight(weight)?;
+        self.begin_call()
+    }
+
+    /// Ends `call` `Ignored` if admission refused it (any reason), and passes the result on.
+    #[inline]
+    pub(crate) fn refused<T>(
+        &self,
+        call: CallStart,
+        r: Result<T, AcquireError>,
+    ) -> Result<T, AcquireError> {
+        if r.is_err() {
+            self.end_call(call, Outcome::Ignored);
+        }
+        r
+    }
+
+    fn begin(
+        &self,
+        p: &Policies,
+        now_ns: impl FnOnce() -> u64,
+        started_ns: u64,
+    ) -> Result<CallStart, AcquireError> {
         let admit = match &p.breaker {
             None => None,
-            Some(b) => match b.try_admit(now_ns) {
+            Some(b) => match b.try_admit_with(now_ns) {
                 Ok(mut a) => {
                     p.fire(a.transition.take());
                     Some(a)
@@ -223,7 +266,7 @@ impl<const N: usize> Bulkhead<N> {
         };
         Ok(CallStart {
             admit,
-            started_ns: now_ns,
+            started_ns,
             tracked: true,
         })
     }

@@ -154,14 +154,15 @@ impl SharedController {
         if outcome == Outcome::Ignored {
             return;
         }
-        self.inflight
-            .store(s.inflight.min(Word::MAX as u64) as Word, Relaxed);
         if self.flag.try_enter_idle() {
             // Uncontended: our sample goes straight in (exact RTT, no inbox RMWs).
             // SAFETY: we hold the runner flag (module docs): no other access to `ctl` overlaps.
             self.ctl
                 .with_mut(|c| self.step(unsafe { &mut *c }, s, &mut apply));
         } else {
+            // The runner feeds inbox samples with the latest pusher's in-flight count.
+            self.inflight
+                .store(s.inflight.min(Word::MAX as u64) as Word, Relaxed);
             self.push(s.rtt_ns, outcome);
             if !self.flag.enter() {
                 return; // the runner will drain it
