@@ -51,6 +51,24 @@ impl Outcome {
         })
     }
 
+    /// The outcome of an HTTP response by its status (DESIGN §4, every HTTP integration uses
+    /// this one rule): 5xx (and above) is a failure, 429 is overload, anything else a success. Transport
+    /// errors are failures and cancellations ignored; those are not statuses.
+    ///
+    /// ```
+    /// use hullguard_core::Outcome;
+    /// assert_eq!(Outcome::for_http_status(503), Outcome::Failure);
+    /// assert_eq!(Outcome::for_http_status(429), Outcome::Overload);
+    /// assert_eq!(Outcome::for_http_status(404), Outcome::Success);
+    /// ```
+    pub const fn for_http_status(status: u16) -> Outcome {
+        match status {
+            429 => Outcome::Overload,
+            500.. => Outcome::Failure,
+            _ => Outcome::Success,
+        }
+    }
+
     /// What the breaker counts: `Overload` is a success for it.
     pub const fn for_breaker(self) -> Outcome {
         match self {
