@@ -48,11 +48,14 @@ class _Bucket:
     healthy_latency: List[float] = field(default_factory=list)
 
 
-def _p99(xs: List[float]) -> float:
-    if not xs:
+def percentile(sorted_values: List[float], p: float) -> float:
+    """Nearest-rank percentile of a sorted list (0 for an empty one). Shared with the isolation
+    phase (isolation_demo.py)."""
+    if not sorted_values:
         return 0.0
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, -(-99 * len(xs) // 100) - 1))]
+    rank = -(-p * len(sorted_values) // 100)  # ceil(p/100 × n)
+    rank = int(min(max(rank, 1), len(sorted_values)))
+    return sorted_values[rank - 1]
 
 
 async def breaker_phase(healthy_url: str, scripted_url: str) -> bool:
@@ -133,7 +136,7 @@ async def breaker_phase(healthy_url: str, scripted_url: str) -> bool:
             break
         here = ", ".join(f"{old}→{new} @{t:.2f}s" for t, old, new in ev if lo <= t < hi)
         print(f"  {lo:>4.1f}–{hi:<3.1f}{b.ok:>13} {b.failed:>8} {b.fast_failed:>13} "
-              f"{b.healthy_ok:>5}/{b.healthy_total:<5} {_p99(b.healthy_latency) * 1e3:>9.1f} ms   "
+              f"{b.healthy_ok:>5}/{b.healthy_total:<5} {percentile(sorted(b.healthy_latency), 99.0) * 1e3:>9.1f} ms   "
               f"{here}")
     stats = registry.stats()
     circuit = stats[key]["circuit"]

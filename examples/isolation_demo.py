@@ -69,6 +69,7 @@ from hullguard.httpx import BulkheadTransport
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
+from demo_phases import percentile  # noqa: E402
 
 HEALTHY, DEGRADED = 0, 1
 
@@ -335,15 +336,6 @@ class Summary:
     degraded_total: int
     degraded_outcomes: Dict[str, int]
     wall: float
-
-
-def percentile(sorted_values: List[float], p: float) -> float:
-    """Nearest-rank percentile of a sorted list (0 for an empty one)."""
-    if not sorted_values:
-        return 0.0
-    rank = -(-p * len(sorted_values) // 100)  # ceil(p/100 × n)
-    rank = int(min(max(rank, 1), len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 def schedule(args: argparse.Namespace) -> List[Tuple[float, int]]:
