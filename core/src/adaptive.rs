@@ -116,7 +116,9 @@ impl Algorithm {
 pub struct AdaptiveConfig {
     /// The controller; default [`Algorithm::Gradient2`].
     pub algorithm: Algorithm,
-    /// The starting limit, `min_limit ..= max_limit`; default `max_concurrent`.
+    /// The starting limit, `min_limit ..= max_limit`, or 0 for "start at `max_limit`" (the
+    /// DESIGN §4 default `initial_limit` = `max_limit`; what a binding passes when the user set
+    /// `max_limit` but no `initial_limit`). [`Self::for_max_concurrent`] sets `max_concurrent`.
     pub initial_limit: u64,
     /// The floor, `1 ..= max_limit`; default 1.
     pub min_limit: u64,
@@ -164,6 +166,15 @@ impl AdaptiveConfig {
         }
     }
 
+    /// The limit a controller starts at: `initial_limit`, or `max_limit` when it is 0.
+    pub const fn start_limit(&self) -> u64 {
+        if self.initial_limit == 0 {
+            self.max_limit
+        } else {
+            self.initial_limit
+        }
+    }
+
     /// Checks every option, naming the first bad one.
     ///
     /// # Errors
@@ -178,7 +189,9 @@ impl AdaptiveConfig {
         if self.min_limit == 0 || self.min_limit > self.max_limit {
             return Err(E::MinLimit);
         }
-        if self.initial_limit < self.min_limit || self.initial_limit > self.max_limit {
+        if self.initial_limit != 0
+            && (self.initial_limit < self.min_limit || self.initial_limit > self.max_limit)
+        {
             return Err(E::InitialLimit);
         }
         if self.target_latency_ns == 0 {

@@ -40,6 +40,18 @@ impl Outcome {
         }
     }
 
+    /// The outcome with this code (`Outcome as u8`: 0 success, 1 failure, 2 ignored,
+    /// 3 overload; the C ABI's `hg_outcome` numbers).
+    pub const fn from_code(code: u8) -> Option<Outcome> {
+        Some(match code {
+            0 => Outcome::Success,
+            1 => Outcome::Failure,
+            2 => Outcome::Ignored,
+            3 => Outcome::Overload,
+            _ => return None,
+        })
+    }
+
     /// Parses [`as_str`](Self::as_str)'s spelling.
     pub fn parse(s: &str) -> Option<Outcome> {
         Some(match s {

@@ -35,7 +35,7 @@ impl Aimd {
     pub fn new(cfg: &AdaptiveConfig) -> Result<Self, AdaptiveConfigError> {
         cfg.validate()?;
         Ok(Aimd {
-            limit: cfg.initial_limit,
+            limit: cfg.start_limit(),
             min_limit: cfg.min_limit,
             max_limit: cfg.max_limit,
             target_latency_ns: cfg.target_latency_ns,

@@ -105,7 +105,7 @@ impl Gradient2 {
     pub fn new(cfg: &AdaptiveConfig) -> Result<Self, AdaptiveConfigError> {
         cfg.validate()?;
         Ok(Gradient2 {
-            estimate: cfg.initial_limit as f64,
+            estimate: cfg.start_limit() as f64,
             long_rtt: ExpAvg::new(cfg.long_window),
             min_limit: cfg.min_limit,
             max_limit: cfg.max_limit,

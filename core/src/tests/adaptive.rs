@@ -740,3 +740,20 @@ fn c20_gradient2_collapses_in_the_outage_and_recovers() {
     };
     assert!(g.long_rtt_ns() <= 20.0 * MS as f64, "{}", g.long_rtt_ns());
 }
+
+/// `initial_limit: 0` means "start at `max_limit`" (DESIGN §4: `initial_limit` = `max_limit`),
+/// so a binding that got only `max_limit` from its user needs no rule of its own.
+#[test]
+fn initial_limit_zero_starts_at_max_limit() {
+    for algorithm in [Algorithm::Aimd, Algorithm::Gradient2] {
+        let cfg = AdaptiveConfig {
+            algorithm,
+            initial_limit: 0,
+            max_limit: 5,
+            ..AdaptiveConfig::for_max_concurrent(10)
+        };
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(cfg.start_limit(), 5);
+        assert_eq!(AdaptiveController::new(&cfg).unwrap().limit(), 5);
+    }
+}
