@@ -38,6 +38,7 @@
 
 const http = require('node:http')
 const { errorMonitor } = require('node:events')
+const { isCancellation } = require('./outcome.js')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
 let facade = null
@@ -63,9 +64,7 @@ function statusOutcome(status) {
 
 /** The outcome of a transport error: a cancellation is `ignored`, anything else a failure. */
 function errorOutcome(e, signal) {
-  if (signal !== undefined && signal !== null && signal.aborted && e === signal.reason) return 'ignored'
-  if (e !== null && typeof e === 'object' && (e.name === 'AbortError' || e.code === 'ABORT_ERR')) return 'ignored'
-  return 'failure'
+  return isCancellation(e, signal) ? 'ignored' : 'failure'
 }
 
 // ----- fetch ----------------------------------------------------------------------------------
@@ -174,12 +173,8 @@ function withBulkhead(fetchImpl, registry) {
       release(errorOutcome(e, signal))
       throw e
     }
-    if (res === null || typeof res !== 'object') {
-      release('success')
-      return res
-    }
-    const outcome = statusOutcome(res.status)
-    if (res.body === null || res.body === undefined) {
+    const outcome = statusOutcome(res?.status)
+    if (res === null || typeof res !== 'object' || res.body === null || res.body === undefined) {
       release(outcome)
       return res
     }

@@ -21,6 +21,7 @@
  */
 
 const native = require('./native.js')
+const { OUTCOMES, isCancellation } = require('./outcome.js')
 
 const { NativeBulkhead, NativeRegistry, takeSettled, settledPending, takeEvents, eventsPending } = native
 
@@ -53,11 +54,9 @@ const R_TIMEOUT = 3
 const R_ABORTED = 4
 const R_CALL_TIMEOUT = 7
 
-/** How a guarded call ended (the addon's codes). */
-const OUTCOMES = Object.freeze({ success: 0, failure: 1, ignored: 2, overload: 3 })
-const O_SUCCESS = 0
-const O_FAILURE = 1
-const O_IGNORED = 2
+const O_SUCCESS = OUTCOMES.success
+const O_FAILURE = OUTCOMES.failure
+const O_IGNORED = OUTCOMES.ignored
 
 // Codes of NativeBulkhead.enqueue / pollTicket.
 const GRANTED = -1
@@ -187,8 +186,8 @@ function policyPart(value, base, known, path) {
     } else if (kind === 'count') {
       count(v, name, 0, Number.MAX_SAFE_INTEGER, undefined)
     } else if (kind === 'ms') {
-      millis(v, name, undefined)
       if (v === null) throw new TypeError(`${name} must be a number of milliseconds, got null`)
+      millis(v, name, undefined)
     } else if (typeof v !== 'number' || Number.isNaN(v)) {
       throw new TypeError(`${name} must be a number, got ${typeof v === 'number' ? v : typeof v}`)
     }
@@ -218,6 +217,11 @@ function resilienceFrom(value, base) {
     callTimeoutMs,
   }
   return r.adaptive === null && r.breaker === null && r.callTimeoutMs === Infinity ? null : r
+}
+
+/** Whether a resolved config has a breaker (its bulkhead then reports state changes). */
+function hasBreaker(c) {
+  return c.resilience !== null && c.resilience.breaker !== null
 }
 
 /** The addon's view of a resolved `resilience` (omitted parts are off). */
@@ -275,9 +279,7 @@ function outcomeArg(opts) {
  * `signal.reason`, or an error named "AbortError" — is `ignored`; anything else a `failure`.
  */
 function outcomeOfError(e, signal) {
-  if (signal !== undefined && signal.aborted && e === signal.reason) return O_IGNORED
-  if (e !== null && (typeof e === 'object' || typeof e === 'function') && e.name === 'AbortError') return O_IGNORED
-  return O_FAILURE
+  return isCancellation(e, signal) ? O_IGNORED : O_FAILURE
 }
 
 // ----- state-change events --------------------------------------------------------------------
@@ -300,13 +302,16 @@ function newEmitter(withEvents) {
 
 let delivering = false
 
-/** Calls the listeners of every queued state change (on the JS thread, never re-entered). */
+/**
+ * Calls the listeners of every queued state change (on the JS thread, never re-entered), and of
+ * those the listeners commit meanwhile.
+ */
 function deliverEvents() {
   if (delivering) return
   delivering = true
   try {
-    while (eventsPending() !== 0) {
-      for (const ev of takeEvents()) {
+    for (let evs = takeEvents(); evs.length !== 0; evs = takeEvents()) {
+      for (const ev of evs) {
         const e = emitters.get(ev.emitter)?.deref()
         if (e === undefined) continue
         const key = ev.key === undefined ? null : ev.key
@@ -326,6 +331,11 @@ function deliverEvents() {
   } finally {
     delivering = false
   }
+}
+
+/** After a native call on `h` that may have committed state changes (none without a breaker). */
+function eventsAfter(h) {
+  if (h.events !== null && eventsPending() !== 0) deliverEvents()
 }
 
 function eventArg(event, listener) {
@@ -358,17 +368,22 @@ let nextWaiterId = 1
 /** Pending drains. */
 const drains = new Set()
 
-function settle() {
-  for (const id of takeSettled()) {
+/** Settles the queued waiters; `n` counts them plus the state changes waiting to be delivered. */
+function settle(n) {
+  const ids = takeSettled()
+  for (const id of ids) {
     const w = waiters.get(id)
     if (w !== undefined) w.settled()
   }
-  if (eventsPending() !== 0) deliverEvents()
+  if (ids.length !== n) deliverEvents()
 }
 
-/** After a native call that may have settled waiters (`n` = how many are queued). */
+/**
+ * After a native call that may have settled waiters or committed state changes (`n` = how many
+ * of both are queued).
+ */
 function after(n) {
-  if (n !== 0) settle()
+  if (n !== 0) settle(n)
   if (drains.size !== 0) checkDrains()
 }
 
@@ -465,8 +480,11 @@ function take(h, key, id, weight, timeoutMs, signal) {
   if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal))
   const r = nb.enqueue(weight, id, timeoutMs)
   if (r === GRANTED) return Promise.resolve(weight)
-  if (h.events !== null && eventsPending() !== 0) deliverEvents()
-  if (r === GRANTED_EVENTS) return Promise.resolve(weight)
+  if (r === GRANTED_EVENTS) {
+    deliverEvents()
+    return Promise.resolve(weight)
+  }
+  eventsAfter(h)
   if (r >= 0) {
     return new Promise((resolve, reject) => {
       waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
@@ -475,35 +493,41 @@ function take(h, key, id, weight, timeoutMs, signal) {
   return Promise.reject(rejection(nb, -r - REJECTED_BASE, key))
 }
 
+/** Ends call `id` on `h` with `outcome` and returns its `weight` permits (the handle's last use). */
+function finish(h, id, weight, outcome) {
+  const n = h.nb.release(weight, id, outcome)
+  if (h.dispose) h.nb.dispose()
+  after(n)
+}
+
+/** `fn(signal)`, with `end(outcome)` called once when it settles (or throws synchronously). */
+function callGuarded(fn, signal, end) {
+  let p
+  try {
+    p = fn(signal)
+  } catch (e) {
+    end(outcomeOfError(e, signal))
+    return Promise.reject(e)
+  }
+  return Promise.resolve(p).then(
+    (v) => {
+      end(O_SUCCESS)
+      return v
+    },
+    (e) => {
+      end(outcomeOfError(e, signal))
+      throw e
+    },
+  )
+}
+
 /**
  * Runs `fn` as call `id` holding `weight` permits; ends the call with its outcome and releases
  * when it settles (or throws synchronously).
  */
 function runHeld(h, key, id, weight, fn, signal) {
   if (h.callTimeoutMs !== Infinity) return runTimed(h, key, id, weight, fn, signal)
-  const { nb, dispose } = h
-  const done = (outcome) => {
-    const n = nb.release(weight, id, outcome)
-    if (dispose) nb.dispose()
-    after(n)
-  }
-  let p
-  try {
-    p = fn(signal)
-  } catch (e) {
-    done(outcomeOfError(e, signal))
-    return Promise.reject(e)
-  }
-  return Promise.resolve(p).then(
-    (v) => {
-      done(O_SUCCESS)
-      return v
-    },
-    (e) => {
-      done(outcomeOfError(e, signal))
-      throw e
-    },
-  )
+  return callGuarded(fn, signal, (outcome) => finish(h, id, weight, outcome))
 }
 
 /**
@@ -513,7 +537,7 @@ function runHeld(h, key, id, weight, fn, signal) {
  * held until `fn`'s promise settles, and that release records nothing more.
  */
 function runTimed(h, key, id, weight, fn, callerSignal) {
-  const { nb, dispose } = h
+  const nb = h.nb
   const ac = new AbortController()
   const signal = ac.signal
   let onAbort = null
@@ -533,28 +557,16 @@ function runTimed(h, key, id, weight, fn, callerSignal) {
       ac.abort(err)
       reject(err)
     }, h.callTimeoutMs)
-    const done = (outcome) => {
+    const end = (outcome) => {
       clearUnrefTimer(timer)
       if (onAbort !== null) callerSignal.removeEventListener('abort', onAbort)
-      const n = nb.release(weight, id, outcome)
-      if (dispose) nb.dispose()
-      after(n)
+      finish(h, id, weight, outcome)
     }
-    let p
-    try {
-      p = fn(signal)
-    } catch (e) {
-      done(outcomeOfError(e, signal))
-      reject(e)
-      return
-    }
-    Promise.resolve(p).then(
+    callGuarded(fn, signal, end).then(
       (v) => {
-        done(O_SUCCESS)
         if (!timedOut) resolve(v)
       },
       (e) => {
-        done(outcomeOfError(e, signal))
         if (!timedOut) reject(e)
       },
     )
@@ -567,8 +579,9 @@ function runTimed(h, key, id, weight, fn, callerSignal) {
 const leaks = new FinalizationRegistry((state) => {
   if (!state.held) return
   state.held = false
-  const n = state.nb.releaseLeaked(state.weight, state.id)
-  if (state.dispose) state.nb.dispose()
+  const { nb, dispose } = state.h
+  const n = nb.releaseLeaked(state.weight, state.id)
+  if (dispose) nb.dispose()
   after(n)
 })
 
@@ -582,7 +595,7 @@ const leaks = new FinalizationRegistry((state) => {
 class Permit {
   #s
   constructor(h, weight, key, id) {
-    this.#s = { nb: h.nb, weight, key, held: true, dispose: h.dispose, id }
+    this.#s = { h, weight, key, held: true, id }
     leaks.register(this, this.#s, this.#s)
   }
 
@@ -612,14 +625,12 @@ class Permit {
   #release(explicit, outcome) {
     const s = this.#s
     if (!s.held) {
-      if (explicit) s.nb.recordDoubleRelease()
+      if (explicit) s.h.nb.recordDoubleRelease()
       return false
     }
     s.held = false
     leaks.unregister(s)
-    const n = s.nb.release(s.weight, s.id, outcome)
-    if (s.dispose) s.nb.dispose()
-    after(n)
+    finish(s.h, s.id, s.weight, outcome)
     return true
   }
 
@@ -630,7 +641,7 @@ class Permit {
     count(n, 'n', 1, s.weight, undefined)
     if (n === undefined) throw new TypeError('n must be a number')
     s.weight -= n
-    after(s.nb.refund(n))
+    after(s.h.nb.refund(n))
   }
 
   [Symbol.for('nodejs.dispose')]() {
@@ -656,7 +667,7 @@ function handleOf(nb, c, dispose, events) {
     queueTimeoutMs: c.queueTimeoutMs,
     dispose,
     callTimeoutMs: r === null ? Infinity : r.callTimeoutMs,
-    events: r !== null && r.breaker !== null ? events : null,
+    events: hasBreaker(c) ? events : null,
   }
 }
 
@@ -713,8 +724,11 @@ function runOn(h, key, fn, opts) {
   const id = callId()
   const r = nb.enqueue(weight, id, timeoutMs)
   if (r === GRANTED) return runHeld(h, key, id, weight, fn, signal)
-  if (h.events !== null && eventsPending() !== 0) deliverEvents()
-  if (r === GRANTED_EVENTS) return runHeld(h, key, id, weight, fn, signal)
+  if (r === GRANTED_EVENTS) {
+    deliverEvents()
+    return runHeld(h, key, id, weight, fn, signal)
+  }
+  eventsAfter(h)
   if (r >= 0) {
     const queued = new Promise((resolve, reject) => {
       waiters.set(id, new Waiter(nb, key, r, id, signal, timeoutMs, resolve, reject))
@@ -741,7 +755,7 @@ function tryAcquireOn(h, key, opts) {
   }
   const id = callId()
   const code = h.nb.tryTake(weight, id)
-  if (h.events !== null && eventsPending() !== 0) deliverEvents()
+  eventsAfter(h)
   if (code === 0) return new Permit(h, weight, key, id)
   if (code - 1 === R_CONCURRENCY_LIMIT) {
     if (h.dispose) h.nb.dispose()
@@ -795,7 +809,7 @@ class Bulkhead {
     }
     const c = configFrom(opts, DEFAULTS)
     const clock = opts !== undefined && opts !== null ? opts[kClock] : undefined
-    this.#events = newEmitter(c.resilience !== null && c.resilience.breaker !== null)
+    this.#events = newEmitter(hasBreaker(c))
     try {
       this.#nb = new NativeBulkhead(
         c.maxConcurrent,
@@ -854,7 +868,7 @@ class Bulkhead {
   /** A fresh stats object (reading it commits a due open → half-open transition). */
   stats() {
     const s = statsOf(this.#nb.stats())
-    if (eventsPending() !== 0) deliverEvents()
+    eventsAfter(this.#h)
     return s
   }
 
@@ -935,7 +949,6 @@ class Registry {
       }
     }
     const maxKeys = count(o.maxKeys, 'maxKeys', 1, 2 ** 32 - 1, 1024)
-    const hasBreaker = (c) => c.resilience !== null && c.resilience.breaker !== null
     this.#events = newEmitter(hasBreaker(defaults) || Object.values(overrides).some(hasBreaker))
     const nativeOverrides = {}
     for (const [k, c] of Object.entries(overrides)) nativeOverrides[k] = nativeConfig(c)
@@ -1023,7 +1036,7 @@ class Registry {
   stats() {
     const out = this.#nr.stats()
     for (const s of Object.values(out)) statsOf(s)
-    if (eventsPending() !== 0) deliverEvents()
+    if (this.#events.id !== 0 && eventsPending() !== 0) deliverEvents()
     return out
   }
 

@@ -21,10 +21,6 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
  */
 export declare class NativeBulkhead {
   constructor(maxConcurrent: number, maxQueue: number, queueTimeoutMs: number, enabled: boolean, resilience?: NativeResilience | undefined | null, emitter?: number | undefined | null, clock?: VirtualClock | undefined | null)
-  /** Whether the bulkhead has policies (breaker, adaptive limit or call timeout). */
-  get hasPolicies(): boolean
-  /** The `call_timeout` in ms, or `Infinity`. */
-  get callTimeoutMs(): number
   /**
    * Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
    * (the call then ended `ignored`).
@@ -62,7 +58,7 @@ export declare class NativeBulkhead {
   release(weight: number, id: number, outcome: number): number
   /**
    * The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
-   * (its permits stay held until `finish`, which then records nothing).
+   * (its permits stay held until `release`, which then records nothing more).
    */
   callTimedOut(id: number): number
   /**
@@ -76,8 +72,6 @@ export declare class NativeBulkhead {
   close(): number
   /** The stats (a read commits a due open → half-open transition, like any state read). */
   stats(): JsStats
-  /** The breaker's state (`"closed"`, `"open"`, `"half_open"`), or `null` without one. */
-  circuitState(): string | null
   snapshot(): JsSnapshot
   isIdle(): boolean
   get maxConcurrent(): number

@@ -10,8 +10,8 @@ use std::{
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Config, Outcome, Reason, Ticket,
-    TicketPoll,
+    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Config, Outcome,
+    Reason, Ticket, TicketPoll,
 };
 use napi::{Error, Result, Status};
 use napi_derive::napi;
@@ -37,12 +37,21 @@ pub(crate) fn rejected(reason: Reason) -> f64 {
     -(REJECTED_BASE + reason.index() as f64)
 }
 
-/// `GRANTED`, or `GRANTED_EVENTS` when state changes wait to be taken.
-fn granted() -> f64 {
-    if resilience::pending() == 0 {
-        GRANTED
-    } else {
+/// `GRANTED`, or `GRANTED_EVENTS` when `call`'s breaker check left state changes to take (only
+/// a tracked call can: a plain bulkhead's grant reads no queue).
+fn granted(call: &CallStart) -> f64 {
+    if call.is_tracked() && resilience::pending() != 0 {
         GRANTED_EVENTS
+    } else {
+        GRANTED
+    }
+}
+
+/// A `tryTake` code: 0, or `1 + hg_reason` of the rejection.
+fn take_code(r: std::result::Result<(), AcquireError>) -> u32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32),
     }
 }
 
@@ -66,13 +75,12 @@ pub(crate) fn config(
         max_concurrent,
         max_queue: max_queue as u64,
         // NaN / negative were rejected by the facade; anything too large for a Duration is
-        // "no deadline" (never a panic across the boundary).
-        queue_timeout: Duration::try_from_secs_f64(queue_timeout_ms.max(0.0) / 1000.0)
-            .unwrap_or(Duration::MAX),
+        // "no deadline".
+        queue_timeout: resilience::duration_ms(queue_timeout_ms),
         enabled,
         resilience: resilience::resilience(resilience, max_concurrent)?,
     };
-    resilience::validate(&c)?;
+    c.validate().map_err(resilience::config_error)?;
     Ok(c)
 }
 
@@ -109,10 +117,16 @@ impl NativeBulkhead {
             .ok_or_else(|| Error::new(Status::GenericFailure, "bulkhead handle disposed"))
     }
 
-    /// Keeps a tracked call until it ends.
-    fn keep(&self, id: u32, call: CallStart) {
-        if call.is_tracked() {
+    /// After admission of call `id`: keeps a tracked call until it ends when `admitted` (granted
+    /// or queued), else ends it `ignored` (step 2 of a guarded call).
+    fn admitted(&self, bh: &CoreBulkhead, id: u32, call: CallStart, admitted: bool) {
+        if !call.is_tracked() {
+            return;
+        }
+        if admitted {
             self.calls.borrow_mut().insert(id, call);
+        } else {
+            bh.end_call(call, Outcome::Ignored);
         }
     }
 
@@ -157,40 +171,16 @@ impl NativeBulkhead {
         Ok(Self::from_arc(Arc::new(bh)))
     }
 
-    /// Whether the bulkhead has policies (breaker, adaptive limit or call timeout).
-    #[napi(getter)]
-    pub fn has_policies(&self) -> Result<bool> {
-        Ok(self.bh()?.has_policies())
-    }
-
-    /// The `call_timeout` in ms, or `Infinity`.
-    #[napi(getter)]
-    pub fn call_timeout_ms(&self) -> Result<f64> {
-        Ok(self
-            .bh()?
-            .call_timeout()
-            .map_or(f64::INFINITY, |d| d.as_secs_f64() * 1000.0))
-    }
-
     /// Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
     /// (the call then ended `ignored`).
     #[napi]
     pub fn try_take(&self, weight: f64, id: u32) -> Result<u32> {
         let bh = self.bh()?;
-        let call = match bh.begin_call() {
-            Ok(c) => c,
-            Err(e) => return Ok(e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32)),
-        };
-        Ok(match bh.try_acquire_units(weight as u64) {
-            Ok(()) => {
-                self.keep(id, call);
-                0
-            }
-            Err(e) => {
-                bh.end_call(call, Outcome::Ignored);
-                e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32)
-            }
-        })
+        Ok(take_code(bh.begin_call().and_then(|call| {
+            let r = bh.try_acquire_units(weight as u64);
+            self.admitted(bh, id, call, r.is_ok());
+            r
+        })))
     }
 
     /// Begins call `id` and admits it at once (`GRANTED`, or `GRANTED_EVENTS` when state
@@ -201,7 +191,7 @@ impl NativeBulkhead {
     #[napi]
     pub fn enqueue(&self, weight: f64, id: u32, queue_timeout_ms: f64) -> Result<f64> {
         let bh = self.bh()?;
-        let call = match bh.begin_call() {
+        let mut call = match bh.begin_call() {
             Ok(c) => c,
             Err(e) => return Ok(e.reason().map_or(STALE, rejected)),
         };
@@ -217,10 +207,8 @@ impl NativeBulkhead {
                 match bh.poll_ticket(t, Some(&settled::waker(id))) {
                     Ok(TicketPoll::Pending) => t.to_raw() as f64,
                     Ok(TicketPoll::Granted(_)) => {
-                        let mut call = call;
                         bh.mark_granted(&mut call);
-                        self.keep(id, call);
-                        return Ok(granted());
+                        GRANTED
                     }
                     Ok(TicketPoll::Rejected(r)) => rejected(r.reason),
                     Err(_) => STALE,
@@ -228,16 +216,9 @@ impl NativeBulkhead {
             }
             Err(e) => e.reason().map_or(STALE, rejected),
         };
-        if r == GRANTED {
-            self.keep(id, call);
-            return Ok(granted());
-        }
-        if r >= 0.0 {
-            self.keep(id, call);
-        } else {
-            bh.end_call(call, Outcome::Ignored);
-        }
-        Ok(r)
+        // Granted or queued (a ticket, >= 0): the call goes on.
+        self.admitted(bh, id, call, r == GRANTED || r >= 0.0);
+        Ok(if r == GRANTED { granted(&call) } else { r })
     }
 
     /// A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
@@ -295,9 +276,7 @@ impl NativeBulkhead {
     #[napi]
     pub fn release(&self, weight: f64, id: u32, outcome: u32) -> Result<u32> {
         let bh = self.bh()?;
-        if bh.has_policies() {
-            self.end(bh, id, resilience::outcome(outcome)?);
-        }
+        self.end(bh, id, resilience::outcome(outcome)?);
         if weight > 0.0 {
             bh.release_units(weight as u64);
         }
@@ -305,7 +284,7 @@ impl NativeBulkhead {
     }
 
     /// The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
-    /// (its permits stay held until `finish`, which then records nothing).
+    /// (its permits stay held until `release`, which then records nothing more).
     #[napi]
     pub fn call_timed_out(&self, id: u32) -> Result<u32> {
         let bh = self.bh()?;
@@ -353,12 +332,6 @@ impl NativeBulkhead {
     #[napi]
     pub fn stats(&self) -> Result<JsStats> {
         Ok(JsStats::from(&self.bh()?.stats()))
-    }
-
-    /// The breaker's state (`"closed"`, `"open"`, `"half_open"`), or `null` without one.
-    #[napi]
-    pub fn circuit_state(&self) -> Result<Option<&'static str>> {
-        Ok(self.bh()?.circuit_state().map(|s| s.as_str()))
     }
 
     #[napi]

@@ -14,7 +14,7 @@
 use std::{cell::RefCell, sync::Arc, time::Duration};
 
 use hullguard_core::{
-    Config, ConfigError, Outcome, Resilience,
+    ConfigError, Outcome, Resilience,
     adaptive::{AdaptiveConfig, Algorithm},
     breaker::{BreakerConfig, CircuitState, Observer},
     policy::SharedObserver,
@@ -82,10 +82,13 @@ fn count32(v: Option<f64>, dflt: u32) -> u32 {
 
 /// A duration in ms; NaN / negative become zero and too large saturates, so that the core's
 /// range check names the option (never a panic across the boundary).
+pub(crate) fn duration_ms(ms: f64) -> Duration {
+    Duration::try_from_secs_f64(ms.max(0.0) / 1000.0).unwrap_or(Duration::MAX)
+}
+
+/// An optional duration option in ms (see [`duration_ms`]).
 fn duration(v: Option<f64>, dflt: Duration) -> Duration {
-    v.map_or(dflt, |ms| {
-        Duration::try_from_secs_f64(ms.max(0.0) / 1000.0).unwrap_or(Duration::MAX)
-    })
+    v.map_or(dflt, duration_ms)
 }
 
 fn adaptive(a: &NativeAdaptive, max_concurrent: u64) -> Result<AdaptiveConfig> {
@@ -139,7 +142,7 @@ pub(crate) fn resilience(r: Option<&NativeResilience>, max_concurrent: u64) -> R
     let call_timeout = match r.call_timeout_ms {
         None => None,
         Some(ms) if ms == f64::INFINITY => None,
-        Some(ms) => Some(duration(Some(ms), Duration::ZERO)),
+        Some(ms) => Some(duration_ms(ms)),
     };
     Ok(Resilience {
         adaptive: r
@@ -161,11 +164,6 @@ pub(crate) fn config_error(e: ConfigError) -> Error {
         None => format!("{}: {e}", e.option()),
     };
     Error::new(Status::InvalidArg, msg)
-}
-
-/// Validates `c` (bulkhead options and policies), naming the first bad option.
-pub(crate) fn validate(c: &Config) -> Result<()> {
-    c.validate().map_err(config_error)
 }
 
 /// The outcome of the facade's code (`Outcome as u8`: 0 success, 1 failure, 2 ignored,
