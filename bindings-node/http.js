@@ -39,6 +39,7 @@
 const http = require('node:http')
 const { errorMonitor } = require('node:events')
 const { isCancellation } = require('./outcome.js')
+const native = require('./native.js')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
 let facade = null
@@ -56,10 +57,9 @@ function registryArg(registry) {
   return registry
 }
 
-/** The outcome of an HTTP status: 5xx failure, 429 overload, anything else success. */
+/** The outcome of an HTTP status, by the core's rule (5xx failure, 429 overload, else success). */
 function statusOutcome(status) {
-  if (status === 429) return 'overload'
-  return typeof status === 'number' && status >= 500 ? 'failure' : 'success'
+  return Number.isInteger(status) && status >= 0 ? native.outcomeForHttpStatus(status) : 'success'
 }
 
 /** The outcome of a transport error: a cancellation is `ignored`, anything else a failure. */

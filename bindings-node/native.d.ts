@@ -220,6 +220,12 @@ export interface NativeResilience {
  */
 export declare function originKey(url: string): string
 
+/**
+ * The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
+ * `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
+ */
+export declare function outcomeForHttpStatus(status: number): string
+
 /** Rejections per reason (keys are the reason strings of every layer). */
 export interface RejectedByReason {
   concurrency_limit: number

@@ -842,6 +842,7 @@ module.exports.eventsPending = nativeBinding.eventsPending
 module.exports.MAX_PERMITS = nativeBinding.MAX_PERMITS
 module.exports.MAX_QUEUE = nativeBinding.MAX_QUEUE
 module.exports.originKey = nativeBinding.originKey
+module.exports.outcomeForHttpStatus = nativeBinding.outcomeForHttpStatus
 module.exports.settledPending = nativeBinding.settledPending
 module.exports.takeEvents = nativeBinding.takeEvents
 module.exports.takeSettled = nativeBinding.takeSettled

@@ -99,8 +99,13 @@ fn adaptive(a: &NativeAdaptive, max_concurrent: u64) -> Result<AdaptiveConfig> {
             .ok_or_else(|| invalid("adaptive.algorithm", "must be \"gradient2\" or \"aimd\""))?,
     };
     let max_limit = count(a.max_limit, d.max_limit);
-    // The starting limit follows a lowered ceiling unless it is given.
-    let initial_limit = count(a.initial_limit, d.initial_limit.min(max_limit));
+    // Not given: 0, the core's "start at max_limit". A given 0 stays out of range (the core
+    // names `initial_limit`), as any count below 1 does.
+    let initial_limit = match a.initial_limit.map(|v| count(Some(v), 0)) {
+        None => 0,
+        Some(0) => u64::MAX,
+        Some(n) => n,
+    };
     let target = duration(
         a.target_latency_ms,
         Duration::from_nanos(d.target_latency_ns),
@@ -169,18 +174,17 @@ pub(crate) fn config_error(e: ConfigError) -> Error {
 /// The outcome of the facade's code (`Outcome as u8`: 0 success, 1 failure, 2 ignored,
 /// 3 overload).
 pub(crate) fn outcome(code: u32) -> Result<Outcome> {
-    Ok(match code {
-        0 => Outcome::Success,
-        1 => Outcome::Failure,
-        2 => Outcome::Ignored,
-        3 => Outcome::Overload,
-        _ => {
-            return Err(Error::new(
-                Status::InvalidArg,
-                format!("unknown outcome {code}"),
-            ));
-        }
-    })
+    u8::try_from(code)
+        .ok()
+        .and_then(Outcome::from_code)
+        .ok_or_else(|| Error::new(Status::InvalidArg, format!("unknown outcome {code}")))
+}
+
+/// The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
+/// `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
+#[napi]
+pub fn outcome_for_http_status(status: u32) -> &'static str {
+    Outcome::for_http_status(u16::try_from(status).unwrap_or(u16::MAX)).as_str()
 }
 
 // ----- state-change events ------------------------------------------------------------------
