@@ -73,56 +73,72 @@ fn take(core: &Arc<CoreBulkhead>, t: Ticket) -> Option<Waiter> {
     pending().remove(&key(core, t))
 }
 
-/// Ends the guarded-call steps of a queued acquire that settled: a grant (`Some(weight)`)
-/// becomes a permit whose call restarts its RTT clock at the grant; a rejection ends the call
-/// `ignored` and gives a NULL permit.
-pub(crate) fn conclude(
+/// How a queued acquire settled: the granted weight, or the rejection's reason.
+pub(crate) type Settled = Result<u64, Reason>;
+
+/// A ticket poll as a settlement (`None` while pending).
+pub(crate) fn settled(p: TicketPoll) -> Option<Settled> {
+    match p {
+        TicketPoll::Pending => None,
+        TicketPoll::Granted(w) => Some(Ok(w)),
+        TicketPoll::Rejected(r) => Some(Err(r.reason)),
+    }
+}
+
+/// Ends the guarded-call steps of a queued acquire that settled (DESIGN §4): a grant becomes a
+/// permit whose call restarts its RTT clock at the grant; a rejection ends the call `ignored`.
+fn conclude(
     core: &Arc<CoreBulkhead>,
     mut call: CallStart,
-    granted: Option<u64>,
-) -> *mut hg_permit {
-    match granted {
-        Some(w) => {
+    s: Settled,
+) -> Result<*mut hg_permit, Reason> {
+    match s {
+        Ok(w) => {
             core.mark_granted(&mut call);
-            PermitBox::new(core.clone(), w, call).into_raw()
+            Ok(PermitBox::new(core.clone(), w, call).into_raw())
         }
-        None => {
+        Err(r) => {
             core.end_call(call, Outcome::Ignored);
-            std::ptr::null_mut()
+            Err(r)
         }
     }
 }
 
+/// A concluded acquire as the callback's arguments: `HG_STATUS_OK` and the permit, or the
+/// reason's status and NULL.
+pub(crate) fn status_of(r: Result<*mut hg_permit, Reason>) -> (hg_status, *mut hg_permit) {
+    match r {
+        Ok(permit) => (hg_status::HG_STATUS_OK, permit),
+        Err(reason) => (reason.into(), std::ptr::null_mut()),
+    }
+}
+
 /// Concludes `(core, t)` and runs its callback if it is still pending (outside the lock).
-fn fire(core: &Arc<CoreBulkhead>, t: Ticket, status: hg_status, granted: Option<u64>) {
+fn fire(core: &Arc<CoreBulkhead>, t: Ticket, s: Settled) {
     let w = take(core, t);
-    let call = w.as_ref().map_or(CallStart::NONE, |w| w.call);
-    let permit = conclude(core, call, granted);
-    match w.and_then(|w| w.cb) {
-        // SAFETY: the function pointer and user data came from the caller of
-        // `hg_bulkhead_acquire_async`, whose contract this is.
-        Some(cb) => unsafe { (cb.f)(status, permit, cb.user_data) },
-        // Nobody waits for it any more: never strand a permit.
-        None if !permit.is_null() => {
-            // SAFETY: `permit` was created just now by `conclude` and is owned here.
-            unsafe { crate::handle::permit_free(permit) }
+    let r = conclude(core, w.as_ref().map_or(CallStart::NONE, |w| w.call), s);
+    match (w.and_then(|w| w.cb), r) {
+        (Some(cb), r) => {
+            let (status, permit) = status_of(r);
+            // SAFETY: the function pointer and user data came from the caller of
+            // `hg_bulkhead_acquire_async`, whose contract this is.
+            unsafe { (cb.f)(status, permit, cb.user_data) }
         }
-        None => {}
+        // Nobody waits for it any more: never strand a permit.
+        // SAFETY: `permit` was created just now by `conclude` and is owned here.
+        (None, Ok(permit)) => unsafe { crate::handle::permit_free(permit) },
+        (None, Err(_)) => {}
     }
 }
 
 /// Consumes a settled ticket and runs its callback. Returns `true` if it is still pending.
 fn settle(core: &Arc<CoreBulkhead>, t: Ticket) -> bool {
-    match core.poll_ticket(t, None) {
-        Ok(TicketPoll::Granted(w)) => {
-            fire(core, t, hg_status::HG_STATUS_OK, Some(w));
+    match core.poll_ticket(t, None).map(settled) {
+        Ok(Some(s)) => {
+            fire(core, t, s);
             false
         }
-        Ok(TicketPoll::Rejected(r)) => {
-            fire(core, t, r.reason.into(), None);
-            false
-        }
-        Ok(TicketPoll::Pending) => true,
+        Ok(None) => true,
         Err(_) => false,
     }
 }
@@ -142,12 +158,19 @@ pub(crate) fn track(core: &Arc<CoreBulkhead>, t: Ticket, call: CallStart) {
     }
 }
 
-/// The call of a polling ticket that just settled (`hg_ticket_poll`), taken out of the table.
-pub(crate) fn untrack(core: &Arc<CoreBulkhead>, t: Ticket) -> CallStart {
-    if !core.has_policies() {
-        return CallStart::NONE;
-    }
-    take(core, t).map_or(CallStart::NONE, |w| w.call)
+/// `hg_ticket_poll` consumed ticket `t` (settled `s`): concludes the call `track` kept (none,
+/// and no lock taken, for a bulkhead without policies).
+pub(crate) fn polled(
+    core: &Arc<CoreBulkhead>,
+    t: Ticket,
+    s: Settled,
+) -> Result<*mut hg_permit, Reason> {
+    let call = if core.has_policies() {
+        take(core, t).map_or(CallStart::NONE, |w| w.call)
+    } else {
+        CallStart::NONE
+    };
+    conclude(core, call, s)
 }
 
 /// The core wakes this when the ticket settles (on the settling thread, after the commit).
@@ -218,9 +241,9 @@ impl Wake for CWake {
 pub(crate) enum Registered {
     /// Pending: the callback will run exactly once.
     Queued,
-    /// It settled before the waker was in place (no callback will run): the permit (granted,
-    /// its call concluded) or NULL with the rejection.
-    Settled(*mut hg_permit, Option<Reason>),
+    /// It settled before the waker was in place (no callback will run): the permit (its call
+    /// concluded), or the rejection.
+    Settled(Result<*mut hg_permit, Reason>),
 }
 
 /// Registers the callback, the call and the waker of a freshly queued ticket, and arms its
@@ -247,21 +270,16 @@ pub(crate) fn register(
         run: AtomicU8::new(IDLE),
     }));
     let early = match core.poll_ticket(t, Some(&waker)) {
-        Ok(TicketPoll::Pending) => None,
-        Ok(TicketPoll::Granted(w)) => Some(Ok(w)),
-        Ok(TicketPoll::Rejected(r)) => Some(Err(r.reason)),
+        Ok(p) => settled(p),
         // Stale: our own waker (woken during registration, on another thread) already took
         // the outcome and owns the callback. Report it as queued: the callback runs (or ran)
         // exactly once, and nothing is settled twice.
         Err(_) => None,
     };
-    if let Some(r) = early {
-        // This thread consumed the ticket, so the entry (and its call) is still ours.
-        let call = take(core, t).map_or(CallStart::NONE, |w| w.call);
-        return match r {
-            Ok(w) => Registered::Settled(conclude(core, call, Some(w)), None),
-            Err(reason) => Registered::Settled(conclude(core, call, None), Some(reason)),
-        };
+    if let Some(s) = early {
+        // This thread consumed the ticket, so the entry is still ours: drop it (no callback).
+        take(core, t);
+        return Registered::Settled(conclude(core, call, s));
     }
     if timeout != Duration::MAX {
         timer().arm(core, t, timeout);
@@ -273,7 +291,7 @@ pub(crate) fn register(
 /// polling ticket's call ended `ignored`).
 pub(crate) fn cancel(core: &Arc<CoreBulkhead>, t: Ticket, reason: Reason) -> bool {
     if core.cancel(t, reason).is_ok() {
-        fire(core, t, reason.into(), None);
+        fire(core, t, Err(reason));
         true
     } else {
         false

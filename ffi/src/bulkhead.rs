@@ -3,7 +3,8 @@
 use std::{ffi::c_void, sync::Arc, time::Duration};
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, Outcome, Reason, Ticket,
+    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, Outcome,
+    OwnedPermit, Reason, Ticket,
 };
 
 use crate::{
@@ -183,29 +184,52 @@ pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
     })
 }
 
-fn grant(
-    core: &Arc<CoreBulkhead>,
-    weight: u64,
-    call: CallStart,
-    out: &mut *mut hg_permit,
-) -> hg_status {
-    *out = PermitBox::new(core.clone(), weight, call).into_raw();
+/// Hands a granted permit to the caller.
+fn grant(permit: PermitBox, out: &mut *mut hg_permit) -> hg_status {
+    *out = permit.into_raw();
     hg_status::HG_STATUS_OK
 }
 
-/// Step 1 of a guarded call (DESIGN §4): the breaker's check before admission — after the
-/// argument check, so a bad weight is `HG_STATUS_INVALID_ARGUMENT` (never counted, never a
-/// probe) even while the circuit is open, as in `hg_bulkhead_try_acquire()`.
-macro_rules! begin_call {
-    ($core:expr, $weight:expr) => {{
-        if $weight == 0 || $weight > $core.max_concurrent() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+/// A core acquire's result (an owned permit carrying its call) as a status and `*out`.
+pub(crate) fn grant_owned(
+    r: Result<OwnedPermit, AcquireError>,
+    out: &mut *mut hg_permit,
+) -> hg_status {
+    match r {
+        Ok(p) => grant(PermitBox::from_owned(p), out),
+        Err(e) => (&e).into(),
+    }
+}
+
+/// A queued acquire that settled (its call concluded) as a status and `*out`.
+fn deliver(r: Result<*mut hg_permit, Reason>, out: &mut *mut hg_permit) -> hg_status {
+    let (status, permit) = async_wait::status_of(r);
+    if status == hg_status::HG_STATUS_OK {
+        *out = permit;
+    }
+    status
+}
+
+/// Steps 1–2 of a guarded call (DESIGN §4) around `admit`, for the acquire paths whose
+/// admission the core does not wrap: the core's `begin_call_for` (a bad weight is
+/// `HG_STATUS_INVALID_ARGUMENT` — never counted, never a probe — even while the circuit is
+/// open, as in `hg_bulkhead_try_acquire()`; then the breaker's check), then `admit`; a refused
+/// admission ends the call `ignored`. On a plain bulkhead the call is inert and free.
+fn guarded(
+    core: &CoreBulkhead,
+    weight: u64,
+    admit: impl FnOnce() -> Result<Admission, AcquireError>,
+) -> Result<(Admission, CallStart), hg_status> {
+    let call = core
+        .begin_call_for(weight)
+        .map_err(|e| hg_status::from(&e))?;
+    match admit() {
+        Ok(a) => Ok((a, call)),
+        Err(e) => {
+            core.end_call(call, Outcome::Ignored);
+            Err((&e).into())
         }
-        match $core.begin_call() {
-            Ok(c) => c,
-            Err(e) => return (&e).into(),
-        }
-    }};
+    }
 }
 
 /// Takes `weight` permits now, or fails without waiting.
@@ -230,13 +254,7 @@ pub extern "C" fn hg_bulkhead_try_acquire(
         let out = try_mut!(out);
         // The core's guarded try: weight, breaker check, admission (a refusal ends the call
         // `ignored`).
-        match core.try_acquire_owned(weight) {
-            Ok(p) => {
-                let (_, w, call) = p.into_parts();
-                grant(core, w, call, out)
-            }
-            Err(e) => (&e).into(),
-        }
+        grant_owned(core.try_acquire_owned(weight), out)
     })
 }
 
@@ -262,17 +280,12 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        // The argument check before the core's breaker check (see `begin_call!`).
-        if weight == 0 || weight > core.max_concurrent() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        }
-        match core.acquire_blocking_owned(weight, call_timeout(timeout_ms)) {
-            Ok(p) => {
-                let (_, w, call) = p.into_parts();
-                grant(core, w, call, out)
-            }
-            Err(e) => (&e).into(),
-        }
+        // The core's guarded wait: weight, breaker check, admission, and the call's end
+        // `ignored` on a refusal.
+        grant_owned(
+            core.acquire_blocking_owned(weight, call_timeout(timeout_ms)),
+            out,
+        )
     })
 }
 
@@ -312,25 +325,21 @@ pub extern "C" fn hg_bulkhead_acquire_async(
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
         let timeout = call_timeout(timeout_ms).unwrap_or(core.queue_timeout());
-        let call = begin_call!(core, weight);
-        match core.enqueue_within(weight, timeout, None) {
-            Ok(Admission::Granted) => grant(core, weight, call, out),
-            Ok(Admission::Queued(t)) => {
+        let (admission, call) =
+            match guarded(core, weight, || core.enqueue_within(weight, timeout, None)) {
+                Ok(a) => a,
+                Err(s) => return s,
+            };
+        match admission {
+            Admission::Granted => grant(PermitBox::new(core.clone(), weight, call), out),
+            Admission::Queued(t) => {
                 match async_wait::register(core, t, call, callback, user_data, timeout) {
                     Registered::Queued => {
                         *ticket = t.to_raw();
                         hg_status::HG_STATUS_QUEUED
                     }
-                    Registered::Settled(permit, None) => {
-                        *out = permit;
-                        hg_status::HG_STATUS_OK
-                    }
-                    Registered::Settled(_, Some(r)) => r.into(),
+                    Registered::Settled(r) => deliver(r, out),
                 }
-            }
-            Err(e) => {
-                core.end_call(call, Outcome::Ignored);
-                (&e).into()
             }
         }
     })
@@ -356,17 +365,16 @@ pub extern "C" fn hg_bulkhead_enqueue(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
-        let call = begin_call!(core, weight);
-        match core.enqueue(weight, None) {
-            Ok(Admission::Granted) => grant(core, weight, call, out),
-            Ok(Admission::Queued(t)) => {
+        let (admission, call) = match guarded(core, weight, || core.enqueue(weight, None)) {
+            Ok(a) => a,
+            Err(s) => return s,
+        };
+        match admission {
+            Admission::Granted => grant(PermitBox::new(core.clone(), weight, call), out),
+            Admission::Queued(t) => {
                 async_wait::track(core, t, call);
                 *ticket = t.to_raw();
                 hg_status::HG_STATUS_QUEUED
-            }
-            Err(e) => {
-                core.end_call(call, Outcome::Ignored);
-                (&e).into()
             }
         }
     })
@@ -390,16 +398,9 @@ pub extern "C" fn hg_ticket_poll(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let t = Ticket::from_raw(ticket);
-        match core.poll_ticket(t, None) {
-            Ok(hullguard_core::TicketPoll::Pending) => hg_status::HG_STATUS_QUEUED,
-            Ok(hullguard_core::TicketPoll::Granted(w)) => {
-                *out = async_wait::conclude(core, async_wait::untrack(core, t), Some(w));
-                hg_status::HG_STATUS_OK
-            }
-            Ok(hullguard_core::TicketPoll::Rejected(r)) => {
-                async_wait::conclude(core, async_wait::untrack(core, t), None);
-                r.reason.into()
-            }
+        match core.poll_ticket(t, None).map(async_wait::settled) {
+            Ok(None) => hg_status::HG_STATUS_QUEUED,
+            Ok(Some(s)) => deliver(async_wait::polled(core, t, s), out),
             Err(_) => hg_status::HG_STATUS_ALREADY_SETTLED,
         }
     })

@@ -214,7 +214,7 @@ impl hg_config {
 /// `on_state_change_user_data`). A smaller size (an older header) means "no policies": the
 /// fields it does not cover are never read — not even those that lie in the older struct's
 /// tail padding (`adaptive_enabled`, `adaptive_algorithm`), which an old caller never set.
-pub(crate) const POLICY_FIELDS_END: usize =
+const POLICY_FIELDS_END: usize =
     offset_of!(hg_config, on_state_change_user_data) + size_of::<*mut c_void>();
 
 /// A state-change callback and its user data, as read from an `hg_config`.
@@ -295,6 +295,11 @@ fn field_of(e: &ConfigError) -> BadField {
     }
 }
 
+/// A numeric policy field as read: 0 (the C default) means `d`, the DESIGN §4 default.
+fn or<T: PartialEq + Default>(v: T, d: T) -> T {
+    if v == T::default() { d } else { v }
+}
+
 /// Reads a caller's `hg_config` of `struct_size` bytes (older, smaller layouts get defaults for
 /// the fields they lack: no policies) and validates it, naming the first bad field.
 ///
@@ -314,17 +319,13 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), buf.as_mut_ptr(), n) };
     // Every field is read from its bytes: never a Rust `bool`, enum or fn pointer made from
     // foreign bytes.
-    let bytes = |off: usize| -> [u8; 8] { buf[off..off + 8].try_into().unwrap_or([0; 8]) };
-    let u64_at = |off: usize| u64::from_ne_bytes(bytes(off));
-    let f64_at = |off: usize| f64::from_ne_bytes(bytes(off));
-    let u32_at = |off: usize| u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap_or([0; 4]));
-    let usize_at = |off: usize| {
-        usize::from_ne_bytes(
-            buf[off..off + size_of::<usize>()]
-                .try_into()
-                .unwrap_or([0; size_of::<usize>()]),
-        )
-    };
+    fn at<const K: usize>(buf: &[u8], off: usize) -> [u8; K] {
+        buf[off..off + K].try_into().unwrap_or([0; K])
+    }
+    let u64_at = |off: usize| u64::from_ne_bytes(at(&buf, off));
+    let f64_at = |off: usize| f64::from_ne_bytes(at(&buf, off));
+    let u32_at = |off: usize| u32::from_ne_bytes(at(&buf, off));
+    let usize_at = |off: usize| usize::from_ne_bytes(at(&buf, off));
     let byte_at = |off: usize| buf[off] != 0;
     let timeout_ms = u64_at(offset_of!(hg_config, queue_timeout_ms));
     let mut c = Config {
@@ -340,10 +341,7 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     };
     let mut on_state_change = None;
     if declared >= POLICY_FIELDS_END {
-        // 0 = the default; `or` keeps a non-zero value.
-        let or = |v: u64, d: u64| if v == 0 { d } else { v };
-        let or_f = |v: f64, d: f64| if v == 0.0 { d } else { v };
-        let or_ms = |v: u64, d: Duration| if v == 0 { d } else { Duration::from_millis(v) };
+        let ms = Duration::from_millis;
         let adaptive = if byte_at(offset_of!(hg_config, adaptive_enabled)) {
             let d = AdaptiveConfig::for_max_concurrent(c.max_concurrent);
             let algorithm = match u32_at(offset_of!(hg_config, adaptive_algorithm)) {
@@ -355,7 +353,6 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
                 u64_at(offset_of!(hg_config, adaptive_max_limit)),
                 d.max_limit,
             );
-            let target_ms = u64_at(offset_of!(hg_config, adaptive_target_latency_ms));
             Some(AdaptiveConfig {
                 algorithm,
                 initial_limit: or(
@@ -367,24 +364,24 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
                     d.min_limit,
                 ),
                 max_limit,
-                target_latency_ns: if target_ms == 0 {
-                    d.target_latency_ns
-                } else {
-                    target_ms.saturating_mul(1_000_000)
-                },
+                target_latency_ns: or(
+                    u64_at(offset_of!(hg_config, adaptive_target_latency_ms))
+                        .saturating_mul(1_000_000),
+                    d.target_latency_ns,
+                ),
                 increase_step: or(
                     u64_at(offset_of!(hg_config, adaptive_increase_step)),
                     d.increase_step,
                 ),
-                decrease_ratio: or_f(
+                decrease_ratio: or(
                     f64_at(offset_of!(hg_config, adaptive_decrease_ratio)),
                     d.decrease_ratio,
                 ),
-                smoothing: or_f(
+                smoothing: or(
                     f64_at(offset_of!(hg_config, adaptive_smoothing)),
                     d.smoothing,
                 ),
-                rtt_tolerance: or_f(
+                rtt_tolerance: or(
                     f64_at(offset_of!(hg_config, adaptive_rtt_tolerance)),
                     d.rtt_tolerance,
                 ),
@@ -402,38 +399,37 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
         };
         let breaker = if byte_at(offset_of!(hg_config, breaker_enabled)) {
             let d = BreakerConfig::DEFAULT;
-            let or32 = |v: u32, d: u32| if v == 0 { d } else { v };
             Some(BreakerConfig {
-                failure_threshold: or32(
+                failure_threshold: or(
                     u32_at(offset_of!(hg_config, breaker_failure_threshold)),
                     d.failure_threshold,
                 ),
-                error_rate_threshold: or_f(
+                error_rate_threshold: or(
                     f64_at(offset_of!(hg_config, breaker_error_rate_threshold)),
                     d.error_rate_threshold,
                 ),
-                error_rate_window: or_ms(
-                    u64_at(offset_of!(hg_config, breaker_error_rate_window_ms)),
+                error_rate_window: or(
+                    ms(u64_at(offset_of!(hg_config, breaker_error_rate_window_ms))),
                     d.error_rate_window,
                 ),
-                error_rate_buckets: or32(
+                error_rate_buckets: or(
                     u32_at(offset_of!(hg_config, breaker_error_rate_buckets)),
                     d.error_rate_buckets,
                 ),
-                volume_threshold: or32(
+                volume_threshold: or(
                     u32_at(offset_of!(hg_config, breaker_volume_threshold)),
                     d.volume_threshold,
                 ),
-                open_duration: or_ms(
-                    u64_at(offset_of!(hg_config, breaker_open_duration_ms)),
+                open_duration: or(
+                    ms(u64_at(offset_of!(hg_config, breaker_open_duration_ms))),
                     d.open_duration,
                 ),
-                half_open_max_calls: or32(
+                half_open_max_calls: or(
                     u32_at(offset_of!(hg_config, breaker_half_open_max_calls)),
                     d.half_open_max_calls,
                 ),
-                half_open_timeout: or_ms(
-                    u64_at(offset_of!(hg_config, breaker_half_open_timeout_ms)),
+                half_open_timeout: or(
+                    ms(u64_at(offset_of!(hg_config, breaker_half_open_timeout_ms))),
                     d.half_open_timeout,
                 ),
             })

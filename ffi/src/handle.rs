@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Weak};
 
-use hullguard_core::{Bulkhead as CoreBulkhead, CallStart, Outcome, Registry as CoreRegistry};
+use hullguard_core::{
+    Bulkhead as CoreBulkhead, CallStart, Outcome, OwnedPermit, Registry as CoreRegistry,
+};
 
 /// A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
 /// `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
@@ -60,10 +62,9 @@ pub(crate) struct PermitBox {
     pub(crate) held: Option<Arc<CoreBulkhead>>,
     pub(crate) weak: Weak<CoreBulkhead>,
     pub(crate) weight: u64,
-    /// The call, until it is ended (then `CallStart::NONE`, inert).
-    pub(crate) call: CallStart,
-    /// `hg_permit_call_timed_out` ran.
-    pub(crate) timed_out: bool,
+    /// The call until it is ended (`None` after that: while the permits are still held, only
+    /// `hg_permit_call_timed_out` can have ended it).
+    pub(crate) call: Option<CallStart>,
 }
 
 impl PermitBox {
@@ -72,35 +73,34 @@ impl PermitBox {
             weak: Arc::downgrade(&core),
             held: Some(core),
             weight,
-            call,
-            timed_out: false,
+            call: Some(call),
         }
+    }
+
+    /// The permit of a core [`OwnedPermit`]: its bulkhead, weight and call move in.
+    pub(crate) fn from_owned(p: OwnedPermit) -> Self {
+        let (core, weight, call) = p.into_parts();
+        Self::new(core, weight, call)
     }
 
     pub(crate) fn into_raw(self) -> *mut hg_permit {
         Box::into_raw(Box::new(self)).cast()
     }
 
-    /// Ends the call with `outcome` (once; later calls record nothing).
-    pub(crate) fn end_call(&mut self, core: &CoreBulkhead, outcome: Outcome) {
-        let call = std::mem::replace(&mut self.call, CallStart::NONE);
-        core.end_call(call, outcome);
-    }
-
     /// Ends the call with `outcome` (if not ended yet), then returns the permits if still held;
     /// `false` if they were already released.
     pub(crate) fn release(&mut self, outcome: Outcome) -> bool {
-        match self.held.take() {
-            Some(core) => {
-                // The outcome first (DESIGN §4): the adaptive sample counts this call in flight.
-                self.end_call(&core, outcome);
-                if self.weight > 0 {
-                    core.release_units(self.weight);
-                }
-                true
-            }
-            None => false,
+        let Some(core) = self.held.take() else {
+            return false;
+        };
+        // The outcome first (DESIGN §4): the adaptive sample counts this call in flight.
+        if let Some(call) = self.call.take() {
+            core.end_call(call, outcome);
         }
+        if self.weight > 0 {
+            core.release_units(self.weight);
+        }
+        true
     }
 }
 

@@ -83,15 +83,15 @@ pub extern "C" fn hg_permit_call_timed_out(permit: *mut hg_permit) -> hg_status 
         }
         // SAFETY: non-null live permit, not used elsewhere during the call (contract).
         let p = unsafe { permit_mut(permit) };
-        let Some(core) = p.held.clone() else {
+        let Some(core) = p.held.as_deref() else {
             return hg_status::HG_STATUS_ALREADY_RELEASED;
         };
-        if p.timed_out {
+        // Held with its call ended: only an earlier timeout ends it before the release.
+        let Some(call) = p.call.take() else {
             return hg_status::HG_STATUS_ALREADY_SETTLED;
-        }
-        p.timed_out = true;
+        };
         core.count_call_timeout();
-        p.end_call(&core, Outcome::Failure);
+        core.end_call(call, Outcome::Failure);
         hg_status::HG_STATUS_OK
     })
 }

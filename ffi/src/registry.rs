@@ -9,11 +9,11 @@ use hullguard_core::{ClockSource, Registry as CoreRegistry, RegistryConfig, orig
 
 use crate::{
     boundary::{boundary, non_null, try_mut},
-    bulkhead::{c_clock, hg_now_ns_fn},
+    bulkhead::{c_clock, grant_owned, hg_now_ns_fn},
     config::{StateChange, call_timeout, hg_config, hg_stats, read_config, write_stats},
     handle::{
-        BulkheadHandle, PermitBox, RegistryHandle, bulkhead_into_raw, hg_bulkhead, hg_permit,
-        hg_registry, registry_into_raw, registry_ref, registry_release, registry_retain,
+        BulkheadHandle, RegistryHandle, bulkhead_into_raw, hg_bulkhead, hg_permit, hg_registry,
+        registry_into_raw, registry_ref, registry_release, registry_retain,
     },
     status::hg_status,
 };
@@ -271,14 +271,7 @@ pub extern "C" fn hg_registry_try_acquire(
         // SAFETY: `key_len` readable bytes (contract).
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
-        match r.try_acquire(k, weight) {
-            Ok(p) => {
-                let (core, w, call) = p.into_parts();
-                *out = PermitBox::new(core, w, call).into_raw();
-                hg_status::HG_STATUS_OK
-            }
-            Err(e) => (&e.error).into(),
-        }
+        grant_owned(r.try_acquire(k, weight).map_err(|e| e.error), out)
     })
 }
 
@@ -299,14 +292,11 @@ pub extern "C" fn hg_registry_acquire_timeout(
         // SAFETY: `key_len` readable bytes (contract).
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
-        match r.acquire_blocking(k, weight, call_timeout(timeout_ms)) {
-            Ok(p) => {
-                let (core, w, call) = p.into_parts();
-                *out = PermitBox::new(core, w, call).into_raw();
-                hg_status::HG_STATUS_OK
-            }
-            Err(e) => (&e.error).into(),
-        }
+        grant_owned(
+            r.acquire_blocking(k, weight, call_timeout(timeout_ms))
+                .map_err(|e| e.error),
+            out,
+        )
     })
 }
 

@@ -1,7 +1,10 @@
 //! The C runner of the scenario vectors in `tests/vectors/` (DESIGN.md §5.1): the same decisions
 //! through the C ABI. It mirrors the Rust runner (`tests/tests/vectors.rs`) step for step, but
 //! calls only the exported `hg_*` functions (as the crate's `pub extern "C"` items, the very
-//! symbols a C program links) — never `hullguard-core`.
+//! symbols a C program links) — never `hullguard-core`. What is not about the ABI (finding,
+//! parsing and schema-checking the files, the override merge, `settles` / `subset` checks, the
+//! vectors a runner must fail on) comes from `hullguard_tests::vectors`, shared with the Rust
+//! runner.
 //!
 //! How the steps map onto the ABI:
 //! * `acquire` → `hg_bulkhead_acquire_async` (a queued acquire settles through its callback,
@@ -33,10 +36,9 @@
 
 use std::{
     cell::RefCell,
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     ffi::{CStr, c_char, c_void},
-    fs,
-    path::{Path, PathBuf},
+    path::Path,
     ptr,
 };
 
@@ -50,6 +52,7 @@ use hullguard::{
     hg_registry_new_with_clock, hg_registry_override, hg_registry_stats, hg_stats, hg_status,
     hg_ticket, hg_ticket_cancel, hg_ticket_cancel_reason,
 };
+use hullguard_tests::vectors;
 use serde_json::{Map, Value, json};
 
 /// The C ABI never gives a reason for `HG_STATUS_INVALID_ARGUMENT`; the vectors call it this.
@@ -182,30 +185,6 @@ unsafe extern "C" fn on_state_change(
         ])
     };
     log.lock().unwrap().push(e);
-}
-
-/// A registry override merged key by key over the defaults (DESIGN §4 "Options"), as the Rust
-/// runner does: top-level keys replace; `resilience` and its `adaptive` / `breaker` objects merge
-/// one level deeper. The C ABI takes whole configs, so the runner merges before building them.
-fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
-    let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
-        return over.clone();
-    };
-    let mut m = d.clone();
-    for (k, v) in o {
-        let deeper = match depth {
-            0 => k == "resilience",
-            1 => k == "adaptive" || k == "breaker",
-            _ => false,
-        };
-        let merged = if deeper {
-            merge(d.get(k), v, depth + 1)
-        } else {
-            v.clone()
-        };
-        m.insert(k.clone(), merged);
-    }
-    Value::Object(m)
 }
 
 fn default_config() -> hg_config {
@@ -350,21 +329,6 @@ unsafe extern "C" fn virtual_now_ns(user_data: *mut c_void) -> u64 {
         .load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Every key of `want` (recursively for objects) equals `got`'s.
-fn subset(ctx: &str, want: &Value, got: &Value) {
-    match want {
-        Value::Object(m) => {
-            for (k, v) in m {
-                let g = got
-                    .get(k)
-                    .unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
-                subset(&format!("{ctx}.{k}"), v, g);
-            }
-        }
-        _ => assert_eq!(want, got, "{ctx}"),
-    }
-}
-
 fn key_bytes(k: &str) -> (*const c_char, usize) {
     (k.as_ptr().cast(), k.len())
 }
@@ -388,7 +352,7 @@ impl Runner {
                 .map(|o| {
                     o.iter()
                         .map(|(k, c)| {
-                            let merged = merge(r.get("defaults"), c, 0);
+                            let merged = vectors::merge(r.get("defaults"), c, 0);
                             let (c, t) = config(Some(&merged), &events);
                             registry_override_timeouts.insert(k.clone(), t);
                             universe.insert(k.clone());
@@ -801,12 +765,12 @@ impl Runner {
                 let mut r = hg_drain_result::default();
                 assert_eq!(hg_bulkhead_drain(bh.0, 0, &mut r), hg_status::HG_STATUS_OK);
                 let got = json!({"drained": r.drained, "active": r.active, "queued": r.queued});
-                subset(&ctx, &step["expect"], &got);
+                vectors::subset(&ctx, &step["expect"], &got);
             }
             "stats" => {
                 let s = self.stats(key);
                 let want = &step["expect"];
-                subset(&ctx, want, &stats_json(&s));
+                vectors::subset(&ctx, want, &stats_json(&s));
             }
             "expect_state" => {
                 let s = self.stats(key);
@@ -832,15 +796,7 @@ impl Runner {
         }
         // Every step runs to quiescence: collect what settled, then compare exactly.
         self.collect_settled(&mut settled);
-        let want: BTreeMap<String, String> = step
-            .get("settles")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let want = vectors::settles(step);
         assert_eq!(
             settled,
             want,
@@ -899,16 +855,6 @@ impl Runner {
     }
 }
 
-fn vector_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.ends_with("schema.json"))
-        .collect();
-    files.sort();
-    files
-}
-
 /// Runs one vector; `Err((step, why))` when it needs an ABI piece that does not exist.
 fn run(v: &Value) -> Result<(), (usize, String)> {
     let mut r = Runner::new(v);
@@ -927,37 +873,17 @@ fn run(v: &Value) -> Result<(), (usize, String)> {
 /// (files, run in full, skipped descriptions).
 fn run_dir(
     dir: &Path,
-    validator: &jsonschema::Validator,
-    names: &mut std::collections::HashSet<String>,
+    validator: &vectors::Validator,
+    names: &mut HashSet<String>,
 ) -> (usize, usize, Vec<String>) {
-    let files = if dir.is_dir() {
-        vector_files(dir)
-    } else {
-        vec![]
-    };
     let mut skipped = Vec::new();
     let mut full = 0;
-    for f in &files {
-        let v: Value = serde_json::from_str(&fs::read_to_string(f).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        if let Err(e) = validator.validate(&v) {
-            panic!("{}: does not match schema.json: {e}", f.display());
-        }
-        let name = v["name"].as_str().unwrap().to_string();
-        assert_eq!(
-            f.file_stem().unwrap().to_str().unwrap(),
-            name,
-            "file name = vector name"
-        );
-        assert!(
-            names.insert(name.clone()),
-            "{}: duplicate name",
-            f.display()
-        );
-        match run(&v) {
+    let n = if dir.is_dir() {
+        vectors::for_each(dir, validator, names, |v| match run(v) {
             Ok(()) => full += 1,
             Err((step, why)) => {
                 // Only a vector that moves the clock or asserts `_ns` figures may be skipped.
+                let name = v["name"].as_str().unwrap();
                 let text = v.to_string();
                 assert!(
                     text.contains("advance_clock") || text.contains("_ns\""),
@@ -966,18 +892,18 @@ fn run_dir(
                 let n = v["steps"].as_array().unwrap().len();
                 skipped.push(format!("{name} (steps {step}..{n} of {n} not run): {why}"));
             }
-        }
-    }
-    (files.len(), full, skipped)
+        })
+    } else {
+        0
+    };
+    (n, full, skipped)
 }
 
 #[test]
 fn scenario_vectors_through_the_c_abi() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors");
-    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
-        .expect("schema.json parses");
-    let validator = jsonschema::validator_for(&schema).expect("schema.json is a valid schema");
-    let mut names = std::collections::HashSet::new();
+    let dir = vectors::dir();
+    let validator = vectors::validator();
+    let mut names = HashSet::new();
     // The plain vectors, then the policy vectors (DESIGN §5.1; names unique across both).
     let (n, full, mut skipped) = run_dir(&dir, &validator, &mut names);
     assert!(n >= 25, "only {n} vectors");
@@ -999,42 +925,16 @@ fn scenario_vectors_through_the_c_abi() {
 
 #[test]
 fn runner_rejects_unknown_ops_and_wrong_settles() {
-    // The runner must be able to fail: a wrong `settles` and an unknown op both panic.
-    let wrong = json!({"name": "w", "config": {"max_concurrent": 1},
-        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
-                  {"op": "release", "id": "a", "settles": {"a": "granted"}}]});
-    let unknown = json!({"name": "u", "steps": [{"op": "frobnicate"}]});
+    // The runner must be able to fail: a wrong `settles`, an unknown op, a grant that is not
+    // reported, and wrong policy expectations (state, events, circuit stats, a missing
+    // breaker) all panic.
     let queued_wrong = json!({"name": "q", "config": {"max_concurrent": 1},
         "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
                   {"op": "acquire", "id": "b", "expect": "queued"},
                   {"op": "release", "id": "a"}]});
-    // Wrong policy expectations fail too (state, events, circuit stats, a missing breaker).
-    let breaker = json!({"max_concurrent": 2,
-        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
-    let trip_once = |then: Value| {
-        json!({"name": "p", "config": breaker, "steps": [
-            {"op": "acquire", "id": "a", "expect": "granted"},
-            {"op": "record_outcome", "id": "a", "outcome": "failure"},
-            then]})
-    };
-    let wrong_state = trip_once(json!({"op": "expect_state", "state": "open"}));
-    let wrong_events = trip_once(json!({"op": "expect_events", "events": [["closed", "open"]]}));
-    let wrong_fast_fail =
-        trip_once(json!({"op": "try_acquire", "id": "b", "expect": "circuit_open"}));
-    let wrong_circuit =
-        trip_once(json!({"op": "stats", "expect": {"circuit": {"consecutive_failures": 0}}}));
-    let no_breaker = json!({"name": "n", "config": {"max_concurrent": 1},
-        "steps": [{"op": "stats", "expect": {"circuit": {"state": "closed"}}}]});
-    for v in [
-        wrong,
-        unknown,
-        queued_wrong,
-        wrong_state,
-        wrong_events,
-        wrong_fast_fail,
-        wrong_circuit,
-        no_breaker,
-    ] {
+    let mut must_fail = vectors::must_fail();
+    must_fail.push(queued_wrong);
+    for v in must_fail {
         let r = std::panic::catch_unwind(|| {
             let _ = run(&v);
         });

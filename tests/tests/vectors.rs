@@ -12,8 +12,6 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    fs,
-    path::{Path, PathBuf},
     sync::{
         Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering::SeqCst},
@@ -28,6 +26,7 @@ use hullguard_core::{
     adaptive::{AdaptiveConfig, Algorithm},
     breaker::{BreakerConfig, CircuitState, Observer},
 };
+use hullguard_tests::vectors;
 use serde_json::{Map, Value, json};
 
 /// The runner's virtual clock (ns).
@@ -163,29 +162,6 @@ fn resilience(v: &Value, max_concurrent: u64) -> Resilience {
     r
 }
 
-/// A registry override merged key by key over the defaults (DESIGN §4 "Options"): top-level
-/// keys replace; `resilience` and its `adaptive` / `breaker` objects merge one level deeper.
-fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
-    let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
-        return over.clone();
-    };
-    let mut m = d.clone();
-    for (k, v) in o {
-        let deeper = match depth {
-            0 => k == "resilience",
-            1 => k == "adaptive" || k == "breaker",
-            _ => false,
-        };
-        let merged = if deeper {
-            merge(d.get(k), v, depth + 1)
-        } else {
-            v.clone()
-        };
-        m.insert(k.clone(), merged);
-    }
-    Value::Object(m)
-}
-
 fn outcome_arg(step: &Value) -> Outcome {
     step.get("outcome").map_or(Outcome::Success, |o| {
         Outcome::parse(o.as_str().unwrap()).unwrap()
@@ -211,7 +187,10 @@ impl Runner {
                 .and_then(Value::as_object)
                 .map(|o| {
                     o.iter()
-                        .map(|(k, c)| (k.clone(), config(Some(&merge(r.get("defaults"), c, 0)))))
+                        .map(|(k, c)| {
+                            let merged = vectors::merge(r.get("defaults"), c, 0);
+                            (k.clone(), config(Some(&merged)))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
@@ -466,11 +445,11 @@ impl Runner {
                 let bh = self.bulkhead(key).unwrap();
                 let r = bh.drain_blocking(Some(Duration::ZERO));
                 let got = json!({"drained": r.drained, "active": r.active, "queued": r.queued});
-                subset(&ctx, &step["expect"], &got);
+                vectors::subset(&ctx, &step["expect"], &got);
             }
             "stats" => {
                 let s = self.stats(key);
-                subset(&ctx, &step["expect"], &stats_json(&s));
+                vectors::subset(&ctx, &step["expect"], &stats_json(&s));
             }
             "expect_state" => {
                 let state = self
@@ -496,15 +475,7 @@ impl Runner {
         }
         // Every step runs to quiescence: collect what settled, then compare exactly.
         self.collect_settled(&mut settled);
-        let want: BTreeMap<String, String> = step
-            .get("settles")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let want = vectors::settles(step);
         assert_eq!(settled, want, "{ctx}: settles (at {} ms)", self.now_ms());
         self.check_invariants(&ctx);
     }
@@ -555,52 +526,6 @@ fn stats_json(s: &Stats) -> Value {
     })
 }
 
-/// Every key of `want` (recursively for objects) equals `got`'s.
-fn subset(ctx: &str, want: &Value, got: &Value) {
-    match want {
-        Value::Object(m) => {
-            for (k, v) in m {
-                let g = got
-                    .get(k)
-                    .unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
-                subset(&format!("{ctx}.{k}"), v, g);
-            }
-        }
-        _ => assert_eq!(want, got, "{ctx}"),
-    }
-}
-
-fn vector_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.ends_with("schema.json"))
-        .collect();
-    files.sort();
-    files
-}
-
-/// Validates and runs every vector of `dir`; returns how many ran.
-fn run_dir(dir: &Path, validator: &jsonschema::Validator, names: &mut HashSet<String>) -> usize {
-    let files = vector_files(dir);
-    for f in &files {
-        let v: Value = serde_json::from_str(&fs::read_to_string(f).unwrap())
-            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        if let Err(e) = validator.validate(&v) {
-            panic!("{}: does not match schema.json: {e}", f.display());
-        }
-        let name = v["name"].as_str().unwrap().to_string();
-        assert_eq!(
-            f.file_stem().unwrap().to_str().unwrap(),
-            name,
-            "file name = vector name"
-        );
-        assert!(names.insert(name), "{}: duplicate name", f.display());
-        run(&v);
-    }
-    files.len()
-}
-
 fn run(v: &Value) {
     let mut r = Runner::new(v);
     for (i, step) in v["steps"].as_array().unwrap().iter().enumerate() {
@@ -608,22 +533,15 @@ fn run(v: &Value) {
     }
 }
 
-fn validator() -> jsonschema::Validator {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
-    let schema: Value = serde_json::from_str(&fs::read_to_string(dir.join("schema.json")).unwrap())
-        .expect("schema.json parses");
-    jsonschema::validator_for(&schema).expect("schema.json is a valid schema")
-}
-
 #[test]
 fn scenario_vectors() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors");
-    let validator = validator();
+    let dir = vectors::dir();
+    let validator = vectors::validator();
     let mut names = HashSet::new();
-    let n = run_dir(&dir, &validator, &mut names);
+    let n = vectors::for_each(&dir, &validator, &mut names, run);
     assert!(n >= 25, "only {n} vectors");
     // The policy vectors (DESIGN §5.1): same schema, names unique across both folders.
-    let n = run_dir(&dir.join("policies"), &validator, &mut names);
+    let n = vectors::for_each(&dir.join("policies"), &validator, &mut names, run);
     assert!(n >= 10, "only {n} policy vectors");
 }
 
@@ -631,41 +549,15 @@ fn scenario_vectors() {
 fn runner_rejects_unknown_ops_and_wrong_settles() {
     // The runner must be able to fail: a wrong `settles`, an unknown op and wrong policy
     // expectations (state, events, circuit stats, a fast-fail that does not happen) all panic.
-    let wrong = json!({"name": "w", "config": {"max_concurrent": 1},
-        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
-                  {"op": "release", "id": "a", "settles": {"a": "granted"}}]});
-    let unknown = json!({"name": "u", "steps": [{"op": "frobnicate"}]});
-    let breaker = json!({"max_concurrent": 2,
-        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
-    let trip_once = |then: Value| {
-        json!({"name": "p", "config": breaker, "steps": [
-            {"op": "acquire", "id": "a", "expect": "granted"},
-            {"op": "record_outcome", "id": "a", "outcome": "failure"},
-            then]})
-    };
-    let wrong_state = trip_once(json!({"op": "expect_state", "state": "open"}));
-    let wrong_events = trip_once(json!({"op": "expect_events", "events": [["closed", "open"]]}));
-    let wrong_fast_fail =
-        trip_once(json!({"op": "try_acquire", "id": "b", "expect": "circuit_open"}));
-    let wrong_circuit =
-        trip_once(json!({"op": "stats", "expect": {"circuit": {"consecutive_failures": 0}}}));
-    let no_breaker = json!({"name": "n", "config": {"max_concurrent": 1},
-        "steps": [{"op": "stats", "expect": {"circuit": {"state": "closed"}}}]});
-    let validator = validator();
-    for v in [
-        wrong,
-        unknown,
-        wrong_state,
-        wrong_events,
-        wrong_fast_fail,
-        wrong_circuit,
-        no_breaker,
-    ] {
+    for v in vectors::must_fail() {
         let r = std::panic::catch_unwind(|| run(&v));
         assert!(r.is_err(), "{v}");
     }
     // And the same policy steps with the right expectations pass, so the failures above are
     // the expectations' (and the schema accepts the shapes).
+    let breaker = json!({"max_concurrent": 2,
+        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
+    let validator = vectors::validator();
     let right = json!({"name": "r", "config": breaker, "steps": [
         {"op": "acquire", "id": "a", "expect": "granted"},
         {"op": "record_outcome", "id": "a", "outcome": "failure"},

@@ -1,0 +1,151 @@
+//! What the Rust-side runners of the scenario vectors share (DESIGN.md §5.1): finding, parsing
+//! and schema-checking the JSON files, the registry-override merge, and the layer-neutral
+//! checks. The core runner (`tests/tests/vectors.rs`) and the C ABI runner
+//! (`ffi/tests/vectors.rs`) keep only what drives their own layer.
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+pub use jsonschema::Validator;
+use serde_json::{Value, json};
+
+/// `tests/vectors/`: the plain vectors, `policies/` below it, and `schema.json`.
+pub fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors")
+}
+
+/// The validator of `tests/vectors/schema.json`.
+pub fn validator() -> Validator {
+    let schema: Value =
+        serde_json::from_str(&fs::read_to_string(dir().join("schema.json")).unwrap())
+            .expect("schema.json parses");
+    jsonschema::validator_for(&schema).expect("schema.json is a valid schema")
+}
+
+/// The vector files of `dir`, sorted (`schema.json` excluded).
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json") && !p.ends_with("schema.json"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Parses and validates every vector of `dir` in file order and hands each to `run`; checks
+/// that each file is named after its vector and that names are unique across every `dir`
+/// passed with the same `names`. Returns how many vectors there were.
+pub fn for_each(
+    dir: &Path,
+    validator: &Validator,
+    names: &mut HashSet<String>,
+    mut run: impl FnMut(&Value),
+) -> usize {
+    let files = files(dir);
+    for f in &files {
+        let v: Value = serde_json::from_str(&fs::read_to_string(f).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        if let Err(e) = validator.validate(&v) {
+            panic!("{}: does not match schema.json: {e}", f.display());
+        }
+        let name = v["name"].as_str().unwrap().to_string();
+        assert_eq!(
+            f.file_stem().unwrap().to_str().unwrap(),
+            name,
+            "file name = vector name"
+        );
+        assert!(names.insert(name), "{}: duplicate name", f.display());
+        run(&v);
+    }
+    files.len()
+}
+
+/// A registry override merged key by key over the defaults (DESIGN §4 "Options"): top-level
+/// keys replace; `resilience` and its `adaptive` / `breaker` objects merge one level deeper.
+/// Call it with `depth` 0.
+pub fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
+    let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
+        return over.clone();
+    };
+    let mut m = d.clone();
+    for (k, v) in o {
+        let deeper = match depth {
+            0 => k == "resilience",
+            1 => k == "adaptive" || k == "breaker",
+            _ => false,
+        };
+        let merged = if deeper {
+            merge(d.get(k), v, depth + 1)
+        } else {
+            v.clone()
+        };
+        m.insert(k.clone(), merged);
+    }
+    Value::Object(m)
+}
+
+/// A step's `settles`: acquire id → how it settled (empty when omitted).
+pub fn settles(step: &Value) -> BTreeMap<String, String> {
+    step.get("settles")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every key of `want` (recursively for objects) equals `got`'s.
+pub fn subset(ctx: &str, want: &Value, got: &Value) {
+    match want {
+        Value::Object(m) => {
+            for (k, v) in m {
+                let g = got
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{ctx}: no field {k} in {got}"));
+                subset(&format!("{ctx}.{k}"), v, g);
+            }
+        }
+        _ => assert_eq!(want, got, "{ctx}"),
+    }
+}
+
+/// Vectors every runner must fail on, so it can fail at all: a wrong `settles`, an unknown op,
+/// and wrong policy expectations (state, events, circuit stats, a fast-fail that does not
+/// happen, a breaker that is not there).
+pub fn must_fail() -> Vec<Value> {
+    let wrong = json!({"name": "w", "config": {"max_concurrent": 1},
+        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
+                  {"op": "release", "id": "a", "settles": {"a": "granted"}}]});
+    let unknown = json!({"name": "u", "steps": [{"op": "frobnicate"}]});
+    let breaker = json!({"max_concurrent": 2,
+        "resilience": {"breaker": {"failure_threshold": 2, "open_duration_ms": 100}}});
+    let trip_once = |then: Value| {
+        json!({"name": "p", "config": breaker, "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "record_outcome", "id": "a", "outcome": "failure"},
+            then]})
+    };
+    let wrong_state = trip_once(json!({"op": "expect_state", "state": "open"}));
+    let wrong_events = trip_once(json!({"op": "expect_events", "events": [["closed", "open"]]}));
+    let wrong_fast_fail =
+        trip_once(json!({"op": "try_acquire", "id": "b", "expect": "circuit_open"}));
+    let wrong_circuit =
+        trip_once(json!({"op": "stats", "expect": {"circuit": {"consecutive_failures": 0}}}));
+    let no_breaker = json!({"name": "n", "config": {"max_concurrent": 1},
+        "steps": [{"op": "stats", "expect": {"circuit": {"state": "closed"}}}]});
+    vec![
+        wrong,
+        unknown,
+        wrong_state,
+        wrong_events,
+        wrong_fast_fail,
+        wrong_circuit,
+        no_breaker,
+    ]
+}
