@@ -68,7 +68,7 @@ where
             bh.mark_granted(&mut call);
         }
         Poll::Ready(
-            bh.refused(call, r)
+            bh.end_call_if_refused(call, r)
                 .map(|w| PermitOf::with_call(bh, w, call)),
         )
     }

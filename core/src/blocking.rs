@@ -119,7 +119,7 @@ impl<const N: usize> Bulkhead<N> {
                 .inspect(|_| self.mark_granted(&mut call)),
             Err(e) => Err(e),
         };
-        self.refused(call, r).map(|w| (w, call))
+        self.end_call_if_refused(call, r).map(|w| (w, call))
     }
 
     /// The handle-free form of [`acquire_blocking`](Self::acquire_blocking): on `Ok` the caller

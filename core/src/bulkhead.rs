@@ -415,7 +415,7 @@ impl<const N: usize> Bulkhead<N> {
                 .map(|()| crate::policy::CallStart::NONE);
         }
         let call = self.begin_call_for(weight)?;
-        self.refused(call, self.try_acquire_units(weight))
+        self.end_call_if_refused(call, self.try_acquire_units(weight))
             .map(|()| call)
     }
 

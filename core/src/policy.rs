@@ -232,9 +232,13 @@ impl<const N: usize> Bulkhead<N> {
         self.begin_call()
     }
 
-    /// Ends `call` `Ignored` if admission refused it (any reason), and passes the result on.
+    /// Step 2's refusal rule: ends `call` `Ignored` if admission refused it (any reason), and
+    /// passes the result on. Wrap every admission of a begun call in it.
+    ///
+    /// # Errors
+    /// `r`'s error, unchanged.
     #[inline]
-    pub(crate) fn refused<T>(
+    pub fn end_call_if_refused<T>(
         &self,
         call: CallStart,
         r: Result<T, AcquireError>,
@@ -286,6 +290,14 @@ impl<const N: usize> Bulkhead<N> {
         if call.tracked {
             self.end_call_at(call, outcome, self.now_ns());
         }
+    }
+
+    /// The call overran `call_timeout` (the host's timer fired): counts `call_timeout` in
+    /// `rejected_by_reason` and ends the call [`Outcome::Failure`] now. The permits stay held
+    /// until the work really ends; their release must not end the call again.
+    pub fn end_call_timed_out(&self, call: CallStart) {
+        self.count_call_timeout();
+        self.end_call(call, Outcome::Failure);
     }
 
     /// [`end_call`](Self::end_call) at a time the caller read from this bulkhead's clock.

@@ -355,10 +355,8 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
             );
             Some(AdaptiveConfig {
                 algorithm,
-                initial_limit: or(
-                    u64_at(offset_of!(hg_config, adaptive_initial_limit)),
-                    max_limit,
-                ),
+                // 0 is the core's own "start at max_limit".
+                initial_limit: u64_at(offset_of!(hg_config, adaptive_initial_limit)),
                 min_limit: or(
                     u64_at(offset_of!(hg_config, adaptive_min_limit)),
                     d.min_limit,

@@ -53,16 +53,20 @@ pub extern "C" fn hg_permit_release(permit: *mut hg_permit) -> hg_status {
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_permit_release_outcome(permit: *mut hg_permit, outcome: u32) -> hg_status {
     boundary(|| {
-        let outcome = match outcome {
-            o if o == hg_outcome::HG_OUTCOME_SUCCESS as u32 => Outcome::Success,
-            o if o == hg_outcome::HG_OUTCOME_FAILURE as u32 => Outcome::Failure,
-            o if o == hg_outcome::HG_OUTCOME_IGNORED as u32 => Outcome::Ignored,
-            o if o == hg_outcome::HG_OUTCOME_OVERLOAD as u32 => Outcome::Overload,
-            _ => return hg_status::HG_STATUS_INVALID_ARGUMENT,
-        };
-        release(permit, outcome)
+        // `hg_outcome` numbers are the core's outcome codes (checked below, at compile time).
+        match u8::try_from(outcome).ok().and_then(Outcome::from_code) {
+            Some(outcome) => release(permit, outcome),
+            None => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
     })
 }
+
+const _: () = {
+    assert!(hg_outcome::HG_OUTCOME_SUCCESS as u8 == Outcome::Success as u8);
+    assert!(hg_outcome::HG_OUTCOME_FAILURE as u8 == Outcome::Failure as u8);
+    assert!(hg_outcome::HG_OUTCOME_IGNORED as u8 == Outcome::Ignored as u8);
+    assert!(hg_outcome::HG_OUTCOME_OVERLOAD as u8 == Outcome::Overload as u8);
+};
 
 /// The host's own `call_timeout_ms` timer fired for this permit's call (the library arms no
 /// timer: DESIGN §4). Counts one `call_timeout` in `hg_stats.rejected[HG_REASON_CALL_TIMEOUT]`
@@ -90,8 +94,7 @@ pub extern "C" fn hg_permit_call_timed_out(permit: *mut hg_permit) -> hg_status 
         let Some(call) = p.call.take() else {
             return hg_status::HG_STATUS_ALREADY_SETTLED;
         };
-        core.count_call_timeout();
-        core.end_call(call, Outcome::Failure);
+        core.end_call_timed_out(call);
         hg_status::HG_STATUS_OK
     })
 }
