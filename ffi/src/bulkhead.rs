@@ -3,8 +3,8 @@
 use std::{ffi::c_void, sync::Arc, time::Duration};
 
 use hullguard_core::{
-    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, Outcome,
-    OwnedPermit, Reason, Ticket,
+    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, OwnedPermit, Reason,
+    Ticket,
 };
 
 use crate::{
@@ -223,13 +223,9 @@ fn guarded(
     let call = core
         .begin_call_for(weight)
         .map_err(|e| hg_status::from(&e))?;
-    match admit() {
-        Ok(a) => Ok((a, call)),
-        Err(e) => {
-            core.end_call(call, Outcome::Ignored);
-            Err((&e).into())
-        }
-    }
+    core.end_call_if_refused(call, admit())
+        .map(|a| (a, call))
+        .map_err(|e| hg_status::from(&e))
 }
 
 /// Takes `weight` permits now, or fails without waiting.
