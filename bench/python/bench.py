@@ -304,8 +304,6 @@ ROWS = [
         None,
         "tasks/none",
     ),
-]
-ROWS += [
     Row("composed policy: breaker + bulkhead, per call", "policy/hullguard-breaker",
         "policy/anchor", 1.0),
     Row("  + adaptive limit (gradient2)", "policy/hullguard-both", "policy/anchor", None),

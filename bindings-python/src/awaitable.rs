@@ -15,7 +15,7 @@ use std::{
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CallStart, Outcome, Reason, Rejection, Ticket, TicketPoll,
+    Admission, Bulkhead as CoreBulkhead, CallStart, Reason, Rejection, Ticket, TicketPoll,
     drain::DrainOf,
 };
 use pyo3::{
@@ -26,14 +26,17 @@ use pyo3::{
 use crate::{
     errors::{acquire_err, rejection_err},
     permit::Permit,
-    policy::{ArmedCall, CallRef, CallSlot, call_timeout_err, classify_exit, current_task},
+    policy::{
+        Admitting, ArmedCall, CallRef, CallSlot, call_timeout_err, classify_exit, current_task,
+    },
     waiter::{QueueTimer, WaitTarget},
 };
 
 /// Units held by `async with bh:` blocks of one `Bulkhead` object. `__aexit__` returns a
 /// unit only if one is outstanding, so a stray `__aexit__` can never mint a permit (counted as
 /// a double release instead). With policies, each open block also keeps its guarded call,
-/// found again at the exit by the task running it (blocks of one task exit in LIFO order).
+/// found again at the exit by the task running it (blocks of one task exit in LIFO order);
+/// without, `calls` stays empty and is never locked.
 pub(crate) struct BareHeld {
     bh: Arc<CoreBulkhead>,
     held: std::sync::atomic::AtomicU64,
@@ -65,16 +68,28 @@ impl BareHeld {
     }
 
     fn enter(&self, py: Python<'_>, call: CallStart) {
-        if call.is_tracked() || self.bh.call_timeout().is_some() {
+        if self.bh.has_policies() {
             let slot = Arc::new(CallSlot::new(call));
-            // No loop to arm a timer on (cannot happen inside a task): no deadline.
-            let armed = ArmedCall::arm(py, &self.bh, CallRef::Slot(slot.clone()))
-                .ok()
-                .flatten();
+            let armed = ArmedCall::arm(py, &self.bh, CallRef::Slot(slot.clone()));
             let task = task_id(py);
             self.calls().push(BareCall { task, slot, armed });
         }
         self.held.fetch_add(1, SeqCst);
+    }
+
+    /// The call of the block the current task is leaving (its latest; else the latest of any
+    /// task). Only a bulkhead with policies keeps calls.
+    fn take_call(&self, py: Python<'_>) -> Option<BareCall> {
+        if !self.bh.has_policies() {
+            return None;
+        }
+        let task = task_id(py);
+        let mut calls = self.calls();
+        let i = calls
+            .iter()
+            .rposition(|c| c.task == task)
+            .or(calls.len().checked_sub(1))?;
+        Some(calls.remove(i))
     }
 
     /// Returns one unit if a block holds one, ending its call as the exception says. Raises
@@ -88,21 +103,8 @@ impl BareHeld {
             self.bh.record_double_release();
             return Ok(());
         }
-        let entry = {
-            let mut calls = self.calls();
-            if calls.is_empty() {
-                None
-            } else {
-                let task = task_id(py);
-                let i = calls
-                    .iter()
-                    .rposition(|c| c.task == task)
-                    .unwrap_or(calls.len() - 1);
-                Some(calls.remove(i))
-            }
-        };
         let mut fired = false;
-        if let Some(e) = entry {
+        if let Some(e) = self.take_call(py) {
             fired = e.armed.is_some_and(|a| a.disarm(py, exc_type));
             e.slot.end(&self.bh, classify_exit(exc_type));
         }
@@ -220,7 +222,8 @@ fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
 /// `bh.acquire(weight, timeout)`: await it for a `Permit`, or use it as `async with`.
 #[pyclass(module = "hullguard._native", name = "AcquireContext")]
 pub(crate) struct AcquireContext {
-    bh: Arc<CoreBulkhead>,
+    /// The bulkhead, with the guarded call being admitted (ended `ignored` unless granted).
+    bh: Admitting<Arc<CoreBulkhead>>,
     key: Option<String>,
     weight: u64,
     /// Resolved queue timeout: `ZERO` = do not queue, `MAX` = no deadline.
@@ -230,8 +233,6 @@ pub(crate) struct AcquireContext {
     bare: Option<Arc<BareHeld>>,
     state: State,
     permit: Option<Py<Permit>>,
-    /// The guarded call from `begin_call` until the grant hands it on (or it ends `ignored`).
-    call: Option<CallStart>,
     /// Used as `async with` (`__aenter__` ran): the block is a guarded call with a deadline.
     cm: bool,
     /// The `call_timeout` timer of the `async with` block.
@@ -247,24 +248,23 @@ impl AcquireContext {
         bare: Option<Arc<BareHeld>>,
     ) -> Self {
         Self {
-            bh,
+            bh: Admitting::new(bh),
             key,
             weight,
             timeout,
             bare,
             state: State::Init,
             permit: None,
-            call: None,
             cm: false,
             armed: None,
         }
     }
 
-    /// Ends a call that never started (rejected, cancelled, abandoned): `ignored`.
-    fn end_ignored(&mut self) {
-        if let Some(c) = self.call.take() {
-            self.bh.end_call(c, Outcome::Ignored);
-        }
+    /// Refused before the grant (rejected, no loop, …): the call ends `ignored`; raises `err`.
+    fn refuse(&mut self, err: PyErr) -> Step {
+        self.state = State::Done;
+        self.bh.refused();
+        Err(err)
     }
 
     /// An acquire that raises `err` when awaited (a registry key that could not be created).
@@ -277,10 +277,7 @@ impl AcquireContext {
     /// `queued`: the grant came after queueing (the adaptive sample restarts at the grant).
     fn granted(&mut self, py: Python<'_>, weight: u64, queued: bool) -> Step {
         self.state = State::Done;
-        let mut call = self.call.take().unwrap_or(CallStart::NONE);
-        if queued {
-            self.bh.mark_granted(&mut call);
-        }
+        let call = self.bh.granted(queued);
         if let Some(bare) = &self.bare {
             bare.enter(py, call);
             return stop(py.None());
@@ -290,37 +287,29 @@ impl AcquireContext {
             Permit::new(self.bh.clone(), weight, self.key.clone(), call),
         )?;
         if self.cm {
-            self.armed = ArmedCall::arm(py, &self.bh, CallRef::Permit(permit.clone_ref(py)))
-                .ok()
-                .flatten();
+            self.armed = ArmedCall::arm(py, &self.bh, CallRef::Permit(permit.clone_ref(py)));
         }
         self.permit = Some(permit.clone_ref(py));
         stop(permit.into_any())
     }
 
     fn rejected(&mut self, py: Python<'_>, r: &Rejection) -> Step {
-        self.state = State::Done;
-        self.end_ignored();
-        Err(rejection_err(py, r, self.key.as_deref()))
+        let err = rejection_err(py, r, self.key.as_deref());
+        self.refuse(err)
     }
 
     fn first_step(&mut self, py: Python<'_>) -> Step {
-        // Step 1 of the guarded call: the breaker's check, before admission.
-        match self.bh.begin_call() {
-            Ok(c) => self.call = Some(c),
-            Err(e) => {
-                self.state = State::Done;
-                return Err(acquire_err(py, &e, self.key.as_deref()));
-            }
-        }
-        let admission = self.bh.enqueue_within(self.weight, self.timeout, None);
+        // The breaker's check, then admission.
+        let admission = self
+            .bh
+            .begin(self.weight)
+            .and_then(|()| self.bh.enqueue_within(self.weight, self.timeout, None));
         let ticket = match admission {
             Ok(Admission::Granted) => return self.granted(py, self.weight, false),
             Ok(Admission::Queued(t)) => t,
             Err(e) => {
-                self.state = State::Done;
-                self.end_ignored();
-                return Err(acquire_err(py, &e, self.key.as_deref()));
+                let err = acquire_err(py, &e, self.key.as_deref());
+                return self.refuse(err);
             }
         };
         let target = match WaitTarget::new(py) {
@@ -328,9 +317,7 @@ impl AcquireContext {
             Err(e) => {
                 // No running loop: give the place back before raising.
                 self.bh.abandon(ticket);
-                self.state = State::Done;
-                self.end_ignored();
-                return Err(e);
+                return self.refuse(e);
             }
         };
         self.wait(py, ticket, target, None, true)
@@ -352,9 +339,7 @@ impl AcquireContext {
                         Ok(t) => t,
                         Err(e) => {
                             self.bh.abandon(ticket);
-                            self.state = State::Done;
-                            self.end_ignored();
-                            return Err(e);
+                            return self.refuse(e);
                         }
                     }
                 } else {
@@ -441,7 +426,7 @@ impl AcquireContext {
             cancel_timer(py, timer);
             self.bh.abandon(ticket);
         }
-        self.end_ignored();
+        self.bh.refused();
     }
 }
 
@@ -515,7 +500,8 @@ impl AcquireContext {
 
 impl Drop for AcquireContext {
     fn drop(&mut self) {
-        if matches!(self.state, State::Waiting { .. }) || self.call.is_some() {
+        // A call never granted ends `ignored` when `bh` drops.
+        if matches!(self.state, State::Waiting { .. }) {
             Python::attach(|py| self.abandon(py));
         }
         if let Some(a) = self.armed.take() {

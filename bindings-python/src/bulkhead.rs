@@ -7,8 +7,8 @@ use std::{
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Clock, ClockSource, Config,
-    MAX_PERMITS, MAX_QUEUE, Outcome, Reason, Rejection, TicketPoll,
+    Admission, Bulkhead as CoreBulkhead, CancelError, Clock, ClockSource, Config, MAX_PERMITS,
+    MAX_QUEUE, Reason, Rejection, TicketPoll,
 };
 use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
 
@@ -16,7 +16,7 @@ use crate::{
     awaitable::{AcquireContext, BareHeld, DrainAwaitable, Ready},
     errors::{acquire_err, count_arg, rejection_err, seconds_arg},
     permit::Permit,
-    policy::{PyObserver, config_error, resilience_from},
+    policy::{Admitting, PyObserver, config_error, resilience_from},
     stats::{drain_dict, stats_dict},
 };
 
@@ -46,19 +46,19 @@ pub(crate) fn clock_source(clock: Option<Py<PyAny>>) -> ClockSource {
 }
 
 /// The bulkhead's own options, as Python passes them.
-#[derive(Default, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) struct Options<'a, 'py> {
     pub(crate) max_concurrent: Option<&'a Bound<'py, PyAny>>,
     pub(crate) max_queue: Option<&'a Bound<'py, PyAny>>,
     pub(crate) queue_timeout: Option<&'a Bound<'py, PyAny>>,
     pub(crate) enabled: Option<&'a Bound<'py, PyAny>>,
-    /// `Some` replaces `base.resilience` (parsed for the final `max_concurrent`).
+    /// `Some` replaces `base.resilience` (parsed for the final `max_concurrent`; `None` = off).
     pub(crate) resilience: Option<&'a Bound<'py, PyAny>>,
 }
 
-/// Builds a `Config` from Python arguments over `base`, naming the bad one (`prefix` goes
-/// before the names of `resilience` options, e.g. `overrides["k"]: `).
-pub(crate) fn config_from(o: Options<'_, '_>, base: Config, prefix: &str) -> PyResult<Config> {
+/// Builds a `Config` from Python arguments over `base`, naming the bad one: the types are
+/// converted here, the ranges checked by the core's `Config::validate`.
+pub(crate) fn config_from(o: Options<'_, '_>, base: Config) -> PyResult<Config> {
     let Options {
         max_concurrent,
         max_queue,
@@ -86,9 +86,9 @@ pub(crate) fn config_from(o: Options<'_, '_>, base: Config, prefix: &str) -> PyR
         c.enabled = v.extract()?;
     }
     if let Some(r) = resilience {
-        c.resilience = resilience_from(Some(r), c.max_concurrent, prefix)?;
+        c.resilience = resilience_from(r, c.max_concurrent)?;
     }
-    c.validate().map_err(|e| config_error(&e, prefix))?;
+    c.validate().map_err(config_error)?;
     Ok(c)
 }
 
@@ -111,22 +111,19 @@ pub(crate) fn try_acquire_on(
     key: Option<&str>,
     weight: u64,
 ) -> PyResult<Option<Permit>> {
-    let call = bh.begin_call().map_err(|e| acquire_err(py, &e, key))?;
-    match bh.try_acquire_units(weight) {
+    let mut call = Admitting::new(&**bh);
+    let admitted = call
+        .begin(weight)
+        .and_then(|()| bh.try_acquire_units(weight));
+    match admitted {
         Ok(()) => Ok(Some(Permit::new(
             bh.clone(),
             weight,
             key.map(str::to_owned),
-            call,
+            call.granted(false),
         ))),
-        Err(e) => {
-            bh.end_call(call, Outcome::Ignored);
-            if e.reason() == Some(Reason::ConcurrencyLimit) {
-                Ok(None)
-            } else {
-                Err(acquire_err(py, &e, key))
-            }
-        }
+        Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
+        Err(e) => Err(acquire_err(py, &e, key)),
     }
 }
 
@@ -143,19 +140,22 @@ pub(crate) fn acquire_sync_on(
     let deadline = (timeout != Duration::MAX)
         .then(|| Instant::now().checked_add(timeout))
         .flatten();
-    let call = bh.begin_call().map_err(|e| acquire_err(py, &e, key))?;
-    let ticket = match bh.enqueue_within(weight, timeout, None) {
-        Ok(Admission::Granted) => return Ok(Permit::new(bh.clone(), weight, key_owned, call)),
-        Ok(Admission::Queued(t)) => t,
-        Err(e) => {
-            bh.end_call(call, Outcome::Ignored);
-            return Err(acquire_err(py, &e, key));
+    // Every way out below that is not a grant ends the call `ignored` (dropping `call`).
+    let mut call = Admitting::new(&**bh);
+    let admission = call
+        .begin(weight)
+        .and_then(|()| bh.enqueue_within(weight, timeout, None));
+    let ticket = match admission {
+        Ok(Admission::Granted) => {
+            return Ok(Permit::new(
+                bh.clone(),
+                weight,
+                key_owned,
+                call.granted(false),
+            ));
         }
-    };
-    // Every way out below that is not a grant ends the call `ignored`.
-    let refused = |err: PyErr| -> PyResult<Permit> {
-        bh.end_call(call, Outcome::Ignored);
-        Err(err)
+        Ok(Admission::Queued(t)) => t,
+        Err(e) => return Err(acquire_err(py, &e, key)),
     };
     let waker = std::task::Waker::from(Arc::new(ThreadWake(std::thread::current())));
     loop {
@@ -176,23 +176,21 @@ pub(crate) fn acquire_sync_on(
         });
         match polled {
             Ok(TicketPoll::Granted(w)) => {
-                let mut call: CallStart = call;
-                bh.mark_granted(&mut call);
-                return Ok(Permit::new(bh.clone(), w, key_owned, call));
+                return Ok(Permit::new(bh.clone(), w, key_owned, call.granted(true)));
             }
-            Ok(TicketPoll::Rejected(r)) => return refused(rejection_err(py, &r, key)),
+            Ok(TicketPoll::Rejected(r)) => return Err(rejection_err(py, &r, key)),
             Ok(TicketPoll::Pending) => {}
             Err(_) => {
                 let r = Rejection {
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };
-                return refused(rejection_err(py, &r, key));
+                return Err(rejection_err(py, &r, key));
             }
         }
         if let Err(e) = py.check_signals() {
             bh.abandon(ticket);
-            return refused(e);
+            return Err(e);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             match bh.cancel(ticket, Reason::Timeout) {
@@ -201,7 +199,7 @@ pub(crate) fn acquire_sync_on(
                         reason: Reason::Timeout,
                         snapshot: bh.snapshot(),
                     };
-                    return refused(rejection_err(py, &r, key));
+                    return Err(rejection_err(py, &r, key));
                 }
                 // Settled first: the next poll takes the outcome.
                 Err(CancelError::Granted | CancelError::Rejected(_)) => {}
@@ -297,14 +295,13 @@ impl Bulkhead {
                 max_queue,
                 queue_timeout,
                 enabled,
-                resilience: resilience.filter(|r| !r.is_none()),
+                resilience,
             },
             Config::DEFAULT,
-            "",
         )?;
         let observer = PyObserver::from_arg(on_state_change)?;
         let bh = CoreBulkhead::with_observer(config, clock_source(_clock), observer, None)
-            .map_err(|e| config_error(&e, ""))?;
+            .map_err(config_error)?;
         Ok(Self::wrap(Arc::new(bh), None))
     }
 

@@ -7,6 +7,7 @@
 //! | `awaitable` | `AcquireContext` (awaitable + async context manager), `DrainAwaitable` |
 //! | `waiter` | the `Waker` that resolves an asyncio future; the queue-timeout timer |
 //! | `permit` | `Permit` |
+//! | `policy` | `resilience`, `on_state_change`, outcomes, `call_timeout`, `outcome_of_status` |
 //! | `registry` | `Registry`, `origin_key` |
 //! | `errors`, `stats` | error mapping; the stats / drain dicts |
 
@@ -29,6 +30,7 @@ mod _native {
         awaitable::{AcquireContext, DrainAwaitable, Ready},
         bulkhead::Bulkhead,
         permit::Permit,
+        policy::outcome_of_status,
         registry::{Registry, origin_key},
     };
     use pyo3::prelude::*;

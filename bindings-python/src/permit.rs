@@ -122,8 +122,7 @@ impl Permit {
         match bh {
             Some(bh) => {
                 if let Some(call) = call {
-                    bh.count_call_timeout();
-                    bh.end_call(call, Outcome::Failure);
+                    bh.end_call_timed_out(call);
                 }
                 call_timeout_err(py, &bh, self.key.as_deref())
             }

@@ -4,7 +4,7 @@
 //! of `async with`. Every decision stays in the core: this converts and wires.
 
 use std::{
-    cell::{Cell, RefCell},
+    ops::Deref,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering::SeqCst},
@@ -13,13 +13,10 @@ use std::{
 };
 
 use hullguard_core::{
-    Bulkhead as CoreBulkhead, CallStart, ConfigError, MAX_PERMITS, Outcome, Reason, Rejection,
+    AcquireError, Bulkhead as CoreBulkhead, CallStart, ConfigError, Outcome, Reason, Rejection,
     Resilience,
     adaptive::{AdaptiveConfig, Algorithm},
-    breaker::{
-        BreakerConfig, CircuitState, MAX_BUCKETS, MAX_DURATION, MAX_HALF_OPEN_CALLS, MAX_THRESHOLD,
-        Observer,
-    },
+    breaker::{BreakerConfig, CircuitState, Observer},
     policy::SharedObserver,
 };
 use pyo3::{
@@ -29,7 +26,7 @@ use pyo3::{
     types::{PyBool, PyDict, PyFloat, PyInt, PyString},
 };
 
-use crate::errors::rejection_err;
+use crate::errors::{count_arg, rejection_err};
 
 const SECTIONS: [&str; 3] = ["adaptive", "breaker", "call_timeout"];
 const ADAPTIVE_KEYS: [&str; 11] = [
@@ -93,22 +90,6 @@ fn check_keys(d: &Bound<'_, PyDict>, name: &str, allowed: &[&str]) -> PyResult<(
     Ok(())
 }
 
-/// An int (not a bool) in `min ..= max`.
-fn int_opt(v: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyResult<u64> {
-    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, not {}",
-            type_name(v)
-        )));
-    }
-    match v.extract::<i128>() {
-        Ok(n) if n >= i128::from(min) && n <= i128::from(max) => Ok(n as u64),
-        _ => Err(PyValueError::new_err(format!(
-            "{name} must be in {min}..={max}, got {v}"
-        ))),
-    }
-}
-
 /// A real number (int or float, not a bool).
 fn float_opt(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
     if v.is_instance_of::<PyBool>()
@@ -123,47 +104,44 @@ fn float_opt(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
         .map_err(|_| PyValueError::new_err(format!("{name} is out of range, got {v}")))
 }
 
-/// A duration in seconds, `> 0` and at most `max`.
-fn seconds_opt(v: &Bound<'_, PyAny>, name: &str, max: Duration) -> PyResult<Duration> {
-    let s = float_opt(v, name)?;
+/// A non-negative int (not a bool); its range is the core's to check.
+fn u64_opt(v: &Bound<'_, PyAny>, name: &str) -> PyResult<u64> {
+    count_arg(v, name, 0, u64::MAX)
+}
+
+/// [`u64_opt`] for a `u32` field: a value above `u32::MAX` saturates (every such field's core
+/// maximum is lower, so the core still names it).
+fn u32_opt(v: &Bound<'_, PyAny>, name: &str) -> PyResult<u32> {
+    u64_opt(v, name).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// A duration in seconds: a number `> 0` (NaN, zero and negative have no meaning for any
+/// policy duration). Its upper bound is the core's to check.
+fn seconds_opt(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
+    positive_seconds(float_opt(v, name)?, name)
+}
+
+/// [`seconds_opt`] of a number already converted.
+fn positive_seconds(s: f64, name: &str) -> PyResult<Duration> {
     if s.is_nan() || s <= 0.0 {
         return Err(PyValueError::new_err(format!(
             "{name} must be > 0 seconds, got {s}"
         )));
     }
-    match Duration::try_from_secs_f64(s) {
-        Ok(d) if d <= max && !d.is_zero() => Ok(d),
-        Ok(d) if d.is_zero() => Err(PyValueError::new_err(format!(
-            "{name} must be > 0 seconds (at least 1 ns), got {s}"
-        ))),
-        _ => Err(PyValueError::new_err(format!(
-            "{name} must be at most {} seconds, got {s}",
-            max.as_secs()
-        ))),
-    }
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| PyValueError::new_err(format!("{name} is too large, got {s}")))
 }
 
-/// A fraction: `lo < x < hi` (`hi_incl`: `x <= hi`).
-fn fraction_opt(v: &Bound<'_, PyAny>, name: &str, hi_incl: bool) -> PyResult<f64> {
-    let x = float_opt(v, name)?;
-    let ok = x > 0.0 && if hi_incl { x <= 1.0 } else { x < 1.0 };
-    if !ok {
-        let range = if hi_incl { "(0, 1]" } else { "(0, 1)" };
-        return Err(PyValueError::new_err(format!(
-            "{name} must be in {range}, got {x}"
-        )));
-    }
-    Ok(x)
-}
-
-fn adaptive_from(
-    d: &Bound<'_, PyDict>,
-    max_concurrent: u64,
-    prefix: &str,
-) -> PyResult<AdaptiveConfig> {
-    let name = format!("{prefix}resilience.adaptive");
-    check_keys(d, &name, &ADAPTIVE_KEYS)?;
-    let mut a = AdaptiveConfig::for_max_concurrent(max_concurrent);
+/// Converts the `adaptive` dict over the defaults for `max_concurrent` (ranges: the core's
+/// `Config::validate`).
+fn adaptive_from(d: &Bound<'_, PyDict>, max_concurrent: u64) -> PyResult<AdaptiveConfig> {
+    let name = "resilience.adaptive";
+    check_keys(d, name, &ADAPTIVE_KEYS)?;
+    let mut a = AdaptiveConfig {
+        // Not given: 0, the core's "start at max_limit" (DESIGN §4).
+        initial_limit: 0,
+        ..AdaptiveConfig::for_max_concurrent(max_concurrent)
+    };
     for (k, v) in d.iter() {
         let k: String = k.extract()?;
         let n = format!("{name}.{k}");
@@ -179,136 +157,117 @@ fn adaptive_from(
                     ))
                 })?;
             }
-            "initial_limit" => a.initial_limit = int_opt(&v, &n, 1, max_concurrent)?,
-            "min_limit" => a.min_limit = int_opt(&v, &n, 1, max_concurrent)?,
-            "max_limit" => a.max_limit = int_opt(&v, &n, 1, max_concurrent)?,
-            "target_latency" => {
-                let d = seconds_opt(&v, &n, Duration::from_nanos(u64::MAX))?;
-                a.target_latency_ns = d.as_nanos() as u64;
-            }
-            "increase_step" => a.increase_step = int_opt(&v, &n, 1, MAX_PERMITS)?,
-            "decrease_ratio" => a.decrease_ratio = fraction_opt(&v, &n, false)?,
-            "smoothing" => a.smoothing = fraction_opt(&v, &n, true)?,
-            "rtt_tolerance" => {
-                let x = float_opt(&v, &n)?;
-                if !(x.is_finite() && x >= 1.0) {
-                    return Err(PyValueError::new_err(format!(
-                        "{n} must be finite and >= 1, got {x}"
-                    )));
+            // A given 0 stays out of range (the core names `initial_limit`).
+            "initial_limit" => {
+                a.initial_limit = match u64_opt(&v, &n)? {
+                    0 => u64::MAX,
+                    given => given,
                 }
-                a.rtt_tolerance = x;
             }
-            "long_window" => a.long_window = int_opt(&v, &n, 1, 1 << 32)?,
-            "queue_size" => a.queue_size = int_opt(&v, &n, 0, MAX_PERMITS)?,
+            "min_limit" => a.min_limit = u64_opt(&v, &n)?,
+            "max_limit" => a.max_limit = u64_opt(&v, &n)?,
+            "target_latency" => {
+                a.target_latency_ns = u64::try_from(seconds_opt(&v, &n)?.as_nanos())
+                    .map_err(|_| PyValueError::new_err(format!("{n} is too large, got {v}")))?;
+            }
+            "increase_step" => a.increase_step = u64_opt(&v, &n)?,
+            "decrease_ratio" => a.decrease_ratio = float_opt(&v, &n)?,
+            "smoothing" => a.smoothing = float_opt(&v, &n)?,
+            "rtt_tolerance" => a.rtt_tolerance = float_opt(&v, &n)?,
+            "long_window" => a.long_window = u64_opt(&v, &n)?,
+            "queue_size" => a.queue_size = u64_opt(&v, &n)?,
             _ => unreachable!("checked by check_keys"),
         }
     }
-    // A limit given alone moves the bounds that default to max_concurrent with it only as
-    // far as the relations allow; the core names a pair out of order.
     Ok(a)
 }
 
-fn breaker_from(d: &Bound<'_, PyDict>, prefix: &str) -> PyResult<BreakerConfig> {
-    let name = format!("{prefix}resilience.breaker");
-    check_keys(d, &name, &BREAKER_KEYS)?;
+/// Converts the `breaker` dict over the defaults (ranges: the core's `Config::validate`).
+fn breaker_from(d: &Bound<'_, PyDict>) -> PyResult<BreakerConfig> {
+    let name = "resilience.breaker";
+    check_keys(d, name, &BREAKER_KEYS)?;
     let mut b = BreakerConfig::DEFAULT;
     for (k, v) in d.iter() {
         let k: String = k.extract()?;
         let n = format!("{name}.{k}");
-        let thr = u64::from(MAX_THRESHOLD);
         match k.as_str() {
-            "failure_threshold" => b.failure_threshold = int_opt(&v, &n, 1, thr)? as u32,
-            "error_rate_threshold" => b.error_rate_threshold = fraction_opt(&v, &n, true)?,
-            "error_rate_window" => b.error_rate_window = seconds_opt(&v, &n, MAX_DURATION)?,
-            "error_rate_buckets" => {
-                b.error_rate_buckets = int_opt(&v, &n, 1, u64::from(MAX_BUCKETS))? as u32;
-            }
-            "volume_threshold" => b.volume_threshold = int_opt(&v, &n, 1, thr)? as u32,
-            "open_duration" => b.open_duration = seconds_opt(&v, &n, MAX_DURATION)?,
-            "half_open_max_calls" => {
-                b.half_open_max_calls = int_opt(&v, &n, 1, u64::from(MAX_HALF_OPEN_CALLS))? as u32;
-            }
-            "half_open_timeout" => b.half_open_timeout = seconds_opt(&v, &n, MAX_DURATION)?,
+            "failure_threshold" => b.failure_threshold = u32_opt(&v, &n)?,
+            "error_rate_threshold" => b.error_rate_threshold = float_opt(&v, &n)?,
+            "error_rate_window" => b.error_rate_window = seconds_opt(&v, &n)?,
+            "error_rate_buckets" => b.error_rate_buckets = u32_opt(&v, &n)?,
+            "volume_threshold" => b.volume_threshold = u32_opt(&v, &n)?,
+            "open_duration" => b.open_duration = seconds_opt(&v, &n)?,
+            "half_open_max_calls" => b.half_open_max_calls = u32_opt(&v, &n)?,
+            "half_open_timeout" => b.half_open_timeout = seconds_opt(&v, &n)?,
             _ => unreachable!("checked by check_keys"),
         }
     }
     Ok(b)
 }
 
-/// The `resilience` option (`None` / omitted: a plain bulkhead) for a bulkhead of
-/// `max_concurrent`. `prefix` goes before the option names in errors (`overrides["k"]: `).
-pub(crate) fn resilience_from(
-    v: Option<&Bound<'_, PyAny>>,
-    max_concurrent: u64,
-    prefix: &str,
-) -> PyResult<Resilience> {
-    let Some(v) = v else {
+/// Converts the `resilience` option (`None`: a plain bulkhead) for a bulkhead of
+/// `max_concurrent`. Types only: the caller validates the whole `Config` (the core names the
+/// option out of range, mapped by [`config_error`]).
+pub(crate) fn resilience_from(v: &Bound<'_, PyAny>, max_concurrent: u64) -> PyResult<Resilience> {
+    let name = "resilience";
+    let Some(d) = opt_dict(v, name)? else {
         return Ok(Resilience::OFF);
     };
-    let name = format!("{prefix}resilience");
-    let Some(d) = opt_dict(v, &name)? else {
-        return Ok(Resilience::OFF);
-    };
-    check_keys(&d, &name, &SECTIONS)?;
+    check_keys(&d, name, &SECTIONS)?;
     let mut r = Resilience::OFF;
     if let Some(a) = d.get_item("adaptive")? {
-        if let Some(a) = opt_dict(&a, &format!("{name}.adaptive"))? {
-            r.adaptive = Some(adaptive_from(&a, max_concurrent, prefix)?);
+        if let Some(a) = opt_dict(&a, "resilience.adaptive")? {
+            r.adaptive = Some(adaptive_from(&a, max_concurrent)?);
         }
     }
     if let Some(b) = d.get_item("breaker")? {
-        if let Some(b) = opt_dict(&b, &format!("{name}.breaker"))? {
-            r.breaker = Some(breaker_from(&b, prefix)?);
+        if let Some(b) = opt_dict(&b, "resilience.breaker")? {
+            r.breaker = Some(breaker_from(&b)?);
         }
     }
     if let Some(t) = d.get_item("call_timeout")?.filter(|t| !t.is_none()) {
-        let n = format!("{name}.call_timeout");
-        let s = float_opt(&t, &n)?;
+        let n = "resilience.call_timeout";
+        let s = float_opt(&t, n)?;
         // math.inf: no call timeout (like C's HG_TIMEOUT_INFINITE).
-        if !s.is_infinite() {
-            r.call_timeout = Some(seconds_opt(&t, &n, Duration::MAX)?);
-        } else if s < 0.0 {
-            return Err(PyValueError::new_err(format!(
-                "{n} must be > 0 seconds, got {s}"
-            )));
+        if s != f64::INFINITY {
+            r.call_timeout = Some(positive_seconds(s, n)?);
         }
     }
-    r.validate(max_concurrent)
-        .map_err(|e| config_error(&e, prefix))?;
     Ok(r)
 }
 
-/// A core configuration error as a `ValueError` naming the option with its full path.
-pub(crate) fn config_error(e: &ConfigError, prefix: &str) -> PyErr {
+/// A core configuration error as a `ValueError` naming the option with its full path
+/// (`resilience.breaker.open_duration`, `max_queue`, …).
+pub(crate) fn config_error(e: ConfigError) -> PyErr {
     let path = match e.section() {
-        Some("resilience") => format!("{prefix}resilience.{}", e.option()),
-        Some(s) => format!("{prefix}resilience.{s}.{}", e.option()),
-        None => format!("{prefix}{}", e.option()),
+        Some("resilience") => format!("resilience.{}", e.option()),
+        Some(s) => format!("resilience.{s}.{}", e.option()),
+        None => e.option().to_owned(),
     };
     PyValueError::new_err(format!("{path}: {e}"))
 }
 
 /// Merges an override's `resilience` over the defaults' (key by key: an override's
-/// `breaker` dict merges over the default's `breaker` dict; `None` turns a part off).
+/// `breaker` dict merges over the default's `breaker` dict; `None` turns a part off). `None`
+/// when the key has no policies.
 pub(crate) fn merge_resilience<'py>(
     py: Python<'py>,
     defaults: Option<&Bound<'py, PyAny>>,
     over: Option<&Bound<'py, PyAny>>,
-    prefix: &str,
-) -> PyResult<Option<Bound<'py, PyAny>>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let base = match defaults {
         Some(d) => opt_dict(d, "resilience")?,
         None => None,
     };
     let Some(over) = over else {
-        return Ok(base.map(Bound::into_any));
+        return Ok(base.map_or_else(|| py.None().into_bound(py), Bound::into_any));
     };
-    let name = format!("{prefix}resilience");
-    let Some(over) = opt_dict(over, &name)? else {
+    let name = "resilience";
+    let Some(over) = opt_dict(over, name)? else {
         // `"resilience": None` in an override: a plain bulkhead for that key.
-        return Ok(None);
+        return Ok(py.None().into_bound(py));
     };
-    check_keys(&over, &name, &SECTIONS)?;
+    check_keys(&over, name, &SECTIONS)?;
     let out = match &base {
         Some(b) => b.copy()?,
         None => PyDict::new(py),
@@ -329,49 +288,17 @@ pub(crate) fn merge_resilience<'py>(
             _ => out.set_item(section, v)?,
         }
     }
-    Ok(Some(out.into_any()))
+    Ok(out.into_any())
 }
 
 // ----- observer ------------------------------------------------------------------------------
 
-thread_local! {
-    /// While > 0, state-change events on this thread are queued, not delivered (a registry
-    /// stats read holds the registry's lock; a callback creating a key would deadlock).
-    static DEFER: Cell<u32> = const { Cell::new(0) };
-    static QUEUED: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
-}
-
-struct Event {
-    callback: Arc<PyObserver>,
-    key: Option<String>,
-    old: CircuitState,
-    new: CircuitState,
-}
-
-/// Runs `f` with this thread's events queued, then delivers them (after `f` returned, with
-/// no core lock held).
-pub(crate) fn deferring_events<T>(py: Python<'_>, f: impl FnOnce() -> T) -> T {
-    DEFER.with(|d| d.set(d.get() + 1));
-    let out = f();
-    let depth = DEFER.with(|d| {
-        d.set(d.get() - 1);
-        d.get()
-    });
-    if depth == 0 {
-        let events = QUEUED.with(|q| std::mem::take(&mut *q.borrow_mut()));
-        for e in events {
-            e.callback.deliver(py, e.key.as_deref(), e.old, e.new);
-        }
-    }
-    out
-}
-
 /// `on_state_change(key, old, new)`: a Python callable, called with the GIL after each breaker
 /// commit. Its exceptions go to `sys.unraisablehook`, never into the acquire or release that
-/// committed the transition.
+/// committed the transition. (The core holds no lock of its own while it notifies, so the
+/// callback may use the bulkhead or registry.)
 pub(crate) struct PyObserver {
     callback: Py<PyAny>,
-    me: std::sync::Weak<PyObserver>,
 }
 
 impl PyObserver {
@@ -386,38 +313,77 @@ impl PyObserver {
                 type_name(v)
             )));
         }
-        let callback = v.clone().unbind();
-        let o: Arc<PyObserver> = Arc::new_cyclic(|me| PyObserver {
-            callback,
-            me: me.clone(),
-        });
-        Ok(Some(o))
-    }
-
-    fn deliver(&self, py: Python<'_>, key: Option<&str>, old: CircuitState, new: CircuitState) {
-        let cb = self.callback.bind(py);
-        if let Err(e) = cb.call1((key, old.as_str(), new.as_str())) {
-            e.write_unraisable(py, Some(cb));
-        }
+        Ok(Some(Arc::new(PyObserver {
+            callback: v.clone().unbind(),
+        })))
     }
 }
 
 impl Observer for PyObserver {
     fn on_state_change(&self, key: Option<&str>, old: CircuitState, new: CircuitState) {
-        if DEFER.with(Cell::get) > 0 {
-            if let Some(me) = self.me.upgrade() {
-                QUEUED.with(|q| {
-                    q.borrow_mut().push(Event {
-                        callback: me,
-                        key: key.map(str::to_owned),
-                        old,
-                        new,
-                    });
-                });
-                return;
+        Python::attach(|py| {
+            let cb = self.callback.bind(py);
+            if let Err(e) = cb.call1((key, old.as_str(), new.as_str())) {
+                e.write_unraisable(py, Some(cb));
             }
+        });
+    }
+}
+
+// ----- the guarded call's admission ----------------------------------------------------------
+
+/// One acquire's guarded call (DESIGN §4) from step 1 to the grant, with the bulkhead it runs
+/// on: [`begin`](Self::begin) runs the breaker's check; [`granted`](Self::granted) hands the
+/// call on to the permit; any other way out — refused, cancelled, abandoned, dropped — ends it
+/// `ignored`, exactly once. Every acquire path (`try_acquire`, `acquire_sync`, `acquire`) goes
+/// through it. On a bulkhead without policies the call is inert and every step a no-op.
+pub(crate) struct Admitting<B: Deref<Target = CoreBulkhead>> {
+    bh: B,
+    call: CallStart,
+}
+
+impl<B: Deref<Target = CoreBulkhead>> Admitting<B> {
+    /// Not begun yet (nothing to end).
+    pub(crate) const fn new(bh: B) -> Self {
+        Self {
+            bh,
+            call: CallStart::NONE,
         }
-        Python::attach(|py| self.deliver(py, key, old, new));
+    }
+
+    /// Step 1, before admission: the breaker's check (`circuit_open`, counted).
+    pub(crate) fn begin(&mut self, weight: u64) -> Result<(), AcquireError> {
+        self.call = self.bh.begin_call_for(weight)?;
+        Ok(())
+    }
+
+    /// Admission granted (`queued`: after queueing, so the RTT restarts at the grant): the
+    /// call, for the permit to end at its release.
+    pub(crate) fn granted(&mut self, queued: bool) -> CallStart {
+        let mut call = std::mem::take(&mut self.call);
+        if queued {
+            self.bh.mark_granted(&mut call);
+        }
+        call
+    }
+
+    /// Admission refused, or the waiter gave up: ends the call `ignored` (once).
+    pub(crate) fn refused(&mut self) {
+        self.bh
+            .end_call(std::mem::take(&mut self.call), Outcome::Ignored);
+    }
+}
+
+impl<B: Deref<Target = CoreBulkhead>> Deref for Admitting<B> {
+    type Target = B;
+    fn deref(&self) -> &B {
+        &self.bh
+    }
+}
+
+impl<B: Deref<Target = CoreBulkhead>> Drop for Admitting<B> {
+    fn drop(&mut self) {
+        self.refused();
     }
 }
 
@@ -460,6 +426,14 @@ pub(crate) fn classify_exit(exc_type: Option<&Bound<'_, PyAny>>) -> Outcome {
     }
 }
 
+/// The outcome of an HTTP response by its status: the core's one rule (5xx → `"failure"`, 429
+/// → `"overload"`, anything else → `"success"`), for hullguard's HTTP integrations.
+#[pyfunction]
+pub(crate) fn outcome_of_status(status_code: i64) -> &'static str {
+    let status = u16::try_from(status_code.max(0)).unwrap_or(u16::MAX);
+    Outcome::for_http_status(status).as_str()
+}
+
 /// `outcome="success"|"failure"|"ignored"|"overload"`.
 pub(crate) fn outcome_arg(v: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     let s = v.cast::<PyString>().map_err(|_| {
@@ -473,6 +447,9 @@ pub(crate) fn outcome_arg(v: &Bound<'_, PyAny>) -> PyResult<Outcome> {
     })
 }
 
+/// A guarded call overran `call_timeout` (DESIGN §4): counts `call_timeout` and ends the call
+/// as a failure now; its permits stay held until the work has really ended (that release
+/// records nothing more).
 /// The `CallTimeoutError` of a guarded call that overran `call_timeout`.
 pub(crate) fn call_timeout_err(py: Python<'_>, bh: &CoreBulkhead, key: Option<&str>) -> PyErr {
     let r = Rejection {
@@ -512,7 +489,7 @@ pub(crate) struct CallTimer {
     bh: Arc<CoreBulkhead>,
     call: CallRef,
     task: Py<PyAny>,
-    pub(crate) fired: Arc<AtomicBool>,
+    fired: Arc<AtomicBool>,
 }
 
 /// Where the call of a block lives: a slot (`async with bh:`) or its permit.
@@ -535,8 +512,7 @@ impl CallTimer {
     fn __call__(&self, py: Python<'_>) {
         if let Some(c) = self.call.take() {
             self.fired.store(true, SeqCst);
-            self.bh.count_call_timeout();
-            self.bh.end_call(c, Outcome::Failure);
+            self.bh.end_call_timed_out(c);
             drop(self.task.bind(py).call_method0("cancel"));
         }
     }
@@ -565,18 +541,10 @@ pub(crate) struct ArmedCall {
 
 impl ArmedCall {
     /// Arms `bh`'s `call_timeout` for the block running in the current task (nothing without
-    /// a call timeout, a task or a loop).
-    pub(crate) fn arm(
-        py: Python<'_>,
-        bh: &Arc<CoreBulkhead>,
-        call: CallRef,
-    ) -> PyResult<Option<ArmedCall>> {
-        let Some(limit) = bh.call_timeout() else {
-            return Ok(None);
-        };
-        let Some(task) = current_task(py) else {
-            return Ok(None);
-        };
+    /// a call timeout, or outside a task: no loop to arm a timer on).
+    pub(crate) fn arm(py: Python<'_>, bh: &Arc<CoreBulkhead>, call: CallRef) -> Option<ArmedCall> {
+        let limit = bh.call_timeout()?;
+        let task = current_task(py)?;
         let fired = Arc::new(AtomicBool::new(false));
         let cb = Py::new(
             py,
@@ -586,15 +554,17 @@ impl ArmedCall {
                 task: task.clone().unbind(),
                 fired: fired.clone(),
             },
-        )?;
+        )
+        .ok()?;
         let handle = task
-            .call_method0("get_loop")?
-            .call_method1("call_later", (limit.as_secs_f64(), cb))?;
-        Ok(Some(ArmedCall {
+            .call_method0("get_loop")
+            .and_then(|l| l.call_method1("call_later", (limit.as_secs_f64(), cb)))
+            .ok()?;
+        Some(ArmedCall {
             handle: handle.unbind(),
             fired,
             task: task.unbind(),
-        }))
+        })
     }
 
     /// Cancels the timer (the block is gone without an exit).

@@ -18,7 +18,7 @@ use crate::{
     },
     errors::{acquire_err, count_arg, seconds_arg},
     permit::Permit,
-    policy::{PyObserver, deferring_events, merge_resilience},
+    policy::{PyObserver, merge_resilience},
     stats::stats_dict,
 };
 
@@ -50,26 +50,24 @@ fn override_config(
         }
     }
     let get = |n: &str| d.get_item(n).ok().flatten();
-    let prefix = format!("overrides[{key:?}]: ");
     let py = d.py();
-    let resilience = merge_resilience(py, default_resilience, get("resilience").as_ref(), &prefix)?;
-    let none = py.None().into_bound(py);
-    config_from(
-        Options {
-            max_concurrent: get("max_concurrent").as_ref(),
-            max_queue: get("max_queue").as_ref(),
-            queue_timeout: get("queue_timeout").as_ref(),
-            enabled: get("enabled").as_ref(),
-            // Parsed again for this key's max_concurrent (the adaptive defaults follow it).
-            resilience: Some(resilience.as_ref().unwrap_or(&none)),
+    let config = merge_resilience(py, default_resilience, get("resilience").as_ref()).and_then(
+        |resilience| {
+            config_from(
+                Options {
+                    max_concurrent: get("max_concurrent").as_ref(),
+                    max_queue: get("max_queue").as_ref(),
+                    queue_timeout: get("queue_timeout").as_ref(),
+                    enabled: get("enabled").as_ref(),
+                    // Parsed again for this key's max_concurrent (the adaptive defaults follow
+                    // it); `None` turns the defaults' policies off.
+                    resilience: Some(&resilience),
+                },
+                defaults,
+            )
         },
-        defaults,
-        &prefix,
-    )
-    .map_err(|e| {
-        if e.value(py).to_string().starts_with("overrides[") {
-            return e;
-        }
+    );
+    config.map_err(|e| {
         // Keep the exception class (TypeError stays TypeError); prefix the key.
         let msg = format!("overrides[{key:?}]: {}", e.value(py));
         if e.is_instance_of::<PyTypeError>(py) {
@@ -121,7 +119,6 @@ impl Registry {
         on_state_change: Option<&Bound<'_, PyAny>>,
         _clock: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let resilience = resilience.filter(|r| !r.is_none());
         let defaults = config_from(
             Options {
                 max_concurrent,
@@ -131,7 +128,6 @@ impl Registry {
                 resilience,
             },
             Config::DEFAULT,
-            "",
         )?;
         let observer = PyObserver::from_arg(on_state_change)?;
         let max_keys = match max_keys.filter(|v| !v.is_none()) {
@@ -276,9 +272,7 @@ impl Registry {
     /// `{key: stats}` for every key.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        // State-change events of this read are delivered after the registry's lock is gone.
-        let all = deferring_events(py, || self.reg.stats());
-        for (k, s) in all {
+        for (k, s) in self.reg.stats() {
             d.set_item(k, stats_dict(py, &s)?)?;
         }
         Ok(d)

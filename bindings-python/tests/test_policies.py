@@ -155,6 +155,14 @@ def test_bad_resilience_names_the_option(resilience: Any, exc: type, needle: str
     assert 'overrides["k"]' in str(e.value) and needle in str(e.value)
 
 
+def test_initial_limit_defaults_to_max_limit() -> None:
+    # DESIGN §4: initial_limit = max_limit; a lowered max_limit alone is a valid config.
+    bh = hullguard.Bulkhead(max_concurrent=10, resilience={"adaptive": {"max_limit": 5}})
+    assert (bh.stats()["limit"], bh.stats()["adaptive"]["limit"]) == (5, 5)
+    with pytest.raises(ValueError, match="initial_limit"):
+        hullguard.Bulkhead(max_concurrent=10, resilience={"adaptive": {"initial_limit": 0}})
+
+
 def test_on_state_change_must_be_callable() -> None:
     with pytest.raises(TypeError, match="on_state_change"):
         hullguard.Bulkhead(on_state_change=3)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ __all__ = [
     "Permit",
     "Registry",
     "origin_key",
+    "outcome_of_status",
     "MAX_PERMITS",
     "MAX_QUEUE",
     "__version__",
@@ -212,3 +213,4 @@ class Registry:
     def key_limit_rejections(self) -> int: ...
 
 def origin_key(url: str) -> str: ...
+def outcome_of_status(status_code: int) -> _Outcome: ...

@@ -55,7 +55,7 @@ from typing import Any, AsyncIterator, Iterator, Optional
 
 import httpx
 
-from ._native import Permit, Registry, origin_key
+from ._native import Permit, Registry, origin_key, outcome_of_status
 
 __all__ = ["BulkheadTransport", "SyncBulkheadTransport", "outcome_of_status", "outcome_of_error"]
 
@@ -64,16 +64,6 @@ def _release(permit: Permit, outcome: str) -> None:
     """Releases ``permit`` silently if still held (a permit already returned is skipped and
     never counted as ``released_twice_total``), recording ``outcome``."""
     permit._finish(outcome)
-
-
-def outcome_of_status(status_code: int) -> str:
-    """The outcome of a response (DESIGN §4): 5xx → ``"failure"``, 429 → ``"overload"``,
-    anything else → ``"success"``."""
-    if status_code >= 500:
-        return "failure"
-    if status_code == 429:
-        return "overload"
-    return "success"
 
 
 def outcome_of_error(exc: BaseException) -> str:
