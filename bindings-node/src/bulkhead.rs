@@ -288,8 +288,12 @@ impl NativeBulkhead {
     #[napi]
     pub fn call_timed_out(&self, id: u32) -> Result<u32> {
         let bh = self.bh()?;
-        bh.count_call_timeout();
-        self.end(bh, id, Outcome::Failure);
+        let call = self.calls.borrow_mut().remove(&id);
+        match call {
+            Some(call) => bh.end_call_timed_out(call),
+            // Already ended (the work settled in the same turn): only the count.
+            None => bh.count_call_timeout(),
+        }
         Ok(settled::pending())
     }
 
