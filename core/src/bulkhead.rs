@@ -34,7 +34,7 @@ use core::{task::Waker, time::Duration};
 use crossbeam_utils::CachePadded;
 
 use crate::{
-    cell::{Kind, kind},
+    cell::{Kind, Stamp},
     clock::ClockSource,
     config::{Config, ConfigError},
     dispatch::{DispatchFlag, WakeBatch},
@@ -42,7 +42,7 @@ use crate::{
     permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS, available},
     policy::{Policies, PolicyBox},
     reason::{AcquireError, Reason, Rejection, Snapshot},
-    ring::WaiterRing,
+    ring::{ClaimError, WaiterRing},
     stats::{Counters, Stats},
     sync::{AtomicWord, Ordering::*, SWord, Word},
 };
@@ -148,7 +148,7 @@ pub struct Bulkhead<const N: usize = 0> {
 
 #[cfg(feature = "alloc")]
 impl Bulkhead<0> {
-    /// A bulkhead whose ring (`next_power_of_two(2 × max_queue)` cells) is allocated once,
+    /// A bulkhead whose ring ([`Config::ring_capacity`] cells) is allocated once,
     /// fallibly, here. Uses the host's monotonic clock under `std`.
     ///
     /// # Errors
@@ -455,17 +455,22 @@ impl<const N: usize> Bulkhead<N> {
         }
         let t = match self.ring.claim() {
             Ok(t) => t,
-            Err(_) => return Err(self.reject(Reason::QueueLimit).into()),
+            Err(ClaimError::QueueLimit) => return Err(self.reject(Reason::QueueLimit).into()),
+            Err(ClaimError::RingFull) => {
+                // The tail skipped a lap of taken cells: let the head follow it past them.
+                self.run_dispatcher();
+                return Err(self.reject(Reason::QueueLimit).into());
+            }
         };
         let cell = self.ring.cell(t);
-        // Relaxed: published by the Release store of the stamp below.
+        // Relaxed: published by the Release CAS of `publish` below.
         cell.weight.store(w, Relaxed);
         cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
         if let Some(waker) = waker {
             cell.waker.register(t, waker);
         }
         // Release: the dispatcher's Acquire load of the stamp sees weight, time and waker.
-        cell.stamp.store(self.ring.stamp(t, Kind::Waiting), Release);
+        self.ring.publish(t);
         // From here on the fast path fails (I6); the dispatcher decides.
         self.permits.set_waiters();
         self.run_dispatcher();
@@ -502,46 +507,42 @@ impl<const N: usize> Bulkhead<N> {
         waker: Option<&Waker>,
     ) -> Result<TicketPoll, StaleTicket> {
         let t = ticket.0;
-        let cell = self.ring.cell_checked(t).ok_or(StaleTicket)?;
-        let mut s = cell.stamp.load(Acquire);
-        if s == self.ring.stamp(t, Kind::Waiting) {
+        let (cell, mut s) = self.ring.stamp_of(t).ok_or(StaleTicket)?;
+        if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
             let Some(waker) = waker else {
                 return Ok(TicketPoll::Pending);
             };
             cell.waker.register(t, waker);
-            // Re-check after registering: a grant committed before our registration is seen
-            // here (its take of the slot happened-before our claim of it).
-            s = cell.stamp.load(Acquire);
-            if s == self.ring.stamp(t, Kind::Waiting) {
+            // Re-check after registering: a settlement committed before our registration is
+            // seen here (its take of the slot happened-before our claim of it).
+            s = match self.ring.stamp_of(t) {
+                Some((_, s)) => s,
+                None => return Err(StaleTicket),
+            };
+            if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
                 return Ok(TicketPoll::Pending);
             }
         }
-        if s == self.ring.stamp(t, Kind::Granted) {
-            let w = cell.weight.load(Relaxed);
-            cell.waker.clear(t);
-            if !self.ring.free_cell_if(t, s) {
-                return Err(StaleTicket);
+        match s.kind() {
+            Kind::Granted => {
+                let w = cell.weight.load(Relaxed);
+                cell.waker.clear(t);
+                self.ring.free(cell, s).map_err(|_| StaleTicket)?;
+                self.counters.unclaimed.fetch_sub(w, AcqRel);
+                Ok(TicketPoll::Granted(w as u64))
             }
-            self.counters.unclaimed.fetch_sub(w, AcqRel);
-            return Ok(TicketPoll::Granted(w as u64));
+            Kind::Rejected(reason) => {
+                cell.waker.clear(t);
+                self.ring.free(cell, s).map_err(|_| StaleTicket)?;
+                self.notify_idle();
+                // Counted when it was rejected.
+                Ok(TicketPoll::Rejected(Rejection {
+                    reason,
+                    snapshot: self.snapshot(),
+                }))
+            }
+            Kind::Free | Kind::Waiting | Kind::Claimed => Err(StaleTicket),
         }
-        let reason = if s == self.ring.stamp(t, Kind::Shutdown) {
-            Reason::Shutdown
-        } else if s == self.ring.stamp(t, Kind::Limit) {
-            Reason::ConcurrencyLimit
-        } else {
-            return Err(StaleTicket);
-        };
-        cell.waker.clear(t);
-        if !self.ring.free_cell_if(t, s) {
-            return Err(StaleTicket);
-        }
-        self.notify_idle();
-        // Counted when the dispatcher rejected it.
-        Ok(TicketPoll::Rejected(Rejection {
-            reason,
-            snapshot: self.snapshot(),
-        }))
     }
 
     /// Cancels a queued ticket with `reason` (`aborted` for a caller's cancel, `timeout` for a
@@ -554,30 +555,61 @@ impl<const N: usize> Bulkhead<N> {
     /// is not live.
     pub fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
         let t = ticket.0;
-        let cell = self.ring.cell_checked(t).ok_or(CancelError::Stale)?;
-        // AcqRel: one winner against the dispatcher's WAITING → GRANTED CAS.
-        match cell.stamp.compare_exchange(
-            self.ring.stamp(t, Kind::Waiting),
-            self.ring.stamp(t, Kind::Cancelled),
-            AcqRel,
-            Acquire,
-        ) {
-            Ok(_) => {
-                self.ring.settle_live();
-                self.counters.reject(reason);
-                cell.waker.clear(t);
-                self.run_dispatcher();
-                self.notify_idle();
-                Ok(())
-            }
-            Err(s) if s == self.ring.stamp(t, Kind::Granted) => Err(CancelError::Granted),
-            Err(s) if s == self.ring.stamp(t, Kind::Shutdown) => {
-                Err(CancelError::Rejected(Reason::Shutdown))
-            }
-            Err(s) if s == self.ring.stamp(t, Kind::Limit) => {
-                Err(CancelError::Rejected(Reason::ConcurrencyLimit))
-            }
-            Err(_) => Err(CancelError::Stale),
+        let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        match s.kind() {
+            Kind::Waiting => match self.ring.free(cell, s) {
+                Ok(_) => {
+                    // One winner against the dispatcher's WAITING → GRANTED CAS: the cell is
+                    // free at once (no tombstone); the dispatcher skips the ticket.
+                    self.ring.cancelled_live();
+                    self.counters.reject(reason);
+                    cell.waker.clear(t);
+                    self.run_dispatcher();
+                    self.notify_idle();
+                    Ok(())
+                }
+                Err(now) => Err(Self::cancel_lost(now)),
+            },
+            Kind::Granted => Err(CancelError::Granted),
+            Kind::Rejected(r) => Err(CancelError::Rejected(r)),
+            Kind::Free | Kind::Claimed => Err(CancelError::Stale),
+        }
+    }
+
+    /// Settles a queued ticket as rejected with `reason` on behalf of its owner (a host timer
+    /// that fired: `timeout`), and wakes the owner, whose next poll takes the rejection.
+    ///
+    /// # Errors
+    /// As [`cancel`](Self::cancel): the waiter settled first, or the ticket is not live.
+    pub fn expire(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
+        let t = ticket.0;
+        let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        match s.kind() {
+            Kind::Waiting => match self.ring.settle(cell, s, Kind::Rejected(reason)) {
+                Ok(()) => {
+                    self.counters.reject(reason);
+                    let waker = cell.waker.take(t);
+                    self.run_dispatcher();
+                    self.notify_idle();
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                    Ok(())
+                }
+                Err(now) => Err(Self::cancel_lost(now)),
+            },
+            Kind::Granted => Err(CancelError::Granted),
+            Kind::Rejected(r) => Err(CancelError::Rejected(r)),
+            Kind::Free | Kind::Claimed => Err(CancelError::Stale),
+        }
+    }
+
+    /// Why a cancel or expiry lost its CAS: the stamp that won.
+    fn cancel_lost(now: crate::cell::Stamp) -> CancelError {
+        match now.kind() {
+            Kind::Granted => CancelError::Granted,
+            Kind::Rejected(r) => CancelError::Rejected(r),
+            _ => CancelError::Stale,
         }
     }
 
@@ -812,27 +844,28 @@ impl<const N: usize> Bulkhead<N> {
                 continue;
             }
             let cell = self.ring.cell(h);
-            let s = cell.stamp.load(Acquire);
-            match kind(s) {
+            // Acquire: pairs with the Release of the publish (weight, time, waker visible).
+            let s = Stamp(cell.stamp.load(Acquire));
+            if s.identity() != self.ring.lap(h) || !s.kind().is_occupied() {
+                // Not ticket `h`'s: it was cancelled (its cell freed, maybe reused since) or
+                // skipped by the tail (the cell holds an older occupant, or what came after it).
+                h = self.ring.advance_head(h);
+                continue;
+            }
+            match s.kind() {
                 // Claimed, not yet published: its enqueuer dispatches after publishing.
-                Kind::Free => return false,
-                Kind::Cancelled => {
-                    self.ring.free_cell(h);
-                    h = self.ring.advance_head(h);
-                }
+                Kind::Claimed => return false,
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed);
                     let verdict = if self.permits.load() & CLOSED != 0 {
-                        Some((Kind::Shutdown, Reason::Shutdown))
+                        Some(Reason::Shutdown)
                     } else if w > self.limit.load(Acquire) {
-                        Some((Kind::Limit, Reason::ConcurrencyLimit))
+                        Some(Reason::ConcurrencyLimit)
                     } else {
                         None
                     };
-                    if let Some((k, reason)) = verdict {
-                        let to = self.ring.stamp(h, k);
-                        if cell.stamp.compare_exchange(s, to, AcqRel, Acquire).is_ok() {
-                            self.ring.settle_live();
+                    if let Some(reason) = verdict {
+                        if self.ring.settle(cell, s, Kind::Rejected(reason)).is_ok() {
                             self.counters.reject(reason);
                             batch.push(cell.waker.take(h));
                             h = self.ring.advance_head(h);
@@ -840,7 +873,7 @@ impl<const N: usize> Bulkhead<N> {
                                 return true;
                             }
                         }
-                        // else: lost to a cancel; the next turn sweeps it.
+                        // else: lost to the owner's cancel or a timer; the next turn sees it.
                         continue;
                     }
                     match self.permits.reserve_for_head(w) {
@@ -854,13 +887,7 @@ impl<const N: usize> Bulkhead<N> {
                     // Count the reserved permits as unclaimed *before* the grant is visible:
                     // the owner may consume it (and subtract) the moment the CAS lands.
                     self.counters.unclaimed.fetch_add(w, AcqRel);
-                    let granted = self.ring.stamp(h, Kind::Granted);
-                    if cell
-                        .stamp
-                        .compare_exchange(s, granted, AcqRel, Acquire)
-                        .is_ok()
-                    {
-                        self.ring.settle_live();
+                    if self.ring.settle(cell, s, Kind::Granted).is_ok() {
                         self.counters.record_queued_grant();
                         if self.clock.is_some() {
                             let waited = (self.clock.now_ns() as Word)
@@ -873,15 +900,19 @@ impl<const N: usize> Bulkhead<N> {
                             return true;
                         }
                     } else {
-                        // The owner cancelled first: the permits go back (we are the
-                        // dispatcher, so no new pass is needed) and the next turn sweeps it.
+                        // The owner cancelled (or a timer expired it) first: the permits go
+                        // back (we are the dispatcher, so no new pass is needed) and the next
+                        // turn sees the ticket gone or settled.
                         self.counters.unclaimed.fetch_sub(w, AcqRel);
                         self.permits.give(w);
                     }
                 }
-                Kind::Granted | Kind::Shutdown | Kind::Limit => {
-                    // Settled cells are behind the head by construction; never here.
-                    debug_assert!(false, "settled cell at the head");
+                // Expired by a third party (`expire`) while queued: settled, waiting for its
+                // owner to take the rejection. The turn passes on.
+                Kind::Rejected(_) => h = self.ring.advance_head(h),
+                // Only this dispatcher grants, and it moves the head past what it grants.
+                Kind::Granted | Kind::Free => {
+                    debug_assert!(false, "granted cell at the head");
                     h = self.ring.advance_head(h);
                 }
             }

@@ -1,73 +1,195 @@
-//! One waiter cell of the ring and its stamp encoding.
+//! One waiter cell of the ring and its stamp encoding (docs/design.md §4.2 "The waiter ring").
 //!
-//! A cell is reused lap after lap; its stamp carries the ticket it belongs to, so a stale
+//! A cell is reused lap after lap. Its stamp names the ticket that occupies it, so a stale
 //! canceller or poller (holding an old ticket) can never touch the cell's next occupant: every
-//! transition is one CAS whose expected value names the ticket, with exactly one winner.
+//! transition is one CAS whose expected value is the stamp it read, with exactly one winner.
 //!
 //! ```text
-//! stamp = lap << KIND_BITS | kind        where lap = ticket >> log2(capacity)
+//! stamp = pos << (DELTA_BITS + KIND_BITS) | delta << KIND_BITS | kind
 //!
-//! (the cell index is the ticket's low bits, so the lap names the ticket; every cell starts as
-//! FREE of lap 0, which lets a `static` ring be all zeroes)
+//!   kind   FREE, CLAIMED, WAITING, GRANTED, or REJECTED + reason index (4 bits)
+//!   pos    the lap of the latest ticket position this cell stands for: a ticket t uses the
+//!          cell t mod capacity, on lap t / capacity (kept modulo 2³⁶ laps, 2¹⁸ on 32-bit targets)
+//!   delta  how many laps the tail has skipped this cell while its occupant stayed (see below)
 //!
-//!   FREE(t)  --enqueuer claims `tail = t`, writes weight, publishes-->  WAITING(t)
-//!   WAITING(t) --dispatcher-->  GRANTED(t)     --owner consumes-->  FREE(t + cap)
-//!   WAITING(t) --dispatcher-->  SHUTDOWN(t) / LIMIT(t)  --owner consumes-->  FREE(t + cap)
-//!   WAITING(t) --owner/timer cancels-->  CANCELLED(t)  --dispatcher sweeps at head-->  FREE(t + cap)
+//!   identity = pos − delta: the lap of the occupant's own ticket (for FREE: the lap that may
+//!              claim the cell next; delta is 0)
+//!
+//!   FREE(L)   --claim by the ticket of lap L (before the tail passes it)-->  CLAIMED(L)
+//!   CLAIMED   --its enqueuer writes weight, time, waker, then publishes-->    WAITING
+//!   WAITING   --dispatcher grants-->  GRANTED          --owner consumes-->  FREE(pos + 1)
+//!   WAITING   --dispatcher rejects (shutdown, limit) or a third party expires it (timeout)-->
+//!                                     REJECTED(reason) --owner consumes-->  FREE(pos + 1)
+//!   WAITING   --its owner cancels-->  FREE(pos + 1)    (at once: no tombstone)
+//!   any occupied state  --the tail passes it (skip)-->  the same state, pos + 1, delta + 1
 //! ```
-//! A claimed cell whose stamp still reads FREE(t) is being published; the dispatcher stops
-//! there and the enqueuer dispatches again after publishing.
+//!
+//! Why the skip: a waiter can stay queued (a heavy head, an infinite deadline) while cancelled
+//! and settled neighbours come and go, and the tail then laps the ring back to its cell. The
+//! enqueuer at that ticket does not wait and does not refuse: it *relabels* the occupant one lap
+//! further (`pos + 1`, `delta + 1`), which marks the ticket as skipped, and takes the next
+//! ticket. The occupant keeps its identity (`pos − delta`); when it is freed, the cell becomes
+//! `FREE(pos + 1)`, claimable only on the lap after the last skipped one. Every cell is marked
+//! (claimed or relabelled) for a ticket's lap *before* the tail moves past that ticket, so the
+//! dispatcher at head `h` knows: identity == lap(h) is ticket `h` itself; anything else means `h`
+//! was skipped or is gone. The claim starts with the CAS `FREE(L) → CLAIMED(L)`, which also
+//! means no enqueuer that read an old tail can ever claim a ticket the tail has passed.
+//!
+//! Every cell starts as FREE of lap 0, which lets a `static` ring be all zeroes.
 
 use crate::{
+    reason::Reason,
     sync::{AtomicWord, Word},
     waker_slot::WakerSlot,
 };
 
 /// Bits of the stamp that hold the kind.
-pub(crate) const KIND_BITS: u32 = 3;
+pub(crate) const KIND_BITS: u32 = 4;
 const KIND_MASK: Word = (1 << KIND_BITS) - 1;
+
+/// Bits of the skip delta: how many laps one occupant can be skipped before the ring refuses
+/// (`queue_limit`; 2²⁴ laps with 64-bit atomics, 2¹⁰ on 32-bit targets).
+#[cfg(target_has_atomic = "64")]
+pub(crate) const DELTA_BITS: u32 = 24;
+/// Bits of the skip delta (see the 64-bit docs).
+#[cfg(not(target_has_atomic = "64"))]
+pub(crate) const DELTA_BITS: u32 = 10;
+const DELTA_MAX: Word = (1 << DELTA_BITS) - 1;
+const POS_SHIFT: u32 = DELTA_BITS + KIND_BITS;
+/// Lap positions are kept modulo 2^(word bits − POS_SHIFT) (2³⁶ laps with 64-bit atomics).
+pub(crate) const POS_MASK: Word = Word::MAX >> POS_SHIFT;
 
 /// The state part of a stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
 pub(crate) enum Kind {
-    /// Claimable by the stamp's ticket.
-    Free = 0,
+    /// Claimable by the ticket of lap `pos`.
+    Free,
+    /// Claimed by a ticket whose enqueuer has not published it yet.
+    Claimed,
     /// A live waiter.
-    Waiting = 1,
+    Waiting,
     /// Permits moved into the cell; the owner has not claimed them yet (`granted_unclaimed`).
-    Granted = 2,
-    /// The owner (or its timer) cancelled; the dispatcher sweeps it when it reaches the head.
-    Cancelled = 3,
-    /// Rejected `shutdown` by the dispatcher after `close()`; the owner consumes it.
-    Shutdown = 4,
-    /// Rejected `concurrency_limit` (the limit shrank below its weight); the owner consumes it.
-    Limit = 5,
+    Granted,
+    /// Settled without permits; the owner consumes it.
+    Rejected(Reason),
 }
 
-/// The stamp for ticket `t` in state `kind`, for a ring of capacity `1 << cap_shift`.
-#[inline]
-pub(crate) const fn stamp(t: Word, cap_shift: u32, kind: Kind) -> Word {
-    (t >> cap_shift).wrapping_shl(KIND_BITS) | kind as Word
-}
+const FREE: Word = 0;
+const CLAIMED: Word = 1;
+const WAITING: Word = 2;
+const GRANTED: Word = 3;
+const REJECTED: Word = 4;
 
-/// The kind of a stamp.
-#[inline]
-pub(crate) const fn kind(stamp: Word) -> Kind {
-    match stamp & KIND_MASK {
-        0 => Kind::Free,
-        1 => Kind::Waiting,
-        2 => Kind::Granted,
-        3 => Kind::Cancelled,
-        4 => Kind::Shutdown,
-        _ => Kind::Limit,
+// Every reason fits the kind field.
+const _: () = assert!(REJECTED as usize + Reason::COUNT <= KIND_MASK as usize + 1);
+
+impl Kind {
+    const fn bits(self) -> Word {
+        match self {
+            Kind::Free => FREE,
+            Kind::Claimed => CLAIMED,
+            Kind::Waiting => WAITING,
+            Kind::Granted => GRANTED,
+            Kind::Rejected(r) => REJECTED + r.index() as Word,
+        }
     }
+
+    /// Whether the cell is taken (anything but `Free`).
+    pub(crate) const fn is_occupied(self) -> bool {
+        !matches!(self, Kind::Free)
+    }
+}
+
+/// A decoded stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp(pub(crate) Word);
+
+impl Stamp {
+    /// `FREE(lap)`.
+    #[inline]
+    pub(crate) const fn free(lap: Word) -> Stamp {
+        Stamp((lap & POS_MASK) << POS_SHIFT)
+    }
+
+    /// `CLAIMED(lap)`, delta 0.
+    #[inline]
+    pub(crate) const fn claimed(lap: Word) -> Stamp {
+        Stamp((lap & POS_MASK) << POS_SHIFT | CLAIMED)
+    }
+
+    #[inline]
+    pub(crate) const fn kind(self) -> Kind {
+        match self.0 & KIND_MASK {
+            FREE => Kind::Free,
+            CLAIMED => Kind::Claimed,
+            WAITING => Kind::Waiting,
+            GRANTED => Kind::Granted,
+            k => match Reason::from_index((k - REJECTED) as usize) {
+                Some(r) => Kind::Rejected(r),
+                // Never written; read as a rejection the owner can still consume.
+                None => Kind::Rejected(Reason::Aborted),
+            },
+        }
+    }
+
+    /// The lap position this cell stands for.
+    #[inline]
+    pub(crate) const fn pos(self) -> Word {
+        self.0 >> POS_SHIFT
+    }
+
+    const fn delta(self) -> Word {
+        (self.0 >> KIND_BITS) & DELTA_MAX
+    }
+
+    /// The lap of the occupant's own ticket (for `FREE`, the lap that may claim it).
+    #[inline]
+    pub(crate) const fn identity(self) -> Word {
+        self.pos().wrapping_sub(self.delta()) & POS_MASK
+    }
+
+    /// The same occupant and position in another state.
+    #[inline]
+    pub(crate) const fn with(self, kind: Kind) -> Stamp {
+        Stamp(self.0 & !KIND_MASK | kind.bits())
+    }
+
+    /// The occupant skipped by the tail for one more lap; `None` when the delta is exhausted.
+    #[inline]
+    pub(crate) const fn skipped(self) -> Option<Stamp> {
+        if self.delta() == DELTA_MAX {
+            return None;
+        }
+        let pos = (self.pos() + 1) & POS_MASK;
+        Some(Stamp(
+            pos << POS_SHIFT | (self.delta() + 1) << KIND_BITS | (self.0 & KIND_MASK),
+        ))
+    }
+
+    /// The free stamp after this occupant leaves: claimable on the lap after its position.
+    #[inline]
+    pub(crate) const fn freed(self) -> Stamp {
+        Stamp::free(self.pos().wrapping_add(1))
+    }
+}
+
+/// The lap of ticket `t` in a ring of `1 << cap_shift` cells (modulo the lap range).
+#[inline]
+pub(crate) const fn lap(t: Word, cap_shift: u32) -> Word {
+    // `cap_shift` is below the word width (a ring has fewer cells than tickets).
+    (t >> cap_shift) & POS_MASK
+}
+
+/// `lap - 1`, modulo the lap range.
+#[inline]
+pub(crate) const fn prev_lap(lap: Word) -> Word {
+    lap.wrapping_sub(1) & POS_MASK
 }
 
 /// One waiter cell.
 #[derive(Debug)]
 pub(crate) struct Cell {
-    /// `ticket << KIND_BITS | kind`; see the module docs.
+    /// See the module docs.
     pub(crate) stamp: AtomicWord,
     /// Permits wanted. Written by the owner before it publishes `WAITING` (Release), read by
     /// the dispatcher after it reads `WAITING` (Acquire).
@@ -97,5 +219,43 @@ impl Cell {
             enqueued_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_survives_skips() {
+        let s = Stamp::claimed(7).with(Kind::Waiting);
+        assert_eq!((s.kind(), s.pos(), s.identity()), (Kind::Waiting, 7, 7));
+        let s2 = s.skipped().unwrap().skipped().unwrap();
+        assert_eq!((s2.kind(), s2.pos(), s2.identity()), (Kind::Waiting, 9, 7));
+        assert_eq!(s2.freed(), Stamp::free(10));
+        let r = s2.with(Kind::Rejected(Reason::Timeout));
+        assert_eq!(
+            (r.kind(), r.identity()),
+            (Kind::Rejected(Reason::Timeout), 7)
+        );
+    }
+
+    #[test]
+    fn laps_wrap() {
+        let top = POS_MASK;
+        let s = Stamp::claimed(top);
+        assert_eq!(s.freed(), Stamp::free(0));
+        assert_eq!(prev_lap(0), top);
+        let k = s.skipped().unwrap();
+        assert_eq!((k.pos(), k.identity()), (0, top));
+    }
+
+    #[test]
+    fn delta_is_bounded() {
+        let mut s = Stamp::claimed(0);
+        for _ in 0..DELTA_MAX {
+            s = s.skipped().unwrap();
+        }
+        assert!(s.skipped().is_none());
     }
 }

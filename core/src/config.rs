@@ -83,15 +83,17 @@ impl Config {
         Ok(())
     }
 
-    /// The ring capacity a runtime-sized bulkhead allocates: the next power of two
-    /// `≥ 2 × max_queue`, at least 2.
+    /// The ring capacity a runtime-sized bulkhead allocates:
+    /// `next_power_of_two(max_queue + max(max_queue, 64))`. Live waiters take at most
+    /// `max_queue` cells; the rest is room for results their owners have not taken yet
+    /// (docs/design.md §4.2).
     pub const fn ring_capacity(&self) -> usize {
-        let want = if self.max_queue < 1 {
-            2
+        let slack = if self.max_queue > 64 {
+            self.max_queue
         } else {
-            2 * self.max_queue
+            64
         };
-        (want as usize).next_power_of_two()
+        ((self.max_queue + slack) as usize).next_power_of_two()
     }
 
     pub(crate) const fn max_concurrent_word(&self) -> Word {

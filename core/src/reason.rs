@@ -36,31 +36,87 @@ pub enum Reason {
     CallTimeout = 7,
 }
 
+/// One row of the reason table: everything every layer says about a reason, in one place.
+/// Bindings walk [`Reason::ALL`] (Python `hullguard._native.REASONS`, Node `native.reasons()`,
+/// C `hg_reason_name` / `hg_status_message`) instead of keeping their own copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReasonInfo {
+    /// The reason.
+    pub reason: Reason,
+    /// The snake_case name every layer uses (`"queue_limit"`).
+    pub name: &'static str,
+    /// The bindings' error code (`"BULKHEAD_FULL"`).
+    pub code: &'static str,
+    /// Whether retrying later may succeed.
+    pub retryable: bool,
+    /// The rejection category (every reason belongs to `"resilience"`).
+    pub category: &'static str,
+    /// `name` as a NUL-terminated string (for the C ABI).
+    pub c_name: &'static core::ffi::CStr,
+}
+
+macro_rules! reasons {
+    ($($variant:ident = $i:literal, $name:literal, $code:literal, $retry:literal;)*) => {
+        /// The reason table, in `hg_reason` order (see [`ReasonInfo`]).
+        const TABLE: [ReasonInfo; Reason::COUNT] = [$(ReasonInfo {
+            reason: Reason::$variant,
+            name: $name,
+            code: $code,
+            retryable: $retry,
+            category: "resilience",
+            c_name: match core::ffi::CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+                Ok(c) => c,
+                Err(_) => panic!("reason name with a NUL"),
+            },
+        }),*];
+        const _: () = { let mut i = 0; $( assert!($i == i); i += 1; )* let _ = i; };
+    };
+}
+
+// name, code, retryable. Append only: the index is ABI (`hg_reason`, `HG_STATUS_* = 2000 + i`).
+reasons! {
+    ConcurrencyLimit = 0, "concurrency_limit", "BULKHEAD_FULL", true;
+    QueueLimit = 1, "queue_limit", "BULKHEAD_FULL", true;
+    KeyLimit = 2, "key_limit", "BULKHEAD_FULL", true;
+    Timeout = 3, "timeout", "BULKHEAD_QUEUE_TIMEOUT", true;
+    Aborted = 4, "aborted", "ABORTED", false;
+    Shutdown = 5, "shutdown", "BULKHEAD_CLOSED", false;
+    CircuitOpen = 6, "circuit_open", "CIRCUIT_OPEN", true;
+    CallTimeout = 7, "call_timeout", "BULKHEAD_CALL_TIMEOUT", true;
+}
+
 impl Reason {
+    /// How many reasons there are (the length of every per-reason array).
+    pub const COUNT: usize = 8;
+
     /// Every reason, in `hg_reason` order.
-    pub const ALL: [Reason; 8] = [
-        Reason::ConcurrencyLimit,
-        Reason::QueueLimit,
-        Reason::KeyLimit,
-        Reason::Timeout,
-        Reason::Aborted,
-        Reason::Shutdown,
-        Reason::CircuitOpen,
-        Reason::CallTimeout,
-    ];
+    pub const ALL: [Reason; Reason::COUNT] = {
+        let mut all = [Reason::ConcurrencyLimit; Reason::COUNT];
+        let mut i = 0;
+        while i < Reason::COUNT {
+            all[i] = TABLE[i].reason;
+            i += 1;
+        }
+        all
+    };
+
+    /// The table row of this reason.
+    pub const fn info(self) -> &'static ReasonInfo {
+        &TABLE[self as usize]
+    }
+
+    /// The reason with this index (`hg_reason`), if there is one.
+    pub const fn from_index(i: usize) -> Option<Reason> {
+        if i < Reason::COUNT {
+            Some(TABLE[i].reason)
+        } else {
+            None
+        }
+    }
 
     /// The snake_case name used in every layer (`"concurrency_limit"`, …).
     pub const fn as_str(self) -> &'static str {
-        match self {
-            Reason::ConcurrencyLimit => "concurrency_limit",
-            Reason::QueueLimit => "queue_limit",
-            Reason::KeyLimit => "key_limit",
-            Reason::Timeout => "timeout",
-            Reason::Aborted => "aborted",
-            Reason::Shutdown => "shutdown",
-            Reason::CircuitOpen => "circuit_open",
-            Reason::CallTimeout => "call_timeout",
-        }
+        self.info().name
     }
 
     /// Parses [`as_str`](Self::as_str) back.
@@ -72,24 +128,17 @@ impl Reason {
     /// none of its own (each runtime raises its own cancellation); `"ABORTED"` is used where a
     /// code is still needed.
     pub const fn code(self) -> &'static str {
-        match self {
-            Reason::ConcurrencyLimit | Reason::QueueLimit | Reason::KeyLimit => "BULKHEAD_FULL",
-            Reason::Timeout => "BULKHEAD_QUEUE_TIMEOUT",
-            Reason::Aborted => "ABORTED",
-            Reason::Shutdown => "BULKHEAD_CLOSED",
-            Reason::CircuitOpen => "CIRCUIT_OPEN",
-            Reason::CallTimeout => "BULKHEAD_CALL_TIMEOUT",
-        }
+        self.info().code
     }
 
     /// Whether retrying later may succeed.
     pub const fn retryable(self) -> bool {
-        !matches!(self, Reason::Aborted | Reason::Shutdown)
+        self.info().retryable
     }
 
     /// The rejection category; every reason belongs to `"resilience"`.
     pub const fn category(self) -> &'static str {
-        "resilience"
+        self.info().category
     }
 
     /// The index into per-reason arrays (`hg_reason`).

@@ -1,16 +1,24 @@
 //! The waiter ring: a fixed-capacity array of [`Cell`]s indexed by monotonically increasing
 //! tickets (cell = ticket mod capacity, lap = ticket / capacity), in the spirit of crossbeam's
-//! `ArrayQueue` stamps and embassy's ticketed `FairSemaphore`, but with mid-queue cancellation
-//! by tombstone (a `CANCELLED` stamp swept lazily at the head, as cats-effect PR#4648 does).
+//! `ArrayQueue` stamps and embassy's ticketed `FairSemaphore`, with O(1) cancellation that frees
+//! the cell at once and a tail that *skips* cells whose occupant stays (see [`crate::cell`] and
+//! docs/design.md §4.2).
 //!
 //! Storage is either inline (`N > 0`, const-generic, for `static` bulkheads with no allocator)
 //! or a boxed slice allocated once, fallibly, at construction (`N == 0`, feature `alloc`).
 //!
+//! # Capacity
+//! A cell is taken by a live waiter, or by a settled waiter whose owner has not taken its
+//! result yet. Live waiters are at most `max_queue`; a runtime-sized ring has
+//! `next_power_of_two(max_queue + max(max_queue, 64))` cells, so the tail always finds a free
+//! cell unless more than `capacity − max_queue` results are waiting for owners that have not
+//! run yet (every binding takes its result as soon as it is woken).
+//!
 //! # Progress
-//! Claiming a ticket is lock-free: the claim CAS on `tail` fails only when another enqueuer
-//! claimed first. A claimed but not yet published cell never makes anyone wait: the dispatcher
-//! stops at it and the enqueuer dispatches again after publishing. "Full" means full: the cell
-//! at `tail` still holds the waiter (or unclaimed grant) of the previous lap.
+//! Claiming a ticket is lock-free: each step is one CAS on a cell stamp or on `tail`, and it
+//! fails only because another thread's CAS on the same word succeeded. A claimed but not yet
+//! published cell never makes anyone wait: the dispatcher stops at it and the enqueuer
+//! dispatches again after publishing.
 
 #[cfg(feature = "alloc")]
 use alloc::{boxed::Box, vec::Vec};
@@ -20,8 +28,8 @@ use crossbeam_utils::CachePadded;
 #[cfg(feature = "alloc")]
 use crate::config::ConfigError;
 use crate::{
-    cell::{Cell, Kind, stamp},
-    sync::{AtomicWord, Ordering::*, Word},
+    cell::{Cell, Kind, POS_MASK, Stamp, lap, prev_lap},
+    sync::{AtomicWord, Ordering::*, SWord, Word},
 };
 
 /// Why a ticket could not be claimed.
@@ -29,8 +37,8 @@ use crate::{
 pub(crate) enum ClaimError {
     /// `max_queue` live waiters already.
     QueueLimit,
-    /// The cell at `tail` is still occupied (a cancelled cell behind a live head, or an
-    /// unclaimed grant): rejected `queue_limit` although `live < max_queue`.
+    /// A whole lap of cells is taken by waiters and by results their owners have not taken
+    /// (see "Capacity"), or one occupant was skipped for the most laps a stamp can count.
     RingFull,
 }
 
@@ -43,7 +51,8 @@ pub(crate) struct WaiterRing<const N: usize> {
     head: CachePadded<AtomicWord>,
     /// Live waiters (`queued`): +1 before a claim, −1 when a waiter settles.
     live: AtomicWord,
-    /// Cells not `FREE` (for `ring_free`): +1 on claim, −1 when a cell is freed.
+    /// Cells taken or reserved (for `ring_free`, and the capacity check of `claim`): +1
+    /// before a claim, −1 when a cell is freed.
     occupied: AtomicWord,
     max_queue: Word,
     cap_shift: u32,
@@ -123,28 +132,60 @@ impl<const N: usize> WaiterRing<N> {
         cells.get((t as usize) & cells.len().wrapping_sub(1))
     }
 
+    /// The lap of ticket `t` (modulo the lap range).
     #[inline]
-    pub(crate) fn stamp(&self, t: Word, kind: Kind) -> Word {
-        stamp(t, self.cap_shift, kind)
+    pub(crate) fn lap(&self, t: Word) -> Word {
+        lap(t, self.cap_shift)
     }
 
-    /// The stamp that frees ticket `t`'s cell for its next lap.
+    /// The stamp of ticket `t`'s cell, if it still stands for `t` (its identity is `t`'s lap);
+    /// `None` for a ticket that is gone (consumed, cancelled, skipped or never issued).
     #[inline]
-    pub(crate) fn free_stamp_after(&self, t: Word) -> Word {
-        stamp(
-            t.wrapping_add(self.capacity() as Word),
-            self.cap_shift,
-            Kind::Free,
-        )
+    pub(crate) fn stamp_of(&self, t: Word) -> Option<(&Cell, Stamp)> {
+        let cell = self.cell_checked(t)?;
+        // Acquire: pairs with the Release of the transition that wrote it (publish, grant,
+        // rejection), so the cell's other fields written before it are visible.
+        let s = Stamp(cell.stamp.load(Acquire));
+        (s.kind().is_occupied() && s.identity() == self.lap(t)).then_some((cell, s))
+    }
+
+    /// Moves ticket `t`'s cell from `from` to `to`, retrying while only skips (relabels by the
+    /// tail) change it. Returns the stamp that was replaced, or the first stamp that is no
+    /// longer `t`'s in state `from.kind()`.
+    pub(crate) fn transition(
+        &self,
+        cell: &Cell,
+        mut from: Stamp,
+        to: impl Fn(Stamp) -> Stamp,
+    ) -> Result<Stamp, Stamp> {
+        let (kind, identity) = (from.kind(), from.identity());
+        loop {
+            // AcqRel: Release publishes what the caller wrote before (grant bookkeeping,
+            // weight); Acquire pairs with the transition that wrote `from`.
+            match cell
+                .stamp
+                .compare_exchange(from.0, to(from).0, AcqRel, Acquire)
+            {
+                Ok(_) => return Ok(from),
+                Err(actual) => {
+                    let actual = Stamp(actual);
+                    if actual.kind() != kind || actual.identity() != identity {
+                        return Err(actual);
+                    }
+                    // Relabelled by a skip meanwhile: same occupant, same state.
+                    from = actual;
+                }
+            }
+        }
     }
 
     pub(crate) fn max_queue(&self) -> Word {
         self.max_queue
     }
 
-    /// Live waiters.
+    /// Live waiters (0 while a racing settlement has it one low, see `settle`).
     pub(crate) fn live(&self) -> Word {
-        self.live.load(Acquire)
+        (self.live.load(Acquire) as SWord).max(0) as Word
     }
 
     /// Free cells.
@@ -157,7 +198,8 @@ impl<const N: usize> WaiterRing<N> {
     /// The fast path checks this besides the `WAITERS` flag: an `enqueue` that returned
     /// `Queued` before a `try_acquire` started has moved `tail` (and the head cannot pass its
     /// cell until it settles), so the `try_acquire` fails whatever the dispatcher is doing with
-    /// the flag at that moment (I6).
+    /// the flag at that moment (I6). Tickets the tail skipped lie between head and tail only
+    /// until the dispatcher pass that the skipping enqueuer runs after publishing.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         // SeqCst: ordered with the claim CAS of an enqueue that completed before us.
@@ -182,77 +224,147 @@ impl<const N: usize> WaiterRing<N> {
         next
     }
 
-    /// A waiter settled (granted, rejected, or cancelled).
-    pub(crate) fn settle_live(&self) {
+    /// Settles ticket `t`'s waiting cell (stamp `from`) as `kind` (granted or rejected):
+    /// `Err` with the stamp that won if the waiter settled first (its owner cancelled it, or a
+    /// timer expired it).
+    ///
+    /// The waiter leaves `live` *before* the CAS that its owner can observe: an owner that sees
+    /// its result and queues again must never find its old waiter still counted (it would be
+    /// refused `queue_limit` below `max_queue`). If the CAS loses, the winner (a cancel) counts
+    /// the waiter out itself and this undoes its own decrement, so `live` reads one low only
+    /// while a grant and a cancel of the same waiter race.
+    pub(crate) fn settle(&self, cell: &Cell, from: Stamp, kind: Kind) -> Result<(), Stamp> {
+        self.live.fetch_sub(1, AcqRel);
+        self.transition(cell, from, |s| s.with(kind))
+            .map(drop)
+            .inspect_err(|_| {
+                self.live.fetch_add(1, AcqRel);
+            })
+    }
+
+    /// The owner cancelled its own waiting ticket (its cell freed by [`free`](Self::free)).
+    pub(crate) fn cancelled_live(&self) {
         self.live.fetch_sub(1, AcqRel);
     }
 
-    /// A cell went back to `FREE`.
-    pub(crate) fn free_cell(&self, t: Word) {
-        // Release: the next lap's claimant (Acquire on the stamp) sees we are done with it.
-        self.cell(t).stamp.store(self.free_stamp_after(t), Release);
-        self.occupied.fetch_sub(1, AcqRel);
-    }
-
-    /// Frees ticket `t`'s cell if its stamp is exactly `expected` (one winner).
-    pub(crate) fn free_cell_if(&self, t: Word, expected: Word) -> bool {
-        let ok = self
-            .cell(t)
-            .stamp
-            .compare_exchange(expected, self.free_stamp_after(t), AcqRel, Acquire)
-            .is_ok();
-        if ok {
+    /// Frees ticket `t`'s cell from state `from` (consumed or cancelled by its owner): it
+    /// becomes claimable on the lap after its position. `Err` if it is no longer `t`'s in
+    /// that state (another party settled or consumed it first).
+    pub(crate) fn free(&self, cell: &Cell, from: Stamp) -> Result<Stamp, Stamp> {
+        let r = self.transition(cell, from, Stamp::freed);
+        if r.is_ok() {
             self.occupied.fetch_sub(1, AcqRel);
         }
-        ok
+        r
     }
 
-    /// Reserves a live-waiter place and claims the next ticket. The caller then writes the
-    /// cell and publishes `WAITING`.
+    /// Reserves a live-waiter place and a cell, then claims the next ticket: its cell is
+    /// `CLAIMED` on return. The caller then writes the cell and publishes `WAITING`
+    /// ([`publish`](Self::publish)).
+    ///
+    /// Cells are reserved like live places (`occupied` counts marked cells plus claimers on
+    /// their way to one, never above the capacity), so a claimer that holds a reservation
+    /// always has a free cell somewhere ahead of the tail and never refuses: it skips occupied
+    /// cells until it marks one. The tail moves past a ticket only once its cell is marked for
+    /// that ticket's lap: claimed (`FREE(L) → CLAIMED(L)`), or, when an occupant of an older
+    /// lap still holds the cell, relabelled one lap further (a skip, see [`crate::cell`]).
+    /// Whoever finds the cell at `tail` already marked helps the tail on.
     pub(crate) fn claim(&self) -> Result<Word, ClaimError> {
         let cap = self.capacity() as Word;
-        // Count first: `live` may never exceed `max_queue`, whatever the interleaving.
-        let mut live = self.live.load(Relaxed);
+        if cap == 0 || !reserve(&self.live, self.max_queue) {
+            // Count first: `live` may never exceed `max_queue`, whatever the interleaving.
+            return Err(ClaimError::QueueLimit);
+        }
+        if !reserve(&self.occupied, cap) {
+            // Every cell is taken by a waiter or by a result its owner has not taken yet.
+            self.live.fetch_sub(1, AcqRel);
+            return Err(ClaimError::RingFull);
+        }
         loop {
-            if live >= self.max_queue || cap == 0 {
-                return Err(ClaimError::QueueLimit);
+            // SeqCst: ordered with every marker's tail CAS, so the stamp load below sees the
+            // mark of every ticket before `t` on this cell (see `tail()`).
+            let t = self.tail.load(SeqCst);
+            let cell = self.cell(t);
+            let lt = self.lap(t);
+            // Acquire: pairs with the Release of the mark or free that wrote the stamp.
+            let s = Stamp(cell.stamp.load(Acquire));
+            let ahead = s.pos().wrapping_sub(lt) & POS_MASK;
+            if ahead == 0 && s.kind() == Kind::Free {
+                // Mark the cell ours before the tail moves past `t` (AcqRel: Acquire pairs
+                // with the free; Release orders nothing yet, the fields come later).
+                if cell
+                    .stamp
+                    .compare_exchange(s.0, Stamp::claimed(lt).0, AcqRel, Relaxed)
+                    .is_ok()
+                {
+                    self.help_tail(t);
+                    return Ok(t);
+                }
+            } else if ahead < POS_MASK / 2 {
+                // Marked for this lap or a later one (claimed, or an occupant relabelled, and
+                // maybe freed since): `t` is taken or skipped. Help the tail on.
+                self.help_tail(t);
+            } else if s.pos() == prev_lap(lt) && s.kind().is_occupied() {
+                // The occupant of an older lap is still here: skip `t` by relabelling it.
+                let Some(next) = s.skipped() else {
+                    // One occupant skipped for as many laps as a stamp counts: give up.
+                    self.occupied.fetch_sub(1, AcqRel);
+                    self.live.fetch_sub(1, AcqRel);
+                    return Err(ClaimError::RingFull);
+                };
+                // AcqRel: Acquire as above; Release orders the relabel before our tail CAS.
+                if cell
+                    .stamp
+                    .compare_exchange(s.0, next.0, AcqRel, Relaxed)
+                    .is_ok()
+                {
+                    self.help_tail(t);
+                }
             }
-            match self
-                .live
-                .compare_exchange_weak(live, live + 1, AcqRel, Relaxed)
+            // Otherwise our `tail` was stale (it moved on): read it again.
+        }
+    }
+
+    /// Moves `tail` from `t` to `t + 1` if nobody did yet (the cell of `t` is marked).
+    #[inline]
+    fn help_tail(&self, t: Word) {
+        // SeqCst: see `tail()`; a failure means someone else moved it.
+        let _ = self
+            .tail
+            .compare_exchange(t, t.wrapping_add(1), SeqCst, Relaxed);
+    }
+
+    /// The enqueuer of ticket `t` publishes its claimed cell as `WAITING` (after writing the
+    /// weight, time, call and waker): Release, for the dispatcher's Acquire of the stamp.
+    pub(crate) fn publish(&self, t: Word) {
+        let cell = self.cell(t);
+        let mut s = Stamp(cell.stamp.load(Relaxed));
+        loop {
+            debug_assert!(s.kind() == Kind::Claimed && s.identity() == self.lap(t));
+            match cell
+                .stamp
+                .compare_exchange_weak(s.0, s.with(Kind::Waiting).0, Release, Relaxed)
             {
-                Ok(_) => break,
-                Err(actual) => live = actual,
+                Ok(_) => return,
+                // Relabelled by a skip meanwhile: still ours.
+                Err(actual) => s = Stamp(actual),
             }
         }
-        let mut t = self.tail.load(Acquire);
-        loop {
-            let cell = self.cell(t);
-            // Acquire pairs with the Release that freed the cell last lap.
-            let s = cell.stamp.load(Acquire);
-            if s == self.stamp(t, Kind::Free) {
-                // Free for this lap: try to take `tail` (SeqCst: see `tail()`).
-                match self
-                    .tail
-                    .compare_exchange_weak(t, t.wrapping_add(1), SeqCst, Acquire)
-                {
-                    Ok(_) => {
-                        self.occupied.fetch_add(1, AcqRel);
-                        return Ok(t);
-                    }
-                    Err(actual) => t = actual,
-                }
-            } else {
-                let now = self.tail.load(Acquire);
-                if now != t {
-                    // Another enqueuer claimed `t`; try the next ticket.
-                    t = now;
-                    continue;
-                }
-                // The cell still holds last lap's occupant: the ring is full.
-                self.live.fetch_sub(1, AcqRel);
-                return Err(ClaimError::RingFull);
-            }
+    }
+}
+
+/// Takes one unit of `counter` if it stays at most `max` (one CAS loop). The counter is read
+/// as signed: `live` dips below zero for a moment when two settlers race for one waiter.
+fn reserve(counter: &AtomicWord, max: Word) -> bool {
+    let mut n = counter.load(Relaxed);
+    loop {
+        if (n as SWord) >= max as SWord {
+            return false;
+        }
+        // AcqRel: a reservation orders after the releases that made room.
+        match counter.compare_exchange_weak(n, n.wrapping_add(1), AcqRel, Relaxed) {
+            Ok(_) => return true,
+            Err(actual) => n = actual,
         }
     }
 }

@@ -574,7 +574,7 @@ fn cfg(max_concurrent: u64, max_queue: u64) -> Config {
 
 #[test]
 fn stress_mixed_small_queue() {
-    // 4 live waiters over 8 threads: queue_limit (live and ring-full) is frequent.
+    // 4 live waiters over 8 threads: queue_limit is frequent.
     let (s, t) = stress(cfg(8, 4), 0x4855_4c4c_0001, Extra::None);
     assert!(s.rejected_by_reason.get(Reason::QueueLimit) > 0, "{s}");
     assert!(t.queued_grants > 0 && t.woken > 0, "{s}");
@@ -668,5 +668,160 @@ fn no_barging_past_a_queued_waiter() {
         barged, 0,
         "I6: try_acquire succeeded {barged} times right after this thread's own waiter queued \
          ({queued} queued)"
+    );
+}
+
+/// Issue 12: cancel / timeout / re-enqueue churn on a small ring never refuses an arrival
+/// `queue_limit` while fewer than `max_queue` waiters are live. Four threads each keep at most
+/// one waiter (live, or settled until the thread itself takes the result); with one more waiter
+/// parked by the test that is at most 5 = `max_queue` live, so every refusal would be spurious.
+/// Phase 1: the parked waiter is the head and never moves (the permit stays held), so the tail
+/// laps the 8-cell static ring and must skip its cell on every lap. Phase 2: it is gone, and a
+/// fifth thread keeps taking and returning the single permit, so grants, cancels that lose to
+/// a grant and timer expiries race. Counts zero refusals; asserts nothing about time.
+#[test]
+fn no_spurious_queue_limit_under_cancel_churn() {
+    let per_phase: u64 = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        125_000
+    };
+    let bh = Bulkhead::<8>::try_new_static(Config {
+        max_concurrent: 1,
+        max_queue: 5,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let refused = AtomicU64::new(0);
+    let (grants, expired, cancelled) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (queued, last_ticket) = (AtomicU64::new(0), AtomicU64::new(0));
+    let churn = |seed: u64| {
+        let mut rng = Rng(seed);
+        let flag = Arc::new(Flag::default());
+        let waker = Waker::from(flag.clone());
+        for _ in 0..per_phase {
+            let t = match bh.enqueue(1, Some(&waker)) {
+                Ok(Admission::Queued(t)) => {
+                    queued.fetch_add(1, SeqCst);
+                    last_ticket.fetch_max(t.to_raw(), SeqCst);
+                    t
+                }
+                Ok(Admission::Granted) => {
+                    bh.release_units(1);
+                    continue;
+                }
+                Err(e) => {
+                    assert_eq!(e.reason(), Some(Reason::QueueLimit), "{e}");
+                    refused.fetch_add(1, SeqCst);
+                    continue;
+                }
+            };
+            let outcome = match rng.below(3) {
+                0 => bh.cancel(t, Reason::Aborted),
+                1 => bh.cancel(t, Reason::Timeout),
+                // A host timer's expiry: the owner takes the rejection below.
+                _ => bh.expire(t, Reason::Timeout),
+            };
+            match outcome {
+                Ok(()) if bh.poll_ticket(t, None).is_err() => {
+                    cancelled.fetch_add(1, SeqCst);
+                }
+                Ok(()) => {
+                    expired.fetch_add(1, SeqCst);
+                }
+                Err(CancelError::Granted | CancelError::Rejected(_)) => {
+                    match bh.poll_ticket(t, None) {
+                        Ok(TicketPoll::Granted(w)) => {
+                            grants.fetch_add(1, SeqCst);
+                            bh.release_units(w);
+                        }
+                        Ok(TicketPoll::Rejected(_)) => {
+                            expired.fetch_add(1, SeqCst);
+                        }
+                        other => panic!("a settled ticket polled {other:?}"),
+                    }
+                }
+                Err(e) => panic!("owner's ticket gone: {e:?}"),
+            }
+        }
+    };
+    // Phase 1: a parked head behind a held permit.
+    let held = bh.try_acquire(1).unwrap();
+    let parked = match bh.enqueue(1, None).unwrap() {
+        Admission::Queued(t) => t,
+        Admission::Granted => panic!("the permit is held"),
+    };
+    thread::scope(|s| {
+        for i in 0..4u64 {
+            let churn = &churn;
+            s.spawn(move || churn(0xc0ffee + i));
+        }
+    });
+    let skipped = last_ticket.load(SeqCst) + 1 > queued.load(SeqCst) + 1;
+    assert!(
+        skipped,
+        "phase 1 never skipped the parked head's cell: {} tickets for {} waiters",
+        last_ticket.load(SeqCst) + 1,
+        queued.load(SeqCst) + 1
+    );
+    bh.cancel(parked, Reason::Aborted).unwrap();
+    drop(held);
+    // Phase 2: the permit changes hands constantly.
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        // Stops the holder however this scope ends (a failed worker must not hang the test).
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        let holder = s.spawn(|| {
+            let mut rng = Rng(0x5eed);
+            while !stop.load(SeqCst) {
+                if let Ok(p) = bh.try_acquire(1) {
+                    for _ in 0..rng.below(64) {
+                        std::hint::spin_loop();
+                    }
+                    drop(p);
+                }
+                thread::yield_now();
+            }
+        });
+        let workers: Vec<_> = (0..4u64)
+            .map(|i| {
+                let churn = &churn;
+                s.spawn(move || churn(0xfeed + i))
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, SeqCst);
+        holder.join().unwrap();
+    });
+    let s = bh.stats();
+    assert_eq!(refused.load(SeqCst), 0, "spurious queue_limit: {s}");
+    assert_eq!(
+        (s.available, s.queued, s.granted_unclaimed),
+        (1, 0, 0),
+        "{s}"
+    );
+    assert_eq!(s.ring_free, 8, "every cell free again: {s}");
+    assert_eq!(s.rejected_by_reason.get(Reason::QueueLimit), 0, "{s}");
+    assert!(
+        expired.load(SeqCst) > 0 && cancelled.load(SeqCst) > 0,
+        "expired {expired:?} cancelled {cancelled:?}"
+    );
+    // Grants need the holder to lose the permit to a queued waiter at least once: reported,
+    // not required (they depend on the scheduler); phase 1 pins the skip path.
+    eprintln!(
+        "churn: {} grants, {} expired, {} cancelled, {} tickets for {} waiters",
+        grants.load(SeqCst),
+        expired.load(SeqCst),
+        cancelled.load(SeqCst),
+        last_ticket.load(SeqCst) + 1,
+        queued.load(SeqCst)
     );
 }

@@ -27,6 +27,15 @@ fn counting() -> (Arc<CountingWaker>, Waker) {
     (c.clone(), Waker::from(c))
 }
 
+/// The ring capacity of a runtime-sized bulkhead with `max_queue`.
+fn cap(max_queue: u64) -> u64 {
+    Config {
+        max_queue,
+        ..Config::default()
+    }
+    .ring_capacity() as u64
+}
+
 fn bh(max_concurrent: u64, max_queue: u64) -> Bulkhead {
     Bulkhead::new(Config {
         max_concurrent,
@@ -36,7 +45,7 @@ fn bh(max_concurrent: u64, max_queue: u64) -> Bulkhead {
     .unwrap()
 }
 
-fn queued(b: &Bulkhead, w: u64, waker: &Waker) -> crate::Ticket {
+fn queued<const N: usize>(b: &Bulkhead<N>, w: u64, waker: &Waker) -> crate::Ticket {
     match b.enqueue(w, Some(waker)).unwrap() {
         Admission::Queued(t) => t,
         Admission::Granted => panic!("expected to queue"),
@@ -231,7 +240,7 @@ fn queue_limit_and_ring_reuse() {
     }
     b.release_units(1);
     let s = b.stats();
-    assert_eq!((s.available, s.queued, s.ring_free), (1, 0, 4));
+    assert_eq!((s.available, s.queued, s.ring_free), (1, 0, cap(2)));
 }
 
 #[test]
@@ -393,7 +402,7 @@ fn timeout_future_settles_timeout() {
     drop(a);
     drop(held);
     let s = b.stats();
-    assert_eq!((s.available, s.queued, s.ring_free), (1, 0, 8));
+    assert_eq!((s.available, s.queued, s.ring_free), (1, 0, cap(4)));
     assert_eq!(s.rejected_by_reason.get(Reason::Timeout), 1);
 }
 
@@ -480,4 +489,79 @@ fn forged_tickets_are_stale_never_a_panic() {
         assert_eq!(b.cancel(t, Reason::Aborted), Err(CancelError::Stale));
     }
     assert_eq!(b.stats().rejected_by_reason.total(), 0);
+}
+
+/// Issue 12's reproduction: cancelled and timed-out waiters keep no ring cell, so one waiter
+/// queued behind a held permit and any number of enqueue + timeout cycles never make an arrival
+/// `queue_limit` while fewer than `max_queue` waiters are live.
+#[test]
+fn timed_out_waiters_never_fill_the_queue() {
+    for max_queue in [1u64, 2, 4, 7] {
+        let b = Bulkhead::<8>::try_new_static(Config {
+            max_concurrent: 1,
+            max_queue,
+            ..Config::DEFAULT
+        })
+        .unwrap();
+        let (_c, w) = counting();
+        let held = b.try_acquire(1).unwrap();
+        let head = if max_queue > 1 {
+            Some(match b.enqueue(1, Some(&w)).unwrap() {
+                Admission::Queued(t) => t,
+                Admission::Granted => panic!(),
+            })
+        } else {
+            None
+        };
+        for i in 0..64 {
+            match b.enqueue(1, Some(&w)) {
+                // A host timer expires it (the owner then takes the rejection), or the
+                // owner's own deadline cancels it.
+                Ok(Admission::Queued(t)) if i % 2 == 0 => {
+                    b.expire(t, Reason::Timeout).unwrap();
+                    let r = b.poll_ticket(t, None).unwrap();
+                    assert!(matches!(r, TicketPoll::Rejected(r) if r.reason == Reason::Timeout));
+                }
+                Ok(Admission::Queued(t)) => b.cancel(t, Reason::Timeout).unwrap(),
+                other => panic!(
+                    "cycle {i}, max_queue {max_queue}: {other:?} ({})",
+                    b.stats()
+                ),
+            }
+            assert_eq!(b.stats().queued, u64::from(head.is_some()));
+        }
+        drop(held);
+        if let Some(t) = head {
+            assert_eq!(b.poll_ticket(t, None), Ok(TicketPoll::Granted(1)));
+            b.release_units(1);
+        }
+        let s = b.stats();
+        assert_eq!((s.available, s.queued, s.granted_unclaimed), (1, 0, 0));
+    }
+}
+
+/// Issue 12's second reproduction: one granted-but-unclaimed waiter (its owner not run yet)
+/// never makes an empty queue answer `queue_limit`.
+#[test]
+fn unclaimed_grant_never_fills_the_queue() {
+    let b = Bulkhead::<2>::try_new_static(Config {
+        max_concurrent: 1,
+        max_queue: 1,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let (_c, w) = counting();
+    let held = b.try_acquire(1).unwrap();
+    let t1 = queued(&b, 1, &w);
+    drop(held); // granted to t1, not claimed yet
+    assert_eq!(b.stats().granted_unclaimed, 1);
+    for _ in 0..10 {
+        // The ring is 2 cells, one holds t1's unclaimed grant: every arrival still queues.
+        let t = queued(&b, 1, &w);
+        assert_eq!(b.stats().queued, 1);
+        b.cancel(t, Reason::Aborted).unwrap();
+    }
+    assert_eq!(b.poll_ticket(t1, None), Ok(TicketPoll::Granted(1)));
+    b.release_units(1);
+    assert_eq!(b.stats().available, 1);
 }
