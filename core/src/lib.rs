@@ -3,38 +3,41 @@
 //! A `no_std`, atomics-only bulkhead engine: a permit counter and a fixed-capacity, ticketed
 //! waiter ring joined by one non-blocking dispatcher. FIFO handoff with no barging, weighted
 //! permits, O(1) cancellation with exactly one winner against a grant, runtime resize, close
-//! and drain, one stats schema — the engine under hullguard's C ABI, Python and Node bindings.
+//! and drain, policies (circuit breaker, adaptive limit, call timeout), one admission API, one
+//! option table, one stats schema and one event stream — the engine under hullguard's C ABI,
+//! Python and Node bindings. The contract is `docs/design.md` in the repository.
 //!
 //! | layer | module | what |
 //! |---|---|---|
-//! | L0 | `sync` | the one place that names an atomics backend (core, `portable-atomic`, loom) |
-//! | L1 | `permit_word` | the packed permit word: signed `available` + `CLOSED` / `WAITERS` |
-//! | L1 | `cell`, `waker_slot`, `ring` | waiter cells with ticket stamps; the fixed ring |
-//! | L1 | `dispatch` | the "dispatching" / "work pending" flags and the wake batch |
-//! | L2 | [`bulkhead`] | [`Bulkhead`]: admission, queueing, handoff, cancel, resize, close |
-//! | L2 | [`permit`], [`acquire`] | RAII permits; runtime-agnostic acquire futures |
-//! | L2 | [`breaker`] | [`Breaker`](breaker::Breaker): lock-free circuit breaker on the host clock |
-//! | L2 | [`policy`], [`call`] | the guarded-call path: breaker → admission → call → outcome |
-//! | — | [`resilience`], [`outcome`] | the `resilience` options; how a call ended |
-//! | L2 | [`blocking`], [`drain`] | thread waits and `drain` (feature `std`) |
-//! | L3 | [`registry`], [`origin`] | one bulkhead per key; the canonical origin key (`std`) |
-//! | — | [`config`], [`reason`], [`stats`], [`clock`] | options, reasons and errors, stats, host clock |
-//! | — | [`adaptive`] | AIMD and Gradient2 limit controllers, fed one sample at a time |
+//! | L0 | `sync`, `run_flag` | the atomics backend (core, `portable-atomic`, loom); a run flag |
+//! | L0 | [`limits`], [`clock`], [`outcome`] | shared limits; the host clock; how a call ended |
+//! | L1 | `engine` | permit word, cells and ring (with skips), dispatcher, counters: lock-free |
+//! | L2 | [`policy`] | [`breaker`], [`adaptive`], [`resilience`]; one bulkhead's policy state |
+//! | L2 | [`config`], [`reason`] | options and their table; reasons and their table; errors |
+//! | L2 | [`stats`], [`event`] | the stats schema and its visitor; the one event stream |
+//! | L3 | `front` | [`Bulkhead`], [`admit`](Bulkhead::admit) → [`Decision`]: [`Call`] / [`Waiter`]; futures, blocking, drain, guarded `call` |
+//! | L4 | [`registry`] | one bulkhead per key; the canonical [`origin_key`] (`std`) |
+//!
+//! Dependencies point down the table (checked by `ci/layers.py`); this file only declares and
+//! re-exports.
 //!
 //! # Features
-//! * `alloc` — runtime-sized rings ([`Bulkhead::new`]), owned permits on `Arc<Bulkhead>`.
-//! * `std` (default) — blocking waits, `drain`, the default monotonic clock.
+//! * `alloc` — runtime-sized rings ([`Bulkhead::new`]), owned handles on `Arc<Bulkhead>`, policies.
+//! * `std` (default) — blocking waits, `drain`, the default monotonic clock, the registry.
 //! * `portable-atomic` — atomics from `portable-atomic`.
 //! * `critical-section` — for targets without CAS (thumbv6m): atomic RMWs become short
 //!   critical sections (wait-free on one core, not lock-free).
 //!
 //! # Example
 //! ```
-//! use hullguard_core::{Bulkhead, Config, Reason};
+//! use hullguard_core::{Bulkhead, Config, Decision, Outcome, Reason, Request};
 //! let bh = Bulkhead::new(Config { max_concurrent: 2, max_queue: 10, ..Config::default() })?;
-//! let p = bh.try_acquire(2)?;                       // weighted
+//! let call = match bh.admit(&Request::new(2), None) {     // weighted
+//!     Decision::Granted(call) => call,
+//!     other => panic!("{other:?}"),
+//! };
 //! assert_eq!(bh.try_acquire(1).unwrap_err().reason(), Some(Reason::ConcurrencyLimit));
-//! drop(p);                                          // RAII release
+//! call.end(Outcome::Success);                             // or drop it: RAII release
 //! assert_eq!(bh.stats().available, 2);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -57,52 +60,81 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
-mod cell;
-mod dispatch;
-mod permit_word;
-mod ring;
+mod engine;
+mod front;
+mod run_flag;
 mod sync;
-mod waker_slot;
 
-pub mod acquire;
-pub mod adaptive;
-#[cfg(feature = "std")]
-pub mod blocking;
-pub mod breaker;
-pub mod bulkhead;
-pub mod call;
 pub mod clock;
 pub mod config;
-#[cfg(feature = "std")]
-pub mod drain;
-#[cfg(feature = "std")]
-pub mod origin;
+pub mod event;
+pub mod limits;
 pub mod outcome;
-pub mod permit;
 pub mod policy;
 pub mod reason;
 #[cfg(feature = "std")]
 pub mod registry;
-pub mod resilience;
 pub mod stats;
 
 #[cfg(test)]
 mod tests;
 
+// ----- the modules of earlier releases, at their old paths ---------------------------------
+
+pub use crate::front::{acquire, guarded as call};
+#[cfg(feature = "std")]
+pub use crate::front::{blocking, drain};
+pub use crate::policy::{adaptive, resilience};
+#[cfg(feature = "std")]
+pub use crate::registry::origin;
+
+/// The circuit breaker (see [`policy::breaker`]); its [`Observer`](event::Observer) lives in
+/// [`event`].
+pub mod breaker {
+    pub use crate::{event::Observer, policy::breaker::*};
+}
+
+/// The bulkhead type and the polling API's types (their old home).
+pub mod bulkhead {
+    pub use crate::{
+        engine::{CancelError, OverRelease, StaleTicket, Ticket},
+        front::bulkhead::{Admission, Bulkhead, TicketPoll},
+    };
+}
+
+/// Permits: the older names of [`Call`].
+pub mod permit {
+    #[cfg(feature = "alloc")]
+    pub use crate::front::call::OwnedPermit;
+    pub use crate::front::call::{InvalidRelease, Permit, PermitOf};
+}
+
+// ----- the crate's vocabulary -------------------------------------------------------------
+
 #[cfg(feature = "alloc")]
-pub use crate::{acquire::OwnedAcquire, acquire::OwnedAcquireTimeout, permit::OwnedPermit};
+pub use crate::{
+    acquire::{OwnedAcquire, OwnedAcquireTimeout},
+    permit::OwnedPermit,
+};
 pub use crate::{
     acquire::{Acquire, AcquireTimeout},
     bulkhead::{Admission, Bulkhead, CancelError, OverRelease, StaleTicket, Ticket, TicketPoll},
     call::CallError,
     clock::{Clock, ClockSource},
-    config::{Config, ConfigError, MAX_PERMITS, MAX_QUEUE},
+    config::{Config, ConfigError, MAX_PERMITS, MAX_QUEUE, PartialConfig},
+    event::{Event, Observer},
+    front::{
+        admit::Decision,
+        call::Call,
+        request::Request,
+        waiter::{Cancelled, Waiter},
+    },
     outcome::Outcome,
     permit::{InvalidRelease, Permit},
     policy::CallStart,
-    reason::{AcquireError, Reason, Rejection, Snapshot},
+    reason::{AcquireError, Reason, ReasonInfo, Rejection, Snapshot},
     resilience::Resilience,
-    stats::{RejectedByReason, Stats},
+    stats::{Nested, RejectedByReason, Stats, StatsVisitor},
 };
 #[cfg(feature = "std")]
 pub use crate::{

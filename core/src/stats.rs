@@ -1,23 +1,17 @@
-//! The stats schema of DESIGN §3.7 and the counters behind it.
-//!
-//! Counters live off the permit word's cache line. The one counter on the fast path
-//! (`admitted_total`) is sharded by the caller's stack address so that threads rarely share a
-//! line; everything else is counted on slow paths only.
+//! The stats schema (docs/design.md §8.1): one [`Stats`] value, the same keys in every layer,
+//! and [`Stats::visit`], which walks it field by field so that bindings build their dicts and
+//! objects from the schema instead of copying it.
 
 use core::fmt;
 
-use crossbeam_utils::CachePadded;
-
 use crate::{
-    adaptive::AdaptiveStats,
-    breaker::CircuitStats,
+    policy::{adaptive::AdaptiveStats, breaker::CircuitStats},
     reason::Reason,
-    sync::{AtomicWord, Ordering::*, Word},
 };
 
 /// Rejections counted per admission reason (all eight keys always present).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RejectedByReason(pub [u64; 8]);
+pub struct RejectedByReason(pub [u64; Reason::COUNT]);
 
 impl RejectedByReason {
     /// The count for one reason.
@@ -77,213 +71,139 @@ pub struct Stats {
     pub circuit: Option<CircuitStats>,
 }
 
+/// How a nested part of the stats is keyed (see [`StatsVisitor::begin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nested {
+    /// Keys are field names (`adaptive`, `circuit`): a layer may re-spell them (Node
+    /// camel-cases).
+    Fields,
+    /// Keys are reason names (`rejected_by_reason`): every layer keeps them exactly.
+    Reasons,
+}
+
+/// A consumer of the stats schema, driven by [`Stats::visit`] in schema order. Bindings build
+/// their dict / object with one visitor, so a new field or reason is one change in the core.
+pub trait StatsVisitor {
+    /// An unsigned counter or gauge (`active`, `queue_wait_sum_ns`, a reason's count, …).
+    fn count(&mut self, key: &'static str, value: u64);
+    /// A signed gauge (`available`, negative after a shrink).
+    fn signed(&mut self, key: &'static str, value: i64);
+    /// A word (`algorithm`, the circuit `state`).
+    fn text(&mut self, key: &'static str, value: &'static str);
+    /// A nested part starts (`rejected_by_reason`, `adaptive`, `circuit`); [`end`](Self::end)
+    /// closes it.
+    fn begin(&mut self, key: &'static str, nested: Nested);
+    /// The nested part that began last ends.
+    fn end(&mut self);
+    /// A part that is absent (`adaptive` / `circuit` without that policy): null / `None`.
+    fn absent(&mut self, key: &'static str);
+}
+
+impl Stats {
+    /// Walks every field in schema order (docs/design.md §8.1).
+    pub fn visit<V: StatsVisitor + ?Sized>(&self, v: &mut V) {
+        v.count("active", self.active);
+        v.count("queued", self.queued);
+        v.count("granted_unclaimed", self.granted_unclaimed);
+        v.count("limit", self.limit);
+        v.count("max_concurrent", self.max_concurrent);
+        v.signed("available", self.available);
+        v.count("admitted_total", self.admitted_total);
+        v.begin("rejected_by_reason", Nested::Reasons);
+        for (r, n) in self.rejected_by_reason.iter() {
+            v.count(r.as_str(), n);
+        }
+        v.end();
+        v.count("released_twice_total", self.released_twice_total);
+        v.count("leaked_total", self.leaked_total);
+        v.count("ring_free", self.ring_free);
+        v.count("queue_wait_count", self.queue_wait_count);
+        v.count("queue_wait_sum_ns", self.queue_wait_sum_ns);
+        v.count("queue_wait_max_ns", self.queue_wait_max_ns);
+        match &self.adaptive {
+            None => v.absent("adaptive"),
+            Some(a) => {
+                v.begin("adaptive", Nested::Fields);
+                v.text("algorithm", a.algorithm.as_str());
+                v.count("limit", a.limit);
+                v.count("min_limit", a.min_limit);
+                v.count("max_limit", a.max_limit);
+                v.count("samples_total", a.samples_total);
+                v.count("decreases_total", a.decreases_total);
+                v.count("last_rtt_ns", a.last_rtt_ns);
+                v.count("long_rtt_ns", a.long_rtt_ns);
+                v.end();
+            }
+        }
+        match &self.circuit {
+            None => v.absent("circuit"),
+            Some(c) => {
+                v.begin("circuit", Nested::Fields);
+                v.text("state", c.state.as_str());
+                v.count("generation", c.generation);
+                v.count("consecutive_failures", c.consecutive_failures);
+                v.count("window_requests", c.window_requests);
+                v.count("window_failures", c.window_failures);
+                v.count("opened_at_ns", c.opened_at_ns);
+                v.end();
+            }
+        }
+    }
+}
+
+/// `key=value` pairs, nested keys dotted (`rejected.timeout=3`), for `Display`.
+struct Line<'a, 'b> {
+    f: &'a mut fmt::Formatter<'b>,
+    prefix: Option<&'static str>,
+    first: bool,
+    err: fmt::Result,
+}
+
+impl Line<'_, '_> {
+    fn put(&mut self, key: &str, value: &dyn fmt::Display) {
+        if self.err.is_err() {
+            return;
+        }
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        self.err = match self.prefix {
+            Some(p) => write!(self.f, "{sep}{p}.{key}={value}"),
+            None => write!(self.f, "{sep}{key}={value}"),
+        };
+    }
+}
+
+impl StatsVisitor for Line<'_, '_> {
+    fn count(&mut self, key: &'static str, value: u64) {
+        self.put(key, &value);
+    }
+    fn signed(&mut self, key: &'static str, value: i64) {
+        self.put(key, &value);
+    }
+    fn text(&mut self, key: &'static str, value: &'static str) {
+        self.put(key, &value);
+    }
+    fn begin(&mut self, key: &'static str, nested: Nested) {
+        self.prefix = Some(match nested {
+            Nested::Reasons => "rejected",
+            Nested::Fields => key,
+        });
+    }
+    fn end(&mut self) {
+        self.prefix = None;
+    }
+    fn absent(&mut self, _key: &'static str) {}
+}
+
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
+        let mut line = Line {
             f,
-            "active={} queued={} granted_unclaimed={} limit={} max_concurrent={} available={} \
-             admitted_total={}",
-            self.active,
-            self.queued,
-            self.granted_unclaimed,
-            self.limit,
-            self.max_concurrent,
-            self.available,
-            self.admitted_total
-        )?;
-        for (r, n) in self.rejected_by_reason.iter() {
-            write!(f, " rejected.{}={}", r.as_str(), n)?;
-        }
-        write!(
-            f,
-            " released_twice_total={} leaked_total={} ring_free={} queue_wait_count={} \
-             queue_wait_sum_ns={} queue_wait_max_ns={}",
-            self.released_twice_total,
-            self.leaked_total,
-            self.ring_free,
-            self.queue_wait_count,
-            self.queue_wait_sum_ns,
-            self.queue_wait_max_ns
-        )
-    }
-}
-
-const SHARDS: usize = 16;
-
-/// The fast path's admission counter, off the permit word's cache line.
-///
-/// Under `std` each of the first [`SHARDS`] threads of the process owns one shard outright and
-/// bumps it with a plain load and store (no locked instruction: exact, because it is the only
-/// writer); later threads share an `overflow` counter with `fetch_add`. Without `std` the shard
-/// is picked by hashing the caller's stack address (threads' stacks lie far apart).
-#[derive(Debug)]
-pub(crate) struct ShardedCounter {
-    shards: [CachePadded<AtomicWord>; SHARDS],
-    overflow: CachePadded<AtomicWord>,
-}
-
-#[cfg(all(feature = "std", not(loom)))]
-mod thread_shard {
-    use core::cell::Cell;
-
-    use crate::sync::{AtomicWord, Ordering::Relaxed};
-
-    static NEXT: AtomicWord = AtomicWord::new(0);
-
-    std::thread_local! {
-        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-
-    /// This thread's shard index, assigned on first use (`>= SHARDS` means none).
-    #[inline]
-    pub(super) fn index() -> usize {
-        SHARD.with(|s| {
-            let i = s.get();
-            if i != usize::MAX {
-                return i;
-            }
-            // Relaxed: only uniqueness matters.
-            let i = usize::try_from(NEXT.fetch_add(1, Relaxed)).unwrap_or(usize::MAX - 1);
-            s.set(i);
-            i
-        })
-    }
-}
-
-impl ShardedCounter {
-    #[cfg(not(loom))]
-    pub(crate) const fn new() -> Self {
-        Self {
-            shards: [const { CachePadded::new(AtomicWord::new(0)) }; SHARDS],
-            overflow: CachePadded::new(AtomicWord::new(0)),
-        }
-    }
-
-    #[cfg(loom)]
-    pub(crate) fn new() -> Self {
-        Self {
-            shards: core::array::from_fn(|_| CachePadded::new(AtomicWord::new(0))),
-            overflow: CachePadded::new(AtomicWord::new(0)),
-        }
-    }
-
-    #[inline]
-    pub(crate) fn add(&self, n: Word) {
-        // Relaxed everywhere: a statistic; it publishes nothing.
-        #[cfg(all(feature = "std", not(loom)))]
-        {
-            let i = thread_shard::index();
-            if let Some(shard) = self.shards.get(i) {
-                // This thread is the shard's only writer: no RMW needed.
-                shard.store(shard.load(Relaxed).wrapping_add(n), Relaxed);
-            } else {
-                self.overflow.fetch_add(n, Relaxed);
-            }
-        }
-        #[cfg(loom)]
-        self.overflow.fetch_add(n, Relaxed);
-        #[cfg(all(not(feature = "std"), not(loom)))]
-        {
-            let probe = 0u8;
-            // Fibonacci hashing of the page number: default thread stacks are 2 MiB + 4 KiB
-            // apart, which a plain modulus of the address maps to one shard.
-            let page = core::ptr::addr_of!(probe).addr() >> 12;
-            let i = page.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - 4);
-            self.shards[i % SHARDS].fetch_add(n, Relaxed);
-        }
-    }
-
-    pub(crate) fn sum(&self) -> u64 {
-        self.shards
-            .iter()
-            .chain(core::iter::once(&self.overflow))
-            .map(|s| s.load(Relaxed) as u64)
-            .fold(0u64, u64::wrapping_add)
-    }
-}
-
-/// The slow-path counters of one bulkhead.
-#[derive(Debug)]
-pub(crate) struct Counters {
-    /// Admissions on the fast path (any thread).
-    pub(crate) admitted: ShardedCounter,
-    /// Grants to queued waiters. Written only by the dispatcher (one at a time, serialized by
-    /// its flag's Acquire/Release), so plain load + store; like the `wait_*` fields.
-    pub(crate) admitted_queued: AtomicWord,
-    pub(crate) rejected: [AtomicWord; 8],
-    pub(crate) released_twice: AtomicWord,
-    pub(crate) leaked: AtomicWord,
-    /// Permits in `GRANTED` cells.
-    pub(crate) unclaimed: AtomicWord,
-    pub(crate) wait_count: AtomicWord,
-    pub(crate) wait_sum_ns: AtomicWord,
-    pub(crate) wait_max_ns: AtomicWord,
-}
-
-impl Counters {
-    #[cfg(not(loom))]
-    pub(crate) const fn new() -> Self {
-        Self {
-            admitted: ShardedCounter::new(),
-            admitted_queued: AtomicWord::new(0),
-            rejected: [const { AtomicWord::new(0) }; 8],
-            released_twice: AtomicWord::new(0),
-            leaked: AtomicWord::new(0),
-            unclaimed: AtomicWord::new(0),
-            wait_count: AtomicWord::new(0),
-            wait_sum_ns: AtomicWord::new(0),
-            wait_max_ns: AtomicWord::new(0),
-        }
-    }
-
-    #[cfg(loom)]
-    pub(crate) fn new() -> Self {
-        Self {
-            admitted: ShardedCounter::new(),
-            admitted_queued: AtomicWord::new(0),
-            rejected: core::array::from_fn(|_| AtomicWord::new(0)),
-            released_twice: AtomicWord::new(0),
-            leaked: AtomicWord::new(0),
-            unclaimed: AtomicWord::new(0),
-            wait_count: AtomicWord::new(0),
-            wait_sum_ns: AtomicWord::new(0),
-            wait_max_ns: AtomicWord::new(0),
-        }
-    }
-
-    pub(crate) fn reject(&self, reason: Reason) {
-        self.rejected[reason.index()].fetch_add(1, Relaxed);
-    }
-
-    pub(crate) fn rejected(&self) -> RejectedByReason {
-        let mut out = [0u64; 8];
-        for (o, c) in out.iter_mut().zip(&self.rejected) {
-            *o = c.load(Relaxed) as u64;
-        }
-        RejectedByReason(out)
-    }
-
-    /// Dispatcher only (see `admitted_queued`): a plain load + store is exact.
-    fn bump(c: &AtomicWord, f: impl FnOnce(Word) -> Word) {
-        c.store(f(c.load(Relaxed)), Relaxed);
-    }
-
-    /// Dispatcher only: a queued waiter was granted.
-    pub(crate) fn record_queued_grant(&self) {
-        Self::bump(&self.admitted_queued, |v| v.wrapping_add(1));
-    }
-
-    /// Dispatcher only: a queued waiter waited `ns`.
-    pub(crate) fn record_wait(&self, ns: Word) {
-        Self::bump(&self.wait_count, |v| v.wrapping_add(1));
-        Self::bump(&self.wait_sum_ns, |v| v.wrapping_add(ns));
-        Self::bump(&self.wait_max_ns, |v| v.max(ns));
-    }
-
-    /// `admitted_total`.
-    pub(crate) fn admitted_total(&self) -> u64 {
-        self.admitted
-            .sum()
-            .wrapping_add(self.admitted_queued.load(Relaxed) as u64)
+            prefix: None,
+            first: true,
+            err: Ok(()),
+        };
+        self.visit(&mut line);
+        line.err
     }
 }

@@ -1,4 +1,4 @@
-//! One waiter cell of the ring and its stamp encoding (docs/design.md §4.2 "The waiter ring").
+//! One waiter cell of the ring and its stamp encoding (docs/design.md §4.2).
 //!
 //! A cell is reused lap after lap. Its stamp names the ticket that occupies it, so a stale
 //! canceller or poller (holding an old ticket) can never touch the cell's next occupant: every
@@ -40,7 +40,7 @@
 use crate::{
     reason::Reason,
     sync::{AtomicWord, Word},
-    waker_slot::WakerSlot,
+    engine::waker_slot::WakerSlot,
 };
 
 /// Bits of the stamp that hold the kind.
@@ -191,9 +191,13 @@ pub(crate) const fn prev_lap(lap: Word) -> Word {
 pub(crate) struct Cell {
     /// See the module docs.
     pub(crate) stamp: AtomicWord,
-    /// Permits wanted. Written by the owner before it publishes `WAITING` (Release), read by
-    /// the dispatcher after it reads `WAITING` (Acquire).
+    /// Permits wanted (low bits) and the flags of the waiter's call (top two bits). Written by
+    /// the owner before it publishes `WAITING` (Release), read by the dispatcher after it reads
+    /// `WAITING` (Acquire).
     pub(crate) weight: AtomicWord,
+    /// The breaker word of the waiter's guarded call (docs/design.md §5.3), written with the
+    /// weight; handed back with the settlement.
+    pub(crate) call: AtomicWord,
     /// Host clock at enqueue (ns, truncated to the word), for `queue_wait_*`.
     pub(crate) enqueued_ns: AtomicWord,
     /// The owner's waker, tagged with its ticket.
@@ -206,6 +210,7 @@ impl Cell {
         Self {
             stamp: AtomicWord::new(0),
             weight: AtomicWord::new(0),
+            call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
@@ -216,6 +221,7 @@ impl Cell {
         Self {
             stamp: AtomicWord::new(0),
             weight: AtomicWord::new(0),
+            call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }

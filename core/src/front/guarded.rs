@@ -1,5 +1,5 @@
-//! The guarded call in Rust (DESIGN §4): breaker check → bulkhead admission → the work, bounded
-//! by `call_timeout` → its outcome recorded to the breaker and the adaptive limit.
+//! The guarded call in Rust (docs/design.md §6.3): breaker check → bulkhead admission → the
+//! work, bounded by `call_timeout` → its outcome recorded to the breaker and the adaptive limit.
 //!
 //! The core arms no timer: [`Bulkhead::call`] takes the runtime's `sleep` function and uses it
 //! for the queue deadline (`queue_timeout`) and for `call_timeout`. Pass [`no_timer`] to run
@@ -14,7 +14,7 @@ use core::{
 };
 
 use crate::{
-    bulkhead::Bulkhead,
+    front::bulkhead::Bulkhead,
     outcome::Outcome,
     reason::{AcquireError, Reason},
 };
@@ -142,21 +142,17 @@ impl<const N: usize> Bulkhead<N> {
                 match raced {
                     Some(r) => r,
                     None => {
-                        // The work is dropped here (Rust's cancellation) before the release.
-                        self.count_call_timeout();
-                        permit.release_with(Outcome::Failure);
+                        // The work is dropped here (Rust's cancellation) before the release:
+                        // the one `call_timeout` rule (counted, a failure), then the permits.
+                        let mut permit = permit;
+                        permit.timed_out();
+                        drop(permit);
                         return Err(CallError::CallTimeout);
                     }
                 }
             }
         };
-        permit.release_with(classify(&result));
+        permit.end(classify(&result));
         result.map_err(CallError::Failed)
-    }
-
-    /// Counts one `call_timeout` in `rejected_by_reason` (a binding whose own timer fired calls
-    /// this, then ends the call with [`Outcome::Failure`]).
-    pub fn count_call_timeout(&self) {
-        self.count_rejection(Reason::CallTimeout);
     }
 }

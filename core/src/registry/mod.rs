@@ -16,21 +16,33 @@ use core::{fmt, future::Future, time::Duration};
 use std::{
     boxed::Box,
     collections::{BTreeMap, HashMap},
+    format,
     string::{String, ToString},
     sync::{Arc, RwLock},
     vec::Vec,
 };
 
+pub mod origin;
+
 use crate::{
-    bulkhead::Bulkhead,
     clock::ClockSource,
-    config::{Config, ConfigError},
-    permit::OwnedPermit,
-    policy::{ObserverField, SharedObserver},
+    config::{Config, ConfigError, OptionId, PartialConfig},
+    event::SharedObserver,
+    front::{bulkhead::Bulkhead, call::OwnedPermit},
     reason::{AcquireError, Reason, Rejection, Snapshot},
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
 };
+
+/// An optional observer that prints as `Some(..)` / `None` in `Debug` output.
+#[derive(Clone, Default)]
+struct ObserverField(Option<SharedObserver>);
+
+impl fmt::Debug for ObserverField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
+}
 
 /// Configuration of a [`Registry`].
 #[derive(Debug, Clone, PartialEq)]
@@ -53,21 +65,126 @@ impl Default for RegistryConfig {
     }
 }
 
+impl RegistryConfig {
+    /// The configuration of a registry from options as a layer passes them (docs/design.md
+    /// §7.2): `defaults` (which may carry `max_keys`) and one [`PartialConfig`] per override
+    /// key, each merged key by key over the defaults. URL-shaped keys (`scheme://…`) are
+    /// canonicalised with [`origin_key`](crate::origin_key), so `"https://Slow.example"` and
+    /// `"https://slow.example:443/"` name the same key.
+    ///
+    /// # Errors
+    /// [`RegistryConfigError`] naming the option and, for an override, its key: a bad value, a
+    /// URL-shaped key that is no valid origin, or two keys with the same canonical form.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{RegistryConfig, config::{OptionId, PartialConfig, Value}};
+    /// let mut defaults = PartialConfig::new();
+    /// defaults.set(OptionId::MaxConcurrent, Value::Count(8))?;
+    /// let mut slow = PartialConfig::new();
+    /// slow.set(OptionId::MaxQueue, Value::Count(0))?;
+    /// let c = RegistryConfig::from_partial(&defaults, [("https://Slow.example/v1".to_string(), slow)])?;
+    /// let o = &c.overrides["https://slow.example:443"];
+    /// assert_eq!((o.max_concurrent, o.max_queue), (8, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_partial(
+        defaults: &PartialConfig,
+        overrides: impl IntoIterator<Item = (String, PartialConfig)>,
+    ) -> Result<Self, RegistryConfigError> {
+        let top = |e: ConfigError| RegistryConfigError {
+            key: None,
+            option: e.option(),
+            error: Some(e),
+            detail: None,
+        };
+        let base = defaults.to_config().map_err(top)?;
+        let mut out = HashMap::new();
+        for (key, o) in overrides {
+            let canonical = canonical_key(&key)?;
+            let c = o
+                .merged_over(defaults)
+                .to_config()
+                .map_err(|e| RegistryConfigError {
+                    key: Some(key.clone()),
+                    option: e.option(),
+                    error: Some(e),
+                    detail: None,
+                })?;
+            if out.insert(canonical.clone(), c).is_some() {
+                return Err(RegistryConfigError {
+                    key: Some(key),
+                    option: "overrides",
+                    error: None,
+                    detail: Some(format!("names the same key as another override: {canonical:?}")),
+                });
+            }
+        }
+        let max_keys = defaults.max_keys().unwrap_or(1024);
+        Ok(RegistryConfig {
+            defaults: base,
+            overrides: out,
+            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+        })
+    }
+}
+
+/// A registry key as it is stored: URL-shaped keys (`scheme://…`) through
+/// [`origin_key`](crate::origin_key), others unchanged (opaque, compared byte for byte).
+///
+/// # Errors
+/// A URL-shaped key that has no origin.
+pub fn canonical_key(key: &str) -> Result<String, RegistryConfigError> {
+    if !key.contains("://") {
+        return Ok(key.to_string());
+    }
+    origin::origin_key(key).map_err(|e| RegistryConfigError {
+        key: Some(key.to_string()),
+        option: "overrides",
+        error: None,
+        detail: Some(format!(
+            "a URL-shaped key must be an origin ({e}); use origin_key(url) or a plain name"
+        )),
+    })
+}
+
 /// A configuration error, naming the option (and the override key, if it is in one).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RegistryConfigError {
     /// The override key whose configuration is bad; `None` for `defaults` / `max_keys`.
     pub key: Option<String>,
-    /// The bad option: `"max_keys"`, or a [`ConfigError`]'s option name.
+    /// The bad option: `"max_keys"`, `"overrides"` (a bad key), or a [`ConfigError`]'s option.
     pub option: &'static str,
+    /// The option's error, when it is one.
+    pub error: Option<ConfigError>,
+    /// What is wrong with an override key.
+    pub detail: Option<String>,
+}
+
+impl RegistryConfigError {
+    fn option_error(key: Option<String>, e: ConfigError) -> Self {
+        RegistryConfigError {
+            key,
+            option: e.option(),
+            error: Some(e),
+            detail: None,
+        }
+    }
 }
 
 impl fmt::Display for RegistryConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.key {
-            Some(k) => write!(f, "overrides[{k:?}]: invalid {}", self.option),
-            None if self.option == "max_keys" => f.write_str("max_keys must be at least 1"),
-            None => write!(f, "defaults: invalid {}", self.option),
+        if let Some(k) = &self.key {
+            write!(f, "overrides[{k:?}]: ")?;
+        }
+        match (&self.error, &self.detail) {
+            (Some(e), _) => write!(f, "{e}"),
+            (None, Some(d)) => f.write_str(d),
+            (None, None) => {
+                let o = OptionId::MaxKeys.spec();
+                write!(f, "{} must be {}", o.name, o.range(crate::config::Spelling::Python))
+            }
         }
     }
 }
@@ -169,20 +286,17 @@ impl Registry {
             return Err(RegistryConfigError {
                 key: None,
                 option: "max_keys",
+                error: None,
+                detail: None,
             });
         }
         config
             .defaults
             .validate()
-            .map_err(|e| RegistryConfigError {
-                key: None,
-                option: e.option(),
-            })?;
+            .map_err(|e| RegistryConfigError::option_error(None, e))?;
         for (k, c) in &config.overrides {
-            c.validate().map_err(|e| RegistryConfigError {
-                key: Some(k.clone()),
-                option: e.option(),
-            })?;
+            c.validate()
+                .map_err(|e| RegistryConfigError::option_error(Some(k.clone()), e))?;
         }
         Ok(Self {
             map: RwLock::new(HashMap::new()),

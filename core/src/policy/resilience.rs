@@ -1,11 +1,11 @@
-//! The `resilience` options of DESIGN §4: an adaptive limit, a circuit breaker and a call
+//! The `resilience` options (docs/design.md §6.4): an adaptive limit, a circuit breaker and a call
 //! timeout around one bulkhead. One shape in every layer; a part that is `None` is off, and a
 //! bulkhead whose [`Config::resilience`](crate::Config::resilience) is [`Resilience::OFF`] is
 //! plain (its hot path pays one predictable branch).
 
 use core::time::Duration;
 
-use crate::{adaptive::AdaptiveConfig, breaker::BreakerConfig, config::ConfigError};
+use crate::policy::{adaptive::AdaptiveConfig, breaker::BreakerConfig};
 
 /// Policies around a bulkhead (DESIGN §4 "Options").
 ///
@@ -49,27 +49,5 @@ impl Resilience {
     /// Whether every part is off.
     pub const fn is_off(&self) -> bool {
         self.adaptive.is_none() && self.breaker.is_none() && self.call_timeout.is_none()
-    }
-
-    /// Checks every part for a bulkhead of `max_concurrent`, naming the first bad option.
-    ///
-    /// # Errors
-    /// [`ConfigError::Adaptive`], [`ConfigError::Breaker`] or [`ConfigError::CallTimeout`].
-    pub fn validate(&self, max_concurrent: u64) -> Result<(), ConfigError> {
-        if let Some(a) = &self.adaptive {
-            a.validate().map_err(ConfigError::Adaptive)?;
-            if a.max_limit > max_concurrent {
-                return Err(ConfigError::Adaptive(
-                    crate::adaptive::AdaptiveConfigError::MaxLimit,
-                ));
-            }
-        }
-        if let Some(b) = &self.breaker {
-            b.validate().map_err(ConfigError::Breaker)?;
-        }
-        if self.call_timeout.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::CallTimeout);
-        }
-        Ok(())
     }
 }

@@ -28,7 +28,7 @@ use crossbeam_utils::CachePadded;
 #[cfg(feature = "alloc")]
 use crate::config::ConfigError;
 use crate::{
-    cell::{Cell, Kind, POS_MASK, Stamp, lap, prev_lap},
+    engine::cell::{Cell, Kind, POS_MASK, Stamp, lap, prev_lap},
     sync::{AtomicWord, Ordering::*, SWord, Word},
 };
 

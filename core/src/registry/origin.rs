@@ -1,4 +1,4 @@
-//! The canonical origin key (DESIGN §3.8): `scheme://host:port`, lowercase, IDNA (punycode)
+//! The canonical origin key (docs/design.md §9): `scheme://host:port`, lowercase, IDNA (punycode)
 //! host, IPv6 in brackets, the default port made explicit — `https://api.example.com:443`.
 //!
 //! This is the one implementation every layer calls (Python `hullguard.origin_key`, Node

@@ -3,7 +3,7 @@
 //! A controller is `&mut self` (Netflix serialises `onSample` with `synchronized`). Here every
 //! finisher drops its sample into an *inbox* of two atomic words and asks for a run through the
 //! same "running" / "pending" flags as the bulkhead's dispatcher
-//! ([`DispatchFlag`](crate::dispatch::DispatchFlag)): whoever becomes the runner drains the
+//! ([`RunFlag`](crate::run_flag::RunFlag)): whoever becomes the runner drains the
 //! inbox into the controller and applies the new limit; the others return at once. So no
 //! finisher ever waits, and limit updates are applied in the order the controller made them
 //! (only the runner calls `set_limit`).
@@ -21,7 +21,7 @@ use super::{
     AdaptiveConfig, AdaptiveConfigError, AdaptiveController, Algorithm, Controller, Outcome, Sample,
 };
 use crate::{
-    dispatch::DispatchFlag,
+    run_flag::RunFlag,
     sync::{AtomicWord, Ordering::*, UnsafeCell, Word},
 };
 
@@ -60,7 +60,7 @@ pub struct AdaptiveStats {
 
 /// A [`AdaptiveController`] shared by threads; see the module docs.
 pub struct SharedController {
-    flag: DispatchFlag,
+    flag: RunFlag,
     ctl: UnsafeCell<AdaptiveController>,
     ok: AtomicWord,
     fail: AtomicWord,
@@ -79,7 +79,7 @@ pub struct SharedController {
     max_limit: u64,
 }
 
-// SAFETY: `ctl` is only touched by the thread that holds the runner flag (`DispatchFlag::enter`
+// SAFETY: `ctl` is only touched by the thread that holds the runner flag (`RunFlag::enter`
 // returned true and `try_leave` has not yet succeeded), so accesses to it never overlap; the
 // flag's AcqRel RMWs order one runner's writes before the next runner's reads. Every other
 // field is atomic.
@@ -103,7 +103,7 @@ impl SharedController {
     pub fn new(cfg: &AdaptiveConfig) -> Result<Self, AdaptiveConfigError> {
         let ctl = AdaptiveController::new(cfg)?;
         Ok(Self {
-            flag: DispatchFlag::new(),
+            flag: RunFlag::new(),
             limit: AtomicWord::new(ctl.limit() as Word),
             ctl: UnsafeCell::new(ctl),
             ok: AtomicWord::new(0),

@@ -1,4 +1,4 @@
-//! A lock-free circuit breaker (DESIGN §4): closed / open / half-open plus a generation in one
+//! A lock-free circuit breaker (docs/design.md §6): closed / open / half-open plus a generation in one
 //! atomic word, two trip modes (consecutive failures, error rate over a rolling window of
 //! epoch-stamped buckets), exactly `half_open_max_calls` probes, and a mandatory half-open timeout.
 //!
@@ -160,22 +160,6 @@ pub struct Transition {
     pub generation: u64,
 }
 
-impl Transition {
-    /// Calls `observer.on_state_change(key, old, new)`.
-    pub fn notify<O: Observer + ?Sized>(self, key: Option<&str>, observer: &O) {
-        observer.on_state_change(key, self.old, self.new);
-    }
-}
-
-/// Receives breaker state-change events (DESIGN §4: transitions only; adaptive limit moves are
-/// not events). A bulkhead with a breaker calls it after each state commit, once per
-/// transition, on the thread that committed it; `key` is the registry key, `None` outside a
-/// registry. It must not block: it runs inside an admission, a release or a stats read.
-pub trait Observer {
-    /// Called after the state commit, once per transition.
-    fn on_state_change(&self, key: Option<&str>, old: CircuitState, new: CircuitState);
-}
-
 /// Admission to run one call; pass it back to [`Breaker::record`] with the outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "record the call's outcome with Breaker::record"]
@@ -186,6 +170,19 @@ pub struct Admit {
 }
 
 impl Admit {
+    /// The breaker word this call was admitted with (stored in a queued waiter's cell).
+    pub(crate) const fn word(&self) -> Word {
+        self.word
+    }
+
+    /// An admission rebuilt from [`word`](Self::word) (its transition was fired already).
+    pub(crate) const fn from_word(word: Word) -> Admit {
+        Admit {
+            word,
+            transition: None,
+        }
+    }
+
     /// The generation the call was admitted in.
     pub fn generation(&self) -> u64 {
         (self.word >> GEN_SHIFT) as u64

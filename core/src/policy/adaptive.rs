@@ -42,7 +42,7 @@
 
 use core::fmt;
 
-use crate::config::{Config, MAX_PERMITS};
+use crate::limits::{DEFAULT_MAX_CONCURRENT, MAX_PERMITS};
 
 mod aimd;
 mod gradient2;
@@ -142,9 +142,9 @@ pub struct AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
-    /// The defaults for a bulkhead of the default [`Config`] (`max_concurrent` 10).
+    /// The defaults for a bulkhead of the default [`Config`](crate::Config) (`max_concurrent` 10).
     pub const DEFAULT: AdaptiveConfig =
-        AdaptiveConfig::for_max_concurrent(Config::DEFAULT.max_concurrent);
+        AdaptiveConfig::for_max_concurrent(DEFAULT_MAX_CONCURRENT);
 
     /// The DESIGN §4 defaults for a bulkhead of `max_concurrent`: `initial_limit` = `max_limit`
     /// = `max_concurrent`, `min_limit` 1, `target_latency` 500 ms, `increase_step` 1,

@@ -1,68 +1,18 @@
 //! `drain`: wait (without closing) until the bulkhead is idle — `active == 0`, `queued == 0`,
-//! `granted_unclaimed == 0` — or a timeout passes (feature `std`).
-//!
-//! Drain waiters are rare, so they sit in a `Mutex<Vec<Waker>>`; admission never takes this
-//! lock. The hot paths only read `watchers` (one load) and take the lock when it is non-zero.
+//! `granted_unclaimed == 0` — or a timeout passes (feature `std`). The waiters sit in the
+//! engine's [`IdleWaiters`](crate::engine::idle::IdleWaiters); every binding's drain is this
+//! future (or [`Bulkhead::drain_blocking`]).
 
 use core::{
     future::Future,
     ops::Deref,
     pin::Pin,
-    task::{Context, Poll, Waker},
+    task::{Context, Poll},
     time::Duration,
 };
-use std::{time::Instant, vec::Vec};
+use std::time::Instant;
 
-use crate::{
-    bulkhead::Bulkhead,
-    sync::{AtomicWord, Mutex, Ordering::*},
-};
-
-/// The drain waiters of one bulkhead.
-#[derive(Debug)]
-pub(crate) struct IdleWaiters {
-    watchers: AtomicWord,
-    wakers: Mutex<Vec<Waker>>,
-}
-
-impl IdleWaiters {
-    #[cfg(not(loom))]
-    pub(crate) const fn new() -> Self {
-        Self {
-            watchers: AtomicWord::new(0),
-            wakers: Mutex::new(Vec::new()),
-        }
-    }
-
-    #[cfg(loom)]
-    pub(crate) fn new() -> Self {
-        Self {
-            watchers: AtomicWord::new(0),
-            wakers: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// After any change that may make the bulkhead idle.
-    #[inline]
-    pub(crate) fn notify(&self) {
-        // SeqCst: with the SeqCst permit-word RMWs and the drainer's SeqCst increment, either
-        // the drainer's idle check sees our change or we see its registration.
-        if self.watchers.load(SeqCst) == 0 {
-            return;
-        }
-        let wakers = core::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
-        for w in wakers {
-            w.wake();
-        }
-    }
-
-    fn register(&self, waker: &Waker) {
-        let mut list = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        if !list.iter().any(|w| w.will_wake(waker)) {
-            list.push(waker.clone());
-        }
-    }
-}
+use crate::{front::bulkhead::Bulkhead, sync::Ordering::*};
 
 /// What `drain` found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,9 +68,9 @@ where
         let this = unsafe { self.get_unchecked_mut() };
         if !this.watching {
             this.watching = true;
-            this.bh.idle.watchers.fetch_add(1, SeqCst);
+            this.bh.engine.idle.watchers.fetch_add(1, SeqCst);
         }
-        this.bh.idle.register(cx.waker());
+        this.bh.engine.idle.register(cx.waker());
         if this.bh.is_idle() {
             return Poll::Ready(this.result(true));
         }
@@ -140,7 +90,7 @@ where
 {
     fn drop(&mut self) {
         if self.watching {
-            self.bh.idle.watchers.fetch_sub(1, SeqCst);
+            self.bh.engine.idle.watchers.fetch_sub(1, SeqCst);
         }
     }
 }
@@ -186,7 +136,7 @@ impl<const N: usize> Bulkhead<N> {
         let deadline = timeout
             .filter(|t| *t != Duration::MAX)
             .and_then(|t| Instant::now().checked_add(t));
-        let waker = crate::blocking::thread_waker();
+        let waker = crate::front::blocking::thread_waker();
         let mut cx = Context::from_waker(&waker);
         let mut fut = core::pin::pin!(self.drain(None::<core::future::Pending<()>>));
         loop {

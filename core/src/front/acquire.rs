@@ -1,5 +1,6 @@
-//! The acquire futures: runtime-agnostic (they only use `core::task::Waker`). Dropping one
-//! while queued cancels it cleanly: if a grant won the race, its permits pass on (I7).
+//! The acquire futures: runtime-agnostic (they only use `core::task::Waker`), built on the one
+//! admission ([`Bulkhead::admit`]) and its [`Waiter`]. Dropping one while queued abandons the
+//! waiter cleanly: if a grant won the race, its permits pass on (I7).
 
 use core::{
     fmt,
@@ -7,15 +8,29 @@ use core::{
     ops::Deref,
     pin::Pin,
     task::{Context, Poll},
+    time::Duration,
 };
 
 use crate::{
-    bulkhead::{Admission, Bulkhead, Ticket, TicketPoll},
-    outcome::Outcome,
-    permit::PermitOf,
-    policy::CallStart,
-    reason::{AcquireError, Reason, Rejection},
+    engine::Ticket,
+    front::{
+        admit::Decision,
+        bulkhead::Bulkhead,
+        call::Call,
+        request::Request,
+        waiter::{Cancelled, Waiter},
+    },
+    reason::{AcquireError, Reason},
 };
+
+enum State<B, const N: usize>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    Init(B),
+    Queued(Waiter<B, N>),
+    Done,
+}
 
 /// Future of an acquire on a bulkhead reached through `B`. See [`Acquire`] / [`OwnedAcquire`].
 #[must_use = "futures do nothing unless polled"]
@@ -23,10 +38,8 @@ pub struct AcquireOf<B, const N: usize>
 where
     B: Deref<Target = Bulkhead<N>>,
 {
-    bh: Option<B>,
+    state: State<B, N>,
     weight: u64,
-    ticket: Option<Ticket>,
-    call: CallStart,
 }
 
 /// Future returned by [`Bulkhead::acquire`].
@@ -42,73 +55,30 @@ where
 {
     pub(crate) fn new(bh: B, weight: u64) -> Self {
         Self {
-            bh: Some(bh),
+            state: State::Init(bh),
             weight,
-            ticket: None,
-            call: CallStart::NONE,
         }
     }
 
     /// The ticket while queued.
     pub fn ticket(&self) -> Option<Ticket> {
-        self.ticket
-    }
-
-    fn finish(
-        &mut self,
-        r: Result<u64, AcquireError>,
-    ) -> Poll<Result<PermitOf<B, N>, AcquireError>> {
-        let queued = self.ticket.take().is_some();
-        let bh = self
-            .bh
-            .take()
-            .expect("acquire future polled after completion");
-        let mut call = core::mem::take(&mut self.call);
-        if queued && r.is_ok() {
-            bh.mark_granted(&mut call);
-        }
-        Poll::Ready(
-            bh.end_call_if_refused(call, r)
-                .map(|w| PermitOf::with_call(bh, w, call)),
-        )
-    }
-
-    /// Settles a queued ticket with `reason` (a deadline passed). If the waiter settled first,
-    /// returns that outcome instead.
-    fn expire(&mut self, reason: Reason) -> Poll<Result<PermitOf<B, N>, AcquireError>> {
-        let (Some(bh), Some(t)) = (self.bh.as_deref(), self.ticket) else {
-            return Poll::Pending;
-        };
-        match bh.cancel(t, reason) {
-            Ok(()) => {
-                let rejection = Rejection {
-                    reason,
-                    snapshot: bh.snapshot(),
-                };
-                self.finish(Err(rejection.into()))
-            }
-            Err(_) => self.poll_queued(None),
+        match &self.state {
+            State::Queued(w) => Some(w.ticket()),
+            _ => None,
         }
     }
 
-    fn poll_queued(
-        &mut self,
-        cx: Option<&mut Context<'_>>,
-    ) -> Poll<Result<PermitOf<B, N>, AcquireError>> {
-        let (Some(bh), Some(t)) = (self.bh.as_deref(), self.ticket) else {
-            return Poll::Pending;
-        };
-        match bh.poll_ticket(t, cx.map(|cx| cx.waker())) {
-            Ok(TicketPoll::Pending) => Poll::Pending,
-            Ok(TicketPoll::Granted(w)) => self.finish(Ok(w)),
-            Ok(TicketPoll::Rejected(r)) => self.finish(Err(r.into())),
-            // Only the owner consumes its ticket, so this cannot happen; answer `aborted`.
-            Err(_) => {
-                let rejection = Rejection {
-                    reason: Reason::Aborted,
-                    snapshot: bh.snapshot(),
-                };
-                self.finish(Err(rejection.into()))
+    /// The deadline passed while queued: the owner's own cancel, as `timeout`. If the waiter
+    /// settled first, that settlement is the outcome.
+    fn expire(&mut self) -> Poll<Result<Call<B, N>, AcquireError>> {
+        match core::mem::replace(&mut self.state, State::Done) {
+            State::Queued(w) => Poll::Ready(match w.cancel(Reason::Timeout) {
+                Cancelled::Granted(call) => Ok(call),
+                Cancelled::Cancelled(r) | Cancelled::Rejected(r) => Err(r.into()),
+            }),
+            other => {
+                self.state = other;
+                Poll::Pending
             }
         }
     }
@@ -118,47 +88,31 @@ impl<B, const N: usize> Future for AcquireOf<B, N>
 where
     B: Deref<Target = Bulkhead<N>> + Unpin,
 {
-    type Output = Result<PermitOf<B, N>, AcquireError>;
+    type Output = Result<Call<B, N>, AcquireError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.ticket.is_some() {
-            return this.poll_queued(Some(cx));
-        }
-        let bh = this
-            .bh
-            .as_deref()
-            .expect("acquire future polled after completion");
-        match bh.begin_call_for(this.weight) {
-            Ok(call) => this.call = call,
-            Err(e) => return this.finish(Err(e)),
-        }
-        let bh = this.bh.as_deref().expect("checked above");
-        match bh.enqueue(this.weight, Some(cx.waker())) {
-            Ok(Admission::Granted) => {
-                let w = this.weight;
-                this.finish(Ok(w))
+        match core::mem::replace(&mut this.state, State::Done) {
+            State::Init(bh) => {
+                // No deadline of its own (`acquire_timeout` races a sleep instead).
+                let req = Request::new(this.weight).queue_timeout(Duration::MAX);
+                match Bulkhead::admit_via(bh, &req, Some(cx.waker())) {
+                    Decision::Granted(call) => Poll::Ready(Ok(call)),
+                    Decision::Queued(w) => {
+                        this.state = State::Queued(w);
+                        Poll::Pending
+                    }
+                    Decision::Rejected(e) => Poll::Ready(Err(e)),
+                }
             }
-            Ok(Admission::Queued(t)) => {
-                this.ticket = Some(t);
-                Poll::Pending
-            }
-            Err(e) => this.finish(Err(e)),
-        }
-    }
-}
-
-impl<B, const N: usize> Drop for AcquireOf<B, N>
-where
-    B: Deref<Target = Bulkhead<N>>,
-{
-    fn drop(&mut self) {
-        if let Some(bh) = self.bh.as_deref() {
-            if let Some(t) = self.ticket {
-                bh.abandon(t);
-            }
-            // Dropped before it finished: the call never started (a cancellation).
-            bh.end_call(self.call, Outcome::Ignored);
+            State::Queued(mut w) => match w.poll(Some(cx.waker())) {
+                Poll::Pending => {
+                    this.state = State::Queued(w);
+                    Poll::Pending
+                }
+                Poll::Ready(r) => Poll::Ready(r),
+            },
+            State::Done => panic!("acquire future polled after completion"),
         }
     }
 }
@@ -170,7 +124,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquire")
             .field("weight", &self.weight)
-            .field("ticket", &self.ticket)
+            .field("ticket", &self.ticket())
             .finish_non_exhaustive()
     }
 }
@@ -199,11 +153,11 @@ where
     B: Deref<Target = Bulkhead<N>> + Unpin,
     S: Future,
 {
-    type Output = Result<PermitOf<B, N>, AcquireError>;
+    type Output = Result<Call<B, N>, AcquireError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `sleep` is structurally pinned: it is never moved out of `self` and our
-        // `Drop` (via `AcquireOf`) does not touch it; `acquire` is `Unpin` and not pinned.
+        // SAFETY: `sleep` is structurally pinned: it is never moved out of `self` and no `Drop`
+        // touches it; `acquire` is `Unpin` and not pinned.
         let this = unsafe { self.get_unchecked_mut() };
         if let Poll::Ready(r) = Pin::new(&mut this.acquire).poll(cx) {
             return Poll::Ready(r);
@@ -212,7 +166,7 @@ where
         let sleep = unsafe { Pin::new_unchecked(&mut this.sleep) };
         match sleep.poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(_) => this.acquire.expire(Reason::Timeout),
+            Poll::Ready(_) => this.acquire.expire(),
         }
     }
 }

@@ -1,26 +1,24 @@
-//! Serializes the dispatcher without making anyone wait: the "dispatching" and "work pending"
-//! flags of DESIGN §3.2a(2).
+//! A run flag: lets one thread at a time do some work on behalf of everyone, without making
+//! anyone wait — the "dispatching" and "work pending" flags of docs/design.md §4.3. The engine's
+//! dispatcher and the adaptive controller's sample feed use it.
 //!
-//! Every state change that might enable a grant (release, enqueue publish, cancel, resize,
-//! close) calls [`DispatchFlag::enter`]. Whoever finds the flag taken only leaves `PENDING`
-//! behind and returns at once; the runner clears `PENDING` before each pass and re-checks it
-//! before it leaves, so no request is lost and no caller ever waits. A preempted runner delays
-//! grants (documented), never other callers.
-
-use core::{mem::MaybeUninit, task::Waker};
+//! Every caller with work calls [`RunFlag::enter`]. Whoever finds the flag taken only leaves
+//! `PENDING` behind and returns at once; the runner clears `PENDING` before each pass and
+//! re-checks it before it leaves, so no request is lost and no caller ever waits. A preempted
+//! runner delays the work (documented), never other callers.
 
 use crate::sync::{AtomicWord, Ordering::*, Word};
 
 const RUNNING: Word = 1;
 const PENDING: Word = 2;
 
-/// The dispatcher's two flags.
+/// The runner's two flags.
 #[derive(Debug)]
-pub(crate) struct DispatchFlag {
+pub(crate) struct RunFlag {
     state: AtomicWord,
 }
 
-impl DispatchFlag {
+impl RunFlag {
     #[cfg(not(loom))]
     pub(crate) const fn new() -> Self {
         Self {
@@ -97,59 +95,3 @@ impl DispatchFlag {
     }
 }
 
-/// Wakers collected during a dispatcher pass, woken after it (never inside a protocol step:
-/// a waker may run arbitrary code, including a C callback that releases).
-///
-/// Only the first `len` slots are initialized: creating a batch writes nothing and dropping one
-/// touches only what was pushed (a dispatcher run usually wakes one waiter).
-pub(crate) struct WakeBatch {
-    wakers: [MaybeUninit<Option<Waker>>; WakeBatch::CAPACITY],
-    len: usize,
-}
-
-impl core::fmt::Debug for WakeBatch {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("WakeBatch").field("len", &self.len).finish()
-    }
-}
-
-impl WakeBatch {
-    /// How many grants one pass makes before it stops to wake them.
-    pub(crate) const CAPACITY: usize = 32;
-
-    pub(crate) const fn new() -> Self {
-        Self {
-            wakers: [const { MaybeUninit::uninit() }; Self::CAPACITY],
-            len: 0,
-        }
-    }
-
-    pub(crate) fn is_full(&self) -> bool {
-        self.len == Self::CAPACITY
-    }
-
-    /// Counts one settled waiter (with or without a waker to wake).
-    pub(crate) fn push(&mut self, waker: Option<Waker>) {
-        self.wakers[self.len].write(waker);
-        self.len += 1;
-    }
-
-    /// Wakes everything collected and empties the batch.
-    pub(crate) fn wake_all(&mut self) {
-        let n = core::mem::take(&mut self.len);
-        for slot in &mut self.wakers[..n] {
-            // SAFETY: slots `..n` were written by `push` since the last `wake_all`, and `len`
-            // is already 0, so each is read exactly once (a panicking waker cannot cause a
-            // second read from `Drop`).
-            if let Some(w) = unsafe { slot.assume_init_read() } {
-                w.wake();
-            }
-        }
-    }
-}
-
-impl Drop for WakeBatch {
-    fn drop(&mut self) {
-        self.wake_all();
-    }
-}

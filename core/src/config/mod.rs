@@ -1,0 +1,293 @@
+//! Construction-time configuration and its validation (docs/design.md §7).
+//!
+//! | module | what |
+//! |---|---|
+//! | here | [`Config`] and [`ConfigError`] (every error names its option and renders its range) |
+//! | [`options`] | the option table: names, sections, kinds, ranges, defaults, spellings |
+//! | [`partial`] | [`PartialConfig`]: options as a layer passes them, merged key by key |
+
+pub mod options;
+pub mod partial;
+
+use core::{fmt, time::Duration};
+
+pub use self::{
+    options::{OptionId, OptionSpec, Section, Spelling},
+    partial::{Part, PartialConfig, Value},
+};
+pub use crate::limits::{MAX_PERMITS, MAX_QUEUE};
+use crate::{
+    limits::DEFAULT_MAX_CONCURRENT,
+    policy::{
+        adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience,
+    },
+};
+
+/// Configuration of one [`Bulkhead`](crate::Bulkhead).
+///
+/// Defaults are the common HTTP-client bulkhead defaults: 10 concurrent, 100 queued, 30 s.
+///
+/// # Examples
+/// ```
+/// use core::time::Duration;
+/// use hullguard_core::Config;
+/// let c = Config { max_concurrent: 4, ..Config::default() };
+/// assert_eq!(c.max_queue, 100);
+/// assert_eq!(c.queue_timeout, Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// The ceiling of the limit, `1 ..= MAX_PERMITS`. The limit starts here.
+    pub max_concurrent: u64,
+    /// Live waiters allowed at once, `0 ..= MAX_QUEUE`; `0` means fail fast.
+    pub max_queue: u64,
+    /// The default deadline of a queued acquire wherever the host has a timer.
+    /// `Duration::MAX` means no deadline. The core itself arms no timer.
+    pub queue_timeout: Duration,
+    /// `false` admits everything (still counted in the stats; I1 does not apply).
+    pub enabled: bool,
+    /// The policies around this bulkhead (docs/design.md §6); [`Resilience::OFF`] by default.
+    /// Needs the `alloc` feature (the policy state is allocated once, at construction).
+    pub resilience: Resilience,
+}
+
+impl Config {
+    /// The defaults, usable in `const` and `static` items.
+    pub const DEFAULT: Config = Config {
+        max_concurrent: DEFAULT_MAX_CONCURRENT,
+        max_queue: 100,
+        queue_timeout: Duration::from_secs(30),
+        enabled: true,
+        resilience: Resilience::OFF,
+    };
+
+    /// Checks every option, naming the first bad one.
+    ///
+    /// # Errors
+    /// [`ConfigError::MaxConcurrent`] outside `1 ..= MAX_PERMITS`,
+    /// [`ConfigError::MaxQueue`] above [`MAX_QUEUE`], then the `resilience` errors of
+    /// [`Resilience::validate`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_base()?;
+        self.resilience.validate(self.max_concurrent)
+    }
+
+    /// The `const` part of [`validate`](Self::validate) (for static bulkheads, which take no
+    /// policies).
+    pub(crate) const fn validate_base(&self) -> Result<(), ConfigError> {
+        if self.max_concurrent == 0 || self.max_concurrent > MAX_PERMITS {
+            return Err(ConfigError::MaxConcurrent);
+        }
+        if self.max_queue > MAX_QUEUE {
+            return Err(ConfigError::MaxQueue);
+        }
+        Ok(())
+    }
+
+    /// The ring capacity a runtime-sized bulkhead allocates:
+    /// `next_power_of_two(max_queue + max(max_queue, 64))`. Live waiters take at most
+    /// `max_queue` cells; the rest is room for results their owners have not taken yet
+    /// (docs/design.md §4.2).
+    pub const fn ring_capacity(&self) -> usize {
+        let slack = if self.max_queue > 64 {
+            self.max_queue
+        } else {
+            64
+        };
+        ((self.max_queue + slack) as usize).next_power_of_two()
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl Resilience {
+    /// Checks every part for a bulkhead of `max_concurrent`, naming the first bad option.
+    ///
+    /// # Errors
+    /// [`ConfigError::Adaptive`], [`ConfigError::Breaker`] or [`ConfigError::CallTimeout`].
+    pub fn validate(&self, max_concurrent: u64) -> Result<(), ConfigError> {
+        if let Some(a) = &self.adaptive {
+            a.validate().map_err(ConfigError::Adaptive)?;
+            if a.max_limit > max_concurrent {
+                return Err(ConfigError::Adaptive(AdaptiveConfigError::MaxLimit));
+            }
+        }
+        if let Some(b) = &self.breaker {
+            b.validate().map_err(ConfigError::Breaker)?;
+        }
+        if self.call_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::CallTimeout);
+        }
+        Ok(())
+    }
+}
+
+/// A configuration value out of range, or of the wrong kind; the variant names the option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `max_concurrent` is 0 or above [`MAX_PERMITS`].
+    MaxConcurrent,
+    /// `max_queue` is above [`MAX_QUEUE`], above a static ring's capacity, or the ring for it
+    /// could not be allocated.
+    MaxQueue,
+    /// A `set_limit` value outside `1 ..= max_concurrent`.
+    Limit,
+    /// An `adaptive` option out of range (`max_limit` also when above `max_concurrent`).
+    Adaptive(AdaptiveConfigError),
+    /// A `breaker` option out of range.
+    Breaker(BreakerConfigError),
+    /// `call_timeout` is zero.
+    CallTimeout,
+    /// `resilience` was given where policies are unavailable (a static bulkhead, or a build
+    /// without the `alloc` feature).
+    Resilience,
+    /// Another option out of range, or a value of the wrong kind for it (a
+    /// [`PartialConfig`] value).
+    Option(OptionId),
+}
+
+impl ConfigError {
+    /// The option this error is about (`None` for `limit`, a `set_limit` argument, and
+    /// `resilience` as a whole).
+    pub const fn option_id(&self) -> Option<OptionId> {
+        use AdaptiveConfigError as A;
+        use BreakerConfigError as B;
+        Some(match self {
+            ConfigError::MaxConcurrent => OptionId::MaxConcurrent,
+            ConfigError::MaxQueue => OptionId::MaxQueue,
+            ConfigError::Limit | ConfigError::Resilience => return None,
+            ConfigError::Adaptive(a) => match a {
+                A::MaxLimit => OptionId::AdaptiveMaxLimit,
+                A::MinLimit => OptionId::AdaptiveMinLimit,
+                A::InitialLimit => OptionId::AdaptiveInitialLimit,
+                A::TargetLatency => OptionId::AdaptiveTargetLatency,
+                A::IncreaseStep => OptionId::AdaptiveIncreaseStep,
+                A::DecreaseRatio => OptionId::AdaptiveDecreaseRatio,
+                A::Smoothing => OptionId::AdaptiveSmoothing,
+                A::RttTolerance => OptionId::AdaptiveRttTolerance,
+                A::LongWindow => OptionId::AdaptiveLongWindow,
+                A::QueueSize => OptionId::AdaptiveQueueSize,
+            },
+            ConfigError::Breaker(b) => match b {
+                B::FailureThreshold => OptionId::BreakerFailureThreshold,
+                B::ErrorRateThreshold => OptionId::BreakerErrorRateThreshold,
+                B::ErrorRateWindow => OptionId::BreakerErrorRateWindow,
+                B::ErrorRateBuckets => OptionId::BreakerErrorRateBuckets,
+                B::VolumeThreshold => OptionId::BreakerVolumeThreshold,
+                B::OpenDuration => OptionId::BreakerOpenDuration,
+                B::HalfOpenMaxCalls => OptionId::BreakerHalfOpenMaxCalls,
+                B::HalfOpenTimeout => OptionId::BreakerHalfOpenTimeout,
+            },
+            ConfigError::CallTimeout => OptionId::CallTimeout,
+            ConfigError::Option(id) => *id,
+        })
+    }
+
+    /// The option's name in its section (`"max_concurrent"`, `"open_duration"`, `"limit"`).
+    pub const fn option(&self) -> &'static str {
+        match self.option_id() {
+            Some(id) => id.spec().name,
+            None => match self {
+                ConfigError::Limit => "limit",
+                _ => "resilience",
+            },
+        }
+    }
+
+    /// The part of `resilience` the option belongs to: `Some("adaptive")`, `Some("breaker")`,
+    /// `Some("resilience")` for `call_timeout`, `None` for the bulkhead's own options.
+    pub const fn section(&self) -> Option<&'static str> {
+        match self.option_id() {
+            Some(id) => match id.spec().section {
+                Section::Adaptive => Some("adaptive"),
+                Section::Breaker => Some("breaker"),
+                Section::Resilience => Some("resilience"),
+                Section::Bulkhead | Section::Registry => None,
+            },
+            None => None,
+        }
+    }
+
+    /// The message in one layer's spelling: the option's path and its range
+    /// (`"resilience.breaker.openDurationMs must be at least 0.000001 ms …"`).
+    pub const fn spelled(&self, spelling: Spelling) -> SpelledError {
+        SpelledError {
+            error: *self,
+            spelling,
+        }
+    }
+}
+
+/// A [`ConfigError`] rendered in one layer's spelling (see [`ConfigError::spelled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpelledError {
+    error: ConfigError,
+    spelling: Spelling,
+}
+
+impl fmt::Display for SpelledError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.spelling;
+        match self.error {
+            ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
+            ConfigError::Resilience => f.write_str(
+                "resilience needs the alloc feature and a runtime-sized Bulkhead (not new_static)",
+            ),
+            ConfigError::MaxQueue => write!(
+                f,
+                "{} must be {} (and fit the ring; allocation may have failed)",
+                OptionId::MaxQueue.spec().path(s),
+                OptionId::MaxQueue.spec().range(s)
+            ),
+            ConfigError::Adaptive(AdaptiveConfigError::MaxLimit) => {
+                let max = OptionId::MaxConcurrent.spec().spelled(s);
+                write!(
+                    f,
+                    "{} must be an integer in 1..={max}",
+                    OptionId::AdaptiveMaxLimit.spec().path(s)
+                )
+            }
+            ConfigError::Adaptive(AdaptiveConfigError::MinLimit) => write!(
+                f,
+                "{} must be an integer in 1..={}",
+                OptionId::AdaptiveMinLimit.spec().path(s),
+                OptionId::AdaptiveMaxLimit.spec().spelled(s)
+            ),
+            ConfigError::Adaptive(AdaptiveConfigError::InitialLimit) => write!(
+                f,
+                "{} must be an integer in {}..={}",
+                OptionId::AdaptiveInitialLimit.spec().path(s),
+                OptionId::AdaptiveMinLimit.spec().spelled(s),
+                OptionId::AdaptiveMaxLimit.spec().spelled(s)
+            ),
+            ConfigError::Breaker(BreakerConfigError::ErrorRateWindow) => {
+                let o = OptionId::BreakerErrorRateWindow.spec();
+                write!(
+                    f,
+                    "{} must be {}, and at least one ns per bucket",
+                    o.path(s),
+                    o.range(s)
+                )
+            }
+            e => match e.option_id() {
+                Some(id) => write!(f, "{} must be {}", id.spec().path(s), id.spec().range(s)),
+                None => f.write_str("invalid configuration"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    /// The message in the Python spelling (snake_case paths, durations in seconds), which is
+    /// also the Rust field path.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.spelled(Spelling::Python).fmt(f)
+    }
+}
+
+impl core::error::Error for ConfigError {}

@@ -1,0 +1,723 @@
+//! The option table (docs/design.md §7.1): every option of a bulkhead, a registry and their
+//! policies, once — name, section, kind, unit, range, default — and the rule each layer uses to
+//! spell it. Bindings walk [`OPTIONS`] to parse what users pass (refusing unknown names with the
+//! list of known ones) instead of keeping their own copies; errors render the path and range
+//! from here.
+//!
+//! | layer | spelling of `resilience.breaker.open_duration` | durations |
+//! |---|---|---|
+//! | Rust | `BreakerConfig::open_duration` | `Duration` |
+//! | Python | `resilience={"breaker": {"open_duration": …}}` | float seconds (`math.inf`: none) |
+//! | Node | `resilience: {breaker: {openDurationMs: …}}` | ms (`Infinity`: none) |
+//! | C | `hg_config.breaker_open_duration_ms` | ms (`HG_TIMEOUT_INFINITE`: none) |
+//! | vectors | `"resilience": {"breaker": {"open_duration_ms": …}}` | integer ms |
+
+use core::{fmt, time::Duration};
+
+use crate::{
+    limits::{MAX_PERMITS, MAX_QUEUE},
+    policy::breaker::{MAX_BUCKETS, MAX_DURATION, MAX_HALF_OPEN_CALLS, MAX_THRESHOLD},
+};
+
+/// Which object an option belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Section {
+    /// A bulkhead's own options (`max_concurrent`, …).
+    Bulkhead,
+    /// A registry's own options (`max_keys`).
+    Registry,
+    /// `resilience.adaptive`.
+    Adaptive,
+    /// `resilience.breaker`.
+    Breaker,
+    /// `resilience` itself (`call_timeout`).
+    Resilience,
+}
+
+impl Section {
+    /// The path of the section's options (`"resilience.breaker"`; `""` at the top level).
+    pub const fn path(self) -> &'static str {
+        match self {
+            Section::Bulkhead | Section::Registry => "",
+            Section::Adaptive => "resilience.adaptive",
+            Section::Breaker => "resilience.breaker",
+            Section::Resilience => "resilience",
+        }
+    }
+
+    /// The key of a policy part inside `resilience` (`"adaptive"`, `"breaker"`).
+    pub const fn part(self) -> Option<&'static str> {
+        match self {
+            Section::Adaptive => Some("adaptive"),
+            Section::Breaker => Some("breaker"),
+            _ => None,
+        }
+    }
+
+    /// The C field prefix (`"adaptive_"`, `"breaker_"`, `""`).
+    pub const fn c_prefix(self) -> &'static str {
+        match self {
+            Section::Adaptive => "adaptive_",
+            Section::Breaker => "breaker_",
+            _ => "",
+        }
+    }
+}
+
+/// An option's value type and range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// An integer in `min ..= max`.
+    Count {
+        /// The smallest value.
+        min: u64,
+        /// The largest value.
+        max: u64,
+    },
+    /// A duration in `(0, max]` (or `[0, max]` when `zero` is allowed); `infinite`: "none" is
+    /// accepted (Python `math.inf`, Node `Infinity`, C `HG_TIMEOUT_INFINITE`).
+    Duration {
+        /// Whether 0 is a value (`queue_timeout` 0 = do not queue).
+        zero: bool,
+        /// The largest finite value.
+        max: Duration,
+        /// Whether "no deadline" is a value.
+        infinite: bool,
+    },
+    /// A real number between `min` and `max`; an `open` end excludes its bound.
+    Number {
+        /// The lower bound.
+        min: f64,
+        /// Whether `min` itself is excluded.
+        min_open: bool,
+        /// The upper bound (`f64::INFINITY`: none, finite values only).
+        max: f64,
+        /// Whether `max` itself is excluded.
+        max_open: bool,
+    },
+    /// `true` / `false`.
+    Bool,
+    /// One of these strings.
+    Choice(&'static [&'static str]),
+}
+
+/// Names every option (the index of [`OPTIONS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+#[allow(missing_docs)] // each is documented by its `OptionSpec::doc`
+pub enum OptionId {
+    MaxConcurrent,
+    MaxQueue,
+    QueueTimeout,
+    Enabled,
+    MaxKeys,
+    AdaptiveAlgorithm,
+    AdaptiveInitialLimit,
+    AdaptiveMinLimit,
+    AdaptiveMaxLimit,
+    AdaptiveTargetLatency,
+    AdaptiveIncreaseStep,
+    AdaptiveDecreaseRatio,
+    AdaptiveSmoothing,
+    AdaptiveRttTolerance,
+    AdaptiveLongWindow,
+    AdaptiveQueueSize,
+    BreakerFailureThreshold,
+    BreakerErrorRateThreshold,
+    BreakerErrorRateWindow,
+    BreakerErrorRateBuckets,
+    BreakerVolumeThreshold,
+    BreakerOpenDuration,
+    BreakerHalfOpenMaxCalls,
+    BreakerHalfOpenTimeout,
+    CallTimeout,
+}
+
+impl OptionId {
+    /// How many options there are.
+    pub const COUNT: usize = 25;
+
+    /// Its row of [`OPTIONS`].
+    pub const fn spec(self) -> &'static OptionSpec {
+        &OPTIONS[self as usize]
+    }
+}
+
+/// One row of the option table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptionSpec {
+    /// Which option.
+    pub id: OptionId,
+    /// Where it lives.
+    pub section: Section,
+    /// Its snake_case name in its section (`"open_duration"`).
+    pub name: &'static str,
+    /// Its type and range.
+    pub kind: Kind,
+    /// Its default, in words (`"30 s"`, `"max_concurrent"`).
+    pub default: &'static str,
+    /// One line of documentation.
+    pub doc: &'static str,
+}
+
+/// How a layer spells option names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Spelling {
+    /// Python: the snake_case name; durations are float seconds.
+    Python,
+    /// Node: camelCase, durations with an `Ms` suffix (`openDurationMs`).
+    Node,
+    /// C: the section prefix, the name, `_ms` for durations (`breaker_open_duration_ms`).
+    C,
+    /// Scenario vectors: the name, `_ms` for durations (`open_duration_ms`).
+    Vector,
+}
+
+/// An option name in one spelling (see [`OptionSpec::spelled`]). `Display` writes it;
+/// [`is`](Self::is) compares it with a string without allocating.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spelled {
+    spec: &'static OptionSpec,
+    spelling: Spelling,
+}
+
+impl Spelled {
+    fn is_duration(&self) -> bool {
+        matches!(self.spec.kind, Kind::Duration { .. })
+    }
+
+    /// Writes the name into `out`, one piece at a time.
+    fn pieces(&self, mut out: impl FnMut(&str) -> fmt::Result) -> fmt::Result {
+        let name = self.spec.name;
+        match self.spelling {
+            Spelling::Python => out(name),
+            Spelling::Vector => {
+                out(name)?;
+                if self.is_duration() { out("_ms") } else { Ok(()) }
+            }
+            Spelling::C => {
+                out(self.spec.section.c_prefix())?;
+                out(name)?;
+                if self.is_duration() { out("_ms") } else { Ok(()) }
+            }
+            Spelling::Node => {
+                for (i, word) in name.split('_').enumerate() {
+                    if i == 0 {
+                        out(word)?;
+                    } else {
+                        let mut chars = word.chars();
+                        if let Some(c) = chars.next() {
+                            let mut buf = [0u8; 4];
+                            out(c.to_ascii_uppercase().encode_utf8(&mut buf))?;
+                            out(chars.as_str())?;
+                        }
+                    }
+                }
+                if self.is_duration() { out("Ms") } else { Ok(()) }
+            }
+        }
+    }
+
+    /// Whether `s` is this name.
+    pub fn is(&self, s: &str) -> bool {
+        let mut rest = s;
+        let ok = self
+            .pieces(|p| match rest.strip_prefix(p) {
+                Some(r) => {
+                    rest = r;
+                    Ok(())
+                }
+                None => Err(fmt::Error),
+            })
+            .is_ok();
+        ok && rest.is_empty()
+    }
+}
+
+impl fmt::Display for Spelled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.pieces(|p| f.write_str(p))
+    }
+}
+
+/// An option's path (`resilience.breaker.open_duration`), in one spelling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OptionPath(Spelled);
+
+impl fmt::Display for OptionPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        if s.spelling != Spelling::C {
+            let path = s.spec.section.path();
+            if !path.is_empty() {
+                write!(f, "{path}.")?;
+            }
+        }
+        write!(f, "{s}")
+    }
+}
+
+/// An option's range in words (`in 1..=1048575`, `in (0, 1)`, `> 0 seconds`), in the units of
+/// one spelling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RangeText {
+    kind: Kind,
+    spelling: Spelling,
+}
+
+impl fmt::Display for RangeText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.spelling == Spelling::Python;
+        match self.kind {
+            Kind::Count { min, max } => write!(f, "an integer in {min}..={max}"),
+            Kind::Duration {
+                zero,
+                max,
+                infinite,
+            } => {
+                let (unit, least, inf) = match self.spelling {
+                    Spelling::Python => ("seconds", "1e-9", "math.inf"),
+                    Spelling::Node => ("ms", "0.000001", "Infinity"),
+                    Spelling::C => ("ms", "1", "HG_TIMEOUT_INFINITE"),
+                    Spelling::Vector => ("ms", "1", "none"),
+                };
+                if zero {
+                    write!(f, "0 or at least {least} {unit}")?;
+                } else {
+                    write!(f, "at least {least} {unit}")?;
+                }
+                if max < UNBOUNDED {
+                    if secs {
+                        write!(f, " and at most {} seconds", max.as_secs())?;
+                    } else {
+                        write!(f, " and at most {} ms", max.as_millis())?;
+                    }
+                }
+                if infinite {
+                    write!(f, ", or {inf} for none")?;
+                }
+                Ok(())
+            }
+            Kind::Number {
+                min,
+                min_open,
+                max,
+                max_open,
+            } => {
+                if max.is_infinite() {
+                    write!(f, "a finite number {} {min}", if min_open { ">" } else { ">=" })
+                } else {
+                    write!(
+                        f,
+                        "a number in {}{min}, {max}{}",
+                        if min_open { "(" } else { "[" },
+                        if max_open { ")" } else { "]" }
+                    )
+                }
+            }
+            Kind::Bool => f.write_str("a bool"),
+            Kind::Choice(choices) => {
+                f.write_str("one of ")?;
+                for (i, c) in choices.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{c:?}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl OptionSpec {
+    /// The name in `spelling`.
+    pub const fn spelled(&'static self, spelling: Spelling) -> Spelled {
+        Spelled {
+            spec: self,
+            spelling,
+        }
+    }
+
+    /// The full path in `spelling` (C: the field name).
+    pub const fn path(&'static self, spelling: Spelling) -> OptionPath {
+        OptionPath(self.spelled(spelling))
+    }
+
+    /// The range in words, in the units of `spelling`.
+    pub const fn range(&self, spelling: Spelling) -> RangeText {
+        RangeText {
+            kind: self.kind,
+            spelling,
+        }
+    }
+
+    /// Whether this option is a duration.
+    pub const fn is_duration(&self) -> bool {
+        matches!(self.kind, Kind::Duration { .. })
+    }
+}
+
+/// The options of `section`, in table order.
+pub fn options_in(section: Section) -> impl Iterator<Item = &'static OptionSpec> {
+    OPTIONS.iter().filter(move |o| o.section == section)
+}
+
+/// The option of `section` called `name` in `spelling`.
+pub fn find(section: Section, spelling: Spelling, name: &str) -> Option<&'static OptionSpec> {
+    options_in(section).find(|o| o.spelled(spelling).is(name))
+}
+
+/// The names of `section`'s options in `spelling`, for an "unknown option" message
+/// (`"max_concurrent", "max_queue", …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownNames {
+    section: Section,
+    spelling: Spelling,
+}
+
+impl fmt::Display for KnownNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, o) in options_in(self.section).enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "\"{}\"", o.spelled(self.spelling))?;
+        }
+        Ok(())
+    }
+}
+
+/// The known names of `section` in `spelling` (see [`KnownNames`]).
+pub const fn known_names(section: Section, spelling: Spelling) -> KnownNames {
+    KnownNames { section, spelling }
+}
+
+const fn count(min: u64, max: u64) -> Kind {
+    Kind::Count { min, max }
+}
+
+const fn positive_duration() -> Kind {
+    Kind::Duration {
+        zero: false,
+        max: MAX_DURATION,
+        infinite: false,
+    }
+}
+
+const U32: u64 = u32::MAX as u64;
+
+/// The largest duration a layer can pass (what a `u64` of nanoseconds holds): "no bound".
+const UNBOUNDED: Duration = Duration::from_secs(u64::MAX / 1_000_000_000);
+
+/// Every option, in [`OptionId`] order.
+pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
+    OptionSpec {
+        id: OptionId::MaxConcurrent,
+        section: Section::Bulkhead,
+        name: "max_concurrent",
+        kind: count(1, MAX_PERMITS),
+        default: "10",
+        doc: "the ceiling of the limit; the limit starts here",
+    },
+    OptionSpec {
+        id: OptionId::MaxQueue,
+        section: Section::Bulkhead,
+        name: "max_queue",
+        kind: count(0, MAX_QUEUE),
+        default: "100",
+        doc: "live waiters allowed at once; 0 = fail fast",
+    },
+    OptionSpec {
+        id: OptionId::QueueTimeout,
+        section: Section::Bulkhead,
+        name: "queue_timeout",
+        kind: Kind::Duration {
+            zero: true,
+            max: UNBOUNDED,
+            infinite: true,
+        },
+        default: "30 s",
+        doc: "the default deadline of a queued acquire; 0 = do not queue",
+    },
+    OptionSpec {
+        id: OptionId::Enabled,
+        section: Section::Bulkhead,
+        name: "enabled",
+        kind: Kind::Bool,
+        default: "true",
+        doc: "false admits everything (still counted)",
+    },
+    OptionSpec {
+        id: OptionId::MaxKeys,
+        section: Section::Registry,
+        name: "max_keys",
+        kind: count(1, U32),
+        default: "1024",
+        doc: "keys that may exist at once",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveAlgorithm,
+        section: Section::Adaptive,
+        name: "algorithm",
+        kind: Kind::Choice(&["gradient2", "aimd"]),
+        default: "\"gradient2\"",
+        doc: "the limit controller",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveInitialLimit,
+        section: Section::Adaptive,
+        name: "initial_limit",
+        kind: count(1, MAX_PERMITS),
+        default: "max_limit",
+        doc: "the starting limit, min_limit..=max_limit",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveMinLimit,
+        section: Section::Adaptive,
+        name: "min_limit",
+        kind: count(1, MAX_PERMITS),
+        default: "1",
+        doc: "the floor, at most max_limit",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveMaxLimit,
+        section: Section::Adaptive,
+        name: "max_limit",
+        kind: count(1, MAX_PERMITS),
+        default: "max_concurrent",
+        doc: "the ceiling, at most max_concurrent",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveTargetLatency,
+        section: Section::Adaptive,
+        name: "target_latency",
+        kind: positive_duration(),
+        default: "500 ms",
+        doc: "AIMD: a success slower than this is a congestion signal",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveIncreaseStep,
+        section: Section::Adaptive,
+        name: "increase_step",
+        kind: count(1, MAX_PERMITS),
+        default: "1",
+        doc: "AIMD: the additive increase",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveDecreaseRatio,
+        section: Section::Adaptive,
+        name: "decrease_ratio",
+        kind: Kind::Number {
+            min: 0.0,
+            min_open: true,
+            max: 1.0,
+            max_open: true,
+        },
+        default: "0.7",
+        doc: "the multiplicative back-off",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveSmoothing,
+        section: Section::Adaptive,
+        name: "smoothing",
+        kind: Kind::Number {
+            min: 0.0,
+            min_open: true,
+            max: 1.0,
+            max_open: false,
+        },
+        default: "0.2",
+        doc: "Gradient2: weight of the new estimate",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveRttTolerance,
+        section: Section::Adaptive,
+        name: "rtt_tolerance",
+        kind: Kind::Number {
+            min: 1.0,
+            min_open: false,
+            max: f64::INFINITY,
+            max_open: true,
+        },
+        default: "1.5",
+        doc: "Gradient2: RTT growth over the long-term RTT tolerated before shrinking",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveLongWindow,
+        section: Section::Adaptive,
+        name: "long_window",
+        kind: count(1, 1 << 32),
+        default: "600",
+        doc: "Gradient2: samples in the long-term RTT average",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveQueueSize,
+        section: Section::Adaptive,
+        name: "queue_size",
+        kind: count(0, MAX_PERMITS),
+        default: "4",
+        doc: "Gradient2: headroom added while no queueing is seen",
+    },
+    OptionSpec {
+        id: OptionId::BreakerFailureThreshold,
+        section: Section::Breaker,
+        name: "failure_threshold",
+        kind: count(1, MAX_THRESHOLD as u64),
+        default: "5",
+        doc: "consecutive failures that open it",
+    },
+    OptionSpec {
+        id: OptionId::BreakerErrorRateThreshold,
+        section: Section::Breaker,
+        name: "error_rate_threshold",
+        kind: Kind::Number {
+            min: 0.0,
+            min_open: true,
+            max: 1.0,
+            max_open: false,
+        },
+        default: "0.5",
+        doc: "failure fraction over the window that opens it",
+    },
+    OptionSpec {
+        id: OptionId::BreakerErrorRateWindow,
+        section: Section::Breaker,
+        name: "error_rate_window",
+        kind: positive_duration(),
+        default: "10 s",
+        doc: "the rolling window of the error rate (at least 1 ns per bucket)",
+    },
+    OptionSpec {
+        id: OptionId::BreakerErrorRateBuckets,
+        section: Section::Breaker,
+        name: "error_rate_buckets",
+        kind: count(1, MAX_BUCKETS as u64),
+        default: "10",
+        doc: "buckets of the window",
+    },
+    OptionSpec {
+        id: OptionId::BreakerVolumeThreshold,
+        section: Section::Breaker,
+        name: "volume_threshold",
+        kind: count(1, MAX_THRESHOLD as u64),
+        default: "20",
+        doc: "calls in the window before the error rate counts",
+    },
+    OptionSpec {
+        id: OptionId::BreakerOpenDuration,
+        section: Section::Breaker,
+        name: "open_duration",
+        kind: positive_duration(),
+        default: "30 s",
+        doc: "time open before half-open",
+    },
+    OptionSpec {
+        id: OptionId::BreakerHalfOpenMaxCalls,
+        section: Section::Breaker,
+        name: "half_open_max_calls",
+        kind: count(1, MAX_HALF_OPEN_CALLS as u64),
+        default: "1",
+        doc: "probes admitted while half-open",
+    },
+    OptionSpec {
+        id: OptionId::BreakerHalfOpenTimeout,
+        section: Section::Breaker,
+        name: "half_open_timeout",
+        kind: positive_duration(),
+        default: "30 s",
+        doc: "a probe that has not reported within this counts as a failure",
+    },
+    OptionSpec {
+        id: OptionId::CallTimeout,
+        section: Section::Resilience,
+        name: "call_timeout",
+        kind: Kind::Duration {
+            zero: false,
+            max: UNBOUNDED,
+            infinite: true,
+        },
+        default: "none",
+        doc: "bounds the work of one guarded call",
+    },
+];
+
+const _: () = {
+    // The table is in `OptionId` order: `spec()` indexes it.
+    let mut i = 0;
+    while i < OptionId::COUNT {
+        assert!(OPTIONS[i].id as usize == i);
+        i += 1;
+    }
+};
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use std::{format, string::ToString};
+
+    use super::*;
+
+    #[test]
+    fn spellings_are_derived() {
+        let o = OptionId::BreakerOpenDuration.spec();
+        assert_eq!(o.spelled(Spelling::Python).to_string(), "open_duration");
+        assert_eq!(o.spelled(Spelling::Node).to_string(), "openDurationMs");
+        assert_eq!(o.spelled(Spelling::C).to_string(), "breaker_open_duration_ms");
+        assert_eq!(o.spelled(Spelling::Vector).to_string(), "open_duration_ms");
+        assert_eq!(
+            o.path(Spelling::Python).to_string(),
+            "resilience.breaker.open_duration"
+        );
+        assert_eq!(
+            o.path(Spelling::Node).to_string(),
+            "resilience.breaker.openDurationMs"
+        );
+        assert!(o.spelled(Spelling::Node).is("openDurationMs"));
+        assert!(!o.spelled(Spelling::Node).is("openDuration"));
+        assert!(!o.spelled(Spelling::Node).is("openDurationMsX"));
+        let q = OptionId::MaxConcurrent.spec();
+        assert_eq!(q.spelled(Spelling::Node).to_string(), "maxConcurrent");
+        assert_eq!(
+            find(Section::Bulkhead, Spelling::Node, "queueTimeoutMs").map(|o| o.id),
+            Some(OptionId::QueueTimeout)
+        );
+        assert_eq!(find(Section::Bulkhead, Spelling::Node, "queueTimeout"), None);
+        assert_eq!(
+            OptionId::CallTimeout.spec().spelled(Spelling::C).to_string(),
+            "call_timeout_ms"
+        );
+    }
+
+    #[test]
+    fn ranges_read_well() {
+        let r = |id: OptionId, s| id.spec().range(s).to_string();
+        assert_eq!(
+            r(OptionId::BreakerFailureThreshold, Spelling::Python),
+            "an integer in 1..=1048575"
+        );
+        assert_eq!(
+            r(OptionId::AdaptiveDecreaseRatio, Spelling::Python),
+            "a number in (0, 1)"
+        );
+        assert_eq!(
+            r(OptionId::CallTimeout, Spelling::Node),
+            "at least 0.000001 ms, or Infinity for none"
+        );
+        assert_eq!(
+            r(OptionId::QueueTimeout, Spelling::Python),
+            "0 or at least 1e-9 seconds, or math.inf for none"
+        );
+        assert_eq!(
+            r(OptionId::BreakerOpenDuration, Spelling::Python),
+            "at least 1e-9 seconds and at most 4611686018 seconds"
+        );
+        assert_eq!(
+            format!("{}", known_names(Section::Breaker, Spelling::Node)),
+            "\"failureThreshold\", \"errorRateThreshold\", \"errorRateWindowMs\", \
+             \"errorRateBuckets\", \"volumeThreshold\", \"openDurationMs\", \
+             \"halfOpenMaxCalls\", \"halfOpenTimeoutMs\""
+        );
+    }
+}

@@ -1,0 +1,687 @@
+//! The engine (docs/design.md §4): a [`PermitWord`](permit_word::PermitWord) plus a
+//! [`WaiterRing`](ring::WaiterRing), joined by one non-blocking dispatcher. Everything here is
+//! lock-free atomics with no policy, no handle type and no allocation after construction; the
+//! front ends ([`crate::front`]) wrap it with the guarded-call steps and RAII handles.
+//!
+//! # Implementation details
+//!
+//! * **Fast path.** Taking permits is one CAS on the permit word; it fails while the `WAITERS`
+//!   flag is set or a ticket lies between head and tail, so nobody barges past a queued waiter
+//!   (I6). A release is one `fetch_add`; only when the previous state had `WAITERS` does it
+//!   run the dispatcher.
+//! * **Queueing.** An acquire that cannot be admitted reserves a live-waiter place and a cell,
+//!   claims the next ticket (skipping cells whose occupant stays, see [`cell`]), writes its
+//!   weight, call and waker into the cell, publishes `WAITING`, sets `WAITERS` and runs the
+//!   dispatcher.
+//! * **Dispatcher** ([`RunFlag`](crate::run_flag::RunFlag)). Every state change that might
+//!   enable a grant (release, publish, cancel, expiry, resize, close) asks for a pass; one thread
+//!   at a time runs passes, the others leave a "pending" mark and return. A pass walks the ring
+//!   from the head: it passes tickets that are gone (cancelled, skipped) or expired, rejects
+//!   waiters after `close()` (`shutdown`) or whose weight exceeds the limit
+//!   (`concurrency_limit`), and otherwise reserves the head's weight from the permit word and
+//!   moves the cell `WAITING → GRANTED` by CAS. If that CAS loses to a cancel, the permits go
+//!   back and the pass goes on, so a grant and a cancel have exactly one winner and the loser
+//!   never strands a permit (I7; failsafe#393). The head blocks lighter waiters behind it
+//!   (strict FIFO, documented head-of-line behaviour, as in tokio).
+//! * **Wake-ups** happen after the pass commits, outside every protocol step.
+//! * **Owners.** A ticket has one owner (a future, a blocking caller, a binding's waiter). The
+//!   owner consumes `GRANTED` / `REJECTED` cells; a cancel by the owner frees its cell at once.
+//!
+//! # Memory ordering
+//!
+//! Releasing permits is a `Release` operation and every successful acquire is an `Acquire`
+//! operation on the same word (a queued grant is ordered through the cell stamp), so writes
+//! made before a release are visible to whoever acquires those permits next. A failed
+//! take behaves like an `Acquire` load. The wake-up of a queued waiter happens after the grant
+//! is committed, not atomically with it.
+
+pub(crate) mod cell;
+pub(crate) mod counters;
+pub(crate) mod dispatch;
+#[cfg(feature = "std")]
+pub(crate) mod idle;
+pub(crate) mod permit_word;
+pub(crate) mod ring;
+pub(crate) mod waker_slot;
+
+use core::task::Waker;
+
+use crossbeam_utils::CachePadded;
+
+use self::{
+    cell::{Kind, Stamp},
+    counters::Counters,
+    dispatch::WakeBatch,
+    permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS, available},
+    ring::{ClaimError, WaiterRing},
+};
+use crate::{
+    clock::ClockSource,
+    run_flag::RunFlag,
+    config::ConfigError,
+    reason::{AcquireError, Reason, Rejection, Snapshot},
+    sync::{AtomicWord, Ordering::*, SWord, Word},
+};
+
+/// The handle of one queued acquire (see [`Bulkhead::enqueue`](crate::Bulkhead::enqueue)).
+///
+/// A ticket has exactly one owner, which polls it to a settlement or cancels it. Polling or
+/// cancelling a ticket that is already settled and consumed is reported, never acted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ticket(pub(crate) Word);
+
+impl Ticket {
+    /// The ticket as a plain integer (for FFI).
+    pub const fn to_raw(self) -> u64 {
+        self.0 as u64
+    }
+
+    /// Rebuilds a ticket from [`to_raw`](Self::to_raw).
+    pub const fn from_raw(raw: u64) -> Self {
+        Ticket(raw as Word)
+    }
+}
+
+/// Why a cancel (or an expiry) did not settle the ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelError {
+    /// A grant won the race: poll the ticket to take the permits (then release or use them).
+    Granted,
+    /// The waiter was already rejected with this reason: poll the ticket to consume it.
+    Rejected(Reason),
+    /// The ticket is not live: already cancelled or consumed.
+    Stale,
+}
+
+/// The ticket is not live (already consumed or cancelled, or never issued).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaleTicket;
+
+/// A raw release would return more permits than the limit allows (no handle to detect a
+/// double release, so the count itself is checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverRelease;
+
+/// The guarded call a queued waiter carries in its cell: the breaker word it was admitted with
+/// and two flags (see [`crate::policy::state::CallToken`]). Plain data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CallWord {
+    pub(crate) admit: Word,
+    pub(crate) flags: Word,
+}
+
+/// Flags of a [`CallWord`] live in the top bits of the cell's weight word (a weight is at most
+/// `MAX_PERMITS`, which leaves them free on every target).
+const CALL_FLAGS_SHIFT: u32 = Word::BITS - 2;
+const WEIGHT_MASK: Word = (1 << CALL_FLAGS_SHIFT) - 1;
+const _: () = assert!(crate::limits::MAX_PERMITS as Word <= WEIGHT_MASK);
+
+/// What the engine did with an admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admitted {
+    /// The caller holds the permits.
+    Now,
+    /// Queued under this ticket.
+    Queued(Ticket),
+}
+
+/// A ticket's state, from [`Engine::poll`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Polled {
+    /// Still queued.
+    Pending,
+    /// Granted `weight` permits, now held by the caller (the ticket is consumed).
+    Granted { weight: u64, call: CallWord },
+    /// Rejected (the ticket is consumed).
+    Rejected { rejection: Rejection, call: CallWord },
+}
+
+/// The lock-free engine of one bulkhead. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Engine<const N: usize> {
+    permits: CachePadded<PermitWord>,
+    dispatch: CachePadded<RunFlag>,
+    ring: WaiterRing<N>,
+    limit: AtomicWord,
+    pub(crate) counters: Counters,
+    max_concurrent: Word,
+    enabled: bool,
+    clock: ClockSource,
+    #[cfg(feature = "std")]
+    pub(crate) idle: idle::IdleWaiters,
+}
+
+impl<const N: usize> Engine<N> {
+    /// An engine over `ring` (validated options).
+    #[cfg(not(loom))]
+    pub(crate) const fn new(
+        max_concurrent: u64,
+        enabled: bool,
+        ring: WaiterRing<N>,
+        clock: ClockSource,
+    ) -> Self {
+        let mc = max_concurrent as Word;
+        Self {
+            permits: CachePadded::new(PermitWord::new(mc)),
+            dispatch: CachePadded::new(RunFlag::new()),
+            ring,
+            limit: AtomicWord::new(mc),
+            counters: Counters::new(),
+            max_concurrent: mc,
+            enabled,
+            clock,
+            #[cfg(feature = "std")]
+            idle: idle::IdleWaiters::new(),
+        }
+    }
+
+    /// An engine over `ring` (loom build: not `const`).
+    #[cfg(loom)]
+    pub(crate) fn new(
+        max_concurrent: u64,
+        enabled: bool,
+        ring: WaiterRing<N>,
+        clock: ClockSource,
+    ) -> Self {
+        let mc = max_concurrent as Word;
+        Self {
+            permits: CachePadded::new(PermitWord::new(mc)),
+            dispatch: CachePadded::new(RunFlag::new()),
+            ring,
+            limit: AtomicWord::new(mc),
+            counters: Counters::new(),
+            max_concurrent: mc,
+            enabled,
+            clock,
+            #[cfg(feature = "std")]
+            idle: idle::IdleWaiters::new(),
+        }
+    }
+
+    // ----- views -----------------------------------------------------------------------------
+
+    pub(crate) fn max_concurrent(&self) -> u64 {
+        self.max_concurrent as u64
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        // Acquire: pairs with the AcqRel CAS of `apply_limit`.
+        self.limit.load(Acquire) as u64
+    }
+
+    pub(crate) fn max_queue(&self) -> u64 {
+        self.ring.max_queue() as u64
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.permits.load() & CLOSED != 0
+    }
+
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    pub(crate) fn ring_free(&self) -> u64 {
+        self.ring.free_cells() as u64
+    }
+
+    // ----- admission -------------------------------------------------------------------------
+
+    /// Validates a weight: `1 ..= max_concurrent`.
+    #[inline]
+    pub(crate) fn check_weight(&self, weight: u64) -> Result<Word, AcquireError> {
+        if weight == 0 || weight > self.max_concurrent as u64 {
+            return Err(AcquireError::InvalidWeight {
+                weight,
+                max_concurrent: self.max_concurrent as u64,
+            });
+        }
+        Ok(weight as Word)
+    }
+
+    /// Counts and builds a rejection.
+    pub(crate) fn reject(&self, reason: Reason) -> Rejection {
+        self.counters.reject(reason);
+        Rejection {
+            reason,
+            snapshot: self.snapshot(),
+        }
+    }
+
+    #[inline]
+    fn admit_now(&self, w: Word) -> Result<(), TakeError> {
+        let r = if !self.enabled {
+            self.permits.take_unbounded(w)
+        } else if self.ring.is_empty() {
+            self.permits.try_take(w)
+        } else if self.is_closed() {
+            Err(TakeError::Closed)
+        } else {
+            // A waiter is queued: no barging (I6), whatever the `WAITERS` flag says now.
+            Err(TakeError::Busy)
+        };
+        if r.is_ok() {
+            self.counters.admitted.add(1);
+        }
+        r
+    }
+
+    /// Takes `w` (validated) permits now, or refuses without waiting (`concurrency_limit`,
+    /// `shutdown`; counted).
+    #[inline]
+    pub(crate) fn take(&self, w: Word) -> Result<(), Rejection> {
+        match self.admit_now(w) {
+            Ok(()) => Ok(()),
+            Err(TakeError::Closed) => Err(self.reject(Reason::Shutdown)),
+            Err(TakeError::Busy) => Err(self.reject(Reason::ConcurrencyLimit)),
+        }
+    }
+
+    /// Admits `w` (validated) permits at once, or queues a waiter carrying `call` (its `waker`,
+    /// if any, woken when it settles), or refuses (counted): `shutdown`; `concurrency_limit`
+    /// when the bulkhead fails fast (`max_queue == 0`, `enabled == false`) or the weight is
+    /// above the current limit; `queue_limit` when `max_queue` waiters are live.
+    pub(crate) fn enqueue(
+        &self,
+        w: Word,
+        waker: Option<&Waker>,
+        call: CallWord,
+    ) -> Result<Admitted, Rejection> {
+        match self.admit_now(w) {
+            Ok(()) => return Ok(Admitted::Now),
+            Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
+            Err(TakeError::Busy) => {}
+        }
+        if !self.enabled || self.ring.max_queue() == 0 || w > self.limit.load(Acquire) {
+            return Err(self.reject(Reason::ConcurrencyLimit));
+        }
+        let t = match self.ring.claim() {
+            Ok(t) => t,
+            Err(ClaimError::QueueLimit) => return Err(self.reject(Reason::QueueLimit)),
+            Err(ClaimError::RingFull) => {
+                // The tail may have skipped cells: let the head follow it past them.
+                self.run_dispatcher();
+                return Err(self.reject(Reason::QueueLimit));
+            }
+        };
+        let cell = self.ring.cell(t);
+        // Relaxed: published by the Release CAS of `publish` below.
+        cell.weight.store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
+        cell.call.store(call.admit, Relaxed);
+        cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
+        if let Some(waker) = waker {
+            cell.waker.register(t, waker);
+        }
+        // Release: the dispatcher's Acquire load of the stamp sees weight, call, time, waker.
+        self.ring.publish(t);
+        // From here on the fast path fails (I6); the dispatcher decides.
+        self.permits.set_waiters();
+        self.run_dispatcher();
+        Ok(Admitted::Queued(Ticket(t)))
+    }
+
+    /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
+    /// registered waker while it is pending.
+    pub(crate) fn poll(&self, ticket: Ticket, waker: Option<&Waker>) -> Result<Polled, StaleTicket> {
+        let t = ticket.0;
+        let (cell, mut s) = self.ring.stamp_of(t).ok_or(StaleTicket)?;
+        if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
+            let Some(waker) = waker else {
+                return Ok(Polled::Pending);
+            };
+            cell.waker.register(t, waker);
+            // Re-check after registering: a settlement committed before our registration is
+            // seen here (its take of the slot happened-before our claim of it).
+            s = match self.ring.stamp_of(t) {
+                Some((_, s)) => s,
+                None => return Err(StaleTicket),
+            };
+            if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
+                return Ok(Polled::Pending);
+            }
+        }
+        // Relaxed: ordered by the Acquire of the stamp that showed the settlement.
+        let packed = cell.weight.load(Relaxed);
+        let call = CallWord {
+            admit: cell.call.load(Relaxed),
+            flags: packed >> CALL_FLAGS_SHIFT,
+        };
+        let w = packed & WEIGHT_MASK;
+        match s.kind() {
+            Kind::Granted => {
+                cell.waker.clear(t);
+                self.ring.free(cell, s).map_err(|_| StaleTicket)?;
+                // AcqRel: the permits move from unclaimed to held (I2 at quiescent points).
+                self.counters.unclaimed.fetch_sub(w, AcqRel);
+                Ok(Polled::Granted {
+                    weight: w as u64,
+                    call,
+                })
+            }
+            Kind::Rejected(reason) => {
+                cell.waker.clear(t);
+                self.ring.free(cell, s).map_err(|_| StaleTicket)?;
+                self.notify_idle();
+                // Counted when it was rejected.
+                Ok(Polled::Rejected {
+                    rejection: Rejection {
+                        reason,
+                        snapshot: self.snapshot(),
+                    },
+                    call,
+                })
+            }
+            Kind::Free | Kind::Waiting | Kind::Claimed => Err(StaleTicket),
+        }
+    }
+
+    /// The owner cancels its queued ticket with `reason` (counted): O(1), the cell is free at
+    /// once and the dispatcher skips the ticket; cancelling the head passes the turn on (I4).
+    /// Returns the call the waiter carried (the caller ends it `ignored`).
+    pub(crate) fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<CallWord, CancelError> {
+        let t = ticket.0;
+        let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        match s.kind() {
+            Kind::Waiting => {
+                // Relaxed: the owner wrote these itself before publishing.
+                let call = CallWord {
+                    admit: cell.call.load(Relaxed),
+                    flags: cell.weight.load(Relaxed) >> CALL_FLAGS_SHIFT,
+                };
+                match self.ring.free(cell, s) {
+                    Ok(_) => {
+                        // One winner against the dispatcher's WAITING → GRANTED CAS.
+                        self.ring.cancelled_live();
+                        self.counters.reject(reason);
+                        cell.waker.clear(t);
+                        self.run_dispatcher();
+                        self.notify_idle();
+                        Ok(call)
+                    }
+                    Err(now) => Err(cancel_lost(now)),
+                }
+            }
+            Kind::Granted => Err(CancelError::Granted),
+            Kind::Rejected(r) => Err(CancelError::Rejected(r)),
+            Kind::Free | Kind::Claimed => Err(CancelError::Stale),
+        }
+    }
+
+    /// Settles a queued ticket as rejected with `reason` (counted) on behalf of its owner (a
+    /// host timer that fired), and wakes the owner, whose next poll takes the rejection.
+    pub(crate) fn expire(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
+        let t = ticket.0;
+        let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        match s.kind() {
+            Kind::Waiting => match self.ring.settle(cell, s, Kind::Rejected(reason)) {
+                Ok(()) => {
+                    self.counters.reject(reason);
+                    let waker = cell.waker.take(t);
+                    // The head may stand on it: pass the turn on.
+                    self.run_dispatcher();
+                    self.notify_idle();
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                    Ok(())
+                }
+                Err(now) => Err(cancel_lost(now)),
+            },
+            Kind::Granted => Err(CancelError::Granted),
+            Kind::Rejected(r) => Err(CancelError::Rejected(r)),
+            Kind::Free | Kind::Claimed => Err(CancelError::Stale),
+        }
+    }
+
+    /// Returns `w` permits; hands them to the head waiter if any. The caller holds them.
+    #[inline]
+    pub(crate) fn release(&self, w: Word) {
+        let prev = self.permits.give(w);
+        if prev & WAITERS != 0 {
+            self.run_dispatcher();
+        }
+        self.notify_idle();
+    }
+
+    /// Returns permits without a handle, refusing any return that would lift `available` above
+    /// the limit.
+    pub(crate) fn release_checked(&self, weight: u64) -> Result<(), OverRelease> {
+        if weight == 0 || weight > self.max_concurrent as u64 {
+            return Err(OverRelease);
+        }
+        let limit = self.limit.load(Acquire);
+        let prev = self
+            .permits
+            .give_checked(weight as Word, limit)
+            .ok_or(OverRelease)?;
+        if prev & WAITERS != 0 {
+            self.run_dispatcher();
+        }
+        self.notify_idle();
+        Ok(())
+    }
+
+    // ----- runtime change --------------------------------------------------------------------
+
+    /// Changes the limit, `1 ..= max_concurrent`; never blocks, never revokes.
+    pub(crate) fn apply_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        if limit == 0 || limit > self.max_concurrent as u64 {
+            return Err(ConfigError::Limit);
+        }
+        let new = limit as Word;
+        // Acquire: pairs with the AcqRel CAS below of a concurrent resize.
+        let mut old = self.limit.load(Acquire);
+        loop {
+            if new == old {
+                return Ok(());
+            }
+            if new < old {
+                // Shrink: take the permits out first, then publish the lower limit, so that
+                // `limit − available` never under-reports the work in flight.
+                let delta = (old - new) as SWord;
+                self.permits.adjust(-delta);
+                // AcqRel: one winner among concurrent resizes; the loser undoes its delta.
+                match self.limit.compare_exchange(old, new, AcqRel, Acquire) {
+                    Ok(_) => break,
+                    Err(actual) => {
+                        self.permits.adjust(delta);
+                        old = actual;
+                    }
+                }
+            } else {
+                // AcqRel: as above; the permits are added only by the winner.
+                match self.limit.compare_exchange(old, new, AcqRel, Acquire) {
+                    Ok(_) => {
+                        self.permits.adjust((new - old) as SWord);
+                        break;
+                    }
+                    Err(actual) => old = actual,
+                }
+            }
+        }
+        self.run_dispatcher();
+        self.notify_idle();
+        Ok(())
+    }
+
+    /// Stops admission for good (I8); idempotent.
+    pub(crate) fn close(&self) {
+        let prev = self.permits.close();
+        if prev & CLOSED == 0 {
+            self.run_dispatcher();
+        }
+        self.notify_idle();
+    }
+
+    // ----- observation -----------------------------------------------------------------------
+
+    /// `{active, queued, limit, available}` now.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let s = self.permits.load();
+        // Acquire: pairs with the resize CAS and the grant bookkeeping.
+        let limit = self.limit.load(Acquire);
+        let unclaimed = self.counters.unclaimed.load(Acquire);
+        let avail = available(s) as i64;
+        let active = (limit as i64) - avail - (unclaimed as i64);
+        Snapshot {
+            active: active.max(0) as u64,
+            queued: self.ring.live() as u64,
+            limit: limit as u64,
+            available: avail,
+        }
+    }
+
+    /// `active == 0 && queued == 0 && granted_unclaimed == 0` (what `drain` waits for).
+    pub(crate) fn is_idle(&self) -> bool {
+        let snap = self.snapshot();
+        // Acquire: as in `snapshot`.
+        snap.active == 0 && snap.queued == 0 && self.counters.unclaimed.load(Acquire) == 0
+    }
+
+    #[inline]
+    fn notify_idle(&self) {
+        #[cfg(feature = "std")]
+        self.idle.notify();
+    }
+
+    // ----- the dispatcher --------------------------------------------------------------------
+
+    /// Asks for a dispatcher pass; runs it here unless another thread is running one.
+    fn run_dispatcher(&self) {
+        if !self.dispatch.enter() {
+            return;
+        }
+        let mut batch = WakeBatch::new();
+        let mut first = true;
+        loop {
+            if !first {
+                self.dispatch.begin_pass();
+            }
+            first = false;
+            let full = self.pass(&mut batch);
+            let leave = !full && self.dispatch.try_leave();
+            // State is committed; wake outside every protocol step.
+            batch.wake_all();
+            if leave {
+                return;
+            }
+        }
+    }
+
+    /// One pass from the head. Returns `true` if it stopped because the wake batch is full.
+    fn pass(&self, batch: &mut WakeBatch) -> bool {
+        let mut h = self.ring.head();
+        loop {
+            if h == self.ring.tail() {
+                // Empty: let `release` skip the dispatcher again, then re-check for an
+                // enqueuer that claimed meanwhile (it may have set WAITERS just before our
+                // clear). The fast path does not rely on the flag alone: it also checks that
+                // the ring is empty, so clearing here never lets anyone barge (I6).
+                self.permits.clear_waiters();
+                if h == self.ring.tail() {
+                    return false;
+                }
+                continue;
+            }
+            let cell = self.ring.cell(h);
+            // Acquire: pairs with the Release of the publish (weight, call, time, waker).
+            let s = Stamp(cell.stamp.load(Acquire));
+            if s.identity() != self.ring.lap(h) || !s.kind().is_occupied() {
+                // Not ticket `h`'s: it was cancelled (its cell freed, maybe reused since) or
+                // skipped by the tail (the cell holds an older occupant, or what came after it).
+                h = self.ring.advance_head(h);
+                continue;
+            }
+            match s.kind() {
+                // Claimed, not yet published: its enqueuer dispatches after publishing.
+                Kind::Claimed => return false,
+                Kind::Waiting => {
+                    let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
+                    let verdict = if self.permits.load() & CLOSED != 0 {
+                        Some(Reason::Shutdown)
+                    } else if w > self.limit.load(Acquire) {
+                        Some(Reason::ConcurrencyLimit)
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = verdict {
+                        if self
+                            .ring
+                            .settle(cell, s, Kind::Rejected(reason))
+                            .is_ok()
+                        {
+                            self.counters.reject(reason);
+                            batch.push(cell.waker.take(h));
+                            h = self.ring.advance_head(h);
+                            if batch.is_full() {
+                                return true;
+                            }
+                        }
+                        // else: lost to the owner's cancel or a timer; the next turn sees it.
+                        continue;
+                    }
+                    match self.permits.reserve_for_head(w) {
+                        Reserve::Reserved => {}
+                        // WAITERS is set in the state that showed the shortage: the next
+                        // release dispatches again.
+                        Reserve::Blocked => return false,
+                        // Closed since the check above: reject on the next turn.
+                        Reserve::Closed => continue,
+                    }
+                    // Count the reserved permits as unclaimed *before* the grant is visible:
+                    // the owner may consume it (and subtract) the moment the CAS lands.
+                    self.counters.unclaimed.fetch_add(w, AcqRel);
+                    if self.ring.settle(cell, s, Kind::Granted).is_ok() {
+                        self.counters.record_queued_grant();
+                        if self.clock.is_some() {
+                            let waited = (self.clock.now_ns() as Word)
+                                .wrapping_sub(cell.enqueued_ns.load(Relaxed));
+                            self.counters.record_wait(waited);
+                        }
+                        batch.push(cell.waker.take(h));
+                        h = self.ring.advance_head(h);
+                        if batch.is_full() {
+                            return true;
+                        }
+                    } else {
+                        // The owner cancelled (or a timer expired it) first: the permits go
+                        // back (we are the dispatcher, so no new pass is needed) and the next
+                        // turn sees the ticket gone or settled.
+                        self.counters.unclaimed.fetch_sub(w, AcqRel);
+                        self.permits.give(w);
+                    }
+                }
+                // Expired by a third party (`expire`) while queued: settled, waiting for its
+                // owner to take the rejection. The turn passes on.
+                Kind::Rejected(_) => h = self.ring.advance_head(h),
+                // Only this dispatcher grants, and it moves the head past what it grants.
+                Kind::Granted | Kind::Free => {
+                    debug_assert!(false, "granted cell at the head");
+                    h = self.ring.advance_head(h);
+                }
+            }
+        }
+    }
+}
+
+/// Why a cancel or expiry lost its CAS: the stamp that won.
+fn cancel_lost(now: Stamp) -> CancelError {
+    match now.kind() {
+        Kind::Granted => CancelError::Granted,
+        Kind::Rejected(r) => CancelError::Rejected(r),
+        _ => CancelError::Stale,
+    }
+}
+
+// The engine is shared by reference between threads: every field is `Sync` (the waker slots'
+// `UnsafeCell`s are guarded by their state bits, see `waker_slot`). Checked, not asserted.
+const _: () = {
+    const fn sync_and_send<T: Sync + Send>() {}
+    sync_and_send::<Engine<0>>();
+    sync_and_send::<Engine<8>>();
+};

@@ -1,0 +1,146 @@
+//! One admission, one object (docs/design.md §5.1): [`Bulkhead::admit`] takes a
+//! [`Request`] and answers a [`Decision`] — [`Granted`](Decision::Granted) with a [`Call`],
+//! [`Queued`](Decision::Queued) with a [`Waiter`], or [`Rejected`](Decision::Rejected). Every
+//! front end and binding admits through here: the futures, the blocking waits, `try_acquire`,
+//! and the Python, Node and C layers, which store these handles and nothing else.
+
+use core::{ops::Deref, task::Waker};
+
+use crate::{
+    engine::Admitted,
+    front::{
+        bulkhead::Bulkhead,
+        call::{Call, Permit},
+        request::Request,
+        waiter::Waiter,
+    },
+    outcome::Outcome,
+    reason::AcquireError,
+};
+
+/// What one admission decided.
+#[derive(Debug)]
+#[must_use = "a granted call holds permits, a queued waiter holds a place"]
+pub enum Decision<B, const N: usize>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    /// Admitted at once: the call holds the permits.
+    Granted(Call<B, N>),
+    /// Queued: poll the waiter until it settles; arm its
+    /// [`queue_timeout`](Waiter::queue_timeout).
+    Queued(Waiter<B, N>),
+    /// Refused (a reason, or an invalid argument); the call, if one began, ended `ignored`.
+    Rejected(AcquireError),
+}
+
+impl<const N: usize> Bulkhead<N> {
+    /// Admits `request`: at once, or queued (the waiter's `waker`, if any, is woken when it
+    /// settles; with `queue_timeout` zero it never queues), or refused. On a bulkhead with
+    /// policies this begins the guarded call: the weight is checked, then the breaker
+    /// (`circuit_open`), then admission; a refusal ends the call `ignored`.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use hullguard_core::{Bulkhead, Config, Decision, Outcome, Reason, Request};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, ..Config::default() })?;
+    /// let Decision::Granted(call) = bh.admit(&Request::new(1), None) else { panic!() };
+    /// let Decision::Queued(mut waiter) = bh.admit(&Request::new(1), None) else { panic!() };
+    /// assert_eq!(waiter.queue_timeout(), Duration::from_secs(30)); // the host arms it
+    /// call.end(Outcome::Success); // the head waiter is granted
+    /// let next = waiter.poll(None); // `Ready(Ok(call))`
+    /// assert!(matches!(next, std::task::Poll::Ready(Ok(_))));
+    /// let refused = bh.admit(&Request::new(1).no_wait(), None);
+    /// assert!(matches!(refused, Decision::Rejected(e) if e.reason() == Some(Reason::ConcurrencyLimit)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn admit(&self, request: &Request, waker: Option<&Waker>) -> Decision<&Self, N> {
+        Self::admit_via(self, request, waker)
+    }
+
+    /// [`admit`](Self::admit) on an `Arc`: the handles keep the bulkhead alive (`'static`).
+    #[cfg(feature = "alloc")]
+    pub fn admit_owned(
+        self: &alloc::sync::Arc<Self>,
+        request: &Request,
+        waker: Option<&Waker>,
+    ) -> Decision<alloc::sync::Arc<Self>, N> {
+        Self::admit_via(self.clone(), request, waker)
+    }
+
+    /// [`admit`](Self::admit) through any handle `B` to the bulkhead (a reference, an `Arc`).
+    pub fn admit_via<B>(bh: B, request: &Request, waker: Option<&Waker>) -> Decision<B, N>
+    where
+        B: Deref<Target = Self>,
+    {
+        let (w, call) = match bh.begin(request.weight) {
+            Ok(begun) => begun,
+            Err(e) => return Decision::Rejected(e),
+        };
+        let timeout = request.queue_timeout.unwrap_or(bh.queue_timeout());
+        let admitted = if timeout.is_zero() {
+            bh.engine.take(w).map(|()| Admitted::Now)
+        } else {
+            bh.engine.enqueue(w, waker, Self::pack(call))
+        };
+        match admitted {
+            Ok(Admitted::Now) => Decision::Granted(Call::from_parts(bh, request.weight, call)),
+            Ok(Admitted::Queued(t)) => Decision::Queued(Waiter::new(bh, t, timeout)),
+            Err(rejection) => {
+                bh.finish(call, Outcome::Ignored);
+                Decision::Rejected(rejection.into())
+            }
+        }
+    }
+
+    /// A handle for a queued ticket its caller owns (see [`Waiter::from_ticket`]).
+    pub fn waiter(&self, ticket: crate::engine::Ticket) -> Waiter<&Self, N> {
+        Waiter::from_ticket(self, ticket)
+    }
+
+    /// Takes `weight` permits now as a guarded call, or fails without waiting.
+    ///
+    /// # Errors
+    /// `concurrency_limit` when not admitted at once (including while a waiter is queued: no
+    /// barging), `shutdown` after [`close`](Self::close), `circuit_open`,
+    /// [`AcquireError::InvalidWeight`] for 0 or a weight above `max_concurrent`.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Reason};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, ..Config::default() }).unwrap();
+    /// let held = bh.try_acquire(1).unwrap();
+    /// assert_eq!(bh.try_acquire(1).unwrap_err().reason(), Some(Reason::ConcurrencyLimit));
+    /// drop(held);
+    /// assert!(bh.try_acquire(1).is_ok());
+    /// ```
+    #[inline]
+    pub fn try_acquire(&self, weight: u64) -> Result<Permit<'_, N>, AcquireError> {
+        Self::try_via(self, weight)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) returning a call that owns an `Arc` of the bulkhead.
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire).
+    #[cfg(feature = "alloc")]
+    pub fn try_acquire_owned(
+        self: &alloc::sync::Arc<Self>,
+        weight: u64,
+    ) -> Result<crate::front::call::OwnedPermit<N>, AcquireError> {
+        Self::try_via(self.clone(), weight)
+    }
+
+    #[inline]
+    fn try_via<B: Deref<Target = Self>>(bh: B, weight: u64) -> Result<Call<B, N>, AcquireError> {
+        let (w, call) = bh.begin(weight)?;
+        match bh.engine.take(w) {
+            Ok(()) => Ok(Call::from_parts(bh, weight, call)),
+            Err(rejection) => {
+                bh.finish(call, Outcome::Ignored);
+                Err(rejection.into())
+            }
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! The bulkhead: the [`Engine`] plus its policies and default queue timeout (docs/design.md §5).
+//!
+//! This file holds the type, its construction and views, the handle-free operations (the
+//! polling API and the raw units pair) and the guarded-call steps that every handle type uses:
+//! [`begin`](Bulkhead::begin) (argument check, then the breaker) before admission, and
+//! [`finish`](Bulkhead::finish) with the outcome before the permits return. The handles
+//! themselves — [`Call`](crate::Call), [`Waiter`](crate::Waiter), the futures, the blocking
+//! waits — live in their own files and only use what is here.
+
+use core::{task::Waker, time::Duration};
+
+use crate::{
+    clock::ClockSource,
+    config::{Config, ConfigError},
+    engine::{
+        Admitted, CallWord, CancelError, Engine, OverRelease, Polled, StaleTicket, Ticket,
+        ring::WaiterRing,
+    },
+    outcome::Outcome,
+    policy::{
+        breaker::{Admit, CircuitState},
+        state::{CallStart, Policies, PolicyBox},
+    },
+    reason::{AcquireError, Reason, Rejection, Snapshot},
+    stats::Stats,
+    sync::Word,
+};
+
+/// What [`Bulkhead::enqueue`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a granted admission holds permits that must be released"]
+pub enum Admission {
+    /// Admitted at once: the caller holds the permits and must release them.
+    Granted,
+    /// Queued: poll or cancel the ticket.
+    Queued(Ticket),
+}
+
+/// The state of a ticket, from [`Bulkhead::poll_ticket`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a granted ticket holds permits that must be released"]
+pub enum TicketPoll {
+    /// Still queued; the waker (if given) will be woken when it settles.
+    Pending,
+    /// Granted `weight` permits, now held by the caller (the ticket is consumed).
+    Granted(u64),
+    /// Rejected (the ticket is consumed).
+    Rejected(Rejection),
+}
+
+/// A bulkhead: a bounded pool of permits with a fixed-capacity FIFO waiter queue.
+///
+/// `N > 0` stores the ring inline (a `static` bulkhead, no allocator: [`Bulkhead::new_static`]);
+/// `N == 0` (the default) allocates it once at construction ([`Bulkhead::new`], feature `alloc`).
+///
+/// Admission goes through one object: [`admit`](Self::admit) takes a
+/// [`Request`](crate::Request) and answers [`Decision`](crate::Decision) — a
+/// [`Call`](crate::Call) (granted), a [`Waiter`](crate::Waiter) (queued) or a rejection.
+///
+/// # Examples
+/// ```
+/// use hullguard_core::{Bulkhead, Config, Decision, Reason, Request};
+/// let bh = Bulkhead::new(Config { max_concurrent: 2, max_queue: 0, ..Config::default() })?;
+/// let Decision::Granted(a) = bh.admit(&Request::new(2), None) else { panic!() };
+/// let Decision::Rejected(e) = bh.admit(&Request::new(1), None) else { panic!() };
+/// assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+/// drop(a);
+/// assert_eq!(bh.stats().available, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Progress
+/// Admission, release, cancel, `set_limit` and `close` never wait for another thread
+/// (lock-free where the target has CAS); they are not wait-free, since one call may perform
+/// grants for others. Grants may be delayed by a preempted thread that is performing them.
+#[derive(Debug)]
+pub struct Bulkhead<const N: usize = 0> {
+    pub(crate) engine: Engine<N>,
+    queue_timeout: Duration,
+    policies: Option<PolicyBox>,
+}
+
+/// A bulkhead is shared by reference between threads (checked, not asserted).
+const _: () = {
+    const fn sync_and_send<T: Sync + Send>() {}
+    sync_and_send::<Bulkhead<0>>();
+    sync_and_send::<Bulkhead<8>>();
+};
+
+#[cfg(feature = "alloc")]
+impl Bulkhead<0> {
+    /// A bulkhead whose ring ([`Config::ring_capacity`] cells) is allocated once, fallibly,
+    /// here. Uses the host's monotonic clock under `std`.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the bad option; [`ConfigError::MaxQueue`] also when the ring
+    /// cannot be allocated.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        Self::with_clock(config, ClockSource::default_for_host())
+    }
+
+    /// [`new`](Self::new) with an explicit time source (a test's virtual clock, say).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_clock(config: Config, clock: ClockSource) -> Result<Self, ConfigError> {
+        Self::with_observer(config, clock, None, None)
+    }
+
+    /// [`with_clock`](Self::with_clock) plus where events go: `observer` receives them after
+    /// each commit with `key` (a registry passes the entry's key; `None` outside one).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), plus the `resilience` errors of [`Config::validate`].
+    pub fn with_observer(
+        config: Config,
+        clock: ClockSource,
+        observer: Option<crate::event::SharedObserver>,
+        key: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let policies = Policies::build(&config.resilience, observer, key)?;
+        let ring = if config.max_queue == 0 {
+            WaiterRing::new_inline(0)
+        } else {
+            WaiterRing::new_heap(config.max_queue as Word, config.ring_capacity())?
+        };
+        let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
+        let bh = Bulkhead {
+            engine: Engine::new(config.max_concurrent, config.enabled, ring, clock),
+            queue_timeout: config.queue_timeout,
+            policies,
+        };
+        if let Some(limit) = initial_limit {
+            // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
+            bh.engine.apply_limit(limit)?;
+        }
+        Ok(bh)
+    }
+}
+
+impl<const N: usize> Bulkhead<N> {
+    /// A bulkhead with an inline ring of `N` cells for a `static` item (`max_queue ≤ N`, `N` a
+    /// power of two, or 0 for fail-fast). A bad configuration is a *compile-time* error in a
+    /// `static`; use [`try_new_static`](Self::try_new_static) to get the error as a value.
+    ///
+    /// # Panics
+    /// When the configuration is invalid (at compile time in a `const` or `static`).
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// static DB: Bulkhead<8> =
+    ///     Bulkhead::new_static(Config { max_concurrent: 4, max_queue: 8, ..Config::DEFAULT });
+    /// let p = DB.try_acquire(1).unwrap();
+    /// assert_eq!(DB.stats().active, 1);
+    /// drop(p);
+    /// ```
+    #[cfg(not(loom))]
+    pub const fn new_static(config: Config) -> Self {
+        if config.validate_base().is_err()
+            || !config.resilience.is_off()
+            || config.max_queue > N as u64
+        {
+            panic!("invalid hullguard Config for Bulkhead::new_static");
+        }
+        Self::inline(config)
+    }
+
+    #[cfg(not(loom))]
+    const fn inline(config: Config) -> Self {
+        Bulkhead {
+            engine: Engine::new(
+                config.max_concurrent,
+                config.enabled,
+                WaiterRing::new_inline(config.max_queue as Word),
+                ClockSource::None,
+            ),
+            queue_timeout: config.queue_timeout,
+            policies: None,
+        }
+    }
+
+    /// [`new_static`](Self::new_static) returning the configuration error.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the bad option ([`ConfigError::MaxQueue`] if `max_queue > N`,
+    /// [`ConfigError::Resilience`] for any policy).
+    #[cfg(not(loom))]
+    pub const fn try_new_static(config: Config) -> Result<Self, ConfigError> {
+        if let Err(e) = config.validate_base() {
+            return Err(e);
+        }
+        if !config.resilience.is_off() {
+            return Err(ConfigError::Resilience);
+        }
+        if config.max_queue > N as u64 {
+            return Err(ConfigError::MaxQueue);
+        }
+        Ok(Self::inline(config))
+    }
+
+    /// A bulkhead with an inline ring of `N` cells (loom build: not `const`).
+    #[cfg(loom)]
+    pub fn try_new_static(config: Config) -> Result<Self, ConfigError> {
+        config.validate_base()?;
+        if config.max_queue > N as u64 {
+            return Err(ConfigError::MaxQueue);
+        }
+        Ok(Bulkhead {
+            engine: Engine::new(
+                config.max_concurrent,
+                config.enabled,
+                WaiterRing::new_inline(config.max_queue as Word),
+                ClockSource::None,
+            ),
+            queue_timeout: config.queue_timeout,
+            policies: None,
+        })
+    }
+
+    /// The policy state, if `resilience` configured any.
+    #[inline]
+    pub(crate) fn policies(&self) -> Option<&Policies> {
+        self.policies.as_deref()
+    }
+
+    // ----- configuration views -------------------------------------------------------------
+
+    /// The ceiling of the limit.
+    pub fn max_concurrent(&self) -> u64 {
+        self.engine.max_concurrent()
+    }
+
+    /// The current limit.
+    pub fn limit(&self) -> u64 {
+        self.engine.limit()
+    }
+
+    /// The maximum number of live waiters.
+    pub fn max_queue(&self) -> u64 {
+        self.engine.max_queue()
+    }
+
+    /// The default queue deadline (`Duration::MAX` = none).
+    pub fn queue_timeout(&self) -> Duration {
+        self.queue_timeout
+    }
+
+    /// Whether admission is enforced.
+    pub fn enabled(&self) -> bool {
+        self.engine.enabled()
+    }
+
+    /// Whether [`close`](Self::close) ran.
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// The host clock this bulkhead reads (ns).
+    pub fn now_ns(&self) -> u64 {
+        self.engine.now_ns()
+    }
+
+    /// Whether this bulkhead has any policy (breaker, adaptive limit or call timeout).
+    #[inline]
+    pub fn has_policies(&self) -> bool {
+        self.policies.is_some()
+    }
+
+    /// The configured `call_timeout`, if any. The core arms no timer: the host arms one per
+    /// call and reports an overrun with [`Call::timed_out`](crate::Call::timed_out).
+    pub fn call_timeout(&self) -> Option<Duration> {
+        self.policies().and_then(Policies::call_timeout)
+    }
+
+    // ----- the guarded-call steps (docs/design.md §5.3) -------------------------------------
+
+    /// Step 1 of every guarded admission: the weight (`1 ..= max_concurrent`, never counted),
+    /// then the breaker's check (`circuit_open`, counted). Reads the clock only when a policy
+    /// needs it.
+    #[inline]
+    pub(crate) fn begin(&self, weight: u64) -> Result<(Word, CallStart), AcquireError> {
+        let w = self.engine.check_weight(weight)?;
+        let Some(p) = self.policies() else {
+            return Ok((w, CallStart::NONE));
+        };
+        let started = if p.times_calls() { self.now_ns() } else { 0 };
+        let now = || if started != 0 { started } else { self.now_ns() };
+        match p.begin(now, started) {
+            Ok(call) => Ok((w, call)),
+            Err(_) => Err(self.engine.reject(Reason::CircuitOpen).into()),
+        }
+    }
+
+    /// Step 3: records `outcome` to the breaker and the adaptive limit, before the permits
+    /// return. Does nothing for an inert token.
+    #[inline]
+    pub(crate) fn finish(&self, call: CallStart, outcome: Outcome) {
+        if !call.tracked {
+            return;
+        }
+        if let Some(p) = self.policies() {
+            p.end(
+                call,
+                outcome,
+                self.now_ns(),
+                || self.engine.snapshot().active,
+                // In range by construction (`max_limit ≤ max_concurrent`, `min_limit ≥ 1`).
+                |limit| {
+                    let _ = self.engine.apply_limit(limit);
+                },
+            );
+        }
+    }
+
+    /// A queued call was granted: its RTT starts at the grant (one clock read, only with an
+    /// adaptive limit).
+    pub(crate) fn granted_after_queueing(&self, mut call: CallStart) -> CallStart {
+        if call.tracked && self.policies().is_some_and(Policies::times_calls) {
+            call.started_ns = self.now_ns();
+        }
+        call
+    }
+
+    /// A call's token as the cell of its queued waiter stores it.
+    pub(crate) fn pack(call: CallStart) -> CallWord {
+        CallWord {
+            admit: call.admit.map_or(0, |a| a.word()),
+            flags: Word::from(call.tracked) | Word::from(call.admit.is_some()) << 1,
+        }
+    }
+
+    /// The token back from a cell (its start time is set at the grant).
+    pub(crate) fn unpack(w: CallWord) -> CallStart {
+        CallStart {
+            admit: (w.flags & 2 != 0).then(|| Admit::from_word(w.admit)),
+            started_ns: 0,
+            tracked: w.flags & 1 != 0,
+        }
+    }
+
+    /// Counts one `call_timeout` in `rejected_by_reason`.
+    pub(crate) fn count_call_timeout_now(&self) {
+        self.engine.counters.reject(Reason::CallTimeout);
+    }
+
+    // ----- the polling API and the raw units pair -------------------------------------------
+
+    /// Takes `weight` permits now without a handle, or fails without waiting: on `Ok` the
+    /// caller holds them and returns them with [`release_units`](Self::release_units). Runs no
+    /// guarded call (no breaker check, no outcome).
+    ///
+    /// # Errors
+    /// `concurrency_limit` when not admitted at once (also while a waiter is queued: no
+    /// barging), `shutdown` after [`close`](Self::close), [`AcquireError::InvalidWeight`].
+    #[inline]
+    pub fn try_acquire_units(&self, weight: u64) -> Result<(), AcquireError> {
+        let w = self.engine.check_weight(weight)?;
+        self.engine.take(w).map_err(AcquireError::Rejected)
+    }
+
+    /// The polling API: admits at once, or queues and returns a [`Ticket`], or rejects. Runs no
+    /// guarded call; [`admit`](Self::admit) is the guarded form.
+    ///
+    /// `waker` (if any) is woken once the ticket settles; poll it with
+    /// [`poll_ticket`](Self::poll_ticket), or give it up with [`cancel`](Self::cancel).
+    ///
+    /// # Errors
+    /// `shutdown`; `concurrency_limit` when the bulkhead fails fast (`max_queue == 0`,
+    /// `enabled == false`) or the weight is above the current limit; `queue_limit` when
+    /// `max_queue` waiters are live; invalid weight.
+    pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
+        let w = self.engine.check_weight(weight)?;
+        match self.engine.enqueue(w, waker, CallWord::default()) {
+            Ok(Admitted::Now) => Ok(Admission::Granted),
+            Ok(Admitted::Queued(t)) => Ok(Admission::Queued(t)),
+            Err(r) => Err(r.into()),
+        }
+    }
+
+    /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
+    /// registered waker while it is pending. A ticket that carries a guarded call (from
+    /// [`admit`](Self::admit)) should be polled through its [`Waiter`](crate::Waiter); polled
+    /// here, its call ends `ignored` when it settles.
+    ///
+    /// # Errors
+    /// [`StaleTicket`] for a ticket that is not live (already consumed or cancelled).
+    pub fn poll_ticket(
+        &self,
+        ticket: Ticket,
+        waker: Option<&Waker>,
+    ) -> Result<TicketPoll, StaleTicket> {
+        Ok(match self.engine.poll(ticket, waker)? {
+            Polled::Pending => TicketPoll::Pending,
+            Polled::Granted { weight, call } => {
+                self.finish(Self::unpack(call), Outcome::Ignored);
+                TicketPoll::Granted(weight)
+            }
+            Polled::Rejected { rejection, call } => {
+                self.finish(Self::unpack(call), Outcome::Ignored);
+                TicketPoll::Rejected(rejection)
+            }
+        })
+    }
+
+    /// The owner cancels its queued ticket with `reason` (`aborted` for a caller's cancel,
+    /// `timeout` for its own deadline): O(1), the waiter's place is free at once and cancelling
+    /// the head passes the turn on (I4). A guarded call it carried ends `ignored`.
+    ///
+    /// # Errors
+    /// [`CancelError::Granted`] / [`CancelError::Rejected`] when the waiter settled first (the
+    /// owner must still poll the ticket to consume it), [`CancelError::Stale`] for a ticket that
+    /// is not live.
+    pub fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
+        let call = self.engine.cancel(ticket, reason)?;
+        self.finish(Self::unpack(call), Outcome::Ignored);
+        Ok(())
+    }
+
+    /// Settles a queued ticket as rejected with `reason` on behalf of its owner — a host timer
+    /// that fired (`timeout`), a cancellation signal (`aborted`) — and wakes the owner, whose
+    /// next poll takes the rejection.
+    ///
+    /// # Errors
+    /// As [`cancel`](Self::cancel): the waiter settled first, or the ticket is not live.
+    pub fn expire(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
+        self.engine.expire(ticket, reason)
+    }
+
+    /// The owner gives a ticket up (a dropped future, a finalized handle): cancels it as
+    /// `aborted`, or, if it settled first, consumes it and passes granted permits on.
+    pub fn abandon(&self, ticket: Ticket) {
+        match self.cancel(ticket, Reason::Aborted) {
+            Ok(()) | Err(CancelError::Stale) => {}
+            Err(CancelError::Granted | CancelError::Rejected(_)) => {
+                if let Ok(TicketPoll::Granted(w)) = self.poll_ticket(ticket, None) {
+                    self.release_units(w);
+                }
+            }
+        }
+    }
+
+    /// Returns `weight` permits taken by [`try_acquire_units`](Self::try_acquire_units),
+    /// [`enqueue`](Self::enqueue) or a granted ticket. Hands them to the head waiter if any.
+    ///
+    /// The caller guarantees it holds them (the handle types do); for untrusted callers use
+    /// [`release_units_checked`](Self::release_units_checked).
+    #[inline]
+    pub fn release_units(&self, weight: u64) {
+        self.engine.release(weight as Word);
+    }
+
+    /// Returns permits without a handle, refusing any return that would lift `available` above
+    /// the limit (the raw C pair cannot detect a double release otherwise).
+    ///
+    /// # Errors
+    /// [`OverRelease`]: the return was refused; nothing changed.
+    pub fn release_units_checked(&self, weight: u64) -> Result<(), OverRelease> {
+        self.engine.release_checked(weight)
+    }
+
+    /// Counts an explicit release of an already released handle (I9: a no-op, reported).
+    pub fn record_double_release(&self) {
+        self.engine.counters.record_double_release();
+    }
+
+    /// Counts `weight` permits returned because a binding handle was destroyed while held.
+    pub fn record_leak(&self, weight: u64) {
+        self.engine.counters.record_leak(weight as Word);
+    }
+
+    // ----- runtime change ------------------------------------------------------------------
+
+    /// Changes the limit, `1 ..= max_concurrent`. Never blocks, never revokes: growing hands the
+    /// new permits to waiters; shrinking lets `available` go negative until releases pay it
+    /// back, and rejects queued waiters heavier than the new limit (`concurrency_limit`). An
+    /// adaptive limit restarts from the hand-set value.
+    ///
+    /// # Errors
+    /// [`ConfigError::Limit`] outside `1 ..= max_concurrent`.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 4, ..Config::default() }).unwrap();
+    /// let held = bh.try_acquire(3).unwrap();
+    /// bh.set_limit(1).unwrap();
+    /// assert_eq!(bh.stats().available, -2);
+    /// drop(held);
+    /// assert_eq!(bh.stats().available, 1);
+    /// ```
+    pub fn set_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        self.engine.apply_limit(limit)?;
+        if let Some(a) = self.policies().and_then(Policies::adaptive) {
+            a.reseed(limit, |l| {
+                let _ = self.engine.apply_limit(l);
+            });
+        }
+        Ok(())
+    }
+
+    /// Stops admission for good: new acquires are rejected `shutdown`, queued waiters are
+    /// rejected `shutdown` at once (I8) — by this call, or by the dispatcher pass another thread
+    /// is running at that moment; a grant that pass had already decided before the close
+    /// completes as a grant. Work in flight completes and releases normally. Idempotent.
+    pub fn close(&self) {
+        self.engine.close();
+    }
+
+    // ----- observation ---------------------------------------------------------------------
+
+    /// `{active, queued, limit, available}` now.
+    pub fn snapshot(&self) -> Snapshot {
+        self.engine.snapshot()
+    }
+
+    /// The stats (docs/design.md §8.1). Reading them commits a due open → half-open transition
+    /// of the breaker, like any state read.
+    pub fn stats(&self) -> Stats {
+        let snap = self.engine.snapshot();
+        let c = &self.engine.counters;
+        let now = || self.now_ns();
+        Stats {
+            active: snap.active,
+            queued: snap.queued,
+            granted_unclaimed: c.unclaimed_now(),
+            limit: snap.limit,
+            max_concurrent: self.max_concurrent(),
+            available: snap.available,
+            admitted_total: c.admitted_total(),
+            rejected_by_reason: c.rejected(),
+            released_twice_total: c.released_twice_total(),
+            leaked_total: c.leaked_total(),
+            ring_free: self.engine.ring_free(),
+            queue_wait_count: c.wait_count_total(),
+            queue_wait_sum_ns: c.wait_sum_total(),
+            queue_wait_max_ns: c.wait_max(),
+            adaptive: self.policies().and_then(Policies::adaptive_stats),
+            circuit: self.policies().and_then(|p| p.circuit_stats(now())),
+        }
+    }
+
+    /// `active == 0 && queued == 0 && granted_unclaimed == 0` (what `drain` waits for).
+    pub fn is_idle(&self) -> bool {
+        self.engine.is_idle()
+    }
+
+    /// The breaker's state now (committing a due lazy transition and firing its event), or
+    /// `None` without a breaker.
+    pub fn circuit_state(&self) -> Option<CircuitState> {
+        self.policies()?.circuit_state(self.now_ns())
+    }
+}

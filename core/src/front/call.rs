@@ -1,0 +1,222 @@
+//! [`Call`]: the handle of one granted admission (docs/design.md §5.3) — the permits it holds
+//! and the state of its guarded call (breaker generation, start time, outcome, call timeout).
+//! It ends exactly once: [`end`](Call::end) with an outcome, a drop (its set outcome,
+//! `ignored` by default), or [`forget`](Call::forget). [`timed_out`](Call::timed_out) records
+//! a `call_timeout` overrun at once and leaves only the permits for the end.
+
+use core::{fmt, ops::Deref, time::Duration};
+
+use crate::{front::bulkhead::Bulkhead, outcome::Outcome, policy::state::CallStart};
+
+/// A granted admission on a bulkhead reached through `B` (a reference or an `Arc`).
+///
+/// Use the aliases [`Permit`] (borrowed) and [`OwnedPermit`] (owns an `Arc`, `'static`);
+/// `PermitOf` is the older name of this type.
+#[must_use = "dropping a call releases its permits immediately"]
+pub struct Call<B, const N: usize>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    bh: B,
+    weight: u64,
+    call: CallStart,
+    outcome: Outcome,
+    /// The call's outcome is recorded (a `call_timeout` overrun); only the permits are left.
+    ended: bool,
+}
+
+/// The older name of [`Call`].
+pub type PermitOf<B, const N: usize> = Call<B, N>;
+
+/// A call borrowed from a [`Bulkhead`].
+pub type Permit<'a, const N: usize = 0> = Call<&'a Bulkhead<N>, N>;
+
+/// A call that keeps its bulkhead alive (`Send + 'static`, for `tokio::spawn`).
+#[cfg(feature = "alloc")]
+pub type OwnedPermit<const N: usize = 0> = Call<alloc::sync::Arc<Bulkhead<N>>, N>;
+
+/// Why [`Call::release_partial`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidRelease {
+    /// The count asked for.
+    pub requested: u64,
+    /// The permits held.
+    pub held: u64,
+}
+
+impl fmt::Display for InvalidRelease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "n must be in 1..={} (permits held), got {}",
+            self.held, self.requested
+        )
+    }
+}
+
+impl core::error::Error for InvalidRelease {}
+
+impl<B, const N: usize> Call<B, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    /// A call holding `weight` permits of `bh` with the guarded-call token `call`: the inverse
+    /// of [`into_parts`](Self::into_parts), for a binding that moved a call into its own handle
+    /// and back. The caller must really hold the permits and own the token.
+    pub fn from_parts(bh: B, weight: u64, call: CallStart) -> Self {
+        Self {
+            bh,
+            weight,
+            call,
+            outcome: Outcome::Ignored,
+            ended: false,
+        }
+    }
+
+    /// Sets the outcome recorded when this call ends by a drop (docs/design.md §6.2): a call
+    /// dropped without one records [`Outcome::Ignored`].
+    pub fn set_outcome(&mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+
+    /// The outcome that the drop will record.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Ends the call now with `outcome` and releases its permits (a binding's
+    /// `release(outcome=…)`). After [`timed_out`](Self::timed_out) the outcome was recorded
+    /// already; this only releases.
+    pub fn end(mut self, outcome: Outcome) {
+        self.outcome = outcome;
+    }
+
+    /// Releases now, recording `outcome` (the older name of [`end`](Self::end)).
+    pub fn release_with(self, outcome: Outcome) {
+        self.end(outcome);
+    }
+
+    /// The host's timer for the bulkhead's `call_timeout` fired: counts one `call_timeout` in
+    /// `rejected_by_reason` and ends the call as a [`Outcome::Failure`] now. The permits stay
+    /// held until the work really ends (then drop or [`end`](Self::end) the call: nothing more
+    /// is recorded). Returns `false`, doing nothing, if the call's outcome was recorded
+    /// already (a second report).
+    pub fn timed_out(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        self.ended = true;
+        self.bh.count_call_timeout_now();
+        self.bh
+            .finish(core::mem::take(&mut self.call), Outcome::Failure);
+        true
+    }
+
+    /// Whether the call's outcome is recorded already (after [`timed_out`](Self::timed_out)).
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The bulkhead's `call_timeout`: how long the host lets the work run before it reports
+    /// [`timed_out`](Self::timed_out) (`None`: no limit).
+    pub fn call_timeout(&self) -> Option<Duration> {
+        self.bh.call_timeout()
+    }
+
+    /// This call's guarded-call token (inert on a bulkhead without policies).
+    pub fn call(&self) -> CallStart {
+        self.call
+    }
+
+    /// Permits still held.
+    pub fn weight(&self) -> u64 {
+        self.weight
+    }
+
+    /// The bulkhead these permits belong to.
+    pub fn bulkhead(&self) -> &Bulkhead<N> {
+        &self.bh
+    }
+
+    /// Returns `n` of the held permits now (a refund once actual usage is known); the rest stay
+    /// held. Returning all of them leaves an empty call whose end only records the outcome.
+    ///
+    /// # Errors
+    /// [`InvalidRelease`] for `n == 0` or `n` above the permits held; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 10, ..Config::default() }).unwrap();
+    /// let mut p = bh.try_acquire(8).unwrap();
+    /// p.release_partial(5).unwrap();
+    /// assert_eq!((p.weight(), bh.stats().available), (3, 7));
+    /// assert!(p.release_partial(4).is_err());
+    /// ```
+    pub fn release_partial(&mut self, n: u64) -> Result<(), InvalidRelease> {
+        if n == 0 || n > self.weight {
+            return Err(InvalidRelease {
+                requested: n,
+                held: self.weight,
+            });
+        }
+        self.weight -= n;
+        self.bh.release_units(n);
+        Ok(())
+    }
+
+    /// The binding handle that held this call was destroyed while it still held permits (a
+    /// Python `Permit` finalized, a Node permit collected, `hg_permit_free`): counts the
+    /// permits in `leaked_total`, ends the call `ignored` and releases.
+    pub fn reclaim(mut self) {
+        self.outcome = Outcome::Ignored;
+        if self.weight > 0 {
+            self.bh.record_leak(self.weight);
+        }
+    }
+
+    /// Takes the call apart without ending it: the handle, the permits held and the token
+    /// (inert once [`timed_out`](Self::timed_out) recorded the outcome). Rebuild it with
+    /// [`from_parts`](Self::from_parts).
+    pub fn into_parts(self) -> (B, u64, CallStart) {
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once.
+        let bh = unsafe { core::ptr::read(&this.bh) };
+        (bh, this.weight, this.call)
+    }
+
+    /// Keeps the permits out of the bulkhead for good; returns how many. The call ends
+    /// [`Outcome::Ignored`] now.
+    pub fn forget(mut self) -> u64 {
+        self.outcome = Outcome::Ignored;
+        core::mem::take(&mut self.weight)
+    }
+}
+
+impl<B, const N: usize> Drop for Call<B, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    fn drop(&mut self) {
+        // The outcome first (docs/design.md §6.2): the adaptive sample counts this call in flight.
+        if !self.ended {
+            self.bh.finish(self.call, self.outcome);
+        }
+        if self.weight > 0 {
+            self.bh.release_units(self.weight);
+        }
+    }
+}
+
+impl<B, const N: usize> fmt::Debug for Call<B, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Call")
+            .field("weight", &self.weight)
+            .field("outcome", &self.outcome)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
+}

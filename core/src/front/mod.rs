@@ -1,0 +1,21 @@
+//! The front ends (docs/design.md §5): the [`Bulkhead`](bulkhead::Bulkhead) type over the
+//! engine, the one admission ([`admit`](bulkhead::Bulkhead::admit): a [`Request`](request::Request)
+//! in, a [`Decision`](admit::Decision) out) and its handles — [`Call`](call::Call) for granted
+//! work, [`Waiter`](waiter::Waiter) for queued work — and what is built on them: the futures,
+//! the blocking waits, `drain`, and the guarded `call`.
+//!
+//! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
+//! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`.
+
+pub mod acquire;
+pub mod admit;
+#[cfg(feature = "std")]
+pub mod blocking;
+pub mod bulkhead;
+pub mod call;
+#[cfg(feature = "std")]
+pub mod drain;
+pub mod guarded;
+mod legacy;
+pub mod request;
+pub mod waiter;

@@ -1,0 +1,58 @@
+//! [`Request`]: what one admission asks for (docs/design.md §5.1).
+
+use core::time::Duration;
+
+/// One admission request: `weight` permits, and how long it may queue.
+///
+/// Built with [`Request::new`] and the builder methods; `#[non_exhaustive]`, so the fields the
+/// gateway and deadline work add (a budget cost, a class, a priority, a mode, a deadline) come
+/// without a breaking change.
+///
+/// # Examples
+/// ```
+/// use core::time::Duration;
+/// use hullguard_core::Request;
+/// let r = Request::new(2).queue_timeout(Duration::from_millis(50));
+/// assert_eq!((r.weight, r.queue_timeout), (2, Some(Duration::from_millis(50))));
+/// assert_eq!(Request::default().weight, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Request {
+    /// Permits wanted, `1 ..= max_concurrent`.
+    pub weight: u64,
+    /// How long it may wait in the queue: `None` = the bulkhead's `queue_timeout`;
+    /// `Duration::ZERO` = do not queue (`concurrency_limit` if not admitted at once);
+    /// `Duration::MAX` = no deadline. It bounds only the time spent queued, never the work.
+    pub queue_timeout: Option<Duration>,
+}
+
+impl Request {
+    /// `weight` permits, the bulkhead's default queue timeout.
+    pub const fn new(weight: u64) -> Self {
+        Request {
+            weight,
+            queue_timeout: None,
+        }
+    }
+
+    /// The same request with its own queue timeout (see the field).
+    #[must_use]
+    pub const fn queue_timeout(mut self, timeout: Duration) -> Self {
+        self.queue_timeout = Some(timeout);
+        self
+    }
+
+    /// The same request, not queueing: admitted at once or refused.
+    #[must_use]
+    pub const fn no_wait(self) -> Self {
+        self.queue_timeout(Duration::ZERO)
+    }
+}
+
+impl Default for Request {
+    /// One permit, the default queue timeout.
+    fn default() -> Self {
+        Request::new(1)
+    }
+}

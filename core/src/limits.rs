@@ -1,0 +1,22 @@
+//! The numeric limits every layer shares (docs/design.md §7.1): the largest permit count and
+//! queue length, and the default bulkhead size. A leaf module: options, policies and the engine
+//! all read it.
+
+/// Largest permit count accepted anywhere (limits, weights, `max_concurrent`).
+///
+/// 2⁶⁰−1 on targets with 64-bit atomics. On targets with only 32-bit atomics (thumbv6m,
+/// thumbv7em) it is 2²⁹−1: the permit word holds a *signed* `available` (it goes negative after
+/// a shrink, down to `1 − MAX_PERMITS`) plus two flag bits, and 31 + 2 bits do not fit in 32.
+#[cfg(target_has_atomic = "64")]
+pub const MAX_PERMITS: u64 = (1 << 60) - 1;
+/// Largest permit count accepted anywhere (limits, weights, `max_concurrent`).
+///
+/// 2²⁹−1 here, because this target has no 64-bit atomics (see the 64-bit docs for why).
+#[cfg(not(target_has_atomic = "64"))]
+pub const MAX_PERMITS: u64 = (1 << 29) - 1;
+
+/// Largest `max_queue` (2²⁰ live waiters).
+pub const MAX_QUEUE: u64 = 1 << 20;
+
+/// The default `max_concurrent` (10): the common HTTP-client bulkhead default.
+pub const DEFAULT_MAX_CONCURRENT: u64 = 10;
