@@ -111,11 +111,6 @@ pub mod permit {
 
 // ----- the crate's vocabulary -------------------------------------------------------------
 
-#[cfg(feature = "alloc")]
-pub use crate::{
-    acquire::{OwnedAcquire, OwnedAcquireTimeout},
-    permit::OwnedPermit,
-};
 pub use crate::{
     acquire::{Acquire, AcquireTimeout},
     bulkhead::{Admission, Bulkhead, CancelError, OverRelease, StaleTicket, Ticket, TicketPoll},
@@ -135,6 +130,11 @@ pub use crate::{
     reason::{AcquireError, Reason, ReasonInfo, Rejection, Snapshot},
     resilience::Resilience,
     stats::{Nested, RejectedByReason, Stats, StatsVisitor},
+};
+#[cfg(feature = "alloc")]
+pub use crate::{
+    acquire::{OwnedAcquire, OwnedAcquireTimeout},
+    permit::OwnedPermit,
 };
 #[cfg(feature = "std")]
 pub use crate::{

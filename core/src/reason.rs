@@ -53,6 +53,8 @@ pub struct ReasonInfo {
     pub category: &'static str,
     /// `name` as a NUL-terminated string (for the C ABI).
     pub c_name: &'static core::ffi::CStr,
+    /// `"rejected: <name>"` as a NUL-terminated string (the C ABI's status message).
+    pub c_message: &'static core::ffi::CStr,
 }
 
 macro_rules! reasons {
@@ -65,6 +67,12 @@ macro_rules! reasons {
             retryable: $retry,
             category: "resilience",
             c_name: match core::ffi::CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+                Ok(c) => c,
+                Err(_) => panic!("reason name with a NUL"),
+            },
+            c_message: match core::ffi::CStr::from_bytes_with_nul(
+                concat!("rejected: ", $name, "\0").as_bytes(),
+            ) {
                 Ok(c) => c,
                 Err(_) => panic!("reason name with a NUL"),
             },

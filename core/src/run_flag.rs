@@ -94,4 +94,3 @@ impl RunFlag {
             .is_ok()
     }
 }
-

@@ -5,7 +5,9 @@
 //! | here | [`Config`] and [`ConfigError`] (every error names its option and renders its range) |
 //! | [`options`] | the option table: names, sections, kinds, ranges, defaults, spellings |
 //! | [`partial`] | [`PartialConfig`]: options as a layer passes them, merged key by key |
+//! | [`convert`] | a layer's numbers as option values: one rule for every layer |
 
+pub mod convert;
 pub mod options;
 pub mod partial;
 
@@ -18,9 +20,7 @@ pub use self::{
 pub use crate::limits::{MAX_PERMITS, MAX_QUEUE};
 use crate::{
     limits::DEFAULT_MAX_CONCURRENT,
-    policy::{
-        adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience,
-    },
+    policy::{adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience},
 };
 
 /// Configuration of one [`Bulkhead`](crate::Bulkhead).

@@ -159,6 +159,9 @@ pub struct OptionSpec {
     pub default: &'static str,
     /// One line of documentation.
     pub doc: &'static str,
+    /// Its C spelling as a static NUL-terminated string (the `hg_config` field; checked
+    /// against [`Spelling::C`] by a test).
+    pub c_name: &'static core::ffi::CStr,
 }
 
 /// How a layer spells option names.
@@ -195,12 +198,20 @@ impl Spelled {
             Spelling::Python => out(name),
             Spelling::Vector => {
                 out(name)?;
-                if self.is_duration() { out("_ms") } else { Ok(()) }
+                if self.is_duration() {
+                    out("_ms")
+                } else {
+                    Ok(())
+                }
             }
             Spelling::C => {
                 out(self.spec.section.c_prefix())?;
                 out(name)?;
-                if self.is_duration() { out("_ms") } else { Ok(()) }
+                if self.is_duration() {
+                    out("_ms")
+                } else {
+                    Ok(())
+                }
             }
             Spelling::Node => {
                 for (i, word) in name.split('_').enumerate() {
@@ -215,7 +226,11 @@ impl Spelled {
                         }
                     }
                 }
-                if self.is_duration() { out("Ms") } else { Ok(()) }
+                if self.is_duration() {
+                    out("Ms")
+                } else {
+                    Ok(())
+                }
             }
         }
     }
@@ -307,7 +322,11 @@ impl fmt::Display for RangeText {
                 max_open,
             } => {
                 if max.is_infinite() {
-                    write!(f, "a finite number {} {min}", if min_open { ">" } else { ">=" })
+                    write!(
+                        f,
+                        "a finite number {} {min}",
+                        if min_open { ">" } else { ">=" }
+                    )
                 } else {
                     write!(
                         f,
@@ -370,8 +389,10 @@ pub fn find(section: Section, spelling: Spelling, name: &str) -> Option<&'static
     options_in(section).find(|o| o.spelled(spelling).is(name))
 }
 
-/// The names of `section`'s options in `spelling`, for an "unknown option" message
-/// (`"max_concurrent", "max_queue", …`).
+/// The keys a layer accepts in one object of options, in `spelling`, for an "unknown option"
+/// message (`"max_concurrent", "max_queue", …`): a bulkhead's options and `resilience`; a
+/// registry's, `max_keys` and `overrides` besides; inside `resilience` its two parts and
+/// `call_timeout`; inside a part, its options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KnownNames {
     section: Section,
@@ -380,19 +401,49 @@ pub struct KnownNames {
 
 impl fmt::Display for KnownNames {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, o) in options_in(self.section).enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
+        let mut first = true;
+        let mut put = |f: &mut fmt::Formatter<'_>, name: &dyn fmt::Display| {
+            let sep = if first { "" } else { ", " };
+            first = false;
+            write!(f, "{sep}\"{name}\"")
+        };
+        let own = match self.section {
+            Section::Registry => Section::Bulkhead,
+            s => s,
+        };
+        if own == Section::Resilience {
+            put(f, &"adaptive")?;
+            put(f, &"breaker")?;
+        }
+        for o in options_in(own) {
+            put(f, &o.spelled(self.spelling))?;
+        }
+        match self.section {
+            Section::Bulkhead => put(f, &"resilience")?,
+            Section::Registry => {
+                put(f, &"resilience")?;
+                for o in options_in(Section::Registry) {
+                    put(f, &o.spelled(self.spelling))?;
+                }
+                put(f, &"overrides")?;
             }
-            write!(f, "\"{}\"", o.spelled(self.spelling))?;
+            _ => {}
         }
         Ok(())
     }
 }
 
-/// The known names of `section` in `spelling` (see [`KnownNames`]).
+/// The keys accepted in one object of `section` in `spelling` (see [`KnownNames`]).
 pub const fn known_names(section: Section, spelling: Spelling) -> KnownNames {
     KnownNames { section, spelling }
+}
+
+/// The policy part a key of `resilience` names (`"adaptive"`, `"breaker"`: the same in every
+/// spelling).
+pub fn find_part(key: &str) -> Option<Section> {
+    [Section::Adaptive, Section::Breaker]
+        .into_iter()
+        .find(|s| s.part() == Some(key))
 }
 
 const fn count(min: u64, max: u64) -> Kind {
@@ -421,6 +472,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_PERMITS),
         default: "10",
         doc: "the ceiling of the limit; the limit starts here",
+        c_name: c"max_concurrent",
     },
     OptionSpec {
         id: OptionId::MaxQueue,
@@ -429,6 +481,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(0, MAX_QUEUE),
         default: "100",
         doc: "live waiters allowed at once; 0 = fail fast",
+        c_name: c"max_queue",
     },
     OptionSpec {
         id: OptionId::QueueTimeout,
@@ -441,6 +494,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "30 s",
         doc: "the default deadline of a queued acquire; 0 = do not queue",
+        c_name: c"queue_timeout_ms",
     },
     OptionSpec {
         id: OptionId::Enabled,
@@ -449,6 +503,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: Kind::Bool,
         default: "true",
         doc: "false admits everything (still counted)",
+        c_name: c"enabled",
     },
     OptionSpec {
         id: OptionId::MaxKeys,
@@ -457,6 +512,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, U32),
         default: "1024",
         doc: "keys that may exist at once",
+        c_name: c"max_keys",
     },
     OptionSpec {
         id: OptionId::AdaptiveAlgorithm,
@@ -465,6 +521,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: Kind::Choice(&["gradient2", "aimd"]),
         default: "\"gradient2\"",
         doc: "the limit controller",
+        c_name: c"adaptive_algorithm",
     },
     OptionSpec {
         id: OptionId::AdaptiveInitialLimit,
@@ -473,6 +530,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_PERMITS),
         default: "max_limit",
         doc: "the starting limit, min_limit..=max_limit",
+        c_name: c"adaptive_initial_limit",
     },
     OptionSpec {
         id: OptionId::AdaptiveMinLimit,
@@ -481,6 +539,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_PERMITS),
         default: "1",
         doc: "the floor, at most max_limit",
+        c_name: c"adaptive_min_limit",
     },
     OptionSpec {
         id: OptionId::AdaptiveMaxLimit,
@@ -489,6 +548,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_PERMITS),
         default: "max_concurrent",
         doc: "the ceiling, at most max_concurrent",
+        c_name: c"adaptive_max_limit",
     },
     OptionSpec {
         id: OptionId::AdaptiveTargetLatency,
@@ -497,6 +557,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: positive_duration(),
         default: "500 ms",
         doc: "AIMD: a success slower than this is a congestion signal",
+        c_name: c"adaptive_target_latency_ms",
     },
     OptionSpec {
         id: OptionId::AdaptiveIncreaseStep,
@@ -505,6 +566,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_PERMITS),
         default: "1",
         doc: "AIMD: the additive increase",
+        c_name: c"adaptive_increase_step",
     },
     OptionSpec {
         id: OptionId::AdaptiveDecreaseRatio,
@@ -518,6 +580,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "0.7",
         doc: "the multiplicative back-off",
+        c_name: c"adaptive_decrease_ratio",
     },
     OptionSpec {
         id: OptionId::AdaptiveSmoothing,
@@ -531,6 +594,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "0.2",
         doc: "Gradient2: weight of the new estimate",
+        c_name: c"adaptive_smoothing",
     },
     OptionSpec {
         id: OptionId::AdaptiveRttTolerance,
@@ -544,6 +608,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "1.5",
         doc: "Gradient2: RTT growth over the long-term RTT tolerated before shrinking",
+        c_name: c"adaptive_rtt_tolerance",
     },
     OptionSpec {
         id: OptionId::AdaptiveLongWindow,
@@ -552,6 +617,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, 1 << 32),
         default: "600",
         doc: "Gradient2: samples in the long-term RTT average",
+        c_name: c"adaptive_long_window",
     },
     OptionSpec {
         id: OptionId::AdaptiveQueueSize,
@@ -560,6 +626,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(0, MAX_PERMITS),
         default: "4",
         doc: "Gradient2: headroom added while no queueing is seen",
+        c_name: c"adaptive_queue_size",
     },
     OptionSpec {
         id: OptionId::BreakerFailureThreshold,
@@ -568,6 +635,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_THRESHOLD as u64),
         default: "5",
         doc: "consecutive failures that open it",
+        c_name: c"breaker_failure_threshold",
     },
     OptionSpec {
         id: OptionId::BreakerErrorRateThreshold,
@@ -581,6 +649,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "0.5",
         doc: "failure fraction over the window that opens it",
+        c_name: c"breaker_error_rate_threshold",
     },
     OptionSpec {
         id: OptionId::BreakerErrorRateWindow,
@@ -589,6 +658,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: positive_duration(),
         default: "10 s",
         doc: "the rolling window of the error rate (at least 1 ns per bucket)",
+        c_name: c"breaker_error_rate_window_ms",
     },
     OptionSpec {
         id: OptionId::BreakerErrorRateBuckets,
@@ -597,6 +667,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_BUCKETS as u64),
         default: "10",
         doc: "buckets of the window",
+        c_name: c"breaker_error_rate_buckets",
     },
     OptionSpec {
         id: OptionId::BreakerVolumeThreshold,
@@ -605,6 +676,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_THRESHOLD as u64),
         default: "20",
         doc: "calls in the window before the error rate counts",
+        c_name: c"breaker_volume_threshold",
     },
     OptionSpec {
         id: OptionId::BreakerOpenDuration,
@@ -613,6 +685,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: positive_duration(),
         default: "30 s",
         doc: "time open before half-open",
+        c_name: c"breaker_open_duration_ms",
     },
     OptionSpec {
         id: OptionId::BreakerHalfOpenMaxCalls,
@@ -621,6 +694,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: count(1, MAX_HALF_OPEN_CALLS as u64),
         default: "1",
         doc: "probes admitted while half-open",
+        c_name: c"breaker_half_open_max_calls",
     },
     OptionSpec {
         id: OptionId::BreakerHalfOpenTimeout,
@@ -629,6 +703,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         kind: positive_duration(),
         default: "30 s",
         doc: "a probe that has not reported within this counts as a failure",
+        c_name: c"breaker_half_open_timeout_ms",
     },
     OptionSpec {
         id: OptionId::CallTimeout,
@@ -641,6 +716,7 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         },
         default: "none",
         doc: "bounds the work of one guarded call",
+        c_name: c"call_timeout_ms",
     },
 ];
 
@@ -664,7 +740,10 @@ mod tests {
         let o = OptionId::BreakerOpenDuration.spec();
         assert_eq!(o.spelled(Spelling::Python).to_string(), "open_duration");
         assert_eq!(o.spelled(Spelling::Node).to_string(), "openDurationMs");
-        assert_eq!(o.spelled(Spelling::C).to_string(), "breaker_open_duration_ms");
+        assert_eq!(
+            o.spelled(Spelling::C).to_string(),
+            "breaker_open_duration_ms"
+        );
         assert_eq!(o.spelled(Spelling::Vector).to_string(), "open_duration_ms");
         assert_eq!(
             o.path(Spelling::Python).to_string(),
@@ -683,11 +762,29 @@ mod tests {
             find(Section::Bulkhead, Spelling::Node, "queueTimeoutMs").map(|o| o.id),
             Some(OptionId::QueueTimeout)
         );
-        assert_eq!(find(Section::Bulkhead, Spelling::Node, "queueTimeout"), None);
         assert_eq!(
-            OptionId::CallTimeout.spec().spelled(Spelling::C).to_string(),
+            find(Section::Bulkhead, Spelling::Node, "queueTimeout"),
+            None
+        );
+        assert_eq!(
+            OptionId::CallTimeout
+                .spec()
+                .spelled(Spelling::C)
+                .to_string(),
             "call_timeout_ms"
         );
+    }
+
+    #[test]
+    fn c_names_are_the_c_spelling() {
+        for o in &OPTIONS {
+            assert_eq!(
+                o.c_name.to_str().unwrap(),
+                o.spelled(Spelling::C).to_string(),
+                "{:?}",
+                o.id
+            );
+        }
     }
 
     #[test]
@@ -713,6 +810,15 @@ mod tests {
             r(OptionId::BreakerOpenDuration, Spelling::Python),
             "at least 1e-9 seconds and at most 4611686018 seconds"
         );
+        assert_eq!(
+            format!("{}", known_names(Section::Resilience, Spelling::Node)),
+            "\"adaptive\", \"breaker\", \"callTimeoutMs\""
+        );
+        assert!(
+            format!("{}", known_names(Section::Registry, Spelling::Python))
+                .ends_with("\"resilience\", \"max_keys\", \"overrides\"")
+        );
+        assert_eq!(find_part("breaker"), Some(Section::Breaker));
         assert_eq!(
             format!("{}", known_names(Section::Breaker, Spelling::Node)),
             "\"failureThreshold\", \"errorRateThreshold\", \"errorRateWindowMs\", \

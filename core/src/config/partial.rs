@@ -291,8 +291,11 @@ mod tests {
         d.set(OptionId::MaxConcurrent, Value::Count(8)).unwrap();
         d.set_part(Section::Adaptive, Part::On);
         d.set(OptionId::AdaptiveMinLimit, Value::Count(2)).unwrap();
-        d.set(OptionId::CallTimeout, Value::Duration(Duration::from_secs(2)))
-            .unwrap();
+        d.set(
+            OptionId::CallTimeout,
+            Value::Duration(Duration::from_secs(2)),
+        )
+        .unwrap();
         // An override that only raises the ceiling keeps the adaptive part and its min_limit.
         let mut o = PartialConfig::new();
         o.set(OptionId::MaxConcurrent, Value::Count(20)).unwrap();
@@ -303,7 +306,14 @@ mod tests {
         // `resilience: None` in an override: a plain bulkhead for that key.
         let mut plain = PartialConfig::new();
         plain.set_part(Section::Resilience, Part::Off);
-        assert!(plain.merged_over(&d).to_config().unwrap().resilience.is_off());
+        assert!(
+            plain
+                .merged_over(&d)
+                .to_config()
+                .unwrap()
+                .resilience
+                .is_off()
+        );
         // A part turned off drops the defaults' options of that part.
         let mut no_adaptive = PartialConfig::new();
         no_adaptive.set_part(Section::Adaptive, Part::Off);
@@ -322,12 +332,30 @@ mod tests {
             p.set(OptionId::MaxConcurrent, Value::Bool(true)),
             Err(ConfigError::Option(OptionId::MaxConcurrent))
         );
-        assert!(p.set(OptionId::QueueTimeout, Value::Duration(Duration::ZERO)).is_ok());
-        assert!(p.set(OptionId::QueueTimeout, Value::Duration(Duration::MAX)).is_ok());
-        assert!(p.set(OptionId::CallTimeout, Value::Duration(Duration::ZERO)).is_err());
-        assert!(p.set(OptionId::AdaptiveDecreaseRatio, Value::Number(1.0)).is_err());
-        assert!(p.set(OptionId::AdaptiveRttTolerance, Value::Number(f64::NAN)).is_err());
-        assert!(p.set(OptionId::AdaptiveAlgorithm, Value::Choice("vegas")).is_err());
+        assert!(
+            p.set(OptionId::QueueTimeout, Value::Duration(Duration::ZERO))
+                .is_ok()
+        );
+        assert!(
+            p.set(OptionId::QueueTimeout, Value::Duration(Duration::MAX))
+                .is_ok()
+        );
+        assert!(
+            p.set(OptionId::CallTimeout, Value::Duration(Duration::ZERO))
+                .is_err()
+        );
+        assert!(
+            p.set(OptionId::AdaptiveDecreaseRatio, Value::Number(1.0))
+                .is_err()
+        );
+        assert!(
+            p.set(OptionId::AdaptiveRttTolerance, Value::Number(f64::NAN))
+                .is_err()
+        );
+        assert!(
+            p.set(OptionId::AdaptiveAlgorithm, Value::Choice("vegas"))
+                .is_err()
+        );
         // Cross-option rules at build time.
         p.set_part(Section::Adaptive, Part::On);
         p.set(OptionId::MaxConcurrent, Value::Count(4)).unwrap();

@@ -38,9 +38,9 @@
 //! Every cell starts as FREE of lap 0, which lets a `static` ring be all zeroes.
 
 use crate::{
+    engine::waker_slot::WakerSlot,
     reason::Reason,
     sync::{AtomicWord, Word},
-    engine::waker_slot::WakerSlot,
 };
 
 /// Bits of the stamp that hold the kind.

@@ -57,9 +57,9 @@ use self::{
 };
 use crate::{
     clock::ClockSource,
-    run_flag::RunFlag,
     config::ConfigError,
     reason::{AcquireError, Reason, Rejection, Snapshot},
+    run_flag::RunFlag,
     sync::{AtomicWord, Ordering::*, SWord, Word},
 };
 
@@ -134,7 +134,10 @@ pub(crate) enum Polled {
     /// Granted `weight` permits, now held by the caller (the ticket is consumed).
     Granted { weight: u64, call: CallWord },
     /// Rejected (the ticket is consumed).
-    Rejected { rejection: Rejection, call: CallWord },
+    Rejected {
+        rejection: Rejection,
+        call: CallWord,
+    },
 }
 
 /// The lock-free engine of one bulkhead. See the module docs.
@@ -311,7 +314,8 @@ impl<const N: usize> Engine<N> {
         };
         let cell = self.ring.cell(t);
         // Relaxed: published by the Release CAS of `publish` below.
-        cell.weight.store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
+        cell.weight
+            .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
         cell.call.store(call.admit, Relaxed);
         cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
         if let Some(waker) = waker {
@@ -327,7 +331,11 @@ impl<const N: usize> Engine<N> {
 
     /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
     /// registered waker while it is pending.
-    pub(crate) fn poll(&self, ticket: Ticket, waker: Option<&Waker>) -> Result<Polled, StaleTicket> {
+    pub(crate) fn poll(
+        &self,
+        ticket: Ticket,
+        waker: Option<&Waker>,
+    ) -> Result<Polled, StaleTicket> {
         let t = ticket.0;
         let (cell, mut s) = self.ring.stamp_of(t).ok_or(StaleTicket)?;
         if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
@@ -610,11 +618,7 @@ impl<const N: usize> Engine<N> {
                         None
                     };
                     if let Some(reason) = verdict {
-                        if self
-                            .ring
-                            .settle(cell, s, Kind::Rejected(reason))
-                            .is_ok()
-                        {
+                        if self.ring.settle(cell, s, Kind::Rejected(reason)).is_ok() {
                             self.counters.reject(reason);
                             batch.push(cell.waker.take(h));
                             h = self.ring.advance_head(h);

@@ -19,7 +19,6 @@ use crate::{
 };
 
 /// What one admission decided.
-#[derive(Debug)]
 #[must_use = "a granted call holds permits, a queued waiter holds a place"]
 pub enum Decision<B, const N: usize>
 where
@@ -32,6 +31,19 @@ where
     Queued(Waiter<B, N>),
     /// Refused (a reason, or an invalid argument); the call, if one began, ended `ignored`.
     Rejected(AcquireError),
+}
+
+impl<B, const N: usize> core::fmt::Debug for Decision<B, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Decision::Granted(c) => f.debug_tuple("Granted").field(c).finish(),
+            Decision::Queued(w) => f.debug_tuple("Queued").field(w).finish(),
+            Decision::Rejected(e) => f.debug_tuple("Rejected").field(e).finish(),
+        }
+    }
 }
 
 impl<const N: usize> Bulkhead<N> {

@@ -340,6 +340,13 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
+    /// The caller's own cancellation came before it even asked (a Node call whose signal was
+    /// already aborted): counted as `aborted`, so that every call shows in the stats. The
+    /// caller still sees its runtime's own cancellation.
+    pub fn aborted_before_admission(&self) -> Rejection {
+        self.engine.reject(Reason::Aborted)
+    }
+
     /// Counts one `call_timeout` in `rejected_by_reason`.
     pub(crate) fn count_call_timeout_now(&self) {
         self.engine.counters.reject(Reason::CallTimeout);

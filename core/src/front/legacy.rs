@@ -89,7 +89,10 @@ impl<const N: usize> Bulkhead<N> {
     ///
     /// # Errors
     /// As [`enqueue`](Self::enqueue).
-    #[deprecated(since = "0.1.0", note = "use `Bulkhead::admit` with `Request::queue_timeout`")]
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `Bulkhead::admit` with `Request::queue_timeout`"
+    )]
     pub fn enqueue_within(
         &self,
         weight: u64,

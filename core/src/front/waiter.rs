@@ -31,7 +31,6 @@ where
 }
 
 /// How an owner's cancel ended (see [`Waiter::cancel`]).
-#[derive(Debug)]
 pub enum Cancelled<B, const N: usize>
 where
     B: Deref<Target = Bulkhead<N>>,
@@ -42,6 +41,19 @@ where
     Granted(Call<B, N>),
     /// The waiter was rejected first (this rejection).
     Rejected(Rejection),
+}
+
+impl<B, const N: usize> fmt::Debug for Cancelled<B, N>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cancelled::Cancelled(r) => f.debug_tuple("Cancelled").field(r).finish(),
+            Cancelled::Granted(c) => f.debug_tuple("Granted").field(c).finish(),
+            Cancelled::Rejected(r) => f.debug_tuple("Rejected").field(r).finish(),
+        }
+    }
 }
 
 impl<B, const N: usize> Waiter<B, N>

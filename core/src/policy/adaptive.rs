@@ -143,8 +143,7 @@ pub struct AdaptiveConfig {
 
 impl AdaptiveConfig {
     /// The defaults for a bulkhead of the default [`Config`](crate::Config) (`max_concurrent` 10).
-    pub const DEFAULT: AdaptiveConfig =
-        AdaptiveConfig::for_max_concurrent(DEFAULT_MAX_CONCURRENT);
+    pub const DEFAULT: AdaptiveConfig = AdaptiveConfig::for_max_concurrent(DEFAULT_MAX_CONCURRENT);
 
     /// The DESIGN §4 defaults for a bulkhead of `max_concurrent`: `initial_limit` = `max_limit`
     /// = `max_concurrent`, `min_limit` 1, `target_latency` 500 ms, `increase_step` 1,

@@ -116,7 +116,9 @@ impl RegistryConfig {
                     key: Some(key),
                     option: "overrides",
                     error: None,
-                    detail: Some(format!("names the same key as another override: {canonical:?}")),
+                    detail: Some(format!(
+                        "names the same key as another override: {canonical:?}"
+                    )),
                 });
             }
         }
@@ -183,7 +185,12 @@ impl fmt::Display for RegistryConfigError {
             (None, Some(d)) => f.write_str(d),
             (None, None) => {
                 let o = OptionId::MaxKeys.spec();
-                write!(f, "{} must be {}", o.name, o.range(crate::config::Spelling::Python))
+                write!(
+                    f,
+                    "{} must be {}",
+                    o.name,
+                    o.range(crate::config::Spelling::Python)
+                )
             }
         }
     }

@@ -2,6 +2,8 @@
 
 #[cfg(not(loom))]
 mod adaptive;
+#[cfg(all(not(loom), feature = "std"))]
+mod admission;
 #[cfg(not(loom))]
 mod breaker;
 #[cfg(not(loom))]
