@@ -36,13 +36,20 @@ fn bulkhead(l: u64, q: u64) -> Bulkhead {
     .unwrap()
 }
 
-/// I1, I2 after every step of every recipe.
-fn check(s: Stats) -> Stats {
-    assert!(s.active <= s.limit, "I1: {s}");
+/// I1, I2 after every step of every recipe, against what the test itself knows: `held`, the
+/// permits it holds (what it was granted less what it gave back), and `unclaimed`, the weights
+/// of its waiters that were granted and have not yet been polled for their permits.
+fn check(s: Stats, held: u64, unclaimed: u64) -> Stats {
+    assert_eq!(s.active, held, "active vs permits the test holds: {s}");
     assert_eq!(
-        s.available + s.active as i64 + s.granted_unclaimed as i64,
+        s.granted_unclaimed, unclaimed,
+        "granted_unclaimed vs the grants the test has not claimed: {s}"
+    );
+    assert!(held + unclaimed <= s.limit, "I1: {s}");
+    assert_eq!(
+        s.available + held as i64 + unclaimed as i64,
         s.limit as i64,
-        "I2: {s}"
+        "I2 with the test's counts ({held} held, {unclaimed} unclaimed): {s}"
     );
     s
 }
@@ -63,8 +70,9 @@ fn c01_permit_stranded_in_unpolled_waiter() {
     assert!(poll(&mut a1, &w).is_pending());
     assert!(poll(&mut a2, &w).is_pending());
     drop(h);
-    // While A1 is alive but unpolled, its grant is visible and I2 holds.
-    let s = check(bh.stats());
+    // While A1 is alive but unpolled, its grant is visible and I2 holds: nothing held, A1's
+    // grant (1) unclaimed.
+    let s = check(bh.stats(), 0, 1);
     assert_eq!((s.granted_unclaimed, s.available, s.queued), (1, 0, 1));
     // T keeps awaiting only A2: it stays pending (FIFO), however often it is polled.
     for _ in 0..3 {
@@ -75,10 +83,10 @@ fn c01_permit_stranded_in_unpolled_waiter() {
     let Poll::Ready(Ok(p2)) = poll(&mut a2, &w) else {
         panic!("A2 not granted after A1 was dropped")
     };
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 1, 0); // p2
     assert_eq!((s.active, s.available), (1, 0));
     drop(p2);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued, s.granted_unclaimed), (1, 0, 0));
 }
 
@@ -92,9 +100,9 @@ fn c01_heph_variant_three_dropped_waiters() {
         assert!(poll(a, &w).is_pending());
     }
     drop(h);
-    check(bh.stats());
+    check(bh.stats(), 0, 1); // h's permit is the first waiter's, unclaimed
     drop(waiters);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued, s.granted_unclaimed), (1, 0, 0));
 }
 
@@ -106,24 +114,24 @@ fn c02_cancelled_head_wakes_smaller_waiter() {
     let (_c1, w1) = counting_waker();
     let (c2, w2) = counting_waker();
     let h = bh.try_acquire(8).unwrap();
-    assert_eq!(check(bh.stats()).available, 2);
+    assert_eq!(check(bh.stats(), 8, 0).available, 2);
     let mut a1 = Box::pin(bh.acquire(5));
     let mut a2 = Box::pin(bh.acquire(2));
     assert!(poll(&mut a1, &w1).is_pending());
     // W2 must not barge although 2 are free.
     assert!(poll(&mut a2, &w2).is_pending());
-    assert_eq!(check(bh.stats()).available, 2);
+    assert_eq!(check(bh.stats(), 8, 0).available, 2);
     // Cancel W1 (drop its future): W2 is woken in the same tick, with no release.
     drop(a1);
     assert_eq!(c2.0.load(SeqCst), 1);
     let Poll::Ready(Ok(p2)) = poll(&mut a2, &w2) else {
         panic!("W2 not granted after the head was cancelled")
     };
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 8 + 2, 0); // h, p2
     assert_eq!((s.available, s.active), (0, 10));
     assert_eq!(s.rejected_by_reason.get(Reason::Aborted), 1);
     drop((h, p2));
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued), (10, 0));
 }
 
@@ -141,10 +149,12 @@ fn c02_partial_grant_variant_returns_everything() {
         panic!()
     };
     bh.cancel(t1, Reason::Aborted).unwrap();
+    check(bh.stats(), 8, 2); // W2 granted by the cancel, not polled yet
     assert_eq!(bh.poll_ticket(t2, None), Ok(TicketPoll::Granted(2)));
+    check(bh.stats(), 8 + 2, 0); // h, W2's claimed units
     bh.release_units(2);
     drop(h);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued), (10, 0));
 }
 
@@ -157,23 +167,23 @@ fn c04_recipe_a_queue_accounting() {
     let h = bh.try_acquire(1).unwrap();
     let mut w1 = Box::pin(bh.acquire(1));
     assert!(poll(&mut w1, &w).is_pending());
-    assert_eq!(check(bh.stats()).queued, 1);
+    assert_eq!(check(bh.stats(), 1, 0).queued, 1);
     drop(w1); // cancel W1's token
     assert_eq!(
-        check(bh.stats()).queued,
+        check(bh.stats(), 1, 0).queued,
         0,
         "queue_len is 0 once W1's cancel completes"
     );
     // Same tick: W2 is queued, not rejected.
     let mut w2 = Box::pin(bh.acquire(1));
     assert!(poll(&mut w2, &w).is_pending());
-    assert_eq!(check(bh.stats()).queued, 1);
+    assert_eq!(check(bh.stats(), 1, 0).queued, 1);
     drop(h);
     let Poll::Ready(Ok(p)) = poll(&mut w2, &w) else {
         panic!("W2 not granted")
     };
     drop(p);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued), (1, 0));
 }
 
@@ -190,15 +200,17 @@ fn c04_recipe_b_cancelled_head_is_skipped() {
         panic!()
     };
     bh.cancel(w1, Reason::Aborted).unwrap();
+    check(bh.stats(), 2, 0); // W2 (1) does not fit yet
     drop(h1);
+    check(bh.stats(), 1, 1); // h2; h1's permit is W2's, unclaimed
     assert_eq!(bh.poll_ticket(w2, None), Ok(TicketPoll::Granted(1)));
-    assert_eq!(check(bh.stats()).available, 0);
+    assert_eq!(check(bh.stats(), 1 + 1, 0).available, 0); // h2, W2's claimed unit
     // W1 is never granted.
     assert!(bh.poll_ticket(w1, None).is_err());
     assert_eq!(bh.cancel(w1, Reason::Aborted), Err(CancelError::Stale));
     bh.release_units(1);
     drop(h2);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0);
     assert_eq!((s.available, s.queued), (2, 0));
 }
 
@@ -258,7 +270,8 @@ fn c04_recipe_c_cancel_stress() {
     for t in workers {
         t.join().unwrap();
     }
-    let s = check(bh.stats());
+    // Every worker released each grant it got (fast path or claimed ticket).
+    let s = check(bh.stats(), 0, 0);
     assert_eq!(
         (s.available, s.queued, s.granted_unclaimed),
         (1, 0, 0),
@@ -315,7 +328,7 @@ where
         polls.load(SeqCst)
     );
     drop(out);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0); // H dropped by the holder, W's permit (if any) with `out`
     assert_eq!((s.available, s.queued), (s.limit as i64, 0));
 }
 
@@ -380,7 +393,7 @@ async fn c07_count_only_admission_never_rejects_below_capacity() {
     let rejected = futures_join(tasks).await;
     assert_eq!(rejected, 0);
     assert!(peak.load(SeqCst) <= 4);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0, 0); // every task dropped its permit
     assert_eq!((s.admitted_total, s.rejected_by_reason.total()), (40, 0));
 }
 

@@ -130,9 +130,9 @@ fn only_adaptive(a: AdaptiveConfig) -> Resilience {
     }
 }
 
-/// I2, and the adaptive limit is the bulkhead's (no manual `set_limit` in between).
-fn check(s: Stats) -> Stats {
-    let s = check_i2(s);
+/// [`check_i2`], and the adaptive limit is the bulkhead's (no manual `set_limit` in between).
+fn check(s: Stats, held: u64) -> Stats {
+    let s = check_i2(s, held);
     if let Some(a) = s.adaptive {
         assert_eq!(
             a.limit, s.limit,
@@ -143,12 +143,20 @@ fn check(s: Stats) -> Stats {
     s
 }
 
-/// I2 (`available + active + granted_unclaimed == limit`).
-fn check_i2(s: Stats) -> Stats {
+/// I2 against what the test itself holds: `active` is `held`, the permits the test was granted
+/// and has not given back (counted by the test), no grant is left unclaimed (no test here
+/// checks while one of its waiters is granted but not yet polled), and
+/// `available + held == limit`.
+fn check_i2(s: Stats, held: u64) -> Stats {
+    assert_eq!(s.active, held, "active vs permits the test holds: {s}");
     assert_eq!(
-        s.available + s.active as i64 + s.granted_unclaimed as i64,
+        s.granted_unclaimed, 0,
+        "no grant the test has not claimed: {s}"
+    );
+    assert_eq!(
+        s.available + held as i64,
         s.limit as i64,
-        "I2: {s}"
+        "I2 with the test's count ({held} held): {s}"
     );
     s
 }
@@ -201,13 +209,14 @@ impl Ord for InFlight {
 /// event, callers fill the bulkhead up to `offered(t)` calls in flight (`try_acquire`, never
 /// queueing); `service(t, inflight)` gives a new call's duration and outcome; each call ends
 /// with `release_with(outcome)` at its end time, so the adaptive limit samples grant → release
-/// exactly as in production. `observe(t, bh)` runs after every completion.
+/// exactly as in production. After every completion the stats are checked against the calls
+/// the simulation has in flight (each holds one permit) and handed to `observe(t, stats)`.
 fn simulate(
     r: &Rig,
     until_ns: u64,
     offered: impl Fn(u64) -> u64,
     service: impl Fn(u64, u64) -> (u64, Outcome),
-    mut observe: impl FnMut(u64, &Bulkhead),
+    mut observe: impl FnMut(u64, Stats),
 ) {
     let mut heap: BinaryHeap<Reverse<InFlight>> = BinaryHeap::new();
     let mut seq = 0;
@@ -237,11 +246,12 @@ fn simulate(
         t = next.end_ns;
         r.clock.set(t);
         next.permit.release_with(next.outcome);
-        observe(t, &r.bh);
+        observe(t, check(r.bh.stats(), heap.len() as u64));
     }
     for Reverse(f) in heap.drain() {
         drop(f.permit); // Ignored: the run ended, not the call
     }
+    check(r.bh.stats(), 0);
 }
 
 // ----- C20 / simulations of the adaptive limit ------------------------------------------------
@@ -284,8 +294,8 @@ fn run_c20(algorithm: Algorithm) -> (Rig, C20) {
             };
             (d, Outcome::Success)
         },
-        |t, bh| {
-            let l = check(bh.stats()).limit;
+        |t, s| {
+            let l = s.limit;
             if t <= 60 * S {
                 out.limit_end_phase1 = l;
             }
@@ -393,8 +403,8 @@ fn aimd_converges_after_a_latency_step_change_through_the_bulkhead() {
             }
             (d, Outcome::Success)
         },
-        |t, bh| {
-            let l = check(bh.stats()).limit;
+        |t, s| {
+            let l = s.limit;
             if let Some(i) = window(last.0) {
                 area[i] += u128::from(last.1) * u128::from(t - last.0);
             }
@@ -442,8 +452,8 @@ fn aimd_outage_of_failures_collapses_and_recovers_through_the_bulkhead() {
                 (10 * MS, Outcome::Success)
             }
         },
-        |t, bh| {
-            let l = check(bh.stats()).limit;
+        |t, s| {
+            let l = s.limit;
             if (5 * S..10 * S).contains(&t) {
                 min_in_outage = min_in_outage.min(l);
             }
@@ -472,7 +482,7 @@ fn gradient2_does_not_creep_under_modest_overload_and_recovers_through_the_bulkh
         S,
         |_| 20,
         |_, _| (10 * MS, Outcome::Success),
-        |_, bh| assert_eq!(check(bh.stats()).limit, 50),
+        |_, s| assert_eq!(s.limit, 50),
     );
     let a = r.bh.stats().adaptive.unwrap();
     assert!(a.samples_total >= 1900, "{a:?}");
@@ -487,7 +497,7 @@ fn gradient2_does_not_creep_under_modest_overload_and_recovers_through_the_bulkh
         S + 800 * MS,
         |_| 1000,
         |_, _| (13 * MS, Outcome::Success),
-        |_, bh| max_seen = max_seen.max(check(bh.stats()).limit),
+        |_, s| max_seen = max_seen.max(s.limit),
     );
     let a = r.bh.stats().adaptive.unwrap();
     assert!(a.samples_total - before >= 2500, "{a:?}");
@@ -502,8 +512,8 @@ fn gradient2_does_not_creep_under_modest_overload_and_recovers_through_the_bulkh
         start + 2 * S,
         |_| 1000,
         |_, _| (10 * MS, Outcome::Success),
-        |t, bh| {
-            if check(bh.stats()).limit == 200 && reached.is_none() {
+        |t, s| {
+            if s.limit == 200 && reached.is_none() {
                 reached = Some(t - start);
             }
         },
@@ -582,7 +592,7 @@ async fn c21_cancellations_give_no_sample_and_drops_shrink_multiplicatively() {
         successes += w.await.unwrap();
     }
     assert_eq!(successes, 500);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0); // every worker's call or permit has ended
     let a = s.adaptive.unwrap();
     assert_eq!(a.samples_total, 500, "only the completed calls are samples");
     assert_eq!(a.decreases_total, 0, "cancellations never shrink the limit");
@@ -612,7 +622,7 @@ async fn c21_cancellations_give_no_sample_and_drops_shrink_multiplicatively() {
             .await;
         assert_eq!(r, Err(CallError::Failed("overloaded")));
         expect = ((expect as f64 * 0.9) as u64).max(1);
-        assert_eq!(check(bh.stats()).limit, expect);
+        assert_eq!(check(bh.stats(), 0).limit, expect);
     }
     assert_eq!(samples(&bh), (510, 10));
 }
@@ -638,12 +648,12 @@ fn c22_resize_with_policies_attached() {
     assert!(noop_poll(&mut d).is_pending());
     // 2. set_limit(1): in_use 2 > limit, nothing pre-empted.
     bh.set_limit(1).unwrap();
-    let s = check_i2(bh.stats());
+    let s = check_i2(bh.stats(), 2); // A, B
     assert_eq!((s.active, s.queued, s.available), (2, 2, -1));
     // 3. set_limit(2): no waiter admitted.
     bh.set_limit(2).unwrap();
     assert!(noop_poll(&mut c).is_pending());
-    let s = check_i2(bh.stats());
+    let s = check_i2(bh.stats(), 2); // A, B
     assert_eq!((s.active, s.queued, s.available), (2, 2, 0));
     // 4. A releases (a permit dropped without an outcome: no adaptive sample that would move
     //    the limit under the recipe): exactly C is admitted.
@@ -652,13 +662,13 @@ fn c22_resize_with_policies_attached() {
         panic!("C is admitted")
     };
     assert!(noop_poll(&mut d).is_pending());
-    assert_eq!(check_i2(bh.stats()).active, 2);
+    assert_eq!(check_i2(bh.stats(), 2).active, 2); // B, C
     // 5. set_limit(4): D at once; in_use 3, available 1.
     bh.set_limit(4).unwrap();
     let Poll::Ready(Ok(d)) = noop_poll(&mut d) else {
         panic!("D is admitted")
     };
-    let s = check_i2(bh.stats());
+    let s = check_i2(bh.stats(), 3); // B, C, D
     assert_eq!((s.active, s.available), (3, 1));
     // 6. set_limit(1), then every holder releases: no admission while in_use ≥ 1.
     bh.set_limit(1).unwrap();
@@ -673,7 +683,7 @@ fn c22_resize_with_policies_attached() {
         Some(Reason::ConcurrencyLimit)
     );
     drop(d);
-    let s = check_i2(bh.stats());
+    let s = check_i2(bh.stats(), 0);
     assert_eq!((s.active, s.available, s.limit), (0, 1, 1));
     assert_eq!(samples(bh), (0, 0), "no outcome was recorded");
     assert_eq!(s.circuit.unwrap().state, CircuitState::Closed);
@@ -699,7 +709,7 @@ fn c22_resize_with_policies_attached() {
         while let Ok(p) = bh.try_acquire(1) {
             held.push(p);
         }
-        max_active = max_active.max(check_i2(bh.stats()).active);
+        max_active = max_active.max(check_i2(bh.stats(), held.len() as u64).active);
         held.clear();
     }
     assert_eq!(max_active, 1);
@@ -733,7 +743,7 @@ fn c23(callers: usize) {
         vec![(10, CircuitState::Closed, CircuitState::Open)],
         "exactly one OPEN transition, at 10 ms"
     );
-    let s = check(r.bh.stats()).circuit.unwrap();
+    let s = check(r.bh.stats(), 0).circuit.unwrap(); // every thread released its permit
     // "One armed reset timer": opened_at written once, by the transition.
     assert_eq!(
         (s.state, s.generation, s.opened_at_ns),
@@ -847,7 +857,7 @@ fn c24_half_open_admits_exactly_one_of_ten_concurrent_callers() {
     assert_eq!(rejected(&r.bh, Reason::CircuitOpen), 27);
     // Closed again: the next ten concurrent calls all reach the backend.
     let held: Vec<_> = (0..10).map(|_| r.bh.try_acquire(1).unwrap()).collect();
-    assert_eq!(check(r.bh.stats()).active, 10);
+    assert_eq!(check(r.bh.stats(), held.len() as u64).active, 10);
     drop(held);
     assert_eq!(circuit(&r.bh), CircuitState::Closed);
 }
@@ -918,7 +928,7 @@ fn breaker_lifecycle_opens_fast_fails_half_opens_reopens_times_out_and_closes() 
             (570, HalfOpen, Closed),
         ]
     );
-    let s = check(r.bh.stats());
+    let s = check(r.bh.stats(), 0); // every permit, the silent probe's too, was released
     assert_eq!(s.circuit.unwrap().generation, 11);
     assert_eq!((s.active, s.available), (0, 8));
 }
@@ -944,7 +954,7 @@ async fn call_timeout_fails_the_call_counts_and_trips_the_breaker() {
     let r = bh.call(1, slow, tokio::time::sleep).await;
     assert_eq!(r, Err(CallError::CallTimeout));
     assert_eq!(r.unwrap_err().reason(), Some(Reason::CallTimeout));
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0); // the call has returned
     assert_eq!(s.rejected_by_reason.get(Reason::CallTimeout), 1);
     assert_eq!(s.active, 0, "the work was dropped, its permit released");
     assert_eq!(s.circuit.unwrap().state, CircuitState::Open, "a failure");
@@ -967,7 +977,7 @@ async fn call_timeout_fails_the_call_counts_and_trips_the_breaker() {
     assert_eq!(bh.call(1, quick, tokio::time::sleep).await, Ok(7));
     assert_eq!(bh.circuit_state(), Some(CircuitState::Closed));
     assert_eq!(
-        check(bh.stats())
+        check(bh.stats(), 0)
             .rejected_by_reason
             .get(Reason::CallTimeout),
         1
@@ -999,13 +1009,13 @@ async fn classifier_overload_is_a_breaker_success_and_an_adaptive_failure() {
     // 503: a failure for both.
     let r = bh.call_classified(1, status(503), sleep, classify).await;
     assert_eq!(r, Err(CallError::Failed(503)));
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0);
     assert_eq!(s.circuit.unwrap().consecutive_failures, 1);
     assert_eq!(s.limit, 4);
     // 429: the breaker counts a success (the count resets), the limit halves.
     let r = bh.call_classified(1, status(429), sleep, classify).await;
     assert_eq!(r, Err(CallError::Failed(429)));
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0);
     assert_eq!(s.circuit.unwrap().consecutive_failures, 0);
     assert_eq!(s.limit, 2);
     assert_eq!(samples(&bh), (2, 2));
@@ -1035,7 +1045,7 @@ async fn dropping_a_queued_call_is_ignored_and_gives_the_probe_slot_back() {
     bh.try_acquire(1).unwrap().release_with(Outcome::Failure);
     assert_eq!(bh.circuit_state(), Some(CircuitState::Open));
     // The failure also halved the adaptive limit to 1: the held permit fills the bulkhead.
-    assert_eq!(check(bh.stats()).available, 0);
+    assert_eq!(check(bh.stats(), 1).available, 0); // `held`
     let (samples_before, _) = samples(&bh);
     tokio::time::advance(Duration::from_millis(100)).await;
     // The half-open probe passes the breaker, then queues behind the held permit. The caller
@@ -1046,7 +1056,7 @@ async fn dropping_a_queued_call_is_ignored_and_gives_the_probe_slot_back() {
             .await
             .is_err()
     );
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 1); // `held`; the dropped call held none
     assert_eq!((s.queued, s.active), (0, 1));
     assert_eq!(s.circuit.unwrap().state, CircuitState::HalfOpen);
     assert_eq!(samples(&bh).0, samples_before, "no sample");
@@ -1095,13 +1105,13 @@ fn permit_outcomes_drop_is_ignored_release_with_and_set_outcome_count() {
         r.clock.advance(MS);
         drop(p);
     }
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0);
     assert_eq!(s.circuit.unwrap().consecutive_failures, 0);
     assert_eq!(s.circuit.unwrap().window_requests, 0);
     assert_eq!((s.limit, samples(bh).0), (4, 0));
     // release_with(Failure) counts for both.
     bh.try_acquire(1).unwrap().release_with(Outcome::Failure);
-    let s = check(bh.stats());
+    let s = check(bh.stats(), 0);
     assert_eq!(s.circuit.unwrap().consecutive_failures, 1);
     assert_eq!(s.limit, 2);
     // set_outcome, then drop: the outcome set is recorded.
@@ -1109,7 +1119,7 @@ fn permit_outcomes_drop_is_ignored_release_with_and_set_outcome_count() {
     p.set_outcome(Outcome::Failure);
     drop(p);
     assert_eq!(circuit(bh), CircuitState::Open);
-    assert_eq!(check(bh.stats()).limit, 1);
+    assert_eq!(check(bh.stats(), 0).limit, 1);
     assert_eq!(samples(bh), (2, 2));
     // forget(): the permits stay out, the call ends ignored.
     r.clock.advance(100 * MS);

@@ -9,6 +9,12 @@
 //! binding does: `begin_call` before admission, `mark_granted` on a queued grant, `end_call`
 //! (`ignored` for a refused or cancelled acquire, the release's outcome otherwise) before the
 //! permits return. Breaker events are logged by an [`Observer`] and checked by `expect_events`.
+//!
+//! Options are read through the core's option table (`config::options`, the vector spelling)
+//! into `PartialConfig`s, and registry overrides are merged over the defaults by the core
+//! (`RegistryConfig::from_partial`); unknown keys fail the run. After every step the stats of
+//! every bulkhead are checked against the permits the runner itself holds (see
+//! `check_invariants`).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -22,9 +28,12 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Admission, Bulkhead, CallStart, CancelError, Clock, ClockSource, Config, Outcome,
-    Reason, Registry, RegistryConfig, Resilience, Stats, Ticket, TicketPoll,
-    adaptive::{AdaptiveConfig, Algorithm},
-    breaker::{BreakerConfig, CircuitState, Observer},
+    Reason, Registry, RegistryConfig, Stats, Ticket, TicketPoll,
+    breaker::{CircuitState, Observer},
+    config::{
+        OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
+        options::{self, Kind},
+    },
 };
 use hullguard_tests::vectors;
 use serde_json::{Map, Value, json};
@@ -61,11 +70,16 @@ enum Target {
 enum State {
     Queued {
         bh: Arc<Bulkhead>,
+        /// The registry key the acquire named (`None` for a single bulkhead).
+        key: Option<String>,
         ticket: Ticket,
         call: CallStart,
     },
+    /// The runner holds `weight` permits of `key`'s bulkhead: what it was granted (the
+    /// acquire's weight, or what a queued grant's poll handed over) less what it released.
     Held {
         bh: Arc<Bulkhead>,
+        key: Option<String>,
         weight: u64,
         call: CallStart,
     },
@@ -87,79 +101,144 @@ struct Runner {
     events: Arc<EventLog>,
 }
 
-fn config(v: Option<&Value>) -> Config {
-    let mut c = Config::default();
-    let Some(v) = v.and_then(Value::as_object) else {
-        return c;
+/// One JSON object of options (`config`, `registry.defaults`, one of `registry.overrides`) as
+/// the core's [`PartialConfig`]: every key is looked up in the core's option table in the
+/// vector spelling (the Python names, durations as integer `…_ms`), every value converted by the
+/// core's rules (`convert`). `resilience` holds the parts `adaptive` / `breaker` (an object
+/// turns the part on, `null` turns it off) and `call_timeout_ms`. Unknown keys and bad values
+/// panic, naming the option.
+fn partial(ctx: &str, v: &Value) -> PartialConfig {
+    let mut p = PartialConfig::new();
+    set_options(ctx, &mut p, Section::Bulkhead, object(ctx, "", v));
+    p
+}
+
+fn object<'a>(ctx: &str, path: &str, v: &'a Value) -> &'a Map<String, Value> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("{ctx}: options {path:?} must be an object, not {v}"))
+}
+
+/// The keys of one object of `section` into `p`.
+fn set_options(ctx: &str, p: &mut PartialConfig, section: Section, obj: &Map<String, Value>) {
+    let path = section.path();
+    for (k, x) in obj {
+        if section == Section::Bulkhead && k == "resilience" {
+            match x {
+                Value::Null => p.set_part(Section::Resilience, Part::Off),
+                _ => {
+                    let r = object(ctx, "resilience", x);
+                    set_options(ctx, p, Section::Resilience, r);
+                }
+            }
+            continue;
+        }
+        let part = options::find_part(k).filter(|_| section == Section::Resilience);
+        if let Some(part) = part {
+            match x {
+                Value::Null => p.set_part(part, Part::Off),
+                _ => {
+                    let o = object(ctx, part.path(), x);
+                    p.set_part(part, Part::On);
+                    set_options(ctx, p, part, o);
+                }
+            }
+            continue;
+        }
+        let Some(spec) = options::find(section, Spelling::Vector, k) else {
+            panic!(
+                "{ctx}: unknown option {k:?} in {:?}; known: {}",
+                if path.is_empty() { "config" } else { path },
+                options::known_names(section, Spelling::Vector)
+            )
+        };
+        set_option(ctx, p, spec, x);
+    }
+}
+
+/// One option's JSON value, converted by the core's rules and checked by `PartialConfig::set`.
+fn set_option(ctx: &str, p: &mut PartialConfig, spec: &'static OptionSpec, x: &Value) {
+    let path = spec.path(Spelling::Vector);
+    let bad = |why: &dyn std::fmt::Display| -> ! {
+        panic!(
+            "{ctx}: {path} = {x}: {why} (want {})",
+            spec.range(Spelling::Vector)
+        )
     };
-    if let Some(n) = v.get("max_concurrent").and_then(Value::as_u64) {
-        c.max_concurrent = n;
-    }
-    if let Some(n) = v.get("max_queue").and_then(Value::as_u64) {
-        c.max_queue = n;
-    }
-    match v.get("queue_timeout_ms") {
-        Some(Value::String(_)) => c.queue_timeout = Duration::MAX,
-        Some(t) => c.queue_timeout = Duration::from_millis(t.as_u64().unwrap()),
-        None => {}
-    }
-    if let Some(b) = v.get("enabled").and_then(Value::as_bool) {
-        c.enabled = b;
-    }
-    if let Some(r) = v.get("resilience") {
-        c.resilience = resilience(r, c.max_concurrent);
-    }
-    c
+    let value = match spec.kind {
+        Kind::Count { .. } => {
+            let n = match (x.as_u64(), x.as_i64(), x.as_f64()) {
+                (Some(n), _, _) => convert::count_in(i128::from(n), spec.kind),
+                (None, Some(n), _) => convert::count_in(i128::from(n), spec.kind),
+                (None, None, Some(f)) => convert::count_from_f64(f, spec.kind),
+                _ => bad(&"not a number"),
+            };
+            OptionValue::Count(n.unwrap_or_else(|e| bad(&e)))
+        }
+        Kind::Duration { .. } => {
+            // Integer ms; "infinite" (queue_timeout_ms) and null (call_timeout_ms) are "none",
+            // which the core refuses for the options without one.
+            let ms = match x {
+                Value::Null => f64::INFINITY,
+                Value::String(s) if s == "infinite" => f64::INFINITY,
+                _ => x.as_f64().unwrap_or_else(|| bad(&"not a number")),
+            };
+            let d = convert::duration_from_millis(ms, spec.kind);
+            OptionValue::Duration(d.unwrap_or_else(|e| bad(&e)))
+        }
+        Kind::Number { .. } => {
+            OptionValue::Number(x.as_f64().unwrap_or_else(|| bad(&"not a number")))
+        }
+        Kind::Bool => OptionValue::Bool(x.as_bool().unwrap_or_else(|| bad(&"not a bool"))),
+        Kind::Choice(choices) => {
+            let s = x.as_str().unwrap_or_else(|| bad(&"not a string"));
+            let c = choices.iter().find(|c| **c == s);
+            OptionValue::Choice(c.unwrap_or_else(|| bad(&"not a choice")))
+        }
+    };
+    p.set(spec.id, value).unwrap_or_else(|e| bad(&e));
 }
 
-fn ms(v: &Value) -> Duration {
-    Duration::from_millis(v.as_u64().unwrap())
+/// A single bulkhead's `config` (absent: the defaults).
+fn config(ctx: &str, v: Option<&Value>) -> Config {
+    let p = v.map_or_else(PartialConfig::new, |v| partial(ctx, v));
+    p.to_config()
+        .unwrap_or_else(|e| panic!("{ctx}: config: {e}"))
 }
 
-/// `config.resilience` (DESIGN §4 with `…_ms` durations); a missing or null part is off.
-fn resilience(v: &Value, max_concurrent: u64) -> Resilience {
-    let mut r = Resilience::OFF;
-    if let Some(a) = v.get("adaptive").and_then(Value::as_object) {
-        let mut c = AdaptiveConfig::for_max_concurrent(max_concurrent);
-        for (k, x) in a {
-            match k.as_str() {
-                "algorithm" => c.algorithm = Algorithm::parse(x.as_str().unwrap()).unwrap(),
-                "initial_limit" => c.initial_limit = x.as_u64().unwrap(),
-                "min_limit" => c.min_limit = x.as_u64().unwrap(),
-                "max_limit" => c.max_limit = x.as_u64().unwrap(),
-                "target_latency_ms" => c.target_latency_ns = x.as_u64().unwrap() * 1_000_000,
-                "increase_step" => c.increase_step = x.as_u64().unwrap(),
-                "decrease_ratio" => c.decrease_ratio = x.as_f64().unwrap(),
-                "smoothing" => c.smoothing = x.as_f64().unwrap(),
-                "rtt_tolerance" => c.rtt_tolerance = x.as_f64().unwrap(),
-                "long_window" => c.long_window = x.as_u64().unwrap(),
-                "queue_size" => c.queue_size = x.as_u64().unwrap(),
-                other => panic!("unknown adaptive option {other:?}"),
+/// A vector's `registry`: `defaults` (with the registry's own `max_keys`) and one
+/// [`PartialConfig`] per override, merged over the defaults by the core
+/// (`RegistryConfig::from_partial`).
+fn registry_config(ctx: &str, r: &Value) -> RegistryConfig {
+    let r = object(ctx, "registry", r);
+    let mut defaults = r.get("defaults").map_or_else(PartialConfig::new, |d| {
+        partial(&format!("{ctx} defaults"), d)
+    });
+    let mut overrides = Vec::new();
+    for (k, x) in r {
+        match k.as_str() {
+            "defaults" => {}
+            "overrides" => {
+                for (key, o) in object(ctx, "overrides", x) {
+                    overrides.push((key.clone(), partial(&format!("{ctx} override {key:?}"), o)));
+                }
+            }
+            other => {
+                let Some(spec) = options::find(Section::Registry, Spelling::Vector, other) else {
+                    let own: Vec<String> = options::options_in(Section::Registry)
+                        .map(|o| format!("{:?}", o.spelled(Spelling::Vector).to_string()))
+                        .collect();
+                    panic!(
+                        "{ctx}: unknown registry option {other:?}; known: \"defaults\", \
+                         \"overrides\", {}",
+                        own.join(", ")
+                    )
+                };
+                set_option(ctx, &mut defaults, spec, x);
             }
         }
-        r.adaptive = Some(c);
     }
-    if let Some(b) = v.get("breaker").and_then(Value::as_object) {
-        let mut c = BreakerConfig::DEFAULT;
-        for (k, x) in b {
-            match k.as_str() {
-                "failure_threshold" => c.failure_threshold = x.as_u64().unwrap() as u32,
-                "error_rate_threshold" => c.error_rate_threshold = x.as_f64().unwrap(),
-                "error_rate_window_ms" => c.error_rate_window = ms(x),
-                "error_rate_buckets" => c.error_rate_buckets = x.as_u64().unwrap() as u32,
-                "volume_threshold" => c.volume_threshold = x.as_u64().unwrap() as u32,
-                "open_duration_ms" => c.open_duration = ms(x),
-                "half_open_max_calls" => c.half_open_max_calls = x.as_u64().unwrap() as u32,
-                "half_open_timeout_ms" => c.half_open_timeout = ms(x),
-                other => panic!("unknown breaker option {other:?}"),
-            }
-        }
-        r.breaker = Some(c);
-    }
-    if let Some(t) = v.get("call_timeout_ms").filter(|t| !t.is_null()) {
-        r.call_timeout = Some(ms(t));
-    }
-    r
+    RegistryConfig::from_partial(&defaults, overrides)
+        .unwrap_or_else(|e| panic!("{ctx}: registry: {e}"))
 }
 
 fn outcome_arg(step: &Value) -> Outcome {
@@ -175,42 +254,28 @@ fn outcome_of(e: &AcquireError) -> &'static str {
     }
 }
 
+// The runner drives the three steps of a guarded call (`begin_call`, `mark_granted`,
+// `end_call`) exactly as a binding does (see the module docs); those are the deprecated
+// wrappers of the admission API until the runner moves to `Bulkhead::admit`.
+#[allow(deprecated)]
 impl Runner {
     fn new(v: &Value) -> Self {
         let clock = Arc::new(VirtualClock::default());
         let source = ClockSource::Shared(clock.clone());
         let events = Arc::new(EventLog::default());
         let observer: hullguard_core::policy::SharedObserver = events.clone();
+        let name = v["name"].as_str().unwrap();
         let target = if let Some(r) = v.get("registry") {
-            let overrides = r
-                .get("overrides")
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, c)| {
-                            let merged = vectors::merge(r.get("defaults"), c, 0);
-                            (k.clone(), config(Some(&merged)))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let rc = RegistryConfig {
-                defaults: config(r.get("defaults")),
-                overrides,
-                max_keys: r
-                    .get("max_keys")
-                    .and_then(Value::as_u64)
-                    .map_or(1024, |n| n as usize),
-            };
+            let rc = registry_config(name, r);
             Target::Registry(Registry::with_observer(rc, source, Some(observer)).unwrap())
         } else {
+            let c = config(name, v.get("config"));
             Target::Single(Arc::new(
-                Bulkhead::with_observer(config(v.get("config")), source, Some(observer), None)
-                    .unwrap(),
+                Bulkhead::with_observer(c, source, Some(observer), None).unwrap(),
             ))
         };
         Runner {
-            name: v["name"].as_str().unwrap().to_string(),
+            name: name.to_string(),
             clock,
             target,
             acquires: HashMap::new(),
@@ -277,7 +342,16 @@ impl Runner {
         };
         match result {
             Ok(Admission::Granted) => {
-                self.acquires.insert(id, State::Held { bh, weight, call });
+                let key = key.map(str::to_string);
+                self.acquires.insert(
+                    id,
+                    State::Held {
+                        bh,
+                        key,
+                        weight,
+                        call,
+                    },
+                );
                 "granted".into()
             }
             Ok(Admission::Queued(ticket)) => {
@@ -286,7 +360,16 @@ impl Runner {
                     self.seq += 1;
                     self.timers.insert((deadline, self.seq), id.clone());
                 }
-                self.acquires.insert(id, State::Queued { bh, ticket, call });
+                let key = key.map(str::to_string);
+                self.acquires.insert(
+                    id,
+                    State::Queued {
+                        bh,
+                        key,
+                        ticket,
+                        call,
+                    },
+                );
                 "queued".into()
             }
             Err(e) => {
@@ -301,7 +384,13 @@ impl Runner {
     /// Polls every queued acquire; returns those that settled.
     fn collect_settled(&mut self, settled: &mut BTreeMap<String, String>) {
         for (id, st) in self.acquires.iter_mut() {
-            let State::Queued { bh, ticket, call } = st else {
+            let State::Queued {
+                bh,
+                key,
+                ticket,
+                call,
+            } = st
+            else {
                 continue;
             };
             match bh.poll_ticket(*ticket, None).unwrap() {
@@ -312,6 +401,7 @@ impl Runner {
                     bh.mark_granted(&mut call);
                     *st = State::Held {
                         bh: bh.clone(),
+                        key: key.take(),
                         weight: w,
                         call,
                     };
@@ -327,7 +417,10 @@ impl Runner {
 
     /// Cancels a queued acquire with `reason`; `true` if the cancel won.
     fn cancel(&mut self, id: &str, reason: Reason, settled: &mut BTreeMap<String, String>) -> bool {
-        let Some(State::Queued { bh, ticket, call }) = self.acquires.get(id) else {
+        let Some(State::Queued {
+            bh, ticket, call, ..
+        }) = self.acquires.get(id)
+        else {
             return false;
         };
         match bh.cancel(*ticket, reason) {
@@ -365,7 +458,9 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let expect = step.get("expect").and_then(Value::as_bool).unwrap_or(true);
                 let released = match self.acquires.remove(id) {
-                    Some(State::Held { bh, weight, call }) => {
+                    Some(State::Held {
+                        bh, weight, call, ..
+                    }) => {
                         // Step 3: the outcome first, then the permits (DESIGN §4).
                         bh.end_call(call, outcome_arg(step));
                         if weight > 0 {
@@ -480,23 +575,54 @@ impl Runner {
         self.check_invariants(&ctx);
     }
 
-    /// I1 and I2 after every step, for every bulkhead.
+    /// After every step, for every bulkhead: `active` is exactly what the runner holds of it
+    /// (the weights of its `Held` acquires of that key, from its own records), no grant is left
+    /// unclaimed (the runner has just polled every queued acquire, and each that was granted
+    /// became `Held`), `queued` is the runner's pending acquires, and I2 holds with the
+    /// runner's count: `available + held == limit`.
     fn check_invariants(&self, ctx: &str) {
-        let all: Vec<Stats> = match &self.target {
-            Target::Single(b) => vec![b.stats()],
-            Target::Registry(r) => r.stats().into_values().collect(),
+        let mut held: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        let mut queued: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        for st in self.acquires.values() {
+            match st {
+                State::Held { key, weight, .. } => {
+                    *held.entry(key.clone()).or_default() += weight;
+                }
+                State::Queued { key, .. } => *queued.entry(key.clone()).or_default() += 1,
+                State::Released { .. } | State::Rejected => {}
+            }
+        }
+        let all: Vec<(Option<String>, Stats)> = match &self.target {
+            Target::Single(b) => vec![(None, b.stats())],
+            Target::Registry(r) => r.stats().into_iter().map(|(k, s)| (Some(k), s)).collect(),
         };
-        for s in all {
+        for (key, s) in all {
+            let held = held.remove(&key).unwrap_or(0);
+            let queued = queued.remove(&key).unwrap_or(0);
             assert_eq!(
-                s.available + s.active as i64 + s.granted_unclaimed as i64,
-                s.limit as i64,
-                "{ctx}: I2 {s}"
+                s.active, held,
+                "{ctx}: active of {key:?} vs the permits the runner holds: {s}"
             );
             assert_eq!(
                 s.granted_unclaimed, 0,
-                "{ctx}: the runner claims every grant"
+                "{ctx}: the runner claims every grant: {s}"
+            );
+            assert_eq!(
+                s.queued, queued,
+                "{ctx}: queued of {key:?} vs the runner's pending acquires: {s}"
+            );
+            assert_eq!(
+                s.available + held as i64,
+                s.limit as i64,
+                "{ctx}: I2 with the runner's count ({held} held) for {key:?}: {s}"
             );
         }
+        // Every bulkhead the runner holds permits of or waits on is in the stats.
+        held.retain(|_, w| *w > 0);
+        assert!(
+            held.is_empty() && queued.is_empty(),
+            "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
+        );
     }
 }
 
@@ -569,4 +695,104 @@ fn runner_rejects_unknown_ops_and_wrong_settles() {
         {"op": "try_acquire", "id": "c", "expect": "circuit_open"}]});
     validator.validate(&right).unwrap();
     run(&right);
+}
+
+#[test]
+fn options_go_through_the_core_table_and_merge() {
+    use std::time::Duration;
+
+    use hullguard_core::breaker::BreakerConfig;
+    let r = json!({"max_keys": 7,
+        "defaults": {"max_concurrent": 2, "queue_timeout_ms": "infinite",
+            "resilience": {"breaker": {"failure_threshold": 3, "open_duration_ms": 100},
+                           "call_timeout_ms": 2000}},
+        "overrides": {
+            "fragile": {"resilience": {"breaker": {"failure_threshold": 1}}},
+            "plain": {"max_queue": 0, "resilience": {"breaker": null, "call_timeout_ms": null}},
+            "https://Slow.example/v1": {"max_concurrent": 5, "queue_timeout_ms": 0}}});
+    let c = registry_config("t", &r);
+    let breaker = BreakerConfig {
+        failure_threshold: 3,
+        open_duration: Duration::from_millis(100),
+        ..BreakerConfig::DEFAULT
+    };
+    let mut d = Config {
+        max_concurrent: 2,
+        queue_timeout: Duration::MAX,
+        ..Config::DEFAULT
+    };
+    d.resilience.breaker = Some(breaker);
+    d.resilience.call_timeout = Some(Duration::from_secs(2));
+    assert_eq!((c.defaults, c.max_keys), (d, 7));
+    // Merged key by key over the defaults, by the core.
+    let mut fragile = d;
+    fragile.resilience.breaker = Some(BreakerConfig {
+        failure_threshold: 1,
+        ..breaker
+    });
+    assert_eq!(c.overrides["fragile"], fragile);
+    let mut plain = d;
+    plain.max_queue = 0;
+    plain.resilience.breaker = None;
+    plain.resilience.call_timeout = None;
+    assert_eq!(c.overrides["plain"], plain);
+    let slow = Config {
+        max_concurrent: 5,
+        queue_timeout: Duration::ZERO,
+        ..d
+    };
+    assert_eq!(
+        c.overrides["https://slow.example:443"], slow,
+        "a canonical key"
+    );
+    // A part given as an object is on with its defaults; adaptive follows max_concurrent.
+    let c = config(
+        "t",
+        Some(&json!({"max_concurrent": 4, "resilience": {"adaptive": {}, "breaker": {}}})),
+    );
+    assert_eq!(c.resilience.adaptive.unwrap().max_limit, 4);
+    assert_eq!(c.resilience.breaker, Some(BreakerConfig::DEFAULT));
+    assert_eq!(config("t", None), Config::DEFAULT);
+
+    // Unknown keys and bad values fail loudly, at every level.
+    let bad_configs = [
+        json!({"max_concurent": 1}),
+        json!({"open_duration_ms": 1}),
+        json!({"max_keys": 1}),
+        json!({"resilience": {"adaptiv": {}}}),
+        json!({"resilience": {"call_timeout": 5}}),
+        json!({"resilience": {"breaker": {"open_duration": 5}}}),
+        json!({"resilience": {"breaker": {"min_limit": 5}}}),
+        json!({"resilience": {"adaptive": {"failure_threshold": 5}}}),
+        json!({"resilience": {"breaker": 3}}),
+        json!({"max_concurrent": 0}),
+        json!({"max_concurrent": 1.5}),
+        json!({"max_concurrent": "1"}),
+        json!({"enabled": 1}),
+        json!({"queue_timeout_ms": "forever"}),
+        json!({"resilience": {"breaker": {"open_duration_ms": 0}}}),
+        json!({"resilience": {"breaker": {"open_duration_ms": "infinite"}}}),
+        json!({"resilience": {"adaptive": {"algorithm": "vegas"}}}),
+        json!({"max_concurrent": 2, "resilience": {"adaptive": {"max_limit": 3}}}),
+    ];
+    for v in &bad_configs {
+        let r = std::panic::catch_unwind(|| config("t", Some(v)));
+        assert!(r.is_err(), "config {v} was accepted");
+        let r = std::panic::catch_unwind(|| registry_config("t", &json!({"defaults": v})));
+        assert!(r.is_err(), "defaults {v} were accepted");
+        let r = std::panic::catch_unwind(|| registry_config("t", &json!({"overrides": {"k": v}})));
+        assert!(r.is_err(), "override {v} was accepted");
+    }
+    for r in [
+        json!({"max_key": 1}),
+        json!({"max_keys": 0}),
+        json!({"overrides": {"https://": {}}}),
+    ] {
+        let got = std::panic::catch_unwind(|| registry_config("t", &r));
+        assert!(got.is_err(), "registry {r} was accepted");
+    }
+    // And the runner fails on them (before any step).
+    let v = json!({"name": "x", "config": {"max_concurent": 1},
+        "steps": [{"op": "stats", "expect": {}}]});
+    assert!(std::panic::catch_unwind(|| run(&v)).is_err());
 }

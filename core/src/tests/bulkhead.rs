@@ -52,13 +52,20 @@ fn queued<const N: usize>(b: &Bulkhead<N>, w: u64, waker: &Waker) -> crate::Tick
     }
 }
 
-/// I2 at a quiescent point.
-fn assert_conserved(b: &Bulkhead) {
+/// I2 at a quiescent point, against what the test itself knows: `held`, the permits it holds
+/// (guards and raw units it was granted, less what it gave back), and `unclaimed`, the weights
+/// of its waiters that were granted and not yet polled for their permits.
+fn assert_conserved<const N: usize>(b: &Bulkhead<N>, held: u64, unclaimed: u64) {
     let s = b.stats();
+    assert_eq!(s.active, held, "active vs permits the test holds: {s}");
     assert_eq!(
-        s.available + s.active as i64 + s.granted_unclaimed as i64,
+        s.granted_unclaimed, unclaimed,
+        "granted_unclaimed vs the grants the test has not claimed: {s}"
+    );
+    assert_eq!(
+        s.available + held as i64 + unclaimed as i64,
         s.limit as i64,
-        "I2 violated: {s}"
+        "I2 violated with the test's counts ({held} held, {unclaimed} unclaimed): {s}"
     );
 }
 
@@ -145,7 +152,7 @@ fn fifo_handoff_and_no_barging() {
         b.try_acquire(1).unwrap_err().reason(),
         Some(Reason::ConcurrencyLimit)
     );
-    assert_conserved(&b);
+    assert_conserved(&b, 0, 1); // `held` dropped; its permit is t1's, unclaimed
     assert_eq!(b.poll_ticket(t1, None), Ok(TicketPoll::Granted(1)));
     assert_eq!(b.poll_ticket(t1, None), Err(StaleTicket));
     assert_eq!(b.poll_ticket(t2, None), Ok(TicketPoll::Pending));
@@ -271,7 +278,7 @@ fn resize_up_hands_permits_to_waiters() {
     b.set_limit(3).unwrap();
     assert_eq!(c.0.load(Ordering::SeqCst), 1);
     assert_eq!(b.poll_ticket(t1, None), Ok(TicketPoll::Granted(2)));
-    assert_conserved(&b);
+    assert_conserved(&b, 1 + 2, 0); // `held`, t1's claimed units
     drop(held);
     b.release_units(2);
     assert_eq!(b.stats().available, 3);
@@ -349,10 +356,13 @@ fn release_partial_and_forget() {
     let mut p = b.try_acquire(8).unwrap();
     let t = queued(&b, 4, &w);
     p.release_partial(2).unwrap();
+    assert_conserved(&b, 8 - 2, 4); // p's 6 left; the refund went to t, unclaimed
     assert_eq!(b.poll_ticket(t, None), Ok(TicketPoll::Granted(4)));
     assert_eq!(p.release_partial(0).unwrap_err().held, 6);
     assert_eq!(p.forget(), 6);
+    assert_conserved(&b, 6 + 4, 0); // the forgotten 6 stay out, t's 4 claimed
     b.release_units(4);
+    assert_conserved(&b, 6, 0);
     assert_eq!(b.stats().available, 4);
 }
 
@@ -378,7 +388,7 @@ fn future_polls_and_drop_cancels() {
     drop(held);
     assert_eq!(c.0.load(Ordering::SeqCst), 1);
     // A1 holds an unclaimed grant; dropping it passes the permit to A2 (C01).
-    assert_eq!(b.stats().granted_unclaimed, 1);
+    assert_conserved(&b, 0, 1);
     drop(a1);
     let Poll::Ready(Ok(p)) = a2.as_mut().poll(&mut cx) else {
         panic!("A2 not granted")
@@ -559,6 +569,7 @@ fn unclaimed_grant_never_fills_the_queue() {
         // The ring is 2 cells, one holds t1's unclaimed grant: every arrival still queues.
         let t = queued(&b, 1, &w);
         assert_eq!(b.stats().queued, 1);
+        assert_conserved(&b, 0, 1); // `held` dropped; its permit is t1's, unclaimed
         b.cancel(t, Reason::Aborted).unwrap();
     }
     assert_eq!(b.poll_ticket(t1, None), Ok(TicketPoll::Granted(1)));
