@@ -8,7 +8,7 @@
 //! `on_state_change` with the GIL; Node queues them for the JS thread; C calls
 //! `on_state_change` / `on_event`).
 
-use crate::policy::breaker::{CircuitState, Transition};
+use crate::circuit::CircuitState;
 
 /// Something that happened to a bulkhead. `key` is the registry key, `None` outside a registry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,15 +67,3 @@ pub trait Observer {
 /// An observer shared by a bulkhead (or every bulkhead of a registry).
 #[cfg(feature = "alloc")]
 pub type SharedObserver = alloc::sync::Arc<dyn Observer + Send + Sync>;
-
-impl Transition {
-    /// Delivers this transition to `observer` as an [`Event::StateChange`].
-    pub fn notify<O: Observer + ?Sized>(self, key: Option<&str>, observer: &O) {
-        observer.on_event(&Event::StateChange {
-            key,
-            old: self.old,
-            new: self.new,
-            generation: self.generation,
-        });
-    }
-}

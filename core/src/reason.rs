@@ -274,3 +274,24 @@ impl From<Rejection> for AcquireError {
         AcquireError::Rejected(r)
     }
 }
+
+/// Rejections counted per admission reason (all eight keys always present).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RejectedByReason(pub [u64; Reason::COUNT]);
+
+impl RejectedByReason {
+    /// The count for one reason.
+    pub fn get(&self, reason: Reason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// `(reason, count)` for every reason, in `hg_reason` order.
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL.into_iter().map(|r| (r, self.0[r.index()]))
+    }
+
+    /// The sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}

@@ -4,31 +4,8 @@
 
 use core::fmt;
 
-use crate::{
-    policy::{adaptive::AdaptiveStats, breaker::CircuitStats},
-    reason::Reason,
-};
-
-/// Rejections counted per admission reason (all eight keys always present).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RejectedByReason(pub [u64; Reason::COUNT]);
-
-impl RejectedByReason {
-    /// The count for one reason.
-    pub fn get(&self, reason: Reason) -> u64 {
-        self.0[reason.index()]
-    }
-
-    /// `(reason, count)` for every reason, in `hg_reason` order.
-    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
-        Reason::ALL.into_iter().map(|r| (r, self.0[r.index()]))
-    }
-
-    /// The sum over all reasons.
-    pub fn total(&self) -> u64 {
-        self.0.iter().sum()
-    }
-}
+pub use crate::reason::RejectedByReason;
+use crate::policy::{adaptive::AdaptiveStats, breaker::CircuitStats};
 
 /// A point-in-time view of one bulkhead. Field names are the schema's keys in every layer.
 ///

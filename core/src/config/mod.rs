@@ -291,3 +291,13 @@ impl fmt::Display for ConfigError {
 }
 
 impl core::error::Error for ConfigError {}
+
+impl From<crate::policy::state::PolicyError> for ConfigError {
+    fn from(e: crate::policy::state::PolicyError) -> Self {
+        use crate::policy::state::PolicyError;
+        match e {
+            PolicyError::Breaker(e) => ConfigError::Breaker(e),
+            PolicyError::Adaptive(e) => ConfigError::Adaptive(e),
+        }
+    }
+}

@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::{
     reason::Reason,
-    stats::RejectedByReason,
+    reason::RejectedByReason,
     sync::{AtomicWord, Ordering::*, Word},
 };
 

@@ -114,7 +114,7 @@ impl PermitWord {
     /// closed or the signed field would underflow.
     pub(crate) fn take_unbounded(&self, n: Word) -> Result<(), TakeError> {
         let unit = units(n);
-        let floor = -(crate::config::MAX_PERMITS as SWord);
+        let floor = -(crate::limits::MAX_PERMITS as SWord);
         let mut cur = self.state.load(Relaxed);
         loop {
             if cur & CLOSED != 0 {

@@ -64,7 +64,10 @@
 
 use core::{fmt, time::Duration};
 
-use crate::sync::{AtomicWord, Ordering::*, Word};
+use crate::{
+    event::{Event, Observer},
+    sync::{AtomicWord, Ordering::*, Word},
+};
 
 const STATE_MASK: Word = 0b11;
 const PROBE_SHIFT: u32 = 2;
@@ -109,40 +112,14 @@ pub const MAX_DURATION: Duration = Duration::from_nanos(1 << 50);
 /// Largest `failure_threshold` and `volume_threshold`.
 pub const MAX_THRESHOLD: u32 = COUNT_MAX as u32;
 
-/// The state of a breaker, as every layer spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum CircuitState {
-    /// Calls pass; outcomes are counted.
-    Closed = 0,
-    /// Calls fail fast with [`Open`].
-    Open = 1,
-    /// Up to `half_open_max_calls` probes pass; one success closes, one failure re-opens.
-    HalfOpen = 2,
-}
+pub use crate::circuit::CircuitState;
 
-impl CircuitState {
-    /// `"closed"`, `"open"` or `"half_open"`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            CircuitState::Closed => "closed",
-            CircuitState::Open => "open",
-            CircuitState::HalfOpen => "half_open",
-        }
-    }
-
-    const fn of(word: Word) -> CircuitState {
-        match word & STATE_MASK {
-            0 => CircuitState::Closed,
-            1 => CircuitState::Open,
-            _ => CircuitState::HalfOpen,
-        }
-    }
-}
-
-impl fmt::Display for CircuitState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// The state bits of a breaker word.
+const fn state_of(word: Word) -> CircuitState {
+    match word & STATE_MASK {
+        0 => CircuitState::Closed,
+        1 => CircuitState::Open,
+        _ => CircuitState::HalfOpen,
     }
 }
 
@@ -158,6 +135,18 @@ pub struct Transition {
     pub new: CircuitState,
     /// The generation the commit created.
     pub generation: u64,
+}
+
+impl Transition {
+    /// Delivers this transition to `observer` as an [`Event::StateChange`].
+    pub fn notify<O: Observer + ?Sized>(self, key: Option<&str>, observer: &O) {
+        observer.on_event(&Event::StateChange {
+            key,
+            old: self.old,
+            new: self.new,
+            generation: self.generation,
+        });
+    }
 }
 
 /// Admission to run one call; pass it back to [`Breaker::record`] with the outcome.
@@ -189,7 +178,7 @@ impl Admit {
     }
     /// Whether the call is a half-open probe.
     pub fn is_probe(&self) -> bool {
-        CircuitState::of(self.word) == CircuitState::HalfOpen
+        state_of(self.word) == CircuitState::HalfOpen
     }
 }
 
@@ -375,7 +364,7 @@ impl fmt::Debug for Breaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let w = self.word.load(Relaxed);
         f.debug_struct("Breaker")
-            .field("state", &CircuitState::of(w))
+            .field("state", &state_of(w))
             .field("generation", &(w >> GEN_SHIFT))
             .field("probes", &probes(w))
             .finish_non_exhaustive()
@@ -456,7 +445,7 @@ impl Breaker {
     pub fn try_admit_with(&self, now_ns: impl FnOnce() -> u64) -> Result<Admit, Open> {
         // Acquire: as in `try_admit`.
         let w = self.word.load(Acquire);
-        if CircuitState::of(w) == CircuitState::Closed {
+        if state_of(w) == CircuitState::Closed {
             return Ok(Admit {
                 word: w,
                 transition: None,
@@ -480,7 +469,7 @@ impl Breaker {
         // side words written before that CAS are visible to the Relaxed loads below.
         let mut w = self.word.load(Acquire);
         loop {
-            let next_w = match CircuitState::of(w) {
+            let next_w = match state_of(w) {
                 CircuitState::Closed => {
                     return Ok(Admit {
                         word: w,
@@ -527,7 +516,7 @@ impl Breaker {
             // thread that Acquire-loads this word; Acquire as for the first load.
             match self.word.compare_exchange(w, next_w, AcqRel, Acquire) {
                 Ok(_) => {
-                    let transition = (CircuitState::of(w) == CircuitState::Open).then_some({
+                    let transition = (state_of(w) == CircuitState::Open).then_some({
                         Transition {
                             old: CircuitState::Open,
                             new: CircuitState::HalfOpen,
@@ -562,7 +551,7 @@ impl Breaker {
             if w & gen_mask != admit.word & gen_mask {
                 return None; // stale generation
             }
-            match CircuitState::of(w) {
+            match state_of(w) {
                 CircuitState::Closed => return self.record_closed(w, outcome, now_ns, t),
                 CircuitState::Open => return None, // unreachable: a generation starts once
                 CircuitState::HalfOpen => {
@@ -634,7 +623,7 @@ impl Breaker {
         // AcqRel: Release publishes `opened_at`; Acquire pairs with the CAS that wrote `cur`.
         self.word.compare_exchange(w, new, AcqRel, Acquire)?;
         Ok(Transition {
-            old: CircuitState::of(w),
+            old: state_of(w),
             new: CircuitState::Open,
             generation: (new >> GEN_SHIFT) as u64,
         })
@@ -756,7 +745,7 @@ impl Breaker {
         // Acquire: as in `try_admit`.
         let mut w = self.word.load(Acquire);
         loop {
-            let r = match CircuitState::of(w) {
+            let r = match state_of(w) {
                 CircuitState::Closed => return (CircuitState::Closed, None),
                 CircuitState::Open => {
                     if !reached(t, self.opened_at.load(Relaxed), self.open_ticks) {
@@ -798,19 +787,19 @@ impl Breaker {
         let gen_tag = (w >> GEN_SHIFT) & HALF_MASK;
         let c = self.consecutive.load(Relaxed);
         let consecutive_failures =
-            if CircuitState::of(w) == CircuitState::Closed && c >> HALF_BITS == gen_tag {
+            if state_of(w) == CircuitState::Closed && c >> HALF_BITS == gen_tag {
                 (c & HALF_MASK) as u64
             } else {
                 0
             };
-        let (window_requests, window_failures) = if CircuitState::of(w) == CircuitState::Closed {
+        let (window_requests, window_failures) = if state_of(w) == CircuitState::Closed {
             self.window(now_ns)
         } else {
             (0, 0)
         };
         let _ = state;
         CircuitStats {
-            state: CircuitState::of(w),
+            state: state_of(w),
             generation: (w >> GEN_SHIFT) as u64,
             consecutive_failures,
             window_requests,

@@ -98,6 +98,14 @@ impl core::ops::Deref for PolicyBox {
     }
 }
 
+/// A policy whose configuration its constructor refused (the config layer turns it into a
+/// [`ConfigError`](crate::ConfigError)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum PolicyError {
+    Breaker(crate::policy::breaker::BreakerConfigError),
+    Adaptive(crate::policy::adaptive::AdaptiveConfigError),
+}
+
 /// The breaker refused the call (`circuit_open`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CircuitOpen;
@@ -110,17 +118,16 @@ impl Policies {
         resilience: &crate::policy::resilience::Resilience,
         observer: Option<crate::event::SharedObserver>,
         key: Option<&str>,
-    ) -> Result<Option<PolicyBox>, crate::config::ConfigError> {
-        use crate::config::ConfigError;
+    ) -> Result<Option<PolicyBox>, PolicyError> {
         if resilience.is_off() {
             return Ok(None);
         }
         let breaker = match &resilience.breaker {
-            Some(b) => Some(Breaker::new(*b).map_err(ConfigError::Breaker)?),
+            Some(b) => Some(Breaker::new(*b).map_err(PolicyError::Breaker)?),
             None => None,
         };
         let adaptive = match &resilience.adaptive {
-            Some(a) => Some(SharedController::new(a).map_err(ConfigError::Adaptive)?),
+            Some(a) => Some(SharedController::new(a).map_err(PolicyError::Adaptive)?),
             None => None,
         };
         Ok(Some(alloc::boxed::Box::new(Policies {
