@@ -9,10 +9,20 @@
 //! shrink. Feeding is `&mut self`: a host that completes calls on many threads serialises the
 //! feed (Netflix runs every update under `synchronized onSample` for the same reason).
 //!
-//! | algorithm | type | rule (per sample) |
+//! | algorithm | type | rule |
 //! |---|---|---|
-//! | `aimd` | [`Aimd`] | success ≤ target: `+increase_step`; failure or > target: `× decrease_ratio` |
-//! | `gradient2` (default) | [`Gradient2`] | `limit × clamp(tolerance × long_rtt / rtt, 0.5, 1)` (+ headroom when unqueued), smoothed |
+//! | `aimd` | [`Aimd`] | per round of `limit` successes ≤ target: `+increase_step`; > target: `× decrease_ratio` once per round; per failure: `× decrease_ratio` |
+//! | `gradient2` (default) | [`Gradient2`] | toward `round start × clamp(tolerance × base_rtt / rtt, 0.5, 1)` (+ headroom when unqueued), smoothed; `base_rtt = min(long, no-load probe)` |
+//!
+//! # Rounds
+//! A sample reports the load that was in flight while its call ran, so after the limit moves,
+//! the next `inflight − 1` samples still describe the old limit. Both controllers therefore
+//! act on latency once per *round* (`inflight` samples), as TCP acts on congestion once per
+//! window (RFC 5681), rather than once per sample as Netflix's do; applied per sample, one
+//! reading is counted `inflight` times, and in a closed loop the limit swings between the
+//! minimum and the ceiling (`tests/tests/adaptive_capacity.rs` pins both: the limit stays in
+//! `[C/2, 3C]` with its mean in `[C, 2C]` against an upstream of `C` workers, `C` = 16 → 4 →
+//! 16). Failures still act one by one: a failure is a direct signal, not a reading of load.
 //!
 //! Both keep the limit as `f64` internally (Netflix truncates to `int` on every update, which
 //! makes small smoothed steps vanish; `tower-acc` keeps a float for the same reason) and return
@@ -59,7 +69,7 @@ pub use crate::outcome::Outcome;
 pub struct Sample {
     /// Grant → release time in nanoseconds (0 is treated as 1 ns).
     pub rtt_ns: u64,
-    /// Calls in flight when this one was granted, itself included.
+    /// Calls in flight when this one finished (before its permits return), itself included.
     pub inflight: u64,
     /// How it ended.
     pub outcome: Outcome,

@@ -37,10 +37,10 @@ fn sample(outcome: Outcome) -> Sample {
 
 /// Two threads feed one sample each; `apply` records the last limit it was given (only the
 /// runner calls it, and runners are serialised, so a plain store suffices).
-fn feed_race(a: Outcome, b: Outcome, want_limits: &'static [u64]) {
+fn feed_race(initial: u64, a: Outcome, b: Outcome, want_limits: &'static [u64]) {
     loom::model(move || {
-        let c = Arc::new(SharedController::new(&aimd(8, 16)).unwrap());
-        let applied = Arc::new(AtomicU64::new(8));
+        let c = Arc::new(SharedController::new(&aimd(initial, 16)).unwrap());
+        let applied = Arc::new(AtomicU64::new(initial));
         let h = {
             let (c, applied) = (c.clone(), applied.clone());
             thread::spawn(move || c.feed(sample(b), |l| applied.store(l, SeqCst)))
@@ -62,14 +62,15 @@ fn feed_race(a: Outcome, b: Outcome, want_limits: &'static [u64]) {
 #[test]
 fn loom_adaptive_feed_two_failures() {
     // 8 → 4 → 2 whatever the interleaving (one runner may drain both).
-    feed_race(Outcome::Failure, Outcome::Failure, &[2]);
+    feed_race(8, Outcome::Failure, Outcome::Failure, &[2]);
 }
 
 #[test]
 fn loom_adaptive_feed_success_and_failure() {
-    // Success first: 8 → 9 → 4; failure first: 8 → 4 → 5 (inflight 8 × 2 ≥ 4). A batch
-    // drained together feeds the failure first.
-    feed_race(Outcome::Success, Outcome::Failure, &[4, 5]);
+    // At limit 1 one fast success is a whole round, so it adds one. Success first: 1 → 2 → 1;
+    // failure first: 1 → 1 (the minimum) → 2 (inflight 8 × 2 ≥ 1). A batch drained together
+    // feeds the failure first.
+    feed_race(1, Outcome::Success, Outcome::Failure, &[1, 2]);
 }
 
 /// A bulkhead with an AIMD limit (max 2, starts at 2): one thread's failure shrinks the limit
