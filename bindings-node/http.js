@@ -1,6 +1,6 @@
 'use strict'
 /**
- * HTTP integrations: one bulkhead per canonical origin key (`originKey`, DESIGN §3.8), taken
+ * HTTP integrations: one bulkhead per canonical origin key (`originKey`, docs/design.md: origin keys), taken
  * from a `Registry`, around a request.
  *
  * - `withBulkhead(fetch, registry)` wraps a WHATWG `fetch` (Node's global `fetch`, undici's).
@@ -24,7 +24,7 @@
  *   emits the request's `'close'` just before the socket's `'free'`, in the same tick). A
  *   response you never consume (`res.resume()`) holds its permit, as it holds its socket.
  *
- * Outcomes (DESIGN §4), reported to the key's policies (breaker, adaptive limit) at the release:
+ * Outcomes (docs/design.md §6.2), reported to the key's policies (breaker, adaptive limit) at the release:
  * a transport error (fetch rejects, the request or response emits 'error') and HTTP 5xx are a
  * `failure`; 429 is `overload` (a failure for the adaptive limit, a success for the breaker);
  * a cancellation (the caller's `signal.reason`, an error named "AbortError", a request destroyed
@@ -38,13 +38,13 @@
 
 const http = require('node:http')
 const { errorMonitor } = require('node:events')
-const { isCancellation } = require('./outcome.js')
+const { errorOutcome } = require('./outcome.js')
 const native = require('./native.js')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
 let facade = null
 function hullguard() {
-  if (facade === null) facade = require('./index.js')
+  facade ??= require('./index.js')
   return facade
 }
 
@@ -60,11 +60,6 @@ function registryArg(registry) {
 /** The outcome of an HTTP status, by the core's rule (5xx failure, 429 overload, else success). */
 function statusOutcome(status) {
   return Number.isInteger(status) && status >= 0 ? native.outcomeForHttpStatus(status) : 'success'
-}
-
-/** The outcome of a transport error: a cancellation is `ignored`, anything else a failure. */
-function errorOutcome(e, signal) {
-  return isCancellation(e, signal) ? 'ignored' : 'failure'
 }
 
 // ----- fetch ----------------------------------------------------------------------------------

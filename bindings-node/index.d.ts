@@ -4,11 +4,17 @@
  * LLM provider) so that one slow upstream can only consume its own slice of capacity.
  *
  * The hand-written public types of the facade (`index.js` / `index.mjs`). Conventions:
+ * - **options** are checked by the core's option table: an unknown name (`maxConcurent`, in
+ *   any options object, per-call ones included) is a `TypeError` naming it and listing the
+ *   known ones; a value of the wrong type a `TypeError`; a value out of range a `RangeError`
+ *   naming the option (its path, e.g. `resilience.breaker.openDurationMs`) and its range.
+ *   A key whose value is `undefined` is not set.
  * - **counts** (permits, weights, limits, queue sizes) are Numbers that must be safe integers;
  *   a non-number is a `TypeError`, anything else out of range (including above
- *   `Number.MAX_SAFE_INTEGER`) is a `RangeError`; both name the option.
- * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline", `0` means "do not
- *   queue"; NaN or negative is a `RangeError`, a non-number a `TypeError`.
+ *   `Number.MAX_SAFE_INTEGER`, NaN, fractions) is a `RangeError`.
+ * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline" (so does `null`
+ *   where an option has "none": `queueTimeoutMs`, `callTimeoutMs`), `0` means "do not queue";
+ *   NaN or negative is a `RangeError`, a non-number a `TypeError`.
  * - `acquire()`, `run()` and `drain()` always return Promises: argument errors reject them,
  *   they never throw synchronously. `tryAcquire()`, `setLimit()` and the constructors throw.
  * - `stats()` field names are camelCase; the keys of `rejectedByReason`, `reason` values and
@@ -48,7 +54,7 @@ export declare const MAX_PERMITS: number
 /** Largest `maxQueue`: `2 ** 20` (1 048 576) live waiters. */
 export declare const MAX_QUEUE: number
 
-/** An admission reason (DESIGN §3.1); identical strings in every layer. */
+/** An admission reason (docs/design.md, reasons); identical strings in every layer. */
 export type Reason =
   | 'concurrency_limit'
   | 'queue_limit'
@@ -72,7 +78,7 @@ export declare const REASONS: readonly [
 ]
 
 /**
- * How a guarded call ended (DESIGN §4): `'success'`, `'failure'`, `'ignored'` (a cancellation:
+ * How a guarded call ended (docs/design.md §6.2): `'success'`, `'failure'`, `'ignored'` (a cancellation:
  * no breaker count, no adaptive sample) or `'overload'` (HTTP 429: a failure for the adaptive
  * limit, a success for the breaker).
  */
@@ -145,7 +151,7 @@ export declare class BulkheadError extends Error {
 // ----- options ----------------------------------------------------------------------------------
 
 /**
- * `resilience.adaptive`: an adaptive limit within `[minLimit, maxLimit]` (DESIGN §4). `{}` turns
+ * `resilience.adaptive`: an adaptive limit within `[minLimit, maxLimit]` (docs/design.md §6). `{}` turns
  * it on with the defaults. Counts are safe integers; the core checks the ranges and a bad value
  * is a `RangeError` naming it (`resilience.adaptive.minLimit: …`).
  */
@@ -175,7 +181,7 @@ export interface AdaptiveOptions {
 }
 
 /**
- * `resilience.breaker`: a circuit breaker (DESIGN §4); both trip modes are always on. `{}`
+ * `resilience.breaker`: a circuit breaker (docs/design.md §6); both trip modes are always on. `{}`
  * turns it on with the defaults (Hystrix's numbers).
  */
 export interface BreakerOptions {
@@ -198,7 +204,7 @@ export interface BreakerOptions {
 }
 
 /**
- * Policies around the bulkhead (DESIGN §4): a part that is omitted or `null` is off. In a
+ * Policies around the bulkhead (docs/design.md §6): a part that is omitted or `null` is off. In a
  * registry's `overrides`, each part merges key by key over the defaults' (`null` turns it off).
  * Unknown keys are a `TypeError` naming them.
  */
@@ -227,7 +233,7 @@ export interface BulkheadOptions {
   resilience?: ResilienceOptions | null
 }
 
-/** Options of `permit.release()`. */
+/** Options of `permit.release()` (any other key is a `TypeError`). */
 export interface ReleaseOptions {
   /** How the call ended, reported to the policies. Default `'success'`. */
   outcome?: Outcome
@@ -236,12 +242,14 @@ export interface ReleaseOptions {
 /** A `stateChange` listener: `key` is `null` outside a registry. */
 export type StateChangeListener = (key: string | null, oldState: CircuitState, newState: CircuitState) => void
 
-/** Options of one `acquire()` / `run()`. */
+/** Options of one `acquire()` / `run()` (any other key is a `TypeError`). */
 export interface AcquireOptions {
   /**
    * Cancels the call while it is queued: the promise rejects with `signal.reason` (an
    * `AbortError` `DOMException` unless the caller chose another reason), `fn` is never called
-   * and the waiter's queue slot frees at once. An already aborted signal rejects at once.
+   * and the waiter's queue slot frees at once. An already aborted signal rejects at once (and
+   * is counted in `stats().rejectedByReason.aborted`, like every call that never ran).
+   * Any number of calls may share one signal (it gets one 'abort' listener).
    */
   signal?: HullguardAbortSignal | null
   /** Permits to hold: 1 … `maxConcurrent`. Default 1. */
@@ -254,13 +262,13 @@ export interface AcquireOptions {
   queueTimeoutMs?: number | null
 }
 
-/** Options of `tryAcquire()`. */
+/** Options of `tryAcquire()` (any other key is a `TypeError`). */
 export interface TryAcquireOptions {
   /** Permits to take: 1 … `maxConcurrent`. Default 1. */
   weight?: number
 }
 
-/** Options of `drain()`. */
+/** Options of `drain()` (any other key is a `TypeError`). */
 export interface DrainOptions {
   /**
    * Give up after this many ms (`undefined` / `null` / `Infinity` = wait until idle; `0` =
@@ -290,7 +298,7 @@ export interface RegistryOptions extends BulkheadOptions {
 /** Rejections per admission reason; keys are the reason strings (snake_case), all present. */
 export type RejectedByReason = { [R in Reason]: number }
 
-/** `stats()` of one bulkhead: DESIGN §3.7 names in camelCase. Counts are Numbers. */
+/** `stats()` of one bulkhead: the names of docs/design.md §8.1 in camelCase. Counts are Numbers. */
 export interface BulkheadStats {
   /** Permits held by claimed grants. */
   active: number
@@ -360,9 +368,10 @@ export interface CircuitStats {
 // ----- permits ----------------------------------------------------------------------------------
 
 /**
- * Permits held by one `acquire()` / `tryAcquire()`. Release them with `release()` or `using`
- * (`[Symbol.dispose]`); a permit garbage-collected while held is reclaimed on a later turn and
- * counted in `stats().leakedTotal`.
+ * Permits held by one `acquire()` / `tryAcquire()`, which alone make them (`new Permit()` is a
+ * `TypeError`). Release them with `release()` or `using` (`[Symbol.dispose]`); a permit
+ * garbage-collected while held is reclaimed on a later turn and counted in
+ * `stats().leakedTotal`.
  */
 export declare class Permit implements Disposable {
   private constructor()
@@ -376,7 +385,7 @@ export declare class Permit implements Disposable {
    * Returns the permits and reports the call's `outcome` to the policies (`'success'` by
    * default). Idempotent: `true` the first time, `false` after (a second explicit call is
    * counted in `stats().releasedTwiceTotal`, never an extra permit).
-   * @throws {TypeError} an unknown `outcome`.
+   * @throws {TypeError} an unknown `outcome` or option (the permits stay held).
    */
   release(options?: ReleaseOptions): boolean
   /**
@@ -409,10 +418,11 @@ export type Guarded<T> = (signal: HullguardAbortSignal | undefined) => T | Promi
  */
 export declare class Bulkhead {
   /**
-   * @throws {TypeError} an option of the wrong type (`options` not an object, `enabled` not a
-   *   boolean, a count or duration not a number), naming it.
+   * @throws {TypeError} an unknown option (listing the known ones) or an option of the wrong
+   *   type (`options` not an object, `enabled` not a boolean, a count or duration not a
+   *   number), naming it.
    * @throws {RangeError} an option out of range (not a safe integer, NaN, negative, above
-   *   `MAX_PERMITS` / `MAX_QUEUE`), naming it.
+   *   `MAX_PERMITS` / `MAX_QUEUE`), naming it and showing its range.
    */
   constructor(options?: BulkheadOptions)
 

@@ -11,72 +11,77 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 
 /**
  * One core bulkhead (a handle: a registry's entry stays alive while a handle does, until
- * `dispose()`).
- *
- * Guarded calls (DESIGN §4): on a bulkhead with policies every admission begins a call
- * (`begin_call`, the breaker's check) and keeps its `CallStart` here under the facade's call
- * id until the call ends: at release with the caller's outcome, `ignored` when admission is
- * refused, the waiter is cancelled or the permit is reclaimed after GC, `failure` when the
- * facade's call timer fires. An id is ended at most once (it is removed when it ends).
+ * `dispose()`). Errors: options and arguments throw `TypeError` / `RangeError`, rejections
+ * the facade's `BulkheadError` (with this handle's registry key).
  */
 export declare class NativeBulkhead {
-  constructor(maxConcurrent: number, maxQueue: number, queueTimeoutMs: number, enabled: boolean, resilience?: NativeResilience | undefined | null, emitter?: number | undefined | null, clock?: VirtualClock | undefined | null)
   /**
-   * Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
-   * (the call then ended `ignored`).
+   * `new Bulkhead(options)`: `options` as the user gave them (see `options`); breaker
+   * transitions go to the facade's emitter `emitter`; `clock` is the test hook.
    */
-  tryTake(weight: number, id: number): number
+  constructor(options: unknown, emitter: number, clock?: VirtualClock | undefined | null)
   /**
-   * Begins call `id` and admits it at once (`GRANTED`, or `GRANTED_EVENTS` when state
-   * changes wait to be taken), queues it (the ticket, ≥ 0; waiter `id` is reported through
-   * `takeSettled()` when it settles) or rejects it (`-(10 + hg_reason)`, the call ended
-   * `ignored`). `queueTimeoutMs` 0 means "do not queue" (the core decides; the facade arms
-   * the timer otherwise).
+   * Admits one `acquire()` / `run()` (`options`: `{weight, signal, queueTimeoutMs}`): the
+   * granted call, or `Queued`. Throws `BulkheadError` when refused (the call ended
+   * `ignored`), `TypeError` / `RangeError` for a bad option.
    */
-  enqueue(weight: number, id: number, queueTimeoutMs: number): number
+  enqueue(options: unknown): number | NativeCall | Queued
   /**
-   * A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
-   * or `-(10 + hg_reason)`. Call `id`'s RTT clock restarts at the grant; a rejected call
-   * ends `ignored`.
+   * `tryAcquire()` (`options`: `{weight}`): the granted call, or `null` when not admitted
+   * at once (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason.
    */
-  pollTicket(ticket: number, id: number): number
+  tryTake(options: unknown): number | NativeCall | null
   /**
-   * Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled (call `id` ended
-   * `ignored`); 1 a grant won (poll it); 2 a rejection won (poll it); 3 stale.
+   * An `acquire()` / `run()` whose signal was aborted before it asked: checks `options`
+   * (throws like `enqueue`) and counts one `aborted`, so that every call shows in the stats.
    */
-  cancel(ticket: number, reason: number, id: number): number
+  abortedBeforeAdmission(options: unknown): void
   /**
-   * Returns `weight` permits early (a partial release: the call goes on); yields how many
-   * settled waiters and events wait to be taken.
+   * A queued ticket after its id was reported: the granted call, `null` while still queued;
+   * throws the `BulkheadError` of its rejection (`aborted` after `expire(t, 'aborted')`).
    */
-  refund(weight: number): number
+  pollTicket(ticket: number): number | NativeCall | null
   /**
-   * Ends call `id` with `outcome` (0 success, 1 failure, 2 ignored, 3 overload; nothing if
-   * it already ended), then returns its `weight` remaining permits; yields how many settled
-   * waiters and events wait to be taken.
+   * A host timer (`'timeout'`) or abort signal (`'aborted'`) settles a queued ticket for its
+   * owner, whose id is then reported (a ticket that settled first is left as it is).
    */
-  release(weight: number, id: number, outcome: number): number
+  expire(ticket: number, reason: unknown): void
   /**
-   * The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
-   * (its permits stay held until `release`, which then records nothing more).
+   * Ends a plain bulkhead's call of `weight` permits (`outcome` is checked: `undefined`, an
+   * outcome name or `{outcome}`; a plain bulkhead records none).
    */
-  callTimedOut(id: number): number
+  release(weight: number, outcome: unknown): void
   /**
-   * A permit object was garbage-collected while held: end its call `ignored`, return and
-   * count it.
+   * Returns `n` of the `held` permits of a plain bulkhead's call (the core's rule); returns
+   * the permits still held.
    */
-  releaseLeaked(weight: number, id: number): number
+  releasePartial(held: number, n: unknown): number
+  /**
+   * A plain bulkhead's `Permit` was garbage-collected holding `weight` permits: they return,
+   * counted in `leakedTotal`.
+   */
+  reclaim(weight: number): void
   /** Counts an explicit release of an already released permit (works after `dispose()`). */
   recordDoubleRelease(): void
-  setLimit(limit: number): number
-  close(): number
-  /** The stats (a read commits a due open → half-open transition, like any state read). */
-  stats(): JsStats
-  snapshot(): JsSnapshot
-  isIdle(): boolean
+  /** `setLimit(limit)`: a safe integer in `1 ..= maxConcurrent`. */
+  setLimit(limit: unknown): void
+  close(): void
+  /**
+   * The stats object (a read commits a due open → half-open transition, like any state
+   * read).
+   */
+  stats(): Record<string, unknown>
+  /**
+   * `drain()` (`options`: `{timeoutMs}`): the report when idle now (or `timeoutMs` is 0),
+   * else a `NativeDrain` whose id is reported when it may be done.
+   */
+  drain(options: unknown): DrainReport | NativeDrain
   get maxConcurrent(): number
   get maxQueue(): number
+  /** The default queue deadline, ms (`Infinity`: none). */
   get queueTimeoutMs(): number
+  /** The call timeout the facade arms for `run()`, ms (`Infinity`: none). */
+  get callTimeoutMs(): number
   get enabled(): boolean
   get limit(): number
   get closed(): boolean
@@ -84,17 +89,63 @@ export declare class NativeBulkhead {
   dispose(): void
 }
 
-export declare class NativeRegistry {
-  constructor(defaults: NativeConfig, overrides: Record<string, NativeConfig>, maxKeys: number, emitter?: number | undefined | null, clock?: VirtualClock | undefined | null)
+/**
+ * One granted call of a bulkhead with policies: owns the core `Call` — its permits and the
+ * state of its guarded call — until it ends (once: later calls do nothing). Made only by
+ * `NativeBulkhead` (no JS constructor).
+ */
+export declare class NativeCall {
   /**
-   * A handle on `key`'s bulkhead (created on first use). Fails with the message
-   * `key_limit` or `shutdown`.
+   * Ends the call with `outcome` (`undefined` = `'success'`, an outcome name, or
+   * `{outcome}`; an unknown one is a `TypeError` and the call goes on) and releases it.
+   * After `timedOut()` the outcome was recorded already: this only releases.
    */
-  get(key: string): NativeBulkhead
+  release(outcome: unknown): void
+  /**
+   * The facade's call timer fired: the core's call-timeout rule (`call_timeout` counted, a
+   * failure recorded now, the permits held until `release`). Returns the `BulkheadError`
+   * to reject with, or `null` if the call already ended or was reported.
+   */
+  timedOut(): Error | null
+  /** Returns `n` of the held permits now (a safe integer in `1 ..= weight`); the call goes on. */
+  releasePartial(n: unknown): void
+  /**
+   * The `Permit` holding this call was garbage-collected: the core's reclaim rule (counted
+   * in `leakedTotal`, ended `ignored`, released).
+   */
+  reclaim(): void
+  /** The permits still held (0 once ended). */
+  get weight(): number
+}
+
+/** A pending drain: the core's drain future, polled with a waker that reports `id`. */
+export declare class NativeDrain {
+  readonly id: number
+  /** The timeout to arm, ms (`Infinity`: none). */
+  readonly timeoutMs: number
+  /** The report once idle, else `null` (polled again when `id` is reported). */
+  poll(): DrainReport | null
+  /** The timeout passed: the report now (`drained: false`), and the drain stops. */
+  giveUp(): DrainReport
+}
+
+/** A registry. Errors as `NativeBulkhead`'s; an override's start with `overrides["key"]: `. */
+export declare class NativeRegistry {
+  /**
+   * `new Registry(options)`: `options` as the user gave them (defaults, `maxKeys`,
+   * `overrides`); breaker transitions of every key go to the facade's emitter `emitter`.
+   */
+  constructor(options: unknown, emitter: number, clock?: VirtualClock | undefined | null)
+  /**
+   * A handle on `key`'s bulkhead (created on first use). Throws `BulkheadError`
+   * (`key_limit`, `shutdown`), or a `TypeError` for a key that is not a string.
+   */
+  get(key: unknown): NativeBulkhead
   /** `{key: stats}` (keys unchanged). */
-  stats(): Record<string, JsStats>
+  stats(): Record<string, Record<string, unknown>>
+  /** The live keys, sorted. */
   keys(): Array<string>
-  close(): number
+  close(): void
   get size(): number
   get maxKeys(): number
 }
@@ -108,59 +159,26 @@ export declare class VirtualClock {
   nowMs(): number
 }
 
-/** How many breaker state changes wait to be taken. */
-export declare function eventsPending(): number
-
-/** The adaptive limit's state (`algorithm` is `"aimd"` or `"gradient2"`). */
-export interface JsAdaptiveStats {
-  algorithm: string
-  limit: number
-  minLimit: number
-  maxLimit: number
-  samplesTotal: number
-  decreasesTotal: number
-  lastRttNs: number
-  longRttNs: number
+/** What `drain()` found. */
+export interface DrainReport {
+  drained: boolean
+  active: number
+  queued: number
 }
 
-/** The breaker's state and counters (`state` is `"closed"`, `"open"` or `"half_open"`). */
-export interface JsCircuitStats {
-  state: string
-  generation: number
-  consecutiveFailures: number
-  windowRequests: number
-  windowFailures: number
-  openedAtNs: number
-}
+/**
+ * Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
+ * what a native call settled (the ids of queued waiters and drains, breaker transitions) at
+ * its end; `BulkheadError` is the class the addon throws rejections as.
+ */
+export declare function init(onSettled: (arg0: Array<number>, arg1: Array<StateChange>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2?: string | undefined | null) => void): void
 
-/** `{active, queued, limit, available}` at a rejection. */
+/** `{active, queued, limit, available}` at a rejection (the facade adds `key`). */
 export interface JsSnapshot {
   active: number
   queued: number
   limit: number
   available: number
-}
-
-/** The stats of one bulkhead. */
-export interface JsStats {
-  active: number
-  queued: number
-  grantedUnclaimed: number
-  limit: number
-  maxConcurrent: number
-  available: number
-  admittedTotal: number
-  rejectedByReason: RejectedByReason
-  releasedTwiceTotal: number
-  leakedTotal: number
-  ringFree: number
-  queueWaitCount: number
-  queueWaitSumNs: number
-  queueWaitMaxNs: number
-  /** `null` unless an adaptive limit is attached. */
-  adaptive?: JsAdaptiveStats
-  /** `null` unless a circuit breaker is attached. */
-  circuit?: JsCircuitStats
 }
 
 /** Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`. */
@@ -169,56 +187,11 @@ export declare const MAX_PERMITS: number
 /** Largest `maxQueue`. */
 export declare const MAX_QUEUE: number
 
-/** `resilience.adaptive`; an omitted field takes the core default. */
-export interface NativeAdaptive {
-  algorithm?: string
-  initialLimit?: number
-  minLimit?: number
-  maxLimit?: number
-  targetLatencyMs?: number
-  increaseStep?: number
-  decreaseRatio?: number
-  smoothing?: number
-  rttTolerance?: number
-  longWindow?: number
-  queueSize?: number
-}
-
-/** `resilience.breaker`; an omitted field takes the core default. */
-export interface NativeBreaker {
-  failureThreshold?: number
-  errorRateThreshold?: number
-  errorRateWindowMs?: number
-  errorRateBuckets?: number
-  volumeThreshold?: number
-  openDurationMs?: number
-  halfOpenMaxCalls?: number
-  halfOpenTimeoutMs?: number
-}
-
-/** One key's configuration, as the facade resolved it. */
-export interface NativeConfig {
-  maxConcurrent: number
-  maxQueue: number
-  queueTimeoutMs: number
-  enabled: boolean
-  /** The policies (already merged over the defaults' by the facade). */
-  resilience?: NativeResilience
-}
-
-/** `resilience`: a part that is omitted is off. */
-export interface NativeResilience {
-  adaptive?: NativeAdaptive
-  breaker?: NativeBreaker
-  /** Omitted or `Infinity` = off. */
-  callTimeoutMs?: number
-}
-
 /**
- * The canonical origin key of `url` (`scheme://host:port`; DESIGN §3.8). Throws a
- * `TypeError`-like error for a URL without one.
+ * The canonical origin key of `url` (`scheme://host:port`; docs/design.md §3.8). Throws a
+ * `TypeError` for a non-string or a URL without an origin.
  */
-export declare function originKey(url: string): string
+export declare function originKey(url: unknown): string
 
 /**
  * The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
@@ -226,32 +199,40 @@ export declare function originKey(url: string): string
  */
 export declare function outcomeForHttpStatus(status: number): string
 
-/** Rejections per reason (keys are the reason strings of every layer). */
-export interface RejectedByReason {
-  concurrency_limit: number
-  queue_limit: number
-  key_limit: number
-  timeout: number
-  aborted: number
-  shutdown: number
-  circuit_open: number
-  call_timeout: number
+/** The outcomes with their codes (`Outcome as u8`): `{success: 0, failure: 1, …}`. */
+export declare function outcomes(): Record<string, number>
+
+/** A call that queued: poll `ticket` when `id` is reported settled; arm `timeoutMs`. */
+export interface Queued {
+  id: number
+  ticket: number
+  /** The deadline to arm, ms (`Infinity`: none). */
+  timeoutMs: number
 }
 
-/** How many settled waiter ids and state-change events wait to be taken. */
+/** One row of the core's reason table. */
+export interface ReasonRow {
+  /** The snake_case name of every layer (`'queue_limit'`). */
+  name: string
+  /** The error code (`'BULKHEAD_FULL'`). */
+  code: string
+  retryable: boolean
+  /** Always `'resilience'`. */
+  category: string
+}
+
+/** The admission reasons, in `hg_reason` order (the core's table). */
+export declare function reasons(): Array<ReasonRow>
+
+/** How many settled ids and events wait to be delivered (0 between native calls; for tests). */
 export declare function settledPending(): number
 
-/** One breaker transition, for the emitter `emitter` of the facade. */
+/** One breaker transition, for the facade's emitter `emitter`. */
 export interface StateChange {
   emitter: number
-  /** The registry key, or `null` outside a registry. */
+  /** The registry key, or `undefined` outside a registry. */
   key?: string
+  /** `'closed'`, `'open'` or `'half_open'`. */
   old: string
   new: string
 }
-
-/** The breaker state changes since the last call, oldest first. */
-export declare function takeEvents(): Array<StateChange>
-
-/** The settled waiter ids since the last call, oldest first. */
-export declare function takeSettled(): Array<number>

@@ -1,12 +1,9 @@
 'use strict'
 /**
- * How a guarded call ended (DESIGN §4 "Outcomes"), shared by the facade (index.js: `run()`) and
- * the HTTP integrations (http.js): the outcome names with the addon's codes, and the one rule
- * that tells a cancellation from a failure.
+ * How a guarded call ended (docs/design.md §6, outcomes), shared by the facade (index.js:
+ * `run()`) and the HTTP integrations (http.js): the one rule that tells a cancellation from a
+ * failure. The outcome names and codes themselves are the core's (`OUTCOMES`, from the addon).
  */
-
-/** Outcome name → the addon's code (`Outcome as u8` in the core). */
-const OUTCOMES = Object.freeze({ success: 0, failure: 1, ignored: 2, overload: 3 })
 
 /**
  * Whether `e`, thrown or rejected by a guarded call, is a cancellation (outcome `ignored`): the
@@ -17,4 +14,9 @@ function isCancellation(e, signal) {
   return e !== null && (typeof e === 'object' || typeof e === 'function') && e.name === 'AbortError'
 }
 
-module.exports = { OUTCOMES, isCancellation }
+/** The outcome of a guarded call that threw or rejected with `e`: 'ignored' or 'failure'. */
+function errorOutcome(e, signal) {
+  return isCancellation(e, signal) ? 'ignored' : 'failure'
+}
+
+module.exports = { isCancellation, errorOutcome }

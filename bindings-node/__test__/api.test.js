@@ -1,5 +1,5 @@
 'use strict'
-// Every public API of the facade and every error it raises (DESIGN §3.1, §3.4–§3.8, §5 Node).
+// Every public API of the facade and every error it raises (docs/design.md: reasons, options, stats, registry, origin keys, the Node binding).
 
 const { test, describe } = require('node:test')
 const assert = require('node:assert/strict')

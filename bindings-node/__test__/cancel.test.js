@@ -1,5 +1,5 @@
 'use strict'
-// Cancellation (DESIGN §3.1 Node): the promise rejects with `signal.reason`, as fetch does, and
+// Cancellation (docs/design.md, the Node binding): the promise rejects with `signal.reason`, as fetch does, and
 // `fn` is never called; the core records `aborted`; the waiter's queue slot frees at once; a
 // cancel racing a grant has exactly one winner (I3, I7) and never loses a permit (I2).
 

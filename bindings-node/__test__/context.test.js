@@ -1,5 +1,5 @@
 'use strict'
-// `fn` runs in the caller's AsyncLocalStorage context (DESIGN §5 Node), also after queueing —
+// `fn` runs in the caller's AsyncLocalStorage context (docs/design.md, the Node binding), also after queueing —
 // never in the context of whoever released the permit.
 
 const { test } = require('node:test')

@@ -1,5 +1,5 @@
 'use strict'
-// The Node isolation demo (examples/isolation_demo.mjs, DESIGN §9), scaled down: a shared budget
+// The Node isolation demo (examples/isolation_demo.mjs, docs/design.md, the demo), scaled down: a shared budget
 // of 4 sockets, 3 s of load per run, a degraded upstream answering in 1-1.5 s. It must show both
 // properties the demo exists for, and that the problem is real without hullguard.
 

@@ -1,5 +1,5 @@
 'use strict'
-// The fast path (DESIGN §5 Node, index.js header): `acquire()` / `run()` always return
+// The fast path (docs/design.md, the Node binding; index.js header): `acquire()` / `run()` always return
 // Promises, and an uncontended call crosses into the addon exactly once to take its permits
 // (plus once to release them).
 
@@ -7,15 +7,20 @@ const { test, describe, after, beforeEach } = require('node:test')
 const assert = require('node:assert/strict')
 
 // Spy on the addon *before* the facade creates any bulkhead: every method and accessor of
-// NativeBulkhead.prototype, plus the module-level functions the facade calls.
+// NativeBulkhead.prototype and of NativeCall.prototype (the granted call of a bulkhead with
+// policies), in one list.
 const native = require('../native.js')
 const { spyPrototype } = require('./helpers.js')
 const spy = spyPrototype(native.NativeBulkhead.prototype)
+const callSpy = spyPrototype(native.NativeCall.prototype, spy.calls)
 
 const { Bulkhead, Registry, Permit } = require('../index.js')
 const { turn } = require('./helpers.js')
 
-after(() => spy.restore())
+after(() => {
+  spy.restore()
+  callSpy.restore()
+})
 
 /** Native calls made by `fn` (sync part, plus what its promise does until it settles). */
 async function nativeCallsOf(fn) {
@@ -152,11 +157,16 @@ describe('native calls per uncontended call', () => {
   })
 })
 
-test('with a breaker: run() is still one enqueue + one release (events ride on their codes)', async () => {
+test('with a breaker: run() is still one enqueue + one release (the NativeCall’s)', async () => {
   const bh = new Bulkhead({ maxConcurrent: 4, resilience: { breaker: {}, adaptive: { algorithm: 'aimd' } } })
   await bh.run(() => 1)
   const { calls } = await nativeCallsOf(() => bh.run(() => 1))
   assert.deepEqual(calls, ['enqueue', 'release'])
+  const { calls: taken, result } = await nativeCallsOf(() => bh.acquire())
+  assert.deepEqual(taken, ['enqueue'])
+  spy.calls.length = 0
+  ;(await result).release({ outcome: 'failure' })
+  assert.deepEqual(spy.calls, ['release'])
 })
 
 test('a fast-path run leaves no settled waiter id behind', async () => {

@@ -58,10 +58,10 @@ function assertIdle(s, msg = '') {
 
 /**
  * Wraps every method and accessor of a native class prototype with a counter. Returns
- * `{calls, restore}`: `calls` is the list of names called (`'get x'` for getters).
+ * `{calls, restore}`: `calls` is the list of names called (`'get x'` for getters); pass the
+ * `calls` of another spy to count several classes in one list.
  */
-function spyPrototype(proto) {
-  const calls = []
+function spyPrototype(proto, calls = []) {
   const saved = []
   for (const name of Object.getOwnPropertyNames(proto)) {
     if (name === 'constructor') continue

@@ -1,5 +1,5 @@
 'use strict'
-// Failure classification in the HTTP integrations (DESIGN §4 "Outcomes", issue 8): transport
+// Failure classification in the HTTP integrations (docs/design.md §6.2, outcomes; issue 8): transport
 // errors and HTTP 5xx are failures, 429 is `overload` (a failure for the adaptive limit, a
 // success for the breaker), a cancellation is ignored, anything else a success — recorded when
 // the request stops using its connection (the body ends / errors / is cancelled; the agent's

@@ -1,6 +1,6 @@
 'use strict'
 // A permit garbage-collected while held is reclaimed on a later turn and counted in
-// `leakedTotal` (DESIGN §3.7, §7: no permit leak when a Node promise is abandoned).
+// `leakedTotal` (docs/design.md §8.1; no permit leak when a Node promise is abandoned).
 // Runs with --expose-gc (package.json "test").
 
 const { test } = require('node:test')

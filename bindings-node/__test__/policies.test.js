@@ -1,5 +1,5 @@
 'use strict'
-// Policies in the Node binding (DESIGN §4, issue 8): the `resilience` options, the guarded-call
+// Policies in the Node binding (docs/design.md §6, issue 8): the `resilience` options, the guarded-call
 // steps in run / acquire / tryAcquire / Registry, `permit.release({outcome})`, `callTimeoutMs`,
 // `on('stateChange')`, `stats().adaptive` / `stats().circuit`, and the cases C21, C22, C24 of
 // /work/shared/cases/CASES.md. Breaker time runs on the addon's virtual clock (the test hook
@@ -95,7 +95,8 @@ describe('resilience options', () => {
       [{ adaptive: { minLimit: 5, maxLimit: 4 } }, RangeError, 'resilience.adaptive.minLimit'],
       [{ adaptive: { decreaseRatio: 1 } }, RangeError, 'resilience.adaptive.decreaseRatio'],
       [{ adaptive: { targetLatencyMs: 0 } }, RangeError, 'resilience.adaptive.targetLatencyMs'],
-      [{ adaptive: { smoothing: NaN } }, TypeError, 'resilience.adaptive.smoothing'],
+      // NaN is a number out of range (a RangeError, as for every numeric option).
+      [{ adaptive: { smoothing: NaN } }, RangeError, 'resilience.adaptive.smoothing'],
       [{ adaptive: 5 }, TypeError, 'resilience.adaptive'],
       [{ callTimeoutMs: 0 }, RangeError, 'resilience.callTimeoutMs'],
       [{ callTimeoutMs: -5 }, RangeError, 'resilience.callTimeoutMs'],

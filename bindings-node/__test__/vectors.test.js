@@ -1,6 +1,6 @@
 'use strict'
 // The Node runner of the scenario vectors in tests/vectors/*.json and the policy vectors in
-// tests/vectors/policies/*.json (DESIGN §5.1; schema tests/vectors/schema.json). It mirrors the
+// tests/vectors/policies/*.json (docs/design.md, scenario vectors; schema tests/vectors/schema.json). It mirrors the
 // Rust runner (tests/tests/vectors.rs): every step runs to quiescence, then exactly the acquires
 // that settled during the step are compared with its `settles`; I2 is checked after every step.
 // Field names of stats expectations are camel-cased (the top level, and inside `circuit` /

@@ -1,113 +1,91 @@
-//! `NativeBulkhead`: the addon's view of one core bulkhead. Numbers in, small integer codes
-//! out; the JS facade (`index.js`) turns them into promises, permits and errors. Every
-//! admission decision is the core's.
+//! `NativeBulkhead` (one core bulkhead), `NativeCall` (a granted call of a bulkhead with
+//! policies) and `NativeDrain` (a pending drain): marshalling only. Every admission, outcome,
+//! timeout and drain decision is the core's (`Bulkhead::admit_owned`, `Call`, `Waiter`,
+//! `drain_owned`; docs/design.md §5).
+//!
+//! A granted call reaches JS as its weight (a number) on a plain bulkhead — ending it is only
+//! returning the permits — and as a `NativeCall` that owns the core `Call` on a bulkhead with
+//! policies. A queued call reaches JS as `{id, ticket, timeoutMs}`: the facade keeps the
+//! ticket, arms the deadline, and on a wake of `id` polls the ticket through
+//! `Waiter::from_ticket`; its timers and abort signals settle it with `expire`.
+//!
+//! Units: weights and counts are safe-integer numbers, durations ms (`Infinity` = none).
+//! Thread-safety: these objects live on their isolate's thread; the core bulkhead they share
+//! is `Sync`.
 
 use std::{
     cell::RefCell,
-    collections::HashMap,
+    future::{Future, Pending},
+    pin::Pin,
+    rc::Rc,
     sync::{Arc, Weak},
+    task::{Context, Poll, Waker},
     time::Duration,
 };
 
 use hullguard_core::{
-    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, CancelError, Config, Outcome,
-    Reason, Ticket, TicketPoll,
+    AcquireError, Bulkhead as CoreBulkhead, Call, CallStart, Decision, DrainResult, OwnedPermit,
+    Reason, Rejection, Ticket, Waiter, config::Spelling, drain::DrainOf,
 };
-use napi::{Error, Result, Status};
+use napi::{
+    Env, Error, Result, Status,
+    bindgen_prelude::{Either, Object, Unknown},
+};
 use napi_derive::napi;
 
 use crate::{
     clock::{self, VirtualClock},
-    resilience::{self, NativeResilience},
-    settled,
-    stats::{JsSnapshot, JsStats},
+    marshal::{self, count_arg, ms, range_error, refused, string, type_error},
+    options, settled, stats,
 };
 
-/// `enqueue` / `pollTicket` code: granted at once.
-pub const GRANTED: f64 = -1.0;
-/// Code: the ticket is not live (already consumed or cancelled).
-pub const STALE: f64 = -2.0;
-/// `enqueue` code: granted at once, and breaker state changes wait to be taken (the facade
-/// then delivers them; a plain `GRANTED` needs no further native call).
-pub const GRANTED_EVENTS: f64 = -3.0;
-/// Code base of a rejection: `-(REJECTED_BASE + hg_reason)`.
-pub const REJECTED_BASE: f64 = 10.0;
+/// A granted call as JS holds it: the weight (plain bulkhead) or the `NativeCall`. (The
+/// exported signatures spell it out: napi-derive writes native.d.ts from them literally.)
+type Granted = Either<f64, NativeCall>;
 
-pub(crate) fn rejected(reason: Reason) -> f64 {
-    -(REJECTED_BASE + reason.index() as f64)
+/// A call that queued: poll `ticket` when `id` is reported settled; arm `timeoutMs`.
+#[napi(object)]
+pub struct Queued {
+    pub id: u32,
+    pub ticket: f64,
+    /// The deadline to arm, ms (`Infinity`: none).
+    pub timeout_ms: f64,
 }
 
-/// `GRANTED`, or `GRANTED_EVENTS` when `call`'s breaker check left state changes to take (only
-/// a tracked call can: a plain bulkhead's grant reads no queue).
-fn granted(call: &CallStart) -> f64 {
-    if call.is_tracked() && resilience::pending() != 0 {
-        GRANTED_EVENTS
-    } else {
-        GRANTED
+/// What `drain()` found.
+#[napi(object)]
+pub struct DrainReport {
+    pub drained: bool,
+    pub active: f64,
+    pub queued: f64,
+}
+
+fn report(r: DrainResult) -> DrainReport {
+    DrainReport {
+        drained: r.drained,
+        active: r.active as f64,
+        queued: r.queued as f64,
     }
-}
-
-/// A `tryTake` code: 0, or `1 + hg_reason` of the rejection.
-fn take_code(r: std::result::Result<(), AcquireError>) -> u32 {
-    match r {
-        Ok(()) => 0,
-        Err(e) => e.reason().map_or(u32::MAX, |r| 1 + r.index() as u32),
-    }
-}
-
-fn reason_from(code: u32) -> Result<Reason> {
-    Reason::ALL
-        .get(code as usize)
-        .copied()
-        .ok_or_else(|| Error::new(Status::InvalidArg, format!("unknown reason {code}")))
-}
-
-/// Builds a core config from numbers the facade already validated (checked again here).
-pub(crate) fn config(
-    max_concurrent: f64,
-    max_queue: f64,
-    queue_timeout_ms: f64,
-    enabled: bool,
-    resilience: Option<&NativeResilience>,
-) -> Result<Config> {
-    let max_concurrent = max_concurrent as u64;
-    let c = Config {
-        max_concurrent,
-        max_queue: max_queue as u64,
-        // NaN / negative were rejected by the facade; anything too large for a Duration is
-        // "no deadline".
-        queue_timeout: resilience::duration_ms(queue_timeout_ms),
-        enabled,
-        resilience: resilience::resilience(resilience, max_concurrent)?,
-    };
-    c.validate().map_err(resilience::config_error)?;
-    Ok(c)
 }
 
 /// One core bulkhead (a handle: a registry's entry stays alive while a handle does, until
-/// `dispose()`).
-///
-/// Guarded calls (DESIGN §4): on a bulkhead with policies every admission begins a call
-/// (`begin_call`, the breaker's check) and keeps its `CallStart` here under the facade's call
-/// id until the call ends: at release with the caller's outcome, `ignored` when admission is
-/// refused, the waiter is cancelled or the permit is reclaimed after GC, `failure` when the
-/// facade's call timer fires. An id is ended at most once (it is removed when it ends).
+/// `dispose()`). Errors: options and arguments throw `TypeError` / `RangeError`, rejections
+/// the facade's `BulkheadError` (with this handle's registry key).
 #[napi]
 pub struct NativeBulkhead {
     bh: Option<Arc<CoreBulkhead>>,
     /// Still reaches the bulkhead after `dispose()` (to count a double release), without
     /// keeping it alive.
     weak: Weak<CoreBulkhead>,
-    /// The calls in flight through this handle (only with policies).
-    calls: RefCell<HashMap<u32, CallStart>>,
+    key: Option<Rc<str>>,
 }
 
 impl NativeBulkhead {
-    pub(crate) fn from_arc(bh: Arc<CoreBulkhead>) -> Self {
+    pub(crate) fn from_arc(bh: Arc<CoreBulkhead>, key: Option<Rc<str>>) -> Self {
         Self {
             weak: Arc::downgrade(&bh),
             bh: Some(bh),
-            calls: RefCell::new(HashMap::new()),
+            key,
         }
     }
 
@@ -117,197 +95,174 @@ impl NativeBulkhead {
             .ok_or_else(|| Error::new(Status::GenericFailure, "bulkhead handle disposed"))
     }
 
-    /// After admission of call `id`: keeps a tracked call until it ends when `admitted` (granted
-    /// or queued), else ends it `ignored` (step 2 of a guarded call).
-    fn admitted(&self, bh: &CoreBulkhead, id: u32, call: CallStart, admitted: bool) {
-        if !call.is_tracked() {
-            return;
-        }
-        if admitted {
-            self.calls.borrow_mut().insert(id, call);
+    fn granted(&self, call: OwnedPermit) -> Granted {
+        if call.bulkhead().has_policies() {
+            Either::B(NativeCall {
+                call: RefCell::new(Some(call)),
+                key: self.key.clone(),
+            })
         } else {
-            bh.end_call(call, Outcome::Ignored);
+            // A plain bulkhead's call token is inert: the weight is all there is.
+            Either::A(call.into_parts().1 as f64)
         }
     }
 
-    /// Ends call `id` with `outcome` if it is still in flight.
-    fn end(&self, bh: &CoreBulkhead, id: u32, outcome: Outcome) {
-        if !bh.has_policies() {
-            return;
+    fn refused(&self, env: &Env, e: &AcquireError) -> Error {
+        refused(env, e, self.key.as_deref())
+    }
+
+    /// Polls a queued waiter: its grant, or `None` while it is queued (the handle then gives
+    /// up only itself, not the place: the facade keeps the ticket).
+    fn poll(
+        &self,
+        mut w: Waiter<Arc<CoreBulkhead>, 0>,
+        waker: Option<&Waker>,
+    ) -> std::result::Result<Option<Granted>, AcquireError> {
+        match w.poll(waker) {
+            Poll::Pending => {
+                let _ = w.into_ticket();
+                Ok(None)
+            }
+            Poll::Ready(r) => r.map(|call| Some(self.granted(call))),
         }
-        let call = self.calls.borrow_mut().remove(&id);
-        if let Some(call) = call {
-            bh.end_call(call, outcome);
-        }
+    }
+
+    /// A queued waiter, with the waker of a fresh id registered (it may have settled first).
+    fn queued(
+        &self,
+        w: Waiter<Arc<CoreBulkhead>, 0>,
+    ) -> std::result::Result<Either<Granted, Queued>, AcquireError> {
+        let (id, waker) = settled::waker();
+        let queued = Queued {
+            id,
+            ticket: w.ticket().to_raw() as f64,
+            timeout_ms: ms(w.queue_timeout()),
+        };
+        let polled = self.poll(w, Some(&waker))?;
+        Ok(polled.map_or(Either::B(queued), Either::A))
     }
 }
 
 #[napi]
 impl NativeBulkhead {
+    /// `new Bulkhead(options)`: `options` as the user gave them (see `options`); breaker
+    /// transitions go to the facade's emitter `emitter`; `clock` is the test hook.
     #[napi(constructor)]
     pub fn new(
-        max_concurrent: f64,
-        max_queue: f64,
-        queue_timeout_ms: f64,
-        enabled: bool,
-        resilience: Option<NativeResilience>,
-        emitter: Option<u32>,
+        env: Env,
+        options: Unknown,
+        emitter: u32,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
-        let c = config(
-            max_concurrent,
-            max_queue,
-            queue_timeout_ms,
-            enabled,
-            resilience.as_ref(),
-        )?;
-        let bh = CoreBulkhead::with_observer(
-            c,
-            clock::source(clock),
-            resilience::observer(emitter),
+        let config = options::bulkhead(&env, options)?;
+        let observer = Arc::new(settled::Emitter(emitter));
+        let bh = CoreBulkhead::with_observer(config, clock::source(clock), Some(observer), None)
+            .map_err(|e| range_error(&env, e.spelled(Spelling::Node)))?;
+        Ok(Self::from_arc(Arc::new(bh), None))
+    }
+
+    /// Admits one `acquire()` / `run()` (`options`: `{weight, signal, queueTimeoutMs}`): the
+    /// granted call, or `Queued`. Throws `BulkheadError` when refused (the call ended
+    /// `ignored`), `TypeError` / `RangeError` for a bad option.
+    #[napi]
+    pub fn enqueue(
+        &self,
+        env: &Env,
+        options: Unknown,
+    ) -> Result<Either<Either<f64, NativeCall>, Queued>> {
+        let bh = self.bh()?;
+        let request = options::acquire(env, options, bh.max_concurrent())?;
+        let decision = bh.admit_owned(&request, None);
+        // Transitions the breaker's check committed, before a waker is registered (a grant
+        // during the flush is then seen by the waiter's first poll, never lost).
+        settled::flush(env)?;
+        let admitted = match decision {
+            Decision::Granted(call) => Ok(Either::A(self.granted(call))),
+            Decision::Queued(w) => self.queued(w),
+            Decision::Rejected(e) => Err(e),
+        };
+        admitted.map_err(|e| self.refused(env, &e))
+    }
+
+    /// `tryAcquire()` (`options`: `{weight}`): the granted call, or `null` when not admitted
+    /// at once (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason.
+    #[napi]
+    pub fn try_take(&self, env: &Env, options: Unknown) -> Result<Option<Either<f64, NativeCall>>> {
+        let bh = self.bh()?;
+        let weight = options::try_acquire(env, options, bh.max_concurrent())?;
+        let r = bh.try_acquire_owned(weight);
+        settled::flush(env)?;
+        match r {
+            Ok(call) => Ok(Some(self.granted(call))),
+            Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
+            Err(e) => Err(self.refused(env, &e)),
+        }
+    }
+
+    /// An `acquire()` / `run()` whose signal was aborted before it asked: checks `options`
+    /// (throws like `enqueue`) and counts one `aborted`, so that every call shows in the stats.
+    #[napi]
+    pub fn aborted_before_admission(&self, env: &Env, options: Unknown) -> Result<()> {
+        let bh = self.bh()?;
+        options::acquire(env, options, bh.max_concurrent())?;
+        bh.aborted_before_admission();
+        Ok(())
+    }
+
+    /// A queued ticket after its id was reported: the granted call, `null` while still queued;
+    /// throws the `BulkheadError` of its rejection (`aborted` after `expire(t, 'aborted')`).
+    #[napi]
+    pub fn poll_ticket(&self, env: &Env, ticket: f64) -> Result<Option<Either<f64, NativeCall>>> {
+        let bh = self.bh()?;
+        let polled = self.poll(
+            Waiter::from_ticket(bh.clone(), Ticket::from_raw(ticket as u64)),
             None,
-        )
-        .map_err(resilience::config_error)?;
-        Ok(Self::from_arc(Arc::new(bh)))
+        );
+        settled::flush(env)?;
+        polled.map_err(|e| self.refused(env, &e))
     }
 
-    /// Begins call `id` and takes `weight` permits now: 0, or `1 + hg_reason` of the rejection
-    /// (the call then ended `ignored`).
+    /// A host timer (`'timeout'`) or abort signal (`'aborted'`) settles a queued ticket for its
+    /// owner, whose id is then reported (a ticket that settled first is left as it is).
     #[napi]
-    pub fn try_take(&self, weight: f64, id: u32) -> Result<u32> {
-        let bh = self.bh()?;
-        Ok(take_code(bh.begin_call().and_then(|call| {
-            let r = bh.try_acquire_units(weight as u64);
-            self.admitted(bh, id, call, r.is_ok());
-            r
-        })))
+    pub fn expire(&self, env: &Env, ticket: f64, reason: Unknown) -> Result<()> {
+        let name = string(env, reason, "reason")?;
+        let reason = Reason::from_name(&name)
+            .ok_or_else(|| type_error(env, format_args!("unknown reason {name:?}")))?;
+        // A lost race (granted or rejected first) is reported through the settled queue.
+        let _ = self.bh()?.expire(Ticket::from_raw(ticket as u64), reason);
+        settled::flush(env)
     }
 
-    /// Begins call `id` and admits it at once (`GRANTED`, or `GRANTED_EVENTS` when state
-    /// changes wait to be taken), queues it (the ticket, ≥ 0; waiter `id` is reported through
-    /// `takeSettled()` when it settles) or rejects it (`-(10 + hg_reason)`, the call ended
-    /// `ignored`). `queueTimeoutMs` 0 means "do not queue" (the core decides; the facade arms
-    /// the timer otherwise).
+    /// Ends a plain bulkhead's call of `weight` permits (`outcome` is checked: `undefined`, an
+    /// outcome name or `{outcome}`; a plain bulkhead records none).
     #[napi]
-    pub fn enqueue(&self, weight: f64, id: u32, queue_timeout_ms: f64) -> Result<f64> {
-        let bh = self.bh()?;
-        let mut call = match bh.begin_call() {
-            Ok(c) => c,
-            Err(e) => return Ok(e.reason().map_or(STALE, rejected)),
-        };
-        let timeout = if queue_timeout_ms == 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::MAX
-        };
-        let r = match bh.enqueue_within(weight as u64, timeout, None) {
-            Ok(Admission::Granted) => GRANTED,
-            Ok(Admission::Queued(t)) => {
-                // Register the waiter's waker; the ticket may already have settled.
-                match bh.poll_ticket(t, Some(&settled::waker(id))) {
-                    Ok(TicketPoll::Pending) => t.to_raw() as f64,
-                    Ok(TicketPoll::Granted(_)) => {
-                        bh.mark_granted(&mut call);
-                        GRANTED
-                    }
-                    Ok(TicketPoll::Rejected(r)) => rejected(r.reason),
-                    Err(_) => STALE,
-                }
-            }
-            Err(e) => e.reason().map_or(STALE, rejected),
-        };
-        // Granted or queued (a ticket, >= 0): the call goes on.
-        self.admitted(bh, id, call, r == GRANTED || r >= 0.0);
-        Ok(if r == GRANTED { granted(&call) } else { r })
-    }
-
-    /// A settled ticket's outcome: its weight (> 0) when granted, 0 while pending, `STALE`,
-    /// or `-(10 + hg_reason)`. Call `id`'s RTT clock restarts at the grant; a rejected call
-    /// ends `ignored`.
-    #[napi]
-    pub fn poll_ticket(&self, ticket: f64, id: u32) -> Result<f64> {
-        let bh = self.bh()?;
-        Ok(
-            match bh.poll_ticket(Ticket::from_raw(ticket as u64), None) {
-                Ok(TicketPoll::Pending) => 0.0,
-                Ok(TicketPoll::Granted(w)) => {
-                    if let Some(call) = self.calls.borrow_mut().get_mut(&id) {
-                        bh.mark_granted(call);
-                    }
-                    w as f64
-                }
-                Ok(TicketPoll::Rejected(r)) => {
-                    self.end(bh, id, Outcome::Ignored);
-                    rejected(r.reason)
-                }
-                Err(_) => STALE,
-            },
-        )
-    }
-
-    /// Cancels a queued ticket with `reason` (`hg_reason`): 0 cancelled (call `id` ended
-    /// `ignored`); 1 a grant won (poll it); 2 a rejection won (poll it); 3 stale.
-    #[napi]
-    pub fn cancel(&self, ticket: f64, reason: u32, id: u32) -> Result<u32> {
-        let reason = reason_from(reason)?;
-        let bh = self.bh()?;
-        Ok(match bh.cancel(Ticket::from_raw(ticket as u64), reason) {
-            Ok(()) => {
-                self.end(bh, id, Outcome::Ignored);
-                0
-            }
-            Err(CancelError::Granted) => 1,
-            Err(CancelError::Rejected(_)) => 2,
-            Err(_) => 3,
-        })
-    }
-
-    /// Returns `weight` permits early (a partial release: the call goes on); yields how many
-    /// settled waiters and events wait to be taken.
-    #[napi]
-    pub fn refund(&self, weight: f64) -> Result<u32> {
+    pub fn release(&self, env: &Env, weight: f64, outcome: Unknown) -> Result<()> {
+        options::outcome(env, outcome)?;
         self.bh()?.release_units(weight as u64);
-        Ok(settled::pending())
+        settled::flush(env)
     }
 
-    /// Ends call `id` with `outcome` (0 success, 1 failure, 2 ignored, 3 overload; nothing if
-    /// it already ended), then returns its `weight` remaining permits; yields how many settled
-    /// waiters and events wait to be taken.
+    /// Returns `n` of the `held` permits of a plain bulkhead's call (the core's rule); returns
+    /// the permits still held.
     #[napi]
-    pub fn release(&self, weight: f64, id: u32, outcome: u32) -> Result<u32> {
+    pub fn release_partial(&self, env: &Env, held: f64, n: Unknown) -> Result<f64> {
         let bh = self.bh()?;
-        self.end(bh, id, resilience::outcome(outcome)?);
-        if weight > 0.0 {
-            bh.release_units(weight as u64);
-        }
-        Ok(settled::pending())
+        let n = count_arg(env, n, "n", held as u64, "permits held")?;
+        let mut call = Call::from_parts(&**bh, held as u64, CallStart::NONE);
+        let refunded = call.release_partial(n);
+        let left = call.into_parts().1;
+        settled::flush(env)?;
+        refunded.map_err(|e| range_error(env, e))?;
+        Ok(left as f64)
     }
 
-    /// The facade's call timer fired: counts `call_timeout` and ends call `id` with `failure`
-    /// (its permits stay held until `release`, which then records nothing more).
+    /// A plain bulkhead's `Permit` was garbage-collected holding `weight` permits: they return,
+    /// counted in `leakedTotal`.
     #[napi]
-    pub fn call_timed_out(&self, id: u32) -> Result<u32> {
-        let bh = self.bh()?;
-        let call = self.calls.borrow_mut().remove(&id);
-        match call {
-            Some(call) => bh.end_call_timed_out(call),
-            // Already ended (the work settled in the same turn): only the count.
-            None => bh.count_call_timeout(),
-        }
-        Ok(settled::pending())
-    }
-
-    /// A permit object was garbage-collected while held: end its call `ignored`, return and
-    /// count it.
-    #[napi]
-    pub fn release_leaked(&self, weight: f64, id: u32) -> Result<u32> {
-        let bh = self.bh()?;
-        self.end(bh, id, Outcome::Ignored);
-        bh.record_leak(weight as u64);
-        if weight > 0.0 {
-            bh.release_units(weight as u64);
-        }
-        Ok(settled::pending())
+    pub fn reclaim(&self, env: &Env, weight: f64) -> Result<()> {
+        Call::from_parts(&**self.bh()?, weight as u64, CallStart::NONE).reclaim();
+        settled::flush(env)
     }
 
     /// Counts an explicit release of an already released permit (works after `dispose()`).
@@ -318,34 +273,48 @@ impl NativeBulkhead {
         }
     }
 
+    /// `setLimit(limit)`: a safe integer in `1 ..= maxConcurrent`.
     #[napi]
-    pub fn set_limit(&self, limit: f64) -> Result<u32> {
-        self.bh()?
-            .set_limit(limit as u64)
-            .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
-        Ok(settled::pending())
+    pub fn set_limit(&self, env: &Env, limit: Unknown) -> Result<()> {
+        let bh = self.bh()?;
+        let limit = count_arg(env, limit, "limit", bh.max_concurrent(), "maxConcurrent")?;
+        let set = bh.set_limit(limit);
+        settled::flush(env)?;
+        set.map_err(|e| range_error(env, e.spelled(Spelling::Node)))
     }
 
     #[napi]
-    pub fn close(&self) -> Result<u32> {
+    pub fn close(&self, env: &Env) -> Result<()> {
         self.bh()?.close();
-        Ok(settled::pending())
+        settled::flush(env)
     }
 
-    /// The stats (a read commits a due open → half-open transition, like any state read).
-    #[napi]
-    pub fn stats(&self) -> Result<JsStats> {
-        Ok(JsStats::from(&self.bh()?.stats()))
+    /// The stats object (a read commits a due open → half-open transition, like any state
+    /// read).
+    #[napi(ts_return_type = "Record<string, unknown>")]
+    pub fn stats<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let s = self.bh()?.stats();
+        settled::flush(env)?;
+        stats::object(env, &s)
     }
 
+    /// `drain()` (`options`: `{timeoutMs}`): the report when idle now (or `timeoutMs` is 0),
+    /// else a `NativeDrain` whose id is reported when it may be done.
     #[napi]
-    pub fn snapshot(&self) -> Result<JsSnapshot> {
-        Ok(self.bh()?.snapshot().into())
-    }
-
-    #[napi]
-    pub fn is_idle(&self) -> Result<bool> {
-        Ok(self.bh()?.is_idle())
+    pub fn drain(&self, env: &Env, options: Unknown) -> Result<Either<DrainReport, NativeDrain>> {
+        let bh = self.bh()?;
+        let timeout = options::drain(env, options)?;
+        let (id, waker) = settled::waker();
+        let d = NativeDrain {
+            id,
+            timeout_ms: ms(timeout),
+            bh: bh.clone(),
+            waker,
+            fut: RefCell::new(Some(bh.clone().drain_owned(None::<Pending<()>>))),
+        };
+        // Done now, or (timeout 0) reported now; else pending.
+        let now = d.poll().or_else(|| timeout.is_zero().then(|| d.give_up()));
+        Ok(now.map_or(Either::B(d), Either::A))
     }
 
     #[napi(getter)]
@@ -358,14 +327,16 @@ impl NativeBulkhead {
         Ok(self.bh()?.max_queue() as f64)
     }
 
+    /// The default queue deadline, ms (`Infinity`: none).
     #[napi(getter)]
     pub fn queue_timeout_ms(&self) -> Result<f64> {
-        let t = self.bh()?.queue_timeout();
-        Ok(if t == Duration::MAX {
-            f64::INFINITY
-        } else {
-            t.as_secs_f64() * 1000.0
-        })
+        Ok(ms(self.bh()?.queue_timeout()))
+    }
+
+    /// The call timeout the facade arms for `run()`, ms (`Infinity`: none).
+    #[napi(getter)]
+    pub fn call_timeout_ms(&self) -> Result<f64> {
+        Ok(ms(self.bh()?.call_timeout().unwrap_or(Duration::MAX)))
     }
 
     #[napi(getter)]
@@ -387,5 +358,124 @@ impl NativeBulkhead {
     #[napi]
     pub fn dispose(&mut self) {
         self.bh = None;
+    }
+}
+
+/// One granted call of a bulkhead with policies: owns the core `Call` — its permits and the
+/// state of its guarded call — until it ends (once: later calls do nothing). Made only by
+/// `NativeBulkhead` (no JS constructor).
+#[napi]
+pub struct NativeCall {
+    call: RefCell<Option<OwnedPermit>>,
+    key: Option<Rc<str>>,
+}
+
+#[napi]
+impl NativeCall {
+    /// Ends the call with `outcome` (`undefined` = `'success'`, an outcome name, or
+    /// `{outcome}`; an unknown one is a `TypeError` and the call goes on) and releases it.
+    /// After `timedOut()` the outcome was recorded already: this only releases.
+    #[napi]
+    pub fn release(&self, env: &Env, outcome: Unknown) -> Result<()> {
+        let outcome = options::outcome(env, outcome)?;
+        let call = self.call.take();
+        if let Some(call) = call {
+            call.end(outcome);
+        }
+        settled::flush(env)
+    }
+
+    /// The facade's call timer fired: the core's call-timeout rule (`call_timeout` counted, a
+    /// failure recorded now, the permits held until `release`). Returns the `BulkheadError`
+    /// to reject with, or `null` if the call already ended or was reported.
+    #[napi(ts_return_type = "Error | null")]
+    pub fn timed_out<'e>(&self, env: &'e Env) -> Result<Option<Unknown<'e>>> {
+        let snapshot = self.call.borrow_mut().as_mut().and_then(|c| {
+            let reported = c.timed_out();
+            reported.then(|| c.bulkhead().snapshot())
+        });
+        settled::flush(env)?;
+        snapshot
+            .map(|snapshot| {
+                let r = Rejection {
+                    reason: Reason::CallTimeout,
+                    snapshot,
+                };
+                marshal::bulkhead_error(env, &r, self.key.as_deref())
+            })
+            .transpose()
+    }
+
+    /// Returns `n` of the held permits now (a safe integer in `1 ..= weight`); the call goes on.
+    #[napi]
+    pub fn release_partial(&self, env: &Env, n: Unknown) -> Result<()> {
+        let held = self.weight();
+        let n = count_arg(env, n, "n", held as u64, "permits held")?;
+        let refunded = self
+            .call
+            .borrow_mut()
+            .as_mut()
+            .map(|c| c.release_partial(n));
+        settled::flush(env)?;
+        refunded.transpose().map_err(|e| range_error(env, e))?;
+        Ok(())
+    }
+
+    /// The `Permit` holding this call was garbage-collected: the core's reclaim rule (counted
+    /// in `leakedTotal`, ended `ignored`, released).
+    #[napi]
+    pub fn reclaim(&self, env: &Env) -> Result<()> {
+        let call = self.call.take();
+        if let Some(call) = call {
+            call.reclaim();
+        }
+        settled::flush(env)
+    }
+
+    /// The permits still held (0 once ended).
+    #[napi(getter)]
+    pub fn weight(&self) -> f64 {
+        self.call.borrow().as_ref().map_or(0, Call::weight) as f64
+    }
+}
+
+/// A pending drain: the core's drain future, polled with a waker that reports `id`.
+#[napi]
+pub struct NativeDrain {
+    #[napi(readonly)]
+    pub id: u32,
+    /// The timeout to arm, ms (`Infinity`: none).
+    #[napi(readonly)]
+    pub timeout_ms: f64,
+    bh: Arc<CoreBulkhead>,
+    waker: Waker,
+    fut: RefCell<Option<DrainOf<Arc<CoreBulkhead>, Pending<()>, 0>>>,
+}
+
+#[napi]
+impl NativeDrain {
+    /// The report once idle, else `null` (polled again when `id` is reported).
+    #[napi]
+    pub fn poll(&self) -> Option<DrainReport> {
+        let mut fut = self.fut.borrow_mut();
+        let polled = Pin::new(fut.as_mut()?).poll(&mut Context::from_waker(&self.waker));
+        let Poll::Ready(r) = polled else {
+            return None;
+        };
+        // A finished drain stops watching the bulkhead.
+        *fut = None;
+        Some(report(r))
+    }
+
+    /// The timeout passed: the report now (`drained: false`), and the drain stops.
+    #[napi]
+    pub fn give_up(&self) -> DrainReport {
+        self.fut.borrow_mut().take();
+        let s = self.bh.snapshot();
+        report(DrainResult {
+            drained: false,
+            active: s.active,
+            queued: s.queued,
+        })
     }
 }

@@ -47,8 +47,7 @@ impl VirtualClock {
 }
 
 pub(crate) fn source(clock: Option<&VirtualClock>) -> ClockSource {
-    match clock {
-        Some(c) => ClockSource::Shared(c.inner.clone()),
-        None => ClockSource::default_for_host(),
-    }
+    clock.map_or_else(ClockSource::default_for_host, |c| {
+        ClockSource::Shared(c.inner.clone())
+    })
 }

@@ -1,26 +1,37 @@
-//! The napi-rs addon `hullguard` (native part). The public API is the hand-written facade
-//! `index.js` / `index.mjs` / `index.d.ts`, which turns these small integer codes into
-//! promises, permits and `BulkheadError`s.
+//! The napi-rs addon `hullguard` (native part): marshalling on the core's admission API
+//! (docs/design.md §5). The public API is the hand-written facade `index.js` / `index.mjs` /
+//! `index.d.ts`, which only plumbs Promises, AbortSignal, timers and garbage collection.
 //!
 //! | module | what |
 //! |---|---|
-//! | `bulkhead` | `NativeBulkhead`: tryTake / enqueue / pollTicket / cancel / release / stats |
+//! | `bulkhead` | `NativeBulkhead` (admission, release, stats, drain), `NativeCall`, `NativeDrain` |
 //! | `registry` | `NativeRegistry`, `originKey` |
-//! | `settled` | the per-isolate queue of settled waiter ids (no threadsafe function needed) |
-//! | `resilience` | the `resilience` options; the per-isolate queue of breaker state changes |
-//! | `stats`, `clock` | the stats object; the virtual clock of the test hook |
+//! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
+//! | `settled` | the per-isolate queue of settled waiters / drains and breaker events |
+//! | `marshal` | `TypeError` / `RangeError` / `BulkheadError`, ms |
+//! | `stats`, `clock` | the stats object (one `StatsVisitor`); the virtual clock of the test hook |
+//!
+//! Thread-safety: every object belongs to the isolate (thread) that made it.
 
 // napi-derive registers exports only outside `cfg(test)`; the test build sees them unused.
 #![cfg_attr(test, allow(dead_code))]
 
 mod bulkhead;
 mod clock;
+mod marshal;
+mod options;
 mod registry;
-mod resilience;
 mod settled;
 mod stats;
 
+use hullguard_core::{Outcome, Reason};
+use napi::{
+    Env, Result,
+    bindgen_prelude::{FnArgs, Function, Object},
+};
 use napi_derive::napi;
+
+use crate::{marshal::JsSnapshot, settled::StateChange};
 
 /// Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`.
 #[napi]
@@ -34,26 +45,68 @@ pub const MAX_PERMITS: f64 = if hullguard_core::MAX_PERMITS < (1u64 << 53) - 1 {
 #[napi]
 pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
 
-/// The settled waiter ids since the last call, oldest first.
+/// Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
+/// what a native call settled (the ids of queued waiters and drains, breaker transitions) at
+/// its end; `BulkheadError` is the class the addon throws rejections as.
+// napi-derive reads the argument types literally (for native.d.ts): no type aliases here.
+#[allow(clippy::type_complexity)]
 #[napi]
-pub fn take_settled() -> Vec<u32> {
-    settled::take()
+pub fn init(
+    on_settled: Function<FnArgs<(Vec<u32>, Vec<StateChange>)>, ()>,
+    bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>)>, ()>,
+) -> Result<()> {
+    settled::init(&on_settled)?;
+    marshal::init(&bulkhead_error)
 }
 
-/// How many settled waiter ids and state-change events wait to be taken.
+/// One row of the core's reason table.
+#[napi(object)]
+pub struct ReasonRow {
+    /// The snake_case name of every layer (`'queue_limit'`).
+    pub name: String,
+    /// The error code (`'BULKHEAD_FULL'`).
+    pub code: String,
+    pub retryable: bool,
+    /// Always `'resilience'`.
+    pub category: String,
+}
+
+/// The admission reasons, in `hg_reason` order (the core's table).
+#[napi]
+pub fn reasons() -> Vec<ReasonRow> {
+    Reason::ALL
+        .iter()
+        .map(|r| {
+            let i = r.info();
+            ReasonRow {
+                name: i.name.to_owned(),
+                code: i.code.to_owned(),
+                retryable: i.retryable,
+                category: i.category.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The outcomes with their codes (`Outcome as u8`): `{success: 0, failure: 1, …}`.
+#[napi(ts_return_type = "Record<string, number>")]
+pub fn outcomes(env: &Env) -> Result<Object<'_>> {
+    let mut out = Object::new(env)?;
+    for o in (0u8..).map_while(Outcome::from_code) {
+        out.set(o.as_str(), o as u32)?;
+    }
+    Ok(out)
+}
+
+/// The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
+/// `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
+#[napi]
+pub fn outcome_for_http_status(status: u32) -> &'static str {
+    Outcome::for_http_status(u16::try_from(status).unwrap_or(u16::MAX)).as_str()
+}
+
+/// How many settled ids and events wait to be delivered (0 between native calls; for tests).
 #[napi]
 pub fn settled_pending() -> u32 {
     settled::pending()
-}
-
-/// The breaker state changes since the last call, oldest first.
-#[napi]
-pub fn take_events() -> Vec<resilience::StateChange> {
-    resilience::take()
-}
-
-/// How many breaker state changes wait to be taken.
-#[napi]
-pub fn events_pending() -> u32 {
-    resilience::pending()
 }

@@ -1,39 +1,23 @@
-//! `NativeRegistry`: one core bulkhead per key; handles are `NativeBulkhead`s.
+//! `NativeRegistry`: one core bulkhead per key (`hullguard_core::Registry`); handles are
+//! `NativeBulkhead`s carrying their key (it goes into their `BulkheadError`s).
 
-use std::collections::HashMap;
+use std::{rc::Rc, sync::Arc};
 
-use hullguard_core::{Registry as CoreRegistry, RegistryConfig, origin_key as core_origin_key};
-use napi::{Error, Result, Status};
+use hullguard_core::{Registry as CoreRegistry, origin_key as core_origin_key};
+use napi::{
+    Env, Result,
+    bindgen_prelude::{Object, Unknown},
+};
 use napi_derive::napi;
 
 use crate::{
-    bulkhead::{NativeBulkhead, config},
+    bulkhead::NativeBulkhead,
     clock::{self, VirtualClock},
-    resilience::{self, NativeResilience},
-    stats::JsStats,
+    marshal::{range_error, refused, string, type_error},
+    options, settled, stats,
 };
 
-/// One key's configuration, as the facade resolved it.
-#[napi(object)]
-pub struct NativeConfig {
-    pub max_concurrent: f64,
-    pub max_queue: f64,
-    pub queue_timeout_ms: f64,
-    pub enabled: bool,
-    /// The policies (already merged over the defaults' by the facade).
-    pub resilience: Option<NativeResilience>,
-}
-
-fn to_core(c: &NativeConfig) -> Result<hullguard_core::Config> {
-    config(
-        c.max_concurrent,
-        c.max_queue,
-        c.queue_timeout_ms,
-        c.enabled,
-        c.resilience.as_ref(),
-    )
-}
-
+/// A registry. Errors as `NativeBulkhead`'s; an override's start with `overrides["key"]: `.
 #[napi]
 pub struct NativeRegistry {
     reg: CoreRegistry,
@@ -41,60 +25,42 @@ pub struct NativeRegistry {
 
 #[napi]
 impl NativeRegistry {
+    /// `new Registry(options)`: `options` as the user gave them (defaults, `maxKeys`,
+    /// `overrides`); breaker transitions of every key go to the facade's emitter `emitter`.
     #[napi(constructor)]
     pub fn new(
-        defaults: NativeConfig,
-        overrides: HashMap<String, NativeConfig>,
-        max_keys: f64,
-        emitter: Option<u32>,
+        env: Env,
+        options: Unknown,
+        emitter: u32,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
-        let mut o = HashMap::new();
-        for (k, c) in &overrides {
-            let c = to_core(c).map_err(|e| {
-                Error::new(
-                    Status::InvalidArg,
-                    format!("overrides[{k:?}]: {}", e.reason),
-                )
-            })?;
-            o.insert(k.clone(), c);
-        }
-        let reg = CoreRegistry::with_observer(
-            RegistryConfig {
-                defaults: to_core(&defaults)?,
-                overrides: o,
-                max_keys: max_keys as usize,
-            },
-            clock::source(clock),
-            resilience::observer(emitter),
-        )
-        .map_err(|e| Error::new(Status::InvalidArg, e.to_string()))?;
+        let config = options::registry(&env, options)?;
+        let observer = Arc::new(settled::Emitter(emitter));
+        let reg = CoreRegistry::with_observer(config, clock::source(clock), Some(observer))
+            .map_err(|e| range_error(&env, e))?;
         Ok(Self { reg })
     }
 
-    /// A handle on `key`'s bulkhead (created on first use). Fails with the message
-    /// `key_limit` or `shutdown`.
+    /// A handle on `key`'s bulkhead (created on first use). Throws `BulkheadError`
+    /// (`key_limit`, `shutdown`), or a `TypeError` for a key that is not a string.
     #[napi]
-    pub fn get(&self, key: String) -> Result<NativeBulkhead> {
+    pub fn get(&self, env: &Env, key: Unknown) -> Result<NativeBulkhead> {
+        let key = string(env, key, "key")?;
         self.reg
             .get(&key)
-            .map(NativeBulkhead::from_arc)
-            .map_err(|e| {
-                let reason = e.reason().map_or("invalid", |r| r.as_str());
-                Error::new(Status::GenericFailure, reason.to_owned())
-            })
+            .map(|bh| NativeBulkhead::from_arc(bh, Some(Rc::from(key.as_str()))))
+            .map_err(|e| refused(env, &e.error, Some(&e.key)))
     }
 
     /// `{key: stats}` (keys unchanged).
-    #[napi]
-    pub fn stats(&self) -> HashMap<String, JsStats> {
-        self.reg
-            .stats()
-            .iter()
-            .map(|(k, s)| (k.clone(), JsStats::from(s)))
-            .collect()
+    #[napi(ts_return_type = "Record<string, Record<string, unknown>>")]
+    pub fn stats<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let all = self.reg.stats();
+        settled::flush(env)?;
+        stats::by_key(env, &all)
     }
 
+    /// The live keys, sorted.
     #[napi]
     pub fn keys(&self) -> Vec<String> {
         let mut k = self.reg.keys();
@@ -103,9 +69,9 @@ impl NativeRegistry {
     }
 
     #[napi]
-    pub fn close(&self) -> u32 {
+    pub fn close(&self, env: &Env) -> Result<()> {
         self.reg.close();
-        crate::settled::pending()
+        settled::flush(env)
     }
 
     #[napi(getter)]
@@ -119,9 +85,10 @@ impl NativeRegistry {
     }
 }
 
-/// The canonical origin key of `url` (`scheme://host:port`; DESIGN §3.8). Throws a
-/// `TypeError`-like error for a URL without one.
+/// The canonical origin key of `url` (`scheme://host:port`; docs/design.md §3.8). Throws a
+/// `TypeError` for a non-string or a URL without an origin.
 #[napi]
-pub fn origin_key(url: String) -> Result<String> {
-    core_origin_key(&url).map_err(|e| Error::new(Status::InvalidArg, e.to_string()))
+pub fn origin_key(env: &Env, url: Unknown) -> Result<String> {
+    let url = string(env, url, "url")?;
+    core_origin_key(&url).map_err(|e| type_error(env, e))
 }

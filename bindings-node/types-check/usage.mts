@@ -48,6 +48,13 @@ new Bulkhead({ maxConcurrent: '10' })
 new Bulkhead({ enabled: 1 })
 // @ts-expect-error an unknown option
 new Bulkhead({ maxConcurent: 10 })
+// Misspelled option names are errors for the types too (issue 13, bug 2; the runtime refuses them).
+// @ts-expect-error an unknown option (queueTimeoutMs)
+new Bulkhead({ queueTimeout: 5 })
+// @ts-expect-error an unknown registry option (maxKeys)
+new Registry({ maxkeys: 1 })
+// @ts-expect-error an unknown option in an override
+new Registry({ overrides: { k: { maxConcurent: 2 } } })
 
 const mc: number = bh.maxConcurrent
 const mq: number = bh.maxQueue
@@ -75,6 +82,10 @@ async function bulkheadApi(signal: AbortSignal): Promise<void> {
   await bh.acquire({ weight: '2' })
   // @ts-expect-error signal is an AbortSignal
   await bh.acquire({ signal: 'abort' })
+  // @ts-expect-error an unknown per-call option (weight)
+  await bh.acquire({ wieght: 2 })
+  // @ts-expect-error an unknown per-call option (queueTimeoutMs)
+  await bh.run(() => 1, { queueTimeout: 5 })
   // @ts-expect-error Permit has no public constructor
   new Permit()
 
@@ -106,6 +117,8 @@ async function bulkheadApi(signal: AbortSignal): Promise<void> {
   maybe?.release()
   // @ts-expect-error tryAcquire takes no signal
   bh.tryAcquire({ signal })
+  // @ts-expect-error an unknown tryAcquire option (weight)
+  bh.tryAcquire({ wieght: 2 })
 
   bh.setLimit(5)
   // @ts-expect-error limit is a number
@@ -271,6 +284,8 @@ async function outcomes(): Promise<void> {
   const released: boolean = permit.release(opts)
   // @ts-expect-error an unknown outcome
   permit.release({ outcome: 'timeout' })
+  // @ts-expect-error an unknown release option (outcome)
+  permit.release({ outcom: 'failure' })
   const code: 0 | 1 | 2 | 3 = OUTCOMES.failure
   const s = guarded.stats()
   const circuit: CircuitStats | null = s.circuit

@@ -1,0 +1,185 @@
+//! Marshalling between JS values and the core's: argument errors as `TypeError` / `RangeError`,
+//! rejections as the facade's `BulkheadError`, durations as milliseconds.
+//!
+//! Every error is thrown here, in JS terms, and the native method returns the
+//! `PendingException` error that napi-rs then leaves in place. A value of the wrong JS type is a
+//! `TypeError`; a number out of its range (the core's conversion rule, `config::convert`) a
+//! `RangeError`; both messages name the option or argument and show its range.
+
+use std::{
+    cell::RefCell,
+    fmt::{self, Display},
+    mem::ManuallyDrop,
+    time::Duration,
+};
+
+use hullguard_core::{
+    AcquireError, Rejection, Snapshot,
+    config::{
+        convert::{Problem, count_from_f64},
+        options::Kind,
+    },
+};
+use napi::{
+    Env, Error, JsValue, Result, Status, ValueType,
+    bindgen_prelude::{FnArgs, Function, FunctionRef, Unknown},
+};
+use napi_derive::napi;
+
+/// `{active, queued, limit, available}` at a rejection (the facade adds `key`).
+#[napi(object)]
+pub struct JsSnapshot {
+    pub active: f64,
+    pub queued: f64,
+    pub limit: f64,
+    pub available: f64,
+}
+
+impl From<Snapshot> for JsSnapshot {
+    fn from(s: Snapshot) -> Self {
+        JsSnapshot {
+            active: s.active as f64,
+            queued: s.queued as f64,
+            limit: s.limit as f64,
+            available: s.available as f64,
+        }
+    }
+}
+
+/// The arguments of `new BulkheadError(reason, snapshot, key)`.
+pub(crate) type ErrorArgs = FnArgs<(&'static str, JsSnapshot, Option<String>)>;
+
+/// The facade's `BulkheadError` class, registered by `init`.
+type ErrorClass = FunctionRef<ErrorArgs, ()>;
+
+thread_local! {
+    /// The facade's `BulkheadError` of this isolate. Never dropped: the reference lives as long
+    /// as the isolate (a drop at thread exit would touch an environment that is gone).
+    static ERROR_CLASS: RefCell<Option<ManuallyDrop<ErrorClass>>> = const { RefCell::new(None) };
+}
+
+/// Registers the facade's `BulkheadError` (see [`crate::init`]).
+pub(crate) fn init(class: &Function<ErrorArgs, ()>) -> Result<()> {
+    let class = ManuallyDrop::new(class.create_ref()?);
+    ERROR_CLASS.with(|c| c.replace(Some(class)));
+    Ok(())
+}
+
+/// A message written only when it is shown (the happy path formats nothing).
+pub(crate) struct Lazy<F>(pub(crate) F);
+
+impl<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result> Display for Lazy<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (self.0)(f)
+    }
+}
+
+/// The error a native method returns once it threw: napi-rs leaves the pending exception.
+fn thrown(r: Result<()>) -> Error {
+    r.err()
+        .unwrap_or_else(|| Error::new(Status::PendingException, "thrown"))
+}
+
+/// Throws a `TypeError`.
+pub(crate) fn type_error(env: &Env, msg: impl Display) -> Error {
+    thrown(env.throw_type_error(&msg.to_string(), None))
+}
+
+/// Throws a `RangeError`.
+pub(crate) fn range_error(env: &Env, msg: impl Display) -> Error {
+    thrown(env.throw_range_error(&msg.to_string(), None))
+}
+
+/// The facade's `BulkheadError` for `rejection` by the bulkhead of registry key `key`.
+pub(crate) fn bulkhead_error<'e>(
+    env: &'e Env,
+    rejection: &Rejection,
+    key: Option<&str>,
+) -> Result<Unknown<'e>> {
+    let class = ERROR_CLASS
+        .with(|c| c.borrow().as_ref().map(|c| c.borrow_back(env)))
+        .ok_or_else(|| Error::from_reason("hullguard: native.init() was not called"))??;
+    let args = (
+        rejection.reason.as_str(),
+        JsSnapshot::from(rejection.snapshot),
+        key.map(str::to_owned),
+    );
+    class.new_instance(args.into())
+}
+
+/// Throws the `BulkheadError` of a rejection, or the `RangeError` of an invalid argument (a
+/// weight above `maxConcurrent`, a ring that could not be allocated).
+pub(crate) fn refused(env: &Env, error: &AcquireError, key: Option<&str>) -> Error {
+    error.rejection().map_or_else(
+        || range_error(env, error),
+        |r| thrown(bulkhead_error(env, r, key).and_then(|e| env.throw(e))),
+    )
+}
+
+/// A JS value's type for a message (`typeof`, but `null` for null).
+pub(crate) fn type_name(v: &Unknown) -> Result<String> {
+    Ok(format!("{:?}", v.get_type()?).to_lowercase())
+}
+
+/// A JS value as `String(v)` does it (for "got …" in a message).
+pub(crate) fn js_string(v: &Unknown) -> Result<String> {
+    v.coerce_to_string()?.into_utf8()?.into_owned()
+}
+
+/// `v` if it has JS type `want`, else the `TypeError` "`what`, got `typeof v`".
+pub(crate) fn expect<'e>(
+    env: &Env,
+    v: Unknown<'e>,
+    want: ValueType,
+    what: impl Display,
+) -> Result<Unknown<'e>> {
+    let got = v.get_type()?;
+    (got == want).then_some(v).ok_or_else(|| {
+        type_error(
+            env,
+            format_args!("{what}, got {}", type_name(&v).unwrap_or_default()),
+        )
+    })
+}
+
+/// A number argument (`TypeError` for any other type).
+pub(crate) fn number(env: &Env, v: Unknown, what: impl Display) -> Result<f64> {
+    expect(env, v, ValueType::Number, what)?
+        .coerce_to_number()?
+        .get_double()
+}
+
+/// A string argument (`TypeError` for any other type).
+pub(crate) fn string(env: &Env, v: Unknown, name: &str) -> Result<String> {
+    let v = expect(
+        env,
+        v,
+        ValueType::String,
+        format_args!("{name} must be a string"),
+    )?;
+    js_string(&v)
+}
+
+/// A count argument that is not an option of the table (`weight`, `n`, `limit`): a safe integer
+/// in `1 ..= max`, by the core's rule for JS numbers. `of` says where `max` comes from.
+pub(crate) fn count_arg(env: &Env, v: Unknown, name: &str, max: u64, of: &str) -> Result<u64> {
+    let what = Lazy(|f: &mut fmt::Formatter<'_>| {
+        write!(f, "{name} must be an integer in 1..={max} ({of})")
+    });
+    let x = number(env, v, &what)?;
+    count_from_f64(x, Kind::Count { min: 1, max }).map_err(|_: Problem| {
+        range_error(
+            env,
+            format_args!("{what}, got {}", js_string(&v).unwrap_or_default()),
+        )
+    })
+}
+
+/// A duration in JS milliseconds: `Duration::MAX` ("none") is `Infinity`.
+pub(crate) fn ms(d: Duration) -> f64 {
+    if d == Duration::MAX {
+        f64::INFINITY
+    } else {
+        d.as_secs_f64() * 1000.0
+    }
+}
