@@ -349,8 +349,12 @@ describe('permit.release({outcome})', () => {
     ;(await bh.acquire()).release()
     s = bh.stats()
     assert.equal(s.adaptive.samplesTotal, 4)
-    assert.equal(s.adaptive.limit, 3) // 2 + 1 (a success within the target latency)
-    assert.equal(s.circuit.windowRequests, 4)
+    assert.equal(s.adaptive.limit, 2) // one credit: AIMD adds one per round of `limit` successes
+    ;(await bh.acquire()).release()
+    s = bh.stats()
+    assert.equal(s.adaptive.samplesTotal, 5)
+    assert.equal(s.adaptive.limit, 3) // 2 + 1: a round of 2 fast successes at limit 2
+    assert.equal(s.circuit.windowRequests, 5)
     assertIdle(s)
   })
 
