@@ -1,128 +1,45 @@
 //! The awaitables: `bh.acquire()` (awaitable *and* async context manager), `bh.drain()`, and a
-//! ready value for `__aexit__`.
+//! ready value for `__aexit__`. They drive the core's handles: `Bulkhead::admit_owned` answers
+//! a `Call` (granted), a `Waiter` (queued) or a rejection; the waiter is polled until it
+//! settles; the drain is the core's drain future.
 //!
 //! An acquire that is admitted at once finishes inside the first `send()`: no yield to the
 //! loop, no `asyncio.Future`. Only a queued acquire creates a future, yields it, and is resumed
-//! by the core's grant (see `waiter`). Cancellation (`throw`) or garbage collection while
-//! queued abandons the ticket: a grant that raced it passes on to the next waiter.
+//! by the core's wake-up (see `waiter`); its queue-timeout timer asks the core to expire the
+//! ticket, and the next poll learns the rejection. Cancellation (`throw`), `close()` or garbage
+//! collection while queued drops the waiter, which abandons it (a grant that raced it passes on
+//! to the next waiter).
 
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, atomic::Ordering::SeqCst},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering::SeqCst},
+    },
     task::{Context, Poll},
     time::Duration,
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CallStart, Reason, Rejection, Ticket, TicketPoll,
-    drain::DrainOf,
+    AcquireError, Bulkhead as CoreBulkhead, Decision, Request, Waiter, drain::DrainOf,
 };
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
     prelude::*,
+    sync::PyOnceLock,
 };
 
 use crate::{
-    errors::{acquire_err, rejection_err},
-    permit::Permit,
-    policy::{
-        Admitting, ArmedCall, CallRef, CallSlot, call_timeout_err, classify_exit, current_task,
-    },
+    bulkhead::Bulkhead,
+    errors::acquire_err,
+    permit::{CoreCall, Permit},
+    policy::{ArmedCall, exit_block},
+    stats::drain_dict,
     waiter::{QueueTimer, WaitTarget},
 };
 
-/// Units held by `async with bh:` blocks of one `Bulkhead` object. `__aexit__` returns a
-/// unit only if one is outstanding, so a stray `__aexit__` can never mint a permit (counted as
-/// a double release instead). With policies, each open block also keeps its guarded call,
-/// found again at the exit by the task running it (blocks of one task exit in LIFO order);
-/// without, `calls` stays empty and is never locked.
-pub(crate) struct BareHeld {
-    bh: Arc<CoreBulkhead>,
-    held: std::sync::atomic::AtomicU64,
-    calls: std::sync::Mutex<Vec<BareCall>>,
-}
-
-struct BareCall {
-    /// `id()` of the task that entered the block (0 outside a task).
-    task: usize,
-    slot: Arc<CallSlot>,
-    armed: Option<ArmedCall>,
-}
-
-fn task_id(py: Python<'_>) -> usize {
-    current_task(py).map_or(0, |t| t.as_ptr() as usize)
-}
-
-impl BareHeld {
-    pub(crate) fn new(bh: Arc<CoreBulkhead>) -> Self {
-        Self {
-            bh,
-            held: std::sync::atomic::AtomicU64::new(0),
-            calls: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    fn calls(&self) -> std::sync::MutexGuard<'_, Vec<BareCall>> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn enter(&self, py: Python<'_>, call: CallStart) {
-        if self.bh.has_policies() {
-            let slot = Arc::new(CallSlot::new(call));
-            let armed = ArmedCall::arm(py, &self.bh, CallRef::Slot(slot.clone()));
-            let task = task_id(py);
-            self.calls().push(BareCall { task, slot, armed });
-        }
-        self.held.fetch_add(1, SeqCst);
-    }
-
-    /// The call of the block the current task is leaving (its latest; else the latest of any
-    /// task). Only a bulkhead with policies keeps calls.
-    fn take_call(&self, py: Python<'_>) -> Option<BareCall> {
-        if !self.bh.has_policies() {
-            return None;
-        }
-        let task = task_id(py);
-        let mut calls = self.calls();
-        let i = calls
-            .iter()
-            .rposition(|c| c.task == task)
-            .or(calls.len().checked_sub(1))?;
-        Some(calls.remove(i))
-    }
-
-    /// Returns one unit if a block holds one, ending its call as the exception says. Raises
-    /// `CallTimeoutError` if the block overran `call_timeout`.
-    pub(crate) fn exit(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let took = self
-            .held
-            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !took {
-            self.bh.record_double_release();
-            return Ok(());
-        }
-        let mut fired = false;
-        if let Some(e) = self.take_call(py) {
-            fired = e.armed.is_some_and(|a| a.disarm(py, exc_type));
-            e.slot.end(&self.bh, classify_exit(exc_type));
-        }
-        self.bh.release_units(1);
-        if fired {
-            return Err(call_timeout_err(py, &self.bh, None));
-        }
-        Ok(())
-    }
-}
-
-impl std::fmt::Debug for BareHeld {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BareHeld")
-            .field("held", &self.held)
-            .finish_non_exhaustive()
-    }
-}
+type CoreWaiter = Waiter<Arc<CoreBulkhead>, 0>;
 
 /// The exception `throw(typ, value)` re-raises: the instance given (a task's own
 /// `CancelledError`, unchanged), or `typ()` when only a class came.
@@ -142,27 +59,18 @@ fn stop(value: Py<PyAny>) -> Step {
     Err(PyStopIteration::new_err((value,)))
 }
 
-/// An already-finished awaitable (the result of `__aexit__`).
+/// An already-finished awaitable of `None` (what every `__aexit__` returns: it never
+/// swallows the block's exception).
 #[pyclass(module = "hullguard._native", name = "_Ready", frozen)]
-pub(crate) struct Ready {
-    value: Py<PyAny>,
-}
+pub(crate) struct Ready;
 
-static READY_FALSE: pyo3::sync::PyOnceLock<Py<Ready>> = pyo3::sync::PyOnceLock::new();
+static READY: PyOnceLock<Py<Ready>> = PyOnceLock::new();
 
 impl Ready {
-    /// The one shared, already-finished awaitable of `False` (what every `__aexit__` returns).
-    pub(crate) fn exit_false(py: Python<'_>) -> PyResult<Py<Ready>> {
-        READY_FALSE
-            .get_or_try_init(py, || {
-                Py::new(
-                    py,
-                    Ready {
-                        value: false.into_pyobject(py)?.to_owned().into_any().unbind(),
-                    },
-                )
-            })
-            .map(|r| r.clone_ref(py))
+    /// The one shared instance (no allocation per `__aexit__`).
+    pub(crate) fn shared(py: Python<'_>) -> PyResult<Py<Ready>> {
+        let ready = READY.get_or_try_init(py, || Py::new(py, Ready))?;
+        Ok(ready.clone_ref(py))
     }
 }
 
@@ -176,41 +84,12 @@ impl Ready {
     }
     fn close(&self) {}
     fn __next__(&self, py: Python<'_>) -> Step {
-        stop(self.value.clone_ref(py))
+        stop(py.None())
     }
     #[pyo3(signature = (_value=None))]
     fn send(&self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> Step {
-        stop(self.value.clone_ref(py))
+        stop(py.None())
     }
-}
-
-enum State {
-    Init,
-    Waiting {
-        ticket: Ticket,
-        target: Arc<WaitTarget>,
-        timer: Option<Py<PyAny>>,
-    },
-    Failed(Option<PyErr>),
-    Done,
-}
-
-/// Arms the queue-timeout timer (`loop.call_later`), unless there is no deadline.
-fn arm_timer(
-    py: Python<'_>,
-    bh: &Arc<CoreBulkhead>,
-    ticket: Ticket,
-    target: &Arc<WaitTarget>,
-    timeout: Duration,
-) -> PyResult<Option<Py<PyAny>>> {
-    if timeout == Duration::MAX {
-        return Ok(None);
-    }
-    let cb = Py::new(py, QueueTimer::new(bh.clone(), ticket, target.clone()))?;
-    let handle = target
-        .event_loop(py)
-        .call_method1("call_later", (timeout.as_secs_f64(), cb))?;
-    Ok(Some(handle.unbind()))
 }
 
 fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
@@ -219,19 +98,51 @@ fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
     }
 }
 
-/// `bh.acquire(weight, timeout)`: await it for a `Permit`, or use it as `async with`.
+/// Arms the queue-timeout timer of a waiter (`loop.call_later`), unless it has no deadline.
+fn queue_timer(
+    py: Python<'_>,
+    bh: &Arc<CoreBulkhead>,
+    w: &CoreWaiter,
+    target: &WaitTarget,
+) -> PyResult<Option<Py<PyAny>>> {
+    let timeout = w.queue_timeout();
+    if timeout == Duration::MAX {
+        return Ok(None);
+    }
+    let (bh, ticket) = (bh.clone(), w.ticket());
+    let cb = Py::new(py, QueueTimer { bh, ticket })?;
+    let args = (timeout.as_secs_f64(), cb);
+    let handle = target.event_loop(py).call_method1("call_later", args)?;
+    Ok(Some(handle.unbind()))
+}
+
+enum State {
+    /// Not polled yet.
+    Start(Arc<CoreBulkhead>, Request),
+    /// Queued: the core waiter, the asyncio target its wake-up resolves, the queue timer.
+    Queued {
+        bh: Arc<CoreBulkhead>,
+        waiter: CoreWaiter,
+        target: Arc<WaitTarget>,
+        timer: Option<Py<PyAny>>,
+    },
+    /// Raises this when awaited (a registry key that could not be created).
+    Failed(PyErr),
+    Done,
+}
+
+/// `bh.acquire(weight, timeout)`: await it for a `Permit`, or use it as `async with`. Awaiting
+/// raises the rejection (`BulkheadFullError`, `BulkheadQueueTimeoutError` after `timeout`
+/// seconds queued, `BulkheadClosedError`, `CircuitOpenError`); a second await raises
+/// `RuntimeError`. A queued acquire waits on the running loop of its first await; cancelling
+/// the task gives its place up. One task awaits it; the bulkhead may be shared by any threads.
 #[pyclass(module = "hullguard._native", name = "AcquireContext")]
 pub(crate) struct AcquireContext {
-    /// The bulkhead, with the guarded call being admitted (ended `ignored` unless granted).
-    bh: Admitting<Arc<CoreBulkhead>>,
-    key: Option<String>,
-    weight: u64,
-    /// Resolved queue timeout: `ZERO` = do not queue, `MAX` = no deadline.
-    timeout: Duration,
-    /// `async with bh:` — hold one unit without a `Permit` object, counted in this bulkhead
-    /// object's `BareHeld` so that `Bulkhead.__aexit__` can never return more than was taken.
-    bare: Option<Arc<BareHeld>>,
     state: State,
+    key: Option<String>,
+    /// `async with bh:` — the block's call goes to this bulkhead object, not to a `Permit`.
+    bare: Option<Py<Bulkhead>>,
+    /// The granted permit (released by `__aexit__`).
     permit: Option<Py<Permit>>,
     /// Used as `async with` (`__aenter__` ran): the block is a guarded call with a deadline.
     cm: bool,
@@ -243,190 +154,108 @@ impl AcquireContext {
     pub(crate) fn new(
         bh: Arc<CoreBulkhead>,
         key: Option<String>,
-        weight: u64,
-        timeout: Duration,
-        bare: Option<Arc<BareHeld>>,
+        request: Request,
+        bare: Option<Py<Bulkhead>>,
     ) -> Self {
         Self {
-            bh: Admitting::new(bh),
+            state: State::Start(bh, request),
             key,
-            weight,
-            timeout,
             bare,
-            state: State::Init,
             permit: None,
             cm: false,
             armed: None,
         }
     }
 
-    /// Refused before the grant (rejected, no loop, …): the call ends `ignored`; raises `err`.
-    fn refuse(&mut self, err: PyErr) -> Step {
-        self.state = State::Done;
-        self.bh.refused();
-        Err(err)
+    /// An acquire that raises `err` when awaited.
+    pub(crate) fn failed(key: Option<String>, err: PyErr) -> Self {
+        Self {
+            state: State::Failed(err),
+            key,
+            bare: None,
+            permit: None,
+            cm: false,
+            armed: None,
+        }
     }
 
-    /// An acquire that raises `err` when awaited (a registry key that could not be created).
-    pub(crate) fn failed(bh: Arc<CoreBulkhead>, key: Option<String>, err: PyErr) -> Self {
-        let mut s = Self::new(bh, key, 1, Duration::ZERO, None);
-        s.state = State::Failed(Some(err));
-        s
-    }
-
-    /// `queued`: the grant came after queueing (the adaptive sample restarts at the grant).
-    fn granted(&mut self, py: Python<'_>, weight: u64, queued: bool) -> Step {
-        self.state = State::Done;
-        let call = self.bh.granted(queued);
-        if let Some(bare) = &self.bare {
-            bare.enter(py, call);
+    fn settled(&mut self, py: Python<'_>, r: Result<CoreCall, AcquireError>) -> Step {
+        let call = r.map_err(|e| acquire_err(py, &e, self.key.as_deref()))?;
+        if let Some(bh) = &self.bare {
+            bh.get().enter_block(py, call)?;
             return stop(py.None());
         }
-        let permit = Py::new(
-            py,
-            Permit::new(self.bh.clone(), weight, self.key.clone(), call),
-        )?;
+        let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
         if self.cm {
-            self.armed = ArmedCall::arm(py, &self.bh, CallRef::Permit(permit.clone_ref(py)));
+            self.armed = ArmedCall::arm(py, &permit);
         }
         self.permit = Some(permit.clone_ref(py));
         stop(permit.into_any())
     }
 
-    fn rejected(&mut self, py: Python<'_>, r: &Rejection) -> Step {
-        let err = rejection_err(py, r, self.key.as_deref());
-        self.refuse(err)
-    }
-
-    fn first_step(&mut self, py: Python<'_>) -> Step {
-        // The breaker's check, then admission.
-        let admission = self
-            .bh
-            .begin(self.weight)
-            .and_then(|()| self.bh.enqueue_within(self.weight, self.timeout, None));
-        let ticket = match admission {
-            Ok(Admission::Granted) => return self.granted(py, self.weight, false),
-            Ok(Admission::Queued(t)) => t,
-            Err(e) => {
-                let err = acquire_err(py, &e, self.key.as_deref());
-                return self.refuse(err);
-            }
-        };
-        let target = match WaitTarget::new(py) {
-            Ok(t) => t,
-            Err(e) => {
-                // No running loop: give the place back before raising.
-                self.bh.abandon(ticket);
-                return self.refuse(e);
-            }
-        };
-        self.wait(py, ticket, target, None, true)
-    }
-
-    /// Registers the waker and yields the future, or finishes if the ticket settled.
+    /// Registers the wake-up and yields the future, unless the waiter settled meanwhile.
     fn wait(
         &mut self,
         py: Python<'_>,
-        ticket: Ticket,
+        bh: Arc<CoreBulkhead>,
+        mut waiter: CoreWaiter,
         target: Arc<WaitTarget>,
         timer: Option<Py<PyAny>>,
-        first: bool,
     ) -> Step {
-        match self.bh.poll_ticket(ticket, Some(&target.waker())) {
-            Ok(TicketPoll::Pending) => {
-                let timer = if first {
-                    match arm_timer(py, &self.bh, ticket, &target, self.timeout) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            self.bh.abandon(ticket);
-                            return self.refuse(e);
-                        }
-                    }
-                } else {
-                    timer
-                };
-                let fut = target.future_to_yield(py)?;
-                self.state = State::Waiting {
-                    ticket,
-                    target,
-                    timer,
-                };
-                Ok(fut.unbind())
-            }
-            Ok(TicketPoll::Granted(w)) => {
-                cancel_timer(py, timer);
-                self.granted(py, w, true)
-            }
-            Ok(TicketPoll::Rejected(r)) => {
-                cancel_timer(py, timer);
-                self.rejected(py, &r)
-            }
-            Err(_) => {
-                cancel_timer(py, timer);
-                let reason = if target.timed_out.load(SeqCst) {
-                    Reason::Timeout
-                } else {
-                    Reason::Aborted
-                };
-                let r = Rejection {
-                    reason,
-                    snapshot: self.bh.snapshot(),
-                };
-                self.rejected(py, &r)
-            }
+        if let Poll::Ready(r) = waiter.poll(Some(&target.waker())) {
+            cancel_timer(py, timer);
+            return self.settled(py, r);
         }
+        // Armed once, at the first wait (an error drops, i.e. abandons, the waiter).
+        let arm = || queue_timer(py, &bh, &waiter, &target);
+        let timer = timer.map_or_else(arm, |t| Ok(Some(t)))?;
+        let fut = target.future_to_yield(py)?;
+        self.state = State::Queued {
+            bh,
+            waiter,
+            target,
+            timer,
+        };
+        Ok(fut.unbind())
     }
 
     fn step(&mut self, py: Python<'_>) -> Step {
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Init => self.first_step(py),
-            State::Waiting {
-                ticket,
+            State::Start(bh, request) => match bh.admit_owned(&request, None) {
+                Decision::Granted(call) => self.settled(py, Ok(call)),
+                Decision::Rejected(e) => self.settled(py, Err(e)),
+                // No running loop: the waiter is dropped (abandoned) before raising.
+                Decision::Queued(waiter) => self.wait(py, bh, waiter, WaitTarget::new(py)?, None),
+            },
+            // Woken: take the outcome first; only a spurious wake-up (still pending) needs a
+            // fresh future for the next wait.
+            State::Queued {
+                bh,
+                mut waiter,
                 target,
                 timer,
-            } => {
-                if target.timed_out.load(SeqCst) {
-                    let r = Rejection {
-                        reason: Reason::Timeout,
-                        snapshot: self.bh.snapshot(),
-                    };
-                    return self.rejected(py, &r);
+            } => match waiter.poll(None) {
+                Poll::Ready(r) => {
+                    cancel_timer(py, timer);
+                    self.settled(py, r)
                 }
-                // Woken: take the outcome first; only a spurious wake-up (still pending)
-                // needs a fresh future for the next wait.
-                match self.bh.poll_ticket(ticket, None) {
-                    Ok(TicketPoll::Granted(w)) => {
-                        cancel_timer(py, timer);
-                        self.granted(py, w, true)
-                    }
-                    Ok(TicketPoll::Rejected(r)) => {
-                        cancel_timer(py, timer);
-                        self.rejected(py, &r)
-                    }
-                    _ => {
-                        target.renew(py)?;
-                        self.wait(py, ticket, target, timer, false)
-                    }
+                Poll::Pending => {
+                    target.renew(py)?;
+                    self.wait(py, bh, waiter, target, timer)
                 }
-            }
-            State::Failed(e) => Err(e.unwrap_or_else(|| {
-                PyRuntimeError::new_err("this acquire has already been awaited")
-            })),
+            },
+            State::Failed(e) => Err(e),
             State::Done => Err(PyRuntimeError::new_err(
                 "this acquire has already been awaited",
             )),
         }
     }
 
-    /// Gives a queued ticket up (cancellation, close, garbage collection).
+    /// Gives a queued waiter up (cancellation, close, garbage collection).
     fn abandon(&mut self, py: Python<'_>) {
-        if let State::Waiting { ticket, timer, .. } =
-            std::mem::replace(&mut self.state, State::Done)
-        {
+        if let State::Queued { timer, .. } = std::mem::replace(&mut self.state, State::Done) {
             cancel_timer(py, timer);
-            self.bh.abandon(ticket);
         }
-        self.bh.refused();
     }
 }
 
@@ -478,7 +307,8 @@ impl AcquireContext {
     /// Releases the permit taken by `__aenter__` (skipped silently if already released),
     /// recording the outcome the block's exception gives (none → success,
     /// `asyncio.CancelledError` → ignored, other → failure). Raises `CallTimeoutError` if the
-    /// block overran `call_timeout` (its cancellation is replaced, as `asyncio.timeout` does).
+    /// block overran `call_timeout` (its cancellation is replaced, as `asyncio.timeout` does);
+    /// never swallows the block's exception.
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __aexit__(
         &mut self,
@@ -487,71 +317,84 @@ impl AcquireContext {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Ready>> {
-        let fired = self.armed.take().is_some_and(|a| a.disarm(py, exc_type));
+        let armed = self.armed.take();
         if let Some(p) = self.permit.take() {
-            p.get().release_inner(false, classify_exit(exc_type));
+            exit_block(py, p.get(), armed.as_ref(), exc_type)?;
         }
-        if fired {
-            return Err(call_timeout_err(py, &self.bh, self.key.as_deref()));
-        }
-        Ready::exit_false(py)
+        Ready::shared(py)
     }
 }
 
 impl Drop for AcquireContext {
     fn drop(&mut self) {
-        // A call never granted ends `ignored` when `bh` drops.
-        if matches!(self.state, State::Waiting { .. }) {
-            Python::attach(|py| self.abandon(py));
-        }
-        if let Some(a) = self.armed.take() {
-            Python::attach(|py| a.cancel(py));
+        // A waiter still queued is abandoned by its drop; the timers need the interpreter.
+        if matches!(self.state, State::Queued { .. }) || self.armed.is_some() {
+            Python::attach(|py| {
+                self.abandon(py);
+                if let Some(a) = self.armed.take() {
+                    a.cancel(py);
+                }
+            });
         }
     }
 }
 
-/// The timer of an async drain: marks it timed out and wakes it.
+/// The deadline of an async drain, as the core drain's `sleep` future: ready once set (by its
+/// loop timer, or at once for a timeout of 0).
+struct Deadline(Arc<AtomicBool>);
+
+impl Future for Deadline {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.load(SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// The loop timer of an async drain: sets its deadline and wakes it.
 #[pyclass(module = "hullguard._native", frozen)]
 pub(crate) struct DrainTimer {
+    passed: Arc<AtomicBool>,
     target: Arc<WaitTarget>,
 }
 
 #[pymethods]
 impl DrainTimer {
     fn __call__(&self, py: Python<'_>) {
-        self.target.timed_out.store(true, SeqCst);
+        self.passed.store(true, SeqCst);
         self.target.wake_now(py);
     }
 }
 
-type CoreDrain = DrainOf<Arc<CoreBulkhead>, std::future::Pending<()>, 0>;
+type CoreDrain = DrainOf<Arc<CoreBulkhead>, Deadline, 0>;
 
-/// `await bh.drain(timeout)`: `{"drained", "active", "queued"}`.
+/// `await bh.drain(timeout)`: `{"drained", "active", "queued"}` once the bulkhead is idle or
+/// `timeout` seconds passed (then `drained` is `False`). Cancelling it is clean.
 #[pyclass(module = "hullguard._native", name = "DrainAwaitable")]
 pub(crate) struct DrainAwaitable {
     drain: Pin<Box<CoreDrain>>,
     timeout: Duration,
+    passed: Arc<AtomicBool>,
     target: Option<Arc<WaitTarget>>,
     timer: Option<Py<PyAny>>,
     done: bool,
 }
 
 impl DrainAwaitable {
+    /// `timeout`: `Duration::MAX` waits until idle; zero reports at once.
     pub(crate) fn new(bh: Arc<CoreBulkhead>, timeout: Duration) -> Self {
+        let passed = Arc::new(AtomicBool::new(timeout.is_zero()));
         Self {
-            drain: Box::pin(bh.drain_owned(None)),
+            drain: Box::pin(bh.drain_owned(Some(Deadline(passed.clone())))),
             timeout,
+            passed,
             target: None,
             timer: None,
             done: false,
         }
-    }
-
-    fn finish(&mut self, py: Python<'_>, drained: bool) -> Step {
-        self.done = true;
-        cancel_timer(py, self.timer.take());
-        let r = self.drain.result(drained);
-        stop(crate::stats::drain_dict(py, &r)?.into_any().unbind())
     }
 
     fn step(&mut self, py: Python<'_>) -> Step {
@@ -561,36 +404,25 @@ impl DrainAwaitable {
             ));
         }
         let target = match &self.target {
-            Some(t) => {
-                t.renew(py)?;
-                t.clone()
-            }
-            None => {
-                let t = WaitTarget::new(py)?;
-                self.target = Some(t.clone());
-                t
-            }
+            Some(t) => t.renew(py).map(|()| t.clone())?,
+            None => self.target.insert(WaitTarget::new(py)?).clone(),
         };
         let waker = target.waker();
-        let mut cx = Context::from_waker(&waker);
-        if let Poll::Ready(r) = self.drain.as_mut().poll(&mut cx) {
-            self.done = true;
-            cancel_timer(py, self.timer.take());
-            return stop(crate::stats::drain_dict(py, &r)?.into_any().unbind());
-        }
-        if target.timed_out.load(SeqCst) || self.timeout.is_zero() {
-            return self.finish(py, false);
+        if let Poll::Ready(r) = self.drain.as_mut().poll(&mut Context::from_waker(&waker)) {
+            self.close(py);
+            return stop(drain_dict(py, &r)?.into_any().unbind());
         }
         if self.timer.is_none() && self.timeout != Duration::MAX {
+            let passed = self.passed.clone();
             let cb = Py::new(
                 py,
                 DrainTimer {
+                    passed,
                     target: target.clone(),
                 },
             )?;
-            let h = target
-                .event_loop(py)
-                .call_method1("call_later", (self.timeout.as_secs_f64(), cb))?;
+            let args = (self.timeout.as_secs_f64(), cb);
+            let h = target.event_loop(py).call_method1("call_later", args)?;
             self.timer = Some(h.unbind());
         }
         Ok(target.future_to_yield(py)?.unbind())
@@ -624,8 +456,7 @@ impl DrainAwaitable {
         value: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> Step {
-        self.done = true;
-        cancel_timer(py, self.timer.take());
+        self.close(py);
         Err(thrown(typ, value)?)
     }
 }

@@ -1,22 +1,31 @@
 //! `Bulkhead`: the Python face of one core bulkhead. Argument conversion, error mapping and
-//! event-loop / thread plumbing only; every admission decision is the core's.
+//! event-loop / thread plumbing only; every admission goes through the core's
+//! `Bulkhead::admit_owned` / `try_acquire_owned` and its `Call` / `Waiter` handles.
 
 use std::{
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
     time::{Duration, Instant},
 };
 
 use hullguard_core::{
-    Admission, Bulkhead as CoreBulkhead, CancelError, Clock, ClockSource, Config, MAX_PERMITS,
-    MAX_QUEUE, Reason, Rejection, TicketPoll,
+    Bulkhead as CoreBulkhead, Clock, ClockSource, Decision, Reason, Request, config::Section,
 };
-use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
+use pyo3::{
+    exceptions::PyTypeError,
+    prelude::*,
+    sync::PyOnceLock,
+    types::{PyDict, PyTuple},
+};
 
 use crate::{
-    awaitable::{AcquireContext, BareHeld, DrainAwaitable, Ready},
-    errors::{acquire_err, count_arg, rejection_err, seconds_arg},
-    permit::Permit,
-    policy::{Admitting, PyObserver, config_error, resilience_from},
+    awaitable::{AcquireContext, DrainAwaitable, Ready},
+    errors::acquire_err,
+    options::{self, config_err, count_arg, timeout_arg},
+    permit::{CoreCall, Permit},
+    policy::{ArmedCall, PyObserver, exit_block},
     stats::{drain_dict, stats_dict},
 };
 
@@ -29,79 +38,30 @@ pub(crate) struct PyClock(pub(crate) Py<PyAny>);
 impl Clock for PyClock {
     fn now_ns(&self) -> u64 {
         Python::attach(|py| {
-            self.0
-                .bind(py)
-                .call0()
-                .and_then(|v| v.extract::<u64>())
-                .unwrap_or(0)
+            let now = self.0.bind(py).call0();
+            now.and_then(|v| v.extract::<u64>()).unwrap_or(0)
         })
     }
 }
 
-pub(crate) fn clock_source(clock: Option<Py<PyAny>>) -> ClockSource {
-    match clock {
-        Some(c) => ClockSource::Shared(Arc::new(PyClock(c))),
-        None => ClockSource::default_for_host(),
-    }
+/// The clock of a `_clock` argument (`None`: the host's monotonic clock).
+pub(crate) fn clock_source(clock: Option<Bound<'_, PyAny>>) -> ClockSource {
+    clock.map_or_else(ClockSource::default_for_host, |c| {
+        ClockSource::Shared(Arc::new(PyClock(c.unbind())))
+    })
 }
 
-/// The bulkhead's own options, as Python passes them.
-#[derive(Clone, Copy)]
-pub(crate) struct Options<'a, 'py> {
-    pub(crate) max_concurrent: Option<&'a Bound<'py, PyAny>>,
-    pub(crate) max_queue: Option<&'a Bound<'py, PyAny>>,
-    pub(crate) queue_timeout: Option<&'a Bound<'py, PyAny>>,
-    pub(crate) enabled: Option<&'a Bound<'py, PyAny>>,
-    /// `Some` replaces `base.resilience` (parsed for the final `max_concurrent`; `None` = off).
-    pub(crate) resilience: Option<&'a Bound<'py, PyAny>>,
-}
-
-/// Builds a `Config` from Python arguments over `base`, naming the bad one: the types are
-/// converted here, the ranges checked by the core's `Config::validate`.
-pub(crate) fn config_from(o: Options<'_, '_>, base: Config) -> PyResult<Config> {
-    let Options {
-        max_concurrent,
-        max_queue,
-        queue_timeout,
-        enabled,
-        resilience,
-    } = o;
-    let mut c = base;
-    if let Some(v) = max_concurrent.filter(|v| !v.is_none()) {
-        c.max_concurrent = count_arg(v, "max_concurrent", 1, MAX_PERMITS)?;
-    }
-    if let Some(v) = max_queue.filter(|v| !v.is_none()) {
-        c.max_queue = count_arg(v, "max_queue", 0, MAX_QUEUE)?;
-    }
-    if let Some(d) = seconds_arg(queue_timeout, "queue_timeout")? {
-        c.queue_timeout = d;
-    }
-    if let Some(v) = enabled.filter(|v| !v.is_none()) {
-        if !v.is_instance_of::<pyo3::types::PyBool>() {
-            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                "enabled must be a bool, not {}",
-                v.get_type().name()?
-            )));
-        }
-        c.enabled = v.extract()?;
-    }
-    if let Some(r) = resilience {
-        c.resilience = resilience_from(r, c.max_concurrent)?;
-    }
-    c.validate().map_err(config_error)?;
-    Ok(c)
-}
-
-/// The effective queue timeout of one call: `None` → the bulkhead's `queue_timeout`.
-fn call_timeout(bh: &CoreBulkhead, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
-    Ok(seconds_arg(timeout, "timeout")?.unwrap_or(bh.queue_timeout()))
-}
-
-pub(crate) fn weight_arg(bh: &CoreBulkhead, weight: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-    match weight {
-        None => Ok(1),
-        Some(w) => count_arg(w, "weight", 1, bh.max_concurrent()),
-    }
+/// One acquire's request: `weight` permits (default 1, `1..=max_concurrent`), queued at most
+/// `timeout` seconds (`None`: the bulkhead's `queue_timeout`).
+pub(crate) fn request_arg(
+    bh: &CoreBulkhead,
+    weight: Option<&Bound<'_, PyAny>>,
+    timeout: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Request> {
+    let max = bh.max_concurrent();
+    let weight = weight.map_or(Ok(1), |w| count_arg(w, "weight", 1, max))?;
+    let request = Request::new(weight);
+    Ok(timeout_arg(timeout)?.map_or(request, |t| request.queue_timeout(t)))
 }
 
 /// `try_acquire`: a permit, `None` for `concurrency_limit`, any other reason raised.
@@ -111,235 +71,231 @@ pub(crate) fn try_acquire_on(
     key: Option<&str>,
     weight: u64,
 ) -> PyResult<Option<Permit>> {
-    let mut call = Admitting::new(&**bh);
-    let admitted = call
-        .begin(weight)
-        .and_then(|()| bh.try_acquire_units(weight));
-    match admitted {
-        Ok(()) => Ok(Some(Permit::new(
-            bh.clone(),
-            weight,
-            key.map(str::to_owned),
-            call.granted(false),
-        ))),
+    match bh.try_acquire_owned(weight) {
+        Ok(call) => Ok(Some(Permit::new(call, key.map(str::to_owned)))),
         Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
         Err(e) => Err(acquire_err(py, &e, key)),
     }
 }
 
-/// `acquire_sync`: parks this thread (GIL released) in slices of at most 100 ms, checking for
-/// signals between slices, so Ctrl-C raises promptly and the ticket is given up cleanly.
+/// `acquire_sync`: a queued acquire parks this thread in the core's blocking wait with the
+/// interpreter released, checking for signals every 100 ms (Ctrl-C raises promptly; the
+/// waiter is then abandoned, a grant that raced it passed on).
 pub(crate) fn acquire_sync_on(
     py: Python<'_>,
     bh: &Arc<CoreBulkhead>,
     key: Option<&str>,
-    weight: u64,
-    timeout: Duration,
+    request: Request,
 ) -> PyResult<Permit> {
-    let key_owned = key.map(str::to_owned);
-    let deadline = (timeout != Duration::MAX)
-        .then(|| Instant::now().checked_add(timeout))
-        .flatten();
-    // Every way out below that is not a grant ends the call `ignored` (dropping `call`).
-    let mut call = Admitting::new(&**bh);
-    let admission = call
-        .begin(weight)
-        .and_then(|()| bh.enqueue_within(weight, timeout, None));
-    let ticket = match admission {
-        Ok(Admission::Granted) => {
-            return Ok(Permit::new(
-                bh.clone(),
-                weight,
-                key_owned,
-                call.granted(false),
-            ));
+    let settled = match bh.admit_owned(&request, None) {
+        Decision::Granted(call) => Ok(call),
+        Decision::Rejected(e) => Err(e),
+        Decision::Queued(w) => {
+            // `Duration::MAX` (no deadline) overflows the instant: `None`.
+            let deadline = Instant::now().checked_add(w.queue_timeout());
+            let signals = || Python::attach(|py| py.check_signals());
+            py.detach(|| w.wait_blocking_interruptible(deadline, SIGNAL_SLICE, signals))?
         }
-        Ok(Admission::Queued(t)) => t,
-        Err(e) => return Err(acquire_err(py, &e, key)),
     };
-    let waker = std::task::Waker::from(Arc::new(ThreadWake(std::thread::current())));
-    loop {
-        let polled = py.detach(|| {
-            let slice_end = Instant::now() + SIGNAL_SLICE;
-            let until = deadline.map_or(slice_end, |d| d.min(slice_end));
-            loop {
-                match bh.poll_ticket(ticket, Some(&waker)) {
-                    Ok(TicketPoll::Pending) => {}
-                    other => return other,
-                }
-                let now = Instant::now();
-                if now >= until {
-                    return Ok(TicketPoll::Pending);
-                }
-                std::thread::park_timeout(until - now);
-            }
-        });
-        match polled {
-            Ok(TicketPoll::Granted(w)) => {
-                return Ok(Permit::new(bh.clone(), w, key_owned, call.granted(true)));
-            }
-            Ok(TicketPoll::Rejected(r)) => return Err(rejection_err(py, &r, key)),
-            Ok(TicketPoll::Pending) => {}
-            Err(_) => {
-                let r = Rejection {
-                    reason: Reason::Aborted,
-                    snapshot: bh.snapshot(),
-                };
-                return Err(rejection_err(py, &r, key));
-            }
-        }
-        if let Err(e) = py.check_signals() {
-            bh.abandon(ticket);
-            return Err(e);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            match bh.cancel(ticket, Reason::Timeout) {
-                Ok(()) => {
-                    let r = Rejection {
-                        reason: Reason::Timeout,
-                        snapshot: bh.snapshot(),
-                    };
-                    return Err(rejection_err(py, &r, key));
-                }
-                // Settled first: the next poll takes the outcome.
-                Err(CancelError::Granted | CancelError::Rejected(_)) => {}
-                Err(CancelError::Stale) => bh.abandon(ticket),
-                Err(_) => {}
-            }
-        }
-    }
+    let call = settled.map_err(|e| acquire_err(py, &e, key))?;
+    Ok(Permit::new(call, key.map(str::to_owned)))
 }
 
-struct ThreadWake(std::thread::Thread);
-impl std::task::Wake for ThreadWake {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
-/// `drain_sync`: parks in slices, checking for signals.
+/// `drain_sync`: parks in slices of the core's blocking drain, checking for signals.
 pub(crate) fn drain_sync_on<'py>(
     py: Python<'py>,
     bh: &CoreBulkhead,
     timeout: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let timeout = seconds_arg(timeout, "timeout")?.unwrap_or(Duration::MAX);
-    let deadline = (timeout != Duration::MAX)
-        .then(|| Instant::now().checked_add(timeout))
-        .flatten();
+    let deadline = timeout_arg(timeout)?.and_then(|t| Instant::now().checked_add(t));
     loop {
-        let slice = deadline.map_or(SIGNAL_SLICE, |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(SIGNAL_SLICE)
-        });
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let slice = left.map_or(SIGNAL_SLICE, |l| l.min(SIGNAL_SLICE));
         let r = py.detach(|| bh.drain_blocking(Some(slice)));
-        if r.drained || deadline.is_some_and(|d| Instant::now() >= d) {
+        if r.drained || left.is_some_and(|l| l <= slice) {
             return drain_dict(py, &r);
         }
         py.check_signals()?;
     }
 }
 
+/// The `timeout` argument of every acquire, checked and converted (for integrations that take
+/// one at construction, as `hullguard.httpx` does): seconds (`math.inf` = no deadline), or
+/// `None` (each bulkhead's `queue_timeout`). `TypeError` / `ValueError` naming `timeout`.
+#[pyfunction(name = "_check_timeout")]
+#[pyo3(signature = (timeout))]
+pub(crate) fn check_timeout(timeout: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
+    Ok(timeout_arg(timeout)?.map(seconds))
+}
+
+static CONTEXT_VAR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// The call of one open `async with bh:` block on a bulkhead with policies, on the block stack
+/// of the context (task) that entered it.
+#[pyclass(module = "hullguard._native", frozen)]
+pub(crate) struct Block {
+    permit: Py<Permit>,
+    armed: Option<ArmedCall>,
+    /// The token of the push (`ContextVar.set`): resetting it pops the block, and only works
+    /// in the context that pushed it.
+    token: PyOnceLock<Py<PyAny>>,
+}
+
 /// A bulkhead: at most `max_concurrent` permits in flight, at most `max_queue` callers waiting
 /// (FIFO, no barging) for at most `queue_timeout` seconds. Thread-safe; usable from several
 /// event loops and threads at once.
 ///
+/// The options are those of the core's option table (docs/design.md §7), by name and in table
+/// order positionally; durations in float seconds (`math.inf`: none), `None`: the default.
 /// `resilience={"adaptive": {...}, "breaker": {...}, "call_timeout": seconds}` adds the
-/// policies of DESIGN §4 (a part omitted or `None` is off; `{}` is on with the defaults;
-/// durations in seconds; an unknown key or bad value raises `ValueError` / `TypeError` naming
-/// it, e.g. `resilience.breaker.open_duration`). Every acquire is then a guarded call: an open
-/// breaker raises `CircuitOpenError` before admission; the outcome (`permit.release(outcome=)`,
-/// or the exception leaving `with` / `async with` / a `guard`ed function) feeds the breaker
-/// and the adaptive limit. `call_timeout` bounds `guard`ed calls and `async with` blocks
-/// (`CallTimeoutError`). `on_state_change(key, old, new)` is called (with the GIL, on the
-/// thread that committed it; `key` is `None`) for each breaker transition between
-/// `"closed"`, `"open"` and `"half_open"`; its exceptions go to `sys.unraisablehook`.
+/// policies of docs/design.md §6 (a part omitted or `None` is off; `{}` is on with the
+/// defaults). An unknown option raises `TypeError` (a keyword argument) or `ValueError` (a key
+/// of `resilience`), listing the known ones; a bad value `TypeError` / `ValueError` naming its
+/// full path (e.g. `resilience.breaker.open_duration`) and, when out of range, the range.
+///
+/// With policies every acquire is a guarded call: an open breaker raises `CircuitOpenError`
+/// before admission; the outcome (`permit.release(outcome=)`, or the exception leaving `with` /
+/// `async with` / a `guard`ed function) feeds the breaker and the adaptive limit.
+/// `call_timeout` bounds `guard`ed calls and `async with` blocks (`CallTimeoutError`).
+/// `on_state_change(key, old, new)` is called (with the GIL, on the thread that committed it;
+/// `key` is `None`) for each breaker transition between `"closed"`, `"open"` and
+/// `"half_open"`; its exceptions go to `sys.unraisablehook`.
 #[pyclass(module = "hullguard._native", name = "Bulkhead", subclass, frozen)]
 pub(crate) struct Bulkhead {
     pub(crate) bh: Arc<CoreBulkhead>,
     pub(crate) key: Option<String>,
-    /// Units held by this object's `async with bh:` blocks.
-    bare: Arc<BareHeld>,
+    /// `async with bh:` on a bulkhead without policies: the units this object's blocks hold
+    /// (a stray `__aexit__` can never return more than was taken).
+    held: AtomicU64,
+    /// `async with bh:` on a bulkhead with policies: a `contextvars.ContextVar` holding the
+    /// open blocks of each context as a tuple stack (each task finds its own block's call).
+    blocks: Option<Py<PyAny>>,
 }
 
 impl Bulkhead {
-    pub(crate) fn wrap(bh: Arc<CoreBulkhead>, key: Option<String>) -> Self {
-        Self {
-            bare: Arc::new(BareHeld::new(bh.clone())),
+    pub(crate) fn wrap(
+        py: Python<'_>,
+        bh: Arc<CoreBulkhead>,
+        key: Option<String>,
+    ) -> PyResult<Self> {
+        let var = CONTEXT_VAR.import(py, "contextvars", "ContextVar")?;
+        let new_var = || {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("default", PyTuple::empty(py))?;
+            var.call(("hullguard.blocks",), Some(&kwargs))
+                .map(Bound::unbind)
+        };
+        let blocks = bh.has_policies().then(new_var).transpose()?;
+        Ok(Self {
             bh,
             key,
-        }
+            held: AtomicU64::new(0),
+            blocks,
+        })
+    }
+
+    /// An `async with bh:` block was granted `call`.
+    pub(crate) fn enter_block(&self, py: Python<'_>, call: CoreCall) -> PyResult<()> {
+        let Some(var) = &self.blocks else {
+            // No policies, so no outcome to record: only the unit is kept.
+            call.forget();
+            self.held.fetch_add(1, SeqCst);
+            return Ok(());
+        };
+        let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
+        let armed = ArmedCall::arm(py, &permit);
+        let token = PyOnceLock::new();
+        let block = Py::new(
+            py,
+            Block {
+                permit,
+                armed,
+                token,
+            },
+        )?;
+        let var = var.bind(py);
+        let stack = var.call_method0("get")?.cast_into::<PyTuple>()?;
+        let pushed = stack.add(PyTuple::new(py, [&block])?)?;
+        let token = var.call_method1("set", (pushed,))?;
+        drop(block.get().token.set(py, token.unbind()));
+        Ok(())
+    }
+
+    /// An `async with bh:` block exits: its call ends as `exc_type` says. A stray exit (no
+    /// block of this context open) returns nothing and is counted in `released_twice_total`.
+    fn exit_block(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let Some(var) = &self.blocks else {
+            let took = self.held.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+            took.map_or_else(
+                |_| self.bh.record_double_release(),
+                |_| self.bh.release_units(1),
+            );
+            return Ok(());
+        };
+        let var = var.bind(py);
+        let stack = var.call_method0("get")?.cast_into::<PyTuple>()?;
+        let top = stack
+            .iter()
+            .last()
+            .map(|b| b.cast_into::<Block>())
+            .transpose()?;
+        let popped = top.filter(|b| {
+            let token = b.get().token.get(py);
+            token.is_some_and(|t| var.call_method1("reset", (t,)).is_ok())
+        });
+        let Some(block) = popped else {
+            self.bh.record_double_release();
+            return Ok(());
+        };
+        let block = block.get();
+        exit_block(py, block.permit.get(), block.armed.as_ref(), exc_type)
     }
 }
 
 #[pymethods]
 impl Bulkhead {
+    /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
+    /// resilience=None, on_state_change=None)`; see the class docs.
     #[new]
-    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, resilience=None, on_state_change=None, _clock=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        max_concurrent: Option<&Bound<'_, PyAny>>,
-        max_queue: Option<&Bound<'_, PyAny>>,
-        queue_timeout: Option<&Bound<'_, PyAny>>,
-        enabled: Option<&Bound<'_, PyAny>>,
-        resilience: Option<&Bound<'_, PyAny>>,
-        on_state_change: Option<&Bound<'_, PyAny>>,
-        _clock: Option<Py<PyAny>>,
-    ) -> PyResult<Self> {
-        let config = config_from(
-            Options {
-                max_concurrent,
-                max_queue,
-                queue_timeout,
-                enabled,
-                resilience,
-            },
-            Config::DEFAULT,
-        )?;
-        let observer = PyObserver::from_arg(on_state_change)?;
-        let bh = CoreBulkhead::with_observer(config, clock_source(_clock), observer, None)
-            .map_err(config_error)?;
-        Ok(Self::wrap(Arc::new(bh), None))
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let py = args.py();
+        let d = options::arguments("Bulkhead", args, kwargs)?;
+        let observer = PyObserver::from_arg(options::take(&d, "on_state_change")?.as_ref())?;
+        let clock = clock_source(options::take(&d, "_clock")?);
+        let partial = options::parse(&d, Section::Bulkhead, "", PyTypeError::new_err)?;
+        let config = partial.to_config().map_err(config_err)?;
+        let bh = CoreBulkhead::with_observer(config, clock, observer, None).map_err(config_err)?;
+        Self::wrap(py, Arc::new(bh), None)
     }
 
-    /// Waits for `weight` permits: `await bh.acquire()` gives a `Permit` (release it yourself);
-    /// `async with bh.acquire() as permit:` releases on exit.
+    /// Waits for `weight` permits (at most `timeout` seconds queued; `None`: `queue_timeout`):
+    /// `await bh.acquire()` gives a `Permit` (release it yourself); `async with bh.acquire() as
+    /// permit:` releases on exit. Bad arguments raise `TypeError` / `ValueError` here; a
+    /// rejection raises when awaited.
     #[pyo3(signature = (weight=None, timeout=None))]
     fn acquire(
         &self,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
-        let w = weight_arg(&self.bh, weight)?;
-        let t = call_timeout(&self.bh, timeout)?;
-        Ok(AcquireContext::new(
-            self.bh.clone(),
-            self.key.clone(),
-            w,
-            t,
-            None,
-        ))
+        let request = request_arg(&self.bh, weight, timeout)?;
+        let (bh, key) = (self.bh.clone(), self.key.clone());
+        Ok(AcquireContext::new(bh, key, request, None))
     }
 
     /// `async with bh:` — one permit for the block.
-    fn __aenter__(&self) -> AcquireContext {
-        AcquireContext::new(
-            self.bh.clone(),
-            self.key.clone(),
-            1,
-            self.bh.queue_timeout(),
-            Some(self.bare.clone()),
-        )
+    fn __aenter__(slf: &Bound<'_, Self>) -> AcquireContext {
+        let me = slf.get();
+        let (bh, key) = (me.bh.clone(), me.key.clone());
+        AcquireContext::new(bh, key, Request::new(1), Some(slf.clone().unbind()))
     }
 
-    /// Returns the unit of the `async with bh:` block (a stray call returns nothing and is
-    /// counted in `released_twice_total`).
-    /// With policies, the block's exception gives the outcome (none → success,
-    /// `asyncio.CancelledError` → ignored, other → failure), and a block that overran
-    /// `call_timeout` raises `CallTimeoutError`.
+    /// Returns the unit of this task's innermost `async with bh:` block (a stray call returns
+    /// nothing and is counted in `released_twice_total`). With policies, the block's exception
+    /// gives the outcome (none → success, `asyncio.CancelledError` → ignored, other →
+    /// failure), and a block that overran `call_timeout` raises `CallTimeoutError`. Never
+    /// swallows the block's exception.
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __aexit__(
         &self,
@@ -348,11 +304,14 @@ impl Bulkhead {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<Ready>> {
-        self.bare.exit(py, exc_type)?;
-        Ready::exit_false(py)
+        self.exit_block(py, exc_type)?;
+        Ready::shared(py)
     }
 
-    /// Blocks this thread (GIL released) until admitted.
+    /// Blocks this thread (GIL released) until admitted, at most `timeout` seconds queued
+    /// (`None`: `queue_timeout`; `math.inf`: no deadline; 0: do not queue). Raises the
+    /// rejection, or the exception of a signal handler (Ctrl-C: `KeyboardInterrupt`, within
+    /// 100 ms; the place is given up).
     #[pyo3(signature = (weight=None, timeout=None))]
     fn acquire_sync(
         &self,
@@ -360,20 +319,20 @@ impl Bulkhead {
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
-        let w = weight_arg(&self.bh, weight)?;
-        let t = call_timeout(&self.bh, timeout)?;
-        acquire_sync_on(py, &self.bh, self.key.as_deref(), w, t)
+        let request = request_arg(&self.bh, weight, timeout)?;
+        acquire_sync_on(py, &self.bh, self.key.as_deref(), request)
     }
 
-    /// A permit now, or `None` (`concurrency_limit`); other reasons raise.
+    /// A permit now, or `None` (`concurrency_limit`, also while a waiter is queued: no
+    /// barging); other reasons raise (`BulkheadClosedError`, `CircuitOpenError`).
     #[pyo3(signature = (weight=None))]
     fn try_acquire(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Permit>> {
-        let w = weight_arg(&self.bh, weight)?;
-        try_acquire_on(py, &self.bh, self.key.as_deref(), w)
+        let weight = request_arg(&self.bh, weight, None)?.weight;
+        try_acquire_on(py, &self.bh, self.key.as_deref(), weight)
     }
 
     /// Decorator: every call of `fn` (sync or async) holds `weight` permits. `@bh.guard` or
@@ -385,34 +344,24 @@ impl Bulkhead {
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let me = slf.borrow();
-        weight_arg(&me.bh, weight)?;
-        call_timeout(&me.bh, timeout)?;
-        let py = slf.py();
+        let bh = &slf.get().bh;
+        request_arg(bh, weight, timeout)?;
         let acquire = slf.getattr("acquire")?;
         let acquire_sync = slf.getattr("acquire_sync")?;
-        let call_timeout = me.bh.call_timeout();
-        crate::guard::decorator(
-            py,
-            &acquire,
-            &acquire_sync,
-            (weight, timeout),
-            call_timeout,
-            r#fn,
-        )
+        let (args, call_timeout) = ((weight, timeout), bh.call_timeout());
+        crate::guard::decorator(slf.py(), &acquire, &acquire_sync, args, call_timeout, r#fn)
     }
 
-    /// Changes the limit (1 ..= max_concurrent); never blocks, never revokes.
+    /// Changes the limit (`1..=max_concurrent`, else `ValueError`); never blocks, never
+    /// revokes: growing hands permits to waiters, shrinking waits for releases.
     fn set_limit(&self, limit: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = count_arg(limit, "limit", 1, self.bh.max_concurrent())?;
-        self.bh
-            .set_limit(n)
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        self.bh.set_limit(n).map_err(config_err)
     }
 
-    /// The stats dict (DESIGN §3.7); `adaptive` / `circuit` are dicts when those policies
-    /// are on, else `None`. Reading it may commit a due open → half-open transition (and fire
-    /// `on_state_change`).
+    /// The stats dict (docs/design.md §8.1); `adaptive` / `circuit` are dicts when those
+    /// policies are on, else `None`. Reading it may commit a due open → half-open transition
+    /// (and call `on_state_change`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.bh.stats())
     }
@@ -422,13 +371,15 @@ impl Bulkhead {
         self.bh.close();
     }
 
-    /// Waits (without closing) until idle or `timeout` seconds pass.
+    /// Waits (without closing) until idle or `timeout` seconds pass (`None` / `math.inf`: no
+    /// deadline; 0: report at once).
     #[pyo3(signature = (timeout=None))]
     fn drain(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<DrainAwaitable> {
-        let t = seconds_arg(timeout, "timeout")?.unwrap_or(Duration::MAX);
+        let t = timeout_arg(timeout)?.unwrap_or(Duration::MAX);
         Ok(DrainAwaitable::new(self.bh.clone(), t))
     }
 
+    /// `drain` on this thread (GIL released; Ctrl-C raises promptly).
     #[pyo3(signature = (timeout=None))]
     fn drain_sync<'py>(
         &self,
@@ -446,14 +397,10 @@ impl Bulkhead {
     fn max_queue(&self) -> u64 {
         self.bh.max_queue()
     }
+    /// Seconds; `math.inf` for no deadline.
     #[getter]
     fn queue_timeout(&self) -> f64 {
-        let t = self.bh.queue_timeout();
-        if t == Duration::MAX {
-            f64::INFINITY
-        } else {
-            t.as_secs_f64()
-        }
+        seconds(self.bh.queue_timeout())
     }
     #[getter]
     fn enabled(&self) -> bool {
@@ -474,7 +421,7 @@ impl Bulkhead {
     /// `resilience.call_timeout` in seconds, or `None`.
     #[getter]
     fn call_timeout(&self) -> Option<f64> {
-        self.bh.call_timeout().map(|d| d.as_secs_f64())
+        self.bh.call_timeout().map(seconds)
     }
     /// The breaker's state now (`"closed"`, `"open"`, `"half_open"`; committing a due
     /// open → half-open transition), or `None` without a breaker.
@@ -484,16 +431,19 @@ impl Bulkhead {
     }
 
     fn __repr__(&self) -> String {
-        let s = self.bh.stats();
-        format!(
-            "<Bulkhead limit={} active={} queued={}{}>",
-            s.limit,
-            s.active,
-            s.queued,
-            self.key
-                .as_ref()
-                .map(|k| format!(" key={k:?}"))
-                .unwrap_or_default()
-        )
+        let s = self.bh.snapshot();
+        let key = self.key.as_ref().map(|k| format!(" key={k:?}"));
+        let (limit, active, queued) = (s.limit, s.active, s.queued);
+        let key = key.unwrap_or_default();
+        format!("<Bulkhead limit={limit} active={active} queued={queued}{key}>")
+    }
+}
+
+/// A duration in float seconds (`Duration::MAX`, "none": `math.inf`).
+pub(crate) fn seconds(d: Duration) -> f64 {
+    if d == Duration::MAX {
+        f64::INFINITY
+    } else {
+        d.as_secs_f64()
     }
 }

@@ -1,24 +1,34 @@
-//! Maps core errors to the Python exception hierarchy (defined in `hullguard/_errors.py`) and
-//! argument errors to `ValueError` / `TypeError` naming the argument.
+//! Core rejections as the Python exceptions of `hullguard/_errors.py`: the class is the one
+//! that declares the reason's `code` (`_errors._class_for`), its attributes come from the
+//! core's reason table (`Reason::info`). Invalid arguments are `ValueError`s.
 
-use hullguard_core::{AcquireError, Reason, Rejection};
+use hullguard_core::{AcquireError, Rejection};
 use pyo3::{
-    exceptions::{PyTypeError, PyValueError},
+    exceptions::PyValueError,
     prelude::*,
     sync::PyOnceLock,
-    types::{PyDict, PyModule},
+    types::{PyDict, PyTuple},
 };
 
-static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+static CLASS_FOR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-fn errors_module(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    ERRORS
-        .get_or_try_init(py, || py.import("hullguard._errors").map(Bound::unbind))
-        .map(|m| m.bind(py))
+/// `hullguard._native.REASONS`: the core's reason table as a tuple of dicts
+/// `{"name", "code", "retryable", "category"}`, in `hg_reason` order.
+pub(crate) fn reasons(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+    let rows = hullguard_core::Reason::ALL.map(|r| {
+        let i = r.info();
+        let d = PyDict::new(py);
+        d.set_item("name", i.name)?;
+        d.set_item("code", i.code)?;
+        d.set_item("retryable", i.retryable)?;
+        d.set_item("category", i.category)?;
+        Ok::<_, PyErr>(d)
+    });
+    PyTuple::new(py, rows.into_iter().collect::<PyResult<Vec<_>>>()?)
 }
 
-/// The `snapshot` dict of a rejection.
-pub(crate) fn snapshot_dict<'py>(
+/// The `snapshot` dict of a rejection: the counters when it settled, and the registry key.
+fn snapshot_dict<'py>(
     py: Python<'py>,
     r: &Rejection,
     key: Option<&str>,
@@ -32,100 +42,31 @@ pub(crate) fn snapshot_dict<'py>(
     Ok(d)
 }
 
-fn class_name(reason: Reason) -> &'static str {
-    match reason {
-        Reason::Timeout => "BulkheadQueueTimeoutError",
-        Reason::Shutdown => "BulkheadClosedError",
-        Reason::CircuitOpen => "CircuitOpenError",
-        Reason::CallTimeout => "CallTimeoutError",
-        _ => "BulkheadFullError",
-    }
-}
-
-/// The exception for a rejection.
+/// The exception for a rejection (of the bulkhead of registry key `key`, if any).
 pub(crate) fn rejection_err(py: Python<'_>, r: &Rejection, key: Option<&str>) -> PyErr {
     let build = || -> PyResult<PyErr> {
-        let cls = errors_module(py)?.getattr(class_name(r.reason))?;
+        let info = r.reason.info();
+        let class_for = CLASS_FOR.get_or_try_init(py, || {
+            let m = py.import("hullguard._errors")?;
+            m.getattr("_class_for").map(Bound::unbind)
+        })?;
+        let cls = class_for.bind(py).call1((info.code,))?;
         let kwargs = PyDict::new(py);
-        kwargs.set_item("reason", r.reason.as_str())?;
-        kwargs.set_item("code", r.reason.code())?;
-        kwargs.set_item("retryable", r.reason.retryable())?;
+        kwargs.set_item("reason", info.name)?;
+        kwargs.set_item("code", info.code)?;
+        kwargs.set_item("retryable", info.retryable)?;
+        kwargs.set_item("category", info.category)?;
         kwargs.set_item("snapshot", snapshot_dict(py, r, key)?)?;
-        let message = match key {
-            Some(k) => format!("{r} (key {k:?})"),
-            None => r.to_string(),
-        };
+        let message = key.map_or_else(|| r.to_string(), |k| format!("{r} (key {k:?})"));
         Ok(PyErr::from_value(cls.call((message,), Some(&kwargs))?))
     };
     build().unwrap_or_else(|e| e)
 }
 
-/// The exception for any acquire error.
+/// The exception for any acquire error: a rejection, or a `ValueError` naming the argument.
 pub(crate) fn acquire_err(py: Python<'_>, e: &AcquireError, key: Option<&str>) -> PyErr {
-    match e {
-        AcquireError::Rejected(r) => rejection_err(py, r, key),
-        other => PyValueError::new_err(other.to_string()),
-    }
-}
-
-/// A permit count argument: an `int` (not a `bool`) in range, else `TypeError` / `ValueError`
-/// naming it.
-pub(crate) fn count_arg(value: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) -> PyResult<u64> {
-    if value.is_instance_of::<pyo3::types::PyBool>()
-        || !value.is_instance_of::<pyo3::types::PyInt>()
-    {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, not {}",
-            value.get_type().name()?
-        )));
-    }
-    // Beyond i128 it is out of range either way: name the argument, never `OverflowError`.
-    let Ok(n) = value.extract::<i128>() else {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be in {min}..={max}, got {value}"
-        )));
-    };
-    if n < i128::from(min) || n > i128::from(max) {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be in {min}..={max}, got {n}"
-        )));
-    }
-    Ok(n as u64)
-}
-
-/// A duration in seconds: `None` → `None`; `math.inf` → `Duration::MAX`; NaN, negative or a
-/// non-number → `ValueError` / `TypeError` naming it.
-pub(crate) fn seconds_arg(
-    value: Option<&Bound<'_, PyAny>>,
-    name: &str,
-) -> PyResult<Option<std::time::Duration>> {
-    let Some(value) = value.filter(|v| !v.is_none()) else {
-        return Ok(None);
-    };
-    if value.is_instance_of::<pyo3::types::PyBool>()
-        || !(value.is_instance_of::<pyo3::types::PyFloat>()
-            || value.is_instance_of::<pyo3::types::PyInt>())
-    {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be a number of seconds, not {}",
-            value.get_type().name()?
-        )));
-    }
-    let s: f64 = match value.extract() {
-        Ok(s) => s,
-        // An int too large for a float: negative is invalid, positive is "no deadline".
-        Err(_) if value.lt(0)? => f64::NAN,
-        Err(_) => f64::INFINITY,
-    };
-    if s.is_nan() || s < 0.0 {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be >= 0 seconds (or math.inf), got {s}"
-        )));
-    }
-    if s.is_infinite() {
-        return Ok(Some(std::time::Duration::MAX));
-    }
-    Ok(Some(
-        std::time::Duration::try_from_secs_f64(s).unwrap_or(std::time::Duration::MAX),
-    ))
+    e.rejection().map_or_else(
+        || PyValueError::new_err(e.to_string()),
+        |r| rejection_err(py, r, key),
+    )
 }

@@ -1,20 +1,23 @@
 //! The PyO3 extension `hullguard._native`: registration only. The public API is the
-//! `hullguard` package (`python/hullguard/__init__.py`), which re-exports these classes.
+//! `hullguard` package (`python/hullguard/__init__.py`), which re-exports these classes. Every
+//! decision is the core's (`hullguard-core`, see docs/design.md); this crate marshals.
 //!
 //! | module | what |
 //! |---|---|
-//! | `bulkhead` | `Bulkhead`: argument conversion, `acquire_sync`, `try_acquire`, `drain_sync` |
+//! | `options` | options and arguments, read by walking the core's option table |
+//! | `bulkhead` | `Bulkhead`: admission through the core's `Call` / `Waiter`, `async with bh:` |
 //! | `awaitable` | `AcquireContext` (awaitable + async context manager), `DrainAwaitable` |
 //! | `waiter` | the `Waker` that resolves an asyncio future; the queue-timeout timer |
-//! | `permit` | `Permit` |
-//! | `policy` | `resilience`, `on_state_change`, outcomes, `call_timeout`, `outcome_of_status` |
+//! | `permit` | `Permit`: one core `Call` |
+//! | `policy` | `on_state_change`, outcomes, the `call_timeout` timer of `async with` |
 //! | `registry` | `Registry`, `origin_key` |
-//! | `errors`, `stats` | error mapping; the stats / drain dicts |
+//! | `errors`, `stats`, `guard` | exceptions and `REASONS`; the stats / drain dicts; `guard` |
 
 mod awaitable;
 mod bulkhead;
 mod errors;
 mod guard;
+mod options;
 mod permit;
 mod policy;
 mod registry;
@@ -28,7 +31,7 @@ mod _native {
     #[pymodule_export]
     use crate::{
         awaitable::{AcquireContext, DrainAwaitable, Ready},
-        bulkhead::Bulkhead,
+        bulkhead::{Bulkhead, check_timeout},
         permit::Permit,
         policy::outcome_of_status,
         registry::{Registry, origin_key},
@@ -39,6 +42,7 @@ mod _native {
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("MAX_PERMITS", hullguard_core::MAX_PERMITS)?;
         m.add("MAX_QUEUE", hullguard_core::MAX_QUEUE)?;
+        m.add("REASONS", crate::errors::reasons(m.py())?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

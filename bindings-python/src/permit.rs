@@ -1,90 +1,91 @@
-//! `Permit`: permits held by one acquire. `release()` is idempotent (a second explicit call
-//! returns `False` and is counted in `released_twice_total`); a permit finalized while held is
-//! returned and counted in `leaked_total`. A released permit keeps no outside handle on its
-//! bulkhead (a registry may evict it).
+//! `Permit`: the Python handle of one core `Call` (the permits of one acquire and its guarded
+//! call, docs/design.md §5.3). Every rule is the call's: `release(outcome)` is `Call::end`, the
+//! `call_timeout` report is `Call::timed_out`, a refund is `Call::release_partial`, a permit
+//! finalized while held is `Call::reclaim` (counted in `leaked_total`). A released permit keeps
+//! no outside handle on its bulkhead (a registry may evict it).
+//!
+//! Thread-safe: the call sits behind a mutex, locked without blocking the interpreter
+//! (`lock_py_attached`). A release takes the call out and ends it after unlocking (ending wakes
+//! waiters, which runs Python code that may touch this permit again, from this thread or
+//! another). The refund and the timeout report run on the call in place, under the lock.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-use hullguard_core::{Bulkhead as CoreBulkhead, CallStart, Outcome};
-use pyo3::{exceptions::PyValueError, prelude::*};
-
-use crate::{
-    errors::count_arg,
-    policy::{call_timeout_err, classify_exit, outcome_arg},
+use std::{
+    sync::{Arc, Mutex, MutexGuard, Weak},
+    time::Duration,
 };
 
-/// What a permit holds. Behind a mutex that is held only to take or change it, never while
-/// the release runs (a release may wake waiters, which runs Python code that may touch this
-/// permit again, from this thread or another).
-struct Held {
-    bh: Option<Arc<CoreBulkhead>>,
-    weight: u64,
-    /// The guarded call (DESIGN §4), ended once: at the release, or by the `call_timeout`
-    /// deadline (then `None`).
-    call: Option<CallStart>,
-}
+use hullguard_core::{Bulkhead as CoreBulkhead, Outcome, OwnedPermit, Reason, Rejection};
+use pyo3::{exceptions::PyValueError, prelude::*, sync::MutexExt};
 
-/// Permits held by one acquire; see the module docs. Thread-safe.
+use crate::{
+    errors::rejection_err,
+    options::count_arg,
+    policy::{classify_exit, outcome_arg},
+};
+
+/// A granted core call on an `Arc` of its bulkhead.
+pub(crate) type CoreCall = OwnedPermit;
+
+/// Permits held by one acquire, and its guarded call. `release(outcome=...)` returns them once
+/// (a second call returns `False`, counted in `released_twice_total`); `with permit:` releases
+/// at the exit, the outcome given by the block's exception; a permit garbage-collected while
+/// held is returned and counted in `leaked_total`. Thread-safe: any thread may release it.
 #[pyclass(module = "hullguard._native", name = "Permit", frozen)]
 pub(crate) struct Permit {
-    held: Mutex<Held>,
+    /// `None` once released.
+    call: Mutex<Option<CoreCall>>,
+    /// The bulkhead, for a release after the release (counted) and for the error of a timed
+    /// out call.
     weak: Weak<CoreBulkhead>,
     key: Option<String>,
 }
 
 impl Permit {
-    pub(crate) fn new(
-        bh: Arc<CoreBulkhead>,
-        weight: u64,
-        key: Option<String>,
-        call: CallStart,
-    ) -> Self {
+    pub(crate) fn new(call: CoreCall, key: Option<String>) -> Self {
+        let (bh, weight, token) = call.into_parts();
         Self {
             weak: Arc::downgrade(&bh),
-            held: Mutex::new(Held {
-                bh: Some(bh),
-                weight,
-                call: Some(call),
-            }),
+            call: Mutex::new(Some(CoreCall::from_parts(bh, weight, token))),
             key,
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Option<CoreCall>> {
+        self.call
+            .lock_py_attached(py)
+            .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes the call out (it is then ended by the caller; the release records nothing).
-    pub(crate) fn take_call(&self) -> Option<CallStart> {
-        self.lock().call.take()
+    /// Ends the call with `outcome` if still held; whether it was.
+    pub(crate) fn end(&self, py: Python<'_>, outcome: Outcome) -> bool {
+        let call = self.lock(py).take();
+        call.map(|c| c.end(outcome)).is_some()
     }
 
-    /// Releases if still held, ending the call with `outcome` first (unless the call timeout
-    /// ended it already). `explicit` calls on a released permit are counted.
-    pub(crate) fn release_inner(&self, explicit: bool, outcome: Outcome) -> bool {
-        let taken = {
-            let mut h = self.lock();
-            h.bh.take().map(|bh| (bh, h.weight, h.call.take()))
-        };
-        match taken {
-            Some((bh, weight, call)) => {
-                if let Some(call) = call {
-                    bh.end_call(call, outcome);
-                }
-                if weight > 0 {
-                    bh.release_units(weight);
-                }
-                true
-            }
-            None => {
-                if explicit {
-                    if let Some(bh) = self.weak.upgrade() {
-                        bh.record_double_release();
-                    }
-                }
-                false
-            }
-        }
+    /// The `call_timeout` rule of the core (`Call::timed_out`): counts `call_timeout` and ends
+    /// the call as a failure now; the permits stay held. `false` if it was reported already
+    /// or the permit is released.
+    pub(crate) fn timed_out(&self, py: Python<'_>) -> bool {
+        self.lock(py).as_mut().is_some_and(CoreCall::timed_out)
+    }
+
+    /// How long the host lets the work run (`None`: no `call_timeout`, or released).
+    pub(crate) fn call_timeout(&self, py: Python<'_>) -> Option<Duration> {
+        self.lock(py).as_ref().and_then(CoreCall::call_timeout)
+    }
+
+    /// The `CallTimeoutError` of this permit's call.
+    pub(crate) fn call_timeout_err(&self, py: Python<'_>) -> PyErr {
+        self.weak.upgrade().map_or_else(
+            || PyValueError::new_err("the bulkhead of this permit is gone"),
+            |bh| {
+                let r = Rejection {
+                    reason: Reason::CallTimeout,
+                    snapshot: bh.snapshot(),
+                };
+                rejection_err(py, &r, self.key.as_deref())
+            },
+        )
     }
 }
 
@@ -93,77 +94,56 @@ impl Permit {
     /// Returns the permits, recording how the call ended: `outcome` is `"success"` (the
     /// default), `"failure"`, `"ignored"` (cancelled; counts nothing) or `"overload"` (HTTP
     /// 429: a failure for the adaptive limit, a success for the breaker). Idempotent: `True`
-    /// the first time, `False` afterwards (counted in `released_twice_total`).
+    /// the first time, `False` afterwards (counted in `released_twice_total`). Raises
+    /// `TypeError` / `ValueError` for a bad `outcome` (nothing is released).
     #[pyo3(signature = (outcome=None))]
-    fn release(&self, outcome: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        let outcome = match outcome.filter(|o| !o.is_none()) {
-            Some(o) => outcome_arg(o)?,
-            None => Outcome::Success,
-        };
-        Ok(self.release_inner(true, outcome))
+    fn release(&self, py: Python<'_>, outcome: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let outcome = outcome.map_or(Ok(Outcome::Success), outcome_arg)?;
+        let ended = self.end(py, outcome);
+        if let Some(bh) = self.weak.upgrade().filter(|_| !ended) {
+            bh.record_double_release();
+        }
+        Ok(ended)
     }
 
     /// Releases silently if still held (never counted as a second release), recording
-    /// `outcome`. For hullguard's integrations (httpx).
-    fn _finish(&self, outcome: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let outcome = outcome_arg(outcome)?;
-        Ok(self.release_inner(false, outcome))
+    /// `outcome`. For hullguard's integrations (`guard`, httpx).
+    fn _finish(&self, py: Python<'_>, outcome: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.end(py, outcome_arg(outcome)?))
     }
 
-    /// The guarded call overran `call_timeout`: counts `call_timeout`, ends the call as a
-    /// failure now (the permits stay held until released) and returns the
-    /// `CallTimeoutError` to raise. Does nothing but build the error if the call has ended.
+    /// The guarded call overran `call_timeout` (reported by the host's timer or a measured
+    /// sync call): counts `call_timeout` and ends the call as a failure now (the permits stay
+    /// held until released; that release records nothing more). Returns the
+    /// `CallTimeoutError` to raise; a second report counts nothing.
     fn _call_timed_out(&self, py: Python<'_>) -> Py<PyAny> {
-        let (bh, call) = {
-            let mut h = self.lock();
-            (h.bh.clone(), h.call.take())
-        };
-        let bh = bh.or_else(|| self.weak.upgrade());
-        match bh {
-            Some(bh) => {
-                if let Some(call) = call {
-                    bh.end_call_timed_out(call);
-                }
-                call_timeout_err(py, &bh, self.key.as_deref())
-            }
-            None => PyValueError::new_err("the bulkhead of this permit is gone"),
-        }
-        .into_value(py)
-        .into_any()
+        self.timed_out(py);
+        self.call_timeout_err(py).into_value(py).into_any()
     }
 
-    /// Returns `n` of the held permits now (a refund); the rest stay held.
-    fn release_partial(&self, n: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Returns `n` of the held permits now (a refund once actual usage is known); the rest stay
+    /// held. `TypeError` unless `n` is an `int`; `ValueError` for `n` outside `1..=weight` or
+    /// on a released permit (nothing changes).
+    fn release_partial(&self, py: Python<'_>, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = count_arg(n, "n", 1, u64::MAX)?;
-        let bh = {
-            let mut h = self.lock();
-            let Some(bh) = h.bh.clone() else {
-                return Err(PyValueError::new_err("permit already released"));
-            };
-            if n > h.weight {
-                return Err(PyValueError::new_err(format!(
-                    "n must be in 1..={} (permits held), got {n}",
-                    h.weight
-                )));
-            }
-            h.weight -= n;
-            bh
-        };
-        bh.release_units(n);
-        Ok(())
+        let mut call = self.lock(py);
+        let call = call
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("permit already released"))?;
+        call.release_partial(n)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
     /// Permits still held (0 once released).
     #[getter]
-    fn weight(&self) -> u64 {
-        let h = self.lock();
-        if h.bh.is_some() { h.weight } else { 0 }
+    fn weight(&self, py: Python<'_>) -> u64 {
+        self.lock(py).as_ref().map_or(0, CoreCall::weight)
     }
 
     /// Whether `release()` ran (or the permit was returned by `with` / `async with`).
     #[getter]
-    fn released(&self) -> bool {
-        self.lock().bh.is_none()
+    fn released(&self, py: Python<'_>) -> bool {
+        self.lock(py).is_none()
     }
 
     /// The registry key of its bulkhead, or `None`.
@@ -177,43 +157,35 @@ impl Permit {
     }
 
     /// Releases (silently if already released), classifying the block's exception: none →
-    /// success, `asyncio.CancelledError` → ignored, any other → failure.
+    /// success, `asyncio.CancelledError` → ignored, any other → failure. Never swallows it.
     #[pyo3(signature = (exc_type=None, _exc=None, _tb=None))]
     fn __exit__(
         &self,
+        py: Python<'_>,
         exc_type: Option<&Bound<'_, PyAny>>,
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
-    ) -> bool {
-        self.release_inner(false, classify_exit(exc_type));
-        false
+    ) {
+        self.end(py, classify_exit(exc_type));
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let key = self.key.as_ref().map(|k| format!(" key={k:?}"));
         format!(
             "<Permit weight={} released={}{}>",
-            self.weight(),
-            self.released(),
-            self.key
-                .as_ref()
-                .map(|k| format!(" key={k:?}"))
-                .unwrap_or_default()
+            self.weight(py),
+            self.released(py),
+            key.unwrap_or_default()
         )
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let h = self.held.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(bh) = h.bh.take() {
-            // Finalized while held: the call ends `ignored` (DESIGN §4).
-            if let Some(call) = h.call.take() {
-                bh.end_call(call, Outcome::Ignored);
-            }
-            if h.weight > 0 {
-                bh.record_leak(h.weight);
-                bh.release_units(h.weight);
-            }
+        // Finalized while held: counted in `leaked_total`, ended `ignored`, released.
+        let held = self.call.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(call) = held.take() {
+            call.reclaim();
         }
     }
 }

@@ -1,182 +1,123 @@
 //! `Registry`: one bulkhead per key (per origin, per database, per provider).
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use hullguard_core::{
-    Config, KeyedError, Registry as CoreRegistry, RegistryConfig, origin_key as core_origin_key,
+    Bulkhead as CoreBulkhead, KeyedError, Registry as CoreRegistry, RegistryConfig,
+    config::{PartialConfig, Section},
+    origin_key as core_origin_key,
 };
 use pyo3::{
     exceptions::{PyTypeError, PyValueError},
     prelude::*,
-    types::PyDict,
+    sync::PyOnceLock,
+    types::{PyDict, PyString, PyTuple},
 };
 
 use crate::{
     awaitable::AcquireContext,
-    bulkhead::{
-        Bulkhead, Options, acquire_sync_on, clock_source, config_from, try_acquire_on, weight_arg,
-    },
-    errors::{acquire_err, count_arg, seconds_arg},
+    bulkhead::{Bulkhead, acquire_sync_on, clock_source, request_arg, try_acquire_on},
+    errors::acquire_err,
+    options::{self, config_err, count_arg, timeout_arg, type_name},
     permit::Permit,
-    policy::{PyObserver, merge_resilience},
+    policy::PyObserver,
     stats::stats_dict,
 };
 
-const CONFIG_KEYS: [&str; 5] = [
-    "max_concurrent",
-    "max_queue",
-    "queue_timeout",
-    "enabled",
-    "resilience",
-];
+static DEEPCOPY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
-/// One override dict merged key by key over the defaults (its `resilience` merged over the
-/// defaults' `resilience`, section by section).
-fn override_config(
-    key: &str,
-    d: &Bound<'_, PyAny>,
-    defaults: Config,
-    default_resilience: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Config> {
-    let d = d
-        .cast::<PyDict>()
-        .map_err(|_| PyTypeError::new_err(format!("overrides[{key:?}] must be a dict")))?;
-    for k in d.keys() {
-        let name: String = k.extract()?;
-        if !CONFIG_KEYS.contains(&name.as_str()) {
-            return Err(PyValueError::new_err(format!(
-                "overrides[{key:?}]: unknown option {name:?} (expected one of {CONFIG_KEYS:?})"
-            )));
-        }
-    }
-    let get = |n: &str| d.get_item(n).ok().flatten();
-    let py = d.py();
-    let config = merge_resilience(py, default_resilience, get("resilience").as_ref()).and_then(
-        |resilience| {
-            config_from(
-                Options {
-                    max_concurrent: get("max_concurrent").as_ref(),
-                    max_queue: get("max_queue").as_ref(),
-                    queue_timeout: get("queue_timeout").as_ref(),
-                    enabled: get("enabled").as_ref(),
-                    // Parsed again for this key's max_concurrent (the adaptive defaults follow
-                    // it); `None` turns the defaults' policies off.
-                    resilience: Some(&resilience),
-                },
-                defaults,
-            )
-        },
-    );
-    config.map_err(|e| {
-        // Keep the exception class (TypeError stays TypeError); prefix the key.
-        let msg = format!("overrides[{key:?}]: {}", e.value(py));
-        if e.is_instance_of::<PyTypeError>(py) {
-            PyTypeError::new_err(msg)
-        } else {
-            PyValueError::new_err(msg)
-        }
-    })
+fn deepcopy<'py>(v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    DEEPCOPY.import(v.py(), "copy", "deepcopy")?.call1((v,))
 }
 
 fn keyed_err(py: Python<'_>, e: &KeyedError) -> PyErr {
     acquire_err(py, &e.error, Some(&e.key))
 }
 
+/// The `overrides` argument: `{key: {option: value}}`, each read like the defaults (messages
+/// start with `overrides["key"]: `).
+fn overrides_arg(o: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, PartialConfig)>> {
+    let Some(o) = o else { return Ok(Vec::new()) };
+    let o = o.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "overrides must be a dict of dicts, not {}",
+            type_name(o)
+        ))
+    })?;
+    let entry = |(k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>)| {
+        let key: String = k.extract().map_err(|_| {
+            PyTypeError::new_err(format!("overrides keys must be str, not {}", type_name(&k)))
+        })?;
+        let prefix = format!("overrides[{key:?}]: ");
+        let d = v.cast::<PyDict>().map_err(|_| {
+            PyTypeError::new_err(format!("{prefix}must be a dict, not {}", type_name(&v)))
+        })?;
+        let partial = options::parse(d, Section::Bulkhead, &prefix, PyValueError::new_err)?;
+        Ok((key, partial))
+    };
+    o.iter().map(entry).collect()
+}
+
 /// Independent bulkheads per key, created on first use from the defaults (or the key's entry
 /// in `overrides`). At `max_keys` a new key evicts the least recently used idle entry with no
 /// outside handle, or is rejected `key_limit`. Thread-safe.
 ///
-/// `resilience={...}` (as on `Bulkhead`) applies to every key; an `overrides[key]` dict may
-/// carry its own `"resilience"`, merged key by key over the defaults' (its `"breaker"` dict
-/// over the default `"breaker"` dict; `None` turns a part off). `on_state_change(key, old,
-/// new)` receives every key's breaker transitions.
+/// The defaults are a bulkhead's options (see `Bulkhead`), plus `max_keys`. Each
+/// `overrides[key]` dict is merged key by key over them by the core (its `"resilience"` part by
+/// part: its `"breaker"` dict over the default `"breaker"` dict; `None` turns a part off).
+/// URL-shaped override keys (`scheme://…`) are canonicalised with `origin_key`, so
+/// `"https://Slow.example"` configures the key `origin_key("https://slow.example/")`; two
+/// override keys with the same canonical form raise `ValueError`. Lookups (`get`, `acquire`,
+/// …) use keys exactly as given. `on_state_change(key, old, new)` receives every key's breaker
+/// transitions.
 #[pyclass(module = "hullguard._native", name = "Registry", subclass, frozen)]
 pub(crate) struct Registry {
     reg: Arc<CoreRegistry>,
-    overrides: Py<PyDict>,
+    /// A deep copy of the `overrides` argument, for the getter.
+    overrides: Py<PyAny>,
 }
 
 impl Registry {
-    fn bulkhead(&self, py: Python<'_>, key: &str) -> PyResult<Arc<hullguard_core::Bulkhead>> {
+    fn bulkhead(&self, py: Python<'_>, key: &str) -> PyResult<Arc<CoreBulkhead>> {
         self.reg.get(key).map_err(|e| keyed_err(py, &e))
     }
 }
 
 #[pymethods]
 impl Registry {
+    /// `Registry(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
+    /// resilience=None, overrides=None, max_keys=1024, on_state_change=None)`; see the class
+    /// docs.
     #[new]
-    #[pyo3(signature = (max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None, *, resilience=None, overrides=None, max_keys=None, on_state_change=None, _clock=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        max_concurrent: Option<&Bound<'_, PyAny>>,
-        max_queue: Option<&Bound<'_, PyAny>>,
-        queue_timeout: Option<&Bound<'_, PyAny>>,
-        enabled: Option<&Bound<'_, PyAny>>,
-        resilience: Option<&Bound<'_, PyAny>>,
-        overrides: Option<&Bound<'_, PyAny>>,
-        max_keys: Option<&Bound<'_, PyAny>>,
-        on_state_change: Option<&Bound<'_, PyAny>>,
-        _clock: Option<Py<PyAny>>,
-    ) -> PyResult<Self> {
-        let defaults = config_from(
-            Options {
-                max_concurrent,
-                max_queue,
-                queue_timeout,
-                enabled,
-                resilience,
-            },
-            Config::DEFAULT,
-        )?;
-        let observer = PyObserver::from_arg(on_state_change)?;
-        let max_keys = match max_keys.filter(|v| !v.is_none()) {
-            Some(v) => count_arg(v, "max_keys", 1, usize::MAX as u64)? as usize,
-            None => 1024,
-        };
-        let mut map = HashMap::new();
-        let copy = PyDict::new(py);
-        if let Some(o) = overrides.filter(|v| !v.is_none()) {
-            let o = o
-                .cast::<PyDict>()
-                .map_err(|_| PyTypeError::new_err("overrides must be a dict of dicts"))?;
-            for (k, v) in o.iter() {
-                let key: String = k
-                    .extract()
-                    .map_err(|_| PyTypeError::new_err("overrides keys must be str"))?;
-                map.insert(
-                    key.clone(),
-                    override_config(&key, &v, defaults, resilience)?,
-                );
-                copy.set_item(key, v.cast::<PyDict>()?.copy()?)?;
-            }
-        }
-        let reg = CoreRegistry::with_observer(
-            RegistryConfig {
-                defaults,
-                overrides: map,
-                max_keys,
-            },
-            clock_source(_clock),
-            observer,
-        )
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    #[pyo3(signature = (*args, **kwargs))]
+    fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let py = args.py();
+        let d = options::arguments("Registry", args, kwargs)?;
+        let observer = PyObserver::from_arg(options::take(&d, "on_state_change")?.as_ref())?;
+        let clock = clock_source(options::take(&d, "_clock")?);
+        let given = options::take(&d, "overrides")?;
+        let overrides = overrides_arg(given.as_ref())?;
+        let defaults = options::parse(&d, Section::Registry, "", PyTypeError::new_err)?;
+        let config = RegistryConfig::from_partial(&defaults, overrides)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let reg = CoreRegistry::with_observer(config, clock, observer)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let empty = || Ok(PyDict::new(py).into_any());
+        let overrides = given.as_ref().map_or_else(empty, deepcopy)?;
         Ok(Self {
             reg: Arc::new(reg),
-            overrides: copy.unbind(),
+            overrides: overrides.unbind(),
         })
     }
 
     /// The bulkhead of `key` (created on first use). While the returned object lives, the
     /// entry is never evicted.
     fn get(&self, py: Python<'_>, key: &str) -> PyResult<Bulkhead> {
-        Ok(Bulkhead::wrap(
-            self.bulkhead(py, key)?,
-            Some(key.to_owned()),
-        ))
+        Bulkhead::wrap(py, self.bulkhead(py, key)?, Some(key.to_owned()))
     }
 
-    /// `bh.acquire()` on `key`'s bulkhead: awaitable and async context manager.
+    /// `bh.acquire()` on `key`'s bulkhead: awaitable and async context manager. A key that
+    /// cannot be created (`key_limit`, `shutdown`) raises when awaited.
     #[pyo3(signature = (key, weight=None, timeout=None))]
     fn acquire(
         &self,
@@ -185,30 +126,16 @@ impl Registry {
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
-        let bh = match self.reg.get(key) {
+        let bh = match self.bulkhead(py, key) {
             Ok(bh) => bh,
-            Err(e) => {
-                // Raised when awaited, like every other rejection.
-                let placeholder = Arc::new(
-                    hullguard_core::Bulkhead::new(Config {
-                        max_queue: 0,
-                        ..Config::DEFAULT
-                    })
-                    .map_err(|e| PyValueError::new_err(e.to_string()))?,
-                );
-                return Ok(AcquireContext::failed(
-                    placeholder,
-                    Some(key.to_owned()),
-                    keyed_err(py, &e),
-                ));
-            }
+            Err(e) => return Ok(AcquireContext::failed(Some(key.to_owned()), e)),
         };
-        let w = weight_arg(&bh, weight)?;
-        let t = seconds_arg(timeout, "timeout")?.unwrap_or(bh.queue_timeout());
-        Ok(AcquireContext::new(bh, Some(key.to_owned()), w, t, None))
+        let request = request_arg(&bh, weight, timeout)?;
+        Ok(AcquireContext::new(bh, Some(key.to_owned()), request, None))
     }
 
-    /// Decorator: every call of the function holds `weight` permits of `key`'s bulkhead.
+    /// Decorator: every call of the function holds `weight` permits of `key`'s bulkhead (its
+    /// `call_timeout` is the key's).
     #[pyo3(signature = (key, *, weight=None, timeout=None))]
     fn guard(
         slf: &Bound<'_, Self>,
@@ -217,21 +144,14 @@ impl Registry {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
-        seconds_arg(timeout, "timeout")?;
-        let acquire = slf.getattr("acquire")?;
-        let acquire_sync = slf.getattr("acquire_sync")?;
+        timeout_arg(timeout)?;
         let functools = py.import("functools")?;
-        let acquire = functools.call_method1("partial", (acquire, key))?;
-        let acquire_sync = functools.call_method1("partial", (acquire_sync, key))?;
+        let acquire = functools.call_method1("partial", (slf.getattr("acquire")?, key))?;
+        let acquire_sync =
+            functools.call_method1("partial", (slf.getattr("acquire_sync")?, key))?;
         let call_timeout = slf.get().reg.config_for(key).resilience.call_timeout;
-        crate::guard::decorator(
-            py,
-            &acquire,
-            &acquire_sync,
-            (weight, timeout),
-            call_timeout,
-            None,
-        )
+        let args = (weight, timeout);
+        crate::guard::decorator(py, &acquire, &acquire_sync, args, call_timeout, None)
     }
 
     #[pyo3(signature = (key, weight=None, timeout=None))]
@@ -243,9 +163,8 @@ impl Registry {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
         let bh = self.bulkhead(py, key)?;
-        let w = weight_arg(&bh, weight)?;
-        let t = seconds_arg(timeout, "timeout")?.unwrap_or(bh.queue_timeout());
-        acquire_sync_on(py, &bh, Some(key), w, t)
+        let request = request_arg(&bh, weight, timeout)?;
+        acquire_sync_on(py, &bh, Some(key), request)
     }
 
     /// A permit of `key`'s bulkhead now, or `None` (`concurrency_limit`). Leaves no outside
@@ -258,15 +177,14 @@ impl Registry {
         weight: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Permit>> {
         let bh = self.bulkhead(py, key)?;
-        let w = weight_arg(&bh, weight)?;
-        try_acquire_on(py, &bh, Some(key), w)
+        let weight = request_arg(&bh, weight, None)?.weight;
+        try_acquire_on(py, &bh, Some(key), weight)
     }
 
     fn set_limit(&self, py: Python<'_>, key: &str, limit: &Bound<'_, PyAny>) -> PyResult<()> {
         let bh = self.bulkhead(py, key)?;
         let n = count_arg(limit, "limit", 1, bh.max_concurrent())?;
-        bh.set_limit(n)
-            .map_err(|e| PyValueError::new_err(e.to_string()))
+        bh.set_limit(n).map_err(config_err)
     }
 
     /// `{key: stats}` for every key.
@@ -297,14 +215,10 @@ impl Registry {
         self.reg.max_keys()
     }
 
-    /// A copy of the per-key overrides given at construction (inner dicts copied too).
+    /// A deep copy of the per-key overrides given at construction (keys as given).
     #[getter]
-    fn overrides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let out = PyDict::new(py);
-        for (k, v) in self.overrides.bind(py).iter() {
-            out.set_item(k, v.cast::<PyDict>()?.copy()?)?;
-        }
-        Ok(out)
+    fn overrides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        deepcopy(self.overrides.bind(py))
     }
 
     /// New keys rejected `key_limit` so far.
@@ -315,8 +229,12 @@ impl Registry {
 }
 
 /// The canonical origin key of `url`: `scheme://host:port`, lowercase, IDNA host, IPv6 in
-/// brackets, default port explicit. Raises `ValueError` for a URL without one.
+/// brackets, default port explicit. `TypeError` unless `url` is a `str`; `ValueError` for a URL
+/// without an origin.
 #[pyfunction]
-pub(crate) fn origin_key(url: &str) -> PyResult<String> {
-    core_origin_key(url).map_err(|e| PyValueError::new_err(e.to_string()))
+pub(crate) fn origin_key(url: &Bound<'_, PyAny>) -> PyResult<String> {
+    let s = url
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err(format!("url must be a str, not {}", type_name(url))))?;
+    core_origin_key(&s.to_cow()?).map_err(|e| PyValueError::new_err(e.to_string()))
 }

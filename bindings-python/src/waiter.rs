@@ -1,15 +1,13 @@
 //! asyncio plumbing: the `Waker` that resolves a waiter's asyncio future, and the queue-timeout
-//! timer callback. No admission decision is made here: the core decides, this only wakes.
+//! timer callback. No admission decision is made here: the core decides, this only wakes (and
+//! the timer only tells the core that the deadline passed).
 //!
 //! A grant wakes the waiter from the thread that performed it. On the waiter's own loop thread
 //! the future is resolved directly (no extra loop turn); from any other thread through
 //! `loop.call_soon_threadsafe`.
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering::SeqCst},
-    },
+    sync::{Arc, Mutex},
     task::{Wake, Waker},
     thread::{self, ThreadId},
 };
@@ -59,8 +57,6 @@ pub(crate) struct WaitTarget {
     fut: Mutex<Py<PyAny>>,
     event_loop: Py<PyAny>,
     thread: ThreadId,
-    /// Set by the timer when its cancel won (the ticket is then gone).
-    pub(crate) timed_out: AtomicBool,
 }
 
 impl WaitTarget {
@@ -72,7 +68,6 @@ impl WaitTarget {
             fut: Mutex::new(fut.unbind()),
             event_loop: event_loop.unbind(),
             thread: thread::current().id(),
-            timed_out: AtomicBool::new(false),
         }))
     }
 
@@ -137,27 +132,19 @@ impl Wake for PyWake {
     }
 }
 
-/// The queue-timeout callback armed with `loop.call_at`: cancels the ticket as `timeout`; if the
-/// cancel wins, wakes the waiter, which then raises `BulkheadQueueTimeoutError`.
+/// The queue-timeout callback (`loop.call_later(waiter.queue_timeout(), ...)`): settles the
+/// ticket as `timeout` for its owner (`Bulkhead::expire`), which wakes the waiting task; its next
+/// poll raises `BulkheadQueueTimeoutError`. A ticket that settled first (granted, rejected) is
+/// left as it is.
 #[pyclass(module = "hullguard._native", frozen)]
 pub(crate) struct QueueTimer {
-    bh: Arc<CoreBulkhead>,
-    ticket: Ticket,
-    target: Arc<WaitTarget>,
-}
-
-impl QueueTimer {
-    pub(crate) fn new(bh: Arc<CoreBulkhead>, ticket: Ticket, target: Arc<WaitTarget>) -> Self {
-        Self { bh, ticket, target }
-    }
+    pub(crate) bh: Arc<CoreBulkhead>,
+    pub(crate) ticket: Ticket,
 }
 
 #[pymethods]
 impl QueueTimer {
-    fn __call__(&self, py: Python<'_>) {
-        if self.bh.cancel(self.ticket, Reason::Timeout).is_ok() {
-            self.target.timed_out.store(true, SeqCst);
-            self.target.wake_now(py);
-        }
+    fn __call__(&self) {
+        let _settled_first = self.bh.expire(self.ticket, Reason::Timeout);
     }
 }

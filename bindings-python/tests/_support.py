@@ -1,6 +1,6 @@
 """Test helpers shared by the suite (imported as ``_support``; fixtures are in conftest.py).
 
-* the §3.7 stats schema and invariant checks (I2 conservation, I5 quiescence);
+* the stats schema (docs/design.md §8.1) and invariant checks (I2 conservation, I5 quiescence);
 * :class:`VirtualClockLoop`: an asyncio loop on a virtual clock whose timers fire only when the
   test advances the clock, in deadline order, with the core's clock (the binding's ``_clock``
   hook) following along;
@@ -16,6 +16,7 @@ import heapq
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 import hullguard
+from hullguard import _native
 
 try:
     import uvloop
@@ -27,18 +28,10 @@ LOOP_FACTORIES: Dict[str, Callable[[], asyncio.AbstractEventLoop]] = {"asyncio":
 if uvloop is not None:
     LOOP_FACTORIES["uvloop"] = uvloop.new_event_loop
 
-REASONS = (
-    "concurrency_limit",
-    "queue_limit",
-    "key_limit",
-    "timeout",
-    "aborted",
-    "shutdown",
-    "circuit_open",
-    "call_timeout",
-)
+# The reason names, from the core's reason table.
+REASONS = tuple(r["name"] for r in _native.REASONS)
 
-# DESIGN §3.7, in order.
+# docs/design.md §8.1, in order.
 STATS_KEYS = (
     "active",
     "queued",

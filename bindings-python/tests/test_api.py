@@ -1,7 +1,7 @@
-"""Every API and error of DESIGN §5 (Python) on a plain Bulkhead: construction, the acquire
+"""Every API and error of the Python binding on a plain Bulkhead: construction, the acquire
 forms, try_acquire, Permit, set_limit, guard, stats, close, drain, the exception hierarchy,
-leak accounting and bad inputs. Registry and origin_key: test_registry.py. Timeout semantics
-(§3.4): test_timeouts.py."""
+leak accounting, bad inputs, and options read from the core's option table. Registry and
+origin_key: test_registry.py. Timeout semantics: test_timeouts.py."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_huge_int_count_is_a_value_error_naming_it(where: str) -> None:
 @pytest.mark.parametrize("where", ["queue_timeout", "acquire", "acquire_sync", "drain_sync"])
 def test_huge_int_timeout_is_a_value_error_or_no_deadline(where: str) -> None:
     # errors.rs:108 seconds_arg: `value.extract::<f64>()` of an int beyond f64 raises
-    # OverflowError (an ArithmeticError) that names nothing. DESIGN §3.4: bad input ->
+    # OverflowError (an ArithmeticError) that names nothing. docs/design.md §7.3: bad input ->
     # ValueError/TypeError naming the argument. Either fix passes: a ValueError naming it, or
     # (as 1e300 already is) accepted as "no deadline" like math.inf.
     huge = 2**2000
@@ -916,3 +916,110 @@ async def test_stray_bulkhead_aexit_never_mints_a_permit() -> None:
     async with bh:
         assert bh.try_acquire() is None
     assert bh.stats()["available"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# options: walked from the core's option table
+
+
+def test_unknown_options_are_refused_with_the_known_names() -> None:
+    # A keyword argument: TypeError (as Python refuses one), listing the options.
+    with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
+        hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "resilience"' in str(e.value)
+    with pytest.raises(TypeError, match='"max_keys", "overrides"'):
+        hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match='unknown option "max_keys"'):
+        hullguard.Bulkhead(max_keys=3)  # type: ignore[call-arg]  # a registry option only
+    # Keys of resilience and of its parts: ValueError, listing that object's keys.
+    with pytest.raises(ValueError, match=r'resilience: unknown option "retry" \(known: "adaptive", "breaker", "call_timeout"\)'):
+        hullguard.Bulkhead(resilience={"retry": {}})
+    with pytest.raises(ValueError, match=r'resilience\.breaker: unknown option "open_duration_ms" \(known: "failure_threshold", '):
+        hullguard.Bulkhead(resilience={"breaker": {"open_duration_ms": 5}})
+    with pytest.raises(ValueError, match=r'resilience\.adaptive: unknown option "max_queue"'):
+        hullguard.Bulkhead(resilience={"adaptive": {"max_queue": 1}})  # an option of another section
+    # An override: ValueError naming the key and listing the bulkhead's options.
+    with pytest.raises(ValueError, match=r'overrides\["k"\]: unknown option "max_keys" \(known: "max_concurrent", '):
+        hullguard.Registry(overrides={"k": {"max_keys": 3}})
+    with pytest.raises(ValueError, match=r'overrides\["k"\]: resilience\.breaker: unknown option "bogus"'):
+        hullguard.Registry(overrides={"k": {"resilience": {"breaker": {"bogus": 1}}}})
+
+
+def test_positional_options_follow_the_table_order() -> None:
+    bh = hullguard.Bulkhead(4, 5, 2.5, False)
+    assert (bh.max_concurrent, bh.max_queue, bh.queue_timeout, bh.enabled) == (4, 5, 2.5, False)
+    reg = hullguard.Registry(3, 0)
+    assert (reg.get("k").max_concurrent, reg.get("k").max_queue) == (3, 0)
+    with pytest.raises(TypeError, match="at most 4 positional arguments"):
+        hullguard.Registry(1, 2, 3.0, True, 5)
+    with pytest.raises(TypeError, match='multiple values for argument "max_concurrent"'):
+        hullguard.Bulkhead(4, max_concurrent=5)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("where", ["queue_timeout", "resilience", "registry", "override", "acquire", "acquire_sync", "guard", "drain", "drain_sync"])
+def test_a_positive_duration_below_one_ns_is_refused(where: str) -> None:
+    # 1e-12 s rounds to 0 ns: read as "do not queue" (or "none") it would change the meaning;
+    # it is refused, and the message shows the smallest accepted value.
+    bh = hullguard.Bulkhead(max_concurrent=1)
+    tiny = 1e-12
+    calls = {
+        "queue_timeout": lambda: hullguard.Bulkhead(queue_timeout=tiny),
+        "resilience": lambda: hullguard.Bulkhead(resilience={"call_timeout": tiny}),
+        "registry": lambda: hullguard.Registry(queue_timeout=tiny),
+        "override": lambda: hullguard.Registry(overrides={"k": {"resilience": {"breaker": {"open_duration": tiny}}}}),
+        "acquire": lambda: bh.acquire(timeout=tiny),
+        "acquire_sync": lambda: bh.acquire_sync(timeout=tiny),
+        "guard": lambda: bh.guard(timeout=tiny),
+        "drain": lambda: bh.drain(tiny),
+        "drain_sync": lambda: bh.drain_sync(tiny),
+    }
+    with pytest.raises(ValueError, match=r"at least 1e-9 seconds.*got 1e-12 \(below the resolution of 1 ns\)"):
+        calls[where]()
+    assert sum(bh.stats()["rejected_by_reason"].values()) == 0
+    assert hullguard.Bulkhead(queue_timeout=1e-9).queue_timeout == 1e-9  # the smallest value
+
+
+def test_range_errors_show_the_range_and_the_value() -> None:
+    with pytest.raises(ValueError) as e:
+        hullguard.Bulkhead(max_queue=-1)
+    assert str(e.value) == f"max_queue must be an integer in 0..={hullguard.MAX_QUEUE}; got -1 (out of range)"
+    with pytest.raises(ValueError, match=r"resilience\.adaptive\.decrease_ratio must be a number in \(0, 1\); got 1\.0"):
+        hullguard.Bulkhead(resilience={"adaptive": {"decrease_ratio": 1.0}})
+    with pytest.raises(ValueError, match=r'resilience\.adaptive\.algorithm must be one of "gradient2", "aimd"; got \'vegas\''):
+        hullguard.Bulkhead(resilience={"adaptive": {"algorithm": "vegas"}})
+    with pytest.raises(TypeError, match=r"resilience\.breaker\.open_duration must be at least 1e-9 seconds .*, not str"):
+        hullguard.Bulkhead(resilience={"breaker": {"open_duration": "5"}})
+    with pytest.raises(ValueError, match=r"resilience\.adaptive\.max_limit must be an integer in 1\.\.=max_concurrent"):
+        hullguard.Bulkhead(max_concurrent=4, resilience={"adaptive": {"max_limit": 5}})  # checked by the core
+
+
+# ---------------------------------------------------------------------------------------------
+# the reason table
+
+
+def test_reasons_are_the_core_table() -> None:
+    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 8
+    for r in _native.REASONS:
+        assert set(r) == {"name", "code", "retryable", "category"}
+        assert isinstance(r["name"], str) and isinstance(r["code"], str)
+        assert isinstance(r["retryable"], bool) and r["category"] == "resilience"
+    assert set(hullguard.Bulkhead().stats()["rejected_by_reason"]) == set(REASONS)
+    by_name = {r["name"]: r for r in _native.REASONS}
+    assert by_name["shutdown"]["retryable"] is False and by_name["timeout"]["code"] == "BULKHEAD_QUEUE_TIMEOUT"
+
+
+def test_the_exception_class_is_the_one_declaring_the_code() -> None:
+    from hullguard import _errors
+
+    for r in _native.REASONS:
+        cls = _errors._class_for(r["code"])
+        assert issubclass(cls, hullguard.BulkheadError)
+        assert cls.code == r["code"] or cls is hullguard.BulkheadFullError, r
+    bh = hullguard.Bulkhead(max_concurrent=1, max_queue=0)
+    bh.close()
+    with pytest.raises(hullguard.BulkheadClosedError) as e:
+        bh.try_acquire()
+    info = {r["name"]: r for r in _native.REASONS}["shutdown"]
+    assert (e.value.code, e.value.reason, e.value.retryable, e.value.category) == (
+        info["code"], info["name"], info["retryable"], info["category"],
+    )

@@ -1,4 +1,4 @@
-"""asyncio semantics of the binding (DESIGN §3.1, §3.2 wake-up, §5 Python):
+"""asyncio semantics of the binding (docs/design.md §5: admission, wake-up):
 
 (a) an immediate admission finishes inside the first ``send()``: no loop turn, no future;
 (b) the default loop and uvloop (every async test runs on both, see conftest.py), several

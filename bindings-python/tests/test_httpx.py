@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import math
 import threading
 import time
 from typing import Any, Iterator
@@ -348,6 +349,37 @@ async def test_defaults(upstream: _Server) -> None:
     assert (s["max_concurrent"], s["active"], s["admitted_total"]) == (10, 0, 1)
     with pytest.raises(TypeError):
         BulkheadTransport(registry=object())  # type: ignore[arg-type]
+
+
+BAD_TRANSPORT_ARGS = [
+    ({"timeout": -1}, ValueError, "timeout"),
+    ({"timeout": math.nan}, ValueError, "timeout"),
+    ({"timeout": 1e-12}, ValueError, "timeout must be 0 or at least 1e-9 seconds"),
+    ({"timeout": "1"}, TypeError, "timeout must be .*, not str"),
+    ({"timeout": True}, TypeError, "timeout"),
+    ({"registry": {}}, TypeError, "registry must be a hullguard.Registry or None, not dict"),
+    ({"transport": object()}, TypeError, "transport must be an httpx.*Transport or None, not object"),
+]
+
+
+@pytest.mark.parametrize("cls", ["async", "sync"])
+@pytest.mark.parametrize(("kwargs", "exc", "needle"), BAD_TRANSPORT_ARGS, ids=[repr(a[0]) for a in BAD_TRANSPORT_ARGS])
+def test_transport_arguments_are_checked_at_construction(cls: str, kwargs: dict, exc: type, needle: str) -> None:
+    # Issue 13: a bad `timeout` used to surface only at the first request.
+    transport = BulkheadTransport if cls == "async" else SyncBulkheadTransport
+    with pytest.raises(exc, match=needle):
+        transport(**kwargs)
+
+
+def test_transport_of_the_other_kind_is_refused() -> None:
+    with pytest.raises(TypeError, match="transport must be an httpx.AsyncBaseTransport"):
+        BulkheadTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="transport must be an httpx.BaseTransport"):
+        SyncBulkheadTransport(httpx.AsyncHTTPTransport())  # type: ignore[arg-type]
+    mock = httpx.MockTransport(lambda request: httpx.Response(200))
+    for t in (0, 0.5, math.inf, None):  # the valid timeouts
+        BulkheadTransport(mock, timeout=t)
+        SyncBulkheadTransport(mock, timeout=t)
 
 
 @pytest.mark.asyncio

@@ -1,4 +1,4 @@
-"""hullguard.httpx outcome classification (DESIGN §4): transport errors and 5xx are failures,
+"""hullguard.httpx outcome classification (docs/design.md §6.2): transport errors and 5xx are failures,
 429 is overload (a failure for the adaptive limit only), anything else a success; recorded when
 the response body is closed. ``httpx.MockTransport`` upstreams, a manual breaker clock."""
 

@@ -1,4 +1,4 @@
-"""Policies around the bulkhead (DESIGN §4, issue 8): ``resilience={...}``, the guarded-call
+"""Policies around the bulkhead (docs/design.md §6, issue 8): ``resilience={...}``, the guarded-call
 path in every acquire form, outcomes, ``CircuitOpenError`` / ``CallTimeoutError``,
 ``on_state_change``, the ``adaptive`` / ``circuit`` stats, and cases C21, C22, C24.
 
@@ -100,7 +100,7 @@ def test_defaults_per_design() -> None:
 
 
 BAD: List[Tuple[Any, type, str]] = [
-    ({"breaker": {"open_duration": 0}}, ValueError, "resilience.breaker.open_duration must be > 0"),
+    ({"breaker": {"open_duration": 0}}, ValueError, "resilience.breaker.open_duration must be at least 1e-9 seconds"),
     ({"breaker": {"open_duration": -1.5}}, ValueError, "resilience.breaker.open_duration"),
     ({"breaker": {"open_duration": math.nan}}, ValueError, "resilience.breaker.open_duration"),
     ({"breaker": {"open_duration": "1"}}, TypeError, "resilience.breaker.open_duration"),
@@ -134,7 +134,7 @@ BAD: List[Tuple[Any, type, str]] = [
     ({"adaptive": {"queue_size": -1}}, ValueError, "resilience.adaptive.queue_size"),
     ({"adaptive": {"limit": 3}}, ValueError, '"limit"'),
     ({"adaptive": []}, TypeError, "resilience.adaptive must be a dict"),
-    ({"call_timeout": 0}, ValueError, "resilience.call_timeout must be > 0"),
+    ({"call_timeout": 0}, ValueError, "resilience.call_timeout must be at least 1e-9 seconds"),
     ({"call_timeout": -1}, ValueError, "resilience.call_timeout"),
     ({"call_timeout": "2"}, TypeError, "resilience.call_timeout"),
     ({"retry": {}}, ValueError, '"retry"'),
@@ -156,7 +156,7 @@ def test_bad_resilience_names_the_option(resilience: Any, exc: type, needle: str
 
 
 def test_initial_limit_defaults_to_max_limit() -> None:
-    # DESIGN §4: initial_limit = max_limit; a lowered max_limit alone is a valid config.
+    # docs/design.md §6.4: initial_limit = max_limit; a lowered max_limit alone is valid.
     bh = hullguard.Bulkhead(max_concurrent=10, resilience={"adaptive": {"max_limit": 5}})
     assert (bh.stats()["limit"], bh.stats()["adaptive"]["limit"]) == (5, 5)
     with pytest.raises(ValueError, match="initial_limit"):
@@ -326,6 +326,26 @@ async def test_nested_bare_blocks_in_two_tasks_keep_their_own_calls() -> None:
     # The two successes ran last or first; either way the failure was recorded once.
     assert s["circuit"]["window_failures"] == 1 and s["circuit"]["window_requests"] == 3
     assert_idle(bh)
+
+
+@pytest.mark.asyncio
+async def test_a_stray_bare_exit_in_another_task_takes_no_block() -> None:
+    """Each task finds its own `async with bh:` blocks (a per-bulkhead ContextVar stack): an
+    `__aexit__` in a task that entered no block returns nothing, even when that task was
+    created inside another task's block (its context is a copy of that task's), and is counted
+    as a second release."""
+    clock = Clock()
+    bh = _breaker_bh(clock, failure_threshold=10)
+    async with bh:
+        async def stray() -> None:
+            await bh.__aexit__(RuntimeError, RuntimeError(), None)
+
+        await asyncio.ensure_future(stray())
+        s = bh.stats()
+        assert (s["active"], s["released_twice_total"]) == (1, 1)
+        assert s["circuit"]["window_failures"] == 0  # the outer block's call is untouched
+    s = assert_idle(bh)
+    assert (s["circuit"]["window_requests"], s["circuit"]["window_failures"]) == (1, 0)
 
 
 def test_finalized_permit_is_ignored_and_gives_the_probe_back() -> None:
@@ -774,7 +794,7 @@ async def test_guard_call_timeout_async() -> None:
     await unwound.wait()
     await asyncio.sleep(0)
     s = assert_idle(bh)
-    assert s["circuit"]["consecutive_failures"] == 1  # no second end_call at the release
+    assert s["circuit"]["consecutive_failures"] == 1  # nothing more recorded at the release
     assert s["released_twice_total"] == 0
 
     @bh.guard

@@ -1,4 +1,4 @@
-"""Registry (DESIGN §3.8, §5 Python) and origin_key."""
+"""Registry (docs/design.md §9) and origin_key."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_bad_registry_config(kwargs: dict, exc: type, name: str) -> None:
 def test_wrong_type_in_overrides_is_a_type_error(opt: dict) -> None:
     # registry.rs:47 override_config wraps every error of config_from in PyValueError, so
     # `Registry(overrides={"k": {"max_queue": True}})` raises ValueError while
-    # `Bulkhead(max_queue=True)` raises TypeError (DESIGN §5: a bool as a count is a TypeError).
+    # `Bulkhead(max_queue=True)` raises TypeError (a bool as a count is a TypeError).
     # Fix: keep the class, prefix the message (e.g. build the new error with the same type:
     # `if e.is_instance_of::<PyTypeError>(py) { PyTypeError::new_err(msg) } else { ... }`).
     (name,) = opt
@@ -299,8 +299,10 @@ def test_origin_key_rejects_urls_without_an_origin(url: str) -> None:
 
 
 def test_origin_key_type_error() -> None:
-    with pytest.raises(TypeError):
-        hullguard.origin_key(b"https://example.com")
+    with pytest.raises(TypeError, match="url must be a str, not bytes"):
+        hullguard.origin_key(b"https://example.com")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="url must be a str, not NoneType"):
+        hullguard.origin_key(None)  # type: ignore[arg-type]
 
 
 def test_origin_keys_work_as_override_keys() -> None:
@@ -308,3 +310,36 @@ def test_origin_keys_work_as_override_keys() -> None:
     reg = hullguard.Registry(max_concurrent=8, overrides={key: {"max_concurrent": 2}})
     assert reg.get(hullguard.origin_key("https://slow.example:443/path")).max_concurrent == 2
     assert reg.get(hullguard.origin_key("https://fast.example")).max_concurrent == 8
+
+
+def test_url_shaped_override_keys_are_canonicalised() -> None:
+    # Issue 13 bug 5: an override keyed by a URL applies to the origin key of that URL.
+    reg = hullguard.Registry(max_concurrent=8, overrides={"https://Slow.example": {"max_concurrent": 2}})
+    key = hullguard.origin_key("https://slow.example/")
+    assert key == "https://slow.example:443"
+    assert reg.get(key).max_concurrent == 2
+    assert reg.get(hullguard.origin_key("https://fast.example")).max_concurrent == 8
+    assert reg.overrides == {"https://Slow.example": {"max_concurrent": 2}}  # as given
+    # Plain names stay opaque (byte for byte).
+    reg = hullguard.Registry(overrides={"DB": {"max_queue": 0}})
+    assert reg.get("DB").max_queue == 0 and reg.get("db").max_queue == 100
+
+
+def test_two_override_keys_of_one_origin_are_refused() -> None:
+    with pytest.raises(ValueError, match=r'names the same key as another override: "https://slow\.example:443"'):
+        hullguard.Registry(overrides={
+            "https://slow.example:443": {"max_concurrent": 2},
+            "https://SLOW.example/v1": {"max_concurrent": 3},
+        })
+    with pytest.raises(ValueError, match=r'overrides\["https://"\]: a URL-shaped key must be an origin'):
+        hullguard.Registry(overrides={"https://": {}})
+
+
+def test_overrides_merge_over_the_defaults_key_by_key() -> None:
+    reg = hullguard.Registry(
+        max_concurrent=6, max_queue=3, queue_timeout=2.0,
+        overrides={"k": {"max_queue": 0}, "n": {"max_concurrent": None}},  # None: the default's
+    )
+    k, n = reg.get("k"), reg.get("n")
+    assert (k.max_concurrent, k.max_queue, k.queue_timeout) == (6, 0, 2.0)
+    assert (n.max_concurrent, n.max_queue) == (6, 3)

@@ -1,4 +1,4 @@
-"""Per-call timeouts (DESIGN §3.4): None -> queue_timeout; math.inf -> no deadline; 0 -> do
+"""Per-call timeouts (docs/design.md §5.1): None -> queue_timeout; math.inf -> no deadline; 0 -> do
 not queue; bad values -> ValueError/TypeError naming the argument (test_api.py). The asyncio
 cases run on a virtual clock (``vloop``): the binding arms its queue timers with
 ``loop.call_later`` and the test fires them by advancing the clock, so nothing here depends on

@@ -1,4 +1,4 @@
-"""The Python runner of the scenario vectors (DESIGN §5.1): ``tests/vectors/*.json`` and the
+"""The Python runner of the scenario vectors: ``tests/vectors/*.json`` and the
 policy vectors ``tests/vectors/policies/*.json`` at the repository root, the same decisions as
 the Rust runner (``tests/tests/vectors.rs``, mirrored here step for step).
 
@@ -17,8 +17,12 @@ that settled during the step are compared with ``settles``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -28,76 +32,66 @@ import hullguard
 from _support import STATS_KEYS, VirtualClockLoop, conserved, outcome_of
 
 VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
-SCHEMA = json.loads((VECTORS / "schema.json").read_text())
-FILES = sorted(p for p in VECTORS.glob("*.json") if p.name != "schema.json")
 POLICY_VECTORS = VECTORS / "policies"
-POLICY_FILES = sorted(POLICY_VECTORS.glob("*.json")) if POLICY_VECTORS.is_dir() else []
 
 
+def _files(folder: Path) -> List[Path]:
+    return sorted(p for p in folder.glob("*.json") if p.name != "schema.json")
+
+
+# A folder missing or empty is a failure, never a skip (nor an empty run): each test below then
+# runs once on a placeholder that is no file and fails saying so.
+FILES = _files(VECTORS)
+POLICY_FILES = _files(POLICY_VECTORS)
+
+
+def _or_missing(files: List[Path], folder: Path) -> List[Path]:
+    return files or [folder / "<no vector files>"]
+
+
+@functools.lru_cache(maxsize=None)
 def _step_shapes() -> Dict[str, Tuple[set, set]]:
-    """op -> (allowed fields, required fields), read from schema.json."""
+    """op -> (allowed fields, required fields), read from schema.json (the policy ops, should
+    schema.json not describe them yet, from the runner's own list below)."""
+    schema = json.loads((VECTORS / "schema.json").read_text())
     shapes = {}
-    for alt in SCHEMA["$defs"]["step"]["oneOf"]:
+    for alt in schema["$defs"]["step"]["oneOf"]:
         op = alt["properties"]["op"]["const"]
         shapes[op] = (set(alt["properties"]), set(alt.get("required", [])))
+    for op, (allowed, required) in _POLICY_SHAPES.items():
+        have = shapes.get(op, (set(), required))
+        shapes[op] = (have[0] | allowed, have[1])
     return shapes
 
 
-STEP_SHAPES = _step_shapes()
-# The policy ops, should schema.json not describe them (yet): (allowed, required).
 _POLICY_SHAPES = {
     "release": ({"op", "id", "outcome", "expect", "settles"}, {"op", "id"}),
     "record_outcome": ({"op", "id", "outcome", "expect", "settles"}, {"op", "id", "outcome"}),
     "expect_state": ({"op", "key", "state", "settles"}, {"op", "state"}),
     "expect_events": ({"op", "events", "settles"}, {"op", "events"}),
 }
-for _op, (_allowed, _required) in _POLICY_SHAPES.items():
-    _have = STEP_SHAPES.get(_op, (set(), _required))
-    STEP_SHAPES[_op] = (_have[0] | _allowed, _have[1])
-
-# Vector duration fields of `resilience` (integer ms) -> the Python option (seconds).
-_MS_FIELDS = {
-    "target_latency_ms": "target_latency",
-    "error_rate_window_ms": "error_rate_window",
-    "open_duration_ms": "open_duration",
-    "half_open_timeout_ms": "half_open_timeout",
-    "call_timeout_ms": "call_timeout",
-}
 
 
-def _seconds(ms: Any) -> float:
-    """A vector duration (integer ms or "infinite") in the binding's unit (seconds)."""
+def _seconds(ms: Any) -> Any:
+    """A vector duration (integer ms, "infinite" or null) in the binding's unit (seconds)."""
+    if ms is None:
+        return None
     if ms == "infinite":
         return math.inf
     assert isinstance(ms, int) and not isinstance(ms, bool) and ms >= 0, ms
     return ms / 1000
 
 
-def _resilience(r: Any) -> Any:
-    """A vector `resilience` object (or one of its parts) with the binding's keys and units."""
-    if not isinstance(r, dict):
-        return r
-    out: Dict[str, Any] = {}
-    for k, v in r.items():
-        if k in _MS_FIELDS:
-            out[_MS_FIELDS[k]] = None if v is None else _seconds(v)
-        else:
-            out[k] = _resilience(v)
-    return out
-
-
-def _config(c: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """A vector config as Bulkhead / Registry keyword arguments."""
-    out: Dict[str, Any] = {}
-    for k, v in (c or {}).items():
-        if k == "queue_timeout_ms":
-            out["queue_timeout"] = _seconds(v)
-        elif k == "resilience":
-            out["resilience"] = _resilience(v)
-        else:
-            assert k in ("max_concurrent", "max_queue", "enabled"), f"unknown config field {k}"
-            out[k] = v
-    return out
+def _config(c: Any) -> Any:
+    """A vector config (or a part of it) as the binding's options. The vector spelling is the
+    option's name with ``_ms`` for a duration (integer ms); the binding's is the name, in
+    seconds. Other names pass unchanged: the binding refuses those it does not know."""
+    if not isinstance(c, dict):
+        return c
+    return {
+        k[: -len("_ms")] if k.endswith("_ms") else k: _seconds(v) if k.endswith("_ms") else _config(v)
+        for k, v in c.items()
+    }
 
 
 async def _await(box: List[Any]) -> Any:
@@ -115,7 +109,7 @@ class Runner:
         if "registry" in vector:
             r = vector["registry"]
             self.reg = hullguard.Registry(
-                **_config(r.get("defaults")),
+                **_config(r.get("defaults") or {}),
                 overrides={k: _config(v) for k, v in r.get("overrides", {}).items()},
                 max_keys=r.get("max_keys"),
                 on_state_change=lambda key, old, new: self.events.append([key, old, new]),
@@ -123,7 +117,7 @@ class Runner:
             )
         else:
             self.bh = hullguard.Bulkhead(
-                **_config(vector.get("config")),
+                **_config(vector.get("config") or {}),
                 on_state_change=lambda key, old, new: self.events.append([old, new]),
                 _clock=loop.clock,
             )
@@ -315,39 +309,40 @@ def _check_shape(vector: Dict[str, Any], where: str) -> None:
     assert vector["steps"], where
     for i, step in enumerate(vector["steps"]):
         op = step.get("op")
-        assert op in STEP_SHAPES, f"{where} step {i}: unknown op {op!r}"
-        allowed, required = STEP_SHAPES[op]
+        assert op in _step_shapes(), f"{where} step {i}: unknown op {op!r}"
+        allowed, required = _step_shapes()[op]
         assert required <= set(step), f"{where} step {i}: missing {required - set(step)}"
         assert set(step) <= allowed, f"{where} step {i}: unknown fields {set(step) - allowed}"
 
 
 def test_every_vector_file_is_collected() -> None:
-    assert len(FILES) >= 25, FILES
+    assert len(FILES) >= 25, f"vectors in {VECTORS}: {FILES}"
     names = [json.loads(f.read_text())["name"] for f in FILES]
     assert len(set(names)) == len(names)
     assert [f.stem for f in FILES] == names  # file name = vector name
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+@pytest.mark.parametrize("path", _or_missing(FILES, VECTORS), ids=lambda p: p.stem)
 def test_vector(path: Path, vloop: VirtualClockLoop) -> None:
+    assert path.is_file(), f"no vector files in {VECTORS}"
     vector = json.loads(path.read_text())
     _check_shape(vector, path.name)
     Runner(vector, vloop).run(vector)
 
 
 def test_policy_vector_files() -> None:
-    """The policy vectors (DESIGN §5.1): unique names = file names. Without any (the folder
-    missing or empty) this test skips; the rest of the suite still runs."""
-    if not POLICY_FILES:
-        pytest.skip(f"no policy vectors in {POLICY_VECTORS}")
+    """The policy vectors: unique names = file names. Without any (the folder missing or
+    empty) this test fails."""
+    assert POLICY_FILES, f"no policy vector files in {POLICY_VECTORS}"
     names = [json.loads(f.read_text())["name"] for f in POLICY_FILES]
     assert len(set(names)) == len(names)
     assert [f.stem for f in POLICY_FILES] == names
     assert not {f.stem for f in FILES} & set(names)
 
 
-@pytest.mark.parametrize("path", POLICY_FILES, ids=[f"policies/{f.stem}" for f in POLICY_FILES])
+@pytest.mark.parametrize("path", _or_missing(POLICY_FILES, POLICY_VECTORS), ids=lambda p: f"policies/{p.stem}")
 def test_policy_vector(path: Path, vloop: VirtualClockLoop) -> None:
+    assert path.is_file(), f"no policy vector files in {POLICY_VECTORS}"
     vector = json.loads(path.read_text())
     _check_shape(vector, f"policies/{path.name}")
     Runner(vector, vloop).run(vector)
@@ -413,3 +408,29 @@ def test_runner_can_fail(case: str, vloop: VirtualClockLoop) -> None:
     vector = BROKEN[case]
     with pytest.raises(AssertionError):
         Runner(vector, vloop).run(vector)
+
+
+@pytest.mark.parametrize("layout", ["no_folders", "empty_folders"])
+def test_missing_vector_folders_fail_the_run(tmp_path: Path, layout: str) -> None:
+    """Without vector files (issue 12 item 6) this runner fails: no test skips, and pytest
+    never ends with exit code 5 (nothing collected). Runs a copy of this file whose repository
+    root is `tmp_path`."""
+    here = Path(__file__).resolve().parent
+    copy = tmp_path / "bindings-python" / "tests"
+    copy.mkdir(parents=True)
+    for name in ("test_vectors.py", "_support.py", "conftest.py"):
+        shutil.copy(here / name, copy / name)
+    if layout == "empty_folders":
+        (tmp_path / "tests" / "vectors" / "policies").mkdir(parents=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
+         "-k", "not missing_vector_folders", str(copy)],
+        capture_output=True, text=True, cwd=copy, timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "skipped" not in out, out
+    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    for name in ("test_every_vector_file_is_collected", "test_vector[", "test_policy_vector_files",
+                 "test_policy_vector[policies/"):
+        assert any(f"::{name}" in line for line in failed), (name, out)

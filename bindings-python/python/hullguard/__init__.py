@@ -15,7 +15,7 @@ Quick start::
         async with bh.acquire() as permit:   # waits FIFO; raises BulkheadFullError & co.
             ...
 
-Policies (DESIGN §4) around any bulkhead or registry::
+Policies (docs/design.md §6) around any bulkhead or registry::
 
     bh = hullguard.Bulkhead(
         max_concurrent=50,

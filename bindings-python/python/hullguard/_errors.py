@@ -1,14 +1,15 @@
-"""The exception hierarchy of hullguard (DESIGN.md §3.1, §5).
+"""The exception hierarchy of hullguard (the reasons of docs/design.md).
 
 Every rejection raises a subclass of :class:`BulkheadError` carrying ``code``, ``reason``,
 ``retryable``, ``category`` and ``snapshot`` (``{"active", "queued", "limit", "available",
-"key"}``). Cancellation is never wrapped: a cancelled task gets its own
-``asyncio.CancelledError``.
+"key"}``). The class is the one declaring the reason's ``code`` (:func:`_class_for`); every
+attribute comes from the core's reason table (``hullguard._native.REASONS``). Cancellation is
+never wrapped: a cancelled task gets its own ``asyncio.CancelledError``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Type
 
 __all__ = [
     "BulkheadError",
@@ -27,7 +28,7 @@ class BulkheadError(Exception):
         code: the stable error code shared by every layer (``"BULKHEAD_FULL"``, ...).
         reason: the admission reason (``"concurrency_limit"``, ``"queue_limit"``, ...).
         retryable: whether retrying later may succeed.
-        category: always ``"resilience"``.
+        category: the rejection category (``"resilience"`` for every reason).
         snapshot: ``{"active", "queued", "limit", "available", "key"}`` when it was rejected.
     """
 
@@ -40,6 +41,7 @@ class BulkheadError(Exception):
         reason: str,
         code: Optional[str] = None,
         retryable: bool = True,
+        category: str = "resilience",
         snapshot: Optional[Dict[str, Any]] = None,
     ) -> None:
         super().__init__(message)
@@ -47,7 +49,7 @@ class BulkheadError(Exception):
             self.code = code
         self.reason = reason
         self.retryable = retryable
-        self.category = "resilience"
+        self.category = category
         self.snapshot: Dict[str, Any] = snapshot if snapshot is not None else {}
 
     def __reduce__(self) -> Any:
@@ -55,14 +57,23 @@ class BulkheadError(Exception):
         # rejection raised in a process pool reaches the parent intact).
         return (
             _rebuild,
-            (type(self), str(self), self.reason, self.code, self.retryable, self.snapshot),
+            (type(self), str(self), self.reason, self.code, self.retryable, self.category,
+             self.snapshot),
         )
 
 
 def _rebuild(
-    cls: Any, message: str, reason: str, code: str, retryable: bool, snapshot: Dict[str, Any]
+    cls: Any,
+    message: str,
+    reason: str,
+    code: str,
+    retryable: bool,
+    category: str,
+    snapshot: Dict[str, Any],
 ) -> BulkheadError:
-    return cls(message, reason=reason, code=code, retryable=retryable, snapshot=snapshot)  # type: ignore[no-any-return]
+    return cls(  # type: ignore[no-any-return]
+        message, reason=reason, code=code, retryable=retryable, category=category, snapshot=snapshot
+    )
 
 
 class BulkheadFullError(BulkheadError):
@@ -97,3 +108,12 @@ class CallTimeoutError(BulkheadError):
     """A guarded call overran its per-call timeout (``call_timeout``)."""
 
     code = "BULKHEAD_CALL_TIMEOUT"
+
+
+def _class_for(code: str) -> Type[BulkheadError]:
+    """The class raised for a reason whose code is ``code``: the class declaring that ``code``,
+    :class:`BulkheadFullError` for a code without a class of its own (``"ABORTED"``)."""
+    return _BY_CODE.get(code, BulkheadFullError)
+
+
+_BY_CODE: Dict[str, Type[BulkheadError]] = {cls.code: cls for cls in BulkheadError.__subclasses__()}

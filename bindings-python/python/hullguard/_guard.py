@@ -1,21 +1,24 @@
 """The ``guard`` decorator's wrappers (called by ``Bulkhead.guard`` / ``Registry.guard``).
 
-Each call of the wrapped function is one guarded call (DESIGN §4): the breaker's check and the
-admission happen in ``acquire`` / ``acquire_sync``; the outcome is recorded before the permit is
-released: returned → ``success``, ``asyncio.CancelledError`` → ``ignored``, any other exception
-→ ``failure``.
+Each call of the wrapped function is one guarded call (docs/design.md §6.3): the breaker's check
+and the admission happen in ``acquire`` / ``acquire_sync``; the outcome is recorded before the
+permit is released: returned → ``success``, ``asyncio.CancelledError`` → ``ignored``, any other
+exception → ``failure``.
 
 ``call_timeout`` (the bulkhead's ``resilience["call_timeout"]``, seconds or ``None``):
 
 * coroutine functions run as their own task (``asyncio.ensure_future``: they see a copy of the
   caller's ``contextvars`` context). At the deadline the caller gets :class:`CallTimeoutError`
-  at once (``call_timeout`` is counted and the call ends as a ``failure``); the coroutine is
+  at once (``permit._call_timed_out()``, the core's rule: ``call_timeout`` is counted and the call
+  ends as a ``failure``); the coroutine is
   cancelled, and the permit is released only once it has unwound. If the caller is cancelled
   while waiting, the coroutine is cancelled too and its permit released (``ignored``) when it
   has unwound.
 * plain callables are not interrupted, only classified: a call that overran ``call_timeout``
-  (measured with ``time.monotonic``) counts ``call_timeout`` and records ``failure``, but its own
-  result is returned (or its own exception raised) unchanged.
+  (measured with ``time.monotonic``) is reported the same way (``call_timeout`` counted, the call
+  a ``failure``), but its own result is returned (or its own exception raised) unchanged.
+
+Thread-safe as the permits are: the sync wrapper may run on any thread.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Tuple,
     TypeVar,
     Union,
     final,
@@ -28,8 +29,10 @@ __all__ = [
     "Registry",
     "origin_key",
     "outcome_of_status",
+    "_check_timeout",
     "MAX_PERMITS",
     "MAX_QUEUE",
+    "REASONS",
     "__version__",
 ]
 
@@ -41,6 +44,11 @@ MAX_PERMITS: int
 MAX_QUEUE: int
 """2**20: the largest `max_queue`."""
 
+REASONS: Tuple[Dict[str, Any], ...]
+"""The core's reason table, in `hg_reason` order: one dict per reason, `{"name": str, "code":
+str, "retryable": bool, "category": str}` (the keys of `stats()["rejected_by_reason"]` and the
+attributes of the exception a rejection raises)."""
+
 _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -48,11 +56,11 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # Seconds: an int or float >= 0, or math.inf (no deadline). None = the default.
 _Seconds = Union[int, float]
 
-# The values of a `stats()` dict (DESIGN §3.7): ints, the `rejected_by_reason` dict, and
+# The values of a `stats()` dict (docs/design.md §8.1): ints, the `rejected_by_reason` dict, and
 # `adaptive` / `circuit` (dicts when those policies are on, else None).
 _Stats = Dict[str, Any]
 
-# `resilience={...}` (DESIGN §4): {"adaptive": {...} | None, "breaker": {...} | None,
+# `resilience={...}` (docs/design.md §6.4): {"adaptive": {...} | None, "breaker": {...} | None,
 # "call_timeout": seconds | None}; durations in seconds.
 _Resilience = Mapping[str, Any]
 
@@ -64,11 +72,12 @@ _OnStateChange = Callable[[Optional[str], str, str], Any]
 _Outcome = str
 
 @final
-class _Ready(Generic[_T_co]):
-    """An already-finished awaitable (the result of `__aexit__`)."""
+class _Ready:
+    """An already-finished awaitable of None (the result of `__aexit__`: it never swallows the
+    block's exception)."""
 
-    def __await__(self) -> Generator[Any, Any, _T_co]: ...
-    def __iter__(self) -> _Ready[_T_co]: ...
+    def __await__(self) -> Generator[Any, Any, None]: ...
+    def __iter__(self) -> _Ready: ...
     def __next__(self) -> Any: ...
     def send(self, _value: Any = None) -> Any: ...
     def close(self) -> None: ...
@@ -90,7 +99,7 @@ class Permit:
     def __enter__(self) -> Permit: ...
     def __exit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
-    ) -> bool: ...
+    ) -> None: ...
 
 @final
 class AcquireContext(Generic[_T_co]):
@@ -105,7 +114,7 @@ class AcquireContext(Generic[_T_co]):
     def __aenter__(self) -> AcquireContext[_T_co]: ...
     def __aexit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
-    ) -> _Ready[bool]: ...
+    ) -> _Ready: ...
 
 @final
 class DrainAwaitable:
@@ -137,7 +146,7 @@ class Bulkhead:
     def __aenter__(self) -> AcquireContext[None]: ...
     def __aexit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
-    ) -> _Ready[bool]: ...
+    ) -> _Ready: ...
     def acquire_sync(
         self, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
     ) -> Permit: ...
@@ -213,4 +222,5 @@ class Registry:
     def key_limit_rejections(self) -> int: ...
 
 def origin_key(url: str) -> str: ...
+def _check_timeout(timeout: Optional[_Seconds]) -> Optional[float]: ...
 def outcome_of_status(status_code: int) -> _Outcome: ...

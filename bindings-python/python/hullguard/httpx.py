@@ -36,7 +36,7 @@ hullguard layer and as ``Registry(overrides=...)``). Per request:
    ``httpx.MockTransport``) releases the permit at once;
 4. a transport error or a cancellation while sending releases the permit and propagates.
 
-Outcomes (DESIGN §4, for a registry built with ``resilience={...}``): each request is one
+Outcomes (docs/design.md §6.2, for a registry built with ``resilience={...}``): each request is one
 guarded call. A transport error (an exception from the inner transport, or while reading the
 body) and an HTTP 5xx response are ``failure``; HTTP 429 is ``overload`` (a failure for the
 adaptive limit, a success for the breaker); any other response is ``success``; a cancellation
@@ -55,7 +55,7 @@ from typing import Any, AsyncIterator, Iterator, Optional
 
 import httpx
 
-from ._native import Permit, Registry, origin_key, outcome_of_status
+from ._native import Permit, Registry, _check_timeout, origin_key, outcome_of_status
 
 __all__ = ["BulkheadTransport", "SyncBulkheadTransport", "outcome_of_status", "outcome_of_error"]
 
@@ -135,16 +135,23 @@ class _SyncPermitStream(httpx.SyncByteStream):
             _release(self._permit, self._outcome)
 
 
-class _Base:
-    """What both transports share: the registry, the queue timeout, the key of a request."""
+def _checked(value: Any, name: str, cls: type, what: str) -> None:
+    if value is not None and not isinstance(value, cls):
+        raise TypeError(f"{name} must be {what} or None, not {type(value).__name__}")
 
-    def __init__(self, registry: Optional[Registry], timeout: Optional[float]) -> None:
-        if registry is not None and not isinstance(registry, Registry):
-            raise TypeError(
-                f"registry must be a hullguard.Registry, not {type(registry).__name__}"
-            )
-        self._registry = registry if registry is not None else Registry()
-        self._timeout = timeout
+
+class _Base:
+    """What both transports share: the registry, the queue timeout, the key of a request.
+
+    Every argument is checked here, at construction (``TypeError`` / ``ValueError`` naming it),
+    not at the first request: ``timeout`` by the rule of every acquire's ``timeout``.
+    """
+
+    def __init__(self, transport: Any, base: type, registry: Any, timeout: Any) -> None:
+        _checked(transport, "transport", base, f"an httpx.{base.__name__}")
+        _checked(registry, "registry", Registry, "a hullguard.Registry")
+        self._timeout = _check_timeout(timeout)
+        self._registry: Registry = registry if registry is not None else Registry()
 
     @property
     def registry(self) -> Registry:
@@ -169,6 +176,13 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
             ``hullguard.origin_key(url)`` for per-origin settings.
         timeout: the queue timeout in seconds for every request (``None``: each bulkhead's own
             ``queue_timeout``; ``0``: never queue; ``math.inf``: no deadline).
+
+    Raises:
+        TypeError: ``transport`` is not an ``httpx.AsyncBaseTransport``, ``registry`` not a
+            ``hullguard.Registry``, ``timeout`` not a number.
+        ValueError: ``timeout`` is negative, NaN, or a positive value below 1 ns.
+
+    Thread-safe as the registry is; one transport may serve several clients and loops.
     """
 
     def __init__(
@@ -178,7 +192,7 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
         registry: Optional[Registry] = None,
         timeout: Optional[float] = None,
     ) -> None:
-        super().__init__(registry, timeout)
+        super().__init__(transport, httpx.AsyncBaseTransport, registry, timeout)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     @property
@@ -217,9 +231,10 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
 class SyncBulkheadTransport(_Base, httpx.BaseTransport):
     """A sync httpx transport that admits each request through its origin's bulkhead.
 
-    The arguments are those of :class:`BulkheadTransport`, with a sync ``transport`` (default
-    ``httpx.HTTPTransport()``). A queued request blocks its thread (GIL released) in
-    ``Registry.acquire_sync``.
+    The arguments (and their errors) are those of :class:`BulkheadTransport`, with a sync
+    ``transport`` (default ``httpx.HTTPTransport()``, an ``httpx.BaseTransport``). A queued
+    request blocks its thread (GIL released) in ``Registry.acquire_sync``; any number of threads
+    may send through one transport.
     """
 
     def __init__(
@@ -229,7 +244,7 @@ class SyncBulkheadTransport(_Base, httpx.BaseTransport):
         registry: Optional[Registry] = None,
         timeout: Optional[float] = None,
     ) -> None:
-        super().__init__(registry, timeout)
+        super().__init__(transport, httpx.BaseTransport, registry, timeout)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     @property
