@@ -1,4 +1,4 @@
-"""The policy phases of the Python demo (``make demo``, DESIGN.md §4 and §9): a circuit breaker
+"""The policy phases of the Python demo (``make demo``, docs/design.md §13): a circuit breaker
 and an adaptive limit on real HTTP traffic, through the same ``BulkheadTransport``.
 
 Both phases talk to a *scripted* upstream (served by the demo's upstream process; the client
@@ -12,10 +12,12 @@ isolation phase, each origin with its own bulkhead of one ``hullguard.Registry``
    (``half_open``), re-opening while the probe fails and closing once the upstream heals — and
    the healthy origin's success rate untouched throughout. State changes arrive through
    ``Registry(on_state_change=...)``.
-2. **Adaptive limit.** 32 workers call the scripted upstream in a closed loop while its latency
-   steps from 10 ms to 60 ms and back. Its bulkhead has ``resilience={"adaptive": {...}}``
-   (Gradient2, the default algorithm): the printed limit falls while the upstream is slow and
-   climbs back once it is fast again.
+2. **Adaptive limit.** 48 callers call a *capacity* upstream (``C`` workers; requests beyond
+   ``C`` queue in the upstream, so its latency grows with the load beyond ``C``) in a closed
+   loop while ``C`` steps 16 → 4 → 16, once with Gradient2 and once with AIMD. The printed
+   limit follows ``C`` and the upstream's own queueing delay stays near zero: the queue waits
+   in the bulkhead. The same scenario runs on virtual time in ``make test``
+   (``tests/tests/adaptive_capacity.rs``), with the same band.
 
 Each phase checks what it exists to show and returns whether it passed.
 """
@@ -167,70 +169,106 @@ async def breaker_phase(healthy_url: str, scripted_url: str) -> bool:
     return ok
 
 
-async def adaptive_phase(scripted_url: str) -> bool:
-    """Phase 2: the adaptive limit falls while the upstream is slow and recovers after.
-    Returns whether the check passed."""
-    await _set_mode(scripted_url, "slow:10")
-    key = hullguard.origin_key(scripted_url)
-    adaptive = {"algorithm": "gradient2", "min_limit": 2}
+CALLERS, CEILING = 48, 64
+CAPACITIES = (16, 4, 16)
+
+
+def band(c: int) -> Tuple[int, int]:
+    """The band the limit must stay in against ``c`` workers, as in the closed-loop simulation
+    ``tests/tests/adaptive_capacity.rs``: ``[c / 3, 3 c]`` (a no-load probe halves the limit for a round), with its mean in ``[c, 2 c]``."""
+    return c // 3, 3 * c
+
+
+async def _pool_stats(client: httpx.AsyncClient, url: str) -> Tuple[int, int]:
+    served, wait_ns = (await client.get(url + "__pool/stats")).text.split()
+    return int(served), int(wait_ns)
+
+
+async def adaptive_phase(pool_url: str, algorithm: str, service: float,
+                         phase_seconds: float) -> bool:
+    """The adaptive limit against an upstream with a real capacity: ``C`` workers of
+    ``service`` seconds each (requests beyond ``C`` queue *in the upstream*), ``C`` stepped
+    16 → 4 → 16 for ``phase_seconds`` each, ``CALLERS`` workers in a closed loop through one
+    bulkhead with an adaptive limit (ceiling ``CEILING``). After the first 40 % of each step
+    the limit must stay in :func:`band` with its mean in ``[C, 2 C]``, and the upstream's own
+    queueing delay must average at most one service time (the queue waits in the bulkhead).
+    Returns whether every check passed."""
+    key = hullguard.origin_key(pool_url)
+    adaptive = {"algorithm": algorithm, "initial_limit": CEILING,
+                "target_latency": 2 * service}  # AIMD: slower than 2 S is congestion
     registry = hullguard.Registry(
-        max_concurrent=32,
-        max_queue=64,
-        queue_timeout=2.0,
+        max_concurrent=CEILING,
+        max_queue=CALLERS,
+        queue_timeout=30.0,
         overrides={key: {"resilience": {"adaptive": adaptive}}},
     )
-    workers, step = 32, 0.5
-    plan = [(0.0, "slow:10"), (3.0, "slow:60"), (6.0, "slow:10"), (10.0, None)]
-    print("\n== phase 3: adaptive limit (the scripted upstream's latency steps 10 → 60 → 10 ms) ==")
-    print(f"  {key}: max_concurrent=32, resilience={{'adaptive': {adaptive}}}; "
-          f"{workers} workers in a closed loop")
-    print(f"  {'t (s)':>7} {'latency':>8} {'limit':>6} {'in flight':>10} {'done':>6}")
+    print(f"\n== phase 3: adaptive limit ({algorithm}) against an upstream of C workers, "
+          f"C = {' → '.join(map(str, CAPACITIES))} ==")
+    print(f"  {key}: {CALLERS} callers in a closed loop, max_concurrent={CEILING}, "
+          f"resilience={{'adaptive': {adaptive}}}; service {service * 1000:g} ms per request "
+          f"per worker; {phase_seconds:g} s per step")
+    print(f"  {'t (s)':>6} {'C':>3} {'limit':>6} {'in flight':>10} {'queued':>7} "
+          f"{'upstream wait (S)':>18} {'done':>7}")
     done = 0
     stop = False
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def caller(client: httpx.AsyncClient) -> None:
         nonlocal done
         while not stop:
             try:
-                await client.get(scripted_url)
+                (await client.get(pool_url)).raise_for_status()
                 done += 1
             except (httpx.HTTPError, hullguard.BulkheadError):
                 await asyncio.sleep(0.01)
 
-    limits: Dict[str, List[int]] = {"before": [], "slow": [], "after": []}
-    async with httpx.AsyncClient(
+    results = []
+    async with httpx.AsyncClient() as control, httpx.AsyncClient(
         transport=BulkheadTransport(
-            httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=64)),
+            httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=CALLERS + 16)),
             registry=registry,
         ),
-        timeout=httpx.Timeout(5.0),
+        timeout=httpx.Timeout(30.0),
     ) as client:
-        tasks = [asyncio.create_task(worker(client)) for _ in range(workers)]
+        (await control.get(pool_url + f"__pool/{CAPACITIES[0]}")).raise_for_status()
+        tasks = [asyncio.create_task(caller(client)) for _ in range(CALLERS)]
         t0 = time.perf_counter()
-        phase = 0
-        mode = plan[0][1]
+        tick = 0.5
         t = 0.0
-        while True:
-            t += step
-            await asyncio.sleep(max(0.0, t0 + t - time.perf_counter()))
-            s: Dict[str, Any] = registry.stats()[key]
-            limit = s["adaptive"]["limit"]
-            label = "before" if t <= plan[1][0] else "slow" if t <= plan[2][0] else "after"
-            limits[label].append(limit)
-            print(f"  {t:>7.1f} {mode[5:] + ' ms':>8} {limit:>6} {s['active']:>10} {done:>6}",
-                  flush=True)
-            if t >= plan[phase + 1][0]:
-                phase += 1
-                mode = plan[phase][1]
-                if mode is None:
-                    break
-                await _set_mode(scripted_url, mode)
+        for c in CAPACITIES:
+            (await control.get(pool_url + f"__pool/{c}")).raise_for_status()
+            start, settle, end = t, t + 0.4 * phase_seconds, t + phase_seconds
+            limits: List[int] = []
+            last = mark = await _pool_stats(control, pool_url)
+            while t < end - 1e-9:
+                t = min(t + tick, end)
+                await asyncio.sleep(max(0.0, t0 + t - time.perf_counter()))
+                s: Dict[str, Any] = registry.stats()[key]
+                now = await _pool_stats(control, pool_url)
+                served, waited = now[0] - last[0], now[1] - last[1]
+                wait = waited / served / 1e9 / service if served else 0.0
+                last = now
+                if t > settle + 1e-9:
+                    limits.append(s["adaptive"]["limit"])
+                else:
+                    mark = now  # the upstream's totals when the settled part begins
+                print(f"  {t:>6.1f} {c:>3} {s['adaptive']['limit']:>6} {s['active']:>10} "
+                      f"{s['queued']:>7} {wait:>18.2f} {done:>7}", flush=True)
+            # Upstream wait over the settled part: from the last tick before it to the end.
+            served = last[0] - mark[0]
+            wait = (last[1] - mark[1]) / served / 1e9 / service if served else float("inf")
+            results.append((c, start, min(limits), max(limits), sum(limits) / len(limits), wait,
+                            served))
         stop = True
         await asyncio.gather(*tasks)
     s = registry.stats()[key]
     print(f"  adaptive state at the end: {s['adaptive']}")
-    before, slow, after = max(limits["before"]), min(limits["slow"]), max(limits["after"][-2:])
-    passed = slow * 2 <= before and after >= 2 * slow
-    print(f"check: the limit fell while the upstream was slow (max before {before}, min while "
-          f"slow {slow}) and climbed back after (end {after}): {'PASS' if passed else 'FAIL'}")
-    return passed
+    ok = True
+    for c, start, lo, hi, mean, wait, served in results:
+        b_lo, b_hi = band(c)
+        passed = b_lo <= lo and hi <= b_hi and c <= mean <= 2 * c and wait <= 1.0
+        ok &= passed
+        print(f"check: {algorithm}, C = {c} from t = {start:g} s, after {0.4 * phase_seconds:g} s "
+              f"to settle ({served} requests after it): limit {lo}..{hi} in [{b_lo}, {b_hi}], mean "
+              f"{mean:.1f} in [{c}, {2 * c}], upstream wait {wait:.2f} S ≤ 1: "
+              f"{'PASS' if passed else 'FAIL'}")
+    return ok

@@ -38,22 +38,28 @@ can exceed the pool timeout: httpcore restarts the pool timeout when a connectio
 was taken by another request first and it retries, ``ConnectionNotAvailable``; that happens
 often in a saturated pool.)
 
-Then two policy phases run against a third, scripted upstream (``demo_phases.py``, ~18 s;
-``--no-policies`` skips them): a circuit breaker that opens when the upstream fails outright,
-fails fast, probes and closes once it heals, with the healthy origin unaffected; and an adaptive
-limit that falls while the upstream's latency is high and climbs back after.
+Then the policy phases run (``demo_phases.py``; ``--no-policies`` skips them): a circuit
+breaker against a third, scripted upstream that fails outright, then heals (it opens, fails
+fast, probes and closes, with the healthy origin unaffected); and the adaptive limit against a
+fourth, *capacity* upstream (``C`` workers of ``--service-ms`` each; what exceeds ``C`` queues in
+the upstream), with ``C`` stepped 16 → 4 → 16 (``--phase-seconds`` each), once per algorithm of
+``--algorithms``: the limit must track ``C`` within a stated band while the upstream's own
+queueing delay stays under one service time.
 
 Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
-deadline. The whole demo takes about 45 s. Smaller runs: ``--budget 4 --seconds 3
---degraded-min 1.0``.
+deadline. The whole demo takes about 70 s. Smaller runs: ``--budget 4 --seconds 3
+--degraded-min 1.0 --phase-seconds 1.5``; ``--report-only`` prints the checks but exits 0
+whatever they say.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -115,8 +121,74 @@ class _Script:
             self.delay = self.healthy_ms / 1000.0
 
 
+class _Pool:
+    """The capacity upstream of the adaptive phase: ``capacity`` workers, each request holding
+    one for ``service_ms`` (±10 %, seeded); requests beyond the workers wait in this upstream's
+    own FIFO queue, so its latency grows with what a client sends beyond its capacity.
+    ``GET /__pool/<C>`` sets the capacity (a rise lets queued requests in at once);
+    ``GET /__pool/stats`` answers ``served wait_ns`` (totals since start: requests served and
+    the nanoseconds they waited for a worker)."""
+
+    def __init__(self, service_ms: float) -> None:
+        self.service = service_ms / 1000.0
+        self.capacity = 16
+        self.busy = 0
+        self.queue: "collections.deque[asyncio.Future[None]]" = collections.deque()
+        self.served = 0
+        self.wait_ns = 0
+        self.rng = random.Random(0x4847)
+
+    def control(self, path: bytes) -> bytes:
+        arg = path[len(b"/__pool/"):].decode()
+        if arg == "stats":
+            return f"{self.served} {self.wait_ns}\n".encode()
+        self.capacity = int(arg)
+        self._admit()
+        return b"ok\n"
+
+    def _admit(self) -> None:
+        while self.busy < self.capacity and self.queue:
+            f = self.queue.popleft()
+            if not f.done():
+                self.busy += 1
+                f.set_result(None)
+
+    async def serve(self) -> None:
+        arrived = time.perf_counter_ns()
+        if self.busy < self.capacity and not self.queue:
+            self.busy += 1
+        else:
+            f = asyncio.get_running_loop().create_future()
+            self.queue.append(f)
+            try:
+                await f
+            except asyncio.CancelledError:
+                if f.done() and not f.cancelled():
+                    self.busy -= 1
+                    self._admit()
+                raise
+        self.wait_ns += time.perf_counter_ns() - arrived
+        try:
+            await asyncio.sleep(self.service * (0.9 + 0.2 * self.rng.random()))
+        finally:
+            self.served += 1
+            self.busy -= 1
+            self._admit()
+
+
+def _reply(body: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: keep-alive\r\n\r\n"
+        + body
+    )
+
+
 async def _serve_upstream(
-    delay: Callable[[int], float], script: Optional[_Script] = None
+    delay: Callable[[int], float],
+    script: Optional[_Script] = None,
+    pool: Optional[_Pool] = None,
 ) -> asyncio.Server:
     served = 0
 
@@ -136,6 +208,14 @@ async def _serve_upstream(
                         length = int(value.strip())
                 if length:
                     await reader.readexactly(length)
+                if pool is not None:
+                    if path.startswith(b"/__pool/"):
+                        writer.write(_reply(pool.control(path)))
+                    else:
+                        await pool.serve()
+                        writer.write(_RESPONSE)
+                    await writer.drain()
+                    continue
                 if script is not None:
                     if path.startswith(b"/__mode/"):
                         script.control(path)
@@ -163,6 +243,7 @@ async def _serve_upstream(
 async def _serve_main(args: argparse.Namespace) -> None:
     servers = [await _serve_upstream(_delay_fn(k, args)) for k in (HEALTHY, DEGRADED)]
     servers.append(await _serve_upstream(_delay_fn(HEALTHY, args), _Script(args.healthy_ms)))
+    servers.append(await _serve_upstream(_delay_fn(HEALTHY, args), pool=_Pool(args.service_ms)))
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     print("PORTS " + " ".join(map(str, ports)), flush=True)
     # Serve until the parent closes our stdin (or dies).
@@ -194,17 +275,20 @@ class Upstreams:
             f"--healthy-ms={args.healthy_ms}",
             f"--degraded-min={args.degraded_min}",
             f"--degraded-max={args.degraded_max}",
+            f"--service-ms={args.service_ms}",
         ]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().split()
-        if len(line) != 4 or line[0] != "PORTS":
+        if len(line) != 5 or line[0] != "PORTS":
             self.close()
             raise RuntimeError(f"upstream process failed to start: {line!r}")
         self.ports = (int(line[1]), int(line[2]))
         self.urls = tuple(f"http://127.0.0.1:{p}/" for p in self.ports)
         # The scripted upstream of the policy phases (demo_phases.py).
         self.scripted_url = f"http://127.0.0.1:{int(line[3])}/"
+        # The capacity upstream of the adaptive phase.
+        self.pool_url = f"http://127.0.0.1:{int(line[4])}/"
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -538,6 +622,15 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", help="also write both summaries as JSON")
     p.add_argument("--no-policies", action="store_true",
                    help="skip the breaker and adaptive-limit phases")
+    p.add_argument("--service-ms", type=float, default=80.0,
+                   help="adaptive phase: the capacity upstream's service time per request")
+    p.add_argument("--phase-seconds", type=float, default=6.0,
+                   help="adaptive phase: seconds per capacity step (16 → 4 → 16)")
+    p.add_argument("--algorithms", default="gradient2,aimd",
+                   help="adaptive phase: the algorithms to run, comma-separated")
+    p.add_argument("--report-only", action="store_true",
+                   help="print every check but exit 0 whatever they say (make test's scaled-down "
+                        "run: the timing-dependent checks belong to make demo)")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.degraded_max is None:
@@ -546,6 +639,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         args.degraded_slice = max(1, args.budget // 4)
     if args.budget < 2 or not 1 <= args.degraded_slice < args.budget:
         p.error("need --budget >= 2 and 1 <= --degraded-slice < --budget")
+    unknown = set(args.algorithms.split(",")) - {"gradient2", "aimd"}
+    if unknown:
+        p.error(f"--algorithms: unknown {sorted(unknown)}; allowed: gradient2, aimd")
+    if args.phase_seconds <= 0 or args.service_ms <= 0:
+        p.error("need --phase-seconds > 0 and --service-ms > 0")
     if args.degraded_max < args.degraded_min or args.degraded_max >= args.request_timeout:
         p.error("need degraded-min <= degraded-max < request-timeout")
     return args
@@ -584,7 +682,10 @@ async def amain(args: argparse.Namespace) -> int:
         phases_ok = True
         if not args.no_policies:
             phases_ok &= await demo_phases.breaker_phase(up.urls[0], up.scripted_url)
-            phases_ok &= await demo_phases.adaptive_phase(up.scripted_url)
+            for algorithm in args.algorithms.split(","):
+                phases_ok &= await demo_phases.adaptive_phase(
+                    up.pool_url, algorithm, args.service_ms / 1000.0, args.phase_seconds
+                )
     finally:
         up.close()
 
@@ -606,6 +707,8 @@ async def amain(args: argparse.Namespace) -> int:
                  "checks": {"p99": p99_ok, "isolated": isolated, "policies": phases_ok}},
                 f, indent=2,
             )
+    if args.report_only:
+        return 0
     return 0 if p99_ok and isolated and phases_ok else 1
 
 

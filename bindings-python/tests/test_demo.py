@@ -1,8 +1,12 @@
-"""The Python isolation demo (examples/isolation_demo.py, DESIGN.md §9), scaled down.
+"""The Python isolation demo (examples/isolation_demo.py, docs/design.md §13), scaled down.
 
 Runs it as a subprocess (its upstreams live in a process of their own) with a shared budget of
-N = 4 connections, 3 s of load and a degraded origin answering in 1-2 s, and checks the
-properties the demo exists to show. Relative figures only: no absolute latency bound.
+N = 4 connections, 3 s of load, a degraded origin answering in 1-2 s and short adaptive steps,
+with ``--report-only``: the demo prints every check but its exit code says only whether it ran.
+This test asserts what the demo does *deterministically* — it runs, prints every section, and
+isolates the healthy origin by count (structural properties of the set-up, not of timing).
+Latency figures and the adaptive limit's band are the demo's own checks, in ``make demo``; the
+adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "isolation_demo.py"
 
 def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
-    args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out)]
+    args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out),
+            "--phase-seconds", "1.5", "--report-only"]
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args],
         capture_output=True,
@@ -25,24 +30,26 @@ def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "== side by side ==" in proc.stdout
-    assert "== bulkhead stats" in proc.stdout
+    out_text = proc.stdout
+    # Every section printed, and every check (PASS or FAIL: timing is make demo's business).
+    for section in ("== side by side ==", "== bulkhead stats", "== phase 2: circuit breaker",
+                    "== phase 3: adaptive limit (gradient2)", "== phase 3: adaptive limit (aimd)"):
+        assert section in out_text, section
+    assert out_text.count("check: gradient2, C = ") == 3
+    assert out_text.count("check: aimd, C = ") == 3
+    assert "check: healthy p99" in out_text
     result = json.loads(out.read_text())
     without, with_ = result["without"], result["with"]
+    assert set(result["checks"]) == {"p99", "isolated", "policies"}
 
-    # Without bulkheads the degraded origin holds the shared pool and healthy requests queue
-    # behind it; with them, never.
+    # Isolation by count. Without bulkheads the degraded origin (a request every 20 ms, each
+    # holding a connection 1-2 s) fills the shared 4-connection pool, so healthy requests wait
+    # behind it; with them the per-origin slices add up to the budget, so a healthy request
+    # never even finds the pool full.
     assert without["healthy_waited_behind_degraded"] > 0
     assert with_["healthy_waited_behind_degraded"] == 0
     assert with_["healthy_waited"] == 0
-    # The healthy tail: at most a fifth with hullguard.
-    assert with_["healthy_pct"][2] * 5 <= without["healthy_pct"][2]
-    assert with_["healthy_ok"] > without["healthy_ok"]
-    assert result["checks"] == {"p99": True, "isolated": True, "policies": True}
-    # The policy phases printed their timelines and passed their own checks.
-    assert "== phase 2: circuit breaker" in proc.stdout
-    assert "== phase 3: adaptive limit" in proc.stdout
-    assert "FAIL" not in proc.stdout
+    assert result["checks"]["isolated"] is True
 
     # Every request of the schedule settled, and the degraded origin was turned away by its own
     # bulkhead (not by the shared pool) with hullguard.
