@@ -18,7 +18,8 @@
 
 
 /**
- * "Use the configured `queue_timeout`" as a per-call timeout.
+ * "Use the configured `queue_timeout`" as a per-call timeout; in an `hg_config` duration
+ * field, "not set" (the default).
  */
 #define HG_TIMEOUT_DEFAULT (UINT64_MAX - 1)
 
@@ -39,6 +40,10 @@
 
 /**
  * The result of every fallible `hg_*` call.
+ *
+ * `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason, declared from the
+ * start (2008–2010 are reserved for the reasons the next versions add: not returned by this
+ * version).
  */
 enum hg_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -50,7 +55,9 @@ enum hg_status
    */
   HG_STATUS_OK = 0,
   /**
-   * `hg_bulkhead_acquire_async` queued the acquire; its callback will run exactly once.
+   * `hg_bulkhead_acquire_async` / `hg_bulkhead_enqueue` queued the acquire (the callback will
+   * run exactly once; a polling ticket waits for `hg_ticket_poll()`); `hg_ticket_poll()`: still
+   * queued.
    */
   HG_STATUS_QUEUED = 1,
   /**
@@ -109,6 +116,20 @@ enum hg_status
    * Rejected `call_timeout`.
    */
   HG_STATUS_CALL_TIMEOUT = 2007,
+  /**
+   * Rejected `budget_limit` (a budget dimension refused). Reserved: not returned by this
+   * version.
+   */
+  HG_STATUS_BUDGET_LIMIT = 2008,
+  /**
+   * Rejected `shed` (evicted from the queue, or shed by queue delay or load). Reserved: not
+   * returned by this version.
+   */
+  HG_STATUS_SHED = 2009,
+  /**
+   * Rejected `rate_limit` (a rate limit refused). Reserved: not returned by this version.
+   */
+  HG_STATUS_RATE_LIMIT = 2010,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -119,7 +140,7 @@ typedef uint32_t hg_status;
 #endif // __cplusplus
 
 /**
- * The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (DESIGN §4).
+ * The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (docs/design.md).
  */
 enum hg_adaptive_algorithm
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -144,7 +165,7 @@ typedef uint32_t hg_adaptive_algorithm;
 #endif // __cplusplus
 
 /**
- * A circuit breaker's state (DESIGN §3.7: `"closed"`, `"open"`, `"half_open"`).
+ * A circuit breaker's state (docs/design.md: `"closed"`, `"open"`, `"half_open"`).
  */
 enum hg_circuit_state
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -174,7 +195,11 @@ typedef uint32_t hg_circuit_state;
 #endif // __cplusplus
 
 /**
- * Why an acquire was rejected: the index of `hg_stats.rejected` (8–15 reserved).
+ * Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
+ *
+ * 8–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
+ * returned by this version — `hg_reason_name()` returns NULL for them and their
+ * `hg_stats.rejected` entries stay 0 until then.
  */
 enum hg_reason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -189,6 +214,18 @@ enum hg_reason
   HG_REASON_SHUTDOWN = 5,
   HG_REASON_CIRCUIT_OPEN = 6,
   HG_REASON_CALL_TIMEOUT = 7,
+  /**
+   * Reserved: not returned by this version.
+   */
+  HG_REASON_BUDGET_LIMIT = 8,
+  /**
+   * Reserved: not returned by this version.
+   */
+  HG_REASON_SHED = 9,
+  /**
+   * Reserved: not returned by this version.
+   */
+  HG_REASON_RATE_LIMIT = 10,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -199,7 +236,7 @@ typedef uint32_t hg_reason;
 #endif // __cplusplus
 
 /**
- * How a guarded call ended (DESIGN §4 "Outcomes").
+ * How a guarded call ended (docs/design.md, "Outcomes").
  */
 enum hg_outcome
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -233,6 +270,29 @@ typedef uint32_t hg_outcome;
 #endif // __cplusplus
 
 /**
+ * What an `hg_event` reports (`hg_event.kind`). New kinds are appended; a callback ignores a
+ * kind it does not know.
+ */
+enum hg_event_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The circuit breaker moved from `old_state` to `new_state` (`generation` is the new
+   * generation): the transition `on_state_change` also reports.
+   */
+  HG_EVENT_STATE_CHANGE = 0,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_event_kind hg_event_kind;
+#else
+typedef uint32_t hg_event_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
  * `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
  */
@@ -251,12 +311,12 @@ typedef struct hg_permit hg_permit;
 typedef struct hg_registry hg_registry;
 
 /**
- * A breaker state-change callback (`hg_config.on_state_change`, DESIGN §4 "State-change
- * events"): called once per transition, after the state commit, on the thread
- * that committed it — inside an admission (`hg_bulkhead_try_acquire`, `…_acquire_async`,
- * `…_enqueue`, …), a release (`hg_permit_release*`, `hg_permit_free`,
- * `hg_permit_call_timed_out`) or a stats read (`hg_bulkhead_stats`, `hg_registry_stats`), since `open` becomes `half_open` lazily when one of those finds
- * `breaker_open_duration_ms` passed.
+ * A breaker state-change callback (`hg_config.on_state_change`, docs/design.md "State-change
+ * events"): called once per transition, after the state commit, on the thread that committed
+ * it — inside an admission (`hg_bulkhead_try_acquire`, `…_acquire_async`, `…_enqueue`, …), a
+ * release (`hg_permit_release*`, `hg_permit_free`, `hg_permit_call_timed_out`) or a stats read
+ * (`hg_bulkhead_stats`, `hg_registry_stats`), since `open` becomes `half_open` lazily when one
+ * of those finds `breaker_open_duration_ms` passed.
  *
  * `key` / `key_len`: the registry key's bytes (UTF-8, not NUL-terminated, valid only during
  * the call), or NULL / 0 outside a registry. `user_data`: `on_state_change_user_data`.
@@ -278,14 +338,73 @@ typedef void (*hg_state_change_fn)(void *user_data,
                                    hg_circuit_state new_state);
 
 /**
+ * One event, as `hg_config.on_event` receives it (docs/design.md "one event stream").
+ *
+ * Size-versioned: it begins with `uint32_t struct_size` (`sizeof(hg_event)` as this library
+ * built it) and only ever grows at the end; a caller built against an older header reads only
+ * the fields it knows, a newer one checks `struct_size` before reading a field this library
+ * may not have. Fields that do not apply to `kind` are 0 / NULL.
+ */
+typedef struct hg_event {
+  /**
+   * `sizeof(hg_event)` of this library.
+   */
+  uint32_t struct_size;
+  /**
+   * An `hg_event_kind` (a `uint32_t`, so that a kind added later is never an invalid enum
+   * value for an older caller).
+   */
+  uint32_t kind;
+  /**
+   * The registry key's bytes (UTF-8, not NUL-terminated, valid only during the call), or
+   * NULL outside a registry.
+   */
+  const char *key;
+  /**
+   * The key's length in bytes (0 outside a registry).
+   */
+  size_t key_len;
+  /**
+   * `HG_EVENT_STATE_CHANGE`: the state before.
+   */
+  hg_circuit_state old_state;
+  /**
+   * `HG_EVENT_STATE_CHANGE`: the state after.
+   */
+  hg_circuit_state new_state;
+  /**
+   * `HG_EVENT_STATE_CHANGE`: the breaker generation the transition started.
+   */
+  uint64_t generation;
+} hg_event;
+
+/**
+ * An event callback (`hg_config.on_event`): called once per event, after the state commit it
+ * reports, on the thread that committed it, with `on_event_user_data` and the event (valid
+ * only during the call; copy what you keep). Where it runs and what is safe inside it: as
+ * `hg_state_change_fn`. When both callbacks are set, `on_state_change` runs first, then
+ * `on_event`, for the same transition.
+ */
+typedef void (*hg_event_fn)(void *user_data, const struct hg_event *event);
+
+/**
  * Configuration of a bulkhead. Fill it with `hg_config_default()`, then change fields.
  *
- * Policies (DESIGN §4): the `adaptive_*`, `breaker_*` and `call_timeout_ms` fields were appended
- * with the policies (after `enabled`). A caller built against an older header passes a `struct_size` that ends before them
- * (below `offsetof(hg_config, on_state_change_user_data) + sizeof(void *)`): its bulkheads have
- * no policies. For every numeric policy field, 0 means the DESIGN §4 default named in its
- * comment. A bad value makes `hg_bulkhead_new()` / `hg_registry_new()` return
- * `HG_STATUS_INVALID_ARGUMENT`; `hg_config_check()` names the field.
+ * Every field sets one option of docs/design.md (its range is the core's option table; a bad
+ * value makes `hg_bulkhead_new()` / `hg_registry_new()` return `HG_STATUS_INVALID_ARGUMENT`,
+ * and `hg_config_check()` names the field). Durations are in ms and go through the core's one
+ * conversion rule: in every duration field `HG_TIMEOUT_DEFAULT` means "not set" (the default)
+ * and a value too large to hold means "none" where the option accepts none.
+ *
+ * Policies: the `adaptive_*`, `breaker_*` and `call_timeout_ms` fields were appended with the
+ * policies (after `enabled`). A caller built against an older header passes a `struct_size`
+ * that ends before them (below `offsetof(hg_config, on_state_change_user_data) +
+ * sizeof(void *)`): its bulkheads have no policies. For every numeric policy field, 0 means
+ * "not set": the default named in its comment (in a registry override, the defaults' value;
+ * see `hg_registry_new()`).
+ *
+ * Events: `on_event` / `on_event_user_data` were appended after `on_state_change_user_data`;
+ * a `struct_size` that ends before them means "no `on_event`".
  */
 typedef struct hg_config {
   /**
@@ -301,7 +420,8 @@ typedef struct hg_config {
    */
   uint64_t max_queue;
   /**
-   * Default queue deadline in milliseconds (default 30000; `HG_TIMEOUT_INFINITE` = none).
+   * Default queue deadline in milliseconds (default 30000; 0 = do not queue;
+   * `HG_TIMEOUT_INFINITE` = none; `HG_TIMEOUT_DEFAULT` = the default).
    */
   uint64_t queue_timeout_ms;
   /**
@@ -330,7 +450,8 @@ typedef struct hg_config {
    */
   uint64_t adaptive_max_limit;
   /**
-   * AIMD: a success slower than this is a congestion signal, in ms (0 = 500).
+   * AIMD: a success slower than this is a congestion signal, in ms, at most 2^62 ns
+   * (0 = 500).
    */
   uint64_t adaptive_target_latency_ms;
   /**
@@ -397,10 +518,10 @@ typedef struct hg_config {
    */
   uint64_t breaker_half_open_timeout_ms;
   /**
-   * Bounds the work of one guarded call, in ms (0, `HG_TIMEOUT_INFINITE` or
-   * `HG_TIMEOUT_DEFAULT` = off, the default). The library arms no timer: a C host enforces it
-   * with its own timer (read it back with `hg_bulkhead_call_timeout_ms()`) and, on overrun,
-   * calls `hg_permit_call_timed_out()`.
+   * Bounds the work of one guarded call, in ms (0 and `HG_TIMEOUT_DEFAULT` = not set: off,
+   * the default; `HG_TIMEOUT_INFINITE` = off, also in a registry override whose defaults set
+   * one). The library arms no timer: a C host enforces it with its own timer (read it back
+   * with `hg_bulkhead_call_timeout_ms()`) and, on overrun, calls `hg_permit_call_timed_out()`.
    */
   uint64_t call_timeout_ms;
   /**
@@ -413,6 +534,16 @@ typedef struct hg_config {
    * Passed to `on_state_change`; must stay valid while the bulkhead or registry lives.
    */
   void *on_state_change_user_data;
+  /**
+   * Called on every event (NULL = none): see `hg_event_fn` and `hg_event`. May be set
+   * together with `on_state_change` (both run). In a registry, as `on_state_change`: the
+   * defaults' callback receives every key's events; an override's must be NULL or the same.
+   */
+  hg_event_fn on_event;
+  /**
+   * Passed to `on_event`; must stay valid while the bulkhead or registry lives.
+   */
+  void *on_event_user_data;
 } hg_config;
 
 /**
@@ -431,7 +562,11 @@ typedef uint64_t (*hg_now_ns_fn)(void *user_data);
 typedef void (*hg_acquire_callback)(hg_status status, struct hg_permit *permit, void *user_data);
 
 /**
- * A queued acquire's handle, for `hg_ticket_cancel()`.
+ * A queued acquire's handle, for `hg_ticket_poll()` / `hg_ticket_cancel()`.
+ *
+ * Tickets are opaque: pass back exactly the value an acquire returned, to the bulkhead that
+ * returned it. (A ticket from `hg_bulkhead_acquire_async` has its top bit set, one from
+ * `hg_bulkhead_enqueue` does not: that is how the cancel functions tell them apart.)
  */
 typedef uint64_t hg_ticket;
 
@@ -448,8 +583,8 @@ typedef struct hg_drain_result {
 } hg_drain_result;
 
 /**
- * The stats of one bulkhead (DESIGN §3.7). Set `struct_size = sizeof(hg_stats)` before
- * calling `hg_bulkhead_stats()`; the library writes only that many bytes.
+ * The stats of one bulkhead (docs/design.md, "Stats"). Set `struct_size = sizeof(hg_stats)`
+ * before calling `hg_bulkhead_stats()`; the library writes only that many bytes.
  */
 typedef struct hg_stats {
   /**
@@ -467,13 +602,17 @@ typedef struct hg_stats {
   int64_t available;
   uint64_t admitted_total;
   /**
-   * Rejections indexed by `hg_reason` (8–15 reserved, 0).
+   * Rejections indexed by `hg_reason` (a reason this version does not return, and 11–15,
+   * stay 0).
    */
   uint64_t rejected[16];
   uint64_t released_twice_total;
   uint64_t leaked_total;
   uint64_t ring_free;
   uint64_t queue_wait_count;
+  /**
+   * Queue waits, enqueue to grant, in ns of the host clock.
+   */
   uint64_t queue_wait_sum_ns;
   uint64_t queue_wait_max_ns;
   /**
@@ -574,19 +713,20 @@ extern "C" {
  * Freeing the last reference closes the bulkhead (pending async acquires are rejected
  * `HG_STATUS_SHUTDOWN`); permits keep working and release normally.
  *
- * Thread-safety: the bulkhead may be used from any number of threads at once.
+ * Thread-safety: any thread; the bulkhead may be used from any number of threads at once.
  */
 hg_status hg_bulkhead_new(const struct hg_config *config, struct hg_bulkhead **out);
 
 /**
- * `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats use it; default: the
- * system's monotonic clock). Tests use it to run on virtual time.
+ * `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats, the breaker's open
+ * duration and the adaptive limit's RTTs use it; default: the system's monotonic clock). Tests
+ * use it to run on virtual time.
  *
  * Parameters:
  *   now_ns: required; must be callable from any thread, must not block, must never go back.
  *   user_data: passed to `now_ns`; must stay valid until the bulkhead and its permits are gone.
  *
- * Returns: as `hg_bulkhead_new()`.
+ * Returns: as `hg_bulkhead_new()`. Thread-safety: as `hg_bulkhead_new()`.
  */
 hg_status hg_bulkhead_new_with_clock(const struct hg_config *config,
                                      hg_now_ns_fn now_ns,
@@ -597,6 +737,7 @@ hg_status hg_bulkhead_new_with_clock(const struct hg_config *config,
  * Adds a reference to `bh` and returns it (NULL in, NULL out).
  *
  * Memory and lifetimes: each reference is dropped by one `hg_bulkhead_free()`.
+ * Thread-safety: any thread; never waits.
  */
 const struct hg_bulkhead *hg_bulkhead_retain(const struct hg_bulkhead *bh);
 
@@ -604,40 +745,44 @@ const struct hg_bulkhead *hg_bulkhead_retain(const struct hg_bulkhead *bh);
  * Drops one reference to `bh`. NULL is accepted and ignored.
  *
  * Memory and lifetimes: after this call the caller's `bh` is dangling. Freeing the same
- * reference twice is undefined behaviour (as in rustls-ffi).
+ * reference twice is undefined behaviour (as in rustls-ffi). Freeing the last reference of a
+ * standalone bulkhead closes it (see `hg_bulkhead_new()`; pending callbacks run on this thread).
+ * Thread-safety: any thread.
  */
 void hg_bulkhead_free(const struct hg_bulkhead *bh);
 
 /**
- * Takes `weight` permits now, or fails without waiting.
+ * Takes `weight` permits now, or fails without waiting (the core's guarded try: weight, then
+ * the breaker, then admission).
  *
  * Parameters:
  *   bh: the bulkhead. weight: `1 .. max_concurrent`. out: receives the permit on `HG_STATUS_OK`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_CONCURRENCY_LIMIT` when not admitted at once (also while
- *   waiters are queued: no barging); `HG_STATUS_SHUTDOWN` after close;
- *   `HG_STATUS_INVALID_ARGUMENT` for a bad weight; `HG_STATUS_NULL_PARAMETER`.
+ *   waiters are queued: no barging); `HG_STATUS_CIRCUIT_OPEN`; `HG_STATUS_SHUTDOWN` after
+ *   close; `HG_STATUS_INVALID_ARGUMENT` for a bad weight (never counted, even while the circuit
+ *   is open); `HG_STATUS_NULL_PARAMETER`.
  *
  * Memory and lifetimes: the caller owns `*out` (release it, then `hg_permit_free()`).
- * Thread-safety: any thread. Lock-free.
+ * Thread-safety: any thread. Lock-free; never waits.
  */
 hg_status hg_bulkhead_try_acquire(const struct hg_bulkhead *bh,
                                   uint64_t weight,
                                   struct hg_permit **out);
 
 /**
- * Waits on this thread for `weight` permits.
+ * Waits on this thread for `weight` permits (the core's blocking acquire).
  *
  * Parameters:
  *   timeout_ms: `HG_TIMEOUT_DEFAULT` uses the configured `queue_timeout_ms`;
  *   `HG_TIMEOUT_INFINITE` waits without a deadline; 0 does not queue.
  *
  * Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_TIMEOUT`; `HG_STATUS_QUEUE_LIMIT`;
- *   `HG_STATUS_CONCURRENCY_LIMIT`; `HG_STATUS_SHUTDOWN`; `HG_STATUS_INVALID_ARGUMENT`;
- *   `HG_STATUS_NULL_PARAMETER`.
+ *   `HG_STATUS_CONCURRENCY_LIMIT`; `HG_STATUS_CIRCUIT_OPEN`; `HG_STATUS_SHUTDOWN`;
+ *   `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
  *
- * Thread-safety: blocks the calling thread (park/unpark); never call it from an
- * `hg_acquire_callback`.
+ * Thread-safety: any thread; blocks the calling thread (park/unpark) up to `timeout_ms`; never
+ * call it from an `hg_acquire_callback` or an event callback.
  */
 hg_status hg_bulkhead_acquire_timeout(const struct hg_bulkhead *bh,
                                       uint64_t weight,
@@ -651,7 +796,7 @@ hg_status hg_bulkhead_acquire_timeout(const struct hg_bulkhead *bh,
  *   timeout_ms: as `hg_bulkhead_acquire_timeout()`; the deadline is armed on an internal
  *   timer thread started on first use. callback: required. user_data: passed back to it.
  *   out: receives the permit on `HG_STATUS_OK`. ticket: receives the ticket on
- *   `HG_STATUS_QUEUED`.
+ *   `HG_STATUS_QUEUED` (opaque: see `hg_ticket`).
  *
  * Returns: `HG_STATUS_OK` with `*out` when a permit was free (the callback never runs);
  *   `HG_STATUS_QUEUED` with `*ticket` (the callback then runs exactly once, with
@@ -661,8 +806,11 @@ hg_status hg_bulkhead_acquire_timeout(const struct hg_bulkhead *bh,
  *
  * The callback runs on the thread that settled the ticket: a releasing thread, the caller of
  * `hg_bulkhead_close()` / `hg_bulkhead_set_limit()`, the timer thread, or the caller of
- * `hg_ticket_cancel()` before that call returns. It may call any non-blocking `hg_*`
- * function; it must not block and must not free the owning bulkhead.
+ * `hg_ticket_cancel()` (see there). It may run before this function returns (on another
+ * thread). It may call any non-blocking `hg_*` function; it must not block and must not free
+ * the owning bulkhead.
+ *
+ * Thread-safety: any thread; never blocks.
  */
 hg_status hg_bulkhead_acquire_async(const struct hg_bulkhead *bh,
                                     uint64_t weight,
@@ -679,9 +827,10 @@ hg_status hg_bulkhead_acquire_async(const struct hg_bulkhead *bh,
  * Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_QUEUED` with `*ticket` (poll it, or give it
  *   up with `hg_ticket_cancel()` / `hg_ticket_cancel_reason()`, which then return
  *   `HG_STATUS_OK` and nothing more happens); a rejection status; `HG_STATUS_NULL_PARAMETER`;
- *   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline: the caller owns its timing.
+ *   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline (whatever `queue_timeout_ms`
+ *   says): the caller owns its timing. Its guarded call waits in the ticket's queue cell.
  *
- * Thread-safety: any thread; a ticket must be polled by one thread at a time.
+ * Thread-safety: any thread; a ticket must be polled by one thread at a time. Never waits.
  */
 hg_status hg_bulkhead_enqueue(const struct hg_bulkhead *bh,
                               uint64_t weight,
@@ -692,57 +841,80 @@ hg_status hg_bulkhead_enqueue(const struct hg_bulkhead *bh,
  * Polls a ticket from `hg_bulkhead_enqueue()`.
  *
  * Returns: `HG_STATUS_QUEUED` while it waits; `HG_STATUS_OK` with `*out` once granted (the
- *   ticket is then consumed); the rejection status once rejected (consumed);
+ *   ticket is then consumed); the rejection status once rejected (consumed: `HG_STATUS_SHUTDOWN`
+ *   after a close, `HG_STATUS_CONCURRENCY_LIMIT` after a shrink);
  *   `HG_STATUS_ALREADY_SETTLED` for a ticket that is not live (consumed or cancelled);
- *   `HG_STATUS_NULL_PARAMETER`.
+ *   `HG_STATUS_INVALID_ARGUMENT` for a ticket of `hg_bulkhead_acquire_async()` (its callback
+ *   delivers it); `HG_STATUS_NULL_PARAMETER`.
  *
  * Thread-safety: any thread, one at a time per ticket. Lock-free, never waits.
  */
 hg_status hg_ticket_poll(const struct hg_bulkhead *bh, hg_ticket ticket, struct hg_permit **out);
 
 /**
- * Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
- * caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
- * its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).
+ * Cancels a queued acquire with a reason: `HG_REASON_ABORTED` for a caller's cancel (what
+ * `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs its own timers (an async
+ * acquire's callback then gets `HG_STATUS_TIMEOUT`; the stats count a timeout either way).
  *
- * Returns: as `hg_ticket_cancel()`, plus `HG_STATUS_INVALID_ARGUMENT` for a reason other than
- *   `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+ * Returns: as `hg_ticket_cancel()`, with `HG_STATUS_TIMEOUT` in place of `HG_STATUS_ABORTED`
+ *   for `HG_REASON_TIMEOUT` (on `HG_STATUS_OK` an async acquire's callback has already run
+ *   with it, on this thread, before this returns); `HG_STATUS_INVALID_ARGUMENT` for a reason
+ *   other than `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+ * Thread-safety: as `hg_ticket_cancel()`.
  */
 hg_status hg_ticket_cancel_reason(const struct hg_bulkhead *bh, hg_ticket ticket, uint32_t reason);
 
 /**
- * Cancels a queued `hg_bulkhead_acquire_async`.
+ * Cancels a queued acquire (`HG_REASON_ABORTED`).
  *
- * Returns: `HG_STATUS_OK` when the cancel won (the callback has already run, with
- *   `HG_STATUS_ABORTED`, before this returns); `HG_STATUS_ALREADY_SETTLED` when a grant,
- *   timeout or close won (its callback runs, or has run, with that outcome);
+ * Returns: `HG_STATUS_OK` when the cancel won; `HG_STATUS_ALREADY_SETTLED` when a grant,
+ *   timeout or close won (an async acquire's callback runs, or has run, with that outcome; a
+ *   polling ticket must still be polled to take it), or for a ticket that is not live;
  *   `HG_STATUS_NULL_PARAMETER`.
  *
- * Thread-safety: any thread, including from a callback. Lock-free in the core (O(1)).
+ *   An async ticket (`hg_bulkhead_acquire_async()`) whose cancel won: its callback has
+ *   already run, exactly once, with `HG_STATUS_ABORTED` and NULL, on this thread, before this
+ *   returns — so the caller may free the callback's user data right after an `HG_STATUS_OK`
+ *   (docs/design.md § C ABI). After `HG_STATUS_ALREADY_SETTLED` the callback may still be
+ *   running on another thread (or about to): free the user data from the callback. A polling
+ *   ticket (`hg_bulkhead_enqueue()`): its place is free at once, nothing more happens (a later
+ *   poll returns `HG_STATUS_ALREADY_SETTLED`).
+ *
+ * Thread-safety: any thread, including from a callback (of its own ticket: already settled).
+ *   Lock-free in the core (O(1)); an async ticket's cancel also takes two short internal locks
+ *   (the library's table of pending async tickets, the ticket's own state), never held across
+ *   a callback.
  */
 hg_status hg_ticket_cancel(const struct hg_bulkhead *bh, hg_ticket ticket);
 
 /**
  * Changes the limit (`1 .. max_concurrent`). Never blocks, never revokes: growing grants
  * queued waiters; shrinking lets `available` go negative and rejects queued waiters heavier
- * than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks).
+ * than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks, which run on
+ * this thread). An adaptive limit restarts from the hand-set value.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range (nothing
+ *   changes); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits.
  */
 hg_status hg_bulkhead_set_limit(const struct hg_bulkhead *bh, uint64_t limit);
 
 /**
  * Stops admission for good: queued waiters are rejected `HG_STATUS_SHUTDOWN` at once (their
  * callbacks run on this thread); in-flight permits release normally. Idempotent.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
  */
 hg_status hg_bulkhead_close(const struct hg_bulkhead *bh);
 
 /**
- * Waits (without closing) until the bulkhead is idle or `timeout_ms` passes
- * (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until idle; 0: report at once).
+ * Waits (without closing) until the bulkhead is idle (no permit held, nothing queued, no grant
+ * unclaimed) or `timeout_ms` passes (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until idle;
+ * 0: report at once).
  *
  * Returns: `HG_STATUS_OK` with `*out` filled (`drained` says which); `HG_STATUS_NULL_PARAMETER`.
- * Thread-safety: blocks the calling thread.
+ * Thread-safety: any thread; blocks the calling thread up to `timeout_ms` (never call it from
+ * a callback).
  */
 hg_status hg_bulkhead_drain(const struct hg_bulkhead *bh,
                             uint64_t timeout_ms,
@@ -754,6 +926,8 @@ hg_status hg_bulkhead_drain(const struct hg_bulkhead *bh,
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
  *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits. A read may commit a due breaker transition (and run
+ * the event callbacks on this thread).
  */
 hg_status hg_bulkhead_stats(const struct hg_bulkhead *bh, struct hg_stats *out);
 
@@ -767,6 +941,7 @@ hg_status hg_bulkhead_stats(const struct hg_bulkhead *bh, struct hg_stats *out);
  * Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
  * `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
  * would lift `available` above the limit.
+ * Thread-safety: any thread. Lock-free; never waits.
  */
 hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t weight);
 
@@ -775,12 +950,13 @@ hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t w
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the return would lift
  *   `available` above the limit (nothing changes); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread. Lock-free; never waits (a grant may run a callback here).
  */
 hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weight);
 
 /**
  * The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library
- * arms no timer for it (DESIGN §4): a C host that wants it arms its own timer per call and, on
+ * arms no timer for it (docs/design.md "call timeout"): a C host that wants it arms its own timer per call and, on
  * overrun, calls `hg_permit_call_timed_out()` (then releases the permit when the work really
  * ends).
  *
@@ -796,41 +972,45 @@ uint64_t hg_bulkhead_call_timeout_ms(const struct hg_bulkhead *bh);
  *   config: the configuration (its `struct_size` says how much to read). NULL →
  *   `HG_STATUS_NULL_PARAMETER`.
  *   bad_field: NULL, or receives the C name of the first bad field (`"max_concurrent"`,
- *   `"adaptive_min_limit"`, `"breaker_open_duration_ms"`, `"call_timeout_ms"`,
- *   `"struct_size"`, …) on `HG_STATUS_INVALID_ARGUMENT`, else NULL. The string is static.
+ *   `"adaptive_min_limit"`, `"breaker_open_duration_ms"`, `"adaptive_algorithm"`,
+ *   `"struct_size"`, …: the field's name as the core's option table spells it for C) on
+ *   `HG_STATUS_INVALID_ARGUMENT`, else NULL. The string is static.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
- * Thread-safety: touches only `*bad_field`.
+ * Thread-safety: any thread; touches only `*bad_field`.
  */
 hg_status hg_config_check(const struct hg_config *config, const char **bad_field);
 
 /**
- * Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled) and its `struct_size`.
+ * Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled, no policies, no
+ * callbacks) and its `struct_size`.
  *
  * Parameters:
  *   config: where to write. NULL → `HG_STATUS_NULL_PARAMETER`.
  *
- * Thread-safety: touches only `*config`.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; touches only `*config`.
  */
 hg_status hg_config_default(struct hg_config *config);
 
 /**
  * Returns the permits to their bulkhead (the head waiter gets them), recording the guarded
- * call as a success (DESIGN §4: a plain release is a success; use
+ * call as a success (docs/design.md: a plain release is a success; use
  * `hg_permit_release_outcome()` to say otherwise).
  *
  * Returns: `HG_STATUS_OK` the first time; `HG_STATUS_ALREADY_RELEASED` afterwards (a no-op,
  *   counted in `released_twice_total`, never an extra permit); `HG_STATUS_NULL_PARAMETER`.
  *
  * Memory and lifetimes: the permit handle stays valid; free it with `hg_permit_free()`.
- * Thread-safety: a permit must not be used from two threads at once. Lock-free.
+ * Thread-safety: a permit must not be used from two threads at once (different permits may).
+ * Lock-free; never waits (a grant to the head waiter may run its callback on this thread).
  */
 hg_status hg_permit_release(struct hg_permit *permit);
 
 /**
- * `hg_permit_release()` recording how the guarded call ended (DESIGN §4 "Outcomes"), for the
- * breaker and the adaptive limit of the permit's bulkhead (on a bulkhead without policies the
- * outcome is checked and otherwise unused).
+ * `hg_permit_release()` recording how the guarded call ended (docs/design.md "Outcomes"), for
+ * the breaker and the adaptive limit of the permit's bulkhead (on a bulkhead without policies
+ * the outcome is checked and otherwise unused).
  *
  * Parameters:
  *   outcome: an `hg_outcome`: `HG_OUTCOME_SUCCESS`; `HG_OUTCOME_FAILURE` (an error, a 5xx, a
@@ -840,43 +1020,50 @@ hg_status hg_permit_release(struct hg_permit *permit);
  * Returns: as `hg_permit_release()`, plus `HG_STATUS_INVALID_ARGUMENT` for an unknown outcome
  *   (nothing is released). After `hg_permit_call_timed_out()` the outcome was already
  *   recorded (failure): this only returns the permits.
+ * Thread-safety: as `hg_permit_release()`.
  */
 hg_status hg_permit_release_outcome(struct hg_permit *permit, uint32_t outcome);
 
 /**
  * The host's own `call_timeout_ms` timer fired for this permit's call (the library arms no
- * timer: DESIGN §4). Counts one `call_timeout` in `hg_stats.rejected[HG_REASON_CALL_TIMEOUT]`
- * and records the call's outcome as a failure, now. The permits stay held until the work
- * really ends: then release the permit as usual — that release records nothing more.
+ * timer: docs/design.md "call timeout"). The core counts one `call_timeout` in
+ * `hg_stats.rejected[HG_REASON_CALL_TIMEOUT]` and records the call's outcome as a failure,
+ * now. The permits stay held until the work really ends: then release the permit as usual —
+ * that release records nothing more.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_ALREADY_SETTLED` when this permit's call already timed
  *   out (nothing is counted again); `HG_STATUS_ALREADY_RELEASED` for a released permit (too
  *   late: nothing is counted); `HG_STATUS_NULL_PARAMETER`.
  *
  * Thread-safety: as `hg_permit_release()` (one thread at a time per permit: a timer thread
- * must not race the worker's release of the same permit — serialize them).
+ * must not race the worker's release of the same permit — serialize them). Never waits.
  */
 hg_status hg_permit_call_timed_out(struct hg_permit *permit);
 
 /**
- * Returns `n` of the held permits now (`1 .. held`); the rest stay held.
+ * Returns `n` of the held permits now (`1 .. held`, a refund once actual usage is known); the
+ * rest stay held and the guarded call goes on.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for `n` out of range;
- *   `HG_STATUS_ALREADY_RELEASED`; `HG_STATUS_NULL_PARAMETER`.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for `n` out of range (nothing
+ *   changes); `HG_STATUS_ALREADY_RELEASED`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: as `hg_permit_release()`.
  */
 hg_status hg_permit_release_partial(struct hg_permit *permit, uint64_t n);
 
 /**
  * The permits still held (0 once released, or for NULL).
+ *
+ * Thread-safety: as `hg_permit_release()`; only reads.
  */
 uint64_t hg_permit_weight(const struct hg_permit *permit);
 
 /**
- * Frees a permit, releasing it first if still held (counted in `leaked_total`; its guarded
- * call ends `ignored`, DESIGN §4). NULL is accepted and ignored.
+ * Frees a permit. One still held is reclaimed by the core first: its permits are counted in
+ * `leaked_total` and returned, and its guarded call ends `ignored` (docs/design.md). NULL is
+ * accepted and ignored.
  *
  * Memory and lifetimes: after this call `permit` is dangling. Must not be called twice with
- * the same value.
+ * the same value. Thread-safety: as `hg_permit_release()`.
  */
 void hg_permit_free(struct hg_permit *permit);
 
@@ -886,21 +1073,32 @@ void hg_permit_free(struct hg_permit *permit);
  * handle, or is rejected `HG_STATUS_KEY_LIMIT`.
  *
  * Parameters:
- *   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys: ≥ 1.
- *   out: receives the registry.
+ *   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys:
+ *   `1 .. 2^32 - 1`. out: receives the registry.
  *
- * Policies: each key's bulkhead gets the policy fields (`adaptive_*`, `breaker_*`,
- *   `call_timeout_ms`) of its override, else of `defaults` — an override is a whole
- *   `hg_config`, not merged field by field (start it as a copy of `defaults`). The defaults'
- *   `on_state_change` receives every key's breaker transitions with the key's bytes; an
- *   override's `on_state_change` must be NULL or the defaults' (same function and user data).
+ * Overrides (docs/design.md, "one merge rule"): each override is merged over `defaults` field
+ *   by field, by the core's merge. Every field an override sets wins: the base fields
+ *   (`max_concurrent`, `max_queue`, `queue_timeout_ms` unless `HG_TIMEOUT_DEFAULT`,
+ *   `enabled`), the part switches `adaptive_enabled` / `breaker_enabled` (false turns the part
+ *   off for that key), `adaptive_algorithm` of an enabled part, and every non-zero policy field;
+ *   a policy field left 0 (or a duration left `HG_TIMEOUT_DEFAULT`) takes the defaults' value
+ *   (the default when they leave it 0 too). So an override that sets every field wins entirely,
+ *   and one started as a copy of `defaults` (the recommended way) gets exactly what it says;
+ *   `call_timeout_ms = HG_TIMEOUT_INFINITE` turns the defaults' call timeout off for that key.
+ *   URL-shaped override keys (`scheme://…`) are canonicalised like `hg_origin_key()` (so
+ *   `"https://Api.example"` is the key `"https://api.example:443"`); other keys are bytes.
+ *   The defaults' `on_state_change` / `on_event` receive every key's events with the key's
+ *   bytes; an override's callbacks must each be NULL or the defaults' (same function and user
+ *   data).
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config — `hg_config_check()`
- *   names the field —, a non-UTF-8 key, `max_keys` 0, an override with another
- *   `on_state_change`); `HG_STATUS_NULL_PARAMETER`.
+ *   names the field —, a non-UTF-8 key, a URL-shaped key without an origin, two overrides of
+ *   the same key, `max_keys` out of range, an override with other callbacks);
+ *   `HG_STATUS_NULL_PARAMETER`.
  *
  * Memory and lifetimes: reference-counted like `hg_bulkhead`; freeing the last reference
- * closes every bulkhead in it. Thread-safety: any number of threads.
+ * closes every bulkhead in it. Thread-safety: any thread; the registry may be used from any
+ * number of threads at once.
  */
 hg_status hg_registry_new(const struct hg_config *defaults,
                           const struct hg_registry_override *overrides,
@@ -918,7 +1116,7 @@ hg_status hg_registry_new(const struct hg_config *defaults,
  *   user_data: passed to `now_ns`; must stay valid until the registry, its bulkhead handles
  *   and its permits are gone.
  *
- * Returns: as `hg_registry_new()`.
+ * Returns: as `hg_registry_new()`. Thread-safety: as `hg_registry_new()`.
  */
 hg_status hg_registry_new_with_clock(const struct hg_config *defaults,
                                      const struct hg_registry_override *overrides,
@@ -930,12 +1128,15 @@ hg_status hg_registry_new_with_clock(const struct hg_config *defaults,
 
 /**
  * Adds a reference to `reg` and returns it (NULL in, NULL out).
+ *
+ * Thread-safety: any thread; never waits.
  */
 const struct hg_registry *hg_registry_retain(const struct hg_registry *reg);
 
 /**
  * Drops one reference to `reg`. NULL is accepted and ignored. Freeing twice is undefined
- * behaviour.
+ * behaviour. Freeing the last reference closes every bulkhead in it (pending callbacks run on
+ * this thread). Thread-safety: any thread.
  */
 void hg_registry_free(const struct hg_registry *reg);
 
@@ -946,6 +1147,9 @@ void hg_registry_free(const struct hg_registry *reg);
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_KEY_LIMIT`; `HG_STATUS_SHUTDOWN` after close;
  *   `HG_STATUS_INVALID_ARGUMENT` (non-UTF-8 key); `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Memory and lifetimes: free the handle with `hg_bulkhead_free()`.
+ * Thread-safety: any thread; a new key takes the registry's key-map lock.
  */
 hg_status hg_registry_get(const struct hg_registry *reg,
                           const char *key,
@@ -956,7 +1160,9 @@ hg_status hg_registry_get(const struct hg_registry *reg,
  * Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit keeps
  * the entry alive only while it is held.
  *
- * Returns: as `hg_bulkhead_try_acquire()`, plus `HG_STATUS_KEY_LIMIT`.
+ * Returns: as `hg_bulkhead_try_acquire()`, plus `HG_STATUS_KEY_LIMIT`; `HG_STATUS_SHUTDOWN`
+ *   after close; `HG_STATUS_INVALID_ARGUMENT` for a non-UTF-8 key.
+ * Thread-safety: any thread; never waits (a new key takes the registry's key-map lock).
  */
 hg_status hg_registry_try_acquire(const struct hg_registry *reg,
                                   const char *key,
@@ -965,8 +1171,13 @@ hg_status hg_registry_try_acquire(const struct hg_registry *reg,
                                   struct hg_permit **out);
 
 /**
- * Waits on this thread for `weight` permits of `key`'s bulkhead (timeouts as
+ * Waits on this thread for `weight` permits of `key`'s bulkhead (`timeout_ms` in ms as
  * `hg_bulkhead_acquire_timeout()`).
+ *
+ * Returns: as `hg_bulkhead_acquire_timeout()`, plus the key errors of
+ *   `hg_registry_try_acquire()`.
+ * Thread-safety: any thread; blocks the calling thread up to `timeout_ms` (never call it from
+ * a callback).
  */
 hg_status hg_registry_acquire_timeout(const struct hg_registry *reg,
                                       const char *key,
@@ -976,7 +1187,13 @@ hg_status hg_registry_acquire_timeout(const struct hg_registry *reg,
                                       struct hg_permit **out);
 
 /**
- * The stats of `key`'s bulkhead (it is not created: `HG_STATUS_INVALID_ARGUMENT` if absent).
+ * The stats of `key`'s bulkhead (it is not created: `HG_STATUS_INVALID_ARGUMENT` if absent),
+ * written as `hg_bulkhead_stats()` writes them.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (no such key, a non-UTF-8 key, a
+ *   `struct_size` below 4); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; reads every key's stats (a read may commit a due breaker
+ * transition and run the event callbacks on this thread, while it holds no registry lock).
  */
 hg_status hg_registry_stats(const struct hg_registry *reg,
                             const char *key,
@@ -984,12 +1201,15 @@ hg_status hg_registry_stats(const struct hg_registry *reg,
                             struct hg_stats *out);
 
 /**
- * Closes every bulkhead of the registry (and those created later).
+ * Closes every bulkhead of the registry (and those created later): as `hg_bulkhead_close()`
+ * for each. Idempotent.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
  */
 hg_status hg_registry_close(const struct hg_registry *reg);
 
 /**
- * The canonical origin key of a URL (`scheme://host:port`, DESIGN §3.8), written into `buf`
+ * The canonical origin key of a URL (`scheme://host:port`, docs/design.md "Registry"), written into `buf`
  * with a terminating NUL.
  *
  * Parameters:
@@ -1000,6 +1220,7 @@ hg_status hg_registry_close(const struct hg_registry *reg);
  *   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL; pass
  *   `buf` NULL and `buf_len` 0 to ask for the size first);
  *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; touches only `buf` and `*out_len`.
  */
 hg_status hg_origin_key(const char *url,
                         size_t url_len,
@@ -1008,25 +1229,31 @@ hg_status hg_origin_key(const char *url,
                         size_t *out_len);
 
 /**
- * A static, NUL-terminated English description of `status` ("unknown status" for numbers
- * this version does not define).
+ * A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
+ * rejection (the core's message), `"reserved: not returned by this version"` for a declared
+ * status no reason of this version has (2008–2010), `"unknown status"` for numbers this
+ * version does not define.
  *
- * Memory and lifetimes: the string is static; never free it. Thread-safe.
+ * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+ * waits.
  */
 const char *hg_status_message(uint32_t status);
 
 /**
- * The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it; NULL
- * for a number this version does not define.
+ * The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it (the
+ * core's reason table); NULL for a number this version does not return (the reserved 8–10
+ * included).
  *
- * Memory and lifetimes: the string is static; never free it. Thread-safe.
+ * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+ * waits.
  */
 const char *hg_reason_name(uint32_t reason);
 
 /**
  * The library version, e.g. `"0.1.0"`.
  *
- * Memory and lifetimes: the string is static; never free it. Thread-safe.
+ * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+ * waits.
  */
 const char *hg_version(void);
 

@@ -47,6 +47,11 @@ pub(crate) fn boundary<R: PanicOrDefault>(f: impl FnOnce() -> R) -> R {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| R::on_panic())
 }
 
+/// `HG_STATUS_OK` for `Ok`, else `err` (the status of a core operation that returns nothing).
+pub(crate) fn ok_or<T, E>(r: Result<T, E>, err: hg_status) -> hg_status {
+    r.map_or(err, |_| hg_status::HG_STATUS_OK)
+}
+
 /// `let x = try_mut!(ptr);` — a unique reference, or return `HG_STATUS_NULL_PARAMETER`.
 macro_rules! try_mut {
     ($p:expr) => {{
@@ -69,4 +74,14 @@ macro_rules! non_null {
     };
 }
 
-pub(crate) use {non_null, try_mut};
+/// `let x = try_val!(result);` — the value, or return the `hg_status` error.
+macro_rules! try_val {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(s) => return s,
+        }
+    };
+}
+
+pub(crate) use {non_null, try_mut, try_val};

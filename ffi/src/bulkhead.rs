@@ -1,27 +1,31 @@
 //! `hg_bulkhead_*`: one bulkhead through the C ABI.
 
-use std::{ffi::c_void, sync::Arc, time::Duration};
+use std::{ffi::c_void, sync::Arc, task::Poll, time::Duration};
 
 use hullguard_core::{
-    AcquireError, Admission, Bulkhead as CoreBulkhead, CallStart, ClockSource, OwnedPermit, Reason,
-    Ticket,
+    AcquireError, Bulkhead as CoreBulkhead, ClockSource, ConfigError, Decision, OwnedPermit,
+    Reason, Request, Waiter,
 };
 
 use crate::{
-    async_wait::{self, Registered, hg_acquire_callback},
-    boundary::{boundary, non_null, try_mut},
+    async_wait::{self, ASYNC_TAG, CWake, Callback, hg_acquire_callback, status_of, untag},
+    boundary::{boundary, non_null, ok_or, try_mut, try_val},
     config::{
-        HG_TIMEOUT_INFINITE, StateChange, call_timeout, hg_config, hg_drain_result, hg_stats,
-        read_config, write_stats,
+        HG_TIMEOUT_INFINITE, hg_config, hg_drain_result, hg_stats, read_config, wait_timeout,
+        write_stats,
     },
     handle::{
-        BulkheadHandle, PermitBox, bulkhead_into_raw, bulkhead_ref, bulkhead_release,
-        bulkhead_retain, hg_bulkhead, hg_permit,
+        BulkheadHandle, bulkhead_into_raw, bulkhead_ref, bulkhead_release, bulkhead_retain,
+        hg_bulkhead, hg_permit,
     },
-    status::{hg_reason, hg_status},
+    status::hg_status,
 };
 
-/// A queued acquire's handle, for `hg_ticket_cancel()`.
+/// A queued acquire's handle, for `hg_ticket_poll()` / `hg_ticket_cancel()`.
+///
+/// Tickets are opaque: pass back exactly the value an acquire returned, to the bulkhead that
+/// returned it. (A ticket from `hg_bulkhead_acquire_async` has its top bit set, one from
+/// `hg_bulkhead_enqueue` does not: that is how the cancel functions tell them apart.)
 pub type hg_ticket = u64;
 
 /// # Safety
@@ -58,7 +62,7 @@ macro_rules! try_core {
 /// Freeing the last reference closes the bulkhead (pending async acquires are rejected
 /// `HG_STATUS_SHUTDOWN`); permits keep working and release normally.
 ///
-/// Thread-safety: the bulkhead may be used from any number of threads at once.
+/// Thread-safety: any thread; the bulkhead may be used from any number of threads at once.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_new(
     config: *const hg_config,
@@ -72,7 +76,7 @@ pub extern "C" fn hg_bulkhead_new(
     })
 }
 
-/// Reads `config` and builds a bulkhead on `clock` with its state-change callback.
+/// Reads `config` and builds a bulkhead on `clock` with its callbacks.
 ///
 /// # Safety
 /// `config` is non-null and points to an `hg_config` (the exports' contract).
@@ -82,12 +86,10 @@ unsafe fn new_bulkhead(
     out: &mut *mut hg_bulkhead,
 ) -> hg_status {
     // SAFETY: per the contract.
-    let c = match unsafe { read_config(config) } {
-        Ok(c) => c,
-        Err(_) => return hg_status::HG_STATUS_INVALID_ARGUMENT,
+    let Ok((config, c)) = unsafe { read_config(config) }.and_then(|c| Ok((c.config()?, c))) else {
+        return hg_status::HG_STATUS_INVALID_ARGUMENT;
     };
-    let observer = c.on_state_change.map(StateChange::shared);
-    match CoreBulkhead::with_observer(c.config, clock, observer, None) {
+    match CoreBulkhead::with_observer(config, clock, c.observer.shared(), None) {
         Ok(core) => {
             *out = bulkhead_into_raw(BulkheadHandle {
                 core: Arc::new(core),
@@ -95,7 +97,8 @@ unsafe fn new_bulkhead(
             });
             hg_status::HG_STATUS_OK
         }
-        Err(hullguard_core::ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
+        // The configuration was validated: only the ring's allocation can fail now.
+        Err(ConfigError::MaxQueue) => hg_status::HG_STATUS_OUT_OF_MEMORY,
         Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
     }
 }
@@ -122,14 +125,15 @@ impl hullguard_core::Clock for CClock {
     }
 }
 
-/// `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats use it; default: the
-/// system's monotonic clock). Tests use it to run on virtual time.
+/// `hg_bulkhead_new()` with the host's clock (the `queue_wait_*` stats, the breaker's open
+/// duration and the adaptive limit's RTTs use it; default: the system's monotonic clock). Tests
+/// use it to run on virtual time.
 ///
 /// Parameters:
 ///   now_ns: required; must be callable from any thread, must not block, must never go back.
 ///   user_data: passed to `now_ns`; must stay valid until the bulkhead and its permits are gone.
 ///
-/// Returns: as `hg_bulkhead_new()`.
+/// Returns: as `hg_bulkhead_new()`. Thread-safety: as `hg_bulkhead_new()`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_new_with_clock(
     config: *const hg_config,
@@ -159,6 +163,7 @@ pub(crate) fn c_clock(
 /// Adds a reference to `bh` and returns it (NULL in, NULL out).
 ///
 /// Memory and lifetimes: each reference is dropped by one `hg_bulkhead_free()`.
+/// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_retain(bh: *const hg_bulkhead) -> *const hg_bulkhead {
     boundary(|| {
@@ -173,7 +178,9 @@ pub extern "C" fn hg_bulkhead_retain(bh: *const hg_bulkhead) -> *const hg_bulkhe
 /// Drops one reference to `bh`. NULL is accepted and ignored.
 ///
 /// Memory and lifetimes: after this call the caller's `bh` is dangling. Freeing the same
-/// reference twice is undefined behaviour (as in rustls-ffi).
+/// reference twice is undefined behaviour (as in rustls-ffi). Freeing the last reference of a
+/// standalone bulkhead closes it (see `hg_bulkhead_new()`; pending callbacks run on this thread).
+/// Thread-safety: any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
     boundary(|| {
@@ -184,61 +191,32 @@ pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
     })
 }
 
-/// Hands a granted permit to the caller.
-fn grant(permit: PermitBox, out: &mut *mut hg_permit) -> hg_status {
-    *out = permit.into_raw();
-    hg_status::HG_STATUS_OK
-}
-
-/// A core acquire's result (an owned permit carrying its call) as a status and `*out`.
-pub(crate) fn grant_owned(
+/// A core acquire's result as a status and `*out` (a new permit holding the call).
+pub(crate) fn grant(
+    bh: &Arc<CoreBulkhead>,
     r: Result<OwnedPermit, AcquireError>,
     out: &mut *mut hg_permit,
 ) -> hg_status {
-    match r {
-        Ok(p) => grant(PermitBox::from_owned(p), out),
-        Err(e) => (&e).into(),
-    }
-}
-
-/// A queued acquire that settled (its call concluded) as a status and `*out`.
-fn deliver(r: Result<*mut hg_permit, Reason>, out: &mut *mut hg_permit) -> hg_status {
-    let (status, permit) = async_wait::status_of(r);
+    let (status, permit) = status_of(bh, r);
     if status == hg_status::HG_STATUS_OK {
         *out = permit;
     }
     status
 }
 
-/// Steps 1–2 of a guarded call (DESIGN §4) around `admit`, for the acquire paths whose
-/// admission the core does not wrap: the core's `begin_call_for` (a bad weight is
-/// `HG_STATUS_INVALID_ARGUMENT` — never counted, never a probe — even while the circuit is
-/// open, as in `hg_bulkhead_try_acquire()`; then the breaker's check), then `admit`; a refused
-/// admission ends the call `ignored`. On a plain bulkhead the call is inert and free.
-fn guarded(
-    core: &CoreBulkhead,
-    weight: u64,
-    admit: impl FnOnce() -> Result<Admission, AcquireError>,
-) -> Result<(Admission, CallStart), hg_status> {
-    let call = core
-        .begin_call_for(weight)
-        .map_err(|e| hg_status::from(&e))?;
-    core.end_call_if_refused(call, admit())
-        .map(|a| (a, call))
-        .map_err(|e| hg_status::from(&e))
-}
-
-/// Takes `weight` permits now, or fails without waiting.
+/// Takes `weight` permits now, or fails without waiting (the core's guarded try: weight, then
+/// the breaker, then admission).
 ///
 /// Parameters:
 ///   bh: the bulkhead. weight: `1 .. max_concurrent`. out: receives the permit on `HG_STATUS_OK`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_CONCURRENCY_LIMIT` when not admitted at once (also while
-///   waiters are queued: no barging); `HG_STATUS_SHUTDOWN` after close;
-///   `HG_STATUS_INVALID_ARGUMENT` for a bad weight; `HG_STATUS_NULL_PARAMETER`.
+///   waiters are queued: no barging); `HG_STATUS_CIRCUIT_OPEN`; `HG_STATUS_SHUTDOWN` after
+///   close; `HG_STATUS_INVALID_ARGUMENT` for a bad weight (never counted, even while the circuit
+///   is open); `HG_STATUS_NULL_PARAMETER`.
 ///
 /// Memory and lifetimes: the caller owns `*out` (release it, then `hg_permit_free()`).
-/// Thread-safety: any thread. Lock-free.
+/// Thread-safety: any thread. Lock-free; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_try_acquire(
     bh: *const hg_bulkhead,
@@ -248,24 +226,22 @@ pub extern "C" fn hg_bulkhead_try_acquire(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        // The core's guarded try: weight, breaker check, admission (a refusal ends the call
-        // `ignored`).
-        grant_owned(core.try_acquire_owned(weight), out)
+        grant(core, core.try_acquire_owned(weight), out)
     })
 }
 
-/// Waits on this thread for `weight` permits.
+/// Waits on this thread for `weight` permits (the core's blocking acquire).
 ///
 /// Parameters:
 ///   timeout_ms: `HG_TIMEOUT_DEFAULT` uses the configured `queue_timeout_ms`;
 ///   `HG_TIMEOUT_INFINITE` waits without a deadline; 0 does not queue.
 ///
 /// Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_TIMEOUT`; `HG_STATUS_QUEUE_LIMIT`;
-///   `HG_STATUS_CONCURRENCY_LIMIT`; `HG_STATUS_SHUTDOWN`; `HG_STATUS_INVALID_ARGUMENT`;
-///   `HG_STATUS_NULL_PARAMETER`.
+///   `HG_STATUS_CONCURRENCY_LIMIT`; `HG_STATUS_CIRCUIT_OPEN`; `HG_STATUS_SHUTDOWN`;
+///   `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
 ///
-/// Thread-safety: blocks the calling thread (park/unpark); never call it from an
-/// `hg_acquire_callback`.
+/// Thread-safety: any thread; blocks the calling thread (park/unpark) up to `timeout_ms`; never
+/// call it from an `hg_acquire_callback` or an event callback.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_acquire_timeout(
     bh: *const hg_bulkhead,
@@ -276,13 +252,30 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        // The core's guarded wait: weight, breaker check, admission, and the call's end
-        // `ignored` on a refusal.
-        grant_owned(
-            core.acquire_blocking_owned(weight, call_timeout(timeout_ms)),
-            out,
-        )
+        let r = core.acquire_blocking_owned(weight, wait_timeout(timeout_ms));
+        grant(core, r, out)
     })
+}
+
+/// Admits `request`: a grant (a new permit in `*out`) or a rejection is the returned status;
+/// `Ok` is the queued waiter.
+fn admit(
+    core: &Arc<CoreBulkhead>,
+    request: &Request,
+    out: &mut *mut hg_permit,
+) -> Result<Waiter<Arc<CoreBulkhead>, 0>, hg_status> {
+    match core.admit_owned(request, None) {
+        Decision::Queued(w) => Ok(w),
+        Decision::Granted(call) => Err(grant(core, Ok(call), out)),
+        Decision::Rejected(e) => Err((&e).into()),
+    }
+}
+
+/// The request of an acquire of `weight` with a per-call `timeout_ms`.
+fn request(weight: u64, timeout_ms: u64) -> Request {
+    let mut r = Request::new(weight);
+    r.queue_timeout = wait_timeout(timeout_ms);
+    r
 }
 
 /// Acquires without blocking: a permit now, or a queued ticket whose callback runs exactly once.
@@ -291,7 +284,7 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
 ///   timeout_ms: as `hg_bulkhead_acquire_timeout()`; the deadline is armed on an internal
 ///   timer thread started on first use. callback: required. user_data: passed back to it.
 ///   out: receives the permit on `HG_STATUS_OK`. ticket: receives the ticket on
-///   `HG_STATUS_QUEUED`.
+///   `HG_STATUS_QUEUED` (opaque: see `hg_ticket`).
 ///
 /// Returns: `HG_STATUS_OK` with `*out` when a permit was free (the callback never runs);
 ///   `HG_STATUS_QUEUED` with `*ticket` (the callback then runs exactly once, with
@@ -301,8 +294,11 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
 ///
 /// The callback runs on the thread that settled the ticket: a releasing thread, the caller of
 /// `hg_bulkhead_close()` / `hg_bulkhead_set_limit()`, the timer thread, or the caller of
-/// `hg_ticket_cancel()` before that call returns. It may call any non-blocking `hg_*`
-/// function; it must not block and must not free the owning bulkhead.
+/// `hg_ticket_cancel()` (see there). It may run before this function returns (on another
+/// thread). It may call any non-blocking `hg_*` function; it must not block and must not free
+/// the owning bulkhead.
+///
+/// Thread-safety: any thread; never blocks.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_acquire_async(
     bh: *const hg_bulkhead,
@@ -315,29 +311,21 @@ pub extern "C" fn hg_bulkhead_acquire_async(
 ) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        let Some(callback) = callback else {
+        let Some(f) = callback else {
             return hg_status::HG_STATUS_NULL_PARAMETER;
         };
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
-        let timeout = call_timeout(timeout_ms).unwrap_or(core.queue_timeout());
-        let (admission, call) =
-            match guarded(core, weight, || core.enqueue_within(weight, timeout, None)) {
-                Ok(a) => a,
-                Err(s) => return s,
-            };
-        match admission {
-            Admission::Granted => grant(PermitBox::new(core.clone(), weight, call), out),
-            Admission::Queued(t) => {
-                match async_wait::register(core, t, call, callback, user_data, timeout) {
-                    Registered::Queued => {
-                        *ticket = t.to_raw();
-                        hg_status::HG_STATUS_QUEUED
-                    }
-                    Registered::Settled(r) => deliver(r, out),
-                }
-            }
+        let waiter = try_val!(admit(core, &request(weight, timeout_ms), out));
+        let timeout = waiter.queue_timeout();
+        // The waker owns the callback from here on; its first registration is this thread's.
+        let wake = CWake::new(core, waiter.into_ticket(), Callback { f, user_data });
+        if let Some(settled) = wake.admit() {
+            return grant(core, settled, out);
         }
+        async_wait::arm(core, wake.ticket(), timeout);
+        *ticket = wake.ticket().to_raw() | ASYNC_TAG;
+        hg_status::HG_STATUS_QUEUED
     })
 }
 
@@ -347,9 +335,10 @@ pub extern "C" fn hg_bulkhead_acquire_async(
 /// Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_QUEUED` with `*ticket` (poll it, or give it
 ///   up with `hg_ticket_cancel()` / `hg_ticket_cancel_reason()`, which then return
 ///   `HG_STATUS_OK` and nothing more happens); a rejection status; `HG_STATUS_NULL_PARAMETER`;
-///   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline: the caller owns its timing.
+///   `HG_STATUS_INVALID_ARGUMENT`. A queued ticket has no deadline (whatever `queue_timeout_ms`
+///   says): the caller owns its timing. Its guarded call waits in the ticket's queue cell.
 ///
-/// Thread-safety: any thread; a ticket must be polled by one thread at a time.
+/// Thread-safety: any thread; a ticket must be polled by one thread at a time. Never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_enqueue(
     bh: *const hg_bulkhead,
@@ -361,27 +350,20 @@ pub extern "C" fn hg_bulkhead_enqueue(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
-        let (admission, call) = match guarded(core, weight, || core.enqueue(weight, None)) {
-            Ok(a) => a,
-            Err(s) => return s,
-        };
-        match admission {
-            Admission::Granted => grant(PermitBox::new(core.clone(), weight, call), out),
-            Admission::Queued(t) => {
-                async_wait::track(core, t, call);
-                *ticket = t.to_raw();
-                hg_status::HG_STATUS_QUEUED
-            }
-        }
+        let waiter = try_val!(admit(core, &request(weight, HG_TIMEOUT_INFINITE), out));
+        *ticket = waiter.into_ticket().to_raw();
+        hg_status::HG_STATUS_QUEUED
     })
 }
 
 /// Polls a ticket from `hg_bulkhead_enqueue()`.
 ///
 /// Returns: `HG_STATUS_QUEUED` while it waits; `HG_STATUS_OK` with `*out` once granted (the
-///   ticket is then consumed); the rejection status once rejected (consumed);
+///   ticket is then consumed); the rejection status once rejected (consumed: `HG_STATUS_SHUTDOWN`
+///   after a close, `HG_STATUS_CONCURRENCY_LIMIT` after a shrink);
 ///   `HG_STATUS_ALREADY_SETTLED` for a ticket that is not live (consumed or cancelled);
-///   `HG_STATUS_NULL_PARAMETER`.
+///   `HG_STATUS_INVALID_ARGUMENT` for a ticket of `hg_bulkhead_acquire_async()` (its callback
+///   delivers it); `HG_STATUS_NULL_PARAMETER`.
 ///
 /// Thread-safety: any thread, one at a time per ticket. Lock-free, never waits.
 #[unsafe(no_mangle)]
@@ -393,21 +375,34 @@ pub extern "C" fn hg_ticket_poll(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        let t = Ticket::from_raw(ticket);
-        match core.poll_ticket(t, None).map(async_wait::settled) {
-            Ok(None) => hg_status::HG_STATUS_QUEUED,
-            Ok(Some(s)) => deliver(async_wait::polled(core, t, s), out),
-            Err(_) => hg_status::HG_STATUS_ALREADY_SETTLED,
+        let (t, is_async) = untag(ticket);
+        if is_async {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
         }
+        let mut waiter = Waiter::from_ticket(core.clone(), t);
+        let Poll::Ready(r) = waiter.poll(None) else {
+            // Still queued: only the raw ticket stays, the caller's.
+            let _ = waiter.into_ticket();
+            return hg_status::HG_STATUS_QUEUED;
+        };
+        // Nobody settles a polling ticket `aborted` (its owner's cancel frees it at once): that
+        // answer is the core's for a ticket that is not live.
+        if r.as_ref().err().and_then(AcquireError::reason) == Some(Reason::Aborted) {
+            return hg_status::HG_STATUS_ALREADY_SETTLED;
+        }
+        grant(core, r, out)
     })
 }
 
-/// Cancels a queued `hg_bulkhead_acquire_async` with a reason: `HG_REASON_ABORTED` for a
-/// caller's cancel (what `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs
-/// its own timers (the callback then gets `HG_STATUS_TIMEOUT` and the stats count a timeout).
+/// Cancels a queued acquire with a reason: `HG_REASON_ABORTED` for a caller's cancel (what
+/// `hg_ticket_cancel()` does), `HG_REASON_TIMEOUT` for a host that runs its own timers (an async
+/// acquire's callback then gets `HG_STATUS_TIMEOUT`; the stats count a timeout either way).
 ///
-/// Returns: as `hg_ticket_cancel()`, plus `HG_STATUS_INVALID_ARGUMENT` for a reason other than
-///   `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+/// Returns: as `hg_ticket_cancel()`, with `HG_STATUS_TIMEOUT` in place of `HG_STATUS_ABORTED`
+///   for `HG_REASON_TIMEOUT` (on `HG_STATUS_OK` an async acquire's callback has already run
+///   with it, on this thread, before this returns); `HG_STATUS_INVALID_ARGUMENT` for a reason
+///   other than `HG_REASON_ABORTED` / `HG_REASON_TIMEOUT`.
+/// Thread-safety: as `hg_ticket_cancel()`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_ticket_cancel_reason(
     bh: *const hg_bulkhead,
@@ -416,32 +411,47 @@ pub extern "C" fn hg_ticket_cancel_reason(
 ) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        let reason = match reason {
-            r if r == hg_reason::HG_REASON_ABORTED as u32 => Reason::Aborted,
-            r if r == hg_reason::HG_REASON_TIMEOUT as u32 => Reason::Timeout,
-            _ => return hg_status::HG_STATUS_INVALID_ARGUMENT,
-        };
-        cancel_with(core, ticket, reason)
+        match Reason::from_index(reason as usize) {
+            Some(r @ (Reason::Aborted | Reason::Timeout)) => cancel_with(core, ticket, r),
+            _ => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        }
     })
 }
 
-/// The outcome of a cancel, for both cancel entry points.
+/// Both cancel entry points. An async ticket is expired for its owner, and a won expiry's
+/// callback is run here, before the return, with the reason's status (`async_wait::cancel`:
+/// the side table of async tickets and its deferral rule; docs/design.md § C ABI). A polling
+/// ticket is the owner's own cancel (its place is freed at once, nothing more happens).
 fn cancel_with(core: &Arc<CoreBulkhead>, ticket: hg_ticket, reason: Reason) -> hg_status {
-    if async_wait::cancel(core, Ticket::from_raw(ticket), reason) {
-        hg_status::HG_STATUS_OK
-    } else {
-        hg_status::HG_STATUS_ALREADY_SETTLED
+    let (t, is_async) = untag(ticket);
+    if is_async {
+        return async_wait::cancel(core, t, reason);
     }
+    core.cancel(t, reason)
+        .map_or(hg_status::HG_STATUS_ALREADY_SETTLED, |()| {
+            hg_status::HG_STATUS_OK
+        })
 }
 
-/// Cancels a queued `hg_bulkhead_acquire_async`.
+/// Cancels a queued acquire (`HG_REASON_ABORTED`).
 ///
-/// Returns: `HG_STATUS_OK` when the cancel won (the callback has already run, with
-///   `HG_STATUS_ABORTED`, before this returns); `HG_STATUS_ALREADY_SETTLED` when a grant,
-///   timeout or close won (its callback runs, or has run, with that outcome);
+/// Returns: `HG_STATUS_OK` when the cancel won; `HG_STATUS_ALREADY_SETTLED` when a grant,
+///   timeout or close won (an async acquire's callback runs, or has run, with that outcome; a
+///   polling ticket must still be polled to take it), or for a ticket that is not live;
 ///   `HG_STATUS_NULL_PARAMETER`.
 ///
-/// Thread-safety: any thread, including from a callback. Lock-free in the core (O(1)).
+///   An async ticket (`hg_bulkhead_acquire_async()`) whose cancel won: its callback has
+///   already run, exactly once, with `HG_STATUS_ABORTED` and NULL, on this thread, before this
+///   returns — so the caller may free the callback's user data right after an `HG_STATUS_OK`
+///   (docs/design.md § C ABI). After `HG_STATUS_ALREADY_SETTLED` the callback may still be
+///   running on another thread (or about to): free the user data from the callback. A polling
+///   ticket (`hg_bulkhead_enqueue()`): its place is free at once, nothing more happens (a later
+///   poll returns `HG_STATUS_ALREADY_SETTLED`).
+///
+/// Thread-safety: any thread, including from a callback (of its own ticket: already settled).
+///   Lock-free in the core (O(1)); an async ticket's cancel also takes two short internal locks
+///   (the library's table of pending async tickets, the ticket's own state), never held across
+///   a callback.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) -> hg_status {
     boundary(|| cancel_with(try_core!(bh), ticket, Reason::Aborted))
@@ -449,22 +459,24 @@ pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) ->
 
 /// Changes the limit (`1 .. max_concurrent`). Never blocks, never revokes: growing grants
 /// queued waiters; shrinking lets `available` go negative and rejects queued waiters heavier
-/// than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks).
+/// than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks, which run on
+/// this thread). An adaptive limit restarts from the hand-set value.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range (nothing
+///   changes); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_set_limit(bh: *const hg_bulkhead, limit: u64) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        match core.set_limit(limit) {
-            Ok(()) => hg_status::HG_STATUS_OK,
-            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
-        }
+        ok_or(core.set_limit(limit), hg_status::HG_STATUS_INVALID_ARGUMENT)
     })
 }
 
 /// Stops admission for good: queued waiters are rejected `HG_STATUS_SHUTDOWN` at once (their
 /// callbacks run on this thread); in-flight permits release normally. Idempotent.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_close(bh: *const hg_bulkhead) -> hg_status {
     boundary(|| {
@@ -473,11 +485,13 @@ pub extern "C" fn hg_bulkhead_close(bh: *const hg_bulkhead) -> hg_status {
     })
 }
 
-/// Waits (without closing) until the bulkhead is idle or `timeout_ms` passes
-/// (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until idle; 0: report at once).
+/// Waits (without closing) until the bulkhead is idle (no permit held, nothing queued, no grant
+/// unclaimed) or `timeout_ms` passes (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until idle;
+/// 0: report at once).
 ///
 /// Returns: `HG_STATUS_OK` with `*out` filled (`drained` says which); `HG_STATUS_NULL_PARAMETER`.
-/// Thread-safety: blocks the calling thread.
+/// Thread-safety: any thread; blocks the calling thread up to `timeout_ms` (never call it from
+/// a callback).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_drain(
     bh: *const hg_bulkhead,
@@ -487,7 +501,7 @@ pub extern "C" fn hg_bulkhead_drain(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        let timeout = call_timeout(timeout_ms).filter(|t| *t != Duration::MAX);
+        let timeout = wait_timeout(timeout_ms).filter(|t| *t != Duration::MAX);
         let r = core.drain_blocking(timeout);
         *out = hg_drain_result {
             drained: r.drained,
@@ -503,6 +517,8 @@ pub extern "C" fn hg_bulkhead_drain(
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
 ///   `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; never waits. A read may commit a due breaker transition (and run
+/// the event callbacks on this thread).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_stats(bh: *const hg_bulkhead, out: *mut hg_stats) -> hg_status {
     boundary(|| {
@@ -522,14 +538,13 @@ pub extern "C" fn hg_bulkhead_stats(bh: *const hg_bulkhead, out: *mut hg_stats) 
 /// Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
 /// `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
 /// would lift `available` above the limit.
+/// Thread-safety: any thread. Lock-free; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_try_acquire_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        match core.try_acquire_units(weight) {
-            Ok(()) => hg_status::HG_STATUS_OK,
-            Err(e) => (&e).into(),
-        }
+        let r = core.try_acquire_units(weight);
+        r.map_or_else(|e| (&e).into(), |()| hg_status::HG_STATUS_OK)
     })
 }
 
@@ -537,19 +552,18 @@ pub extern "C" fn hg_bulkhead_try_acquire_units(bh: *const hg_bulkhead, weight: 
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the return would lift
 ///   `available` above the limit (nothing changes); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread. Lock-free; never waits (a grant may run a callback here).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        match core.release_units_checked(weight) {
-            Ok(()) => hg_status::HG_STATUS_OK,
-            Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
-        }
+        let r = core.release_units_checked(weight);
+        ok_or(r, hg_status::HG_STATUS_INVALID_ARGUMENT)
     })
 }
 
 /// The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library
-/// arms no timer for it (DESIGN §4): a C host that wants it arms its own timer per call and, on
+/// arms no timer for it (docs/design.md "call timeout"): a C host that wants it arms its own timer per call and, on
 /// overrun, calls `hg_permit_call_timed_out()` (then releases the permit when the work really
 /// ends).
 ///

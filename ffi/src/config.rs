@@ -1,24 +1,30 @@
 //! `hg_config`, `hg_stats` and `hg_drain_result`. `hg_config` and `hg_stats` begin with
 //! `uint32_t struct_size` and only ever grow at the end: a caller built against an older header
 //! passes its smaller size and this library reads / writes only that many bytes.
+//!
+//! An `hg_config` is read as one layer of the core's options (`PartialConfig`): each field sets
+//! the option it spells (`OptionSpec::c_name`), ranges and cross-option rules are the core's,
+//! and an error names the field through the option table.
 
 use std::{
     ffi::{CStr, c_char, c_void},
     mem::offset_of,
-    sync::Arc,
     time::Duration,
 };
 
 use hullguard_core::{
-    Config, ConfigError, Resilience, Stats,
-    adaptive::{AdaptiveConfig, Algorithm},
-    breaker::{BreakerConfig, CircuitState, Observer},
-    policy::SharedObserver,
+    Config, ConfigError, PartialConfig, Stats,
+    adaptive::Algorithm,
+    config::{OptionId, Part, Section, Value, convert::duration_from_millis},
 };
 
-use crate::status::hg_status;
+use crate::{
+    event::{CObserver, hg_circuit_state, hg_event_fn, hg_state_change_fn},
+    status::hg_status,
+};
 
-/// "Use the configured `queue_timeout`" as a per-call timeout.
+/// "Use the configured `queue_timeout`" as a per-call timeout; in an `hg_config` duration
+/// field, "not set" (the default).
 pub const HG_TIMEOUT_DEFAULT: u64 = u64::MAX - 1;
 /// No deadline.
 pub const HG_TIMEOUT_INFINITE: u64 = u64::MAX;
@@ -30,7 +36,7 @@ pub const HG_MAX_QUEUE: u64 = 1_048_576;
 const _: () = assert!(HG_MAX_PERMITS == hullguard_core::MAX_PERMITS);
 const _: () = assert!(HG_MAX_QUEUE == hullguard_core::MAX_QUEUE);
 
-/// The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (DESIGN §4).
+/// The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (docs/design.md).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -42,68 +48,32 @@ pub enum hg_adaptive_algorithm {
     HG_ADAPTIVE_AIMD = 1,
 }
 
-/// A circuit breaker's state (DESIGN §3.7: `"closed"`, `"open"`, `"half_open"`).
-#[repr(u32)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[allow(non_camel_case_types, clippy::enum_variant_names)]
-pub enum hg_circuit_state {
-    /// Calls pass; outcomes are counted.
-    #[default]
-    HG_CIRCUIT_CLOSED = 0,
-    /// Calls fail fast with `HG_STATUS_CIRCUIT_OPEN`.
-    HG_CIRCUIT_OPEN = 1,
-    /// Up to `breaker_half_open_max_calls` probes pass; one success closes, one failure
-    /// re-opens.
-    HG_CIRCUIT_HALF_OPEN = 2,
-}
-
-impl From<CircuitState> for hg_circuit_state {
-    fn from(s: CircuitState) -> Self {
-        match s {
-            CircuitState::Closed => hg_circuit_state::HG_CIRCUIT_CLOSED,
-            CircuitState::Open => hg_circuit_state::HG_CIRCUIT_OPEN,
-            CircuitState::HalfOpen => hg_circuit_state::HG_CIRCUIT_HALF_OPEN,
+impl From<Algorithm> for hg_adaptive_algorithm {
+    fn from(a: Algorithm) -> Self {
+        match a {
+            Algorithm::Gradient2 => hg_adaptive_algorithm::HG_ADAPTIVE_GRADIENT2,
+            Algorithm::Aimd => hg_adaptive_algorithm::HG_ADAPTIVE_AIMD,
         }
     }
 }
 
-/// A breaker state-change callback (`hg_config.on_state_change`, DESIGN §4 "State-change
-/// events"): called once per transition, after the state commit, on the thread
-/// that committed it — inside an admission (`hg_bulkhead_try_acquire`, `…_acquire_async`,
-/// `…_enqueue`, …), a release (`hg_permit_release*`, `hg_permit_free`,
-/// `hg_permit_call_timed_out`) or a stats read (`hg_bulkhead_stats`, `hg_registry_stats`), since `open` becomes `half_open` lazily when one of those finds
-/// `breaker_open_duration_ms` passed.
-///
-/// `key` / `key_len`: the registry key's bytes (UTF-8, not NUL-terminated, valid only during
-/// the call), or NULL / 0 outside a registry. `user_data`: `on_state_change_user_data`.
-///
-/// What is safe inside it: it must be quick and must not block (it runs inside the caller's
-/// acquire or release). Logging, posting to a queue, setting a flag, reading the stats of a
-/// standalone bulkhead (`hg_bulkhead_stats`, which may re-enter this callback for a further lazy
-/// transition) are safe. It must not free the bulkhead or registry it belongs to, must not call
-/// a blocking function (`hg_bulkhead_acquire_timeout`, `hg_bulkhead_drain`), and must not call
-/// any `hg_registry_*` function of its registry (it may run while `hg_registry_stats` holds the
-/// registry's key map). Acquiring or releasing permits of the same bulkhead from it is allowed
-/// but re-entrant (those steps may fire further transitions); prefer deferring such work to
-/// the host's own thread. It must not unwind (no C++ exception, no longjmp) out of the call.
-pub type hg_state_change_fn = Option<
-    unsafe extern "C" fn(
-        user_data: *mut c_void,
-        key: *const c_char,
-        key_len: usize,
-        old_state: hg_circuit_state,
-        new_state: hg_circuit_state,
-    ),
->;
-
 /// Configuration of a bulkhead. Fill it with `hg_config_default()`, then change fields.
 ///
-/// Policies (DESIGN §4): the `adaptive_*`, `breaker_*` and `call_timeout_ms` fields were appended
-/// with the policies (after `enabled`). A caller built against an older header passes a `struct_size` that ends before them
-/// (below `offsetof(hg_config, on_state_change_user_data) + sizeof(void *)`): its bulkheads have
-/// no policies. For every numeric policy field, 0 means the DESIGN §4 default named in its
-/// comment. A bad value makes `hg_bulkhead_new()` / `hg_registry_new()` return
-/// `HG_STATUS_INVALID_ARGUMENT`; `hg_config_check()` names the field.
+/// Every field sets one option of docs/design.md (its range is the core's option table; a bad
+/// value makes `hg_bulkhead_new()` / `hg_registry_new()` return `HG_STATUS_INVALID_ARGUMENT`,
+/// and `hg_config_check()` names the field). Durations are in ms and go through the core's one
+/// conversion rule: in every duration field `HG_TIMEOUT_DEFAULT` means "not set" (the default)
+/// and a value too large to hold means "none" where the option accepts none.
+///
+/// Policies: the `adaptive_*`, `breaker_*` and `call_timeout_ms` fields were appended with the
+/// policies (after `enabled`). A caller built against an older header passes a `struct_size`
+/// that ends before them (below `offsetof(hg_config, on_state_change_user_data) +
+/// sizeof(void *)`): its bulkheads have no policies. For every numeric policy field, 0 means
+/// "not set": the default named in its comment (in a registry override, the defaults' value;
+/// see `hg_registry_new()`).
+///
+/// Events: `on_event` / `on_event_user_data` were appended after `on_state_change_user_data`;
+/// a `struct_size` that ends before them means "no `on_event`".
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct hg_config {
@@ -113,7 +83,8 @@ pub struct hg_config {
     pub max_concurrent: u64,
     /// Live waiters allowed, `0 .. HG_MAX_QUEUE` (default 100; 0 = fail fast).
     pub max_queue: u64,
-    /// Default queue deadline in milliseconds (default 30000; `HG_TIMEOUT_INFINITE` = none).
+    /// Default queue deadline in milliseconds (default 30000; 0 = do not queue;
+    /// `HG_TIMEOUT_INFINITE` = none; `HG_TIMEOUT_DEFAULT` = the default).
     pub queue_timeout_ms: u64,
     /// `false` admits everything (still counted in the stats).
     pub enabled: bool,
@@ -128,7 +99,8 @@ pub struct hg_config {
     pub adaptive_min_limit: u64,
     /// The ceiling, `1 .. max_concurrent` (0 = `max_concurrent`).
     pub adaptive_max_limit: u64,
-    /// AIMD: a success slower than this is a congestion signal, in ms (0 = 500).
+    /// AIMD: a success slower than this is a congestion signal, in ms, at most 2^62 ns
+    /// (0 = 500).
     pub adaptive_target_latency_ms: u64,
     /// AIMD: the additive increase, `1 .. HG_MAX_PERMITS` (0 = 1).
     pub adaptive_increase_step: u64,
@@ -163,10 +135,10 @@ pub struct hg_config {
     pub breaker_half_open_max_calls: u32,
     /// A probe that has not reported within this many ms counts as a failure (0 = 30000).
     pub breaker_half_open_timeout_ms: u64,
-    /// Bounds the work of one guarded call, in ms (0, `HG_TIMEOUT_INFINITE` or
-    /// `HG_TIMEOUT_DEFAULT` = off, the default). The library arms no timer: a C host enforces it
-    /// with its own timer (read it back with `hg_bulkhead_call_timeout_ms()`) and, on overrun,
-    /// calls `hg_permit_call_timed_out()`.
+    /// Bounds the work of one guarded call, in ms (0 and `HG_TIMEOUT_DEFAULT` = not set: off,
+    /// the default; `HG_TIMEOUT_INFINITE` = off, also in a registry override whose defaults set
+    /// one). The library arms no timer: a C host enforces it with its own timer (read it back
+    /// with `hg_bulkhead_call_timeout_ms()`) and, on overrun, calls `hg_permit_call_timed_out()`.
     pub call_timeout_ms: u64,
     /// Called on every breaker transition (NULL = none): see `hg_state_change_fn`. In a
     /// registry, the defaults' callback receives every key's events; an override's must be
@@ -174,6 +146,12 @@ pub struct hg_config {
     pub on_state_change: hg_state_change_fn,
     /// Passed to `on_state_change`; must stay valid while the bulkhead or registry lives.
     pub on_state_change_user_data: *mut c_void,
+    /// Called on every event (NULL = none): see `hg_event_fn` and `hg_event`. May be set
+    /// together with `on_state_change` (both run). In a registry, as `on_state_change`: the
+    /// defaults' callback receives every key's events; an override's must be NULL or the same.
+    pub on_event: hg_event_fn,
+    /// Passed to `on_event`; must stay valid while the bulkhead or registry lives.
+    pub on_event_user_data: *mut c_void,
 }
 
 impl hg_config {
@@ -181,8 +159,8 @@ impl hg_config {
         struct_size: size_of::<hg_config>() as u32,
         max_concurrent: Config::DEFAULT.max_concurrent,
         max_queue: Config::DEFAULT.max_queue,
-        queue_timeout_ms: 30_000,
-        enabled: true,
+        queue_timeout_ms: Config::DEFAULT.queue_timeout.as_millis() as u64,
+        enabled: Config::DEFAULT.enabled,
         adaptive_enabled: false,
         adaptive_algorithm: hg_adaptive_algorithm::HG_ADAPTIVE_GRADIENT2,
         adaptive_initial_limit: 0,
@@ -207,258 +185,283 @@ impl hg_config {
         call_timeout_ms: 0,
         on_state_change: None,
         on_state_change_user_data: std::ptr::null_mut(),
+        on_event: None,
+        on_event_user_data: std::ptr::null_mut(),
     };
 }
+
+/// The offset of an `hg_config` field.
+macro_rules! at {
+    ($field:ident) => {
+        offset_of!(hg_config, $field)
+    };
+}
+
+/// The smallest `struct_size` accepted: everything up to and including `enabled`.
+const BASE_END: usize = at!(enabled) + 1;
 
 /// The smallest `struct_size` that carries the policy fields (everything up to and including
 /// `on_state_change_user_data`). A smaller size (an older header) means "no policies": the
 /// fields it does not cover are never read — not even those that lie in the older struct's
 /// tail padding (`adaptive_enabled`, `adaptive_algorithm`), which an old caller never set.
-const POLICY_FIELDS_END: usize =
-    offset_of!(hg_config, on_state_change_user_data) + size_of::<*mut c_void>();
+const POLICY_FIELDS_END: usize = at!(on_state_change_user_data) + size_of::<*mut c_void>();
 
-/// A state-change callback and its user data, as read from an `hg_config`.
+/// How one policy field holds its option's value; 0 in any of them means "not set".
 #[derive(Clone, Copy)]
-pub(crate) struct StateChange {
-    pub(crate) f:
-        unsafe extern "C" fn(*mut c_void, *const c_char, usize, hg_circuit_state, hg_circuit_state),
-    pub(crate) user_data: *mut c_void,
+enum Field {
+    /// A `uint64_t` count at this offset.
+    U64(usize),
+    /// A `uint32_t` count.
+    U32(usize),
+    /// A `double`.
+    F64(usize),
+    /// A `uint64_t` duration in ms.
+    Ms(usize),
+    /// An `hg_adaptive_algorithm` (always set: `HG_ADAPTIVE_GRADIENT2` is 0).
+    Algorithm(usize),
 }
 
-// SAFETY: the contract of `hg_config.on_state_change` makes the function callable from any
-// thread with its user data.
-unsafe impl Send for StateChange {}
-// SAFETY: as above.
-unsafe impl Sync for StateChange {}
+use Field::{F64, Ms, U32, U64};
 
-impl Observer for StateChange {
-    fn on_state_change(&self, key: Option<&str>, old: CircuitState, new: CircuitState) {
-        let (k, len) = key.map_or((std::ptr::null(), 0), |k| (k.as_ptr().cast(), k.len()));
-        // SAFETY: the caller's function and user data (contract of `on_state_change`); `k` is
-        // valid for `len` bytes during the call.
-        unsafe { (self.f)(self.user_data, k, len, old.into(), new.into()) }
+/// The `adaptive_*` fields after `adaptive_enabled`, in struct order (the first bad one is
+/// named).
+const ADAPTIVE: [(OptionId, Field); 11] = [
+    (
+        OptionId::AdaptiveAlgorithm,
+        Field::Algorithm(at!(adaptive_algorithm)),
+    ),
+    (
+        OptionId::AdaptiveInitialLimit,
+        U64(at!(adaptive_initial_limit)),
+    ),
+    (OptionId::AdaptiveMinLimit, U64(at!(adaptive_min_limit))),
+    (OptionId::AdaptiveMaxLimit, U64(at!(adaptive_max_limit))),
+    (
+        OptionId::AdaptiveTargetLatency,
+        Ms(at!(adaptive_target_latency_ms)),
+    ),
+    (
+        OptionId::AdaptiveIncreaseStep,
+        U64(at!(adaptive_increase_step)),
+    ),
+    (
+        OptionId::AdaptiveDecreaseRatio,
+        F64(at!(adaptive_decrease_ratio)),
+    ),
+    (OptionId::AdaptiveSmoothing, F64(at!(adaptive_smoothing))),
+    (
+        OptionId::AdaptiveRttTolerance,
+        F64(at!(adaptive_rtt_tolerance)),
+    ),
+    (OptionId::AdaptiveLongWindow, U64(at!(adaptive_long_window))),
+    (OptionId::AdaptiveQueueSize, U64(at!(adaptive_queue_size))),
+];
+
+/// The `breaker_*` fields after `breaker_enabled`, in struct order.
+const BREAKER: [(OptionId, Field); 8] = [
+    (
+        OptionId::BreakerFailureThreshold,
+        U32(at!(breaker_failure_threshold)),
+    ),
+    (
+        OptionId::BreakerErrorRateThreshold,
+        F64(at!(breaker_error_rate_threshold)),
+    ),
+    (
+        OptionId::BreakerErrorRateWindow,
+        Ms(at!(breaker_error_rate_window_ms)),
+    ),
+    (
+        OptionId::BreakerErrorRateBuckets,
+        U32(at!(breaker_error_rate_buckets)),
+    ),
+    (
+        OptionId::BreakerVolumeThreshold,
+        U32(at!(breaker_volume_threshold)),
+    ),
+    (
+        OptionId::BreakerOpenDuration,
+        Ms(at!(breaker_open_duration_ms)),
+    ),
+    (
+        OptionId::BreakerHalfOpenMaxCalls,
+        U32(at!(breaker_half_open_max_calls)),
+    ),
+    (
+        OptionId::BreakerHalfOpenTimeout,
+        Ms(at!(breaker_half_open_timeout_ms)),
+    ),
+];
+
+/// A duration in ms as option `id`'s value, by the core's one conversion rule (a value too
+/// large to hold — `HG_TIMEOUT_INFINITE` among them — is "none" where `id` accepts none, else
+/// out of range); `HG_TIMEOUT_DEFAULT` = not set (`None`).
+fn millis(id: OptionId, ms: u64) -> Result<Option<Duration>, ConfigError> {
+    if ms == HG_TIMEOUT_DEFAULT {
+        return Ok(None);
+    }
+    duration_from_millis(ms as f64, id.spec().kind)
+        .map(Some)
+        .map_err(|_| ConfigError::Option(id))
+}
+
+/// A caller's `hg_config`, copied into a buffer of this library's size: the bytes past what the
+/// caller declared are 0, so a field its header does not have reads as 0 ("not set"). Every
+/// field is read from its bytes: never a Rust `bool`, enum or fn pointer made from foreign bytes.
+struct Bytes([u8; size_of::<hg_config>()]);
+
+impl Bytes {
+    fn at<const K: usize>(&self, off: usize) -> [u8; K] {
+        self.0[off..off + K].try_into().unwrap_or([0; K])
+    }
+
+    fn u64(&self, off: usize) -> u64 {
+        u64::from_ne_bytes(self.at(off))
+    }
+
+    fn word(&self, off: usize) -> usize {
+        usize::from_ne_bytes(self.at(off))
+    }
+
+    fn flag(&self, off: usize) -> bool {
+        self.0[off] != 0
+    }
+
+    /// Policy field `f` of option `id`: `None` when 0 (not set; an algorithm is always set).
+    fn policy(&self, id: OptionId, f: Field) -> Result<Option<Value>, ConfigError> {
+        let nonzero = |n: u64| (n != 0).then_some(n);
+        Ok(match f {
+            U64(o) => nonzero(self.u64(o)).map(Value::Count),
+            U32(o) => nonzero(u32::from_ne_bytes(self.at(o)).into()).map(Value::Count),
+            F64(o) => Some(f64::from_ne_bytes(self.at(o)))
+                .filter(|x| *x != 0.0)
+                .map(Value::Number),
+            Ms(o) => nonzero(self.u64(o))
+                .map(|ms| millis(id, ms))
+                .transpose()?
+                .flatten()
+                .map(Value::Duration),
+            Field::Algorithm(o) => {
+                let algorithm = match u32::from_ne_bytes(self.at(o)) {
+                    0 => Algorithm::Gradient2,
+                    1 => Algorithm::Aimd,
+                    _ => return Err(ConfigError::Option(id)),
+                };
+                Some(Value::Choice(algorithm.as_str()))
+            }
+        })
+    }
+
+    /// A policy part: on (`Part::On`, then its fields) when its enable byte is set, else off.
+    fn part(
+        &self,
+        p: &mut PartialConfig,
+        section: Section,
+        enabled: usize,
+        fields: &[(OptionId, Field)],
+    ) -> Result<(), ConfigError> {
+        if !self.flag(enabled) {
+            p.set_part(section, Part::Off);
+            return Ok(());
+        }
+        p.set_part(section, Part::On);
+        for &(id, f) in fields {
+            if let Some(v) = self.policy(id, f)? {
+                p.set(id, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every option this config sets, onto `p`, in struct order.
+    fn options(&self, p: &mut PartialConfig) -> Result<(), ConfigError> {
+        p.set(
+            OptionId::MaxConcurrent,
+            Value::Count(self.u64(at!(max_concurrent))),
+        )?;
+        p.set(OptionId::MaxQueue, Value::Count(self.u64(at!(max_queue))))?;
+        if let Some(d) = millis(OptionId::QueueTimeout, self.u64(at!(queue_timeout_ms)))? {
+            p.set(OptionId::QueueTimeout, Value::Duration(d))?;
+        }
+        p.set(OptionId::Enabled, Value::Bool(self.flag(at!(enabled))))?;
+        self.part(p, Section::Adaptive, at!(adaptive_enabled), &ADAPTIVE)?;
+        self.part(p, Section::Breaker, at!(breaker_enabled), &BREAKER)?;
+        let call_timeout = Ms(at!(call_timeout_ms));
+        if let Some(v) = self.policy(OptionId::CallTimeout, call_timeout)? {
+            p.set(OptionId::CallTimeout, v)?;
+        }
+        Ok(())
+    }
+
+    /// The two callbacks (each NULL when its bytes are 0).
+    fn observer(&self) -> CObserver {
+        // SAFETY: a non-zero word is a function pointer of the field's type (the caller's
+        // contract); 0 is NULL (`Option<fn>` has the null niche, so the sizes match).
+        let (state_change, event) = unsafe {
+            (
+                std::mem::transmute::<usize, hg_state_change_fn>(self.word(at!(on_state_change))),
+                std::mem::transmute::<usize, hg_event_fn>(self.word(at!(on_event))),
+            )
+        };
+        CObserver {
+            state_change,
+            state_change_data: self.word(at!(on_state_change_user_data)) as *mut c_void,
+            event,
+            event_data: self.word(at!(on_event_user_data)) as *mut c_void,
+        }
     }
 }
 
-impl StateChange {
-    /// The same function (by address, as the caller passed it) and the same user data.
-    pub(crate) fn same(&self, other: &StateChange) -> bool {
-        self.f as usize == other.f as usize && self.user_data == other.user_data
-    }
-
-    pub(crate) fn shared(self) -> SharedObserver {
-        Arc::new(self)
-    }
-}
-
-/// A configuration read from C: the core's `Config` and the state-change callback, if any.
+/// What an `hg_config` says: the options it sets (one layer of the core's options) and its
+/// callbacks.
 pub(crate) struct ReadConfig {
-    pub(crate) config: Config,
-    pub(crate) on_state_change: Option<StateChange>,
+    pub(crate) partial: PartialConfig,
+    pub(crate) observer: CObserver,
 }
 
 /// The C name of the first bad field (a static NUL-terminated string).
 pub(crate) type BadField = &'static CStr;
 
-/// The C field that a core configuration error names.
-fn field_of(e: &ConfigError) -> BadField {
-    use hullguard_core::{adaptive::AdaptiveConfigError as A, breaker::BreakerConfigError as B};
-    match e {
-        ConfigError::MaxConcurrent => c"max_concurrent",
-        ConfigError::MaxQueue => c"max_queue",
-        ConfigError::Adaptive(a) => match a {
-            A::MaxLimit => c"adaptive_max_limit",
-            A::MinLimit => c"adaptive_min_limit",
-            A::InitialLimit => c"adaptive_initial_limit",
-            A::TargetLatency => c"adaptive_target_latency_ms",
-            A::IncreaseStep => c"adaptive_increase_step",
-            A::DecreaseRatio => c"adaptive_decrease_ratio",
-            A::Smoothing => c"adaptive_smoothing",
-            A::RttTolerance => c"adaptive_rtt_tolerance",
-            A::LongWindow => c"adaptive_long_window",
-            A::QueueSize => c"adaptive_queue_size",
-            _ => c"adaptive",
-        },
-        ConfigError::Breaker(b) => match b {
-            B::FailureThreshold => c"breaker_failure_threshold",
-            B::ErrorRateThreshold => c"breaker_error_rate_threshold",
-            B::ErrorRateWindow => c"breaker_error_rate_window_ms",
-            B::ErrorRateBuckets => c"breaker_error_rate_buckets",
-            B::VolumeThreshold => c"breaker_volume_threshold",
-            B::OpenDuration => c"breaker_open_duration_ms",
-            B::HalfOpenMaxCalls => c"breaker_half_open_max_calls",
-            B::HalfOpenTimeout => c"breaker_half_open_timeout_ms",
-            _ => c"breaker",
-        },
-        ConfigError::CallTimeout => c"call_timeout_ms",
-        _ => c"struct_size",
+/// The C field a core configuration error names: its option's C spelling. (An error without
+/// an option — none can come from an `hg_config` — names `struct_size`, the other C-only case.)
+pub(crate) fn field_of(e: ConfigError) -> BadField {
+    e.option_id().map_or(c"struct_size", |id| id.spec().c_name)
+}
+
+impl ReadConfig {
+    /// The bulkhead configuration: the core's defaults overlaid with these options, validated.
+    pub(crate) fn config(&self) -> Result<Config, BadField> {
+        self.partial.to_config().map_err(field_of)
     }
 }
 
-/// A numeric policy field as read: 0 (the C default) means `d`, the DESIGN §4 default.
-fn or<T: PartialEq + Default>(v: T, d: T) -> T {
-    if v == T::default() { d } else { v }
-}
-
-/// Reads a caller's `hg_config` of `struct_size` bytes (older, smaller layouts get defaults for
-/// the fields they lack: no policies) and validates it, naming the first bad field.
+/// Reads a caller's `hg_config` of `struct_size` bytes (older, smaller layouts: no policies,
+/// no `on_event`), checking every value against the core's option table and naming the first
+/// bad field. Cross-option rules are checked by [`ReadConfig::config`] (or the registry merge).
 ///
 /// # Safety
 /// `p` points to a readable `hg_config` whose `struct_size` bytes are initialized.
 pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadField> {
     // SAFETY: the caller guarantees at least the `struct_size` field is readable.
     let declared = unsafe { p.cast::<u32>().read_unaligned() } as usize;
-    let ours = size_of::<hg_config>();
-    if declared < offset_of!(hg_config, enabled) + 1 {
+    if declared < BASE_END {
         return Err(c"struct_size");
     }
-    let n = declared.min(ours);
-    let mut buf = [0u8; size_of::<hg_config>()];
-    // SAFETY: `n` bytes are readable at `p` (the caller's declared size, capped at ours), and
-    // `buf` has room for `ours >= n` bytes; the regions do not overlap.
-    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), buf.as_mut_ptr(), n) };
-    // Every field is read from its bytes: never a Rust `bool`, enum or fn pointer made from
-    // foreign bytes.
-    fn at<const K: usize>(buf: &[u8], off: usize) -> [u8; K] {
-        buf[off..off + K].try_into().unwrap_or([0; K])
+    let mut partial = PartialConfig::new();
+    let mut n = declared.min(size_of::<hg_config>());
+    if declared < POLICY_FIELDS_END {
+        // An older header: no policies (`resilience` off), nothing read past `enabled`.
+        partial.set_part(Section::Resilience, Part::Off);
+        n = BASE_END;
     }
-    let u64_at = |off: usize| u64::from_ne_bytes(at(&buf, off));
-    let f64_at = |off: usize| f64::from_ne_bytes(at(&buf, off));
-    let u32_at = |off: usize| u32::from_ne_bytes(at(&buf, off));
-    let usize_at = |off: usize| usize::from_ne_bytes(at(&buf, off));
-    let byte_at = |off: usize| buf[off] != 0;
-    let timeout_ms = u64_at(offset_of!(hg_config, queue_timeout_ms));
-    let mut c = Config {
-        max_concurrent: u64_at(offset_of!(hg_config, max_concurrent)),
-        max_queue: u64_at(offset_of!(hg_config, max_queue)),
-        queue_timeout: match timeout_ms {
-            HG_TIMEOUT_INFINITE => Duration::MAX,
-            HG_TIMEOUT_DEFAULT => Config::DEFAULT.queue_timeout,
-            ms => Duration::from_millis(ms),
-        },
-        enabled: byte_at(offset_of!(hg_config, enabled)),
-        ..Config::DEFAULT
-    };
-    let mut on_state_change = None;
-    if declared >= POLICY_FIELDS_END {
-        let ms = Duration::from_millis;
-        let adaptive = if byte_at(offset_of!(hg_config, adaptive_enabled)) {
-            let d = AdaptiveConfig::for_max_concurrent(c.max_concurrent);
-            let algorithm = match u32_at(offset_of!(hg_config, adaptive_algorithm)) {
-                0 => Algorithm::Gradient2,
-                1 => Algorithm::Aimd,
-                _ => return Err(c"adaptive_algorithm"),
-            };
-            let max_limit = or(
-                u64_at(offset_of!(hg_config, adaptive_max_limit)),
-                d.max_limit,
-            );
-            Some(AdaptiveConfig {
-                algorithm,
-                // 0 is the core's own "start at max_limit".
-                initial_limit: u64_at(offset_of!(hg_config, adaptive_initial_limit)),
-                min_limit: or(
-                    u64_at(offset_of!(hg_config, adaptive_min_limit)),
-                    d.min_limit,
-                ),
-                max_limit,
-                target_latency_ns: or(
-                    u64_at(offset_of!(hg_config, adaptive_target_latency_ms))
-                        .saturating_mul(1_000_000),
-                    d.target_latency_ns,
-                ),
-                increase_step: or(
-                    u64_at(offset_of!(hg_config, adaptive_increase_step)),
-                    d.increase_step,
-                ),
-                decrease_ratio: or(
-                    f64_at(offset_of!(hg_config, adaptive_decrease_ratio)),
-                    d.decrease_ratio,
-                ),
-                smoothing: or(
-                    f64_at(offset_of!(hg_config, adaptive_smoothing)),
-                    d.smoothing,
-                ),
-                rtt_tolerance: or(
-                    f64_at(offset_of!(hg_config, adaptive_rtt_tolerance)),
-                    d.rtt_tolerance,
-                ),
-                long_window: or(
-                    u64_at(offset_of!(hg_config, adaptive_long_window)),
-                    d.long_window,
-                ),
-                queue_size: or(
-                    u64_at(offset_of!(hg_config, adaptive_queue_size)),
-                    d.queue_size,
-                ),
-            })
-        } else {
-            None
-        };
-        let breaker = if byte_at(offset_of!(hg_config, breaker_enabled)) {
-            let d = BreakerConfig::DEFAULT;
-            Some(BreakerConfig {
-                failure_threshold: or(
-                    u32_at(offset_of!(hg_config, breaker_failure_threshold)),
-                    d.failure_threshold,
-                ),
-                error_rate_threshold: or(
-                    f64_at(offset_of!(hg_config, breaker_error_rate_threshold)),
-                    d.error_rate_threshold,
-                ),
-                error_rate_window: or(
-                    ms(u64_at(offset_of!(hg_config, breaker_error_rate_window_ms))),
-                    d.error_rate_window,
-                ),
-                error_rate_buckets: or(
-                    u32_at(offset_of!(hg_config, breaker_error_rate_buckets)),
-                    d.error_rate_buckets,
-                ),
-                volume_threshold: or(
-                    u32_at(offset_of!(hg_config, breaker_volume_threshold)),
-                    d.volume_threshold,
-                ),
-                open_duration: or(
-                    ms(u64_at(offset_of!(hg_config, breaker_open_duration_ms))),
-                    d.open_duration,
-                ),
-                half_open_max_calls: or(
-                    u32_at(offset_of!(hg_config, breaker_half_open_max_calls)),
-                    d.half_open_max_calls,
-                ),
-                half_open_timeout: or(
-                    ms(u64_at(offset_of!(hg_config, breaker_half_open_timeout_ms))),
-                    d.half_open_timeout,
-                ),
-            })
-        } else {
-            None
-        };
-        let call_timeout = match u64_at(offset_of!(hg_config, call_timeout_ms)) {
-            0 | HG_TIMEOUT_INFINITE | HG_TIMEOUT_DEFAULT => None,
-            ms => Some(Duration::from_millis(ms)),
-        };
-        c.resilience = Resilience {
-            adaptive,
-            breaker,
-            call_timeout,
-        };
-        let f = usize_at(offset_of!(hg_config, on_state_change));
-        if f != 0 {
-            // SAFETY: a non-zero `hg_state_change_fn` is a function pointer of this type (the
-            // caller's contract); `Option<fn>` has the null niche, so the sizes match.
-            let f: hg_state_change_fn = unsafe { std::mem::transmute::<usize, _>(f) };
-            on_state_change = f.map(|f| StateChange {
-                f,
-                user_data: usize_at(offset_of!(hg_config, on_state_change_user_data))
-                    as *mut c_void,
-            });
-        }
-    }
-    c.validate().map_err(|e| field_of(&e))?;
+    let mut bytes = Bytes([0; size_of::<hg_config>()]);
+    // SAFETY: `n` bytes are readable at `p` (at most the caller's declared size), and the
+    // buffer has room for `size_of::<hg_config>() >= n` bytes; the regions do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.0.as_mut_ptr(), n) };
+    bytes.options(&mut partial).map_err(field_of)?;
     Ok(ReadConfig {
-        config: c,
-        on_state_change,
+        partial,
+        observer: bytes.observer(),
     })
 }
 
@@ -469,11 +472,12 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
 ///   config: the configuration (its `struct_size` says how much to read). NULL →
 ///   `HG_STATUS_NULL_PARAMETER`.
 ///   bad_field: NULL, or receives the C name of the first bad field (`"max_concurrent"`,
-///   `"adaptive_min_limit"`, `"breaker_open_duration_ms"`, `"call_timeout_ms"`,
-///   `"struct_size"`, …) on `HG_STATUS_INVALID_ARGUMENT`, else NULL. The string is static.
+///   `"adaptive_min_limit"`, `"breaker_open_duration_ms"`, `"adaptive_algorithm"`,
+///   `"struct_size"`, …: the field's name as the core's option table spells it for C) on
+///   `HG_STATUS_INVALID_ARGUMENT`, else NULL. The string is static.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT`; `HG_STATUS_NULL_PARAMETER`.
-/// Thread-safety: touches only `*bad_field`.
+/// Thread-safety: any thread; touches only `*bad_field`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_config_check(
     config: *const hg_config,
@@ -482,35 +486,30 @@ pub extern "C" fn hg_config_check(
     crate::boundary::boundary(|| {
         crate::boundary::non_null!(config);
         // SAFETY: non-null `hg_config` (contract).
-        let r = unsafe { read_config(config) };
-        let (status, field) = match r {
-            Ok(_) => (hg_status::HG_STATUS_OK, std::ptr::null()),
-            Err(f) => (hg_status::HG_STATUS_INVALID_ARGUMENT, f.as_ptr()),
-        };
+        let r = unsafe { read_config(config) }.and_then(|c| c.config());
         if !bad_field.is_null() {
             // SAFETY: non-null and writable (contract).
-            unsafe { *bad_field = field };
+            unsafe { *bad_field = r.err().map_or(std::ptr::null(), CStr::as_ptr) };
         }
-        status
+        crate::boundary::ok_or(r, hg_status::HG_STATUS_INVALID_ARGUMENT)
     })
 }
 
-/// A per-call timeout in ms: `HG_TIMEOUT_DEFAULT` → `None` (the configured one),
-/// `HG_TIMEOUT_INFINITE` → no deadline.
-pub(crate) fn call_timeout(ms: u64) -> Option<Duration> {
-    match ms {
-        HG_TIMEOUT_DEFAULT => None,
-        HG_TIMEOUT_INFINITE => Some(Duration::MAX),
-        ms => Some(Duration::from_millis(ms)),
-    }
+/// A per-call queue timeout in ms (the `timeout_ms` of the acquire and drain functions), by the
+/// core's conversion rule: `HG_TIMEOUT_DEFAULT` → `None` (the configured one);
+/// `HG_TIMEOUT_INFINITE` (or a value too large to hold) → `Duration::MAX`, no deadline.
+pub(crate) fn wait_timeout(ms: u64) -> Option<Duration> {
+    millis(OptionId::QueueTimeout, ms).ok().flatten()
 }
 
-/// Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled) and its `struct_size`.
+/// Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled, no policies, no
+/// callbacks) and its `struct_size`.
 ///
 /// Parameters:
 ///   config: where to write. NULL → `HG_STATUS_NULL_PARAMETER`.
 ///
-/// Thread-safety: touches only `*config`.
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; touches only `*config`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_config_default(config: *mut hg_config) -> hg_status {
     crate::boundary::boundary(|| {
@@ -520,8 +519,8 @@ pub extern "C" fn hg_config_default(config: *mut hg_config) -> hg_status {
     })
 }
 
-/// The stats of one bulkhead (DESIGN §3.7). Set `struct_size = sizeof(hg_stats)` before
-/// calling `hg_bulkhead_stats()`; the library writes only that many bytes.
+/// The stats of one bulkhead (docs/design.md, "Stats"). Set `struct_size = sizeof(hg_stats)`
+/// before calling `hg_bulkhead_stats()`; the library writes only that many bytes.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct hg_stats {
@@ -535,12 +534,14 @@ pub struct hg_stats {
     /// Permits free now; negative after a shrink.
     pub available: i64,
     pub admitted_total: u64,
-    /// Rejections indexed by `hg_reason` (8–15 reserved, 0).
+    /// Rejections indexed by `hg_reason` (a reason this version does not return, and 11–15,
+    /// stay 0).
     pub rejected: [u64; 16],
     pub released_twice_total: u64,
     pub leaked_total: u64,
     pub ring_free: u64,
     pub queue_wait_count: u64,
+    /// Queue waits, enqueue to grant, in ns of the host clock.
     pub queue_wait_sum_ns: u64,
     pub queue_wait_max_ns: u64,
     /// Appended with the policies (absent when an older caller's `struct_size` ends before them): whether
@@ -578,8 +579,11 @@ pub struct hg_stats {
 
 impl From<&Stats> for hg_stats {
     fn from(s: &Stats) -> Self {
+        // By index: `hg_reason` is the core's reason index (every reason fits: status.rs).
         let mut rejected = [0u64; 16];
-        rejected[..8].copy_from_slice(&s.rejected_by_reason.0);
+        for (reason, n) in s.rejected_by_reason.iter() {
+            rejected[reason.index()] = n;
+        }
         let c = s.circuit.as_ref();
         let a = s.adaptive.as_ref();
         hg_stats {
@@ -606,10 +610,7 @@ impl From<&Stats> for hg_stats {
             circuit_window_failures: c.map_or(0, |c| c.window_failures),
             circuit_opened_at_ns: c.map_or(0, |c| c.opened_at_ns),
             adaptive_present: a.is_some(),
-            adaptive_algorithm: match a.map(|a| a.algorithm) {
-                Some(Algorithm::Aimd) => hg_adaptive_algorithm::HG_ADAPTIVE_AIMD,
-                _ => hg_adaptive_algorithm::HG_ADAPTIVE_GRADIENT2,
-            },
+            adaptive_algorithm: a.map_or(Default::default(), |a| a.algorithm.into()),
             adaptive_limit: a.map_or(0, |a| a.limit),
             adaptive_min_limit: a.map_or(0, |a| a.min_limit),
             adaptive_max_limit: a.map_or(0, |a| a.max_limit),

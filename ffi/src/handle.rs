@@ -4,9 +4,7 @@
 
 use std::sync::{Arc, Weak};
 
-use hullguard_core::{
-    Bulkhead as CoreBulkhead, CallStart, Outcome, OwnedPermit, Registry as CoreRegistry,
-};
+use hullguard_core::{Bulkhead as CoreBulkhead, OwnedPermit, Registry as CoreRegistry};
 
 /// A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
 /// `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
@@ -53,61 +51,22 @@ impl Drop for RegistryHandle {
     }
 }
 
-/// What an `hg_permit*` points to. It carries its guarded call (DESIGN §4): the
-/// [`CallStart`] of `begin_call`, ended exactly once — by the release with its outcome
-/// (`hg_permit_release` = success, `hg_permit_release_outcome`), by `hg_permit_call_timed_out`
-/// (failure; the later release then records nothing), or `ignored` when the permit is freed
-/// still held.
+/// What an `hg_permit*` points to: the core's call (its permits and its guarded call), until
+/// it is released, and a weak reference to its bulkhead that counts a release of an already
+/// released permit (`released_twice_total`).
 pub(crate) struct PermitBox {
-    pub(crate) held: Option<Arc<CoreBulkhead>>,
+    pub(crate) call: Option<OwnedPermit>,
     pub(crate) weak: Weak<CoreBulkhead>,
-    pub(crate) weight: u64,
-    /// The call until it is ended (`None` after that: while the permits are still held, only
-    /// `hg_permit_call_timed_out` can have ended it).
-    pub(crate) call: Option<CallStart>,
 }
 
 impl PermitBox {
-    pub(crate) fn new(core: Arc<CoreBulkhead>, weight: u64, call: CallStart) -> Self {
-        Self {
-            weak: Arc::downgrade(&core),
-            held: Some(core),
-            weight,
+    /// A new `hg_permit*` owning `call`, a call of `bh`.
+    pub(crate) fn into_raw(bh: &Arc<CoreBulkhead>, call: OwnedPermit) -> *mut hg_permit {
+        Box::into_raw(Box::new(PermitBox {
             call: Some(call),
-        }
-    }
-
-    /// The permit of a core [`OwnedPermit`]: its bulkhead, weight and call move in.
-    pub(crate) fn from_owned(p: OwnedPermit) -> Self {
-        let (core, weight, call) = p.into_parts();
-        Self::new(core, weight, call)
-    }
-
-    pub(crate) fn into_raw(self) -> *mut hg_permit {
-        Box::into_raw(Box::new(self)).cast()
-    }
-
-    /// Ends the call with `outcome` (if not ended yet), then returns the permits if still held;
-    /// `false` if they were already released.
-    pub(crate) fn release(&mut self, outcome: Outcome) -> bool {
-        let Some(core) = self.held.take() else {
-            return false;
-        };
-        // The outcome first (DESIGN §4): the adaptive sample counts this call in flight.
-        if let Some(call) = self.call.take() {
-            core.end_call(call, outcome);
-        }
-        if self.weight > 0 {
-            core.release_units(self.weight);
-        }
-        true
-    }
-}
-
-impl Drop for PermitBox {
-    fn drop(&mut self) {
-        // Freed while held: the call ends `ignored` (DESIGN §4).
-        self.release(Outcome::Ignored);
+            weak: Arc::downgrade(bh),
+        }))
+        .cast()
     }
 }
 
@@ -173,11 +132,11 @@ pub(crate) unsafe fn registry_release(p: *const hg_registry) {
     drop(unsafe { Arc::from_raw(p.cast::<RegistryHandle>()) })
 }
 
-/// Frees a permit box.
+/// Takes a permit box back (to free it).
 ///
 /// # Safety
 /// As [`permit_mut`]; the caller gives up the permit.
-pub(crate) unsafe fn permit_free(p: *mut hg_permit) {
-    // SAFETY: `p` came from `Box::into_raw` (contract).
-    drop(unsafe { Box::from_raw(p.cast::<PermitBox>()) })
+pub(crate) unsafe fn permit_take(p: *mut hg_permit) -> Box<PermitBox> {
+    // SAFETY: `p` came from `Box::into_raw` in `PermitBox::into_raw` (contract).
+    unsafe { Box::from_raw(p.cast::<PermitBox>()) }
 }

@@ -3,13 +3,18 @@
 //! `hg_status` enum whose numbers are ABI, every export inside a panic boundary, every pointer
 //! NULL-checked.
 //!
+//! This crate only marshals: admission, calls, waiters, options, reasons, the merge of registry
+//! overrides and events are the core's (docs/design.md); what is here is C layout, C numbers
+//! and the plumbing from core handles to C callbacks.
+//!
 //! | module | what |
 //! |---|---|
-//! | `status` | `hg_status`, `hg_reason`, `hg_outcome`, messages, version |
-//! | `config` | `hg_config` (with the policy fields), `hg_config_check`, `hg_stats`, `hg_drain_result` (size-versioned structs), `hg_circuit_state`, `hg_adaptive_algorithm`, `hg_state_change_fn` |
-//! | `handle` | the opaque handles and their casts |
-//! | `bulkhead` | `hg_bulkhead_*`, `hg_ticket_cancel` |
-//! | `async_wait` | queued async acquires: callbacks and the timer thread |
+//! | `status` | `hg_status`, `hg_reason`, `hg_outcome` (numbers; names and messages from the core's reason table), version |
+//! | `config` | `hg_config` (read as the core's `PartialConfig`), `hg_config_check`, `hg_stats`, `hg_drain_result` (size-versioned structs), `hg_adaptive_algorithm` |
+//! | `event` | `hg_circuit_state`, `hg_state_change_fn`, `hg_event` / `hg_event_kind` / `hg_event_fn`: one adapter of the core's `Observer` |
+//! | `handle` | the opaque handles and their casts; `hg_permit` holds a core `Call` |
+//! | `bulkhead` | `hg_bulkhead_*`, `hg_ticket_poll`, `hg_ticket_cancel*` |
+//! | `async_wait` | queued async acquires: the waker that owns the callback, and the timer thread |
 //! | `permit` | `hg_permit_*` |
 //! | `registry` | `hg_registry_*`, `hg_origin_key` |
 //! | `boundary` | the panic boundary and pointer checks |
@@ -23,6 +28,7 @@ mod async_wait;
 mod boundary;
 mod bulkhead;
 mod config;
+mod event;
 mod handle;
 mod permit;
 mod registry;
@@ -32,6 +38,7 @@ pub use crate::{
     async_wait::hg_acquire_callback,
     bulkhead::*,
     config::*,
+    event::{hg_circuit_state, hg_event, hg_event_fn, hg_event_kind, hg_state_change_fn},
     handle::{hg_bulkhead, hg_permit, hg_registry},
     permit::*,
     registry::*,

@@ -1,16 +1,20 @@
 //! `hg_registry_*` and `hg_origin_key`.
 
 use std::{
-    collections::HashMap,
     ffi::{c_char, c_void},
+    sync::Arc,
 };
 
-use hullguard_core::{ClockSource, Registry as CoreRegistry, RegistryConfig, origin_key};
+use hullguard_core::{
+    Bulkhead as CoreBulkhead, ClockSource, Registry as CoreRegistry, RegistryConfig,
+    config::{OptionId, Value},
+    origin_key,
+};
 
 use crate::{
-    boundary::{boundary, non_null, try_mut},
-    bulkhead::{c_clock, grant_owned, hg_now_ns_fn},
-    config::{StateChange, call_timeout, hg_config, hg_stats, read_config, write_stats},
+    boundary::{boundary, non_null, ok_or, try_mut, try_val},
+    bulkhead::{c_clock, grant, hg_now_ns_fn},
+    config::{hg_config, hg_stats, read_config, wait_timeout, write_stats},
     handle::{
         BulkheadHandle, RegistryHandle, bulkhead_into_raw, hg_bulkhead, hg_permit, hg_registry,
         registry_into_raw, registry_ref, registry_release, registry_retain,
@@ -40,15 +44,6 @@ unsafe fn key_str<'a>(p: *const c_char, len: usize) -> Result<&'a str, hg_status
     std::str::from_utf8(bytes).map_err(|_| hg_status::HG_STATUS_INVALID_ARGUMENT)
 }
 
-macro_rules! try_val {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(s) => return s,
-        }
-    };
-}
-
 /// # Safety
 /// `reg` is NULL or a live `hg_registry*`.
 unsafe fn reg<'a>(reg: *const hg_registry) -> Result<&'a CoreRegistry, hg_status> {
@@ -64,21 +59,32 @@ unsafe fn reg<'a>(reg: *const hg_registry) -> Result<&'a CoreRegistry, hg_status
 /// handle, or is rejected `HG_STATUS_KEY_LIMIT`.
 ///
 /// Parameters:
-///   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys: ≥ 1.
-///   out: receives the registry.
+///   defaults: required. overrides: `overrides_len` entries (NULL if 0). max_keys:
+///   `1 .. 2^32 - 1`. out: receives the registry.
 ///
-/// Policies: each key's bulkhead gets the policy fields (`adaptive_*`, `breaker_*`,
-///   `call_timeout_ms`) of its override, else of `defaults` — an override is a whole
-///   `hg_config`, not merged field by field (start it as a copy of `defaults`). The defaults'
-///   `on_state_change` receives every key's breaker transitions with the key's bytes; an
-///   override's `on_state_change` must be NULL or the defaults' (same function and user data).
+/// Overrides (docs/design.md, "one merge rule"): each override is merged over `defaults` field
+///   by field, by the core's merge. Every field an override sets wins: the base fields
+///   (`max_concurrent`, `max_queue`, `queue_timeout_ms` unless `HG_TIMEOUT_DEFAULT`,
+///   `enabled`), the part switches `adaptive_enabled` / `breaker_enabled` (false turns the part
+///   off for that key), `adaptive_algorithm` of an enabled part, and every non-zero policy field;
+///   a policy field left 0 (or a duration left `HG_TIMEOUT_DEFAULT`) takes the defaults' value
+///   (the default when they leave it 0 too). So an override that sets every field wins entirely,
+///   and one started as a copy of `defaults` (the recommended way) gets exactly what it says;
+///   `call_timeout_ms = HG_TIMEOUT_INFINITE` turns the defaults' call timeout off for that key.
+///   URL-shaped override keys (`scheme://…`) are canonicalised like `hg_origin_key()` (so
+///   `"https://Api.example"` is the key `"https://api.example:443"`); other keys are bytes.
+///   The defaults' `on_state_change` / `on_event` receive every key's events with the key's
+///   bytes; an override's callbacks must each be NULL or the defaults' (same function and user
+///   data).
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config — `hg_config_check()`
-///   names the field —, a non-UTF-8 key, `max_keys` 0, an override with another
-///   `on_state_change`); `HG_STATUS_NULL_PARAMETER`.
+///   names the field —, a non-UTF-8 key, a URL-shaped key without an origin, two overrides of
+///   the same key, `max_keys` out of range, an override with other callbacks);
+///   `HG_STATUS_NULL_PARAMETER`.
 ///
 /// Memory and lifetimes: reference-counted like `hg_bulkhead`; freeing the last reference
-/// closes every bulkhead in it. Thread-safety: any number of threads.
+/// closes every bulkhead in it. Thread-safety: any thread; the registry may be used from any
+/// number of threads at once.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_new(
     defaults: *const hg_config,
@@ -113,7 +119,7 @@ pub extern "C" fn hg_registry_new(
 ///   user_data: passed to `now_ns`; must stay valid until the registry, its bulkhead handles
 ///   and its permits are gone.
 ///
-/// Returns: as `hg_registry_new()`.
+/// Returns: as `hg_registry_new()`. Thread-safety: as `hg_registry_new()`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_new_with_clock(
     defaults: *const hg_config,
@@ -154,53 +160,46 @@ unsafe fn new_registry(
     clock: ClockSource,
     out: &mut *mut hg_registry,
 ) -> hg_status {
-    let invalid = |_| hg_status::HG_STATUS_INVALID_ARGUMENT;
+    fn invalid<E>(_: E) -> hg_status {
+        hg_status::HG_STATUS_INVALID_ARGUMENT
+    }
     // SAFETY: non-null `hg_config` (contract).
-    let defaults = try_val!(unsafe { read_config(defaults) }.map_err(invalid));
-    let mut map = HashMap::new();
-    if overrides_len > 0 {
-        non_null!(overrides);
-        // SAFETY: `overrides_len` readable entries at `overrides` (contract).
-        let entries = unsafe { std::slice::from_raw_parts(overrides, overrides_len) };
-        for o in entries {
-            // SAFETY: each entry's key points to `key_len` bytes (contract).
-            let k = try_val!(unsafe { key_str(o.key, o.key_len) });
-            non_null!(o.config);
-            // SAFETY: non-null `hg_config` (contract).
-            let c = try_val!(unsafe { read_config(o.config) }.map_err(invalid));
-            let same = match (&c.on_state_change, &defaults.on_state_change) {
-                (None, _) => true,
-                (Some(a), Some(b)) => a.same(b),
-                (Some(_), None) => false,
-            };
-            if !same {
-                return hg_status::HG_STATUS_INVALID_ARGUMENT;
-            }
-            map.insert(k.to_owned(), c.config);
+    let mut defaults = try_val!(unsafe { read_config(defaults) }.map_err(invalid));
+    try_val!(
+        defaults
+            .partial
+            .set(OptionId::MaxKeys, Value::Count(max_keys))
+            .map_err(invalid)
+    );
+    let entries: &[hg_registry_override] = match overrides_len {
+        0 => &[],
+        n => {
+            non_null!(overrides);
+            // SAFETY: `overrides_len` readable entries at `overrides` (contract).
+            unsafe { std::slice::from_raw_parts(overrides, n) }
         }
-    }
-    let Ok(max_keys) = usize::try_from(max_keys) else {
-        return hg_status::HG_STATUS_INVALID_ARGUMENT;
     };
-    let observer = defaults.on_state_change.map(StateChange::shared);
-    match CoreRegistry::with_observer(
-        RegistryConfig {
-            defaults: defaults.config,
-            overrides: map,
-            max_keys,
-        },
-        clock,
-        observer,
-    ) {
-        Ok(reg) => {
-            *out = registry_into_raw(RegistryHandle { reg });
-            hg_status::HG_STATUS_OK
+    let mut layers = Vec::with_capacity(entries.len());
+    for o in entries {
+        // SAFETY: each entry's key points to `key_len` bytes (contract).
+        let k = try_val!(unsafe { key_str(o.key, o.key_len) });
+        non_null!(o.config);
+        // SAFETY: non-null `hg_config` (contract).
+        let c = try_val!(unsafe { read_config(o.config) }.map_err(invalid));
+        if !c.observer.fits(&defaults.observer) {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
         }
-        Err(_) => hg_status::HG_STATUS_INVALID_ARGUMENT,
+        layers.push((k.to_owned(), c.partial));
     }
+    let config = try_val!(RegistryConfig::from_partial(&defaults.partial, layers).map_err(invalid));
+    let r = CoreRegistry::with_observer(config, clock, defaults.observer.shared());
+    let r = r.map(|reg| *out = registry_into_raw(RegistryHandle { reg }));
+    ok_or(r, hg_status::HG_STATUS_INVALID_ARGUMENT)
 }
 
 /// Adds a reference to `reg` and returns it (NULL in, NULL out).
+///
+/// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_retain(reg: *const hg_registry) -> *const hg_registry {
     boundary(|| {
@@ -213,7 +212,8 @@ pub extern "C" fn hg_registry_retain(reg: *const hg_registry) -> *const hg_regis
 }
 
 /// Drops one reference to `reg`. NULL is accepted and ignored. Freeing twice is undefined
-/// behaviour.
+/// behaviour. Freeing the last reference closes every bulkhead in it (pending callbacks run on
+/// this thread). Thread-safety: any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_free(reg: *const hg_registry) {
     boundary(|| {
@@ -230,6 +230,9 @@ pub extern "C" fn hg_registry_free(reg: *const hg_registry) {
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_KEY_LIMIT`; `HG_STATUS_SHUTDOWN` after close;
 ///   `HG_STATUS_INVALID_ARGUMENT` (non-UTF-8 key); `HG_STATUS_NULL_PARAMETER`.
+///
+/// Memory and lifetimes: free the handle with `hg_bulkhead_free()`.
+/// Thread-safety: any thread; a new key takes the registry's key-map lock.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_get(
     reg: *const hg_registry,
@@ -243,20 +246,24 @@ pub extern "C" fn hg_registry_get(
         // SAFETY: `key_len` readable bytes (contract).
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
-        match r.get(k) {
-            Ok(core) => {
-                *out = bulkhead_into_raw(BulkheadHandle { core, owned: false });
-                hg_status::HG_STATUS_OK
-            }
-            Err(e) => (&e.error).into(),
-        }
+        let core = try_val!(entry(r, k));
+        *out = bulkhead_into_raw(BulkheadHandle { core, owned: false });
+        hg_status::HG_STATUS_OK
     })
+}
+
+/// `key`'s bulkhead, created on first use (an outside handle while it lives), or the status of
+/// why not.
+fn entry(r: &CoreRegistry, key: &str) -> Result<Arc<CoreBulkhead>, hg_status> {
+    r.get(key).map_err(|e| (&e.error).into())
 }
 
 /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit keeps
 /// the entry alive only while it is held.
 ///
-/// Returns: as `hg_bulkhead_try_acquire()`, plus `HG_STATUS_KEY_LIMIT`.
+/// Returns: as `hg_bulkhead_try_acquire()`, plus `HG_STATUS_KEY_LIMIT`; `HG_STATUS_SHUTDOWN`
+///   after close; `HG_STATUS_INVALID_ARGUMENT` for a non-UTF-8 key.
+/// Thread-safety: any thread; never waits (a new key takes the registry's key-map lock).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_try_acquire(
     reg: *const hg_registry,
@@ -271,12 +278,18 @@ pub extern "C" fn hg_registry_try_acquire(
         // SAFETY: `key_len` readable bytes (contract).
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
-        grant_owned(r.try_acquire(k, weight).map_err(|e| e.error), out)
+        let bh = try_val!(entry(r, k));
+        grant(&bh, bh.try_acquire_owned(weight), out)
     })
 }
 
-/// Waits on this thread for `weight` permits of `key`'s bulkhead (timeouts as
+/// Waits on this thread for `weight` permits of `key`'s bulkhead (`timeout_ms` in ms as
 /// `hg_bulkhead_acquire_timeout()`).
+///
+/// Returns: as `hg_bulkhead_acquire_timeout()`, plus the key errors of
+///   `hg_registry_try_acquire()`.
+/// Thread-safety: any thread; blocks the calling thread up to `timeout_ms` (never call it from
+/// a callback).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_acquire_timeout(
     reg: *const hg_registry,
@@ -292,15 +305,22 @@ pub extern "C" fn hg_registry_acquire_timeout(
         // SAFETY: `key_len` readable bytes (contract).
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
-        grant_owned(
-            r.acquire_blocking(k, weight, call_timeout(timeout_ms))
-                .map_err(|e| e.error),
+        let bh = try_val!(entry(r, k));
+        grant(
+            &bh,
+            bh.acquire_blocking_owned(weight, wait_timeout(timeout_ms)),
             out,
         )
     })
 }
 
-/// The stats of `key`'s bulkhead (it is not created: `HG_STATUS_INVALID_ARGUMENT` if absent).
+/// The stats of `key`'s bulkhead (it is not created: `HG_STATUS_INVALID_ARGUMENT` if absent),
+/// written as `hg_bulkhead_stats()` writes them.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (no such key, a non-UTF-8 key, a
+///   `struct_size` below 4); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; reads every key's stats (a read may commit a due breaker
+/// transition and run the event callbacks on this thread, while it holds no registry lock).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_stats(
     reg: *const hg_registry,
@@ -323,7 +343,10 @@ pub extern "C" fn hg_registry_stats(
     })
 }
 
-/// Closes every bulkhead of the registry (and those created later).
+/// Closes every bulkhead of the registry (and those created later): as `hg_bulkhead_close()`
+/// for each. Idempotent.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_registry_close(reg: *const hg_registry) -> hg_status {
     boundary(|| {
@@ -333,7 +356,7 @@ pub extern "C" fn hg_registry_close(reg: *const hg_registry) -> hg_status {
     })
 }
 
-/// The canonical origin key of a URL (`scheme://host:port`, DESIGN §3.8), written into `buf`
+/// The canonical origin key of a URL (`scheme://host:port`, docs/design.md "Registry"), written into `buf`
 /// with a terminating NUL.
 ///
 /// Parameters:
@@ -344,6 +367,7 @@ pub extern "C" fn hg_registry_close(reg: *const hg_registry) -> hg_status {
 ///   `buf` too small (then `*out_len` says how much is needed, plus 1 for the NUL; pass
 ///   `buf` NULL and `buf_len` 0 to ask for the size first);
 ///   `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; touches only `buf` and `*out_len`.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_origin_key(
     url: *const c_char,

@@ -1,18 +1,25 @@
-//! Status codes, reasons and outcomes. Their numbers are ABI (DESIGN §5 C): never renumber or
-//! reuse one.
+//! Status codes, reasons and outcomes. Their numbers are ABI (docs/design.md, the C ABI): never
+//! renumber or reuse one. Reason names and rejection messages come from the core's reason table
+//! (`Reason::info()`); this file only declares the C numbers.
 
 use std::ffi::c_char;
 
-use hullguard_core::Reason;
+use hullguard_core::{AcquireError, Reason};
 
 /// The result of every fallible `hg_*` call.
+///
+/// `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason, declared from the
+/// start (2008–2010 are reserved for the reasons the next versions add: not returned by this
+/// version).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
 pub enum hg_status {
     /// Success (a permit was granted, or the operation was done).
     HG_STATUS_OK = 0,
-    /// `hg_bulkhead_acquire_async` queued the acquire; its callback will run exactly once.
+    /// `hg_bulkhead_acquire_async` / `hg_bulkhead_enqueue` queued the acquire (the callback will
+    /// run exactly once; a polling ticket waits for `hg_ticket_poll()`); `hg_ticket_poll()`: still
+    /// queued.
     HG_STATUS_QUEUED = 1,
     /// A required pointer argument was NULL.
     HG_STATUS_NULL_PARAMETER = 1000,
@@ -42,32 +49,64 @@ pub enum hg_status {
     HG_STATUS_CIRCUIT_OPEN = 2006,
     /// Rejected `call_timeout`.
     HG_STATUS_CALL_TIMEOUT = 2007,
+    /// Rejected `budget_limit` (a budget dimension refused). Reserved: not returned by this
+    /// version.
+    HG_STATUS_BUDGET_LIMIT = 2008,
+    /// Rejected `shed` (evicted from the queue, or shed by queue delay or load). Reserved: not
+    /// returned by this version.
+    HG_STATUS_SHED = 2009,
+    /// Rejected `rate_limit` (a rate limit refused). Reserved: not returned by this version.
+    HG_STATUS_RATE_LIMIT = 2010,
 }
+
+/// The first rejection status: `HG_STATUS_<REASON> = REJECTED + hg_reason`.
+const REJECTED: u32 = hg_status::HG_STATUS_CONCURRENCY_LIMIT as u32;
+
+/// The status of core reason index `i`, `2000 + i`.
+const fn rejection(i: usize) -> hg_status {
+    // SAFETY: `2000 + i` is a declared `hg_status` for every reason index of the core (checked
+    // at compile time below: reading the discriminant of an undeclared value fails const
+    // evaluation), and `From<Reason>` only passes such indices.
+    unsafe { std::mem::transmute::<u32, hg_status>(REJECTED + i as u32) }
+}
+
+/// The hg_reason of core reason index `i`.
+const fn reason(i: usize) -> hg_reason {
+    // SAFETY: as `rejection`, for `hg_reason`.
+    unsafe { std::mem::transmute::<u32, hg_reason>(i as u32) }
+}
+
+// Every core reason has a declared `hg_reason` and `hg_status` (adding a reason to the core
+// needs no C change while it fits the declared slots; `hg_stats.rejected` has 16).
+const _: () = {
+    let mut i = 0;
+    while i < Reason::COUNT {
+        assert!(rejection(i) as u32 == REJECTED + i as u32);
+        assert!(reason(i) as usize == i);
+        i += 1;
+    }
+    assert!(Reason::COUNT <= 16);
+};
 
 impl From<Reason> for hg_status {
     fn from(r: Reason) -> Self {
-        match r {
-            Reason::ConcurrencyLimit => hg_status::HG_STATUS_CONCURRENCY_LIMIT,
-            Reason::QueueLimit => hg_status::HG_STATUS_QUEUE_LIMIT,
-            Reason::KeyLimit => hg_status::HG_STATUS_KEY_LIMIT,
-            Reason::Timeout => hg_status::HG_STATUS_TIMEOUT,
-            Reason::Aborted => hg_status::HG_STATUS_ABORTED,
-            Reason::Shutdown => hg_status::HG_STATUS_SHUTDOWN,
-            Reason::CircuitOpen => hg_status::HG_STATUS_CIRCUIT_OPEN,
-            Reason::CallTimeout => hg_status::HG_STATUS_CALL_TIMEOUT,
-            _ => hg_status::HG_STATUS_INVALID_ARGUMENT,
-        }
+        rejection(r.index())
     }
 }
 
-impl From<&hullguard_core::AcquireError> for hg_status {
-    fn from(e: &hullguard_core::AcquireError) -> Self {
+impl From<&AcquireError> for hg_status {
+    /// The reason's status; `HG_STATUS_INVALID_ARGUMENT` for an argument error (no reason).
+    fn from(e: &AcquireError) -> Self {
         e.reason()
             .map_or(hg_status::HG_STATUS_INVALID_ARGUMENT, hg_status::from)
     }
 }
 
-/// Why an acquire was rejected: the index of `hg_stats.rejected` (8–15 reserved).
+/// Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
+///
+/// 8–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
+/// returned by this version — `hg_reason_name()` returns NULL for them and their
+/// `hg_stats.rejected` entries stay 0 until then.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -80,9 +119,15 @@ pub enum hg_reason {
     HG_REASON_SHUTDOWN = 5,
     HG_REASON_CIRCUIT_OPEN = 6,
     HG_REASON_CALL_TIMEOUT = 7,
+    /// Reserved: not returned by this version.
+    HG_REASON_BUDGET_LIMIT = 8,
+    /// Reserved: not returned by this version.
+    HG_REASON_SHED = 9,
+    /// Reserved: not returned by this version.
+    HG_REASON_RATE_LIMIT = 10,
 }
 
-/// How a guarded call ended (DESIGN §4 "Outcomes").
+/// How a guarded call ended (docs/design.md, "Outcomes").
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -98,63 +143,51 @@ pub enum hg_outcome {
     HG_OUTCOME_OVERLOAD = 3,
 }
 
-/// A NUL-terminated static string.
-macro_rules! cstr {
-    ($s:expr) => {
-        concat!($s, "\0").as_ptr().cast::<c_char>()
-    };
-}
-
-/// A static, NUL-terminated English description of `status` ("unknown status" for numbers
-/// this version does not define).
+/// A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
+/// rejection (the core's message), `"reserved: not returned by this version"` for a declared
+/// status no reason of this version has (2008–2010), `"unknown status"` for numbers this
+/// version does not define.
 ///
-/// Memory and lifetimes: the string is static; never free it. Thread-safe.
+/// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+/// waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
-    match status {
-        0 => cstr!("ok"),
-        1 => cstr!("queued: the callback will run exactly once"),
-        1000 => cstr!("a required pointer argument was NULL"),
-        1001 => cstr!("internal error (a panic was caught)"),
-        1002 => cstr!("invalid argument"),
-        1003 => cstr!("the permit was already released"),
-        1004 => cstr!("the ticket was already settled"),
-        1005 => cstr!("out of memory"),
-        2000 => cstr!("rejected: concurrency_limit"),
-        2001 => cstr!("rejected: queue_limit"),
-        2002 => cstr!("rejected: key_limit"),
-        2003 => cstr!("rejected: timeout"),
-        2004 => cstr!("rejected: aborted"),
-        2005 => cstr!("rejected: shutdown"),
-        2006 => cstr!("rejected: circuit_open"),
-        2007 => cstr!("rejected: call_timeout"),
-        _ => cstr!("unknown status"),
-    }
+    let message = match status {
+        0 => c"ok",
+        1 => c"queued: the callback will run exactly once",
+        1000 => c"a required pointer argument was NULL",
+        1001 => c"internal error (a panic was caught)",
+        1002 => c"invalid argument",
+        1003 => c"the permit was already released",
+        1004 => c"the ticket was already settled",
+        1005 => c"out of memory",
+        s if (REJECTED..=hg_status::HG_STATUS_RATE_LIMIT as u32).contains(&s) => {
+            Reason::from_index((s - REJECTED) as usize)
+                .map_or(c"reserved: not returned by this version", |r| {
+                    r.info().c_message
+                })
+        }
+        _ => c"unknown status",
+    };
+    message.as_ptr()
 }
 
-/// The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it; NULL
-/// for a number this version does not define.
+/// The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it (the
+/// core's reason table); NULL for a number this version does not return (the reserved 8–10
+/// included).
 ///
-/// Memory and lifetimes: the string is static; never free it. Thread-safe.
+/// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+/// waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_reason_name(reason: u32) -> *const c_char {
-    match reason {
-        0 => cstr!("concurrency_limit"),
-        1 => cstr!("queue_limit"),
-        2 => cstr!("key_limit"),
-        3 => cstr!("timeout"),
-        4 => cstr!("aborted"),
-        5 => cstr!("shutdown"),
-        6 => cstr!("circuit_open"),
-        7 => cstr!("call_timeout"),
-        _ => std::ptr::null(),
-    }
+    Reason::from_index(reason as usize).map_or(std::ptr::null(), |r| r.info().c_name.as_ptr())
 }
 
 /// The library version, e.g. `"0.1.0"`.
 ///
-/// Memory and lifetimes: the string is static; never free it. Thread-safe.
+/// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+/// waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_version() -> *const c_char {
-    cstr!(env!("CARGO_PKG_VERSION"))
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }

@@ -1,4 +1,4 @@
-//! The C runner of the scenario vectors in `tests/vectors/` (DESIGN.md §5.1): the same decisions
+//! The C runner of the scenario vectors in `tests/vectors/` (docs/design.md, "Scenario vectors"): the same decisions
 //! through the C ABI. It mirrors the Rust runner (`tests/tests/vectors.rs`) step for step, but
 //! calls only the exported `hg_*` functions (as the crate's `pub extern "C"` items, the very
 //! symbols a C program links) — never `hullguard-core`. What is not about the ABI (finding,
@@ -25,10 +25,11 @@
 //!   single bulkhead is built with `hg_bulkhead_new_with_clock` on the runner's virtual clock, so
 //!   `queue_wait_*_ns` figures match; a registry is built with `hg_registry_new_with_clock` on
 //!   the same clock.
-//! * Policy vectors (`tests/vectors/policies/`, DESIGN §4): `config.resilience` becomes the
+//! * Policy vectors (`tests/vectors/policies/`, docs/design.md): `config.resilience` becomes the
 //!   appended `hg_config` fields (`adaptive_*`, `breaker_*`, `call_timeout_ms`; an omitted
 //!   option stays 0 = the default); a registry override is merged key by key over the defaults
-//!   in JSON (as the Rust runner does), then passed as a whole `hg_config`. `release` /
+//!   in JSON (as the Rust runner does), then passed as a whole `hg_config` (the ABI merges it
+//!   over the defaults again, field by field: nothing changes, it carries their values). `release` /
 //!   `record_outcome` with an `outcome` → `hg_permit_release_outcome` (without one:
 //!   `hg_permit_release`, a success); `expect_state` → `hg_stats.circuit_state` (a stats read
 //!   commits a due lazy transition, as a state read does); `expect_events` → the transitions the
@@ -634,7 +635,7 @@ impl Runner {
                 let Some(State::Permit { permit, .. }) = self.acquires.get(id) else {
                     panic!("{ctx}: {id} holds no permit")
                 };
-                // Without an outcome: the plain release (a success, DESIGN §4).
+                // Without an outcome: the plain release (a success, docs/design.md).
                 let status = match step.get("outcome").and_then(Value::as_str) {
                     None => hg_permit_release(*permit),
                     Some(o) => {
@@ -904,7 +905,7 @@ fn scenario_vectors_through_the_c_abi() {
     let dir = vectors::dir();
     let validator = vectors::validator();
     let mut names = HashSet::new();
-    // The plain vectors, then the policy vectors (DESIGN §5.1; names unique across both).
+    // The plain vectors, then the policy vectors (names unique across both).
     let (n, full, mut skipped) = run_dir(&dir, &validator, &mut names);
     assert!(n >= 25, "only {n} vectors");
     let (pn, pfull, pskipped) = run_dir(&dir.join("policies"), &validator, &mut names);

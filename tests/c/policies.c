@@ -736,7 +736,10 @@ static void bad_policy_fields(void) {
     }
     c = base(), c.adaptive_long_window = (1ull << 32) + 1, EXPECT_BAD(c, "adaptive_long_window");
     c = base(), c.adaptive_queue_size = HG_MAX_PERMITS + 1, EXPECT_BAD(c, "adaptive_queue_size");
-    c = base(), c.adaptive_target_latency_ms = UINT64_MAX, EXPECT_OK(c); /* saturates */
+    /* The core's range for every policy duration: at most 2^62 ns (about 146 years). */
+    c = base(), c.adaptive_target_latency_ms = UINT64_MAX;
+    EXPECT_BAD(c, "adaptive_target_latency_ms");
+    c = base(), c.adaptive_target_latency_ms = 100ull * 365 * 86400 * 1000, EXPECT_OK(c);
     c = base(), c.breaker_failure_threshold = 1u << 20, EXPECT_BAD(c, "breaker_failure_threshold");
     c = base(), c.breaker_failure_threshold = UINT32_MAX;
     EXPECT_BAD(c, "breaker_failure_threshold");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C tests of hullguard's C ABI (`make c-test`):
 #
-#   1. tests/c/*.c (policies.c: the DESIGN §4 policies, C21/C22/C24) with gcc -std=c11 -Wall -Wextra -Werror: plain, under AddressSanitizer +
+#   1. tests/c/*.c (policies.c: the policies, C21/C22/C24; core_api.c: what the port to the core
+#      admission API changed or added) with gcc -std=c11 -Wall -Wextra -Werror: plain, under AddressSanitizer +
 #      UndefinedBehaviorSanitizer (leak detection on), and under valgrind --leak-check=full;
 #      threaded.c runs 10^6 operations under ASan and 10^4 under valgrind.
 #   2. the C++17 example (examples/cpp) with g++ -std=c++17 -Wall -Wextra -Werror, plain and
@@ -11,7 +12,7 @@
 #      with `pkg-config --cflags --libs` (shared) and against libhullguard.a (static), and run.
 #
 # Leak suppressions: LeakSanitizer needs none (it credits interior pointers); valgrind gets
-# tests/c/valgrind.supp, whose three entries are explained there.
+# tests/c/valgrind.supp, whose two entries are explained there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -36,13 +37,13 @@ cargo build --quiet --release -p hullguard-ffi
 mkdir -p "$OUT"
 
 step "C tests: plain"
-for t in smoke bad_input cases threaded bugs policies; do
+for t in smoke bad_input cases threaded bugs policies core_api; do
     "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t"
     "$OUT/$t"
 done
 
 step "C tests: AddressSanitizer + UBSan (detect_leaks=1)"
-for t in smoke bad_input cases bugs policies; do
+for t in smoke bad_input cases bugs policies core_api; do
     "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t-asan"
     "$OUT/$t-asan"
 done
@@ -53,7 +54,7 @@ done
 if command -v valgrind >/dev/null; then
     step "C tests: valgrind --leak-check=full"
     export HG_UNDER_VALGRIND=1
-    for t in smoke bad_input cases policies; do
+    for t in smoke bad_input cases policies core_api; do
         "${VALGRIND[@]}" "$OUT/$t"
     done
     "$CC" "${CFLAGS[@]}" -DHG_OPS=10000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \

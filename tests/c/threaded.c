@@ -7,6 +7,9 @@
  *   release_partial, hg_permit_free of a held permit (a "leak"), the raw pair, and permits
  *   released from inside callbacks (on releasing threads and on the timer thread).
  *
+ * A won hg_ticket_cancel must have run its callback, with HG_STATUS_ABORTED, on the cancelling
+ * thread before it returns (docs/design.md § C ABI): every violation is counted, any fails.
+ *
  * At the end: every queued ticket's callback ran exactly once; the bulkhead is idle with
  * available == limit; admitted_total, rejected[reason], released_twice_total and leaked_total
  * equal the tallies of what the threads saw.
@@ -47,6 +50,8 @@ static atomic_ullong n_queued;        /* HG_STATUS_QUEUED */
 static atomic_ullong n_callbacks;     /* callback invocations */
 static atomic_ullong n_double_fire;   /* a callback ran twice for one ticket (must stay 0) */
 static atomic_ullong n_cancel_ok, n_cancel_settled;
+static atomic_ullong n_cancel_late;   /* a won cancel whose callback had not run, on the
+                                       * cancelling thread, when it returned (must stay 0) */
 static atomic_ullong n_released_twice;
 static atomic_ullong n_leaked_weight;
 static atomic_ullong n_rejected[8];
@@ -58,10 +63,14 @@ static atomic_ullong n_bug1;          /* BUG-1: acquire_async answered ABORTED s
 typedef struct {
     atomic_int refs;
     atomic_int fired;
-    hg_status status;
+    atomic_uint status; /* written before `fired`: read by a canceller on another thread */
+    atomic_int fired_by; /* the tl_worker of the thread that ran the callback */
     uint64_t weight;
     int release_in_callback;
 } async_ctx;
+
+/* 1 + the index of the worker thread running (0: the main and timer threads). */
+static _Thread_local int tl_worker;
 
 static void ctx_unref(async_ctx *c) {
     if (atomic_fetch_sub(&c->refs, 1) == 1) free(c);
@@ -111,8 +120,9 @@ static void tally(hg_status s) {
 static void on_settle(hg_status status, hg_permit *permit, void *user_data) {
     async_ctx *c = user_data;
     atomic_fetch_add(&n_callbacks, 1);
+    atomic_store(&c->status, status);
+    atomic_store(&c->fired_by, tl_worker);
     if (atomic_exchange(&c->fired, 1) != 0) atomic_fetch_add(&n_double_fire, 1);
-    c->status = status;
     if (status == HG_STATUS_OK) {
         if (permit == NULL || hg_permit_weight(permit) != c->weight) {
             atomic_fetch_add(&n_unexpected, 1);
@@ -141,6 +151,7 @@ typedef struct {
     async_ctx *pending_ctx[PENDING_MAX];
     int npending;
     long ops;
+    int id; /* 1 + its index */
 } worker;
 
 static uint64_t next_rand(worker *w) { /* xorshift64* */
@@ -205,7 +216,8 @@ static void op_acquire_async(worker *w) {
     if (c == NULL) abort();
     atomic_init(&c->refs, 2);
     atomic_init(&c->fired, 0);
-    c->status = HG_STATUS_OK;
+    atomic_init(&c->status, HG_STATUS_OK);
+    atomic_init(&c->fired_by, -1);
     c->weight = pick_weight(w);
     c->release_in_callback = (int)(next_rand(w) % 2);
     uint64_t timeout = timeouts[next_rand(w) % 5];
@@ -253,8 +265,11 @@ static void op_cancel(worker *w) {
     hg_status s = hg_ticket_cancel(g_bh, w->pending[i]);
     if (s == HG_STATUS_OK) {
         atomic_fetch_add(&n_cancel_ok, 1);
-        /* The cancel won: its callback has already run, with ABORTED, before the return. */
-        if (atomic_load(&c->fired) != 1 || c->status != HG_STATUS_ABORTED) {
+        /* The cancel won: its callback has already run, with ABORTED, on this thread, before
+         * the return. */
+        if (atomic_load(&c->fired) != 1 || atomic_load(&c->fired_by) != tl_worker) {
+            atomic_fetch_add(&n_cancel_late, 1);
+        } else if (atomic_load(&c->status) != HG_STATUS_ABORTED) {
             atomic_fetch_add(&n_unexpected, 1);
         }
     } else if (s == HG_STATUS_ALREADY_SETTLED) {
@@ -323,6 +338,7 @@ static void op_pool(worker *w) {
 
 static void *run_worker(void *arg) {
     worker *w = arg;
+    tl_worker = w->id;
     const hg_bulkhead *mine = hg_bulkhead_retain(g_bh);
     if (mine != g_bh) atomic_fetch_add(&n_unexpected, 1);
     for (long i = 0; i < w->ops; i++) {
@@ -372,6 +388,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < THREADS; i++) {
         workers[i].rng = 0x9E3779B97F4A7C15ULL * (uint64_t)(i + 1);
         workers[i].ops = total / THREADS;
+        workers[i].id = i + 1;
         if (pthread_create(&tids[i], NULL, run_worker, &workers[i]) != 0) abort();
     }
     for (int i = 0; i < THREADS; i++) pthread_join(tids[i], NULL);
@@ -429,6 +446,10 @@ int main(int argc, char **argv) {
            (unsigned long long)s.rejected[HG_REASON_TIMEOUT],
            (unsigned long long)s.rejected[HG_REASON_ABORTED]);
 
+    if (atomic_load(&n_cancel_late) > 0) {
+        printf("     %llu won cancels returned before their callback had run on their thread\n",
+               (unsigned long long)atomic_load(&n_cancel_late));
+    }
     if (bug1 > 0) {
         printf("     BUG-1 seen %llu times (%llu callbacks ran after an ABORTED answer)\n", bug1,
                bug1_fired);
@@ -461,6 +482,7 @@ int main(int argc, char **argv) {
     }
     for (int r = 8; r < 16; r++) CHECK_EQ_U64(s.rejected[r], 0);
     CHECK_EQ_U64(atomic_load(&n_double_fire), 0);
+    CHECK_EQ_U64(atomic_load(&n_cancel_late), 0);
     CHECK_EQ_U64(atomic_load(&n_unexpected), 0);
     CHECK(atomic_load(&n_queued) > 0);
     CHECK(atomic_load(&n_cancel_ok) > 0);
