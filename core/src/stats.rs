@@ -4,8 +4,8 @@
 
 use core::fmt;
 
-pub use crate::reason::RejectedByReason;
 use crate::policy::{adaptive::AdaptiveStats, breaker::CircuitStats};
+pub use crate::reason::RejectedByReason;
 
 /// A point-in-time view of one bulkhead. Field names are the schema's keys in every layer.
 ///

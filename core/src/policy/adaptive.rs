@@ -21,7 +21,7 @@
 //! window (RFC 5681), rather than once per sample as Netflix's do; applied per sample, one
 //! reading is counted `inflight` times, and in a closed loop the limit swings between the
 //! minimum and the ceiling (`tests/tests/adaptive_capacity.rs` pins both: the limit stays in
-//! `[C/2, 3C]` with its mean in `[C, 2C]` against an upstream of `C` workers, `C` = 16 → 4 →
+//! `[C/3, 3C]` with its mean in `[C, 2C]` against an upstream of `C` workers, `C` = 16 → 4 →
 //! 16). Failures still act one by one: a failure is a direct signal, not a reading of load.
 //!
 //! Both keep the limit as `f64` internally (Netflix truncates to `int` on every update, which
