@@ -154,7 +154,7 @@ pub enum hg_outcome {
 pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
     let message = match status {
         0 => c"ok",
-        1 => c"queued: the callback will run exactly once",
+        1 => c"queued: the async callback will run exactly once; a polling ticket waits for hg_ticket_poll",
         1000 => c"a required pointer argument was NULL",
         1001 => c"internal error (a panic was caught)",
         1002 => c"invalid argument",

@@ -7,8 +7,10 @@
 
 use core::{
     fmt,
+    future::Future,
     ops::Deref,
-    task::{Poll, Waker},
+    pin::Pin,
+    task::{Context, Poll, Waker},
     time::Duration,
 };
 
@@ -177,6 +179,23 @@ where
     pub fn into_ticket(mut self) -> Ticket {
         self.bh = None;
         self.ticket
+    }
+}
+
+/// A waiter is a future of its settlement: `waiter.await` polls it with the task's waker. Drop
+/// it (or the task) to give the place up; the core arms no deadline — race it with the
+/// runtime's timer, or use [`Bulkhead::acquire_timeout`].
+///
+/// # Panics
+/// When polled again after it resolved (as [`poll`](Waiter::poll)).
+impl<B, const N: usize> Future for Waiter<B, N>
+where
+    B: Deref<Target = Bulkhead<N>> + Unpin,
+{
+    type Output = Result<Call<B, N>, AcquireError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Waiter::poll(self.get_mut(), Some(cx.waker()))
     }
 }
 

@@ -516,12 +516,16 @@ impl Registry {
         self.read().keys().map(|k| k.to_string()).collect()
     }
 
-    /// Closes every bulkhead (their waiters are rejected `shutdown`); keys created later are
-    /// closed too.
+    /// Closes every bulkhead (their waiters are rejected `shutdown`); a key asked for afterwards
+    /// is refused `shutdown` (a bulkhead created by a racing `get` is closed before it is
+    /// returned).
     pub fn close(&self) {
         self.closed.store(true, Release);
-        for e in self.read().values() {
-            e.bh.close();
+        // As in `stats`: the lock is dropped first, since closing wakes waiters, whose wake-ups
+        // (a C callback, say) may use this registry.
+        let all: Vec<Arc<Bulkhead>> = self.read().values().map(|e| e.bh.clone()).collect();
+        for bh in all {
+            bh.close();
         }
     }
 

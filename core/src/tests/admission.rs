@@ -398,3 +398,29 @@ fn stats_visit_every_field_in_schema_order() {
         ]
     );
 }
+
+/// A `Waiter` is a future: awaiting it registers the task's waker; a release wakes that task
+/// and the next poll yields the call.
+#[test]
+fn a_waiter_is_a_future_of_its_call() {
+    use core::{future::Future, pin::Pin, task::Context};
+    let bh = plain(1, 4);
+    let held = granted(bh.admit(&Request::new(1), None));
+    let mut w = queued(bh.admit(&Request::new(1), None));
+    let count = Arc::new(Count::default());
+    let waker = Waker::from(count.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(Pin::new(&mut w).poll(&mut cx).is_pending());
+    held.end(Outcome::Success);
+    assert_eq!(
+        count.0.load(SeqCst),
+        1,
+        "the release woke the awaiting task"
+    );
+    let Poll::Ready(Ok(call)) = Pin::new(&mut w).poll(&mut cx) else {
+        panic!("granted after the release")
+    };
+    assert_eq!((call.weight(), bh.stats().active), (1, 1));
+    drop(call);
+    assert_eq!(bh.stats().available, 1);
+}

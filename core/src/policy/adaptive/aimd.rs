@@ -1,9 +1,9 @@
 //! AIMD: additive increase, multiplicative decrease, one step per round
 //! (`docs/design.md` § Adaptive limit).
 //!
-//! A *round* is what one limit's worth of calls takes: a sample reports the load that was in
-//! flight when its call started, so the `inflight` samples that follow a change still report the
-//! load from before it. Counting each of them as fresh evidence compounds one observation
+//! A *round* is what one limit's worth of calls takes: a sample's RTT reflects the load in flight
+//! while its call ran, so the `inflight` samples that follow a change still report the load from
+//! before it. Counting each of them as fresh evidence compounds one observation
 //! `inflight` times — Netflix `AIMDLimit` (`limit/AIMDLimit.java`) does that, `+1` per success
 //! and `× ratio` per slow success, which in a closed loop doubles the limit per round and then
 //! collapses it to the minimum (`tests/tests/adaptive_capacity.rs` pins the sawtooth 1 ↔ 64

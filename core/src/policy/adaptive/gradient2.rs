@@ -61,8 +61,8 @@
 //!    applied to the limit it comes back to.
 //!
 //! 7. **One reading per round** (hullguard's; TCP's one congestion response per window,
-//!    RFC 5681). A sample reports the load in flight when its call started, so after a change
-//!    the next `inflight − 1` samples still report the load from before it. Netflix applies
+//!    RFC 5681). A sample's RTT reflects the load in flight while its call ran, so after a
+//!    change the next `inflight − 1` samples still report the load from before it. Netflix applies
 //!    each one to the current estimate: the shrink `× (1 − smoothing × (1 − gradient))`
 //!    compounds over one reading (×0.9 per sample at gradient 0.5 is ×0.03 over 35 samples)
 //!    and the growth `+ smoothing × queue_size` per sample is `+ smoothing × queue_size ×
