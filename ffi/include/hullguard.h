@@ -326,9 +326,9 @@ typedef struct hg_registry hg_registry;
  * standalone bulkhead (`hg_bulkhead_stats`, which may re-enter this callback for a further lazy
  * transition) are safe. It must not free the bulkhead or registry it belongs to, must not call
  * a blocking function (`hg_bulkhead_acquire_timeout`, `hg_bulkhead_drain`), and must not call
- * any `hg_registry_*` function of its registry (it may run while `hg_registry_stats` holds the
- * registry's key map). Acquiring or releasing permits of the same bulkhead from it is allowed
- * but re-entrant (those steps may fire further transitions); prefer deferring such work to
+ * any `hg_registry_*` function of its registry (the registry does not promise which of its
+ * own locks a callback may run under). Acquiring or releasing permits of the same bulkhead
+ * from it is allowed but re-entrant (those steps may fire further transitions); prefer deferring such work to
  * the host's own thread. It must not unwind (no C++ exception, no longjmp) out of the call.
  */
 typedef void (*hg_state_change_fn)(void *user_data,
