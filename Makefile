@@ -1,8 +1,8 @@
 # hullguard: every entry point a developer or CI uses. `make test` is the CI command (.ci/run).
 #
-#   make demo     the isolation demo on real local HTTP traffic (DESIGN.md §9)
-#   make test     set-up, then every test: fmt, clippy, unit/integration/doc, loom, Miri, no_std
-#   make bench    the benchmarks (DESIGN.md §8)
+#   make demo     the isolation demo on real local HTTP traffic (docs/design.md §13)
+#   make test     set-up, then every test ($(TEST_TARGETS), timed per target by ci/timed.sh)
+#   make bench    the benchmarks (docs/design.md §12)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -13,8 +13,8 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy unit stress loom miri nostd test demo demo-rust bench \
-	py-dev py-test py-wheel node-build node-test demo-node header header-check
+.PHONY: help setup fmt-check clippy layers unit stress loom miri nostd test demo demo-rust bench \
+	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
 VENV := .venv
@@ -77,7 +77,21 @@ miri:
 nostd:
 	ci/no-std.sh
 
-test: setup fmt-check clippy header-check unit stress loom miri nostd firmware c-test py-test node-test
+# Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
+# own targets: `make bench` (real figures), `make demo`.
+TEST_TARGETS := setup fmt-check clippy layers header-check unit stress loom miri nostd firmware \
+	c-test py-test node-test bench-smoke
+
+test:
+	ci/timed.sh $(TEST_TARGETS)
+
+# The core's layer map: dependencies point down, no import cycles (ci/layers.py).
+layers:
+	python3 ci/layers.py
+
+# Every bench script end to end in its smoke mode (seconds; no figures, no timing asserted).
+bench-smoke: py-dev node-build
+	bench/smoke.sh
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
 demo: py-dev

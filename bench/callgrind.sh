@@ -1,9 +1,21 @@
 #!/usr/bin/env bash
 # Callgrind counts per op of the single-thread benchmark cases, hullguard beside its anchors
-# (DESIGN.md §8): instructions, and locked read-modify-writes (lock-prefixed instructions found
-# with objdump). Deterministic, so one run is enough. Called by `make bench`; see bench/README.md.
+# (docs/design.md § Benchmarks): instructions, and locked read-modify-writes (lock-prefixed
+# instructions found with objdump). Deterministic, so one run is enough. Called by `make bench`;
+# see bench/README.md.
+#
+#   bench/callgrind.sh            the table (`icount table`, 16 000 and 80 000 ops per case)
+#   bench/callgrind.sh --smoke    the same runs and table at tiny sizes (`icount table --smoke`):
+#                                 proves it runs end to end in seconds; the counts mean nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+args=()
+case "${1:-}" in
+    "") ;;
+    --smoke) args=(--smoke) ;;
+    *) echo "usage: bench/callgrind.sh [--smoke]" >&2; exit 2 ;;
+esac
 
 VALGRIND="${VALGRIND:-valgrind}"
 if ! command -v "$VALGRIND" >/dev/null 2>&1; then
@@ -17,4 +29,4 @@ if ! command -v "$VALGRIND" >/dev/null 2>&1; then
 fi
 
 cargo build --release --quiet -p hullguard-bench --bin icount
-VALGRIND="$VALGRIND" "${CARGO_TARGET_DIR:-target}/release/icount" table
+VALGRIND="$VALGRIND" "${CARGO_TARGET_DIR:-target}/release/icount" table "${args[@]}"

@@ -4,6 +4,9 @@
 //! Each case times exactly the ops criterion asks for (`iter_custom`); set-up is never timed.
 //! Two-thread cases report the time per op *per thread*. The ratio table (`src/bin/ratios.rs`)
 //! is the report; these are the per-case details.
+//!
+//! Smoke mode (`bench/smoke.sh`): `cargo bench -p hullguard-bench --bench engine -- --test` is
+//! criterion's own test mode, every case run once (one iteration), nothing measured.
 
 use std::time::Duration;
 

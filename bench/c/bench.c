@@ -1,5 +1,6 @@
 /*
- * bench/c/bench.c: hullguard's C ABI beside POSIX semaphores, in the same run (DESIGN.md §8).
+ * bench/c/bench.c: hullguard's C ABI beside POSIX semaphores, in the same run
+ * (docs/design.md § Benchmarks).
  *
  * One "op" is one acquire + release pair:
  *   sem_t        sem_trywait + sem_post                          (the anchor)
@@ -18,6 +19,8 @@
  * (bench/c/run.sh turns the instruction counts into the deterministic Ir/op ratios).
  *
  * Usage: bench [ops-per-thread] [reps]
+ *        bench --smoke [ops-per-thread]   every row and variant once (1 repetition, default 1000
+ *                                         ops), the same table: proves it runs; measures nothing
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -222,10 +225,16 @@ int main(int argc, char **argv) {
         resource_free(&r);
         return 0;
     }
-    long ops = argc > 1 ? atol(argv[1]) : 2000000;
-    int reps = argc > 2 ? atoi(argv[2]) : 7;
-    if (reps < 5) reps = 5;
+    int smoke = argc > 1 && strcmp(argv[1], "--smoke") == 0;
+    if (smoke) {
+        argv++;
+        argc--;
+    }
+    long ops = argc > 1 ? atol(argv[1]) : smoke ? 1000 : 2000000;
+    int reps = smoke ? 1 : argc > 2 ? atoi(argv[2]) : 7;
+    if (reps < 5 && !smoke) reps = 5;
     if (reps > 64) reps = 64;
+    if (ops < 10) ops = 10;
 
     static double ns[NROWS][NVARIANTS][64];
     for (int rep = 0; rep < reps; rep++) {
@@ -237,6 +246,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (smoke) printf("SMOKE RUN (--smoke): 1 repetition; the numbers below mean nothing\n");
     printf("hullguard %s C ABI vs POSIX sem_t: %ld acquire+release pairs per thread, %d "
            "interleaved repetitions\n",
            hg_version(), ops, reps);

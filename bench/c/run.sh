@@ -1,31 +1,54 @@
 #!/usr/bin/env bash
-# The C benchmark (bench/c/bench.c, DESIGN.md §8): hullguard's C ABI beside POSIX sem_t in one
-# run — timed rows (>= 5 interleaved repetitions, median ratio with min-max; 1 thread,
-# 2 threads shared, 2 threads no-sharing control), then the single-thread rows' instruction
-# counts under callgrind (deterministic): Ir per acquire+release pair = (Ir(N) - Ir(0)) / N.
+# The C benchmark (bench/c/bench.c, docs/design.md § Benchmarks): hullguard's C ABI beside POSIX
+# sem_t in one run — timed rows (>= 5 interleaved repetitions, median ratio with min-max;
+# 1 thread, 2 threads shared, 2 threads no-sharing control), then the single-thread rows'
+# instruction counts under callgrind (deterministic): Ir per acquire+release pair =
+# (Ir(N) - Ir(0)) / N.
 #
-#   bench/c/run.sh [ops-per-thread] [reps]        (make bench runs it with the defaults)
+#   bench/c/run.sh [ops-per-thread] [reps]   (make bench runs it with the defaults)
+#   bench/c/run.sh --smoke                   every row once: 1 repetition of 1000 ops, callgrind
+#                                            at N = 1000; proves it runs, measures nothing
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+SMOKE=0
+if [ "${1:-}" = "--smoke" ]; then
+    SMOKE=1
+    shift
+    [ $# -eq 0 ] || { echo "usage: bench/c/run.sh --smoke | [ops-per-thread] [reps]" >&2; exit 2; }
+fi
+
 OUT=target/c-bench
+TARGET="${CARGO_TARGET_DIR:-target}"
 mkdir -p "$OUT"
 cargo build --quiet --release -p hullguard-ffi
 "${CC:-gcc}" -std=c11 -Wall -Wextra -Werror -O2 -g -Iffi/include bench/c/bench.c \
-    target/release/libhullguard.a -lpthread -ldl -lm -o "$OUT/bench"
+    "$TARGET/release/libhullguard.a" -lpthread -ldl -lm -o "$OUT/bench"
 
-"$OUT/bench" "${1:-2000000}" "${2:-7}"
+if [ "$SMOKE" = 1 ]; then
+    "$OUT/bench" --smoke 1000
+    N=1000
+else
+    "$OUT/bench" "${1:-2000000}" "${2:-7}"
+    N=200000
+fi
 
 if ! command -v valgrind >/dev/null; then
     echo "(valgrind not installed: no callgrind instruction counts)"
     exit 0
 fi
-N=200000
 ir() { # variant ops -> total instructions
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$OUT/bench" --ir "$1" "$2" 2>&1 \
-        | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+    local out count
+    out=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$OUT/bench" --ir "$1" "$2" 2>&1) || {
+        printf 'run.sh: callgrind run of %s %s failed:\n%s\n' "$1" "$2" "$out" >&2
+        return 1
+    }
+    count=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' <<<"$out")
+    [ -n "$count" ] || { printf 'run.sh: no "Collected :" line from callgrind:\n%s\n' "$out" >&2; return 1; }
+    echo "$count"
 }
 echo
+[ "$SMOKE" = 1 ] && echo "SMOKE RUN (--smoke): callgrind at N = $N; the counts below mean nothing"
 echo "callgrind, 1 thread: instructions per acquire+release pair ((Ir($N) - Ir(0)) / $N)"
 declare -A per
 for v in "sem_t" "raw pair" "handle API"; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// The Node benchmark of DESIGN.md §8: hullguard beside cockatiel, p-limit and async-sema, in one
-// process, one run. `make bench` runs it (after `make node-build`); alone:
-//   cd bench/node && npm ci && node bench.mjs        (REPS=n, default 9, at least 5)
+// The Node benchmark (docs/design.md § Benchmarks): hullguard beside cockatiel, p-limit and
+// async-sema, in one process, one run. `make bench` runs it (after `make node-build`); alone:
+//   cd bench/node && npm ci && node --expose-gc bench.mjs    (REPS=n, default 9, at least 5)
+//   node --expose-gc bench.mjs --smoke                       (or SMOKE=1: see below)
 //
 // Rows (ratio = hullguard / anchor, lower is better):
 //
@@ -34,6 +35,11 @@
 // batches). A background check reads /proc/stat: when other processes took more than 5 % of the
 // machine during the run, the table says the timed rows are unreliable.
 //
+// Smoke mode (`--smoke` or SMOKE=1; bench/smoke.sh, `make test`): every case and row through the
+// same code and tables with 1 repetition, tiny batches (SMOKE_BATCH sequential ops, SMOKE_TASKS
+// tasks) and a one-batch warm-up; it proves the script runs end to end in a second or two. Its
+// numbers mean nothing. Every row must name known cases (checked before anything runs).
+//
 // Benchmarks are never unit tests: nothing here asserts a time.
 
 import { readFileSync } from 'node:fs'
@@ -48,10 +54,23 @@ import { Sema } from 'async-sema'
 const require = createRequire(import.meta.url)
 const { Bulkhead } = require('../../bindings-node/index.js')
 
-const REPS = Math.max(5, Number(process.env.REPS ?? 9))
+const args = process.argv.slice(2)
+for (const a of args) {
+  if (a !== '--smoke') {
+    console.error(`usage: node --expose-gc bench.mjs [--smoke]   (REPS=n, SMOKE=1); unknown argument ${a}`)
+    process.exit(2)
+  }
+}
+const SMOKE = args.includes('--smoke') || (process.env.SMOKE ?? '') === '1'
+const SMOKE_BATCH = 50
+const SMOKE_TASKS = 200
+const REPS = SMOKE ? 1 : Math.max(5, Number(process.env.REPS ?? 9))
 const LIMIT = 10
-const TASKS = 100_000
-const UNCONTENDED_BATCH = 2_000
+const TASKS = SMOKE ? SMOKE_TASKS : 100_000
+const UNCONTENDED_BATCH = SMOKE ? SMOKE_BATCH : 2_000
+/** Batches per repetition of an uncontended case, and warm-up batches. */
+const U_ITERATIONS = SMOKE ? 2 : 15
+const U_WARMUP = SMOKE ? 1 : 20
 
 const fn = async () => {}
 
@@ -165,6 +184,20 @@ const ROWS = [
   ['composed: what the breaker adds', 'u', 'hullguard run(fn) + breaker', 'hullguard run(fn)', null],
 ]
 
+/** Every row names a group and two known cases of it: a gap fails here, before anything runs. */
+function checkRows() {
+  const groups = { u: UNCONTENDED, t: TASK_CASES }
+  const gaps = []
+  for (const [label, group, ours, anchor] of ROWS) {
+    if (!(group in groups)) gaps.push(`row '${label}': unknown group '${group}'`)
+    else for (const c of [ours, anchor]) if (!(c in groups[group])) gaps.push(`row '${label}': no case '${c}' in group '${group}'`)
+  }
+  if (gaps.length > 0) {
+    console.error(`bench.mjs: the row table has gaps:\n  ${gaps.join('\n  ')}`)
+    process.exit(1)
+  }
+}
+
 // ----- running --------------------------------------------------------------------------------
 
 /** CPU jiffies: [machine busy, machine total] from /proc/stat, or null. */
@@ -187,7 +220,7 @@ async function repetition(rep, makers) {
   // One tinybench run per case, in this repetition's order: a case's batches run together.
   const out = {}
   for (const [group, name] of names) {
-    const iterations = group === 'u' ? 15 : 1
+    const iterations = group === 'u' ? U_ITERATIONS : 1
     const b = new Bench({ time: 0, iterations, warmup: false, throws: true })
     const run = makers[group][name].runner
     b.add(name, async () => ({ overriddenDuration: await run() }))
@@ -211,12 +244,14 @@ function fmtNs(ns) {
 }
 
 async function main() {
+  checkRows()
   const makers = { u: {}, t: {} }
   for (const [name, make] of Object.entries(UNCONTENDED)) makers.u[name] = { runner: make() }
   for (const [name, make] of Object.entries(TASK_CASES)) makers.t[name] = { runner: make() }
 
+  if (SMOKE) console.log('SMOKE RUN (--smoke / SMOKE=1): 1 repetition of tiny batches; the numbers below mean nothing')
   console.log(
-    `hullguard Node benchmark (DESIGN §8): node ${process.version}, ${cpus()[0]?.model ?? 'cpu'} × ${cpus().length}`,
+    `hullguard Node benchmark (docs/design.md § Benchmarks): node ${process.version}, ${cpus()[0]?.model ?? 'cpu'} × ${cpus().length}`,
   )
   const version = (pkg) =>
     JSON.parse(readFileSync(new URL(`node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version
@@ -229,7 +264,7 @@ async function main() {
 
   // Warm-up: every case a few batches (JIT, inline caches, the addon's first calls).
   for (const group of Object.keys(makers)) {
-    for (const c of Object.values(makers[group])) for (let i = 0; i < (group === 'u' ? 20 : 1); i++) await c.runner()
+    for (const c of Object.values(makers[group])) for (let i = 0; i < (group === 'u' ? U_WARMUP : 1); i++) await c.runner()
   }
 
   const t0 = machineTimes()

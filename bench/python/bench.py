@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The Python benchmark of DESIGN.md §8: hullguard beside its anchors, in one process, one run.
+"""The Python benchmark (docs/design.md § Benchmarks): hullguard beside its anchors, in one
+process, one run.
 
 Rows (hullguard / anchor, lower is better):
 
@@ -33,6 +34,12 @@ Method:
   (``--zero-before=os_getppid --dump-before=os_getpgrp``); instructions per op =
   ``(Ir(large) − Ir(small)) / (large − small)``, so fixed costs cancel out. Deterministic, so one
   run is enough.
+* **Tables checked at start-up**: every case must have an entry in each per-prefix table
+  (``BATCH_SECONDS``, ``CG_SIZES``) and every row must name known cases; a gap is an error
+  before anything runs, not a crash after the timed rows.
+* **Smoke mode** (``--smoke``): the same code paths and tables with one repetition, tiny
+  batches and, when ``valgrind`` is installed, a tiny callgrind pass; it proves the script runs
+  end to end in seconds (``bench/smoke.sh``, ``make test``). Its numbers mean nothing.
 
 Benchmarks are never unit tests: nothing here asserts a time. ``make bench`` runs it.
 """
@@ -73,6 +80,10 @@ TASKS = 1000
 LIMIT = 10
 BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1, "policy/": 0.025}
 BUSY = 0.05
+# --smoke: ops per batch, and tasks per gathered group (TASKS is set to it: task batches are
+# one or two groups; still more tasks than the limit, so they queue).
+SMOKE_OPS = 50
+SMOKE_TASKS = 40
 
 # ---------------------------------------------------------------------------------------------
 # The cases. A case runs `n` ops and returns the seconds they took (set-up excluded).
@@ -268,6 +279,7 @@ CASES: Dict[str, Tuple[str, Callable[[], Runner]]] = {
     ),
     "tasks/floor": ("minimal deque+Future limiter", lambda: _tasks(lambda: MinimalLimiter(LIMIT))),
 }
+ALL_CASES = tuple(CASES)  # before the optional anchors are left out (for the table check)
 if bulklink is None:
     CASES = {k: v for k, v in CASES.items() if "bulklink" not in k}
 if pybreaker is None:
@@ -308,6 +320,7 @@ ROWS = [
         "policy/anchor", 1.0),
     Row("  + adaptive limit (gradient2)", "policy/hullguard-both", "policy/anchor", None),
 ]
+ALL_ROWS = tuple(ROWS)
 ROWS = [r for r in ROWS if r.hg in CASES and r.anchor in CASES]
 
 
@@ -351,12 +364,26 @@ class Background:
         return others / total, steal / total
 
 
+def _by_prefix(table: Dict[str, Any], table_name: str, name: str) -> Any:
+    """The entry of a per-prefix table for case `name`; a missing one is a clear error."""
+    for prefix, value in table.items():
+        if name.startswith(prefix):
+            return value
+    raise KeyError(
+        f"case {name!r} has no entry in {table_name} (its prefixes: {', '.join(table)}); "
+        f"add one for {name.split('/')[0] + '/'!r}"
+    )
+
+
 def batch_seconds(name: str) -> float:
-    return next(v for k, v in BATCH_SECONDS.items() if name.startswith(k))
+    return float(_by_prefix(BATCH_SECONDS, "BATCH_SECONDS", name))
 
 
-def calibrate(run: Runner, name: str) -> int:
+def calibrate(run: Runner, name: str, smoke: bool = False) -> int:
     target = batch_seconds(name)
+    if smoke:  # one tiny batch stands for the calibration: nothing is measured
+        _measure(run, SMOKE_OPS)
+        return unit_ops(name, SMOKE_OPS)
     n = 1000 if not name.startswith("tasks/") else TASKS
     while True:
         dt = _measure(run, n)
@@ -379,9 +406,10 @@ def _measure(run: Runner, n: int) -> float:
 
 def timed_rows(
     reps: int,
+    smoke: bool = False,
 ) -> Tuple[Dict[str, List[float]], float, Optional[Tuple[float, float]]]:
     runners = {name: make() for name, (_, make) in CASES.items()}
-    sizes = {name: calibrate(run, name) for name, run in runners.items()}
+    sizes = {name: calibrate(run, name, smoke) for name, run in runners.items()}
     order = list(runners)
     ns: Dict[str, List[float]] = {name: [] for name in order}
     bg = Background()
@@ -397,12 +425,20 @@ def med_min_max(values: List[float]) -> Tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
+def ratio(a: float, b: float) -> float:
+    """a / b, NaN when b is 0 (possible after a baseline subtraction, e.g. in smoke mode)."""
+    return a / b if b != 0 else math.nan
+
+
 def print_timed(
     ns: Dict[str, List[float]],
     reps: int,
     seconds: float,
     shares: Optional[Tuple[float, float]],
+    smoke: bool = False,
 ) -> int:
+    if smoke:
+        print("SMOKE RUN (--smoke): 1 repetition of tiny batches; the numbers below mean nothing")
     print(
         f"== hullguard (Python {sys.version.split()[0]}, {hullguard.__version__}) vs anchors: "
         f"{reps} interleaved repetitions, median (min–max) of per-repetition ratios =="
@@ -420,7 +456,7 @@ def print_timed(
             base = ns[r.baseline]
             hg = [h - b for h, b in zip(hg, base)]
             an = [a - b for a, b in zip(an, base)]
-        ratios = [h / a for h, a in zip(hg, an)]
+        ratios = [ratio(h, a) for h, a in zip(hg, an)]
         med, lo, hi = med_min_max(ratios)
         if r.target is None:
             target, result = "—", "info"
@@ -456,22 +492,54 @@ def print_timed(
 # ---------------------------------------------------------------------------------------------
 # Callgrind.
 
-CG_SIZES = {"with/": (1_000, 4_000), "try/": (2_000, 12_000), "tasks/": (1_000, 3_000)}
+# (small, large) ops per case prefix: per op = (Ir(large) − Ir(small)) / (large − small). The
+# policy rows build a fresh bulkhead (and its breaker / adaptive limit) per batch, like the with/
+# rows; at these sizes their per-op counts agree within 0.1 % with those at 2× and 4× the sizes.
+CG_SIZES = {
+    "with/": (1_000, 4_000),
+    "try/": (2_000, 12_000),
+    "tasks/": (1_000, 3_000),
+    "policy/": (1_000, 4_000),
+}
 CG_SIZES_SLOW = {"with/bulklink": (200, 800), "tasks/bulklink": (1_000, 2_000)}
 
 
-def cg_sizes(name: str) -> Tuple[int, int]:
-    if name in CG_SIZES_SLOW:
-        return CG_SIZES_SLOW[name]
-    return next(v for k, v in CG_SIZES.items() if name.startswith(k))
+def cg_sizes(name: str, smoke: bool = False) -> Tuple[int, int]:
+    sizes = CG_SIZES_SLOW.get(name) or _by_prefix(CG_SIZES, "CG_SIZES", name)
+    if smoke:  # the table entry is still looked up (a gap fails), the sizes are tiny
+        return (TASKS, 2 * TASKS) if name.startswith("tasks/") else (20, 60)
+    return tuple(sizes)  # type: ignore[return-value]
 
 
-def callgrind_child() -> None:
+def check_tables() -> None:
+    """Every case has an entry in each per-prefix table, every row names known cases, every
+    case is in a row: a gap fails here, before anything runs (not after the timed rows)."""
+    errors = []
+    for name in ALL_CASES:
+        for lookup in (batch_seconds, cg_sizes):
+            try:
+                lookup(name)
+            except KeyError as e:
+                errors.append(e.args[0])
+    errors += [f"CG_SIZES_SLOW names an unknown case {n!r}"
+               for n in CG_SIZES_SLOW if n not in ALL_CASES]
+    for r in ALL_ROWS:
+        for case in (r.hg, r.anchor, r.baseline):
+            if case is not None and case not in ALL_CASES:
+                errors.append(f"row {r.label.strip()!r} names an unknown case {case!r}")
+    used = {c for r in ALL_ROWS for c in (r.hg, r.anchor, r.baseline)}
+    errors += [f"case {n!r} is in no row (measured, never reported)"
+               for n in ALL_CASES if n not in used]
+    if errors:
+        raise SystemExit("bench.py: the case tables have gaps:\n  " + "\n  ".join(errors))
+
+
+def callgrind_child(smoke: bool = False) -> None:
     """Under callgrind (``--zero-before=os_getppid --dump-before=os_getpgrp``): for each case,
     a warm-up, then zero → small batch → dump, zero → large batch → dump."""
     for name in CASES:
         run = CASES[name][1]()
-        small, large = cg_sizes(name)
+        small, large = cg_sizes(name, smoke)
         _measure(run, small)  # warm-up: imports, caches, free lists
         for n in (small, large):
             os.getppid()  # zero the counters
@@ -479,26 +547,44 @@ def callgrind_child() -> None:
             os.getpgrp()  # dump them
 
 
-def callgrind_rows(valgrind: str) -> None:
+def callgrind_rows(valgrind: str, smoke: bool = False) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "cg.out")
-        subprocess.run(
-            [valgrind, "--tool=callgrind", f"--callgrind-out-file={base}",
-             "--zero-before=os_getppid", "--dump-before=os_getpgrp",
-             sys.executable, os.path.abspath(__file__), "--callgrind-child"],
-            check=True, env=dict(os.environ, PYTHONHASHSEED="0"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # valgrind's own messages go to a log file, so the child's stderr is its own.
+        log = os.path.join(tmp, "valgrind.log")
+        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={base}", f"--log-file={log}",
+               "--zero-before=os_getppid", "--dump-before=os_getpgrp",
+               sys.executable, os.path.abspath(__file__), "--callgrind-child"]
+        if smoke:
+            cmd.append("--smoke")
+        child = subprocess.run(
+            cmd, env=dict(os.environ, PYTHONHASHSEED="0"),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
+        dumps = [f"{base}.{i}" for i in range(1, 2 * len(CASES) + 1)]
+        missing = [d for d in dumps if not os.path.exists(d)]
+        if child.returncode != 0 or missing:
+            vg_log = open(log, errors="replace").read() if os.path.exists(log) else ""
+            sys.stderr.write(
+                f"bench.py: the callgrind child failed (exit {child.returncode}, "
+                f"{len(dumps) - len(missing)} of {len(dumps)} dumps written)\n"
+                f"--- its stderr ---\n{child.stderr}"
+                f"--- valgrind's log (last 20 lines) ---\n"
+                + "".join(vg_log.splitlines(keepends=True)[-20:])
+            )
+            raise SystemExit(1)
         totals = []
-        for i in range(1, 2 * len(CASES) + 1):
-            with open(f"{base}.{i}") as f:
+        for d in dumps:
+            with open(d) as f:
                 totals.append(next(int(m.group(1)) for m in map(re.compile(r"totals:\s+(\d+)").match, f) if m))
     per_op = {}
     for k, name in enumerate(CASES):
-        small, large = cg_sizes(name)
+        small, large = cg_sizes(name, smoke)
         per_op[name] = (totals[2 * k + 1] - totals[2 * k]) / (unit_ops(name, large) - unit_ops(name, small))
     print()
+    if smoke:
+        print("SMOKE RUN (--smoke): callgrind at tiny sizes; the counts below mean nothing")
     print("== callgrind: instructions per op (Ir), deterministic ==")
     header = f"{'row':<52} {'anchor':<27} {'hullguard Ir':>12} {'anchor Ir':>10}  ratio"
     print(header)
@@ -507,7 +593,7 @@ def callgrind_rows(valgrind: str) -> None:
         hg, an = per_op[r.hg], per_op[r.anchor]
         if r.baseline is not None:
             hg, an = hg - per_op[r.baseline], an - per_op[r.baseline]
-        print(f"{r.label:<52} {CASES[r.anchor][0]:<27} {hg:>12.0f} {an:>10.0f}  {hg / an:.2f}")
+        print(f"{r.label:<52} {CASES[r.anchor][0]:<27} {hg:>12.0f} {an:>10.0f}  {ratio(hg, an):.2f}")
     print(f"({time.perf_counter() - started:.0f} s under valgrind)")
 
 
@@ -515,28 +601,41 @@ def callgrind_rows(valgrind: str) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description="hullguard's Python benchmark (DESIGN.md §8)")
+    p = argparse.ArgumentParser(
+        description="hullguard's Python benchmark (docs/design.md § Benchmarks)")
     p.add_argument("--reps", type=int, default=int(os.environ.get("REPS", 9)))
     p.add_argument("--no-callgrind", action="store_true")
+    p.add_argument("--smoke", action="store_true",
+                   help="run every case once, tiny batches, tiny callgrind pass: proves the "
+                        "script runs end to end in seconds; measures nothing")
     p.add_argument("--callgrind-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    check_tables()
+    if args.smoke:
+        global TASKS
+        TASKS = SMOKE_TASKS
     if args.callgrind_child:
-        callgrind_child()
+        callgrind_child(args.smoke)
         return 0
-    if args.reps < 5:
+    if args.smoke:
+        args.reps = 1
+    elif args.reps < 5:
         p.error("--reps must be at least 5")
     if bulklink is None:
         print("note: bulklink is not installed (pip install -r bench/python/requirements.txt); "
               "its reference rows are left out")
-    ns, seconds, shares = timed_rows(args.reps)
-    print_timed(ns, args.reps, seconds, shares)
+    if pybreaker is None:
+        print("note: pybreaker is not installed (pip install -r bench/python/requirements.txt); "
+              "the composed-policy rows are left out")
+    ns, seconds, shares = timed_rows(args.reps, args.smoke)
+    print_timed(ns, args.reps, seconds, shares, args.smoke)
     valgrind = shutil.which("valgrind")
     if args.no_callgrind:
         pass
     elif valgrind is None:
         print("\ncallgrind: valgrind not found; skipped (apt-get install valgrind)")
     else:
-        callgrind_rows(valgrind)
+        callgrind_rows(valgrind, args.smoke)
     return 0
 
 

@@ -1,7 +1,7 @@
 //! # hullguard-bench
 //!
-//! The workloads of DESIGN.md §8, shared by three drivers so that every number comes from the
-//! same code:
+//! The workloads of docs/design.md § Benchmarks, shared by three drivers so that every number
+//! comes from the same code:
 //!
 //! | driver | what it prints |
 //! |---|---|
@@ -15,7 +15,8 @@
 //! `AtomicUsize` CAS loop of `research/ANCHORS-ENGINES.md` §6.
 //!
 //! Every workload keeps the engines' stats and clocks as a user gets them: `Bulkhead::new`, so
-//! the monotonic clock is on (DESIGN §3.7: the fast-path targets are measured with stats on).
+//! the monotonic clock is on (docs/design.md § Benchmarks: the fast-path targets are measured
+//! with stats on).
 
 use std::{
     collections::VecDeque,
@@ -43,9 +44,9 @@ pub const DEPTH_MAX_QUEUE: u64 = 100_000;
 /// Tasks of the handoff row.
 pub const HANDOFF_TASKS: usize = 16;
 
-/// The most cancels one hullguard state takes before it is rebuilt (untimed): a cancelled cell
-/// behind a live head stays a tombstone until the head passes it (DESIGN §3.4), and the
-/// cancel row never moves the head, so each cancel uses up one of the ring's free cells.
+/// The most cancels one hullguard state takes before it is rebuilt (untimed). A cancel frees
+/// its cell at once (docs/design.md §4.2), so the ring never fills; the rebuild only keeps every
+/// chunk on a fresh state of the same size (the same as the tokio side's).
 pub const CANCEL_CHUNK: u64 = 131_072;
 
 // ----- the bare CAS-loop anchor ----------------------------------------------------------

@@ -1,4 +1,5 @@
-//! Callgrind instruction counts of the single-thread cases (DESIGN.md §8), and their ratios.
+//! Callgrind instruction counts of the single-thread cases (docs/design.md § Benchmarks), and
+//! their ratios.
 //!
 //! * `icount run <case> <n>` — runs `n` ops of one case (this is what callgrind measures).
 //! * `icount list` — the single-thread cases.
@@ -6,6 +7,11 @@
 //!   `icount run <case> N1` and `… N2`, takes instructions per op as
 //!   `(Ir(N2) − Ir(N1)) / (N2 − N1)` (start-up, runtime and queue set-up cancel out), and prints
 //!   hullguard beside its anchors. `VALGRIND` overrides the valgrind binary.
+//! * `icount table --smoke` — the same runs and table at tiny sizes ([`SMOKE_N1`], [`SMOKE_N2`]):
+//!   proves the driver runs end to end in seconds (`bench/smoke.sh`); its counts mean nothing.
+//!
+//! Before any valgrind run, every row must name single-thread cases and every single-thread case
+//! must be in a row: a gap is an error at start-up, not a panic after the runs.
 //!
 //! Instruction counts are deterministic here, but they weigh a `lock cmpxchg` like a `mov`, so
 //! the table also counts the locked read-modify-writes per op (`lock`-prefixed instructions and
@@ -29,10 +35,14 @@ use hullguard_bench::{CANCEL_CHUNK, DEPTHS, HANDOFF_TASKS, Kind, cases, find};
 /// hullguard cancel chunk so that no untimed rebuild lands between the two runs.
 const N1: u64 = 16_000;
 const N2: u64 = 80_000;
+/// The sizes of `table --smoke`.
+const SMOKE_N1: u64 = 160;
+const SMOKE_N2: u64 = 480;
 const _: () = assert!(N2 <= CANCEL_CHUNK && N1 % HANDOFF_TASKS as u64 == 0);
+const _: () = assert!(SMOKE_N2 <= CANCEL_CHUNK && SMOKE_N1 % HANDOFF_TASKS as u64 == 0);
 
 fn usage() -> ! {
-    eprintln!("usage: icount run <case> <n> | icount list | icount table");
+    eprintln!("usage: icount run <case> <n> | icount list | icount table [--smoke]");
     std::process::exit(2);
 }
 
@@ -53,7 +63,8 @@ fn main() {
                 println!("{}", c.name);
             }
         }
-        Some("table") => table(),
+        Some("table") if args.len() == 1 => table(N1, N2, false),
+        Some("table") if args.len() == 2 && args[1] == "--smoke" => table(SMOKE_N1, SMOKE_N2, true),
         _ => usage(),
     }
 }
@@ -165,45 +176,11 @@ fn callgrind(valgrind: &str, case: &str, n: u64, locked: Option<&HashSet<u64>>) 
     Counts { ir, rmw }
 }
 
-fn table() {
-    let valgrind = std::env::var("VALGRIND").unwrap_or_else(|_| "valgrind".into());
-    let locked = locked_instructions(&std::env::current_exe().expect("own path"));
-    if locked.is_none() {
-        eprintln!("icount: no objdump: the locked-RMW columns stay empty");
-    }
-    let names: Vec<String> = cases()
-        .into_iter()
-        .filter(|c| c.kind == Kind::SingleThread)
-        .map(|c| c.name)
-        .collect();
-    let jobs: Vec<(&str, u64)> = names
-        .iter()
-        .flat_map(|n| [(n.as_str(), N1), (n.as_str(), N2)])
-        .collect();
-    // Instruction counts do not depend on timing: run the callgrind jobs two at a time.
-    let next = AtomicUsize::new(0);
-    let results = Mutex::new(HashMap::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(case, n)) = jobs.get(i) else { break };
-                    let counts = callgrind(&valgrind, case, n, locked.as_ref());
-                    results.lock().expect("results").insert((case, n), counts);
-                }
-            });
-        }
-    });
-    let results: HashMap<(&str, u64), Counts> = results.into_inner().expect("results");
-    let per_op = |a: u64, b: u64| (b as f64 - a as f64) / (N2 - N1) as f64;
-    let ir_per_op = |case: &str| per_op(results[&(case, N1)].ir, results[&(case, N2)].ir);
-    let rmw_per_op = |case: &str| match (results[&(case, N1)].rmw, results[&(case, N2)].rmw) {
-        (Some(a), Some(b)) => format!("{:.1}", per_op(a, b)),
-        _ => "n/a".into(),
-    };
+/// One row of the table: label, anchor label, hullguard case, anchor case, the timed target.
+type TableRow = (String, &'static str, String, String, &'static str);
 
-    let mut rows: Vec<(String, &str, String, String, &str)> = vec![
+fn rows() -> Vec<TableRow> {
+    let mut rows: Vec<TableRow> = vec![
         (
             "uncontended try_acquire+release".into(),
             "CAS loop",
@@ -224,6 +201,41 @@ fn table() {
             "handoff/hullguard".into(),
             "handoff/tokio".into(),
             "≤ 0.80",
+        ),
+        (
+            "guarded call: breaker + adaptive (empty body)".into(),
+            "bare+clock",
+            "guarded/composed".into(),
+            "guarded/bare+clock".into(),
+            "≤ 1.00",
+        ),
+        (
+            "guarded call: breaker + adaptive (empty body)".into(),
+            "bare",
+            "guarded/composed".into(),
+            "guarded/bare".into(),
+            "—",
+        ),
+        (
+            "  breaker only".into(),
+            "bare",
+            "guarded/breaker".into(),
+            "guarded/bare".into(),
+            "—",
+        ),
+        (
+            "  adaptive only (gradient2)".into(),
+            "bare",
+            "guarded/adaptive".into(),
+            "guarded/bare".into(),
+            "—",
+        ),
+        (
+            "  one host clock read".into(),
+            "bare",
+            "guarded/bare+clock".into(),
+            "guarded/bare".into(),
+            "—",
         ),
     ];
     for (what, label) in [
@@ -250,11 +262,85 @@ fn table() {
             ));
         }
     }
+    rows
+}
 
+/// A row naming a case that is not single-thread (or does not exist), a single-thread case in
+/// no row (run under callgrind, never reported).
+fn table_gaps(rows: &[TableRow], names: &[String]) -> Vec<String> {
+    let mut gaps = Vec::new();
+    for (label, _, hg, anchor, _) in rows {
+        for case in [hg, anchor] {
+            if !names.contains(case) {
+                gaps.push(format!(
+                    "row {:?} names {case:?}, which is not a single-thread case",
+                    label.trim()
+                ));
+            }
+        }
+    }
+    for n in names {
+        if !rows
+            .iter()
+            .any(|(_, _, hg, anchor, _)| hg == n || anchor == n)
+        {
+            gaps.push(format!("case {n:?} is in no row (counted, never reported)"));
+        }
+    }
+    gaps
+}
+
+fn table(n1: u64, n2: u64, smoke: bool) {
+    let names: Vec<String> = cases()
+        .into_iter()
+        .filter(|c| c.kind == Kind::SingleThread)
+        .map(|c| c.name)
+        .collect();
+    let rows = rows();
+    let gaps = table_gaps(&rows, &names);
+    if !gaps.is_empty() {
+        eprintln!("icount: the row table has gaps:\n  {}", gaps.join("\n  "));
+        std::process::exit(1);
+    }
+    let valgrind = std::env::var("VALGRIND").unwrap_or_else(|_| "valgrind".into());
+    let locked = locked_instructions(&std::env::current_exe().expect("own path"));
+    if locked.is_none() {
+        eprintln!("icount: no objdump: the locked-RMW columns stay empty");
+    }
+    let jobs: Vec<(&str, u64)> = names
+        .iter()
+        .flat_map(|n| [(n.as_str(), n1), (n.as_str(), n2)])
+        .collect();
+    // Instruction counts do not depend on timing: run the callgrind jobs two at a time.
+    let next = AtomicUsize::new(0);
+    let results = Mutex::new(HashMap::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(case, n)) = jobs.get(i) else { break };
+                    let counts = callgrind(&valgrind, case, n, locked.as_ref());
+                    results.lock().expect("results").insert((case, n), counts);
+                }
+            });
+        }
+    });
+    let results: HashMap<(&str, u64), Counts> = results.into_inner().expect("results");
+    let per_op = |a: u64, b: u64| (b as f64 - a as f64) / (n2 - n1) as f64;
+    let ir_per_op = |case: &str| per_op(results[&(case, n1)].ir, results[&(case, n2)].ir);
+    let rmw_per_op = |case: &str| match (results[&(case, n1)].rmw, results[&(case, n2)].rmw) {
+        (Some(a), Some(b)) => format!("{:.1}", per_op(a, b)),
+        _ => "n/a".into(),
+    };
+
+    if smoke {
+        println!("SMOKE RUN (--smoke): callgrind at tiny sizes; the counts below mean nothing");
+    }
     println!(
-        "callgrind, per op = (count at {N2} ops − count at {N1} ops) / {}; Ir = instructions, \
+        "callgrind, per op = (count at {n2} ops − count at {n1} ops) / {}; Ir = instructions, \
          RMW = locked read-modify-writes; ratio = hullguard Ir / anchor Ir",
-        N2 - N1
+        n2 - n1
     );
     println!();
     let header = format!(

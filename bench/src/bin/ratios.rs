@@ -1,9 +1,13 @@
-//! The ratio table of DESIGN.md §8: every case of `hullguard_bench::cases()` in one run,
-//! hullguard beside its anchors, `REPS` (default 9, at least 5) interleaved repetitions whose
-//! order alternates (forward, then reversed); each row prints the median of the per-repetition
-//! ratios with their min–max.
+//! The ratio table of docs/design.md § Benchmarks: every case of `hullguard_bench::cases()` in
+//! one run, hullguard beside its anchors, `REPS` (default 9, at least 5) interleaved repetitions
+//! whose order alternates (forward, then reversed); each row prints the median of the
+//! per-repetition ratios with their min–max.
 //!
-//! Usage: `cargo run --release -p hullguard-bench --bin ratios` (`REPS=n` to change the count).
+//! Usage: `cargo run --release -p hullguard-bench --bin ratios [-- --smoke]` (`REPS=n` to change
+//! the count). `--smoke` runs every case once, [`SMOKE_OPS`] ops per batch, and prints the same
+//! table: it proves the driver runs end to end in a second or two (`bench/smoke.sh`); its numbers
+//! mean nothing. Before anything runs, every row must name known cases and every case must be
+//! in a row (a gap is an error at start-up, not a panic after the run).
 
 use std::{collections::HashMap, fmt::Write as _, time::Instant};
 
@@ -19,6 +23,16 @@ const FLAT: f64 = 1.5;
 
 /// Other processes plus steal above this share of the machine make the timed rows unreliable.
 const BUSY: f64 = 0.05;
+
+/// Ops per batch in `--smoke` mode (a multiple of the handoff row's task count).
+const SMOKE_OPS: u64 = 4 * HANDOFF_TASKS as u64;
+
+/// The engines of the no-sharing control: `uncontended/<engine>` beside `2t-private/<engine>`.
+const CONTROL_ENGINES: [(&str, &str); 3] = [
+    ("hullguard", "hullguard"),
+    ("cas", "CAS loop"),
+    ("tokio", "tokio"),
+];
 
 enum Target {
     /// Pass when the median ratio is at most this.
@@ -269,24 +283,84 @@ impl Background {
     }
 }
 
-fn ns_per_op(c: &Case) -> f64 {
-    let d = (c.run)(c.batch);
-    d.as_secs_f64() * 1e9 / c.batch as f64
+fn ns_per_op(c: &Case, batch: u64) -> f64 {
+    let d = (c.run)(batch);
+    d.as_secs_f64() * 1e9 / batch as f64
+}
+
+/// The gaps between the rows and the cases: a row (or the control) naming an unknown case, a
+/// case in no row (measured, never reported).
+fn table_gaps(rows: &[Row], cases: &[Case]) -> Vec<String> {
+    let known = |name: &str| cases.iter().any(|c| c.name == name);
+    let mut gaps = Vec::new();
+    for r in rows {
+        for name in [&r.hg, &r.anchor] {
+            if !known(name) {
+                gaps.push(format!(
+                    "row {:?} names an unknown case {name:?}",
+                    r.label.trim()
+                ));
+            }
+        }
+    }
+    for (engine, _) in CONTROL_ENGINES {
+        for name in [
+            format!("uncontended/{engine}"),
+            format!("2t-private/{engine}"),
+        ] {
+            if !known(&name) {
+                gaps.push(format!("the no-sharing control needs the case {name:?}"));
+            }
+        }
+    }
+    for c in cases {
+        if !rows.iter().any(|r| r.hg == c.name || r.anchor == c.name) {
+            gaps.push(format!(
+                "case {:?} is in no row (measured, never reported)",
+                c.name
+            ));
+        }
+    }
+    gaps
 }
 
 fn main() {
-    let reps: usize = std::env::var("REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9);
-    assert!(reps >= 5, "DESIGN §8: at least 5 repetitions (REPS={reps})");
+    let mut smoke = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--smoke" => smoke = true,
+            _ => {
+                eprintln!("usage: ratios [--smoke]   (REPS=n: repetitions, default 9, at least 5)");
+                std::process::exit(2);
+            }
+        }
+    }
+    let reps: usize = if smoke {
+        1
+    } else {
+        std::env::var("REPS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(9)
+    };
+    assert!(
+        reps >= 5 || smoke,
+        "docs/design.md § Benchmarks: at least 5 repetitions (REPS={reps})"
+    );
     let cases = cases();
+    let rows = rows();
+    let gaps = table_gaps(&rows, &cases);
+    if !gaps.is_empty() {
+        eprintln!("ratios: the row table has gaps:\n  {}", gaps.join("\n  "));
+        std::process::exit(1);
+    }
+    let batch = |c: &Case| if smoke { SMOKE_OPS } else { c.batch };
     let started = Instant::now();
     let background = Background::start();
 
     // Warm-up: every case once, a tenth of a batch (page faults, allocator, CPU frequency).
     for c in &cases {
-        (c.run)((c.batch / 10).max(1));
+        (c.run)((batch(c) / 10).max(1));
     }
     let mut ns: HashMap<&str, Vec<f64>> = HashMap::new();
     for rep in 0..reps {
@@ -296,11 +370,20 @@ fn main() {
             cases.iter().rev().collect()
         };
         for c in order {
-            ns.entry(c.name.as_str()).or_default().push(ns_per_op(c));
+            ns.entry(c.name.as_str())
+                .or_default()
+                .push(ns_per_op(c, batch(c)));
         }
     }
 
     let mut out = String::new();
+    if smoke {
+        let _ = writeln!(
+            out,
+            "SMOKE RUN (--smoke): 1 repetition of {SMOKE_OPS}-op batches; the numbers below mean \
+             nothing"
+        );
+    }
     let _ = writeln!(
         out,
         "hullguard ratio table — {} ({} logical CPUs), {reps} interleaved repetitions, \
@@ -316,7 +399,7 @@ fn main() {
     let _ = writeln!(out, "{header}");
     let _ = writeln!(out, "{}", "-".repeat(header.chars().count()));
     let mut misses = 0;
-    for r in rows() {
+    for r in &rows {
         let (hg, an) = (&ns[r.hg.as_str()], &ns[r.anchor.as_str()]);
         let ratios: Vec<f64> = hg.iter().zip(an).map(|(h, a)| h / a).collect();
         let (lo, hi) = min_max(&ratios);
@@ -345,11 +428,7 @@ fn main() {
     // The 2-thread rows count only if the no-sharing control shows two threads at work.
     let _ = writeln!(out);
     let mut parallel = true;
-    for (engine, label) in [
-        ("hullguard", "hullguard"),
-        ("cas", "CAS loop"),
-        ("tokio", "tokio"),
-    ] {
+    for (engine, label) in CONTROL_ENGINES {
         let one = &ns[format!("uncontended/{engine}").as_str()];
         let two = &ns[format!("2t-private/{engine}").as_str()];
         let speedups: Vec<f64> = one.iter().zip(two).map(|(o, t)| 2.0 * o / t).collect();
