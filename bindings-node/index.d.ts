@@ -8,12 +8,14 @@
  *   any options object, per-call ones included) is a `TypeError` naming it and listing the
  *   known ones; a value of the wrong type a `TypeError`; a value out of range a `RangeError`
  *   naming the option (its path, e.g. `resilience.breaker.openDurationMs`) and its range.
- *   A key whose value is `undefined` is not set.
+ *   A key whose value is `undefined` is not set; `null` is "not given" too (the default, or
+ *   in a registry override the defaults' value), except that a policy part (`adaptive`,
+ *   `breaker`), `resilience` itself and `callTimeoutMs` set to `null` are off (the core's
+ *   null rule, docs/design.md §7.2). "No deadline" is always `Infinity`, never `null`.
  * - **counts** (permits, weights, limits, queue sizes) are Numbers that must be safe integers;
  *   a non-number is a `TypeError`, anything else out of range (including above
  *   `Number.MAX_SAFE_INTEGER`, NaN, fractions) is a `RangeError`.
- * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline" (so does `null`
- *   where an option has "none": `queueTimeoutMs`, `callTimeoutMs`), `0` means "do not queue";
+ * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline", `0` means "do not queue";
  *   NaN or negative is a `RangeError`, a non-number a `TypeError`.
  * - `acquire()`, `run()` and `drain()` always return Promises: argument errors reject them,
  *   they never throw synchronously. `tryAcquire()`, `setLimit()` and the constructors throw.
@@ -157,27 +159,27 @@ export declare class BulkheadError extends Error {
  */
 export interface AdaptiveOptions {
   /** `'gradient2'` (default, recommended) or `'aimd'`. */
-  algorithm?: 'gradient2' | 'aimd'
+  algorithm?: 'gradient2' | 'aimd' | null
   /** The starting limit, `minLimit … maxLimit`. Default `maxLimit`. */
-  initialLimit?: number
+  initialLimit?: number | null
   /** The floor, ≥ 1. Default 1. */
-  minLimit?: number
+  minLimit?: number | null
   /** The ceiling, ≤ `maxConcurrent`. Default `maxConcurrent`. */
-  maxLimit?: number
+  maxLimit?: number | null
   /** AIMD: a success slower than this (ms) is a congestion signal. Default 500. */
-  targetLatencyMs?: number
+  targetLatencyMs?: number | null
   /** AIMD: the additive increase. Default 1. */
-  increaseStep?: number
+  increaseStep?: number | null
   /** The multiplicative back-off, in (0, 1). Default 0.7. */
-  decreaseRatio?: number
+  decreaseRatio?: number | null
   /** Gradient2: weight of a new estimate, in (0, 1]. Default 0.2. */
-  smoothing?: number
+  smoothing?: number | null
   /** Gradient2: tolerated RTT growth over the long-term RTT, ≥ 1. Default 1.5. */
-  rttTolerance?: number
+  rttTolerance?: number | null
   /** Gradient2: samples in the long-term RTT average. Default 600. */
-  longWindow?: number
+  longWindow?: number | null
   /** Gradient2: headroom while no queueing is seen. Default 4. */
-  queueSize?: number
+  queueSize?: number | null
 }
 
 /**
@@ -186,21 +188,21 @@ export interface AdaptiveOptions {
  */
 export interface BreakerOptions {
   /** Consecutive failures that open it. Default 5. */
-  failureThreshold?: number
+  failureThreshold?: number | null
   /** Failure fraction over the window that opens it, in (0, 1]. Default 0.5. */
-  errorRateThreshold?: number
+  errorRateThreshold?: number | null
   /** The rolling window, ms. Default 10 000. */
-  errorRateWindowMs?: number
+  errorRateWindowMs?: number | null
   /** Buckets of the window. Default 10. */
-  errorRateBuckets?: number
+  errorRateBuckets?: number | null
   /** Calls in the window before the error rate counts. Default 20. */
-  volumeThreshold?: number
+  volumeThreshold?: number | null
   /** Time open before half-open, ms. Default 30 000. */
-  openDurationMs?: number
+  openDurationMs?: number | null
   /** Probes admitted while half-open. Default 1. */
-  halfOpenMaxCalls?: number
+  halfOpenMaxCalls?: number | null
   /** A probe that has not reported within this (ms) counts as a failure. Default 30 000. */
-  halfOpenTimeoutMs?: number
+  halfOpenTimeoutMs?: number | null
 }
 
 /**
@@ -212,7 +214,7 @@ export interface ResilienceOptions {
   adaptive?: AdaptiveOptions | null
   breaker?: BreakerOptions | null
   /**
-   * Bounds the work of `run(fn)` (ms; `Infinity` / `null` = none): at the deadline the signal
+   * Bounds the work of `run(fn)` (ms; `Infinity` / `null` = off): at the deadline the signal
    * passed to `fn` aborts, the promise rejects `BULKHEAD_CALL_TIMEOUT` (a failure) at once, and
    * the permits are released when `fn`'s promise settles.
    */
@@ -222,13 +224,16 @@ export interface ResilienceOptions {
 /** Construction options of a `Bulkhead` (and the defaults / overrides of a `Registry`). */
 export interface BulkheadOptions {
   /** The ceiling of the limit: 1 … `MAX_PERMITS`. Default 10. */
-  maxConcurrent?: number
+  maxConcurrent?: number | null
   /** Live waiters allowed: 0 … `MAX_QUEUE`; 0 = fail fast. Default 100. */
-  maxQueue?: number
-  /** Default queue deadline in ms (`Infinity` = none, 0 = never queue). Default 30 000. */
-  queueTimeoutMs?: number
+  maxQueue?: number | null
+  /**
+   * Default queue deadline in ms (`Infinity` = none, 0 = never queue). Default 30 000; `null`
+   * is the default too (not "none").
+   */
+  queueTimeoutMs?: number | null
   /** `false` admits everything (still counted in stats). Default `true`. */
-  enabled?: boolean
+  enabled?: boolean | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }
@@ -288,9 +293,9 @@ export interface DrainResult {
 /** Options of a `Registry`: the defaults of every key plus the registry's own. */
 export interface RegistryOptions extends BulkheadOptions {
   /** Per-key options, merged option by option over the defaults (keys unchanged). */
-  overrides?: Record<string, BulkheadOptions>
+  overrides?: Record<string, BulkheadOptions> | null
   /** Most entries at once: 1 … 2³²−1. Default 1024. */
-  maxKeys?: number
+  maxKeys?: number | null
 }
 
 // ----- stats ------------------------------------------------------------------------------------

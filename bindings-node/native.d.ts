@@ -188,7 +188,7 @@ export declare const MAX_PERMITS: number
 export declare const MAX_QUEUE: number
 
 /**
- * The canonical origin key of `url` (`scheme://host:port`; docs/design.md §3.8). Throws a
+ * The canonical origin key of `url` (`scheme://host:port`; docs/design.md §9). Throws a
  * `TypeError` for a non-string or a URL without an origin.
  */
 export declare function originKey(url: unknown): string

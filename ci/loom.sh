@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Loom models of the core's protocol steps (DESIGN.md §3.3, §7).
+# Loom models of the core's protocol steps (docs/design.md §3, §11).
 #
 # Loom explores every interleaving of a model. Unbounded, a 3-thread model of the waiter ring
-# runs for hours, so the search is bounded. DESIGN §3.3 asks for 2 preemptions (3 for 2-thread
+# runs for hours, so the search is bounded. The founding contract asked for 2 preemptions (3 for 2-thread
 # models); we run every model at 4, a superset: a real barging race (the dispatcher clearing
 # WAITERS under a publishing enqueuer) only showed at 4. ~30 s for all models on this 2-core
 # machine (measured; tokio and crossbeam CI use 2).

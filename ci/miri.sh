@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri on the core's unit tests (DESIGN.md §7): undefined behaviour, data races, provenance.
+# Miri on the core's unit tests (docs/design.md §11): undefined behaviour, data races, provenance.
 #
 # Only hullguard-core: Miri cannot run pyo3 (nor napi, nor the C toolchain). In the core,
 # proptest, the stress tests and the loom models are `cfg(not(miri))`; what remains is sized to

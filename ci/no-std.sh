@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The core builds for bare-metal targets without `std` or `alloc` (DESIGN.md §1):
+# The core builds for bare-metal targets without `std` or `alloc` (docs/design.md §2):
 #   thumbv7em-none-eabihf  (Cortex-M4F: native CAS atomics)
 #   thumbv6m-none-eabi     (Cortex-M0: no CAS, so `critical-section` via portable-atomic)
 # Needs both targets installed (`make setup`).

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The isolation demo in Node (DESIGN.md §9): `make demo-node`.
+// The isolation demo in Node (docs/design.md §13): `make demo-node`.
 //
 // Two real HTTP/1.1 upstreams listen on 127.0.0.1, served by a worker thread with its own event
 // loop (so the client's loop measures only the client): a healthy origin that answers in about

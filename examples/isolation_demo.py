@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The isolation demo in Python (DESIGN.md §9): ``make demo``.
+"""The isolation demo in Python (docs/design.md §13): ``make demo``.
 
 Two real HTTP/1.1 upstreams listen on loopback, served by a separate process with its own
 asyncio loop (so the client's loop measures only the client): a healthy origin that answers in

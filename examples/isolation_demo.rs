@@ -1,4 +1,4 @@
-//! The isolation demo (DESIGN.md §9): `make demo`.
+//! The isolation demo (docs/design.md §13): `make demo`.
 //!
 //! Two real HTTP/1.1 upstreams listen on loopback: a healthy origin that answers in about 5 ms
 //! and a degraded origin that answers in 1–2 s. One client sends an open-loop schedule of
@@ -525,7 +525,7 @@ fn print_table(without: &Summary, with: &Summary) {
     );
 }
 
-/// The two bulkheads' `stats()` side by side, one schema key a row (DESIGN.md §3.7).
+/// The two bulkheads' `stats()` side by side, one schema key a row (docs/design.md §8.1).
 fn print_stats(healthy: &Stats, degraded: &Stats) {
     let row = |key: &str, a: String, b: String| println!("  {key:<44} {a:>22} {b:>22}");
     let rows = |key: &str, get: fn(&Stats) -> u64| {

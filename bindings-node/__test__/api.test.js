@@ -92,7 +92,7 @@ describe('Bulkhead constructor', () => {
 
   for (const name of ['maxConcurrent', 'maxQueue']) {
     test(`${name}: TypeError for a non-number, RangeError out of range, naming the option`, () => {
-      for (const bad of ['5', 5n, true, {}, null]) throwsNaming(() => new Bulkhead({ [name]: bad }), TypeError, name)
+      for (const bad of ['5', 5n, true, {}]) throwsNaming(() => new Bulkhead({ [name]: bad }), TypeError, name)
       for (const bad of [-1, 1.5, NaN, Infinity, -Infinity, 2 ** 53, Number.MAX_VALUE]) {
         throwsNaming(() => new Bulkhead({ [name]: bad }), RangeError, name)
       }
@@ -156,8 +156,42 @@ describe('Bulkhead constructor', () => {
     }
   })
 
+  test('null is "not given" (the core null rule): defaults, inherited in overrides; parts and callTimeoutMs off', async () => {
+    const bh = new Bulkhead({ maxConcurrent: null, maxQueue: null, queueTimeoutMs: null, enabled: null, resilience: null })
+    assert.deepEqual(
+      [bh.maxConcurrent, bh.maxQueue, bh.queueTimeoutMs, bh.enabled],
+      [10, 100, 30000, true],
+      'null queueTimeoutMs is the default 30 s, not "no deadline"',
+    )
+    const off = new Bulkhead({ resilience: { adaptive: null, breaker: null, callTimeoutMs: null } })
+    assert.equal(off.stats().adaptive, null)
+    assert.equal(off.stats().circuit, null)
+    const reg = new Registry({
+      maxConcurrent: 1,
+      queueTimeoutMs: 0,
+      resilience: { breaker: { failureThreshold: 1 }, callTimeoutMs: 20 },
+      overrides: {
+        inherit: { maxConcurrent: null, queueTimeoutMs: null, resilience: { breaker: { failureThreshold: null } } },
+        off: { resilience: { breaker: null, callTimeoutMs: null } },
+        none: null,
+      },
+      maxKeys: null,
+    })
+    for (const key of ['inherit', 'none']) {
+      const p = reg.tryAcquire(key)
+      assert.ok(p, key)
+      // queueTimeoutMs inherited (0): no queueing; a null would have been "no deadline" before.
+      await assert.rejects(reg.acquire(key), { reason: 'concurrency_limit' }, key)
+      p.release({ outcome: 'failure' })
+      assert.equal(reg.stats()[key].circuit.state, 'open', `${key}: the breaker (threshold 1) is inherited`)
+    }
+    // call timeout off: a call longer than the defaults' 20 ms completes.
+    assert.equal(await reg.run('off', () => new Promise((r) => setTimeout(() => r(7), 60))), 7)
+    assert.equal(reg.stats().off.circuit, null)
+  })
+
   test('enabled must be a boolean', () => {
-    for (const bad of [1, 'true', null]) throwsNaming(() => new Bulkhead({ enabled: bad }), TypeError, 'enabled')
+    for (const bad of [1, 'true']) throwsNaming(() => new Bulkhead({ enabled: bad }), TypeError, 'enabled')
   })
 
   test('enabled: false admits everything and still counts it', async () => {
@@ -699,7 +733,8 @@ describe('Registry', () => {
     throwsNaming(() => new Registry({ maxKeys: 2 ** 53 }), RangeError, 'maxKeys')
     throwsNaming(() => new Registry({ maxKeys: '4' }), TypeError, 'maxKeys')
     throwsNaming(() => new Registry({ maxConcurrent: 0 }), RangeError, 'maxConcurrent')
-    throwsNaming(() => new Registry({ overrides: null }), TypeError, 'overrides')
+    throwsNaming(() => new Registry({ overrides: 5 }), TypeError, 'overrides')
+    assert.throws(() => new Registry({ overrides: { k: 5 } }), (e) => e instanceof TypeError && e.message.startsWith('overrides["k"]: '))
     assert.throws(() => new Registry({ overrides: { k: { maxQueue: -1 } } }), (e) => {
       assert.ok(e instanceof RangeError)
       assert.match(e.message, /overrides\["k"\]/)

@@ -1,5 +1,5 @@
 'use strict'
-// The Node cases of /work/shared/cases/CASES.md: C15, C16, C17 and the Node flavour of C05.
+// The Node cases of shared/cases/CASES.md: C15, C16, C17 and the Node flavour of C05.
 // Mapping: add(fn) = run(fn); size = stats().queued; pending/activeCount = stats().active;
 // onIdle() = drain(). "Within 1 tick / macrotask" = by the next setImmediate turn.
 

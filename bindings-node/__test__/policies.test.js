@@ -2,7 +2,7 @@
 // Policies in the Node binding (docs/design.md §6, issue 8): the `resilience` options, the guarded-call
 // steps in run / acquire / tryAcquire / Registry, `permit.release({outcome})`, `callTimeoutMs`,
 // `on('stateChange')`, `stats().adaptive` / `stats().circuit`, and the cases C21, C22, C24 of
-// /work/shared/cases/CASES.md. Breaker time runs on the addon's virtual clock (the test hook
+// shared/cases/CASES.md. Breaker time runs on the addon's virtual clock (the test hook
 // `opts[__test.kClock]`, as in the vector runner).
 
 const { test, describe } = require('node:test')

@@ -214,7 +214,9 @@ class Runner {
 
   async acquire(step, queue) {
     const { id, key } = step
-    const rec = { state: 'pending', permit: null, outcome: null, ac: new AbortController(), immediate: true }
+    // `key` and `weight` are the runner's own records (what it asked for, less what
+    // releasePartial returned), never read back from the addon.
+    const rec = { state: 'pending', permit: null, outcome: null, ac: new AbortController(), immediate: true, key: key ?? null, weight: step.weight ?? 1 }
     this.acquires.set(id, rec)
     if (queue) {
       const opts = { signal: rec.ac.signal }
@@ -274,6 +276,8 @@ class Runner {
         assert.ok(rec && rec.permit, `${ctx}: ${step.id} holds no permit`)
         const got = step.outcome === undefined ? rec.permit.release() : rec.permit.release({ outcome: step.outcome })
         assert.equal(got, step.expect ?? true, ctx)
+        assert.equal(got, rec.state === 'held', `${ctx}: a release returns true exactly once`)
+        rec.state = 'released'
         break
       }
       case 'expect_state': {
@@ -294,6 +298,7 @@ class Runner {
         let got = 'ok'
         try {
           rec.permit.releasePartial(step.n)
+          rec.weight -= step.n
         } catch (e) {
           got = this.outcomeOf(e)
         }
@@ -359,13 +364,32 @@ class Runner {
     this.checkInvariants(ctx)
   }
 
-  /** I2 after every step, for every bulkhead; the runner claims every grant. */
+  /**
+   * After every step, for every bulkhead: `active` is what the runner holds of it (its own
+   * records), `queued` its pending acquires, no grant is left unclaimed, and I2 holds with the
+   * runner's count: `available + held === limit`.
+   */
   checkInvariants(ctx) {
-    const all = this.reg ? Object.values(this.reg.stats()) : [this.bh.stats()]
-    for (const s of all) {
-      assert.equal(s.available + s.active + s.grantedUnclaimed, s.limit, `${ctx}: I2 ${JSON.stringify(s)}`)
-      assert.equal(s.grantedUnclaimed, 0, `${ctx}: the runner claims every grant`)
+    const held = new Map()
+    const queued = new Map()
+    for (const rec of this.acquires.values()) {
+      if (rec.state === 'held') held.set(rec.key, (held.get(rec.key) ?? 0) + rec.weight)
+      if (rec.state === 'pending') queued.set(rec.key, (queued.get(rec.key) ?? 0) + 1)
     }
+    const all = this.reg ? Object.entries(this.reg.stats()) : [[null, this.bh.stats()]]
+    for (const [key, s] of all) {
+      const h = held.get(key) ?? 0
+      const q = queued.get(key) ?? 0
+      held.delete(key)
+      queued.delete(key)
+      const at = `${ctx}: ${JSON.stringify(key)} ${JSON.stringify(s)}`
+      assert.equal(s.active, h, `${at}: active vs the ${h} permits the runner holds`)
+      assert.equal(s.queued, q, `${at}: queued vs the runner's ${q} pending acquires`)
+      assert.equal(s.grantedUnclaimed, 0, `${at}: the runner claims every grant`)
+      assert.equal(s.available + h, s.limit, `${at}: I2 with the runner's count`)
+    }
+    const left = [...held].filter(([, w]) => w > 0).concat([...queued])
+    assert.deepEqual(left, [], `${ctx}: permits or waiters in bulkheads missing from the stats`)
   }
 
   async run() {

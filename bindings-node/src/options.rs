@@ -1,7 +1,8 @@
 //! Options as users pass them, parsed by walking the core's option table
 //! (`hullguard_core::config::options`, docs/design.md §7) in the Node spelling: camelCase names,
-//! durations `…Ms` in milliseconds (`Infinity`, or `null`, for "none" where the option has
-//! one), counts as safe integers. The only keys known here by name are the structural ones —
+//! durations `…Ms` in milliseconds (`Infinity` for "none" where the option has one), counts as
+//! safe integers, `null` by the core's null rule (`config::options`, "Null values"; not given,
+//! except a part and `callTimeoutMs`: off). The only keys known here by name are the structural ones —
 //! `resilience` (whose keys are the parts `adaptive`, `breaker` and the option `callTimeoutMs`)
 //! and a registry's `overrides` — and the per-call arguments that are no options of a bulkhead
 //! (`weight`, `signal`, `outcome`, drain's `timeoutMs`).
@@ -92,11 +93,16 @@ pub(crate) fn registry(env: &Env, opts: Unknown) -> Result<RegistryConfig> {
     let mut defaults = PartialConfig::new();
     walk(env, &top, Section::Registry, "", "", &mut defaults)?;
     let mut overrides = Vec::new();
-    for (_, given) in top.iter().filter(|(k, _)| k == "overrides") {
-        for (key, o) in entries(env, *given, "overrides must be an object")? {
+    // `null` (the core's null rule): no overrides, or an override that sets nothing.
+    let given = top.iter().filter(|(k, _)| k == "overrides");
+    for given in given.filter_map(|(_, v)| not_null(*v).transpose()) {
+        for (key, o) in entries(env, given?, "overrides must be an object")? {
             let at = format!("overrides[{key:?}]: ");
             let mut p = PartialConfig::new();
-            let o = entries(env, o, format_args!("{at}options must be an object"))?;
+            let o = match not_null(o)? {
+                Some(o) => entries(env, o, format_args!("{at}options must be an object"))?,
+                None => Vec::new(),
+            };
             walk(env, &o, Section::Bulkhead, &at, "", &mut p)?;
             overrides.push((key, p));
         }
@@ -139,14 +145,22 @@ fn walk(
         let defaults =
             || find(Section::Bulkhead, NODE, key).filter(|_| section == Section::Registry);
         if let Some(spec) = find(section, NODE, key).or_else(defaults) {
-            set(env, spec, *v, at, p)?;
+            match not_null(*v)? {
+                Some(v) => set(env, spec, v, at, p)?,
+                // The core's rule: not given, except `callTimeoutMs` (off).
+                None => p.set_null(spec.id),
+            }
         } else if let Some(part) = part_of(section, key) {
-            // `null` turns the part off; an object, even `{}`, turns it on.
+            // `null` turns the part off (the core's rule); an object, even `{}`, turns it on.
             let what = format!("{at}{} must be an object or null", part.path());
-            let inner = not_null(*v)?.map(|o| entries(env, o, what)).transpose()?;
-            p.set_part(part, inner.as_ref().map_or(Part::Off, |_| Part::On));
+            let Some(o) = not_null(*v)? else {
+                p.set_null_part(part);
+                continue;
+            };
+            let inner = entries(env, o, what)?;
+            p.set_part(part, Part::On);
             let label = format!("{}: ", part.path());
-            walk(env, &inner.unwrap_or_default(), part, at, &label, p)?;
+            walk(env, &inner, part, at, &label, p)?;
         } else if !(section == Section::Registry && key == "overrides") {
             let known = known_names(section, NODE);
             return Err(unknown(env, &format!("{at}{label}"), key, known));
@@ -185,9 +199,6 @@ fn set(
         (Kind::Duration { .. }, ValueType::Number) => duration_from_millis(x()?, spec.kind)
             .ok()
             .map(Value::Duration),
-        (Kind::Duration { infinite: true, .. }, ValueType::Null) => {
-            Some(Value::Duration(Duration::MAX))
-        }
         (Kind::Number { .. }, ValueType::Number) => Some(Value::Number(x()?)),
         (Kind::Bool, ValueType::Boolean) => Some(Value::Bool(v.coerce_to_bool()?)),
         (Kind::Choice(choices), ValueType::String) => {

@@ -85,7 +85,7 @@ impl NativeRegistry {
     }
 }
 
-/// The canonical origin key of `url` (`scheme://host:port`; docs/design.md §3.8). Throws a
+/// The canonical origin key of `url` (`scheme://host:port`; docs/design.md §9). Throws a
 /// `TypeError` for a non-string or a URL without an origin.
 #[napi]
 pub fn origin_key(env: &Env, url: Unknown) -> Result<String> {

@@ -146,10 +146,11 @@ pub(crate) struct Block {
 /// event loops and threads at once.
 ///
 /// The options are those of the core's option table (docs/design.md §7), by name and in table
-/// order positionally; durations in float seconds (`math.inf`: none), `None`: the default.
+/// order positionally; durations in float seconds (`math.inf`: none, "no deadline"), `None`:
+/// not given, the default (so `queue_timeout=None` is 30 s, not infinite).
 /// `resilience={"adaptive": {...}, "breaker": {...}, "call_timeout": seconds}` adds the
-/// policies of docs/design.md §6 (a part omitted or `None` is off; `{}` is on with the
-/// defaults). An unknown option raises `TypeError` (a keyword argument) or `ValueError` (a key
+/// policies of docs/design.md §6 (a part or `call_timeout` omitted or `None` is off; `{}` is
+/// on with the defaults). An unknown option raises `TypeError` (a keyword argument) or `ValueError` (a key
 /// of `resilience`), listing the known ones; a bad value `TypeError` / `ValueError` naming its
 /// full path (e.g. `resilience.breaker.open_duration`) and, when out of range, the range.
 ///

@@ -1,6 +1,7 @@
 //! Options and arguments as Python passes them, read by walking the core's option table
 //! (`hullguard_core::config::options`, docs/design.md §7): names in `Spelling::Python`
-//! (snake_case), durations in float seconds (`math.inf` = none), counts as `int`. Values are
+//! (snake_case), durations in float seconds (`math.inf` = none), counts as `int`, `None` by
+//! the core's null rule (not given; off for a part and `call_timeout`). Values are
 //! converted by the core's one rule (`config::convert`) into a [`PartialConfig`], which the
 //! core validates and merges. This module knows the structural keys only: `resilience` and
 //! its parts (`find_part`); a registry's `overrides` is read by `registry`.
@@ -130,7 +131,8 @@ pub(crate) fn count_arg(v: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) ->
 }
 
 /// A `timeout` argument in seconds by the rule of `queue_timeout` (0 = do not queue,
-/// `math.inf` = no deadline; a positive value below 1 ns is refused). `None` → `None`.
+/// `math.inf` = no deadline; a positive value below 1 ns is refused). `None` → `None`: not
+/// given, the bulkhead's `queue_timeout` (the core's null rule).
 pub(crate) fn timeout_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     let kind = OptionId::QueueTimeout.spec().kind;
     v.filter(|v| !v.is_none())
@@ -176,8 +178,11 @@ pub(crate) fn take<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Option<B
 
 /// Reads one object of options of `section` (`Section::Bulkhead`: a bulkhead or an override;
 /// `Section::Registry`: a registry's, `max_keys` besides). `prefix` starts every message (an
-/// override's `overrides["key"]: `). A `None` value is "not given" (the default, or in an
-/// override the defaults' value); `resilience=None` and a part set to `None` turn it off.
+/// override's `overrides["key"]: `). `None` follows the core's rule (`config::options`,
+/// "Null values"; docs/design.md §7.2): "not given" (the default, or in an override the
+/// defaults' value), except `call_timeout=None`, `resilience=None` and a part set to `None`,
+/// which turn it off (also over defaults that set it). "No deadline" is `math.inf`, never
+/// `None`.
 pub(crate) fn parse(
     d: &Bound<'_, PyDict>,
     section: Section,
@@ -215,9 +220,6 @@ fn walk(
             nest(p, &v, part, prefix)?;
             continue;
         }
-        if v.is_none() {
-            continue;
-        }
         let found = sections.iter().find_map(|s| options::find(*s, PY, &key));
         let spec = found.ok_or_else(|| {
             let known = options::known_names(section, PY);
@@ -226,6 +228,11 @@ fn walk(
                 &*key
             ))
         })?;
+        if v.is_none() {
+            // The core's rule: not given, except `call_timeout` (off).
+            p.set_null(spec.id);
+            continue;
+        }
         let name = format!("{prefix}{}", spec.path(PY));
         let value = value(spec.kind, &v, &name)?;
         p.set(spec.id, value).map_err(|e| {
@@ -236,10 +243,11 @@ fn walk(
     Ok(())
 }
 
-/// `resilience` or one of its parts: a dict (even `{}`) turns it on, `None` off.
+/// `resilience` or one of its parts: a dict (even `{}`) turns it on, `None` off (the core's
+/// rule, `PartialConfig::set_null_part`).
 fn nest(p: &mut PartialConfig, v: &Bound<'_, PyAny>, part: Section, prefix: &str) -> PyResult<()> {
     if v.is_none() {
-        p.set_part(part, Part::Off);
+        p.set_null_part(part);
         return Ok(());
     }
     let d = v.cast::<PyDict>().map_err(|_| {

@@ -49,6 +49,10 @@ fn overrides_arg(o: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, PartialC
             PyTypeError::new_err(format!("overrides keys must be str, not {}", type_name(&k)))
         })?;
         let prefix = format!("overrides[{key:?}]: ");
+        if v.is_none() {
+            // The core's null rule: an override that sets nothing.
+            return Ok((key, PartialConfig::new()));
+        }
         let d = v.cast::<PyDict>().map_err(|_| {
             PyTypeError::new_err(format!("{prefix}must be a dict, not {}", type_name(&v)))
         })?;
@@ -64,7 +68,9 @@ fn overrides_arg(o: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, PartialC
 ///
 /// The defaults are a bulkhead's options (see `Bulkhead`), plus `max_keys`. Each
 /// `overrides[key]` dict is merged key by key over them by the core (its `"resilience"` part by
-/// part: its `"breaker"` dict over the default `"breaker"` dict; `None` turns a part off).
+/// part: its `"breaker"` dict over the default `"breaker"` dict). A `None` value in an
+/// override is not given, so the defaults' value is kept; except that a part or
+/// `"call_timeout"` set to `None` turns it off for that key.
 /// URL-shaped override keys (`scheme://…`) are canonicalised with `origin_key`, so
 /// `"https://Slow.example"` configures the key `origin_key("https://slow.example/")`; two
 /// override keys with the same canonical form raise `ValueError`. Lookups (`get`, `acquire`,

@@ -1,4 +1,4 @@
-"""The Python cases of /work/shared/cases/CASES.md as named regression tests:
+"""The Python cases of shared/cases/CASES.md as named regression tests:
 
 * C05 (Python flavour): a queued acquire parks; the waiter resumes exactly once, at most 3
   loop iterations after the release (counted, on a virtual clock and on real loops);

@@ -343,3 +343,32 @@ def test_overrides_merge_over_the_defaults_key_by_key() -> None:
     k, n = reg.get("k"), reg.get("n")
     assert (k.max_concurrent, k.max_queue, k.queue_timeout) == (6, 0, 2.0)
     assert (n.max_concurrent, n.max_queue) == (6, 3)
+
+
+def test_none_follows_the_core_null_rule() -> None:
+    """None is "not given" (the default; in an override the defaults' value), except that a
+    part and call_timeout set to None are off; "no deadline" is math.inf, never None."""
+    bh = hullguard.Bulkhead(max_concurrent=None, max_queue=None, queue_timeout=None, enabled=None)
+    assert (bh.max_concurrent, bh.max_queue, bh.queue_timeout, bh.enabled) == (10, 100, 30.0, True)
+    reg = hullguard.Registry(
+        queue_timeout=0.5,
+        resilience={"breaker": {"failure_threshold": 1}, "call_timeout": 2.0},
+        overrides={
+            "inherit": {"queue_timeout": None, "resilience": {"breaker": {"failure_threshold": None}}},
+            "off": {"resilience": {"breaker": None, "call_timeout": None}},
+            "none": None,
+        },
+        max_keys=None,
+    )
+    assert reg.max_keys == 1024
+    for key in ("inherit", "none"):
+        b = reg.get(key)
+        assert b.queue_timeout == 0.5, key  # inherited, not infinite
+        assert b.call_timeout == 2.0, key
+        p = b.try_acquire()
+        assert p is not None
+        p.release(outcome="failure")
+        assert b.circuit_state == "open", f"{key}: the breaker (threshold 1) is inherited"
+    off = reg.get("off")
+    assert off.call_timeout is None and off.circuit_state is None
+    assert off.queue_timeout == 0.5

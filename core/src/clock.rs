@@ -1,4 +1,4 @@
-//! The host clock: the core owns no clock and no timer (DESIGN §3.2, §3.7). The host hands one
+//! The host clock: the core owns no clock and no timer (docs/design.md §4, §8.1). The host hands one
 //! time source to a bulkhead at construction; stats (and later the policies) read it. Under
 //! `std` the default is a monotonic [`std::time::Instant`]; a bare `no_std` build has none and
 //! the `_ns` figures stay 0. Bindings replace it with a virtual clock in tests.

@@ -1,4 +1,4 @@
-//! How a guarded call ended (DESIGN §4 "Outcomes"): the one word both policies are fed.
+//! How a guarded call ended (docs/design.md §6.2): the one word both policies are fed.
 
 /// How a guarded call ended, as the breaker and the adaptive limit see it.
 ///
@@ -63,7 +63,7 @@ impl Outcome {
         })
     }
 
-    /// The outcome of an HTTP response by its status (DESIGN §4, every HTTP integration uses
+    /// The outcome of an HTTP response by its status (docs/design.md §6, every HTTP integration uses
     /// this one rule): 5xx (and above) is a failure, 429 is overload, anything else a success. Transport
     /// errors are failures and cancellations ignored; those are not statuses.
     ///

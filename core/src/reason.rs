@@ -1,4 +1,4 @@
-//! Why an acquire was not granted: the eight admission reasons of DESIGN §3.1, the snapshot
+//! Why an acquire was not granted: the eight admission reasons of docs/design.md §10.4, the snapshot
 //! every rejection carries, and the error types of the Rust API.
 
 use core::fmt;

@@ -5,7 +5,7 @@
 //   hullguard::error     a std::system_error whose code() is in hullguard::status_category()
 //
 // Every fallible call comes in two forms: one that throws hullguard::error, and one that takes
-// a std::error_code& and is noexcept. As in every hullguard layer (DESIGN.md §5), try_acquire
+// a std::error_code& and is noexcept. As in every hullguard layer (docs/design.md §10), try_acquire
 // returns an empty optional only for `concurrency_limit`; any other reason (closed, invalid
 // weight, ...) is an error.
 //
@@ -86,7 +86,7 @@ public:
 
     hg_status status() const noexcept { return static_cast<hg_status>(code().value()); }
 
-    /// Retrying later may succeed (the reasons DESIGN.md §3.1 marks retryable).
+    /// Retrying later may succeed (the reasons docs/design.md §10.4 marks retryable).
     bool retryable() const noexcept {
         switch (status()) {
         case HG_STATUS_CONCURRENCY_LIMIT:
@@ -148,7 +148,7 @@ struct Config {
     }
 };
 
-/// The outcome a permit reports when released (DESIGN.md §4).
+/// The outcome a permit reports when released (docs/design.md §6).
 enum class Outcome : uint32_t {
     success = HG_OUTCOME_SUCCESS,
     failure = HG_OUTCOME_FAILURE,

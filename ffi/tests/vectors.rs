@@ -137,6 +137,11 @@ struct Runner {
     /// Every key the vector names (the universe of `keys`).
     universe: BTreeSet<String>,
     acquires: HashMap<String, State>,
+    /// The runner's own records, never read back from the ABI: the key each acquire named and
+    /// the weight it asked for, and the permits it holds now (granted, less what it returned).
+    key_of: HashMap<String, Option<String>>,
+    weight_of: HashMap<String, u64>,
+    held: HashMap<String, u64>,
     /// Kept alive until every callback has run. Boxed: each slot's address is a callback's
     /// `user_data` and must not move when the vector grows.
     #[allow(clippy::vec_box)]
@@ -413,6 +418,9 @@ impl Runner {
             registry_override_timeouts,
             universe,
             acquires: HashMap::new(),
+            key_of: HashMap::new(),
+            weight_of: HashMap::new(),
+            held: HashMap::new(),
             slots: Vec::new(),
             timers: BTreeMap::new(),
             now_ns: 0,
@@ -458,6 +466,8 @@ impl Runner {
         let id = step["id"].as_str().unwrap().to_string();
         let key = step.get("key").and_then(Value::as_str);
         let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
+        self.key_of.insert(id.clone(), key.map(str::to_string));
+        self.weight_of.insert(id.clone(), weight);
         let bh = match self.bulkhead(key) {
             Ok(b) => b,
             Err(s) => {
@@ -524,6 +534,7 @@ impl Runner {
     ) {
         let st = if s == hg_status::HG_STATUS_OK {
             assert!(!permit.is_null());
+            self.held.insert(id.clone(), self.weight_of[&id]);
             State::Permit { permit, ticket: t }
         } else {
             assert!(permit.is_null() || s == hg_status::HG_STATUS_QUEUED);
@@ -650,7 +661,11 @@ impl Runner {
                     }
                 };
                 let released = match status {
-                    hg_status::HG_STATUS_OK => true,
+                    hg_status::HG_STATUS_OK => {
+                        let held = self.held.remove(id);
+                        assert!(held.is_some(), "{ctx}: released twice with OK");
+                        true
+                    }
                     hg_status::HG_STATUS_ALREADY_RELEASED => false,
                     s => panic!("{ctx}: hg_permit_release -> {s:?}"),
                 };
@@ -664,7 +679,10 @@ impl Runner {
                     panic!("{ctx}: {id} holds no permit")
                 };
                 let got = match hg_permit_release_partial(*permit, n) {
-                    hg_status::HG_STATUS_OK => "ok",
+                    hg_status::HG_STATUS_OK => {
+                        *self.held.get_mut(id).unwrap() -= n;
+                        "ok"
+                    }
                     hg_status::HG_STATUS_INVALID_ARGUMENT => INVALID,
                     s => panic!("{ctx}: hg_permit_release_partial -> {s:?}"),
                 };
@@ -808,27 +826,57 @@ impl Runner {
         Ok(())
     }
 
-    /// I1 and I2 after every step, for every bulkhead.
+    /// After every step, for every bulkhead: `active` is what the runner holds of it (its own
+    /// records), `queued` its pending acquires, no grant is left unclaimed, and I2 holds with
+    /// the runner's count: `available + held == limit`.
     fn check_invariants(&self, ctx: &str) {
-        let all: Vec<hg_stats> = match &self.target {
-            Target::Single(_) => vec![self.stats(None)],
+        let mut held: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        for (id, w) in &self.held {
+            *held.entry(self.key_of[id].clone()).or_default() += w;
+        }
+        let mut queued: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        for (id, st) in &self.acquires {
+            if let State::Queued { .. } = st {
+                *queued.entry(self.key_of[id].clone()).or_default() += 1;
+            }
+        }
+        let all: Vec<(Option<String>, hg_stats)> = match &self.target {
+            Target::Single(_) => vec![(None, self.stats(None))],
             Target::Registry(_) => self
                 .existing_keys()
-                .iter()
-                .map(|k| self.stats(Some(k)))
+                .into_iter()
+                .map(|k| {
+                    let s = self.stats(Some(&k));
+                    (Some(k), s)
+                })
                 .collect(),
         };
-        for s in all {
+        for (key, s) in all {
+            let h = held.remove(&key).unwrap_or(0);
+            let q = queued.remove(&key).unwrap_or(0);
             assert_eq!(
-                s.available + s.active as i64 + s.granted_unclaimed as i64,
-                s.limit as i64,
-                "{ctx}: I2 {s:?}"
+                s.active, h,
+                "{ctx}: active of {key:?} vs the {h} permits held: {s:?}"
+            );
+            assert_eq!(
+                s.queued, q,
+                "{ctx}: queued of {key:?} vs the {q} pending: {s:?}"
             );
             assert_eq!(
                 s.granted_unclaimed, 0,
                 "{ctx}: the runner claims every grant"
             );
+            assert_eq!(
+                s.available + h as i64,
+                s.limit as i64,
+                "{ctx}: I2 with the runner's count ({h} held) for {key:?}: {s:?}"
+            );
         }
+        held.retain(|_, w| *w > 0);
+        assert!(
+            held.is_empty() && queued.is_empty(),
+            "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
+        );
     }
 
     /// Settles everything and frees every handle, in an order that keeps every slot alive
@@ -909,6 +957,7 @@ fn scenario_vectors_through_the_c_abi() {
     let (n, full, mut skipped) = run_dir(&dir, &validator, &mut names);
     assert!(n >= 25, "only {n} vectors");
     let (pn, pfull, pskipped) = run_dir(&dir.join("policies"), &validator, &mut names);
+    assert!(pn >= 10, "only {pn} policy vectors");
     skipped.extend(pskipped);
     println!(
         "C ABI vectors: {full} of {n} run in full; policies: {pfull} of {pn}; {} skipped (an ABI gap):",

@@ -5,7 +5,7 @@
  * registry keys, hg_origin_key with a buffer too small, and raw-pair over-release.
  *
  * Each bad call must return its documented status, leave its out-parameters alone, and leave
- * the bulkhead exactly as it was (no permit taken or minted, nothing counted): DESIGN §7
+ * the bulkhead exactly as it was (no permit taken or minted, nothing counted): docs/design.md §11
  * "bad-input tests at every boundary", §3.1 "argument errors are never counted".
  */
 #include <stddef.h>
@@ -269,7 +269,7 @@ static void double_release(void) {
     CHECK_EQ_I64(s.available, 2); /* never an extra permit (I9) */
     CHECK_EQ_U64(s.active, 0);
     /* hg_permit_release and _outcome count; release_partial of a released permit reports it
-     * too, but it is not a "release" call (DESIGN §3.7 counts release() calls). */
+     * too, but it is not a "release" call (docs/design.md §8.1 counts release() calls). */
     CHECK_EQ_U64(s.released_twice_total, 2);
     hg_permit_free(p); /* already released: frees silently, counts nothing */
     s = hg_test_stats(bh);

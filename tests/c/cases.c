@@ -199,7 +199,7 @@ static void c05_with_timeout_once(void) {
  * makes its task runnable. H releases on turn 200 (the recipe's 200 ms timer, as loop turns).
  * W must be polled at most 3 times in total and resume in the turn after the release.
  *
- * (The C ABI has no hg_ticket_poll: DESIGN §3.2's polling API — enqueue / poll / cancel — is
+ * (The C ABI has no hg_ticket_poll: docs/design.md §4's polling API — enqueue / poll / cancel — is
  *  exported only by the Rust core; see the report. The callback is the only completion.)
  */
 typedef struct {

@@ -1,5 +1,5 @@
 /*
- * policies.c: the policies of DESIGN §4 through the C ABI (issue 8): the appended hg_config
+ * policies.c: the policies of docs/design.md §6 through the C ABI (issue 8): the appended hg_config
  * fields, the guarded-call steps in every acquire path, outcomes, call timeouts, the
  * on_state_change callback and the circuit / adaptive parts of hg_stats.
  *

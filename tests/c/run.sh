@@ -62,7 +62,7 @@ if command -v valgrind >/dev/null; then
     "${VALGRIND[@]}" "$OUT/threaded-vg"
     unset HG_UNDER_VALGRIND
 else
-    echo "valgrind not installed: FAIL (the C ABI's bar includes valgrind, DESIGN.md §7)" >&2
+    echo "valgrind not installed: FAIL (the C ABI's bar includes valgrind, docs/design.md §11)" >&2
     exit 1
 fi
 

@@ -1,6 +1,6 @@
 /*
  * threaded.c: 8 pthreads hammer one bulkhead through every acquire and release path of the C
- * ABI, then the test checks conservation at the end (DESIGN §3.3 I2/I3/I5/I9):
+ * ABI, then the test checks conservation at the end (docs/design.md §3 I2/I3/I5/I9):
  *
  *   try_acquire, acquire_timeout (0 / 1 ms / 2 ms / default), acquire_async (+ hg_ticket_cancel
  *   later, racing grants and the timer thread), release, release_outcome, a double release,

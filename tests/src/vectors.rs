@@ -1,4 +1,4 @@
-//! What the Rust-side runners of the scenario vectors share (DESIGN.md §5.1): finding, parsing
+//! What the Rust-side runners of the scenario vectors share (docs/design.md §11): finding, parsing
 //! and schema-checking the JSON files, the registry-override merge, and the layer-neutral
 //! checks. The core runner (`tests/tests/vectors.rs`) and the C ABI runner
 //! (`ffi/tests/vectors.rs`) keep only what drives their own layer.
@@ -64,7 +64,7 @@ pub fn for_each(
     files.len()
 }
 
-/// A registry override merged key by key over the defaults (DESIGN §4 "Options"): top-level
+/// A registry override merged key by key over the defaults (docs/design.md §7): top-level
 /// keys replace; `resilience` and its `adaptive` / `breaker` objects merge one level deeper.
 /// Call it with `depth` 0.
 pub fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {

@@ -1,5 +1,5 @@
 //! Property test: random operation sequences run on a real [`Bulkhead`] (single-threaded, through
-//! its public API, on a virtual clock) and on a small *sequential* reference model of DESIGN §3.
+//! its public API, on a virtual clock) and on a small *sequential* reference model of docs/design.md §4.
 //! After every step the decisions, the ticket numbers, the order in which the dispatcher settles
 //! waiters (observed through their wakers) and the *whole* stats object must match exactly, and
 //! I1–I9 are checked. The end of every case releases and cancels everything and checks I5.

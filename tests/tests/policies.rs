@@ -1,4 +1,4 @@
-//! The policies of DESIGN §4 through the *bulkhead* (the bare controllers and the bare breaker
+//! The policies of docs/design.md §6 through the *bulkhead* (the bare controllers and the bare breaker
 //! are tested in `core/src/tests/`): the cases C20–C24 of `shared/cases/CASES.md` as named
 //! tests, simulations on a virtual clock (AIMD after a latency step change, AIMD and Gradient2
 //! through an outage, Gradient2 under modest overload, the breaker's whole lifecycle), and the

@@ -1,4 +1,4 @@
-//! Multi-thread stress of one bulkhead (DESIGN §7): 8 worker threads run random acquires
+//! Multi-thread stress of one bulkhead (docs/design.md §11): 8 worker threads run random acquires
 //! (`try_acquire`, `enqueue` + poll loops, `acquire_blocking` with short timeouts), releases
 //! (whole, partial, checked), cancels (`cancel(t, aborted)`, `abandon`) and timeouts
 //! (`cancel(t, timeout)` after a random patience, counted in the other threads' operations so
@@ -644,7 +644,7 @@ fn no_barging_past_a_queued_waiter() {
             });
         }
         while queued < target {
-            // Not queued when the ring is full of tombstones not yet swept (queue_limit).
+            // A refused enqueue (e.g. queue_limit) is simply retried: only queued ones count.
             if let Ok(Admission::Queued(t)) = bh.enqueue(3, None) {
                 queued += 1;
                 if bh.try_acquire_units(1).is_ok() {

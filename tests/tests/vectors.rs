@@ -1,11 +1,11 @@
-//! The Rust runner of the scenario vectors in `tests/vectors/` (DESIGN.md §5.1): the same
+//! The Rust runner of the scenario vectors in `tests/vectors/` (docs/design.md §11): the same
 //! decisions every layer's runner checks. Each vector is validated against
 //! `tests/vectors/schema.json`, then run step by step on a virtual clock that this runner owns
 //! (queue timers fire on `advance_clock`); after every step the runner collects exactly the
 //! acquires that settled and compares them with the step's `settles`.
 //!
 //! It reads `tests/vectors/*.json` and the policy vectors of `tests/vectors/policies/`
-//! (DESIGN §4, §5.1). With policies it drives the three steps of a guarded call exactly as a
+//! (docs/design.md §6, §11). With policies it drives the three steps of a guarded call exactly as a
 //! binding does: `begin_call` before admission, `mark_granted` on a queued grant, `end_call`
 //! (`ignored` for a refused or cancelled acquire, the release's outcome otherwise) before the
 //! permits return. Breaker events are logged by an [`Observer`] and checked by `expect_events`.
@@ -22,13 +22,13 @@ use std::{
         Arc, Mutex, Weak,
         atomic::{AtomicU64, Ordering::SeqCst},
     },
-    task::Waker,
+    task::{Poll, Waker},
     time::Duration,
 };
 
 use hullguard_core::{
-    AcquireError, Admission, Bulkhead, CallStart, CancelError, Clock, ClockSource, Config, Outcome,
-    Reason, Registry, RegistryConfig, Stats, Ticket, TicketPoll,
+    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, Outcome, Reason,
+    Registry, RegistryConfig, Request, Stats, Waiter,
     breaker::{CircuitState, Observer},
     config::{
         OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
@@ -69,19 +69,16 @@ enum Target {
 
 enum State {
     Queued {
-        bh: Arc<Bulkhead>,
         /// The registry key the acquire named (`None` for a single bulkhead).
         key: Option<String>,
-        ticket: Ticket,
-        call: CallStart,
+        waiter: Waiter<Arc<Bulkhead>, 0>,
     },
-    /// The runner holds `weight` permits of `key`'s bulkhead: what it was granted (the
-    /// acquire's weight, or what a queued grant's poll handed over) less what it released.
+    /// The runner holds `weight` permits of `key`'s bulkhead: its own record of what it asked
+    /// for (the step's weight) less what it released — never read back from the core's call.
     Held {
-        bh: Arc<Bulkhead>,
         key: Option<String>,
         weight: u64,
-        call: CallStart,
+        call: Call<Arc<Bulkhead>, 0>,
     },
     /// A released handle keeps no outside handle on its bulkhead (it may be evicted).
     Released {
@@ -95,6 +92,8 @@ struct Runner {
     clock: Arc<VirtualClock>,
     target: Target,
     acquires: HashMap<String, State>,
+    /// The weight each acquire asked for (the runner's own record of what a grant holds).
+    weights: HashMap<String, u64>,
     /// (deadline ns, sequence) → acquire id.
     timers: BTreeMap<(u64, u64), String>,
     seq: u64,
@@ -105,8 +104,8 @@ struct Runner {
 /// the core's [`PartialConfig`]: every key is looked up in the core's option table in the
 /// vector spelling (the Python names, durations as integer `…_ms`), every value converted by the
 /// core's rules (`convert`). `resilience` holds the parts `adaptive` / `breaker` (an object
-/// turns the part on, `null` turns it off) and `call_timeout_ms`. Unknown keys and bad values
-/// panic, naming the option.
+/// turns the part on, `null` turns it off) and `call_timeout_ms`. A `null` follows the core's
+/// rule (`PartialConfig::set_null`). Unknown keys and bad values panic, naming the option.
 fn partial(ctx: &str, v: &Value) -> PartialConfig {
     let mut p = PartialConfig::new();
     set_options(ctx, &mut p, Section::Bulkhead, object(ctx, "", v));
@@ -124,7 +123,7 @@ fn set_options(ctx: &str, p: &mut PartialConfig, section: Section, obj: &Map<Str
     for (k, x) in obj {
         if section == Section::Bulkhead && k == "resilience" {
             match x {
-                Value::Null => p.set_part(Section::Resilience, Part::Off),
+                Value::Null => p.set_null_part(Section::Resilience),
                 _ => {
                     let r = object(ctx, "resilience", x);
                     set_options(ctx, p, Section::Resilience, r);
@@ -135,7 +134,7 @@ fn set_options(ctx: &str, p: &mut PartialConfig, section: Section, obj: &Map<Str
         let part = options::find_part(k).filter(|_| section == Section::Resilience);
         if let Some(part) = part {
             match x {
-                Value::Null => p.set_part(part, Part::Off),
+                Value::Null => p.set_null_part(part),
                 _ => {
                     let o = object(ctx, part.path(), x);
                     p.set_part(part, Part::On);
@@ -151,7 +150,12 @@ fn set_options(ctx: &str, p: &mut PartialConfig, section: Section, obj: &Map<Str
                 options::known_names(section, Spelling::Vector)
             )
         };
-        set_option(ctx, p, spec, x);
+        if x.is_null() {
+            // The core's null rule: not given, except `call_timeout_ms` (off).
+            p.set_null(spec.id);
+        } else {
+            set_option(ctx, p, spec, x);
+        }
     }
 }
 
@@ -175,10 +179,9 @@ fn set_option(ctx: &str, p: &mut PartialConfig, spec: &'static OptionSpec, x: &V
             OptionValue::Count(n.unwrap_or_else(|e| bad(&e)))
         }
         Kind::Duration { .. } => {
-            // Integer ms; "infinite" (queue_timeout_ms) and null (call_timeout_ms) are "none",
-            // which the core refuses for the options without one.
+            // Integer ms; "infinite" is "none", which the core refuses for the options
+            // without one (a null never reaches here: `set_options`).
             let ms = match x {
-                Value::Null => f64::INFINITY,
                 Value::String(s) if s == "infinite" => f64::INFINITY,
                 _ => x.as_f64().unwrap_or_else(|| bad(&"not a number")),
             };
@@ -254,10 +257,6 @@ fn outcome_of(e: &AcquireError) -> &'static str {
     }
 }
 
-// The runner drives the three steps of a guarded call (`begin_call`, `mark_granted`,
-// `end_call`) exactly as a binding does (see the module docs); those are the deprecated
-// wrappers of the admission API until the runner moves to `Bulkhead::admit`.
-#[allow(deprecated)]
 impl Runner {
     fn new(v: &Value) -> Self {
         let clock = Arc::new(VirtualClock::default());
@@ -279,6 +278,7 @@ impl Runner {
             clock,
             target,
             acquires: HashMap::new(),
+            weights: HashMap::new(),
             timers: BTreeMap::new(),
             seq: 0,
             events,
@@ -308,6 +308,7 @@ impl Runner {
         let id = step["id"].as_str().unwrap().to_string();
         let key = step.get("key").and_then(Value::as_str);
         let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
+        self.weights.insert(id.clone(), weight);
         let bh = match self.bulkhead(key) {
             Ok(b) => b,
             Err(e) => {
@@ -315,66 +316,34 @@ impl Runner {
                 return outcome_of(&e).to_string();
             }
         };
-        let timeout = match step.get("timeout_ms") {
-            None => {
-                let t = bh.queue_timeout();
-                (t != Duration::MAX).then_some(t.as_millis() as u64)
-            }
-            Some(Value::String(_)) => None,
-            Some(t) => Some(t.as_u64().unwrap()),
+        // The request as a binding builds it: the weight unchecked (the core refuses 0 and
+        // weights above `max_concurrent`), the per-call timeout if the step gives one.
+        let mut request = Request::new(weight);
+        request = match step.get("timeout_ms") {
+            _ if !queue => request.no_wait(),
+            None => request,
+            Some(Value::String(_)) => request.queue_timeout(Duration::MAX),
+            Some(t) => request.queue_timeout(Duration::from_millis(t.as_u64().unwrap())),
         };
-        // Step 1 of a guarded call, after the argument check (an invalid weight is no call).
-        let call = if weight == 0 || weight > bh.max_concurrent() {
-            CallStart::NONE
-        } else {
-            match bh.begin_call() {
-                Ok(c) => c,
-                Err(e) => {
-                    self.acquires.insert(id, State::Rejected);
-                    return outcome_of(&e).to_string();
-                }
-            }
-        };
-        let result = if !queue || timeout == Some(0) {
-            bh.try_acquire_units(weight).map(|()| Admission::Granted)
-        } else {
-            bh.enqueue(weight, Some(Waker::noop()))
-        };
-        match result {
-            Ok(Admission::Granted) => {
-                let key = key.map(str::to_string);
-                self.acquires.insert(
-                    id,
-                    State::Held {
-                        bh,
-                        key,
-                        weight,
-                        call,
-                    },
-                );
+        let key = key.map(str::to_string);
+        match bh.admit_owned(&request, Some(Waker::noop())) {
+            Decision::Granted(call) => {
+                self.acquires.insert(id, State::Held { key, weight, call });
                 "granted".into()
             }
-            Ok(Admission::Queued(ticket)) => {
-                if let Some(ms) = timeout {
-                    let deadline = self.clock.now_ns() + ms * 1_000_000;
+            Decision::Queued(waiter) => {
+                // The host arms the waiter's queue timer (the runner's virtual timers).
+                let t = waiter.queue_timeout();
+                if t != Duration::MAX {
+                    let deadline = self.clock.now_ns() + t.as_nanos() as u64;
                     self.seq += 1;
                     self.timers.insert((deadline, self.seq), id.clone());
                 }
-                let key = key.map(str::to_string);
-                self.acquires.insert(
-                    id,
-                    State::Queued {
-                        bh,
-                        key,
-                        ticket,
-                        call,
-                    },
-                );
+                self.acquires.insert(id, State::Queued { key, waiter });
                 "queued".into()
             }
-            Err(e) => {
-                // Refused admission: the call never started.
-                bh.end_call(call, Outcome::Ignored);
+            Decision::Rejected(e) => {
+                // Refused admission: the core ended the call `ignored`.
                 self.acquires.insert(id, State::Rejected);
                 outcome_of(&e).to_string()
             }
@@ -384,56 +353,55 @@ impl Runner {
     /// Polls every queued acquire; returns those that settled.
     fn collect_settled(&mut self, settled: &mut BTreeMap<String, String>) {
         for (id, st) in self.acquires.iter_mut() {
-            let State::Queued {
-                bh,
-                key,
-                ticket,
-                call,
-            } = st
-            else {
+            let State::Queued { key, waiter } = st else {
                 continue;
             };
-            match bh.poll_ticket(*ticket, None).unwrap() {
-                TicketPoll::Pending => {}
-                TicketPoll::Granted(w) => {
+            let next = match waiter.poll(None) {
+                Poll::Pending => continue,
+                Poll::Ready(Ok(call)) => {
                     settled.insert(id.clone(), "granted".into());
-                    let mut call = *call;
-                    bh.mark_granted(&mut call);
-                    *st = State::Held {
-                        bh: bh.clone(),
+                    let weight = self.weights[id];
+                    State::Held {
                         key: key.take(),
-                        weight: w,
+                        weight,
                         call,
-                    };
+                    }
                 }
-                TicketPoll::Rejected(r) => {
-                    settled.insert(id.clone(), r.reason.as_str().into());
-                    bh.end_call(*call, Outcome::Ignored);
-                    *st = State::Rejected;
+                Poll::Ready(Err(e)) => {
+                    settled.insert(id.clone(), outcome_of(&e).into());
+                    State::Rejected
                 }
-            }
+            };
+            *st = next;
         }
     }
 
-    /// Cancels a queued acquire with `reason`; `true` if the cancel won.
+    /// Cancels a queued acquire with `reason` (the owner's cancel, or its timer); `true` if the
+    /// cancel won. A settlement that won the race is recorded as it would have been polled.
     fn cancel(&mut self, id: &str, reason: Reason, settled: &mut BTreeMap<String, String>) -> bool {
-        let Some(State::Queued {
-            bh, ticket, call, ..
-        }) = self.acquires.get(id)
-        else {
+        let Some(State::Queued { .. }) = self.acquires.get(id) else {
             return false;
         };
-        match bh.cancel(*ticket, reason) {
-            Ok(()) => {
-                // Cancelled before the grant: the call never started.
-                bh.end_call(*call, Outcome::Ignored);
+        let Some(State::Queued { key, waiter }) = self.acquires.remove(id) else {
+            unreachable!()
+        };
+        let (next, won) = match waiter.cancel(reason) {
+            Cancelled::Cancelled(_) => {
                 settled.insert(id.to_string(), reason.as_str().into());
-                self.acquires.insert(id.to_string(), State::Rejected);
-                true
+                (State::Rejected, true)
             }
-            Err(CancelError::Granted | CancelError::Rejected(_)) => false,
-            Err(e) => panic!("{}: {e:?} for {id}", self.name),
-        }
+            Cancelled::Granted(call) => {
+                settled.insert(id.to_string(), "granted".into());
+                let weight = self.weights[id];
+                (State::Held { key, weight, call }, false)
+            }
+            Cancelled::Rejected(r) => {
+                settled.insert(id.to_string(), r.reason.as_str().into());
+                (State::Rejected, false)
+            }
+        };
+        self.acquires.insert(id.to_string(), next);
+        won
     }
 
     fn stats(&self, key: Option<&str>) -> Stats {
@@ -458,15 +426,11 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let expect = step.get("expect").and_then(Value::as_bool).unwrap_or(true);
                 let released = match self.acquires.remove(id) {
-                    Some(State::Held {
-                        bh, weight, call, ..
-                    }) => {
-                        // Step 3: the outcome first, then the permits (DESIGN §4).
-                        bh.end_call(call, outcome_arg(step));
-                        if weight > 0 {
-                            bh.release_units(weight);
-                        }
-                        let bh = Arc::downgrade(&bh);
+                    Some(State::Held { call, .. }) => {
+                        // The core's call records the outcome, then returns the permits
+                        // (docs/design.md §6).
+                        let bh = Arc::downgrade(call.handle());
+                        call.end(outcome_arg(step));
                         self.acquires.insert(id.into(), State::Released { bh });
                         true
                     }
@@ -485,15 +449,17 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let n = step["n"].as_u64().unwrap_or(0);
                 let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
-                let Some(State::Held { bh, weight, .. }) = self.acquires.get_mut(id) else {
+                let Some(State::Held { weight, call, .. }) = self.acquires.get_mut(id) else {
                     panic!("{ctx}: {id} holds no permit")
                 };
-                let got = if n == 0 || n > *weight {
-                    "invalid"
-                } else {
-                    *weight -= n;
-                    bh.release_units(n);
-                    "ok"
+                // The core refuses 0 and more than the call holds; the runner's own count
+                // changes only when it accepted the return.
+                let got = match call.release_partial(n) {
+                    Ok(()) => {
+                        *weight -= n;
+                        "ok"
+                    }
+                    Err(_) => "invalid",
                 };
                 assert_eq!(got, expect, "{ctx}");
             }
@@ -666,7 +632,7 @@ fn scenario_vectors() {
     let mut names = HashSet::new();
     let n = vectors::for_each(&dir, &validator, &mut names, run);
     assert!(n >= 25, "only {n} vectors");
-    // The policy vectors (DESIGN §5.1): same schema, names unique across both folders.
+    // The policy vectors (docs/design.md §11): same schema, names unique across both folders.
     let n = vectors::for_each(&dir.join("policies"), &validator, &mut names, run);
     assert!(n >= 10, "only {n} policy vectors");
 }
@@ -709,6 +675,8 @@ fn options_go_through_the_core_table_and_merge() {
         "overrides": {
             "fragile": {"resilience": {"breaker": {"failure_threshold": 1}}},
             "plain": {"max_queue": 0, "resilience": {"breaker": null, "call_timeout_ms": null}},
+            "nulls": {"max_concurrent": null, "queue_timeout_ms": null,
+                      "resilience": {"breaker": {"failure_threshold": null}}},
             "https://Slow.example/v1": {"max_concurrent": 5, "queue_timeout_ms": 0}}});
     let c = registry_config("t", &r);
     let breaker = BreakerConfig {
@@ -736,6 +704,15 @@ fn options_go_through_the_core_table_and_merge() {
     plain.resilience.breaker = None;
     plain.resilience.call_timeout = None;
     assert_eq!(c.overrides["plain"], plain);
+    // The core's null rule: a null option is not given (inherited; never "no deadline").
+    assert_eq!(c.overrides["nulls"], d);
+    let top = json!({"queue_timeout_ms": null, "max_queue": null,
+                     "resilience": {"adaptive": null, "call_timeout_ms": null}});
+    assert_eq!(
+        config("t", Some(&top)),
+        Config::DEFAULT,
+        "null queue timeout is 30 s"
+    );
     let slow = Config {
         max_concurrent: 5,
         queue_timeout: Duration::ZERO,

@@ -53,15 +53,18 @@ _T = TypeVar("_T")
 _T_co = TypeVar("_T_co", covariant=True)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-# Seconds: an int or float >= 0, or math.inf (no deadline). None = the default.
+# Seconds: an int or float >= 0, or math.inf (no deadline). None = not given: the default (in a
+# registry override, the defaults' value; a per-call timeout, the bulkhead's queue_timeout),
+# never "no deadline".
 _Seconds = Union[int, float]
 
 # The values of a `stats()` dict (docs/design.md §8.1): ints, the `rejected_by_reason` dict, and
 # `adaptive` / `circuit` (dicts when those policies are on, else None).
 _Stats = Dict[str, Any]
 
-# `resilience={...}` (docs/design.md §6.4): {"adaptive": {...} | None, "breaker": {...} | None,
-# "call_timeout": seconds | None}; durations in seconds.
+# `resilience={...}` (docs/design.md §6): {"adaptive": {...} | None, "breaker": {...} | None,
+# "call_timeout": seconds | None}; durations in seconds. A part or call_timeout that is omitted or
+# None is off (in a registry override, None turns off what the defaults turned on).
 _Resilience = Mapping[str, Any]
 
 # `on_state_change(key, old, new)`: key None outside a registry; states "closed", "open",

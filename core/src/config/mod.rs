@@ -14,7 +14,7 @@ pub mod partial;
 use core::{fmt, time::Duration};
 
 pub use self::{
-    options::{OptionId, OptionSpec, Section, Spelling},
+    options::{NullMeans, OptionId, OptionSpec, Section, Spelling},
     partial::{Part, PartialConfig, Value},
 };
 pub use crate::limits::{MAX_PERMITS, MAX_QUEUE};

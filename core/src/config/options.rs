@@ -10,7 +10,33 @@
 //! | Python | `resilience={"breaker": {"open_duration": …}}` | float seconds (`math.inf`: none) |
 //! | Node | `resilience: {breaker: {openDurationMs: …}}` | ms (`Infinity`: none) |
 //! | C | `hg_config.breaker_open_duration_ms` | ms (`HG_TIMEOUT_INFINITE`: none) |
-//! | vectors | `"resilience": {"breaker": {"open_duration_ms": …}}` | integer ms |
+//! | vectors | `"resilience": {"breaker": {"open_duration_ms": …}}` | integer ms (`"infinite"`: none) |
+//!
+//! # Null values
+//!
+//! One rule for a null value in every layer (docs/design.md §7.2) — Python `None`, JavaScript
+//! `null`, JSON `null` (in JavaScript a key whose value is `undefined` is an omitted key, as
+//! object spread treats it):
+//!
+//! * A null value means **not given**: the default, or in a registry override the value
+//!   inherited from the registry's defaults ([`NullMeans::NotGiven`]).
+//! * Exception: a **policy part** (`resilience.adaptive`, `resilience.breaker`) or
+//!   **`call_timeout`** set to null is **off** ([`NullMeans::Off`]; [`Section::null_means`],
+//!   [`OptionId::null_means`]) — the founding contract's "a part that is omitted or None/null
+//!   is off". At the top level "not given" and "off" coincide (both default to off); in an
+//!   override, null turns off what the defaults turned on. `resilience` itself set to null is
+//!   off too: every part and `call_timeout`.
+//! * "No deadline" is never spelled null but always as infinity: Python `math.inf`, Node
+//!   `Infinity`, JSON `"infinite"`, C `HG_TIMEOUT_INFINITE`. So `queue_timeout` null is the
+//!   default (30 s), not "no deadline".
+//! * A per-call queue timeout follows the same rule: null or omitted is the bulkhead's
+//!   `queue_timeout`.
+//!
+//! C has no null: `HG_TIMEOUT_DEFAULT` in a duration field (and 0 in a policy field) is the
+//! "not given" of this rule, `HG_TIMEOUT_INFINITE` the "none". A layer applies a null with
+//! [`PartialConfig::set_null`](super::PartialConfig::set_null) (an option) and
+//! [`PartialConfig::set_null_part`](super::PartialConfig::set_null_part) (`resilience` or a
+//! part), never with a rule of its own.
 
 use core::{fmt, time::Duration};
 
@@ -55,6 +81,17 @@ impl Section {
         }
     }
 
+    /// What a null value given for the section itself means (module docs, "Null values"):
+    /// [`NullMeans::Off`] for `resilience` and its parts `adaptive` / `breaker`;
+    /// [`NullMeans::NotGiven`] for the bulkhead's and the registry's own options (an object
+    /// of options that is null is no options).
+    pub const fn null_means(self) -> NullMeans {
+        match self {
+            Section::Adaptive | Section::Breaker | Section::Resilience => NullMeans::Off,
+            Section::Bulkhead | Section::Registry => NullMeans::NotGiven,
+        }
+    }
+
     /// The C field prefix (`"adaptive_"`, `"breaker_"`, `""`).
     pub const fn c_prefix(self) -> &'static str {
         match self {
@@ -63,6 +100,18 @@ impl Section {
             _ => "",
         }
     }
+}
+
+/// What a null value (Python `None`, JavaScript `null`, JSON `null`) given for
+/// an option or a part means: the module docs' "Null values" (docs/design.md §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NullMeans {
+    /// Not given: the default, or in a registry override the value inherited from the
+    /// registry's defaults. Every option but `call_timeout`.
+    NotGiven,
+    /// Off: the option's "none" (`call_timeout`: no call timeout), or the part off — also in a
+    /// registry override whose defaults turned it on.
+    Off,
 }
 
 /// An option's value type and range.
@@ -141,6 +190,17 @@ impl OptionId {
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
         &OPTIONS[self as usize]
+    }
+
+    /// What a null value given for this option means (module docs, "Null values"):
+    /// [`NullMeans::Off`] for `call_timeout` (whose "none" is off), [`NullMeans::NotGiven`]
+    /// for every other option — including `queue_timeout`, whose "no deadline" is spelled as
+    /// infinity, never as null.
+    pub const fn null_means(self) -> NullMeans {
+        match self {
+            OptionId::CallTimeout => NullMeans::Off,
+            _ => NullMeans::NotGiven,
+        }
     }
 }
 
@@ -296,7 +356,7 @@ impl fmt::Display for RangeText {
                     Spelling::Python => ("seconds", "1e-9", "math.inf"),
                     Spelling::Node => ("ms", "0.000001", "Infinity"),
                     Spelling::C => ("ms", "1", "HG_TIMEOUT_INFINITE"),
-                    Spelling::Vector => ("ms", "1", "none"),
+                    Spelling::Vector => ("ms", "1", "\"infinite\""),
                 };
                 if zero {
                     write!(f, "0 or at least {least} {unit}")?;
@@ -376,6 +436,11 @@ impl OptionSpec {
     /// Whether this option is a duration.
     pub const fn is_duration(&self) -> bool {
         matches!(self.kind, Kind::Duration { .. })
+    }
+
+    /// What a null value given for this option means ([`OptionId::null_means`]).
+    pub const fn null_means(&self) -> NullMeans {
+        self.id.null_means()
     }
 }
 
@@ -725,6 +790,13 @@ const _: () = {
     let mut i = 0;
     while i < OptionId::COUNT {
         assert!(OPTIONS[i].id as usize == i);
+        // A null that means "off" sets the option's "none": only a duration that has one.
+        if let NullMeans::Off = OPTIONS[i].id.null_means() {
+            assert!(matches!(
+                OPTIONS[i].kind,
+                Kind::Duration { infinite: true, .. }
+            ));
+        }
         i += 1;
     }
 };
@@ -773,6 +845,36 @@ mod tests {
                 .to_string(),
             "call_timeout_ms"
         );
+    }
+
+    #[test]
+    fn null_means_not_given_except_for_parts_and_call_timeout() {
+        let off: std::vec::Vec<OptionId> = OPTIONS
+            .iter()
+            .filter(|o| o.null_means() == NullMeans::Off)
+            .map(|o| o.id)
+            .collect();
+        assert_eq!(off, [OptionId::CallTimeout]);
+        // "No deadline" is infinity, never null: a null queue timeout is the default.
+        assert_eq!(OptionId::QueueTimeout.null_means(), NullMeans::NotGiven);
+        assert_eq!(
+            OptionId::BreakerOpenDuration.spec().null_means(),
+            NullMeans::NotGiven
+        );
+        for s in [Section::Adaptive, Section::Breaker, Section::Resilience] {
+            assert_eq!(s.null_means(), NullMeans::Off, "{s:?}");
+        }
+        for s in [Section::Bulkhead, Section::Registry] {
+            assert_eq!(s.null_means(), NullMeans::NotGiven, "{s:?}");
+        }
+        assert_eq!(
+            r_vector(OptionId::QueueTimeout),
+            "0 or at least 1 ms, or \"infinite\" for none"
+        );
+    }
+
+    fn r_vector(id: OptionId) -> std::string::String {
+        id.spec().range(Spelling::Vector).to_string()
     }
 
     #[test]

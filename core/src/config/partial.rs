@@ -7,12 +7,17 @@
 //! the layer did not mention is inherited, a part set to "none" is off, a part given (even
 //! empty: `{}`) is on with the defaults for the options it does not set. `resilience: None`
 //! turns every part off, and `call_timeout` with it, except what the same layer sets again.
+//!
+//! A null value (Python `None`, JavaScript `null`, JSON `null`) is applied by
+//! the table's rule ([`options`](super::options), "Null values"): [`PartialConfig::set_null`]
+//! for an option (not given, except `call_timeout`: off), [`PartialConfig::set_null_part`] for
+//! `resilience` or a part (off).
 
 use core::time::Duration;
 
 use super::{
     Config, ConfigError,
-    options::{Kind, OptionId, Section},
+    options::{Kind, NullMeans, OptionId, Section},
 };
 use crate::policy::{
     adaptive::{AdaptiveConfig, Algorithm},
@@ -132,6 +137,44 @@ impl PartialConfig {
         }
         self.values[id as usize] = Some(value);
         Ok(())
+    }
+
+    /// A null value given for `id` in this layer, by the table's rule
+    /// ([`OptionId::null_means`]): [`NullMeans::NotGiven`] leaves it unset (the default, or in
+    /// a registry override the defaults' value); [`NullMeans::Off`] (`call_timeout`) sets the
+    /// option's "none", which turns it off even over defaults that set it.
+    ///
+    /// # Examples
+    /// ```
+    /// use core::time::Duration;
+    /// use hullguard_core::config::{OptionId, PartialConfig, Value};
+    /// let mut defaults = PartialConfig::new();
+    /// defaults.set(OptionId::QueueTimeout, Value::Duration(Duration::from_secs(1)))?;
+    /// defaults.set(OptionId::CallTimeout, Value::Duration(Duration::from_secs(2)))?;
+    /// let mut o = PartialConfig::new();
+    /// o.set_null(OptionId::QueueTimeout); // not given: inherited
+    /// o.set_null(OptionId::CallTimeout); // off
+    /// let c = o.merged_over(&defaults).to_config()?;
+    /// assert_eq!(c.queue_timeout, Duration::from_secs(1));
+    /// assert_eq!(c.resilience.call_timeout, None);
+    /// # Ok::<(), hullguard_core::ConfigError>(())
+    /// ```
+    pub fn set_null(&mut self, id: OptionId) {
+        self.values[id as usize] = match id.null_means() {
+            NullMeans::NotGiven => None,
+            // Only durations with a "none" are `Off` (checked at compile time by the table).
+            NullMeans::Off => Some(Value::Duration(Duration::MAX)),
+        };
+    }
+
+    /// A null value given for `resilience` or one of its parts in this layer, by the table's
+    /// rule ([`Section::null_means`]): off (`set_part(section, Part::Off)`), also over defaults
+    /// that turned it on. A null for the bulkhead's or registry's own object sets nothing.
+    pub fn set_null_part(&mut self, section: Section) {
+        match section.null_means() {
+            NullMeans::Off => self.set_part(section, Part::Off),
+            NullMeans::NotGiven => {}
+        }
     }
 
     /// The value this layer set for `id`, if any.
@@ -319,6 +362,68 @@ mod tests {
         no_adaptive.set_part(Section::Adaptive, Part::Off);
         let c = no_adaptive.merged_over(&d).to_config().unwrap();
         assert!(c.resilience.adaptive.is_none() && c.resilience.call_timeout.is_some());
+    }
+
+    #[test]
+    fn null_is_not_given_except_for_parts_and_call_timeout() {
+        let mut d = PartialConfig::new();
+        d.set(OptionId::MaxConcurrent, Value::Count(8)).unwrap();
+        d.set(
+            OptionId::QueueTimeout,
+            Value::Duration(Duration::from_secs(1)),
+        )
+        .unwrap();
+        d.set_part(Section::Breaker, Part::On);
+        d.set(OptionId::BreakerFailureThreshold, Value::Count(3))
+            .unwrap();
+        d.set(
+            OptionId::CallTimeout,
+            Value::Duration(Duration::from_secs(2)),
+        )
+        .unwrap();
+        // Null options inherit; a null call_timeout and a null part turn them off.
+        let mut o = PartialConfig::new();
+        for id in [
+            OptionId::MaxConcurrent,
+            OptionId::QueueTimeout,
+            OptionId::BreakerFailureThreshold,
+        ] {
+            o.set_null(id);
+        }
+        let c = o.merged_over(&d).to_config().unwrap();
+        assert_eq!(c.max_concurrent, 8);
+        assert_eq!(c.queue_timeout, Duration::from_secs(1), "not infinite");
+        assert_eq!(c.resilience.breaker.unwrap().failure_threshold, 3);
+        assert_eq!(c.resilience.call_timeout, Some(Duration::from_secs(2)));
+        o.set_null(OptionId::CallTimeout);
+        o.set_null_part(Section::Breaker);
+        let c = o.merged_over(&d).to_config().unwrap();
+        assert_eq!(c.resilience.call_timeout, None);
+        assert_eq!(c.resilience.breaker, None);
+        assert_eq!(c.max_concurrent, 8);
+        // A null after a value in the same layer: not given.
+        let mut p = PartialConfig::new();
+        p.set(OptionId::MaxQueue, Value::Count(0)).unwrap();
+        p.set_null(OptionId::MaxQueue);
+        assert_eq!(p.get(OptionId::MaxQueue), None);
+        // At the top level not given and off coincide; the default queue timeout is 30 s.
+        let mut top = PartialConfig::new();
+        top.set_null(OptionId::QueueTimeout);
+        top.set_null(OptionId::CallTimeout);
+        top.set_null_part(Section::Adaptive);
+        top.set_null_part(Section::Bulkhead);
+        assert_eq!(top.to_config().unwrap(), Config::DEFAULT);
+        // `resilience` null: everything in it off.
+        let mut plain = PartialConfig::new();
+        plain.set_null_part(Section::Resilience);
+        assert!(
+            plain
+                .merged_over(&d)
+                .to_config()
+                .unwrap()
+                .resilience
+                .is_off()
+        );
     }
 
     #[test]

@@ -195,7 +195,7 @@ pub(crate) struct Cell {
     /// the owner before it publishes `WAITING` (Release), read by the dispatcher after it reads
     /// `WAITING` (Acquire).
     pub(crate) weight: AtomicWord,
-    /// The breaker word of the waiter's guarded call (docs/design.md §5.3), written with the
+    /// The breaker word of the waiter's guarded call (docs/design.md §6.3), written with the
     /// weight; handed back with the settlement.
     pub(crate) call: AtomicWord,
     /// Host clock at enqueue (ns, truncated to the word), for `queue_wait_*`.

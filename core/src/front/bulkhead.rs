@@ -274,7 +274,7 @@ impl<const N: usize> Bulkhead<N> {
         self.policies().and_then(Policies::call_timeout)
     }
 
-    // ----- the guarded-call steps (docs/design.md §5.3) -------------------------------------
+    // ----- the guarded-call steps (docs/design.md §6.3) -------------------------------------
 
     /// Step 1 of every guarded admission: the weight (`1 ..= max_concurrent`, never counted),
     /// then the breaker's check (`circuit_open`, counted). Reads the clock only when a policy

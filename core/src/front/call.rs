@@ -138,6 +138,12 @@ where
         &self.bh
     }
 
+    /// The handle through which this call reaches its bulkhead (the `Arc` of an
+    /// [`OwnedPermit`], e.g. to keep a weak reference after the call ends).
+    pub fn handle(&self) -> &B {
+        &self.bh
+    }
+
     /// Returns `n` of the held permits now (a refund once actual usage is known); the rest stay
     /// held. Returning all of them leaves an empty call whose end only records the outcome.
     ///

@@ -1,4 +1,4 @@
-//! Adaptive concurrency limit controllers (DESIGN §4): AIMD and Gradient2.
+//! Adaptive concurrency limit controllers (docs/design.md §6): AIMD and Gradient2.
 //!
 //! A controller turns a stream of [`Sample`]s — one per finished call, grant → release time —
 //! into a concurrency limit. It is a pure, allocation-free state machine over `core` only: it
@@ -31,7 +31,7 @@
 //! # Outcomes
 //! [`Outcome::Ignored`] — cancellation, and hullguard's own rejections before the call started
 //! (`concurrency_limit`, `queue_limit`, `key_limit`, `timeout`, `shutdown`, `circuit_open`,
-//! `aborted`) — changes nothing: no limit move, no RTT sample (DESIGN §4 "Outcomes"; Netflix
+//! `aborted`) — changes nothing: no limit move, no RTT sample (docs/design.md §6.2; Netflix
 //! PR #146, hullguard case C21). [`Outcome::Failure`] never grows the limit and never feeds an
 //! RTT average: a dropped or failed call often finishes almost at once, and Netflix
 //! `Gradient2Limit` ignoring `didDrop` let such near-zero RTTs *raise* the limit (Netflix #176).
@@ -117,7 +117,7 @@ impl Algorithm {
     }
 }
 
-/// The `adaptive` options (DESIGN §4), one shape for both algorithms.
+/// The `adaptive` options (docs/design.md §6), one shape for both algorithms.
 ///
 /// `target_latency_ns`, `increase_step` are AIMD's; `smoothing`, `rtt_tolerance`, `long_window`,
 /// `queue_size` are Gradient2's; `decrease_ratio` is AIMD's back-off and Gradient2's back-off on
@@ -127,7 +127,7 @@ pub struct AdaptiveConfig {
     /// The controller; default [`Algorithm::Gradient2`].
     pub algorithm: Algorithm,
     /// The starting limit, `min_limit ..= max_limit`, or 0 for "start at `max_limit`" (the
-    /// DESIGN §4 default `initial_limit` = `max_limit`; what a binding passes when the user set
+    /// docs/design.md §6 default `initial_limit` = `max_limit`; what a binding passes when the user set
     /// `max_limit` but no `initial_limit`). [`Self::for_max_concurrent`] sets `max_concurrent`.
     pub initial_limit: u64,
     /// The floor, `1 ..= max_limit`; default 1.
@@ -155,7 +155,7 @@ impl AdaptiveConfig {
     /// The defaults for a bulkhead of the default [`Config`](crate::Config) (`max_concurrent` 10).
     pub const DEFAULT: AdaptiveConfig = AdaptiveConfig::for_max_concurrent(DEFAULT_MAX_CONCURRENT);
 
-    /// The DESIGN §4 defaults for a bulkhead of `max_concurrent`: `initial_limit` = `max_limit`
+    /// The docs/design.md §6 defaults for a bulkhead of `max_concurrent`: `initial_limit` = `max_limit`
     /// = `max_concurrent`, `min_limit` 1, `target_latency` 500 ms, `increase_step` 1,
     /// `decrease_ratio` 0.7, `smoothing` 0.2, `rtt_tolerance` 1.5, `long_window` 600,
     /// `queue_size` 4, algorithm Gradient2.

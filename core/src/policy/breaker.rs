@@ -198,7 +198,7 @@ impl fmt::Display for Open {
     }
 }
 
-/// Breaker options (DESIGN §4 `breaker`). Both trip modes are always on; either opens.
+/// Breaker options (docs/design.md §6.1). Both trip modes are always on; either opens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerConfig {
     /// Consecutive failures that open the breaker, `1 ..= MAX_THRESHOLD`. Default 5.

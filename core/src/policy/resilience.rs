@@ -1,4 +1,4 @@
-//! The `resilience` options (docs/design.md §6.4): an adaptive limit, a circuit breaker and a call
+//! The `resilience` options (docs/design.md §6): an adaptive limit, a circuit breaker and a call
 //! timeout around one bulkhead. One shape in every layer; a part that is `None` is off, and a
 //! bulkhead whose [`Config::resilience`](crate::Config::resilience) is [`Resilience::OFF`] is
 //! plain (its hot path pays one predictable branch).
@@ -7,7 +7,7 @@ use core::time::Duration;
 
 use crate::policy::{adaptive::AdaptiveConfig, breaker::BreakerConfig};
 
-/// Policies around a bulkhead (DESIGN §4 "Options").
+/// Policies around a bulkhead (docs/design.md §7).
 ///
 /// # Examples
 /// ```

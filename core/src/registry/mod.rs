@@ -289,7 +289,9 @@ impl Registry {
         clock: ClockSource,
         observer: Option<SharedObserver>,
     ) -> Result<Self, RegistryConfigError> {
-        if config.max_keys == 0 {
+        // The option table's range (1 ..= 2^32 - 1), also for a `RegistryConfig` built by hand.
+        let max_keys = i128::try_from(config.max_keys).unwrap_or(i128::MAX);
+        if crate::config::convert::count_in(max_keys, OptionId::MaxKeys.spec().kind).is_err() {
             return Err(RegistryConfigError {
                 key: None,
                 option: "max_keys",

@@ -816,7 +816,7 @@ fn c20_gradient2_collapses_in_the_outage_and_recovers() {
     assert!(g.long_rtt_ns() <= 20.0 * MS as f64, "{}", g.long_rtt_ns());
 }
 
-/// `initial_limit: 0` means "start at `max_limit`" (DESIGN §4: `initial_limit` = `max_limit`),
+/// `initial_limit: 0` means "start at `max_limit`" (docs/design.md §6: `initial_limit` = `max_limit`),
 /// so a binding that got only `max_limit` from its user needs no rule of its own.
 #[test]
 fn initial_limit_zero_starts_at_max_limit() {

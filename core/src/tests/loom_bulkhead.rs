@@ -1,6 +1,6 @@
 //! Loom models of every protocol step (compiled only with `RUSTFLAGS="--cfg loom"`; run by
 //! `ci/loom.sh` with a bounded preemption count). Each model asserts the invariants of
-//! DESIGN §3.3 that apply at its end: conservation (I2), settle-once (I3), no idle capacity
+//! docs/design.md §3 that apply at its end: conservation (I2), settle-once (I3), no idle capacity
 //! (I4), quiescence (I5), FIFO (I6), one winner for cancel vs grant (I7), close (I8).
 
 use core::task::{Context, Poll, Waker};
@@ -710,7 +710,7 @@ fn loom_settled_owner_requeues_before_the_settler_finishes() {
     });
 }
 
-/// Runs a model with three threads at a preemption bound of at most 2 (docs/design.md §8: 3
+/// Runs a model with three threads at a preemption bound of at most 2 (docs/design.md §11: 3
 /// for two-thread models, 2 for three): a bound of 4 takes hours on this one.
 fn model3<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();

@@ -98,6 +98,21 @@ fn bad_registry_config_names_the_option() {
     })
     .unwrap_err();
     assert_eq!(e.option, "max_keys");
+    // The table's range holds for a hand-built config too: 1 ..= 2^32 - 1.
+    for (max_keys, ok) in [
+        (1, true),
+        (u32::MAX as usize, true),
+        (u32::MAX as usize + 1, false),
+    ] {
+        let r = Registry::new(RegistryConfig {
+            max_keys,
+            ..RegistryConfig::default()
+        });
+        assert_eq!(r.is_ok(), ok, "max_keys {max_keys}");
+        if let Err(e) = r {
+            assert_eq!(e.option, "max_keys");
+        }
+    }
     let e = Registry::new(RegistryConfig {
         overrides: HashMap::from([(
             "k".to_string(),

@@ -146,7 +146,7 @@ pub struct Report {
     pub refused: u32,
     /// The most permits held at once (sampled every turn).
     pub peak_active: u64,
-    /// Whether every queued grant came in arrival order (FIFO, DESIGN §3.3 I6).
+    /// Whether every queued grant came in arrival order (FIFO, docs/design.md §3 I6).
     pub fifo: bool,
 }
 
