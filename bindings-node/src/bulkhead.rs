@@ -239,7 +239,12 @@ impl NativeBulkhead {
     #[napi]
     pub fn release(&self, env: &Env, weight: f64, outcome: Unknown) -> Result<()> {
         options::outcome(env, outcome)?;
-        self.bh()?.release_units(weight as u64);
+        // The call rebuilt from its parts ends (a plain bulkhead's token is inert).
+        drop(Call::from_parts(
+            &**self.bh()?,
+            weight as u64,
+            CallStart::NONE,
+        ));
         settled::flush(env)
     }
 

@@ -171,7 +171,8 @@ async def test_queued_request_is_admitted_when_the_first_closes(upstream: _Serve
     reg = hullguard.Registry(max_concurrent=1, max_queue=10, queue_timeout=5.0)
     async with httpx.AsyncClient(transport=BulkheadTransport(registry=reg)) as client:
         first = asyncio.create_task(client.get(upstream.url + "/gate"))
-        await _until(lambda: _live(reg, upstream.url, "active") == 1)
+        # Admitted and arrived (a busy machine may take a while between the two).
+        await _until(lambda: _live(reg, upstream.url, "active") == 1 and upstream.hits == 1)
         second = asyncio.create_task(client.get(upstream.url + "/ok"))
         await _until(lambda: _live(reg, upstream.url, "queued") == 1)
         assert upstream.hits == 1  # the queued one has not reached the server

@@ -939,8 +939,7 @@ hg_status hg_bulkhead_stats(const struct hg_bulkhead *bh, struct hg_stats *out);
  * use the permit API (`hg_bulkhead_try_acquire()`, …) for guarded calls.
  *
  * Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
- * `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
- * would lift `available` above the limit.
+ * `hg_bulkhead_release_units()`; the bulkhead counts the units this pair has out.
  * Thread-safety: any thread. Lock-free; never waits.
  */
 hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t weight);
@@ -948,8 +947,14 @@ hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t w
 /**
  * Returns `weight` permits taken with `hg_bulkhead_try_acquire_units()`.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the return would lift
- *   `available` above the limit (nothing changes); `HG_STATUS_NULL_PARAMETER`.
+ * The bulkhead counts the units the raw pair has out; a return of more than that — a double
+ * release, units never taken, or the units of a `hg_permit` (return those with
+ * `hg_permit_release()`) — is refused and counted in `hg_stats.released_twice_total`, so
+ * `available` never rises above the limit.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for such a return (nothing changes
+ *   but the count) and for a `weight` of 0 or above `max_concurrent` (not counted);
+ *   `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread. Lock-free; never waits (a grant may run a callback here).
  */
 hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weight);

@@ -536,8 +536,7 @@ pub extern "C" fn hg_bulkhead_stats(bh: *const hg_bulkhead, out: *mut hg_stats) 
 /// use the permit API (`hg_bulkhead_try_acquire()`, …) for guarded calls.
 ///
 /// Returns: as `hg_bulkhead_try_acquire()`. On `HG_STATUS_OK` return them with
-/// `hg_bulkhead_release_units()`. No double-release detection beyond refusing a return that
-/// would lift `available` above the limit.
+/// `hg_bulkhead_release_units()`; the bulkhead counts the units this pair has out.
 /// Thread-safety: any thread. Lock-free; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_try_acquire_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {
@@ -550,8 +549,14 @@ pub extern "C" fn hg_bulkhead_try_acquire_units(bh: *const hg_bulkhead, weight: 
 
 /// Returns `weight` permits taken with `hg_bulkhead_try_acquire_units()`.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the return would lift
-///   `available` above the limit (nothing changes); `HG_STATUS_NULL_PARAMETER`.
+/// The bulkhead counts the units the raw pair has out; a return of more than that — a double
+/// release, units never taken, or the units of a `hg_permit` (return those with
+/// `hg_permit_release()`) — is refused and counted in `hg_stats.released_twice_total`, so
+/// `available` never rises above the limit.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for such a return (nothing changes
+///   but the count) and for a `weight` of 0 or above `max_concurrent` (not counted);
+///   `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread. Lock-free; never waits (a grant may run a callback here).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64) -> hg_status {

@@ -455,25 +455,53 @@ static void raw_pair_over_release(void) {
     hg_bulkhead *bh = hg_test_new(3, 0, 0);
     snapshot(bh);
     CHECK_STATUS(hg_bulkhead_release_units(bh, 1), HG_STATUS_INVALID_ARGUMENT); /* none taken */
-    CHECK_UNTOUCHED(bh);
+    hg_stats s = hg_test_stats(bh);
+    CHECK_EQ_I64(s.available, 3);
+    CHECK_EQ_U64(s.released_twice_total, 1); /* refused and counted, nothing else changed */
     CHECK_STATUS(hg_bulkhead_try_acquire_units(bh, 2), HG_STATUS_OK);
     CHECK_STATUS(hg_bulkhead_release_units(bh, 3), HG_STATUS_INVALID_ARGUMENT); /* 1 too many */
-    hg_stats s = hg_test_stats(bh);
+    s = hg_test_stats(bh);
     CHECK_EQ_I64(s.available, 1);
     CHECK_EQ_U64(s.active, 2);
+    CHECK_EQ_U64(s.released_twice_total, 2);
     CHECK_STATUS(hg_bulkhead_release_units(bh, 2), HG_STATUS_OK);
     CHECK_STATUS(hg_bulkhead_release_units(bh, 1), HG_STATUS_INVALID_ARGUMENT); /* double */
     s = hg_test_stats(bh);
     CHECK_EQ_I64(s.available, 3);
     CHECK_EQ_U64(s.admitted_total, 1);
-    /* After a shrink the refused return is judged against the current limit. */
+    CHECK_EQ_U64(s.released_twice_total, 3);
+    /* After a shrink: what was handed out comes back, available goes -2 -> 1. */
     CHECK_STATUS(hg_bulkhead_try_acquire_units(bh, 3), HG_STATUS_OK);
     CHECK_STATUS(hg_bulkhead_set_limit(bh, 1), HG_STATUS_OK);
-    CHECK_STATUS(hg_bulkhead_release_units(bh, 3), HG_STATUS_OK); /* available -2 -> 1 */
+    CHECK_STATUS(hg_bulkhead_release_units(bh, 3), HG_STATUS_OK);
     CHECK_STATUS(hg_bulkhead_release_units(bh, 1), HG_STATUS_INVALID_ARGUMENT);
     s = hg_test_stats(bh);
     CHECK_EQ_I64(s.available, 1);
     CHECK_EQ_U64(s.limit, 1);
+    hg_bulkhead_free(bh);
+}
+
+/* Issue 13 bug 3: the raw release must not return a permit handle's units. Limit 2: take one
+ * permit, release_units(1) is refused (and counted), so only one more permit fits; after all are
+ * released available == limit. */
+static void raw_release_of_a_handles_permit(void) {
+    hg_bulkhead *bh = hg_test_new(2, 0, 0);
+    hg_permit *a = NULL, *b = NULL, *c = NULL;
+    CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &a), HG_STATUS_OK);
+    CHECK_STATUS(hg_bulkhead_release_units(bh, 1), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &b), HG_STATUS_OK);
+    CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &c), HG_STATUS_CONCURRENCY_LIMIT);
+    hg_stats s = hg_test_stats(bh);
+    CHECK_EQ_U64(s.active, 2);
+    CHECK_EQ_I64(s.available, 0);
+    CHECK_STATUS(hg_permit_release(a), HG_STATUS_OK);
+    CHECK_STATUS(hg_permit_release(b), HG_STATUS_OK);
+    hg_permit_free(a);
+    hg_permit_free(b);
+    s = hg_test_stats(bh);
+    CHECK_EQ_I64(s.available, 2);
+    CHECK_EQ_U64(s.limit, 2);
+    CHECK_EQ_U64(s.released_twice_total, 1);
     hg_bulkhead_free(bh);
 }
 
@@ -515,6 +543,7 @@ int main(int argc, char **argv) {
     RUN(non_utf8_keys);
     RUN(origin_key_buffers);
     RUN(raw_pair_over_release);
+    RUN(raw_release_of_a_handles_permit);
     RUN(closed_bulkhead);
     return hg_test_summary(argv[0]);
 }

@@ -20,7 +20,7 @@ CC=${CC:-gcc}
 CXX=${CXX:-g++}
 MAKE=${MAKE:-make}
 OUT=target/c-tests
-LIB=target/release/libhullguard.a
+LIB="${CARGO_TARGET_DIR:-target}/release/libhullguard.a"
 LIBS=(-lpthread -ldl -lm)
 CFLAGS=(-std=c11 -Wall -Wextra -Werror -g -O1 -Iffi/include -Itests/c)
 CXXFLAGS=(-std=c++17 -Wall -Wextra -Werror -g -O1 -Iffi/include -Iexamples/cpp)

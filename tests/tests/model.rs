@@ -108,6 +108,8 @@ struct Model {
     active: u64,
     unclaimed: u64,
     admitted: u64,
+    /// Refused checked raw releases (`released_twice_total`).
+    released_twice: u64,
     rejected: [u64; 8],
     wait_count: u64,
     wait_sum_ns: u64,
@@ -140,6 +142,7 @@ impl Model {
             tail: 0,
             active: 0,
             unclaimed: 0,
+            released_twice: 0,
             admitted: 0,
             rejected: [0; 8],
             wait_count: 0,
@@ -342,8 +345,15 @@ impl Model {
         self.dispatch();
     }
 
-    fn release_checked(&mut self, w: u64) -> bool {
-        if w == 0 || w > self.max_concurrent || self.available + w as i64 > self.limit as i64 {
+    /// The checked raw release of `w` permits while `loose` are out without a handle (the
+    /// test's own handle-free holds): refused beyond them, and counted unless `w` is an
+    /// argument error.
+    fn release_checked(&mut self, w: u64, loose: u64) -> bool {
+        if w == 0 || w > self.max_concurrent {
+            return false;
+        }
+        if w > loose {
+            self.released_twice += 1;
             return false;
         }
         self.release(w);
@@ -387,7 +397,7 @@ impl Model {
         s.available = self.available;
         s.admitted_total = self.admitted;
         s.rejected_by_reason = RejectedByReason(self.rejected);
-        s.released_twice_total = 0;
+        s.released_twice_total = self.released_twice;
         s.leaked_total = 0;
         s.ring_free = self.cap - occupied;
         s.queue_wait_count = self.wait_count;
@@ -864,22 +874,32 @@ impl<'a, const N: usize> Harness<'a, N> {
             }
             Op::ReleaseChecked(i) => {
                 if !self.holds.is_empty() {
+                    let loose = self.holds.iter().sum();
                     let w = self.holds.swap_remove(i % self.holds.len());
                     let real = self.bh.release_units_checked(w);
-                    let model = self.m.release_checked(w);
+                    let model = self.m.release_checked(w, loose);
                     prop_assert!(model, "the model refused a held release");
                     prop_assert_eq!(real, Ok(()), "checked release of {} held permits", w);
                 }
             }
             Op::OverRelease(extra) => {
-                // `limit − available` is what is out (held or unclaimed); one more is a mint.
-                let n = (self.m.limit as i64 - self.m.available) as u64 + 1 + extra;
+                // One more than the test's handle-free holds (its permits' units and unclaimed
+                // grants are not the raw pair's to return) is refused and counted.
+                let loose: u64 = self.holds.iter().sum();
+                let n = loose + 1 + extra;
                 let before = self.bh.stats();
                 let real = self.bh.release_units_checked(n);
-                let model = self.m.release_checked(n);
+                let model = self.m.release_checked(n, loose);
                 prop_assert!(!model);
                 prop_assert_eq!(real, Err(OverRelease), "over-release of {} refused (I9)", n);
-                prop_assert_eq!(self.bh.stats(), before, "a refused release changed nothing");
+                let mut after = self.bh.stats();
+                let counted = u64::from(n <= self.m.max_concurrent);
+                prop_assert_eq!(
+                    after.released_twice_total,
+                    before.released_twice_total + counted
+                );
+                after.released_twice_total = before.released_twice_total;
+                prop_assert_eq!(after, before, "a refused release changed nothing else");
                 self.cov.over_release_refused = true;
             }
             Op::ReleasePartial(i, n) => {

@@ -98,8 +98,9 @@ pub enum CancelError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaleTicket;
 
-/// A raw release would return more permits than the limit allows (no handle to detect a
-/// double release, so the count itself is checked).
+/// A checked raw release would return more permits than are out without a handle (the raw
+/// pair has no handle to detect a double release, so the engine's ledger of handle-free
+/// permits is checked instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverRelease;
 
@@ -147,6 +148,9 @@ pub(crate) struct Engine<const N: usize> {
     dispatch: CachePadded<RunFlag>,
     ring: WaiterRing<N>,
     limit: AtomicWord,
+    /// Permits out without a handle: handed out by the raw pair and the polling API (or a
+    /// forgotten call), not yet returned. Only the checked raw release reads it.
+    loose: AtomicWord,
     pub(crate) counters: Counters,
     max_concurrent: Word,
     enabled: bool,
@@ -170,6 +174,7 @@ impl<const N: usize> Engine<N> {
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
             limit: AtomicWord::new(mc),
+            loose: AtomicWord::new(0),
             counters: Counters::new(),
             max_concurrent: mc,
             enabled,
@@ -193,6 +198,7 @@ impl<const N: usize> Engine<N> {
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
             limit: AtomicWord::new(mc),
+            loose: AtomicWord::new(0),
             counters: Counters::new(),
             max_concurrent: mc,
             enabled,
@@ -456,21 +462,40 @@ impl<const N: usize> Engine<N> {
         self.notify_idle();
     }
 
-    /// Returns permits without a handle, refusing any return that would lift `available` above
-    /// the limit.
+    /// `w` permits leave without a handle (the raw pair, a polled grant, a forgotten call).
+    pub(crate) fn lend(&self, w: Word) {
+        // Relaxed: a count checked only by `release_checked`, publishing no data; the caller's
+        // own hand-over of the permits orders this before any return of them.
+        self.loose.fetch_add(w, Relaxed);
+    }
+
+    /// `w` handle-free permits come back from a trusted caller (`release_units`). Saturates:
+    /// a trusted over-return cannot make the ledger wrap and accept anything later.
+    pub(crate) fn unlend(&self, w: Word) {
+        let _ = self
+            .loose
+            .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(w)));
+    }
+
+    /// Returns `weight` handle-free permits, refusing (and counting in `released_twice_total`)
+    /// any return of more than are out without a handle — a double release, or units that
+    /// were never handed out (permits of a handle are not the raw pair's to return). So a
+    /// checked return never lifts `available` above the limit.
+    /// A weight of 0 or above `max_concurrent` is an argument error: refused, not counted.
     pub(crate) fn release_checked(&self, weight: u64) -> Result<(), OverRelease> {
         if weight == 0 || weight > self.max_concurrent as u64 {
             return Err(OverRelease);
         }
-        let limit = self.limit.load(Acquire);
-        let prev = self
-            .permits
-            .give_checked(weight as Word, limit)
-            .ok_or(OverRelease)?;
-        if prev & WAITERS != 0 {
-            self.run_dispatcher();
+        let w = weight as Word;
+        // Relaxed: see `lend`.
+        let taken = self
+            .loose
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(w));
+        if taken.is_err() {
+            self.counters.record_double_release();
+            return Err(OverRelease);
         }
-        self.notify_idle();
+        self.release(w);
         Ok(())
     }
 

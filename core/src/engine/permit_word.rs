@@ -143,25 +143,6 @@ impl PermitWord {
         self.state.fetch_add(units(n), SeqCst)
     }
 
-    /// Returns `n` permits only if `available + n ≤ limit` (the raw C pair, which has no
-    /// handle to detect a double release). Returns the previous state, or `None` when the
-    /// return would mint a permit.
-    pub(crate) fn give_checked(&self, n: Word, limit: Word) -> Option<Word> {
-        let mut cur = self.state.load(Relaxed);
-        loop {
-            if available(cur) + n as SWord > limit as SWord {
-                return None;
-            }
-            match self
-                .state
-                .compare_exchange_weak(cur, cur.wrapping_add(units(n)), SeqCst, Relaxed)
-            {
-                Ok(prev) => return Some(prev),
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
     /// Adds a signed delta to `available` (`set_limit`). Two's complement wrapping add keeps the
     /// flag bits: the delta is a multiple of `1 << SHIFT`.
     pub(crate) fn adjust(&self, delta: SWord) -> Word {

@@ -364,7 +364,9 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub fn try_acquire_units(&self, weight: u64) -> Result<(), AcquireError> {
         let w = self.engine.check_weight(weight)?;
-        self.engine.take(w).map_err(AcquireError::Rejected)
+        self.engine.take(w).map_err(AcquireError::Rejected)?;
+        self.engine.lend(w);
+        Ok(())
     }
 
     /// The polling API: admits at once, or queues and returns a [`Ticket`], or rejects. Runs no
@@ -380,7 +382,10 @@ impl<const N: usize> Bulkhead<N> {
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
         match self.engine.enqueue(w, waker, CallWord::default()) {
-            Ok(Admitted::Now) => Ok(Admission::Granted),
+            Ok(Admitted::Now) => {
+                self.engine.lend(w);
+                Ok(Admission::Granted)
+            }
             Ok(Admitted::Queued(t)) => Ok(Admission::Queued(t)),
             Err(r) => Err(r.into()),
         }
@@ -402,6 +407,7 @@ impl<const N: usize> Bulkhead<N> {
             Polled::Pending => TicketPoll::Pending,
             Polled::Granted { weight, call } => {
                 self.finish(Self::unpack(call), Outcome::Ignored);
+                self.engine.lend(weight as Word);
                 TicketPoll::Granted(weight)
             }
             Polled::Rejected { rejection, call } => {
@@ -448,23 +454,50 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
-    /// Returns `weight` permits taken by [`try_acquire_units`](Self::try_acquire_units),
-    /// [`enqueue`](Self::enqueue) or a granted ticket. Hands them to the head waiter if any.
+    /// Returns `weight` handle-free permits — taken by
+    /// [`try_acquire_units`](Self::try_acquire_units), [`enqueue`](Self::enqueue), a granted
+    /// ticket or [`Call::forget`](crate::Call::forget). Hands them to the head waiter if any.
     ///
-    /// The caller guarantees it holds them (the handle types do); for untrusted callers use
-    /// [`release_units_checked`](Self::release_units_checked).
+    /// The caller guarantees it holds them; for untrusted callers (the C raw pair) use
+    /// [`release_units_checked`](Self::release_units_checked). A call's permits are returned by
+    /// the call itself, never through this.
     #[inline]
     pub fn release_units(&self, weight: u64) {
-        self.engine.release(weight as Word);
+        let w = weight as Word;
+        self.engine.unlend(w);
+        self.engine.release(w);
     }
 
-    /// Returns permits without a handle, refusing any return that would lift `available` above
-    /// the limit (the raw C pair cannot detect a double release otherwise).
+    /// Returns handle-free permits, refusing any return of more than are out without a handle
+    /// (the bulkhead keeps that count): a double release, units never handed out, or the
+    /// permits of a live call. A refusal changes nothing but `released_twice_total` (+1), so
+    /// `available` never rises above the limit through this. The raw C pair's release.
     ///
     /// # Errors
-    /// [`OverRelease`]: the return was refused; nothing changed.
+    /// [`OverRelease`]: the return was refused (also for a `weight` of 0 or above
+    /// `max_concurrent`, an argument error that is not counted).
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 2, ..Config::default() })?;
+    /// let call = bh.try_acquire(1)?; // a handle's permit
+    /// assert!(bh.release_units_checked(1).is_err(), "not the raw pair's to return");
+    /// bh.try_acquire_units(1)?;
+    /// assert!(bh.release_units_checked(1).is_ok());
+    /// assert!(bh.release_units_checked(1).is_err(), "a double release");
+    /// drop(call);
+    /// let s = bh.stats();
+    /// assert_eq!((s.available, s.limit, s.released_twice_total), (2, 2, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn release_units_checked(&self, weight: u64) -> Result<(), OverRelease> {
         self.engine.release_checked(weight)
+    }
+
+    /// A call's permits come back (its end, drop or partial release): no ledger entry.
+    pub(crate) fn release_held(&self, weight: u64) {
+        self.engine.release(weight as Word);
     }
 
     /// Counts an explicit release of an already released handle (I9: a no-op, reported).

@@ -167,7 +167,7 @@ where
             });
         }
         self.weight -= n;
-        self.bh.release_units(n);
+        self.bh.release_held(n);
         Ok(())
     }
 
@@ -191,11 +191,14 @@ where
         (bh, this.weight, this.call)
     }
 
-    /// Keeps the permits out of the bulkhead for good; returns how many. The call ends
-    /// [`Outcome::Ignored`] now.
+    /// Hands the permits over without a handle; returns how many. The call ends
+    /// [`Outcome::Ignored`] now; the caller returns the permits with
+    /// [`Bulkhead::release_units`] (or keeps them out for good).
     pub fn forget(mut self) -> u64 {
         self.outcome = Outcome::Ignored;
-        core::mem::take(&mut self.weight)
+        let w = core::mem::take(&mut self.weight);
+        self.bh.engine.lend(w as crate::sync::Word);
+        w
     }
 }
 
@@ -209,7 +212,7 @@ where
             self.bh.finish(self.call, self.outcome);
         }
         if self.weight > 0 {
-            self.bh.release_units(self.weight);
+            self.bh.release_held(self.weight);
         }
     }
 }

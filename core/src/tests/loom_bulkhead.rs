@@ -83,6 +83,38 @@ fn loom_acquire_release() {
 }
 
 #[test]
+fn loom_checked_raw_release_never_mints() {
+    // The raw pair's ledger under a race: one thread takes a unit and returns it (checked),
+    // another returns a unit it never took while a handle's permit is held. Units are
+    // fungible, so either return may be the one refused; but exactly one is accepted, the
+    // other is counted, and `available` never rises above the limit (issue 13 bug 3).
+    loom::model(|| {
+        let b = bh(2, 0);
+        let call = b.try_acquire(1).unwrap();
+        let raw = {
+            let b = b.clone();
+            thread::spawn(move || {
+                b.try_acquire_units(1).unwrap();
+                b.release_units_checked(1).is_ok()
+            })
+        };
+        let bogus = b.release_units_checked(1).is_ok();
+        let s = b.stats();
+        assert!(s.available <= s.limit as i64, "minted: {s}");
+        let raw_ok = raw.join().unwrap();
+        assert!(
+            raw_ok ^ bogus,
+            "exactly one return accepted ({raw_ok}, {bogus})"
+        );
+        assert_eq!(b.stats().released_twice_total, 1);
+        // Whichever return was accepted gave the raw unit back: nothing is out without a handle.
+        assert!(b.release_units_checked(1).is_err());
+        drop(call);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
 fn loom_try_acquire_vs_release_no_barging() {
     // A queued waiter exists; a release races a try_acquire: the try_acquire must fail
     // (the permit is the waiter's), I6.
