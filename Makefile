@@ -8,13 +8,16 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
+# Where cargo puts its output (CARGO_TARGET_DIR when set).
+CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)
+
 # Bare-metal targets of the no_std build (ci/no-std.sh).
 NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
 .PHONY: help setup fmt-check clippy layers unit stress loom miri nostd test demo demo-rust bench \
-	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check
+	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
 VENV := .venv
@@ -80,7 +83,7 @@ nostd:
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit stress loom miri nostd firmware \
-	c-test py-test node-test bench-smoke
+	c-test py-test node-test readme bench-smoke
 
 test:
 	ci/timed.sh $(TEST_TARGETS)
@@ -189,11 +192,16 @@ FIRMWARE_CARGO := env CARGO_TARGET_DIR=target/nostd cargo
 c-test:
 	tests/c/run.sh
 
+# The README's Python, Node and C snippets, run as written (ci/readme.py; Rust's are doc tests).
+readme: py-dev node-build
+	cargo build --quiet --release -p hullguard-ffi
+	python3 ci/readme.py
+
 install:
 	cargo build --quiet --release -p hullguard-ffi
 	install -d "$(DESTDIR)$(PREFIX)/lib/pkgconfig" "$(DESTDIR)$(PREFIX)/include"
-	install -m 644 target/release/libhullguard.a "$(DESTDIR)$(PREFIX)/lib/"
-	install -m 755 target/release/libhullguard.so "$(DESTDIR)$(PREFIX)/lib/libhullguard.so.$(HG_VERSION)"
+	install -m 644 $(CARGO_OUT)/release/libhullguard.a "$(DESTDIR)$(PREFIX)/lib/"
+	install -m 755 $(CARGO_OUT)/release/libhullguard.so "$(DESTDIR)$(PREFIX)/lib/libhullguard.so.$(HG_VERSION)"
 	ln -sf "libhullguard.so.$(HG_VERSION)" "$(DESTDIR)$(PREFIX)/lib/libhullguard.so.0"
 	ln -sf "libhullguard.so.0" "$(DESTDIR)$(PREFIX)/lib/libhullguard.so"
 	install -m 644 ffi/include/hullguard.h "$(DESTDIR)$(PREFIX)/include/"
