@@ -17,7 +17,8 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 NIGHTLY := nightly
 
 .PHONY: help setup fmt-check clippy layers unit stress loom miri nostd test demo demo-rust bench \
-	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme
+	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
+	dist-test
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
 VENV := .venv
@@ -83,7 +84,7 @@ nostd:
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit stress loom miri nostd firmware \
-	c-test py-test node-test readme bench-smoke
+	c-test py-test node-test readme dist-test bench-smoke
 
 test:
 	ci/timed.sh $(TEST_TARGETS)
@@ -191,6 +192,15 @@ FIRMWARE_CARGO := env CARGO_TARGET_DIR=target/nostd cargo
 
 c-test:
 	tests/c/run.sh
+
+# What a user installs, into dist/ (ci/dist.sh): the abi3 wheel, the npm package and its
+# per-platform addon package, the C tarball; stripped (the `dist` profile).
+dist: $(VENV)/bin/maturin bindings-node/node_modules/.package-lock.json
+	bash ci/dist.sh
+
+# Each artefact installed with cargo, rustc and rustup off PATH, and a smoke program run.
+dist-test: dist
+	bash ci/dist-check.sh
 
 # The README's Python, Node and C snippets, run as written (ci/readme.py; Rust's are doc tests).
 readme: py-dev node-build
