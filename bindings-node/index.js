@@ -21,8 +21,27 @@
  * A Bulkhead belongs to one isolate (one thread).
  */
 
-const native = require('./native.js')
+const native = loadNative()
 const { errorOutcome } = require('./outcome.js')
+
+/**
+ * The generated loader, with a message that says what is missing when no addon loads (its own
+ * blames npm): a source checkout that was never built, or the per-platform package not installed.
+ */
+function loadNative() {
+  try {
+    return require('./native.js')
+  } catch (e) {
+    const err = new Error(
+      `hullguard: no native addon for ${process.platform}-${process.arch} could be loaded. ` +
+        'In a source checkout build it first (`make node-build`, or `npm run build` in bindings-node: ' +
+        'needs Rust); from `make dist`, install both tarballs: hullguard-<v>.tgz and its platform ' +
+        'package hullguard-linux-x64-gnu-<v>.tgz.',
+    )
+    err.cause = e
+    throw err
+  }
+}
 
 const { NativeBulkhead, NativeRegistry, NativeDrain } = native
 

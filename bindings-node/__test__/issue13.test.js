@@ -226,3 +226,24 @@ test('REASONS and the BulkheadError codes are the core’s reason table', () => 
     assert.deepEqual([e.code, e.retryable, e.category], [r.code, r.retryable, r.category])
   }
 })
+
+test('a package without its addon says what is missing (not "npm has a bug")', () => {
+  const fs = require('node:fs')
+  const os = require('node:os')
+  const path = require('node:path')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hullguard-noaddon-'))
+  try {
+    for (const f of ['index.js', 'native.js', 'outcome.js', 'http.js', 'package.json']) {
+      fs.copyFileSync(path.join(__dirname, '..', f), path.join(dir, f))
+    }
+    const r = spawnSync(process.execPath, ['-e', `require(${JSON.stringify(path.join(dir, 'index.js'))})`], {
+      encoding: 'utf8',
+    })
+    assert.notEqual(r.status, 0)
+    assert.match(r.stderr, /no native addon for .* could be loaded/)
+    assert.match(r.stderr, /make node-build/)
+    assert.match(r.stderr, /hullguard-linux-x64-gnu/)
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})
