@@ -32,8 +32,10 @@ function loadNative() {
   try {
     return require('./native.js')
   } catch (e) {
+    const first = (e && e.cause && (Array.isArray(e.cause) ? e.cause[0] : e.cause)) || e
+    const why = String((first && first.message) || first).split('\n')[0]
     const err = new Error(
-      `hullguard: no native addon for ${process.platform}-${process.arch} could be loaded. ` +
+      `hullguard: no native addon for ${process.platform}-${process.arch} could be loaded (${why}). ` +
         'In a source checkout build it first (`make node-build`, or `npm run build` in bindings-node: ' +
         'needs Rust); from `make dist`, install both tarballs: hullguard-<v>.tgz and its platform ' +
         'package hullguard-linux-x64-gnu-<v>.tgz.',

@@ -14,21 +14,36 @@ for f in dist/python/hullguard-"$version"-*.whl dist/node/hullguard-"$version".t
     [ -e "$f" ] || { echo "dist-check: $f missing: run 'make dist'" >&2; exit 1; }
 done
 
-# No toolchain: drop every PATH entry that holds cargo, rustc or rustup.
-clean=""
-IFS=: read -ra dirs <<<"$PATH"
-for d in "${dirs[@]}"; do
-    [ -x "$d/cargo" ] || [ -x "$d/rustc" ] || [ -x "$d/rustup" ] || clean="${clean:+$clean:}$d"
-done
-export PATH="$clean"
-unset CARGO_TARGET_DIR RUSTUP_TOOLCHAIN CARGO_HOME
-for t in cargo rustc rustup; do
-    if command -v "$t" >/dev/null; then echo "dist-check: $t still on PATH" >&2; exit 1; fi
-done
-echo "dist-check: PATH without cargo, rustc, rustup"
-
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/hullguard-dist-check.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
+
+# No toolchain: drop the PATH entries that hold cargo, rustc or rustup (rustup's ~/.cargo/bin),
+# except the system directories, which the stubs below shadow instead (a distribution's Rust in
+# /usr/bin must not take the shell's tools with it); every stub fails loudly.
+mkdir "$tmp/no-rust"
+for t in cargo rustc rustup; do
+    printf '#!/bin/sh\necho "dist-check: %s was called, but a user of the artefacts has no Rust" >&2\nexit 127\n' "$t" \
+        > "$tmp/no-rust/$t"
+    chmod +x "$tmp/no-rust/$t"
+done
+clean="$tmp/no-rust"
+IFS=: read -ra dirs <<<"$PATH"
+for d in "${dirs[@]}"; do
+    case "$d" in
+        /usr/bin | /bin | /usr/local/bin | /usr/sbin | /sbin) ;;
+        *) if [ -x "$d/cargo" ] || [ -x "$d/rustc" ] || [ -x "$d/rustup" ]; then continue; fi ;;
+    esac
+    clean="$clean:$d"
+done
+export PATH="$clean"
+unset CARGO_TARGET_DIR RUSTUP_TOOLCHAIN CARGO_HOME RUSTUP_HOME
+for t in cargo rustc rustup; do
+    if [ "$(command -v "$t")" != "$tmp/no-rust/$t" ] || "$t" --version >/dev/null 2>&1; then
+        echo "dist-check: a real $t is still reachable" >&2
+        exit 1
+    fi
+done
+echo "dist-check: cargo, rustc and rustup are off PATH (stubs that fail)"
 timed() { local s=$SECONDS; "$@"; echo "dist-check: ${label}: $((SECONDS - s)) s"; }
 
 label="pip install the wheel into a fresh venv"

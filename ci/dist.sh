@@ -14,6 +14,10 @@ root="$PWD"
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
 out="${CARGO_TARGET_DIR:-target}"
 case "$out" in /*) ;; *) out="$root/$out" ;; esac
+if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+    echo "dist: packages are laid out for linux-x64-gnu only; this is $(uname -s)-$(uname -m)" >&2
+    exit 1
+fi
 rm -rf dist
 mkdir -p dist/python dist/node dist/c
 stage="$(mktemp -d "${TMPDIR:-/tmp}/hullguard-dist.XXXXXX")"
@@ -47,7 +51,8 @@ cat > "$plat/package.json" <<JSON
 JSON
 js="$stage/hullguard"
 mkdir -p "$js"
-for f in index.js index.mjs index.d.ts http.js outcome.js native.js native.d.ts; do
+# The package's own "files" list, less the binary.
+for f in $(node -p 'require("./bindings-node/package.json").files.filter((f) => !f.endsWith(".node")).join(" ")'); do
     cp "bindings-node/$f" "$js/"
 done
 # The committed package.json, with the addon as an optional dependency and no binary in "files"

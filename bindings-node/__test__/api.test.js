@@ -163,6 +163,13 @@ describe('Bulkhead constructor', () => {
       [10, 100, 30000, true],
       'null queueTimeoutMs is the default 30 s, not "no deadline"',
     )
+    // Per-call options too: a null weight is one permit, a null queue timeout the bulkhead's.
+    const p1 = bh.tryAcquire({ weight: null })
+    assert.equal(p1.weight, 1)
+    p1.release()
+    const p2 = await bh.acquire({ weight: null, queueTimeoutMs: null })
+    assert.equal(p2.weight, 1)
+    p2.release()
     const off = new Bulkhead({ resilience: { adaptive: null, breaker: null, callTimeoutMs: null } })
     assert.equal(off.stats().adaptive, null)
     assert.equal(off.stats().circuit, null)

@@ -244,7 +244,12 @@ pub(crate) fn acquire(env: &Env, opts: Unknown, max_concurrent: u64) -> Result<R
     let timeout = OptionId::QueueTimeout.spec().spelled(NODE);
     for (key, v) in entries(env, opts, "options must be an object")? {
         match key.as_str() {
-            "weight" => r.weight = count_arg(env, v, "weight", max_concurrent, "maxConcurrent")?,
+            // `null`: not given (the core's null rule), one permit.
+            "weight" => {
+                if let Some(v) = not_null(v)? {
+                    r.weight = count_arg(env, v, "weight", max_concurrent, "maxConcurrent")?;
+                }
+            }
             "signal" => {}
             k if timeout.is(k) => {
                 let given = not_null(v)?;
@@ -277,7 +282,11 @@ fn only<'e>(env: &Env, opts: Unknown<'e>, name: &str) -> Result<Option<Unknown<'
 
 /// `tryAcquire()` options: `{weight}`.
 pub(crate) fn try_acquire(env: &Env, opts: Unknown, max_concurrent: u64) -> Result<u64> {
-    only(env, opts, "weight")?.map_or(Ok(1), |v| {
+    let given = only(env, opts, "weight")?
+        .map(not_null)
+        .transpose()?
+        .flatten();
+    given.map_or(Ok(1), |v| {
         count_arg(env, v, "weight", max_concurrent, "maxConcurrent")
     })
 }

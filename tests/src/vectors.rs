@@ -66,13 +66,22 @@ pub fn for_each(
 
 /// A registry override merged key by key over the defaults (docs/design.md §7): top-level
 /// keys replace; `resilience` and its `adaptive` / `breaker` objects merge one level deeper.
-/// Call it with `depth` 0.
+/// A `null` follows the core's null rule (docs/design.md §7.2): not given (the defaults' value
+/// stays), except `resilience`, a part and `call_timeout_ms`, which it turns off. Call it with
+/// `depth` 0.
 pub fn merge(defaults: Option<&Value>, over: &Value, depth: usize) -> Value {
     let (Some(Value::Object(d)), Value::Object(o)) = (defaults, over) else {
         return over.clone();
     };
     let mut m = d.clone();
     for (k, v) in o {
+        let switch = matches!(
+            k.as_str(),
+            "resilience" | "adaptive" | "breaker" | "call_timeout_ms"
+        );
+        if v.is_null() && !switch {
+            continue;
+        }
         let deeper = match depth {
             0 => k == "resilience",
             1 => k == "adaptive" || k == "breaker",

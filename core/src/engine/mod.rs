@@ -464,9 +464,11 @@ impl<const N: usize> Engine<N> {
 
     /// `w` permits leave without a handle (the raw pair, a polled grant, a forgotten call).
     pub(crate) fn lend(&self, w: Word) {
-        // Relaxed: a count checked only by `release_checked`, publishing no data; the caller's
-        // own hand-over of the permits orders this before any return of them.
-        self.loose.fetch_add(w, Relaxed);
+        // Release, paired with the Acquire of `release_checked`'s successful decrement: a
+        // return that finds this entry happens after the take that backs it, also for a racing
+        // caller that never received the permits (the honest caller is ordered by its own
+        // hand-over anyway).
+        self.loose.fetch_add(w, Release);
     }
 
     /// `w` handle-free permits come back from a trusted caller (`release_units`). Saturates:
@@ -487,10 +489,10 @@ impl<const N: usize> Engine<N> {
             return Err(OverRelease);
         }
         let w = weight as Word;
-        // Relaxed: see `lend`.
+        // Acquire on success: see `lend`. A refusal publishes and reads nothing.
         let taken = self
             .loose
-            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(w));
+            .fetch_update(AcqRel, Relaxed, |n| n.checked_sub(w));
         if taken.is_err() {
             self.counters.record_double_release();
             return Err(OverRelease);

@@ -447,8 +447,17 @@ impl<const N: usize> Bulkhead<N> {
         match self.cancel(ticket, Reason::Aborted) {
             Ok(()) | Err(CancelError::Stale) => {}
             Err(CancelError::Granted | CancelError::Rejected(_)) => {
-                if let Ok(TicketPoll::Granted(w)) = self.poll_ticket(ticket, None) {
-                    self.release_units(w);
+                // Consumed here and passed on at once: never handle-free, so never in the
+                // ledger (a checked return racing this could otherwise take the entry).
+                match self.engine.poll(ticket, None) {
+                    Ok(Polled::Granted { weight, call }) => {
+                        self.finish(Self::unpack(call), Outcome::Ignored);
+                        self.release_held(weight);
+                    }
+                    Ok(Polled::Rejected { call, .. }) => {
+                        self.finish(Self::unpack(call), Outcome::Ignored);
+                    }
+                    Ok(Polled::Pending) | Err(_) => {}
                 }
             }
         }
@@ -471,7 +480,9 @@ impl<const N: usize> Bulkhead<N> {
     /// Returns handle-free permits, refusing any return of more than are out without a handle
     /// (the bulkhead keeps that count): a double release, units never handed out, or the
     /// permits of a live call. A refusal changes nothing but `released_twice_total` (+1), so
-    /// `available` never rises above the limit through this. The raw C pair's release.
+    /// `available` never rises above the limit through this — provided every handle-free
+    /// return on this bulkhead is checked (a trusted [`release_units`](Self::release_units)
+    /// is not, by definition). The raw C pair's release.
     ///
     /// # Errors
     /// [`OverRelease`]: the return was refused (also for a `weight` of 0 or above
