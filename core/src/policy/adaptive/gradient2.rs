@@ -283,7 +283,7 @@ impl Gradient2 {
         self.probe = Some(Probe {
             saved,
             // The calls in flight drain (~limit samples), then half as many report at half load.
-            left: (saved * 1.5).ceil() as u64,
+            left: ceil_u64(saved * 1.5),
             min_rtt: f64::INFINITY,
         });
         self.estimate = clamp_f(saved / 2.0, self.min_limit, self.max_limit);
@@ -338,4 +338,10 @@ impl Controller for Gradient2 {
     fn estimate(&self) -> f64 {
         self.estimate
     }
+}
+
+/// `x.ceil() as u64` for a finite `x >= 0`, without `f64::ceil` (not in `core`: no_std).
+fn ceil_u64(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x { t + 1 } else { t }
 }
