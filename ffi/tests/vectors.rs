@@ -851,32 +851,20 @@ impl Runner {
                 })
                 .collect(),
         };
-        for (key, s) in all {
-            let h = held.remove(&key).unwrap_or(0);
-            let q = queued.remove(&key).unwrap_or(0);
-            assert_eq!(
-                s.active, h,
-                "{ctx}: active of {key:?} vs the {h} permits held: {s:?}"
-            );
-            assert_eq!(
-                s.queued, q,
-                "{ctx}: queued of {key:?} vs the {q} pending: {s:?}"
-            );
-            assert_eq!(
-                s.granted_unclaimed, 0,
-                "{ctx}: the runner claims every grant"
-            );
-            assert_eq!(
-                s.available + h as i64,
-                s.limit as i64,
-                "{ctx}: I2 with the runner's count ({h} held) for {key:?}: {s:?}"
-            );
-        }
-        held.retain(|_, w| *w > 0);
-        assert!(
-            held.is_empty() && queued.is_empty(),
-            "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
-        );
+        let all = all
+            .into_iter()
+            .map(|(k, s)| {
+                let c = vectors::Counts {
+                    active: s.active,
+                    queued: s.queued,
+                    granted_unclaimed: s.granted_unclaimed,
+                    available: s.available,
+                    limit: s.limit,
+                };
+                (k, c, format!("{s:?}"))
+            })
+            .collect();
+        vectors::check_held(ctx, held, queued, all);
     }
 
     /// Settles everything and frees every handle, in an order that keeps every slot alive

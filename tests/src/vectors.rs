@@ -158,3 +158,51 @@ pub fn must_fail() -> Vec<Value> {
         no_breaker,
     ]
 }
+
+/// One bulkhead's counts as a runner reads them from its layer's stats.
+pub struct Counts {
+    pub active: u64,
+    pub queued: u64,
+    pub granted_unclaimed: u64,
+    pub available: i64,
+    pub limit: u64,
+}
+
+/// The check every Rust-side runner makes after each step, against its *own* records: for
+/// every bulkhead (`all`: key, counts, the stats as text for messages) `active` is what the
+/// runner holds of it, `queued` its pending acquires, no grant is left unclaimed, and I2 holds
+/// with the runner's count (`available + held == limit`); no permit or waiter sits in a bulkhead
+/// missing from the stats.
+pub fn check_held(
+    ctx: &str,
+    mut held: BTreeMap<Option<String>, u64>,
+    mut queued: BTreeMap<Option<String>, u64>,
+    all: Vec<(Option<String>, Counts, String)>,
+) {
+    for (key, s, text) in all {
+        let h = held.remove(&key).unwrap_or(0);
+        let q = queued.remove(&key).unwrap_or(0);
+        assert_eq!(
+            s.active, h,
+            "{ctx}: active of {key:?} vs the {h} permits held: {text}"
+        );
+        assert_eq!(
+            s.queued, q,
+            "{ctx}: queued of {key:?} vs the {q} pending: {text}"
+        );
+        assert_eq!(
+            s.granted_unclaimed, 0,
+            "{ctx}: the runner claims every grant: {text}"
+        );
+        assert_eq!(
+            s.available + h as i64,
+            s.limit as i64,
+            "{ctx}: I2 with the runner's count ({h} held) for {key:?}: {text}"
+        );
+    }
+    held.retain(|_, w| *w > 0);
+    assert!(
+        held.is_empty() && queued.is_empty(),
+        "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
+    );
+}

@@ -562,33 +562,20 @@ impl Runner {
             Target::Single(b) => vec![(None, b.stats())],
             Target::Registry(r) => r.stats().into_iter().map(|(k, s)| (Some(k), s)).collect(),
         };
-        for (key, s) in all {
-            let held = held.remove(&key).unwrap_or(0);
-            let queued = queued.remove(&key).unwrap_or(0);
-            assert_eq!(
-                s.active, held,
-                "{ctx}: active of {key:?} vs the permits the runner holds: {s}"
-            );
-            assert_eq!(
-                s.granted_unclaimed, 0,
-                "{ctx}: the runner claims every grant: {s}"
-            );
-            assert_eq!(
-                s.queued, queued,
-                "{ctx}: queued of {key:?} vs the runner's pending acquires: {s}"
-            );
-            assert_eq!(
-                s.available + held as i64,
-                s.limit as i64,
-                "{ctx}: I2 with the runner's count ({held} held) for {key:?}: {s}"
-            );
-        }
-        // Every bulkhead the runner holds permits of or waits on is in the stats.
-        held.retain(|_, w| *w > 0);
-        assert!(
-            held.is_empty() && queued.is_empty(),
-            "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
-        );
+        let all = all
+            .into_iter()
+            .map(|(k, s)| {
+                let c = vectors::Counts {
+                    active: s.active,
+                    queued: s.queued,
+                    granted_unclaimed: s.granted_unclaimed,
+                    available: s.available,
+                    limit: s.limit,
+                };
+                (k, c, s.to_string())
+            })
+            .collect();
+        vectors::check_held(ctx, held, queued, all);
     }
 }
 
