@@ -16,7 +16,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy layers unit stress loom miri nostd test demo demo-rust bench \
+.PHONY: help setup fmt-check clippy layers unit stress loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -32,6 +32,7 @@ help:
 	@echo "make test       set up what is missing, then run every test"
 	@echo "make setup      install the no_std targets and nightly's miri + rust-src (idempotent)"
 	@echo "make fmt-check | clippy | unit | loom | miri | nostd    one test layer"
+	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
 	@echo "make bench      the benchmarks"
 
 # Idempotent and quiet when everything is already there: rustup is only called for what is
@@ -74,6 +75,10 @@ stress:
 
 loom:
 	ci/loom.sh
+
+# The capped three-thread loom models one preemption deeper (minutes to hours; not in make test).
+loom-deep:
+	LOOM_DEEP=1 ci/loom.sh
 
 miri:
 	ci/miri.sh

@@ -2,10 +2,11 @@
 # Loom models of the core's protocol steps (docs/design.md §3, §11).
 #
 # Loom explores every interleaving of a model. Unbounded, a 3-thread model of the waiter ring
-# runs for hours, so the search is bounded. The founding contract asked for 2 preemptions (3 for 2-thread
-# models); we run every model at 4, a superset: a real barging race (the dispatcher clearing
-# WAITERS under a publishing enqueuer) only showed at 4. ~30 s for all models on this 2-core
-# machine (measured; tokio and crossbeam CI use 2).
+# runs for hours, so the search is bounded. The founding contract asked for 2 preemptions (3 for
+# 2-thread models); we run the models at 4, a superset (a real barging race, the dispatcher
+# clearing WAITERS under a publishing enqueuer, only showed at 4), and cap the three-thread models
+# lower (docs/design.md §11); `make loom-deep` (LOOM_DEEP=1) runs those one bound deeper. About
+# 2 minutes for all models on this 2-core machine (measured; tokio and crossbeam CI use 2).
 # LOOM_MAX_BRANCHES caps the branches of one execution so a model that spins (a retry loop)
 # fails fast instead of hanging.
 #

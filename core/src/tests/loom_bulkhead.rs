@@ -407,8 +407,8 @@ fn loom_close_vs_publishing_enqueue() {
 fn loom_cancel_enqueue_release_three_way() {
     // Three parties: the head waiter is cancelled while a new waiter enqueues behind it and the
     // holder releases. Exactly one waiter ends up with the permit, the other settles, and the
-    // books balance (I2, I3, I4, I7).
-    loom::model(|| {
+    // books balance (I2, I3, I4, I7). A bound of 3 (28 s); 4 is `make loom-deep` (264 s).
+    model_at_most(3, || {
         let b = bh(1, 2);
         b.try_acquire_units(1).unwrap();
         let head = enqueue(&b, 1);
@@ -745,8 +745,16 @@ fn loom_settled_owner_requeues_before_the_settler_finishes() {
 /// Runs a model with three threads at a preemption bound of at most 2 (docs/design.md §11: 3
 /// for two-thread models, 2 for three): a bound of 4 takes hours on this one.
 fn model3<F: Fn() + Sync + Send + 'static>(f: F) {
+    model_at_most(2, f);
+}
+
+/// Runs a model at `LOOM_MAX_PREEMPTIONS` capped at `cap` (docs/design.md §11), or at
+/// `cap + 1` when `LOOM_DEEP=1` (`make loom-deep`, outside `make test`).
+fn model_at_most<F: Fn() + Sync + Send + 'static>(cap: usize, f: F) {
+    let deep = std::env::var("LOOM_DEEP").is_ok_and(|v| v == "1");
+    let cap = cap + usize::from(deep);
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(b.preemption_bound.map_or(2, |p| p.min(2)));
+    b.preemption_bound = Some(b.preemption_bound.map_or(cap, |p| p.min(cap)));
     b.check(f);
 }
 
