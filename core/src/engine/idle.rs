@@ -41,6 +41,13 @@ impl IdleWaiters {
         if self.watchers.load(SeqCst) == 0 {
             return;
         }
+        self.wake_watchers();
+    }
+
+    /// Out of line: a drain is rarely watching.
+    #[cold]
+    #[inline(never)]
+    fn wake_watchers(&self) {
         let wakers = core::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         for w in wakers {
             w.wake();

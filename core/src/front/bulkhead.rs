@@ -507,6 +507,7 @@ impl<const N: usize> Bulkhead<N> {
     }
 
     /// A call's permits come back (its end, drop or partial release): no ledger entry.
+    #[inline]
     pub(crate) fn release_held(&self, weight: u64) {
         self.engine.release(weight as Word);
     }

@@ -206,6 +206,7 @@ impl<B, const N: usize> Drop for Call<B, N>
 where
     B: Deref<Target = Bulkhead<N>>,
 {
+    #[inline]
     fn drop(&mut self) {
         // The outcome first (docs/design.md §6.2): the adaptive sample counts this call in flight.
         if !self.ended {
