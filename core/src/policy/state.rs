@@ -101,6 +101,8 @@ impl core::ops::Deref for PolicyBox {
 /// A policy whose configuration its constructor refused (the config layer turns it into a
 /// [`ConfigError`](crate::ConfigError)).
 #[derive(Debug, Clone, Copy, PartialEq)]
+// Built only where policies can be (the `alloc` feature); the firmware builds name it only.
+#[cfg_attr(not(feature = "alloc"), allow(dead_code))]
 pub(crate) enum PolicyError {
     Breaker(crate::policy::breaker::BreakerConfigError),
     Adaptive(crate::policy::adaptive::AdaptiveConfigError),
