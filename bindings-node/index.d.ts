@@ -66,6 +66,7 @@ export type Reason =
   | 'shutdown'
   | 'circuit_open'
   | 'call_timeout'
+  | 'budget_limit'
 
 /** The admission reasons, indexed like C's `hg_reason` (frozen). */
 export declare const REASONS: readonly [
@@ -77,6 +78,7 @@ export declare const REASONS: readonly [
   'shutdown',
   'circuit_open',
   'call_timeout',
+  'budget_limit',
 ]
 
 /**
@@ -337,6 +339,33 @@ export interface BulkheadStats {
   adaptive: AdaptiveStats | null
   /** `null` unless a circuit breaker is attached (`resilience.breaker`). */
   circuit: CircuitStats | null
+  /**
+   * A bulkhead's budget (its second dimension, docs/design.md §4.6); `null` without one (a
+   * budget cannot be configured from Node yet).
+   */
+  budget: BudgetStats | null
+}
+
+/** The budget block of the stats: the second dimension, shaped like the permits' fields. */
+export interface BudgetStats {
+  /** The current ceiling of the budget. */
+  limit: number
+  /** The ceiling the bulkhead was built with. */
+  maxBudget: number
+  /** Units held by claimed grants. */
+  inUse: number
+  /** Free units; negative after the budget shrank below `inUse`. */
+  available: number
+  /** Units granted to waiters that have not yet claimed them. */
+  grantedUnclaimed: number
+  /** Units taken by grants. */
+  reservedTotal: number
+  /** Units reported used when calls ended. */
+  consumedTotal: number
+  /** Units returned unused. */
+  refundedTotal: number
+  /** Units reported used beyond what their call held. */
+  overrunTotal: number
 }
 
 /** The adaptive limit's state. */

@@ -18,6 +18,7 @@ const ALL_REASONS = [
   'shutdown',
   'circuit_open',
   'call_timeout',
+  'budget_limit',
 ]
 const zeroRejections = () => Object.fromEntries(ALL_REASONS.map((r) => [r, 0]))
 
@@ -47,7 +48,7 @@ describe('constants', () => {
     assert.equal(MAX_QUEUE, 2 ** 20)
   })
 
-  test('REASONS: the eight admission reasons in hg_reason order, frozen', () => {
+  test('REASONS: the admission reasons in hg_reason order, frozen', () => {
     assert.deepEqual([...REASONS], ALL_REASONS)
     assert.ok(Object.isFrozen(REASONS))
   })
@@ -623,7 +624,7 @@ describe('setLimit(n)', () => {
 })
 
 describe('stats()', () => {
-  test('camelCase field names, snake_case reason keys, adaptive/circuit null', () => {
+  test('camelCase field names, snake_case reason keys, adaptive/circuit/budget null', () => {
     const bh = new Bulkhead()
     const s = bh.stats()
     assert.deepEqual(Object.keys(s).sort(), [...STATS_KEYS].sort())
@@ -645,6 +646,7 @@ describe('stats()', () => {
       queueWaitMaxNs: 0,
       adaptive: null,
       circuit: null,
+      budget: null,
     })
     assert.notEqual(bh.stats(), bh.stats(), 'a fresh object each call')
   })

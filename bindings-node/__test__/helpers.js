@@ -112,6 +112,7 @@ const STATS_KEYS = [
   'queueWaitMaxNs',
   'adaptive',
   'circuit',
+  'budget',
 ]
 
 module.exports = { turn, turns, deferred, track, assertConserved, assertIdle, spyPrototype, STATS_KEYS }

@@ -49,6 +49,7 @@ STATS_KEYS = (
     "queue_wait_max_ns",
     "adaptive",
     "circuit",
+    "budget",
 )
 
 

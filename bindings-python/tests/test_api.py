@@ -568,9 +568,9 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert list(s) == list(STATS_KEYS)
     assert set(s["rejected_by_reason"]) == set(REASONS)
     assert all(v == 0 for v in s["rejected_by_reason"].values())
-    assert s["adaptive"] is None and s["circuit"] is None
+    assert s["adaptive"] is None and s["circuit"] is None and s["budget"] is None
     for k in STATS_KEYS:
-        if k not in ("rejected_by_reason", "adaptive", "circuit"):
+        if k not in ("rejected_by_reason", "adaptive", "circuit", "budget"):
             assert type(s[k]) is int, k
     # The ring: next_power_of_two(max_queue + max(max_queue, 64)) cells, all free.
     assert (s["limit"], s["max_concurrent"], s["available"], s["ring_free"]) == (2, 2, 2, 128)
@@ -998,7 +998,7 @@ def test_range_errors_show_the_range_and_the_value() -> None:
 
 
 def test_reasons_are_the_core_table() -> None:
-    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 8
+    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 9
     for r in _native.REASONS:
         assert set(r) == {"name", "code", "retryable", "category"}
         assert isinstance(r["name"], str) and isinstance(r["code"], str)

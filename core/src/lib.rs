@@ -117,7 +117,10 @@ pub use crate::{
     bulkhead::{Admission, Bulkhead, CancelError, OverRelease, StaleTicket, Ticket, TicketPoll},
     call::CallError,
     clock::{Clock, ClockSource},
-    config::{Config, ConfigError, MAX_PERMITS, MAX_QUEUE, PartialConfig},
+    config::{
+        Config, ConfigError, MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE,
+        PartialConfig,
+    },
     event::{Event, Observer},
     front::{
         admit::Decision,
@@ -130,7 +133,7 @@ pub use crate::{
     policy::CallStart,
     reason::{AcquireError, Reason, ReasonInfo, Rejection, Snapshot},
     resilience::Resilience,
-    stats::{Nested, RejectedByReason, Stats, StatsVisitor},
+    stats::{BudgetStats, Nested, RejectedByReason, Stats, StatsVisitor},
 };
 #[cfg(feature = "alloc")]
 pub use crate::{

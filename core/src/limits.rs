@@ -15,6 +15,24 @@ pub const MAX_PERMITS: u64 = (1 << 60) - 1;
 #[cfg(not(target_has_atomic = "64"))]
 pub const MAX_PERMITS: u64 = (1 << 29) - 1;
 
+/// Largest budget (the second dimension, docs/design.md §4.5): 2⁴⁰−1 units with 64-bit atomics,
+/// 2¹⁸−1 with only 32-bit ones. The budget's free units share the permit word with the free
+/// permits (one CAS admits both), in a biased field of 42 (20) bits that leaves room for a
+/// shrink and for overrun below zero.
+#[cfg(target_has_atomic = "64")]
+pub const MAX_BUDGET: u64 = (1 << 40) - 1;
+/// Largest budget (see the 64-bit docs): 2¹⁸−1 here.
+#[cfg(not(target_has_atomic = "64"))]
+pub const MAX_BUDGET: u64 = (1 << 18) - 1;
+
+/// Largest `max_concurrent` of a bulkhead with a budget: 2¹⁹−1 with 64-bit atomics, 2⁹−1 with
+/// only 32-bit ones (the permits keep the word's top 20 (10) bits, signed).
+#[cfg(target_has_atomic = "64")]
+pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 19) - 1;
+/// Largest `max_concurrent` of a bulkhead with a budget (see the 64-bit docs): 2⁹−1 here.
+#[cfg(not(target_has_atomic = "64"))]
+pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 9) - 1;
+
 /// Largest `max_queue` (2²⁰ live waiters).
 pub const MAX_QUEUE: u64 = 1 << 20;
 

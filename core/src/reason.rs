@@ -1,4 +1,4 @@
-//! Why an acquire was not granted: the eight admission reasons of docs/design.md §10.4, the snapshot
+//! Why an acquire was not granted: the admission reasons of docs/design.md §10.4, the snapshot
 //! every rejection carries, and the error types of the Rust API.
 
 use core::fmt;
@@ -34,6 +34,9 @@ pub enum Reason {
     CircuitOpen = 6,
     /// A guarded call overran its per-call timeout.
     CallTimeout = 7,
+    /// The bulkhead's budget (its second dimension) has too few free units: not admitted now
+    /// and not queued, or the request's cost is above the current budget.
+    BudgetLimit = 8,
 }
 
 /// One row of the reason table: everything every layer says about a reason, in one place.
@@ -91,11 +94,12 @@ reasons! {
     Shutdown = 5, "shutdown", "BULKHEAD_CLOSED", false;
     CircuitOpen = 6, "circuit_open", "CIRCUIT_OPEN", true;
     CallTimeout = 7, "call_timeout", "BULKHEAD_CALL_TIMEOUT", true;
+    BudgetLimit = 8, "budget_limit", "BULKHEAD_FULL", true;
 }
 
 impl Reason {
     /// How many reasons there are (the length of every per-reason array).
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// Every reason, in `hg_reason` order.
     pub const ALL: [Reason; Reason::COUNT] = {
@@ -222,6 +226,14 @@ pub enum AcquireError {
         /// The bulkhead's ceiling.
         max_concurrent: u64,
     },
+    /// `cost` is above the budget the bulkhead was built with, or not 0 on a bulkhead without
+    /// a budget (`max_budget` 0) (reason `invalid`; never counted in the stats).
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+        /// The bulkhead's budget ceiling (0: no budget).
+        max_budget: u64,
+    },
 }
 
 impl AcquireError {
@@ -229,7 +241,9 @@ impl AcquireError {
     pub const fn reason(&self) -> Option<Reason> {
         match self {
             AcquireError::Rejected(r) => Some(r.reason),
-            AcquireError::Config(_) | AcquireError::InvalidWeight { .. } => None,
+            AcquireError::Config(_)
+            | AcquireError::InvalidWeight { .. }
+            | AcquireError::InvalidCost { .. } => None,
         }
     }
 
@@ -237,7 +251,9 @@ impl AcquireError {
     pub const fn rejection(&self) -> Option<&Rejection> {
         match self {
             AcquireError::Rejected(r) => Some(r),
-            AcquireError::Config(_) | AcquireError::InvalidWeight { .. } => None,
+            AcquireError::Config(_)
+            | AcquireError::InvalidWeight { .. }
+            | AcquireError::InvalidCost { .. } => None,
         }
     }
 
@@ -247,6 +263,7 @@ impl AcquireError {
             AcquireError::Rejected(_) => None,
             AcquireError::Config(e) => Some(e.option()),
             AcquireError::InvalidWeight { .. } => Some("weight"),
+            AcquireError::InvalidCost { .. } => Some("cost"),
         }
     }
 }
@@ -263,6 +280,17 @@ impl fmt::Display for AcquireError {
                 f,
                 "weight must be in 1..={max_concurrent} (max_concurrent), got {weight}"
             ),
+            AcquireError::InvalidCost {
+                cost,
+                max_budget: 0,
+            } => write!(
+                f,
+                "cost must be 0 on a bulkhead without a budget, got {cost}"
+            ),
+            AcquireError::InvalidCost { cost, max_budget } => write!(
+                f,
+                "cost must be in 0..={max_budget} (the budget), got {cost}"
+            ),
         }
     }
 }
@@ -275,7 +303,7 @@ impl From<Rejection> for AcquireError {
     }
 }
 
-/// Rejections counted per admission reason (all eight keys always present).
+/// Rejections counted per admission reason (every reason's key always present).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RejectedByReason(pub [u64; Reason::COUNT]);
 

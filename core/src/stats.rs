@@ -46,6 +46,37 @@ pub struct Stats {
     /// The circuit breaker's state and counters; `None` unless one is attached. Reading the
     /// stats commits a due lazy transition (open → half-open) like any state read.
     pub circuit: Option<CircuitStats>,
+    /// The budget's state and settlement counters (docs/design.md §4.5); `None` without a
+    /// budget.
+    pub budget: Option<BudgetStats>,
+}
+
+/// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
+///
+/// Read from one load of the permit word (with the ceiling and the unclaimed count beside
+/// it), so at quiescent points `available + in_use + granted_unclaimed == limit` (I2 for the
+/// budget) and `reserved_total + overrun_total == consumed_total + refunded_total + in_use`
+/// (C30).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BudgetStats {
+    /// The current ceiling, `0 ..= max_budget` (`set_budget`).
+    pub limit: u64,
+    /// The ceiling the bulkhead was built with.
+    pub max_budget: u64,
+    /// Units held by claimed grants.
+    pub in_use: u64,
+    /// Units free now; negative after a shrink until releases pay it back.
+    pub available: i64,
+    /// Units granted to waiters that have not claimed them yet.
+    pub granted_unclaimed: u64,
+    /// Units taken by grants.
+    pub reserved_total: u64,
+    /// Units reported used when calls ended (a call ended without usage used its whole hold).
+    pub consumed_total: u64,
+    /// Units returned unused (refunds, and the rest of a hold at settlement).
+    pub refunded_total: u64,
+    /// Units reported used beyond what their call held.
+    pub overrun_total: u64,
 }
 
 /// How a nested part of the stats is keyed (see [`StatsVisitor::begin`]).
@@ -122,6 +153,22 @@ impl Stats {
                 v.count("window_requests", c.window_requests);
                 v.count("window_failures", c.window_failures);
                 v.count("opened_at_ns", c.opened_at_ns);
+                v.end();
+            }
+        }
+        match &self.budget {
+            None => v.absent("budget"),
+            Some(b) => {
+                v.begin("budget", Nested::Fields);
+                v.count("limit", b.limit);
+                v.count("max_budget", b.max_budget);
+                v.count("in_use", b.in_use);
+                v.signed("available", b.available);
+                v.count("granted_unclaimed", b.granted_unclaimed);
+                v.count("reserved_total", b.reserved_total);
+                v.count("consumed_total", b.consumed_total);
+                v.count("refunded_total", b.refunded_total);
+                v.count("overrun_total", b.overrun_total);
                 v.end();
             }
         }

@@ -117,8 +117,8 @@ enum hg_status
    */
   HG_STATUS_CALL_TIMEOUT = 2007,
   /**
-   * Rejected `budget_limit` (a budget dimension refused). Reserved: not returned by this
-   * version.
+   * Rejected `budget_limit` (a budget dimension refused). Named by this version; not
+   * returned yet, as a C bulkhead cannot be given a budget before the next version.
    */
   HG_STATUS_BUDGET_LIMIT = 2008,
   /**
@@ -197,9 +197,10 @@ typedef uint32_t hg_circuit_state;
 /**
  * Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
  *
- * 8–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
+ * 9–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
  * returned by this version — `hg_reason_name()` returns NULL for them and their
- * `hg_stats.rejected` entries stay 0 until then.
+ * `hg_stats.rejected` entries stay 0 until then. 8 (`budget_limit`) is named already; a C
+ * bulkhead cannot be given a budget before the next version, so it is not returned yet.
  */
 enum hg_reason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -215,7 +216,7 @@ enum hg_reason
   HG_REASON_CIRCUIT_OPEN = 6,
   HG_REASON_CALL_TIMEOUT = 7,
   /**
-   * Reserved: not returned by this version.
+   * A budget refused (named; not returned before a C bulkhead can have a budget).
    */
   HG_REASON_BUDGET_LIMIT = 8,
   /**
@@ -1236,7 +1237,7 @@ hg_status hg_origin_key(const char *url,
 /**
  * A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
  * rejection (the core's message), `"reserved: not returned by this version"` for a declared
- * status no reason of this version has (2008–2010), `"unknown status"` for numbers this
+ * status no reason of this version has (2009–2010), `"unknown status"` for numbers this
  * version does not define.
  *
  * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never

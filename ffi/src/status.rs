@@ -49,8 +49,8 @@ pub enum hg_status {
     HG_STATUS_CIRCUIT_OPEN = 2006,
     /// Rejected `call_timeout`.
     HG_STATUS_CALL_TIMEOUT = 2007,
-    /// Rejected `budget_limit` (a budget dimension refused). Reserved: not returned by this
-    /// version.
+    /// Rejected `budget_limit` (a budget dimension refused). Named by this version; not
+    /// returned yet, as a C bulkhead cannot be given a budget before the next version.
     HG_STATUS_BUDGET_LIMIT = 2008,
     /// Rejected `shed` (evicted from the queue, or shed by queue delay or load). Reserved: not
     /// returned by this version.
@@ -104,9 +104,10 @@ impl From<&AcquireError> for hg_status {
 
 /// Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
 ///
-/// 8–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
+/// 9–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
 /// returned by this version — `hg_reason_name()` returns NULL for them and their
-/// `hg_stats.rejected` entries stay 0 until then.
+/// `hg_stats.rejected` entries stay 0 until then. 8 (`budget_limit`) is named already; a C
+/// bulkhead cannot be given a budget before the next version, so it is not returned yet.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -119,7 +120,7 @@ pub enum hg_reason {
     HG_REASON_SHUTDOWN = 5,
     HG_REASON_CIRCUIT_OPEN = 6,
     HG_REASON_CALL_TIMEOUT = 7,
-    /// Reserved: not returned by this version.
+    /// A budget refused (named; not returned before a C bulkhead can have a budget).
     HG_REASON_BUDGET_LIMIT = 8,
     /// Reserved: not returned by this version.
     HG_REASON_SHED = 9,
@@ -145,7 +146,7 @@ pub enum hg_outcome {
 
 /// A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
 /// rejection (the core's message), `"reserved: not returned by this version"` for a declared
-/// status no reason of this version has (2008–2010), `"unknown status"` for numbers this
+/// status no reason of this version has (2009–2010), `"unknown status"` for numbers this
 /// version does not define.
 ///
 /// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never

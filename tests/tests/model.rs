@@ -110,7 +110,7 @@ struct Model {
     admitted: u64,
     /// Refused checked raw releases (`released_twice_total`).
     released_twice: u64,
-    rejected: [u64; 8],
+    rejected: [u64; Reason::COUNT],
     wait_count: u64,
     wait_sum_ns: u64,
     wait_max_ns: u64,
@@ -144,7 +144,7 @@ impl Model {
             unclaimed: 0,
             released_twice: 0,
             admitted: 0,
-            rejected: [0; 8],
+            rejected: [0; Reason::COUNT],
             wait_count: 0,
             wait_sum_ns: 0,
             wait_max_ns: 0,

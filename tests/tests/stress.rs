@@ -75,7 +75,7 @@ struct Tally {
     /// Of which: queued tickets whose poll returned `Granted`.
     queued_grants: u64,
     /// Rejections per reason, as answered to the caller.
-    rejected: [u64; 8],
+    rejected: [u64; Reason::COUNT],
     /// `abandon` calls (their outcome is not reported to the caller: each adds exactly one
     /// grant or one `aborted` / `shutdown` / `concurrency_limit` rejection to the stats).
     abandons: u64,
@@ -824,4 +824,177 @@ fn no_spurious_queue_limit_under_cancel_churn() {
         last_ticket.load(SeqCst) + 1,
         queued.load(SeqCst)
     );
+}
+
+/// What one thread of the budget stress did, in budget units and calls.
+#[derive(Debug, Default, Clone, Copy)]
+struct BudgetTally {
+    grants: u64,
+    reserved: u64,
+    refunded: u64,
+    consumed: u64,
+    overrun: u64,
+    rejected: [u64; Reason::COUNT],
+}
+
+/// C29 step 7 (`../shared/cases/CASES.md`): 8 threads admit calls with random costs (1–100) on
+/// a bulkhead of 4 permits and a budget of 100, queueing, refunding, settling with random usage
+/// (below and above the hold) and cancelling; an observer samples the stats throughout. Neither
+/// dimension is ever over-charged (`available ≥ 0`, so `in_use ≤ limit`); at the end the
+/// bulkhead is idle and every budget counter equals the threads' own tallies.
+#[test]
+fn budget_is_never_over_charged() {
+    use hullguard_core::{Cancelled, Decision, Outcome, Request};
+    use std::task::Poll;
+    let bh = Arc::new(
+        Bulkhead::new(Config {
+            max_concurrent: 4,
+            max_queue: 16,
+            budget: Some(100),
+            queue_timeout: Duration::MAX,
+            ..Config::default()
+        })
+        .unwrap(),
+    );
+    let done = Arc::new(AtomicBool::new(false));
+    let observer = {
+        let (bh, done) = (bh.clone(), done.clone());
+        thread::spawn(move || {
+            let mut samples = 0u64;
+            while !done.load(SeqCst) {
+                let s = bh.stats();
+                let b = s.budget.unwrap();
+                assert!(s.available >= 0, "permits over-charged: {s}");
+                assert!(b.available >= 0, "budget over-charged: {b:?}");
+                assert!(b.available <= 100 && s.available <= 4, "minted: {s} {b:?}");
+                samples += 1;
+            }
+            samples
+        })
+    };
+    let ops = ops_per_thread() / 10;
+    let workers: Vec<_> = (0..THREADS)
+        .map(|i| {
+            let bh = bh.clone();
+            thread::spawn(move || {
+                let mut rng = Rng(0x4255_4447_4554_0000 + i);
+                let mut t = BudgetTally::default();
+                let flag = Arc::new(Flag::default());
+                let waker = Waker::from(flag.clone());
+                for _ in 0..ops {
+                    let cost = 1 + rng.below(100);
+                    let req = Request::new(1).cost(cost);
+                    let req = if rng.below(4) == 0 {
+                        req.no_wait()
+                    } else {
+                        req
+                    };
+                    let call = match Bulkhead::admit_via(&*bh, &req, Some(&waker)) {
+                        Decision::Granted(c) => Some(c),
+                        Decision::Rejected(e) => {
+                            t.rejected[e.reason().expect("a reason").index()] += 1;
+                            None
+                        }
+                        Decision::Queued(mut w) => {
+                            // Patience in polls, then the owner cancels (counted `aborted`).
+                            let patience = rng.below(300);
+                            let mut got = None;
+                            for _ in 0..patience {
+                                if let Poll::Ready(r) = w.poll(Some(&waker)) {
+                                    got = Some(r.expect("never refused after queueing"));
+                                    break;
+                                }
+                                thread::yield_now();
+                            }
+                            match got {
+                                Some(c) => Some(c),
+                                None => match w.cancel(Reason::Aborted) {
+                                    Cancelled::Granted(c) => Some(c),
+                                    Cancelled::Cancelled(_) => {
+                                        t.rejected[Reason::Aborted.index()] += 1;
+                                        None
+                                    }
+                                    Cancelled::Rejected(r) => panic!("rejected {r:?}"),
+                                },
+                            }
+                        }
+                    };
+                    let Some(mut call) = call else { continue };
+                    t.grants += 1;
+                    t.reserved += cost;
+                    let mut held = cost;
+                    if rng.below(3) == 0 && held > 1 {
+                        let n = 1 + rng.below(held - 1);
+                        call.refund(n).unwrap();
+                        t.refunded += n;
+                        held -= n;
+                    }
+                    thread::yield_now();
+                    match rng.below(3) {
+                        0 => {
+                            t.consumed += held;
+                            drop(call);
+                        }
+                        _ => {
+                            let used = rng.below(held * 2);
+                            call.end_with_usage(Outcome::Success, used);
+                            t.consumed += used;
+                            if used < held {
+                                t.refunded += held - used;
+                            } else {
+                                t.overrun += used - held;
+                            }
+                        }
+                    }
+                }
+                t
+            })
+        })
+        .collect();
+    let mut total = BudgetTally::default();
+    for w in workers {
+        let t = w.join().unwrap();
+        total.grants += t.grants;
+        total.reserved += t.reserved;
+        total.refunded += t.refunded;
+        total.consumed += t.consumed;
+        total.overrun += t.overrun;
+        for (a, b) in total.rejected.iter_mut().zip(t.rejected) {
+            *a += b;
+        }
+    }
+    done.store(true, SeqCst);
+    let samples = observer.join().unwrap();
+    let s = bh.stats();
+    let b = s.budget.unwrap();
+    assert!(samples > 0);
+    assert_eq!(
+        (s.active, s.queued, s.granted_unclaimed, s.available),
+        (0, 0, 0, 4),
+        "{s}"
+    );
+    assert_eq!(
+        (b.in_use, b.granted_unclaimed, b.available),
+        (0, 0, 100),
+        "{b:?}"
+    );
+    assert_eq!(s.admitted_total, total.grants, "{s}");
+    assert_eq!(
+        (
+            b.reserved_total,
+            b.refunded_total,
+            b.consumed_total,
+            b.overrun_total
+        ),
+        (
+            total.reserved,
+            total.refunded,
+            total.consumed,
+            total.overrun
+        ),
+        "{b:?} vs {total:?}"
+    );
+    assert_eq!(s.rejected_by_reason.0, total.rejected, "{s}");
+    assert!(total.rejected[Reason::BudgetLimit.index()] > 0, "{total:?}");
+    assert!(total.grants > ops, "{total:?}");
 }

@@ -17,7 +17,7 @@ pub use self::{
     options::{NullMeans, OptionId, OptionSpec, Section, Spelling},
     partial::{Part, PartialConfig, Value},
 };
-pub use crate::limits::{MAX_PERMITS, MAX_QUEUE};
+pub use crate::limits::{MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE};
 use crate::{
     limits::DEFAULT_MAX_CONCURRENT,
     policy::{adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience},
@@ -49,6 +49,12 @@ pub struct Config {
     /// The policies around this bulkhead (docs/design.md §6); [`Resilience::OFF`] by default.
     /// Needs the `alloc` feature (the policy state is allocated once, at construction).
     pub resilience: Resilience,
+    /// A budget beside the permit limit (docs/design.md §4.5): an in-flight ceiling of cost
+    /// units (tokens, bytes), `1 ..= MAX_BUDGET`; a request asks for its
+    /// [`cost`](crate::Request::cost) of it and is admitted only when its permits and its cost
+    /// both fit. `None` (the default): no budget, every cost must be 0. With a budget,
+    /// `max_concurrent` is at most [`MAX_CONCURRENT_WITH_BUDGET`] (both share the permit word).
+    pub budget: Option<u64>,
 }
 
 impl Config {
@@ -59,6 +65,7 @@ impl Config {
         queue_timeout: Duration::from_secs(30),
         enabled: true,
         resilience: Resilience::OFF,
+        budget: None,
     };
 
     /// Checks every option, naming the first bad one.
@@ -80,6 +87,11 @@ impl Config {
         }
         if self.max_queue > MAX_QUEUE {
             return Err(ConfigError::MaxQueue);
+        }
+        if let Some(b) = self.budget {
+            if b == 0 || b > MAX_BUDGET || self.max_concurrent > MAX_CONCURRENT_WITH_BUDGET {
+                return Err(ConfigError::Budget);
+            }
         }
         Ok(())
     }
@@ -137,6 +149,11 @@ pub enum ConfigError {
     MaxQueue,
     /// A `set_limit` value outside `1 ..= max_concurrent`.
     Limit,
+    /// `budget` is 0 or above [`MAX_BUDGET`], or given with `max_concurrent` above
+    /// [`MAX_CONCURRENT_WITH_BUDGET`].
+    Budget,
+    /// A `set_budget` value outside `0 ..= budget`, or on a bulkhead without a budget.
+    BudgetLimit,
     /// An `adaptive` option out of range (`max_limit` also when above `max_concurrent`).
     Adaptive(AdaptiveConfigError),
     /// A `breaker` option out of range.
@@ -160,7 +177,10 @@ impl ConfigError {
         Some(match self {
             ConfigError::MaxConcurrent => OptionId::MaxConcurrent,
             ConfigError::MaxQueue => OptionId::MaxQueue,
-            ConfigError::Limit | ConfigError::Resilience => return None,
+            ConfigError::Limit
+            | ConfigError::Resilience
+            | ConfigError::Budget
+            | ConfigError::BudgetLimit => return None,
             ConfigError::Adaptive(a) => match a {
                 A::MaxLimit => OptionId::AdaptiveMaxLimit,
                 A::MinLimit => OptionId::AdaptiveMinLimit,
@@ -194,6 +214,8 @@ impl ConfigError {
             Some(id) => id.spec().name,
             None => match self {
                 ConfigError::Limit => "limit",
+                ConfigError::Budget => "budget",
+                ConfigError::BudgetLimit => "budget_limit",
                 _ => "resilience",
             },
         }
@@ -235,6 +257,14 @@ impl fmt::Display for SpelledError {
         let s = self.spelling;
         match self.error {
             ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
+            ConfigError::Budget => write!(
+                f,
+                "budget must be an integer in 1..={MAX_BUDGET}, with max_concurrent at most \
+                 {MAX_CONCURRENT_WITH_BUDGET}"
+            ),
+            ConfigError::BudgetLimit => f.write_str(
+                "budget limit must be an integer in 0..=budget (on a bulkhead with a budget)",
+            ),
             ConfigError::Resilience => f.write_str(
                 "resilience needs the alloc feature and a runtime-sized Bulkhead (not new_static)",
             ),

@@ -195,6 +195,8 @@ pub(crate) struct Cell {
     /// the owner before it publishes `WAITING` (Release), read by the dispatcher after it reads
     /// `WAITING` (Acquire).
     pub(crate) weight: AtomicWord,
+    /// Budget units wanted (0 without a budget); written and read with `weight`.
+    pub(crate) cost: AtomicWord,
     /// The breaker word of the waiter's guarded call (docs/design.md §6.3), written with the
     /// weight; handed back with the settlement.
     pub(crate) call: AtomicWord,
@@ -210,6 +212,7 @@ impl Cell {
         Self {
             stamp: AtomicWord::new(0),
             weight: AtomicWord::new(0),
+            cost: AtomicWord::new(0),
             call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
@@ -221,6 +224,7 @@ impl Cell {
         Self {
             stamp: AtomicWord::new(0),
             weight: AtomicWord::new(0),
+            cost: AtomicWord::new(0),
             call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),

@@ -35,6 +35,7 @@
 //! take behaves like an `Acquire` load. The wake-up of a queued waiter happens after the grant
 //! is committed, not atomically with it.
 
+pub(crate) mod budget;
 pub(crate) mod cell;
 pub(crate) mod counters;
 pub(crate) mod dispatch;
@@ -49,10 +50,11 @@ use core::task::Waker;
 use crossbeam_utils::CachePadded;
 
 use self::{
+    budget::BudgetBook,
     cell::{Kind, Stamp},
     counters::Counters,
     dispatch::WakeBatch,
-    permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS, available},
+    permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS},
     ring::{ClaimError, WaiterRing},
 };
 use crate::{
@@ -132,8 +134,13 @@ pub(crate) enum Admitted {
 pub(crate) enum Polled {
     /// Still queued.
     Pending,
-    /// Granted `weight` permits, now held by the caller (the ticket is consumed).
-    Granted { weight: u64, call: CallWord },
+    /// Granted `weight` permits and `cost` budget units, now held by the caller (the ticket
+    /// is consumed).
+    Granted {
+        weight: u64,
+        cost: u64,
+        call: CallWord,
+    },
     /// Rejected (the ticket is consumed).
     Rejected {
         rejection: Rejection,
@@ -152,6 +159,8 @@ pub(crate) struct Engine<const N: usize> {
     /// forgotten call), not yet returned. Only the checked raw release reads it.
     loose: AtomicWord,
     pub(crate) counters: Counters,
+    /// The budget's ceiling and settlement counters (its free units are in `permits`).
+    pub(crate) budget: BudgetBook,
     max_concurrent: Word,
     enabled: bool,
     clock: ClockSource,
@@ -164,18 +173,24 @@ impl<const N: usize> Engine<N> {
     #[cfg(not(loom))]
     pub(crate) const fn new(
         max_concurrent: u64,
+        budget: Option<u64>,
         enabled: bool,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
         let mc = max_concurrent as Word;
+        let units = match budget {
+            Some(b) => Some(b as Word),
+            None => None,
+        };
         Self {
-            permits: CachePadded::new(PermitWord::new(mc)),
+            permits: CachePadded::new(PermitWord::new(mc, units)),
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
             limit: AtomicWord::new(mc),
             loose: AtomicWord::new(0),
             counters: Counters::new(),
+            budget: BudgetBook::new(budget),
             max_concurrent: mc,
             enabled,
             clock,
@@ -188,18 +203,24 @@ impl<const N: usize> Engine<N> {
     #[cfg(loom)]
     pub(crate) fn new(
         max_concurrent: u64,
+        budget: Option<u64>,
         enabled: bool,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
         let mc = max_concurrent as Word;
+        let units = match budget {
+            Some(b) => Some(b as Word),
+            None => None,
+        };
         Self {
-            permits: CachePadded::new(PermitWord::new(mc)),
+            permits: CachePadded::new(PermitWord::new(mc, units)),
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
             limit: AtomicWord::new(mc),
             loose: AtomicWord::new(0),
             counters: Counters::new(),
+            budget: BudgetBook::new(budget),
             max_concurrent: mc,
             enabled,
             clock,
@@ -225,6 +246,11 @@ impl<const N: usize> Engine<N> {
 
     pub(crate) fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether the bulkhead has a budget (a second dimension).
+    pub(crate) fn has_budget(&self) -> bool {
+        self.permits.has_budget()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -253,6 +279,18 @@ impl<const N: usize> Engine<N> {
         Ok(weight as Word)
     }
 
+    /// Validates a cost: `0 ..= max_budget` (only 0 without a budget).
+    #[inline]
+    pub(crate) fn check_cost(&self, cost: u64) -> Result<Word, AcquireError> {
+        if cost > self.budget.max as u64 {
+            return Err(AcquireError::InvalidCost {
+                cost,
+                max_budget: self.budget.max as u64,
+            });
+        }
+        Ok(cost as Word)
+    }
+
     /// Counts and builds a rejection.
     pub(crate) fn reject(&self, reason: Reason) -> Rejection {
         self.counters.reject(reason);
@@ -263,11 +301,21 @@ impl<const N: usize> Engine<N> {
     }
 
     #[inline]
-    fn admit_now(&self, w: Word) -> Result<(), TakeError> {
+    fn admit_now(&self, w: Word, c: Word) -> Result<(), TakeError> {
         let r = if !self.enabled {
-            self.permits.take_unbounded(w)
+            // The signed fields' ranges (docs/design.md §4.1), not the limits: disabled, the
+            // counts go as far below zero as the word holds.
+            let (floor_calls, floor_budget) = if self.has_budget() {
+                (
+                    -(crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord),
+                    -(crate::limits::MAX_BUDGET as SWord),
+                )
+            } else {
+                (-(crate::limits::MAX_PERMITS as SWord), 0)
+            };
+            self.permits.take_unbounded(w, c, floor_calls, floor_budget)
         } else if self.ring.is_empty() {
-            self.permits.try_take(w)
+            self.permits.try_take(w, c)
         } else if self.is_closed() {
             Err(TakeError::Closed)
         } else {
@@ -276,38 +324,56 @@ impl<const N: usize> Engine<N> {
         };
         if r.is_ok() {
             self.counters.admitted.add(1);
+            self.budget.reserved(c);
         }
         r
     }
 
-    /// Takes `w` (validated) permits now, or refuses without waiting (`concurrency_limit`,
-    /// `shutdown`; counted).
+    /// Takes `w` permits and `c` budget units (validated) now, or refuses without waiting
+    /// (`concurrency_limit`, `budget_limit`, `shutdown`; counted).
     #[inline]
-    pub(crate) fn take(&self, w: Word) -> Result<(), Rejection> {
-        match self.admit_now(w) {
+    pub(crate) fn take(&self, w: Word, c: Word) -> Result<(), Rejection> {
+        match self.admit_now(w, c) {
             Ok(()) => Ok(()),
-            Err(TakeError::Closed) => Err(self.reject(Reason::Shutdown)),
-            Err(TakeError::Busy) => Err(self.reject(Reason::ConcurrencyLimit)),
+            Err(e) => Err(self.refuse(e)),
         }
     }
 
-    /// Admits `w` (validated) permits at once, or queues a waiter carrying `call` (its `waker`,
-    /// if any, woken when it settles), or refuses (counted): `shutdown`; `concurrency_limit`
-    /// when the bulkhead fails fast (`max_queue == 0`, `enabled == false`) or the weight is
-    /// above the current limit; `queue_limit` when `max_queue` waiters are live.
+    /// Counts and builds the rejection of a failed take.
+    fn refuse(&self, e: TakeError) -> Rejection {
+        self.reject(match e {
+            TakeError::Closed => Reason::Shutdown,
+            TakeError::Busy => Reason::ConcurrencyLimit,
+            TakeError::Budget => Reason::BudgetLimit,
+        })
+    }
+
+    /// Admits `w` permits and `c` budget units (validated) at once, or queues a waiter
+    /// carrying `call` (its `waker`, if any, woken when it settles), or refuses (counted):
+    /// `shutdown`; when the bulkhead fails fast (`max_queue == 0`, `enabled == false`) the
+    /// dimension that was short (`concurrency_limit`, `budget_limit`); `concurrency_limit` when
+    /// the weight is above the current limit, `budget_limit` when the cost is above the
+    /// current budget; `queue_limit` when `max_queue` waiters are live.
     pub(crate) fn enqueue(
         &self,
         w: Word,
+        c: Word,
         waker: Option<&Waker>,
         call: CallWord,
     ) -> Result<Admitted, Rejection> {
-        match self.admit_now(w) {
+        let short = match self.admit_now(w, c) {
             Ok(()) => return Ok(Admitted::Now),
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
-            Err(TakeError::Busy) => {}
+            Err(e) => e,
+        };
+        if !self.enabled || self.ring.max_queue() == 0 {
+            return Err(self.refuse(short));
         }
-        if !self.enabled || self.ring.max_queue() == 0 || w > self.limit.load(Acquire) {
+        if w > self.limit.load(Acquire) {
             return Err(self.reject(Reason::ConcurrencyLimit));
+        }
+        if c > self.budget.limit.load(Acquire) {
+            return Err(self.reject(Reason::BudgetLimit));
         }
         let t = match self.ring.claim() {
             Ok(t) => t,
@@ -322,6 +388,7 @@ impl<const N: usize> Engine<N> {
         // Relaxed: published by the Release CAS of `publish` below.
         cell.weight
             .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
+        cell.cost.store(c, Relaxed);
         cell.call.store(call.admit, Relaxed);
         cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
         if let Some(waker) = waker {
@@ -366,14 +433,19 @@ impl<const N: usize> Engine<N> {
             flags: packed >> CALL_FLAGS_SHIFT,
         };
         let w = packed & WEIGHT_MASK;
+        let c = cell.cost.load(Relaxed);
         match s.kind() {
             Kind::Granted => {
                 cell.waker.clear(t);
                 self.ring.free(cell, s).map_err(|_| StaleTicket)?;
                 // AcqRel: the permits move from unclaimed to held (I2 at quiescent points).
                 self.counters.unclaimed.fetch_sub(w, AcqRel);
+                if c != 0 {
+                    self.budget.unclaimed.fetch_sub(c, AcqRel);
+                }
                 Ok(Polled::Granted {
                     weight: w as u64,
+                    cost: c as u64,
                     call,
                 })
             }
@@ -454,8 +526,8 @@ impl<const N: usize> Engine<N> {
 
     /// Returns `w` permits; hands them to the head waiter if any. The caller holds them.
     #[inline]
-    pub(crate) fn release(&self, w: Word) {
-        let prev = self.permits.give(w);
+    pub(crate) fn release(&self, w: Word, c: Word) {
+        let prev = self.permits.give(w, c);
         if prev & WAITERS != 0 {
             self.run_dispatcher();
         }
@@ -497,7 +569,7 @@ impl<const N: usize> Engine<N> {
             self.counters.record_double_release();
             return Err(OverRelease);
         }
-        self.release(w);
+        self.release(w, 0);
         Ok(())
     }
 
@@ -519,12 +591,12 @@ impl<const N: usize> Engine<N> {
                 // Shrink: take the permits out first, then publish the lower limit, so that
                 // `limit − available` never under-reports the work in flight.
                 let delta = (old - new) as SWord;
-                self.permits.adjust(-delta);
+                self.permits.adjust(-delta, 0);
                 // AcqRel: one winner among concurrent resizes; the loser undoes its delta.
                 match self.limit.compare_exchange(old, new, AcqRel, Acquire) {
                     Ok(_) => break,
                     Err(actual) => {
-                        self.permits.adjust(delta);
+                        self.permits.adjust(delta, 0);
                         old = actual;
                     }
                 }
@@ -532,7 +604,59 @@ impl<const N: usize> Engine<N> {
                 // AcqRel: as above; the permits are added only by the winner.
                 match self.limit.compare_exchange(old, new, AcqRel, Acquire) {
                     Ok(_) => {
-                        self.permits.adjust((new - old) as SWord);
+                        self.permits.adjust((new - old) as SWord, 0);
+                        break;
+                    }
+                    Err(actual) => old = actual,
+                }
+            }
+        }
+        self.run_dispatcher();
+        self.notify_idle();
+        Ok(())
+    }
+
+    /// Changes the budget's ceiling, `0 ..= max_budget`; never blocks, never revokes: growing
+    /// grants waiters that now fit, shrinking lets the free units go negative until releases
+    /// pay it back, and rejects queued waiters whose cost is above the new ceiling
+    /// (`budget_limit`). 0 admits only cost-0 requests.
+    pub(crate) fn apply_budget(&self, limit: u64) -> Result<(), ConfigError> {
+        if !self.has_budget() || limit > self.budget.max as u64 {
+            return Err(ConfigError::BudgetLimit);
+        }
+        let new = limit as Word;
+        // Acquire: pairs with the AcqRel CAS below of a concurrent resize.
+        let mut old = self.budget.limit.load(Acquire);
+        loop {
+            if new == old {
+                return Ok(());
+            }
+            if new < old {
+                // Shrink: take the units out first, then publish the lower ceiling (as
+                // `apply_limit` does), so `limit − available` never under-reports use.
+                let delta = (old - new) as SWord;
+                self.permits.adjust(0, -delta);
+                // AcqRel: one winner among concurrent resizes; the loser undoes its delta.
+                match self
+                    .budget
+                    .limit
+                    .compare_exchange(old, new, AcqRel, Acquire)
+                {
+                    Ok(_) => break,
+                    Err(actual) => {
+                        self.permits.adjust(0, delta);
+                        old = actual;
+                    }
+                }
+            } else {
+                // AcqRel: as above; the units are added only by the winner.
+                match self
+                    .budget
+                    .limit
+                    .compare_exchange(old, new, AcqRel, Acquire)
+                {
+                    Ok(_) => {
+                        self.permits.adjust(0, (new - old) as SWord);
                         break;
                     }
                     Err(actual) => old = actual,
@@ -561,7 +685,7 @@ impl<const N: usize> Engine<N> {
         // Acquire: pairs with the resize CAS and the grant bookkeeping.
         let limit = self.limit.load(Acquire);
         let unclaimed = self.counters.unclaimed.load(Acquire);
-        let avail = available(s) as i64;
+        let avail = self.permits.calls(s) as i64;
         let active = (limit as i64) - avail - (unclaimed as i64);
         Snapshot {
             active: active.max(0) as u64,
@@ -569,6 +693,41 @@ impl<const N: usize> Engine<N> {
             limit: limit as u64,
             available: avail,
         }
+    }
+
+    /// The free permits and free budget units of one load of the permit word (a model's
+    /// observer checks that no state ever shows one dimension charged without the other).
+    #[cfg(loom)]
+    pub(crate) fn free_now(&self) -> (SWord, SWord) {
+        let s = self.permits.load();
+        (self.permits.calls(s), self.permits.budget(s))
+    }
+
+    /// The budget's block of the stats, `None` without a budget. Read from one load of the
+    /// permit word, so `available` and the permits' `available` of the same moment agree.
+    pub(crate) fn budget_stats(&self) -> Option<crate::stats::BudgetStats> {
+        if !self.has_budget() {
+            return None;
+        }
+        let b = &self.budget;
+        let s = self.permits.load();
+        // Acquire: pairs with the resize CAS and the grant bookkeeping.
+        let limit = b.limit.load(Acquire);
+        let unclaimed = b.unclaimed.load(Acquire);
+        let avail = self.permits.budget(s) as i64;
+        let in_use = (limit as i64) - avail - (unclaimed as i64);
+        // Relaxed: statistics.
+        Some(crate::stats::BudgetStats {
+            limit: limit as u64,
+            max_budget: b.max as u64,
+            in_use: in_use.max(0) as u64,
+            available: avail,
+            granted_unclaimed: unclaimed as u64,
+            reserved_total: b.reserved_total.load(Relaxed) as u64,
+            consumed_total: b.consumed_total.load(Relaxed) as u64,
+            refunded_total: b.refunded_total.load(Relaxed) as u64,
+            overrun_total: b.overrun_total.load(Relaxed) as u64,
+        })
     }
 
     /// `active == 0 && queued == 0 && granted_unclaimed == 0` (what `drain` waits for).
@@ -639,10 +798,15 @@ impl<const N: usize> Engine<N> {
                 Kind::Claimed => return false,
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
+                    let c = cell.cost.load(Relaxed);
                     let verdict = if self.permits.load() & CLOSED != 0 {
                         Some(Reason::Shutdown)
                     } else if w > self.limit.load(Acquire) {
                         Some(Reason::ConcurrencyLimit)
+                    } else if c > self.budget.limit.load(Acquire) {
+                        // Only after a shrink of the budget below the waiter's cost: it was
+                        // checked at enqueue (never a refusal after waiting otherwise).
+                        Some(Reason::BudgetLimit)
                     } else {
                         None
                     };
@@ -658,7 +822,7 @@ impl<const N: usize> Engine<N> {
                         // else: lost to the owner's cancel or a timer; the next turn sees it.
                         continue;
                     }
-                    match self.permits.reserve_for_head(w) {
+                    match self.permits.reserve_for_head(w, c) {
                         Reserve::Reserved => {}
                         // WAITERS is set in the state that showed the shortage: the next
                         // release dispatches again.
@@ -669,8 +833,12 @@ impl<const N: usize> Engine<N> {
                     // Count the reserved permits as unclaimed *before* the grant is visible:
                     // the owner may consume it (and subtract) the moment the CAS lands.
                     self.counters.unclaimed.fetch_add(w, AcqRel);
+                    if c != 0 {
+                        self.budget.unclaimed.fetch_add(c, AcqRel);
+                    }
                     if self.ring.settle(cell, s, Kind::Granted).is_ok() {
                         self.counters.record_queued_grant();
+                        self.budget.reserved(c);
                         if self.clock.is_some() {
                             let waited = (self.clock.now_ns() as Word)
                                 .wrapping_sub(cell.enqueued_ns.load(Relaxed));
@@ -686,7 +854,10 @@ impl<const N: usize> Engine<N> {
                         // back (we are the dispatcher, so no new pass is needed) and the next
                         // turn sees the ticket gone or settled.
                         self.counters.unclaimed.fetch_sub(w, AcqRel);
-                        self.permits.give(w);
+                        if c != 0 {
+                            self.budget.unclaimed.fetch_sub(c, AcqRel);
+                        }
+                        self.permits.give(w, c);
                     }
                 }
                 // Expired by a third party (`expire`) while queued: settled, waiting for its

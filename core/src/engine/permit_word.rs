@@ -1,16 +1,25 @@
-//! The permit word: the signed count of free permits plus two flag bits, changed only by single
-//! read-modify-write operations that carry every flag through (tokio#8021 reopened a closed
-//! semaphore by rebuilding its word without the flag).
+//! The permit word: the signed count of free permits, optionally the free units of a budget,
+//! plus two flag bits, changed only by single read-modify-write operations that carry every
+//! flag through (tokio#8021 reopened a closed semaphore by rebuilding its word without the
+//! flag). Both dimensions live in this one word, so an admission takes both or neither in one
+//! CAS — its linearisation point — and no reader can ever see one taken without the other
+//! (docs/design.md §4.1; C29).
 //!
 //! ```text
-//! `PermitWord::state` layout:
+//! `PermitWord::state` layout (64-bit word; the 32-bit word of thumbv6m/thumbv7em in brackets):
 //!   bit 0     CLOSED  - set once by `close()`, never cleared
 //!   bit 1     WAITERS - a waiter may be queued: the fast path must fail (no barging, I6).
 //!                       Set by an enqueuer after publishing its cell, and by the dispatcher when
 //!                       the head cannot be granted; cleared only by the dispatcher, when it finds
 //!                       the ring empty (and it re-checks the ring after clearing).
-//!   bits 2..  available permits, two's complement: read as `(state as signed) >> SHIFT`.
+//!   without a budget:
+//!   bits 2..  available permits, two's complement: read as `(state as signed) >> 2`.
 //!             Negative after `set_limit` shrinks below `active` (never revokes in-flight work).
+//!   with a budget:
+//!   bits 2..44 [2..22]   available budget units + BUDGET_BIAS (biased, so the field never
+//!                        borrows from or carries into its neighbour: it stays in
+//!                        0 .. 2^BUDGET_BITS while |available| < BUDGET_BIAS)
+//!   bits 44.. [22..]     available permits, two's complement, as above (20 [10] bits)
 //! ```
 
 use crate::sync::{AtomicWord, Ordering::*, SWord, Word};
@@ -19,19 +28,34 @@ use crate::sync::{AtomicWord, Ordering::*, SWord, Word};
 pub(crate) const CLOSED: Word = 1;
 /// A waiter may be queued; the fast path must not barge.
 pub(crate) const WAITERS: Word = 2;
-/// Shift of the `available` field.
+/// Shift of the `available` field without a budget, and of the budget field with one.
 pub(crate) const SHIFT: u32 = 2;
 
-/// `n` permits in word units (`n << SHIFT`); callers validated `n ≤ MAX_PERMITS`.
+/// Bits of the biased budget field.
+#[cfg(target_has_atomic = "64")]
+pub(crate) const BUDGET_BITS: u32 = 42;
+/// Bits of the biased budget field (32-bit word).
+#[cfg(not(target_has_atomic = "64"))]
+pub(crate) const BUDGET_BITS: u32 = 20;
+const BUDGET_MASK: Word = (1 << BUDGET_BITS) - 1;
+/// The budget field holds `available + BUDGET_BIAS`.
+const BUDGET_BIAS: SWord = 1 << (BUDGET_BITS - 1);
+/// Shift of the `available` permits field when the word also holds a budget.
+pub(crate) const CALLS_SHIFT_WITH_BUDGET: u32 = SHIFT + BUDGET_BITS;
+
+// The shared limits fit the layout: a budget and its shrink/overrun below zero stay inside the
+// biased field, and the permits (down to −max_concurrent when disabled) inside theirs.
+const _: () = assert!(crate::limits::MAX_BUDGET as SWord * 2 < BUDGET_BIAS);
+const _: () = assert!(
+    (crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord)
+        < 1 << (Word::BITS - CALLS_SHIFT_WITH_BUDGET - 1)
+);
+
+/// `n` permits in word units without a budget (`n << SHIFT`); callers validated
+/// `n ≤ MAX_PERMITS`.
 #[inline]
 pub(crate) const fn units(n: Word) -> Word {
     n << SHIFT
-}
-
-/// The signed `available` field of a state value.
-#[inline]
-pub(crate) const fn available(state: Word) -> SWord {
-    (state as SWord) >> SHIFT
 }
 
 /// What the fast path found.
@@ -39,6 +63,8 @@ pub(crate) const fn available(state: Word) -> SWord {
 pub(crate) enum TakeError {
     /// Not enough free permits, or waiters queued (taking would barge).
     Busy,
+    /// Enough free permits, but not enough free budget units.
+    Budget,
     /// `close()` ran.
     Closed,
 }
@@ -59,20 +85,68 @@ pub(crate) enum Reserve {
 #[derive(Debug)]
 pub(crate) struct PermitWord {
     state: AtomicWord,
+    /// Shift of the `available` permits field: [`SHIFT`], or [`CALLS_SHIFT_WITH_BUDGET`] when
+    /// the word holds a budget. Fixed at construction.
+    calls_shift: u32,
 }
 
 impl PermitWord {
+    /// A word with `permits` free, and `budget` units free if it has a budget. Callers
+    /// validated `permits ≤ MAX_PERMITS` (`≤ MAX_CONCURRENT_WITH_BUDGET` with a budget) and
+    /// `budget ≤ MAX_BUDGET`.
     #[cfg(not(loom))]
-    pub(crate) const fn new(permits: Word) -> Self {
+    pub(crate) const fn new(permits: Word, budget: Option<Word>) -> Self {
+        let (state, calls_shift) = Self::initial(permits, budget);
         Self {
-            state: AtomicWord::new(units(permits)),
+            state: AtomicWord::new(state),
+            calls_shift,
         }
     }
 
     #[cfg(loom)]
-    pub(crate) fn new(permits: Word) -> Self {
+    pub(crate) fn new(permits: Word, budget: Option<Word>) -> Self {
+        let (state, calls_shift) = Self::initial(permits, budget);
         Self {
-            state: AtomicWord::new(units(permits)),
+            state: AtomicWord::new(state),
+            calls_shift,
+        }
+    }
+
+    const fn initial(permits: Word, budget: Option<Word>) -> (Word, u32) {
+        match budget {
+            None => (units(permits), SHIFT),
+            Some(b) => (
+                permits << CALLS_SHIFT_WITH_BUDGET | (b + BUDGET_BIAS as Word) << SHIFT,
+                CALLS_SHIFT_WITH_BUDGET,
+            ),
+        }
+    }
+
+    /// Whether the word holds a budget.
+    #[inline]
+    pub(crate) fn has_budget(&self) -> bool {
+        self.calls_shift != SHIFT
+    }
+
+    /// `n` permits and `c` budget units as one delta of the word (`c` is 0 without a budget).
+    #[inline]
+    pub(crate) fn delta(&self, n: Word, c: Word) -> Word {
+        (n << self.calls_shift).wrapping_add(c << SHIFT)
+    }
+
+    /// The signed `available` permits of a state value.
+    #[inline]
+    pub(crate) fn calls(&self, state: Word) -> SWord {
+        (state as SWord) >> self.calls_shift
+    }
+
+    /// The signed available budget units of a state value (0 without a budget).
+    #[inline]
+    pub(crate) fn budget(&self, state: Word) -> SWord {
+        if self.has_budget() {
+            ((state >> SHIFT) & BUDGET_MASK) as SWord - BUDGET_BIAS
+        } else {
+            0
         }
     }
 
@@ -84,18 +158,34 @@ impl PermitWord {
         self.state.load(Acquire)
     }
 
-    /// Fast path: takes `n` permits if no waiter is queued and enough are free.
+    /// Why `n` permits and `c` units do not fit in `cur` (permits checked first), if they do not.
     #[inline]
-    pub(crate) fn try_take(&self, n: Word) -> Result<(), TakeError> {
-        let unit = units(n);
+    fn short(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
+        if self.calls(cur) < n as SWord {
+            Some(TakeError::Busy)
+        } else if c != 0 && self.budget(cur) < c as SWord {
+            Some(TakeError::Budget)
+        } else {
+            None
+        }
+    }
+
+    /// Fast path: takes `n` permits and `c` budget units if no waiter is queued and both fit
+    /// — both or neither, in one CAS.
+    #[inline]
+    pub(crate) fn try_take(&self, n: Word, c: Word) -> Result<(), TakeError> {
+        let unit = self.delta(n, c);
         // Acquire: a failed attempt behaves as an Acquire load (the documented contract).
         let mut cur = self.state.load(Acquire);
         loop {
             if cur & CLOSED != 0 {
                 return Err(TakeError::Closed);
             }
-            if cur & WAITERS != 0 || available(cur) < n as SWord {
+            if cur & WAITERS != 0 {
                 return Err(TakeError::Busy);
+            }
+            if let Some(e) = self.short(cur, n, c) {
+                return Err(e);
             }
             // Success: Acquire pairs with the Release of the `give` that returned these
             // permits, so the new holder sees the previous holder's writes.
@@ -110,18 +200,27 @@ impl PermitWord {
         }
     }
 
-    /// `enabled = false`: takes `n` permits unconditionally (the count may go negative), unless
-    /// closed or the signed field would underflow.
-    pub(crate) fn take_unbounded(&self, n: Word) -> Result<(), TakeError> {
-        let unit = units(n);
-        let floor = -(crate::limits::MAX_PERMITS as SWord);
+    /// `enabled = false`: takes `n` permits and `c` units unconditionally (the counts may go
+    /// negative), unless closed or a signed field would leave its range (`floor_calls`,
+    /// `floor_budget`: the most negative values allowed).
+    pub(crate) fn take_unbounded(
+        &self,
+        n: Word,
+        c: Word,
+        floor_calls: SWord,
+        floor_budget: SWord,
+    ) -> Result<(), TakeError> {
+        let unit = self.delta(n, c);
         let mut cur = self.state.load(Relaxed);
         loop {
             if cur & CLOSED != 0 {
                 return Err(TakeError::Closed);
             }
-            if available(cur) - (n as SWord) < floor {
+            if self.calls(cur) - (n as SWord) < floor_calls {
                 return Err(TakeError::Busy);
+            }
+            if c != 0 && self.budget(cur) - (c as SWord) < floor_budget {
+                return Err(TakeError::Budget);
             }
             match self
                 .state
@@ -133,20 +232,22 @@ impl PermitWord {
         }
     }
 
-    /// Returns `n` permits; yields the previous state (its `WAITERS` bit says whether to
-    /// dispatch).
+    /// Returns `n` permits and `c` budget units; yields the previous state (its `WAITERS` bit
+    /// says whether to dispatch).
     #[inline]
-    pub(crate) fn give(&self, n: Word) -> Word {
+    pub(crate) fn give(&self, n: Word, c: Word) -> Word {
         // SeqCst: Release publishes the holder's writes to the next taker; the total order
         // with the drain-waiter count (`Bulkhead::notify_idle`) makes a concurrent `drain`
         // either see this release or be woken by it. On x86 this is the same `lock xadd`.
-        self.state.fetch_add(units(n), SeqCst)
+        self.state.fetch_add(self.delta(n, c), SeqCst)
     }
 
-    /// Adds a signed delta to `available` (`set_limit`). Two's complement wrapping add keeps the
-    /// flag bits: the delta is a multiple of `1 << SHIFT`.
-    pub(crate) fn adjust(&self, delta: SWord) -> Word {
-        self.state.fetch_add(units(delta as Word), SeqCst)
+    /// Adds signed deltas to the available permits and budget units (`set_limit`,
+    /// `set_budget`). Two's complement wrapping add keeps the flag bits and the other field:
+    /// each delta is a multiple of its field's unit, and neither field leaves its range.
+    pub(crate) fn adjust(&self, calls: SWord, budget: SWord) -> Word {
+        let d = self.delta(calls as Word, budget as Word);
+        self.state.fetch_add(d, SeqCst)
     }
 
     /// Sets `CLOSED`; returns the previous state.
@@ -154,9 +255,10 @@ impl PermitWord {
         self.state.fetch_or(CLOSED, SeqCst)
     }
 
-    /// Dispatcher only: takes `n` permits for the head waiter, ignoring `WAITERS` (the head
-    /// *is* the waiter it guards); when short, sets `WAITERS` in that same state.
-    pub(crate) fn reserve_for_head(&self, n: Word) -> Reserve {
+    /// Dispatcher only: takes `n` permits and `c` units for the head waiter, ignoring
+    /// `WAITERS` (the head *is* the waiter it guards); when either is short, sets `WAITERS`
+    /// in that same state.
+    pub(crate) fn reserve_for_head(&self, n: Word, c: Word) -> Reserve {
         let mut cur = self.state.load(Acquire);
         loop {
             // Checked in the same CAS as the reservation: a pass that began before `close()` can
@@ -164,8 +266,8 @@ impl PermitWord {
             if cur & CLOSED != 0 {
                 return Reserve::Closed;
             }
-            let (next, outcome) = if available(cur) >= n as SWord {
-                (cur.wrapping_sub(units(n)), Reserve::Reserved)
+            let (next, outcome) = if self.short(cur, n, c).is_none() {
+                (cur.wrapping_sub(self.delta(n, c)), Reserve::Reserved)
             } else if cur & WAITERS == 0 {
                 (cur | WAITERS, Reserve::Blocked)
             } else {

@@ -86,18 +86,23 @@ impl<const N: usize> Bulkhead<N> {
     where
         B: Deref<Target = Self>,
     {
-        let (w, call) = match bh.begin(request.weight) {
+        let (w, c, call) = match bh.begin(request.weight, request.cost) {
             Ok(begun) => begun,
             Err(e) => return Decision::Rejected(e),
         };
         let timeout = request.queue_timeout.unwrap_or(bh.queue_timeout());
         let admitted = if timeout.is_zero() {
-            bh.engine.take(w).map(|()| Admitted::Now)
+            bh.engine.take(w, c).map(|()| Admitted::Now)
         } else {
-            bh.engine.enqueue(w, waker, Self::pack(call))
+            bh.engine.enqueue(w, c, waker, Self::pack(call))
         };
         match admitted {
-            Ok(Admitted::Now) => Decision::Granted(Call::from_parts(bh, request.weight, call)),
+            Ok(Admitted::Now) => Decision::Granted(Call::from_parts_with_cost(
+                bh,
+                request.weight,
+                request.cost,
+                call,
+            )),
             Ok(Admitted::Queued(t)) => Decision::Queued(Waiter::new(bh, t, timeout)),
             Err(rejection) => {
                 bh.finish(call, Outcome::Ignored);
@@ -146,8 +151,8 @@ impl<const N: usize> Bulkhead<N> {
 
     #[inline]
     fn try_via<B: Deref<Target = Self>>(bh: B, weight: u64) -> Result<Call<B, N>, AcquireError> {
-        let (w, call) = bh.begin(weight)?;
-        match bh.engine.take(w) {
+        let (w, call) = bh.begin_plain(weight)?;
+        match bh.engine.take(w, 0) {
             Ok(()) => Ok(Call::from_parts(bh, weight, call)),
             Err(rejection) => {
                 bh.finish(call, Outcome::Ignored);

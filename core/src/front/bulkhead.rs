@@ -127,7 +127,13 @@ impl Bulkhead<0> {
         };
         let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
         let bh = Bulkhead {
-            engine: Engine::new(config.max_concurrent, config.enabled, ring, clock),
+            engine: Engine::new(
+                config.max_concurrent,
+                config.budget,
+                config.enabled,
+                ring,
+                clock,
+            ),
             queue_timeout: config.queue_timeout,
             policies,
         };
@@ -172,6 +178,7 @@ impl<const N: usize> Bulkhead<N> {
         Bulkhead {
             engine: Engine::new(
                 config.max_concurrent,
+                config.budget,
                 config.enabled,
                 WaiterRing::new_inline(config.max_queue as Word),
                 ClockSource::None,
@@ -210,6 +217,7 @@ impl<const N: usize> Bulkhead<N> {
         Ok(Bulkhead {
             engine: Engine::new(
                 config.max_concurrent,
+                config.budget,
                 config.enabled,
                 WaiterRing::new_inline(config.max_queue as Word),
                 ClockSource::None,
@@ -276,19 +284,41 @@ impl<const N: usize> Bulkhead<N> {
 
     // ----- the guarded-call steps (docs/design.md §6.3) -------------------------------------
 
-    /// Step 1 of every guarded admission: the weight (`1 ..= max_concurrent`, never counted),
-    /// then the breaker's check (`circuit_open`, counted). Reads the clock only when a policy
-    /// needs it.
+    /// Step 1 of every guarded admission: the weight (`1 ..= max_concurrent`) and the cost
+    /// (`0 ..= max_budget`), never counted, then the breaker's check (`circuit_open`,
+    /// counted). Reads the clock only when a policy needs it.
     #[inline]
-    pub(crate) fn begin(&self, weight: u64) -> Result<(Word, CallStart), AcquireError> {
+    pub(crate) fn begin(
+        &self,
+        weight: u64,
+        cost: u64,
+    ) -> Result<(Word, Word, CallStart), AcquireError> {
         let w = self.engine.check_weight(weight)?;
+        let c = if cost == 0 {
+            0
+        } else {
+            self.engine.check_cost(cost)?
+        };
+        Ok((w, c, self.start_call()?))
+    }
+
+    /// [`begin`](Self::begin) of a request without a cost (`try_acquire`, the plain path).
+    #[inline]
+    pub(crate) fn begin_plain(&self, weight: u64) -> Result<(Word, CallStart), AcquireError> {
+        let w = self.engine.check_weight(weight)?;
+        Ok((w, self.start_call()?))
+    }
+
+    /// The breaker's check and the call's token (inert without policies).
+    #[inline]
+    fn start_call(&self) -> Result<CallStart, AcquireError> {
         let Some(p) = self.policies() else {
-            return Ok((w, CallStart::NONE));
+            return Ok(CallStart::NONE);
         };
         let started = if p.times_calls() { self.now_ns() } else { 0 };
         let now = || if started != 0 { started } else { self.now_ns() };
         match p.begin(now, started) {
-            Ok(call) => Ok((w, call)),
+            Ok(call) => Ok(call),
             Err(_) => Err(self.engine.reject(Reason::CircuitOpen).into()),
         }
     }
@@ -364,7 +394,7 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub fn try_acquire_units(&self, weight: u64) -> Result<(), AcquireError> {
         let w = self.engine.check_weight(weight)?;
-        self.engine.take(w).map_err(AcquireError::Rejected)?;
+        self.engine.take(w, 0).map_err(AcquireError::Rejected)?;
         self.engine.lend(w);
         Ok(())
     }
@@ -381,7 +411,7 @@ impl<const N: usize> Bulkhead<N> {
     /// `max_queue` waiters are live; invalid weight.
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
-        match self.engine.enqueue(w, waker, CallWord::default()) {
+        match self.engine.enqueue(w, 0, waker, CallWord::default()) {
             Ok(Admitted::Now) => {
                 self.engine.lend(w);
                 Ok(Admission::Granted)
@@ -405,8 +435,10 @@ impl<const N: usize> Bulkhead<N> {
     ) -> Result<TicketPoll, StaleTicket> {
         Ok(match self.engine.poll(ticket, waker)? {
             Polled::Pending => TicketPoll::Pending,
-            Polled::Granted { weight, call } => {
+            Polled::Granted { weight, cost, call } => {
                 self.finish(Self::unpack(call), Outcome::Ignored);
+                // The raw API holds permits only: a guarded waiter's budget units return now.
+                self.return_unused(cost);
                 self.engine.lend(weight as Word);
                 TicketPoll::Granted(weight)
             }
@@ -450,9 +482,10 @@ impl<const N: usize> Bulkhead<N> {
                 // Consumed here and passed on at once: never handle-free, so never in the
                 // ledger (a checked return racing this could otherwise take the entry).
                 match self.engine.poll(ticket, None) {
-                    Ok(Polled::Granted { weight, call }) => {
+                    Ok(Polled::Granted { weight, cost, call }) => {
                         self.finish(Self::unpack(call), Outcome::Ignored);
-                        self.release_held(weight);
+                        self.budget_settled(cost, 0);
+                        self.release_held(weight, cost);
                     }
                     Ok(Polled::Rejected { call, .. }) => {
                         self.finish(Self::unpack(call), Outcome::Ignored);
@@ -474,7 +507,7 @@ impl<const N: usize> Bulkhead<N> {
     pub fn release_units(&self, weight: u64) {
         let w = weight as Word;
         self.engine.unlend(w);
-        self.engine.release(w);
+        self.engine.release(w, 0);
     }
 
     /// Returns handle-free permits, refusing any return of more than are out without a handle
@@ -506,10 +539,33 @@ impl<const N: usize> Bulkhead<N> {
         self.engine.release_checked(weight)
     }
 
-    /// A call's permits come back (its end, drop or partial release): no ledger entry.
+    /// A call's permits and budget units come back (its end, drop or partial release): no
+    /// ledger entry.
     #[inline]
-    pub(crate) fn release_held(&self, weight: u64) {
-        self.engine.release(weight as Word);
+    pub(crate) fn release_held(&self, weight: u64, cost: u64) {
+        self.engine.release(weight as Word, cost as Word);
+    }
+
+    /// Budget units that a grant took and nobody will hold return at once, counted refunded.
+    pub(crate) fn return_unused(&self, cost: u64) {
+        if cost != 0 {
+            self.budget_settled(cost, 0);
+            self.engine.release(0, cost as Word);
+        }
+    }
+
+    /// Counts a settlement of a hold of `held` budget units against `used` (docs/design.md
+    /// §4.5): the unused rest refunded, use beyond the hold as overrun.
+    #[inline]
+    pub(crate) fn budget_settled(&self, held: u64, used: u64) {
+        if held != 0 || used != 0 {
+            self.engine.budget.settled(held as Word, used as Word);
+        }
+    }
+
+    /// Counts `n` budget units refunded before their call ended.
+    pub(crate) fn budget_refunded(&self, n: u64) {
+        self.engine.budget.refunded(n as Word);
     }
 
     /// Counts an explicit release of an already released handle (I9: a no-op, reported).
@@ -552,6 +608,34 @@ impl<const N: usize> Bulkhead<N> {
         Ok(())
     }
 
+    /// Changes the budget's ceiling, `0 ..= budget` (the one it was built with). Never blocks,
+    /// never revokes: growing grants queued waiters that now fit; shrinking lets the free
+    /// units go negative until releases pay it back, and rejects queued waiters whose cost is
+    /// above the new ceiling (`budget_limit`). 0 admits only requests of cost 0.
+    ///
+    /// # Errors
+    /// [`ConfigError::BudgetLimit`] outside `0 ..= budget`, or without a budget.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Request, Decision};
+    /// let bh = Bulkhead::new(Config { budget: Some(1000), ..Config::default() })?;
+    /// let Decision::Granted(call) = bh.admit(&Request::new(1).cost(600), None) else { panic!() };
+    /// bh.set_budget(500)?;
+    /// assert_eq!(bh.stats().budget.unwrap().available, -100);
+    /// drop(call);
+    /// assert_eq!(bh.stats().budget.unwrap().available, 500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_budget(&self, budget: u64) -> Result<(), ConfigError> {
+        self.engine.apply_budget(budget)
+    }
+
+    /// Whether this bulkhead has a budget.
+    pub fn has_budget(&self) -> bool {
+        self.engine.has_budget()
+    }
+
     /// Stops admission for good: new acquires are rejected `shutdown`, queued waiters are
     /// rejected `shutdown` at once (I8) — by this call, or by the dispatcher pass another thread
     /// is running at that moment; a grant that pass had already decided before the close
@@ -590,6 +674,7 @@ impl<const N: usize> Bulkhead<N> {
             queue_wait_max_ns: c.wait_max(),
             adaptive: self.policies().and_then(Policies::adaptive_stats),
             circuit: self.policies().and_then(|p| p.circuit_stats(now())),
+            budget: self.engine.budget_stats(),
         }
     }
 

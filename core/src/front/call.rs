@@ -19,6 +19,8 @@ where
 {
     bh: B,
     weight: u64,
+    /// Budget units held (0 without a budget).
+    cost: u64,
     call: CallStart,
     outcome: Outcome,
     /// The call's outcome is recorded (a `call_timeout` overrun); only the permits are left.
@@ -63,10 +65,19 @@ where
     /// A call holding `weight` permits of `bh` with the guarded-call token `call`: the inverse
     /// of [`into_parts`](Self::into_parts), for a binding that moved a call into its own handle
     /// and back. The caller must really hold the permits and own the token.
+    #[inline]
     pub fn from_parts(bh: B, weight: u64, call: CallStart) -> Self {
+        Self::from_parts_with_cost(bh, weight, 0, call)
+    }
+
+    /// [`from_parts`](Self::from_parts) for a call that also holds `cost` budget units: the
+    /// inverse of [`into_parts_with_cost`](Self::into_parts_with_cost).
+    #[inline]
+    pub fn from_parts_with_cost(bh: B, weight: u64, cost: u64, call: CallStart) -> Self {
         Self {
             bh,
             weight,
+            cost,
             call,
             outcome: Outcome::Ignored,
             ended: false,
@@ -133,6 +144,63 @@ where
         self.weight
     }
 
+    /// Budget units still held (docs/design.md §4.5).
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// Returns `n` of the held budget units now — a refund once the real cost is known, or a
+    /// stream's hold shrinking — and wakes whoever now fits; counted in `refunded_total`.
+    ///
+    /// # Errors
+    /// [`InvalidRelease`] for `n == 0` or `n` above the units held; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Decision, Request};
+    /// let bh = Bulkhead::new(Config { budget: Some(1000), ..Config::default() }).unwrap();
+    /// let Decision::Granted(mut call) = bh.admit(&Request::new(1).cost(800), None) else { panic!() };
+    /// call.refund(300).unwrap();
+    /// assert_eq!((call.cost(), bh.stats().budget.unwrap().available), (500, 500));
+    /// ```
+    pub fn refund(&mut self, n: u64) -> Result<(), InvalidRelease> {
+        take_part(&mut self.cost, n)?;
+        self.bh.budget_refunded(n);
+        self.bh.release_held(0, n);
+        Ok(())
+    }
+
+    /// Ends the call now with `outcome`, reporting that it `used` budget units in all: the
+    /// unused rest of its hold is refunded, use beyond it is counted as overrun (a call ended
+    /// any other way used its whole hold). Releases everything.
+    pub fn end_with_usage(mut self, outcome: Outcome, used: u64) {
+        self.outcome = outcome;
+        self.end_now(Some(used));
+    }
+
+    /// Records the outcome (unless recorded already), settles the budget hold against `used`
+    /// (`None`: the whole hold) and returns permits and units in one step. Leaves an empty,
+    /// ended call, whose drop does nothing more.
+    #[inline]
+    fn end_now(&mut self, used: Option<u64>) {
+        // The outcome first (docs/design.md §6.2): the adaptive sample counts this call in flight.
+        if !self.ended {
+            self.ended = true;
+            self.bh.finish(self.call, self.outcome);
+        }
+        let (w, c) = (
+            core::mem::take(&mut self.weight),
+            core::mem::take(&mut self.cost),
+        );
+        if c > 0 {
+            self.bh.budget_settled(c, used.unwrap_or(c));
+        }
+        if w > 0 || c > 0 {
+            // Both in one RMW of the permit word: nobody sees one returned without the other.
+            self.bh.release_held(w, c);
+        }
+    }
+
     /// The bulkhead these permits belong to.
     pub fn bulkhead(&self) -> &Bulkhead<N> {
         &self.bh
@@ -160,14 +228,8 @@ where
     /// assert!(p.release_partial(4).is_err());
     /// ```
     pub fn release_partial(&mut self, n: u64) -> Result<(), InvalidRelease> {
-        if n == 0 || n > self.weight {
-            return Err(InvalidRelease {
-                requested: n,
-                held: self.weight,
-            });
-        }
-        self.weight -= n;
-        self.bh.release_held(n);
+        take_part(&mut self.weight, n)?;
+        self.bh.release_held(n, 0);
         Ok(())
     }
 
@@ -184,22 +246,52 @@ where
     /// Takes the call apart without ending it: the handle, the permits held and the token
     /// (inert once [`timed_out`](Self::timed_out) recorded the outcome). Rebuild it with
     /// [`from_parts`](Self::from_parts).
-    pub fn into_parts(self) -> (B, u64, CallStart) {
+    ///
+    /// Budget units the call holds return first (counted refunded): a call with a cost keeps
+    /// them through [`into_parts_with_cost`](Self::into_parts_with_cost).
+    pub fn into_parts(mut self) -> (B, u64, CallStart) {
+        if self.cost > 0 {
+            let c = core::mem::take(&mut self.cost);
+            self.bh.return_unused(c);
+        }
+        let (bh, weight, _, call) = self.into_parts_with_cost();
+        (bh, weight, call)
+    }
+
+    /// Takes the call apart without ending it, budget units included: the handle, the
+    /// permits, the units and the token. Rebuild it with
+    /// [`from_parts_with_cost`](Self::from_parts_with_cost).
+    pub fn into_parts_with_cost(self) -> (B, u64, u64, CallStart) {
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once.
         let bh = unsafe { core::ptr::read(&this.bh) };
-        (bh, this.weight, this.call)
+        (bh, this.weight, this.cost, this.call)
     }
 
     /// Hands the permits over without a handle; returns how many. The call ends
     /// [`Outcome::Ignored`] now; the caller returns the permits with
-    /// [`Bulkhead::release_units`] (or keeps them out for good).
+    /// [`Bulkhead::release_units`] (or keeps them out for good). Budget units it holds
+    /// return now (the handle-free pair holds permits only), counted refunded.
     pub fn forget(mut self) -> u64 {
         self.outcome = Outcome::Ignored;
+        let c = core::mem::take(&mut self.cost);
+        self.bh.return_unused(c);
         let w = core::mem::take(&mut self.weight);
         self.bh.engine.lend(w as crate::sync::Word);
         w
     }
+}
+
+/// Takes `n` (`1 ..= *held`) out of a held count, or refuses leaving it unchanged.
+fn take_part(held: &mut u64, n: u64) -> Result<(), InvalidRelease> {
+    if n == 0 || n > *held {
+        return Err(InvalidRelease {
+            requested: n,
+            held: *held,
+        });
+    }
+    *held -= n;
+    Ok(())
 }
 
 impl<B, const N: usize> Drop for Call<B, N>
@@ -208,13 +300,8 @@ where
 {
     #[inline]
     fn drop(&mut self) {
-        // The outcome first (docs/design.md §6.2): the adaptive sample counts this call in flight.
-        if !self.ended {
-            self.bh.finish(self.call, self.outcome);
-        }
-        if self.weight > 0 {
-            self.bh.release_held(self.weight);
-        }
+        // Ended without reported usage: the whole hold was used.
+        self.end_now(None);
     }
 }
 
@@ -225,6 +312,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Call")
             .field("weight", &self.weight)
+            .field("cost", &self.cost)
             .field("outcome", &self.outcome)
             .field("ended", &self.ended)
             .finish_non_exhaustive()

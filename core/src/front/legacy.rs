@@ -24,7 +24,7 @@ impl<const N: usize> Bulkhead<N> {
     /// [`AcquireError::Rejected`] with `circuit_open` (counted).
     #[deprecated(since = "0.1.0", note = "use `Bulkhead::admit`, which begins the call")]
     pub fn begin_call(&self) -> Result<CallStart, AcquireError> {
-        self.begin(1).map(|(_, c)| c)
+        self.begin_plain(1).map(|(_, c)| c)
     }
 
     /// Step 1 for an acquire of `weight`: argument errors first (never counted), then the
@@ -34,7 +34,7 @@ impl<const N: usize> Bulkhead<N> {
     /// [`AcquireError::InvalidWeight`], then as [`begin_call`](Self::begin_call).
     #[deprecated(since = "0.1.0", note = "use `Bulkhead::admit`, which begins the call")]
     pub fn begin_call_for(&self, weight: u64) -> Result<CallStart, AcquireError> {
-        self.begin(weight).map(|(_, c)| c)
+        self.begin_plain(weight).map(|(_, c)| c)
     }
 
     /// Ends `call` `ignored` if admission refused it, and passes the result on.

@@ -2,7 +2,7 @@
 
 use core::time::Duration;
 
-/// One admission request: `weight` permits, and how long it may queue.
+/// One admission request: `weight` permits, `cost` budget units, and how long it may queue.
 ///
 /// Built with [`Request::new`] and the builder methods; `#[non_exhaustive]`, so the fields the
 /// gateway and deadline work add (a budget cost, a class, a priority, a mode, a deadline) come
@@ -21,6 +21,10 @@ use core::time::Duration;
 pub struct Request {
     /// Permits wanted, `1 ..= max_concurrent`.
     pub weight: u64,
+    /// Budget units wanted (tokens, bytes), `0 ..= budget` (docs/design.md §4.5); 0 (the
+    /// default) on a bulkhead without a budget. Admitted only together with the permits: both
+    /// or neither.
+    pub cost: u64,
     /// How long it may wait in the queue: `None` = the bulkhead's `queue_timeout`;
     /// `Duration::ZERO` = do not queue (`concurrency_limit` if not admitted at once);
     /// `Duration::MAX` = no deadline. It bounds only the time spent queued, never the work.
@@ -32,8 +36,16 @@ impl Request {
     pub const fn new(weight: u64) -> Self {
         Request {
             weight,
+            cost: 0,
             queue_timeout: None,
         }
+    }
+
+    /// The same request asking for `cost` budget units as well (see the field).
+    #[must_use]
+    pub const fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
     }
 
     /// The same request with its own queue timeout (see the field).

@@ -112,10 +112,10 @@ where
         let bh = self.bh.as_deref().expect("waiter polled after it settled");
         match bh.engine.poll(self.ticket, waker) {
             Ok(Polled::Pending) => Poll::Pending,
-            Ok(Polled::Granted { weight, call }) => {
+            Ok(Polled::Granted { weight, cost, call }) => {
                 let call = bh.granted_after_queueing(Bulkhead::<N>::unpack(call));
                 let bh = self.bh.take().expect("checked above");
-                Poll::Ready(Ok(Call::from_parts(bh, weight, call)))
+                Poll::Ready(Ok(Call::from_parts_with_cost(bh, weight, cost, call)))
             }
             Ok(Polled::Rejected { rejection, call }) => {
                 bh.finish(Bulkhead::<N>::unpack(call), Outcome::Ignored);

@@ -387,6 +387,7 @@ fn stats_visit_every_field_in_schema_order() {
             "shutdown",
             "circuit_open",
             "call_timeout",
+            "budget_limit",
             "released_twice_total",
             "leaked_total",
             "ring_free",
@@ -395,6 +396,7 @@ fn stats_visit_every_field_in_schema_order() {
             "queue_wait_max_ns",
             "adaptive",
             "circuit",
+            "budget",
         ]
     );
 }

@@ -17,17 +17,19 @@ use loom::{
 
 use crate::{Admission, Bulkhead, CancelError, Config, Reason, Ticket, TicketPoll};
 
-type Bh = Bulkhead<4>;
+pub(super) type Bh = Bulkhead<4>;
 
 fn bh(max_concurrent: u64, max_queue: u64) -> Arc<Bh> {
-    Arc::new(
-        Bh::try_new_static(Config {
-            max_concurrent,
-            max_queue,
-            ..Config::DEFAULT
-        })
-        .unwrap(),
-    )
+    static_bh(Config {
+        max_concurrent,
+        max_queue,
+        ..Config::DEFAULT
+    })
+}
+
+/// A shared static-ring bulkhead of `config` (4 cells).
+pub(super) fn static_bh(config: Config) -> Arc<Bh> {
+    Arc::new(Bh::try_new_static(config).unwrap())
 }
 
 /// A waker that only counts (the polling API's owner polls after the model joins).
@@ -750,7 +752,7 @@ fn model3<F: Fn() + Sync + Send + 'static>(f: F) {
 
 /// Runs a model at `LOOM_MAX_PREEMPTIONS` capped at `cap` (docs/design.md §11), or at
 /// `cap + 1` when `LOOM_DEEP=1` (`make loom-deep`, outside `make test`).
-fn model_at_most<F: Fn() + Sync + Send + 'static>(cap: usize, f: F) {
+pub(super) fn model_at_most<F: Fn() + Sync + Send + 'static>(cap: usize, f: F) {
     let deep = std::env::var("LOOM_DEEP").is_ok_and(|v| v == "1");
     let cap = cap + usize::from(deep);
     let mut b = loom::model::Builder::new();

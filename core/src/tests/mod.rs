@@ -6,12 +6,16 @@ mod adaptive;
 mod admission;
 #[cfg(not(loom))]
 mod breaker;
+#[cfg(all(not(loom), feature = "std"))]
+mod budget;
 #[cfg(not(loom))]
 mod bulkhead;
 #[cfg(loom)]
 mod loom_adaptive;
 #[cfg(loom)]
 mod loom_breaker;
+#[cfg(all(loom, feature = "std"))]
+mod loom_budget;
 #[cfg(loom)]
 mod loom_bulkhead;
 #[cfg(all(not(loom), feature = "std"))]

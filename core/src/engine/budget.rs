@@ -1,0 +1,88 @@
+//! The book of a bulkhead's budget (docs/design.md §4.5): the second dimension of admission —
+//! an in-flight ceiling of cost units (tokens, bytes) beside the permit limit. The free units
+//! themselves live in the permit word (so a grant takes permits and units in one CAS); this is
+//! everything else: the current ceiling, the units sitting in `GRANTED` cells, and the
+//! settlement counters.
+//!
+//! Settlement identity, exact at quiescent points (C30):
+//! `reserved_total + overrun_total == consumed_total + refunded_total + in use`, where a call
+//! that ends without reporting usage consumed its whole hold.
+
+use crate::sync::{AtomicWord, Ordering::*, Word};
+
+/// The budget book. `max == 0` means the bulkhead has no budget (every counter stays 0).
+#[derive(Debug)]
+pub(crate) struct BudgetBook {
+    /// The ceiling it was built with, `1 ..= MAX_BUDGET`; 0 without a budget.
+    pub(crate) max: Word,
+    /// The current ceiling, `0 ..= max` (0: the budget admits only cost-0 requests).
+    pub(crate) limit: AtomicWord,
+    /// Units in `GRANTED` cells (granted, not yet claimed by their owner).
+    pub(crate) unclaimed: AtomicWord,
+    /// Units taken by grants.
+    pub(crate) reserved_total: AtomicWord,
+    /// Units returned before their call ended (refunds, and the unused rest at settlement).
+    pub(crate) refunded_total: AtomicWord,
+    /// Units reported used at settlement (the whole hold when no usage was reported).
+    pub(crate) consumed_total: AtomicWord,
+    /// Units reported used beyond what the call held.
+    pub(crate) overrun_total: AtomicWord,
+}
+
+/// The book of a ceiling of `max` units (0: no budget).
+macro_rules! book {
+    ($max:expr) => {
+        BudgetBook {
+            max: $max,
+            limit: AtomicWord::new($max),
+            unclaimed: AtomicWord::new(0),
+            reserved_total: AtomicWord::new(0),
+            refunded_total: AtomicWord::new(0),
+            consumed_total: AtomicWord::new(0),
+            overrun_total: AtomicWord::new(0),
+        }
+    };
+}
+
+impl BudgetBook {
+    #[cfg(not(loom))]
+    pub(crate) const fn new(budget: Option<u64>) -> Self {
+        match budget {
+            Some(b) => book!(b as Word),
+            None => book!(0),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new(budget: Option<u64>) -> Self {
+        book!(budget.map_or(0, |b| b as Word))
+    }
+
+    /// Counts `c` units taken by a grant.
+    #[inline]
+    pub(crate) fn reserved(&self, c: Word) {
+        if c != 0 {
+            // Relaxed: a statistic.
+            self.reserved_total.fetch_add(c, Relaxed);
+        }
+    }
+
+    /// Counts a settlement: `used` units reported against a hold of `held`.
+    pub(crate) fn settled(&self, held: Word, used: Word) {
+        // Relaxed: statistics.
+        if used < held {
+            self.refunded_total.fetch_add(held - used, Relaxed);
+        } else if used > held {
+            self.overrun_total.fetch_add(used - held, Relaxed);
+        }
+        if used != 0 {
+            self.consumed_total.fetch_add(used, Relaxed);
+        }
+    }
+
+    /// Counts `n` units refunded before the call ended.
+    pub(crate) fn refunded(&self, n: Word) {
+        // Relaxed: a statistic.
+        self.refunded_total.fetch_add(n, Relaxed);
+    }
+}
