@@ -141,6 +141,33 @@ pub fn bulkhead(permits: u64) -> Bulkhead {
     .expect("valid config")
 }
 
+/// `n` admissions through [`Bulkhead::admit`] that must be granted at once, each ended at
+/// once: `cost` budget units per call (0 on a bulkhead without a budget). The calls + budget
+/// row compares a bulkhead with a budget against the same path without one.
+#[inline(never)]
+pub fn admit_cycles(bh: &Bulkhead, cost: u64, n: u64) -> Duration {
+    use hullguard_core::{Decision, Request};
+    let req = Request::new(1).cost(cost).no_wait();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        match black_box(bh).admit(black_box(&req), None) {
+            Decision::Granted(call) => drop(call),
+            _ => panic!("a permit and the units are free"),
+        }
+    }
+    t0.elapsed()
+}
+
+/// A bulkhead of `permits` and a budget of `budget` units.
+pub fn budgeted_bulkhead(permits: u64, budget: u64) -> Bulkhead {
+    Bulkhead::new(Config {
+        max_concurrent: permits,
+        budget: Some(budget),
+        ..Config::default()
+    })
+    .expect("valid config")
+}
+
 /// A bulkhead of `permits` with the given policies (host clock, stats on).
 pub fn guarded_bulkhead(permits: u64, breaker: bool, adaptive: bool) -> Bulkhead {
     use hullguard_core::{Resilience, adaptive::AdaptiveConfig, breaker::BreakerConfig};
@@ -558,6 +585,12 @@ pub fn cases() -> Vec<Case> {
         case("handoff/tokio".into(), 320_000, SingleThread, handoff_tokio),
         case("guarded/bare".into(), UNC, SingleThread, |n| {
             guarded_calls(&bulkhead(1), n)
+        }),
+        case("budget/plain".into(), UNC, SingleThread, |n| {
+            admit_cycles(&bulkhead(1), 0, n)
+        }),
+        case("budget/calls+budget".into(), UNC, SingleThread, |n| {
+            admit_cycles(&budgeted_bulkhead(1, 1000), 10, n)
         }),
         case("guarded/bare+clock".into(), UNC, SingleThread, |n| {
             bare_plus_clock(&bulkhead(1), n)

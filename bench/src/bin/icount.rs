@@ -196,6 +196,13 @@ fn rows() -> Vec<TableRow> {
             "≤ 0.80",
         ),
         (
+            "calls + budget: admit + end, uncontended".into(),
+            "no budget",
+            "budget/calls+budget".into(),
+            "budget/plain".into(),
+            "≤ 1.50",
+        ),
+        (
             format!("handoff: limit 1, {HANDOFF_TASKS} tasks, current-thread rt"),
             "tokio",
             "handoff/hullguard".into(),

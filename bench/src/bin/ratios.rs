@@ -112,6 +112,13 @@ fn rows() -> Vec<Row> {
             Max(2.0 / PARALLEL),
         ),
         row(
+            "calls + budget: admit + end, uncontended",
+            "same, no budget",
+            "budget/calls+budget",
+            "budget/plain",
+            Max(1.5),
+        ),
+        row(
             &format!("handoff: limit 1, {HANDOFF_TASKS} tasks, current-thread rt"),
             "tokio",
             "handoff/hullguard",
