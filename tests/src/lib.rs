@@ -3,3 +3,9 @@
 //! runners (also a dev-dependency of `hullguard-ffi`, whose runner drives the C ABI).
 
 pub mod vectors;
+
+/// The README's Rust examples, compiled and run as doctests of this crate (`cargo test
+/// --workspace` runs them; its other languages are run by `make readme`).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeRustExamples;
