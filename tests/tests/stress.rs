@@ -872,7 +872,7 @@ fn budget_is_never_over_charged() {
             samples
         })
     };
-    let ops = ops_per_thread() / 10;
+    let ops = ops_per_thread() / 20;
     let workers: Vec<_> = (0..THREADS)
         .map(|i| {
             let bh = bh.clone();
@@ -897,7 +897,7 @@ fn budget_is_never_over_charged() {
                         }
                         Decision::Queued(mut w) => {
                             // Patience in polls, then the owner cancels (counted `aborted`).
-                            let patience = rng.below(300);
+                            let patience = rng.below(100);
                             let mut got = None;
                             for _ in 0..patience {
                                 if let Poll::Ready(r) = w.poll(Some(&waker)) {

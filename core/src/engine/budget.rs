@@ -19,12 +19,11 @@ pub(crate) struct BudgetBook {
     pub(crate) limit: AtomicWord,
     /// Units in `GRANTED` cells (granted, not yet claimed by their owner).
     pub(crate) unclaimed: AtomicWord,
-    /// Units taken by grants.
-    pub(crate) reserved_total: AtomicWord,
+    /// Units taken by grants to queued waiters. Written only by the dispatcher (one at a
+    /// time), so plain load + store; fast-path grants count in the sharded counter's lane.
+    pub(crate) reserved_queued: AtomicWord,
     /// Units returned before their call ended (refunds, and the unused rest at settlement).
     pub(crate) refunded_total: AtomicWord,
-    /// Units reported used at settlement (the whole hold when no usage was reported).
-    pub(crate) consumed_total: AtomicWord,
     /// Units reported used beyond what the call held.
     pub(crate) overrun_total: AtomicWord,
 }
@@ -36,9 +35,8 @@ macro_rules! book {
             max: $max,
             limit: AtomicWord::new($max),
             unclaimed: AtomicWord::new(0),
-            reserved_total: AtomicWord::new(0),
+            reserved_queued: AtomicWord::new(0),
             refunded_total: AtomicWord::new(0),
-            consumed_total: AtomicWord::new(0),
             overrun_total: AtomicWord::new(0),
         }
     };
@@ -58,25 +56,25 @@ impl BudgetBook {
         book!(budget.map_or(0, |b| b as Word))
     }
 
-    /// Counts `c` units taken by a grant.
+    /// Dispatcher only: counts `c` units taken by a grant to a queued waiter.
     #[inline]
-    pub(crate) fn reserved(&self, c: Word) {
+    pub(crate) fn reserved_by_dispatcher(&self, c: Word) {
         if c != 0 {
-            // Relaxed: a statistic.
-            self.reserved_total.fetch_add(c, Relaxed);
+            // Relaxed, plain load + store: one writer at a time (see the field).
+            let q = &self.reserved_queued;
+            q.store(q.load(Relaxed).wrapping_add(c), Relaxed);
         }
     }
 
-    /// Counts a settlement: `used` units reported against a hold of `held`.
+    /// Counts the refund or overrun of a settlement: `used` units reported against a hold of
+    /// `held` (the consumed units count in the sharded counter's lane).
+    #[inline]
     pub(crate) fn settled(&self, held: Word, used: Word) {
         // Relaxed: statistics.
         if used < held {
             self.refunded_total.fetch_add(held - used, Relaxed);
         } else if used > held {
             self.overrun_total.fetch_add(used - held, Relaxed);
-        }
-        if used != 0 {
-            self.consumed_total.fetch_add(used, Relaxed);
         }
     }
 

@@ -15,16 +15,29 @@ use crate::{
 
 const SHARDS: usize = 16;
 
-/// The fast path's admission counter, off the permit word's cache line.
+/// Lanes of the [`ShardedCounter`]: the counts that the fast paths bump.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Lane {
+    /// Admissions on the fast path.
+    Admitted = 0,
+    /// Budget units taken by fast-path grants.
+    Reserved = 1,
+    /// Budget units used by ended calls.
+    Consumed = 2,
+}
+const LANES: usize = 3;
+
+/// The fast paths' counters (admissions, and a budget's reserved and consumed units), off the
+/// permit word's cache line: one cache line per shard holds every lane.
 ///
 /// Under `std` each of the first [`SHARDS`] threads of the process owns one shard outright and
 /// bumps it with a plain load and store (no locked instruction: exact, because it is the only
-/// writer); later threads share an `overflow` counter with `fetch_add`. Without `std` the shard
+/// writer); later threads share an `overflow` shard with `fetch_add`. Without `std` the shard
 /// is picked by hashing the caller's stack address (threads' stacks lie far apart).
 #[derive(Debug)]
 pub(crate) struct ShardedCounter {
-    shards: [CachePadded<AtomicWord>; SHARDS],
-    overflow: CachePadded<AtomicWord>,
+    shards: [CachePadded<[AtomicWord; LANES]>; SHARDS],
+    overflow: CachePadded<[AtomicWord; LANES]>,
 }
 
 #[cfg(all(feature = "std", not(loom)))]
@@ -59,50 +72,69 @@ impl ShardedCounter {
     #[cfg(not(loom))]
     pub(crate) const fn new() -> Self {
         Self {
-            shards: [const { CachePadded::new(AtomicWord::new(0)) }; SHARDS],
-            overflow: CachePadded::new(AtomicWord::new(0)),
+            shards: [const { CachePadded::new([const { AtomicWord::new(0) }; LANES]) }; SHARDS],
+            overflow: CachePadded::new([const { AtomicWord::new(0) }; LANES]),
         }
     }
 
     #[cfg(loom)]
     pub(crate) fn new() -> Self {
+        let lanes = || core::array::from_fn(|_| AtomicWord::new(0));
         Self {
-            shards: core::array::from_fn(|_| CachePadded::new(AtomicWord::new(0))),
-            overflow: CachePadded::new(AtomicWord::new(0)),
+            shards: core::array::from_fn(|_| CachePadded::new(lanes())),
+            overflow: CachePadded::new(lanes()),
         }
     }
 
+    /// Adds `n` to `lane`.
     #[inline]
-    pub(crate) fn add(&self, n: Word) {
-        // Relaxed everywhere: a statistic; it publishes nothing.
+    pub(crate) fn add(&self, lane: Lane, n: Word) {
+        self.add_pair(lane, n, Lane::Reserved, 0);
+    }
+
+    /// Adds `a` to lane `la` and, unless `b` is 0, `b` to lane `lb` (one shard look-up).
+    #[inline]
+    pub(crate) fn add_pair(&self, la: Lane, a: Word, lb: Lane, b: Word) {
+        // Relaxed everywhere: statistics; they publish nothing.
         #[cfg(all(feature = "std", not(loom)))]
         {
             let i = thread_shard::index();
             if let Some(shard) = self.shards.get(i) {
                 // This thread is the shard's only writer: no RMW needed.
-                shard.store(shard.load(Relaxed).wrapping_add(n), Relaxed);
-            } else {
-                self.overflow.fetch_add(n, Relaxed);
+                let bump = |c: &AtomicWord, n: Word| {
+                    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+                };
+                bump(&shard[la as usize], a);
+                if b != 0 {
+                    bump(&shard[lb as usize], b);
+                }
+                return;
             }
         }
-        #[cfg(loom)]
-        self.overflow.fetch_add(n, Relaxed);
         #[cfg(all(not(feature = "std"), not(loom)))]
-        {
+        let shard = {
             let probe = 0u8;
             // Fibonacci hashing of the page number: default thread stacks are 2 MiB + 4 KiB
             // apart, which a plain modulus of the address maps to one shard.
             let page = core::ptr::addr_of!(probe).addr() >> 12;
             let i = page.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) >> (usize::BITS - 4);
-            self.shards[i % SHARDS].fetch_add(n, Relaxed);
+            &self.shards[i % SHARDS]
+        };
+        // Threads past the shards (and every loom thread) share the overflow shard.
+        #[cfg(any(feature = "std", loom))]
+        let shard = &self.overflow;
+        shard[la as usize].fetch_add(a, Relaxed);
+        if b != 0 {
+            shard[lb as usize].fetch_add(b, Relaxed);
         }
     }
 
-    pub(crate) fn sum(&self) -> u64 {
+    /// The total of `lane`.
+    pub(crate) fn sum(&self, lane: Lane) -> u64 {
         self.shards
             .iter()
             .chain(core::iter::once(&self.overflow))
-            .map(|s| s.load(Relaxed) as u64)
+            .map(|s| s[lane as usize].load(Relaxed) as u64)
             .fold(0u64, u64::wrapping_add)
     }
 }
@@ -110,7 +142,8 @@ impl ShardedCounter {
 /// The slow-path counters of one bulkhead.
 #[derive(Debug)]
 pub(crate) struct Counters {
-    /// Admissions on the fast path (any thread).
+    /// Admissions on the fast path (any thread), and the budget units of fast-path grants and
+    /// of ended calls (lanes of one sharded counter).
     pub(crate) admitted: ShardedCounter,
     /// Grants to queued waiters. Written only by the dispatcher (one at a time, serialized by
     /// its flag's Acquire/Release), so plain load + store; like the `wait_*` fields.
@@ -224,7 +257,7 @@ impl Counters {
     /// `admitted_total`.
     pub(crate) fn admitted_total(&self) -> u64 {
         self.admitted
-            .sum()
+            .sum(Lane::Admitted)
             .wrapping_add(self.admitted_queued.load(Relaxed) as u64)
     }
 }

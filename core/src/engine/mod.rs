@@ -52,7 +52,7 @@ use crossbeam_utils::CachePadded;
 use self::{
     budget::BudgetBook,
     cell::{Kind, Stamp},
-    counters::Counters,
+    counters::{Counters, Lane},
     dispatch::WakeBatch,
     permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS},
     ring::{ClaimError, WaiterRing},
@@ -323,8 +323,9 @@ impl<const N: usize> Engine<N> {
             Err(TakeError::Busy)
         };
         if r.is_ok() {
-            self.counters.admitted.add(1);
-            self.budget.reserved(c);
+            self.counters
+                .admitted
+                .add_pair(Lane::Admitted, 1, Lane::Reserved, c);
         }
         r
     }
@@ -695,6 +696,16 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// Counts a settlement of a hold of `held` budget units against `used` (docs/design.md
+    /// §4.5): the unused rest refunded, use beyond the hold as overrun, `used` consumed.
+    #[inline]
+    pub(crate) fn budget_settled(&self, held: Word, used: Word) {
+        self.budget.settled(held, used);
+        if used != 0 {
+            self.counters.admitted.add(Lane::Consumed, used);
+        }
+    }
+
     /// The free permits and free budget units of one load of the permit word (a model's
     /// observer checks that no state ever shows one dimension charged without the other).
     #[cfg(loom)]
@@ -723,8 +734,12 @@ impl<const N: usize> Engine<N> {
             in_use: in_use.max(0) as u64,
             available: avail,
             granted_unclaimed: unclaimed as u64,
-            reserved_total: b.reserved_total.load(Relaxed) as u64,
-            consumed_total: b.consumed_total.load(Relaxed) as u64,
+            reserved_total: self
+                .counters
+                .admitted
+                .sum(Lane::Reserved)
+                .wrapping_add(b.reserved_queued.load(Relaxed) as u64),
+            consumed_total: self.counters.admitted.sum(Lane::Consumed),
             refunded_total: b.refunded_total.load(Relaxed) as u64,
             overrun_total: b.overrun_total.load(Relaxed) as u64,
         })
@@ -838,7 +853,7 @@ impl<const N: usize> Engine<N> {
                     }
                     if self.ring.settle(cell, s, Kind::Granted).is_ok() {
                         self.counters.record_queued_grant();
-                        self.budget.reserved(c);
+                        self.budget.reserved_by_dispatcher(c);
                         if self.clock.is_some() {
                             let waited = (self.clock.now_ns() as Word)
                                 .wrapping_sub(cell.enqueued_ns.load(Relaxed));

@@ -559,7 +559,7 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub(crate) fn budget_settled(&self, held: u64, used: u64) {
         if held != 0 || used != 0 {
-            self.engine.budget.settled(held as Word, used as Word);
+            self.engine.budget_settled(held as Word, used as Word);
         }
     }
 
