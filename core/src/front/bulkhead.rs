@@ -558,7 +558,7 @@ impl<const N: usize> Bulkhead<N> {
     /// §4.5): the unused rest refunded, use beyond the hold as overrun.
     #[inline]
     pub(crate) fn budget_settled(&self, held: u64, used: u64) {
-        if held != 0 || used != 0 {
+        if self.engine.has_budget() && (held != 0 || used != 0) {
             self.engine.budget_settled(held as Word, used as Word);
         }
     }

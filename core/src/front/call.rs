@@ -192,8 +192,11 @@ where
             core::mem::take(&mut self.weight),
             core::mem::take(&mut self.cost),
         );
-        if c > 0 {
-            self.bh.budget_settled(c, used.unwrap_or(c));
+        // A call that held no units still reports what it used (as overrun): consumption is
+        // never dropped for a hold of 0 (async-bulkhead-llm's `totalConsumed` bug).
+        let used = used.unwrap_or(c);
+        if c > 0 || used > 0 {
+            self.bh.budget_settled(c, used);
         }
         if w > 0 || c > 0 {
             // Both in one RMW of the permit word: nobody sees one returned without the other.

@@ -450,3 +450,33 @@ fn c30_a_streamed_call_holds_until_it_ends() {
     assert_eq!(bh.stats().rejected_by_reason.total(), 0);
     books_balance(&bh);
 }
+
+/// async-bulkhead-llm skips `totalConsumed` when the final hold is 0 (ANCHORS-ADMISSION §4 bug
+/// 4, found here by the budget reference model): usage reported by a call that holds no units
+/// is consumed and counted as overrun, so the settlement identity still holds.
+#[test]
+fn usage_of_a_call_that_holds_nothing_is_still_counted() {
+    let bh = budgeted(2, 100, 0);
+    let mut a = granted(bh.admit(&ask(1, 40), None));
+    a.refund(40).unwrap();
+    a.end_with_usage(Outcome::Success, 25);
+    granted(bh.admit(&ask(1, 0), None)).end_with_usage(Outcome::Success, 5);
+    let b = budget(&bh);
+    assert_eq!(
+        (
+            b.reserved_total,
+            b.refunded_total,
+            b.consumed_total,
+            b.overrun_total
+        ),
+        (40, 40, 30, 30)
+    );
+    books_balance(&bh);
+    // Without a budget there is nothing to count.
+    let plain = Bulkhead::new(Config::DEFAULT).unwrap();
+    plain
+        .try_acquire(1)
+        .unwrap()
+        .end_with_usage(Outcome::Success, 5);
+    assert_eq!(plain.stats().budget, None);
+}

@@ -1,0 +1,506 @@
+//! The budget (docs/design.md §4.5) against a sequential reference model: random single-thread
+//! sequences of admissions with weights and costs (at once or queueing), polls, cancels, refunds,
+//! settlements with usage, and runtime changes of the budget and the limit run on a real
+//! bulkhead and on a deliberately naive model (a FIFO of waiters, free counts, one dispatch to
+//! quiescence per operation). After every step every decision and the whole stats object —
+//! both dimensions, every counter — must match, and I2 holds per dimension against what the
+//! test itself holds. proptest, 256 cases; pin a shrunk failure as a `replay_*` test.
+
+use std::{collections::VecDeque, task::Poll, time::Duration};
+
+use hullguard_core::{
+    AcquireError, Bulkhead, Call, Cancelled, Config, Decision, Outcome, Reason, Request, Waiter,
+};
+use proptest::prelude::*;
+
+const MAX_CONCURRENT: u64 = 3;
+const MAX_QUEUE: u64 = 2;
+const BUDGET: u64 = 12;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit { weight: u64, cost: u64, wait: bool },
+    Poll(usize),
+    Cancel(usize),
+    Refund(usize, u64),
+    End(usize, Option<u64>),
+    SetBudget(u64),
+    SetLimit(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..=MAX_CONCURRENT + 1, 0..=BUDGET + 1, any::<bool>())
+            .prop_map(|(weight, cost, wait)| Op::Admit { weight, cost, wait }),
+        2 => any::<usize>().prop_map(Op::Poll),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => (any::<usize>(), 0..=BUDGET).prop_map(|(i, n)| Op::Refund(i, n)),
+        1 => (any::<usize>(), proptest::option::of(0..=2 * BUDGET)).prop_map(|(i, u)| Op::End(i, u)),
+        1 => (0..=BUDGET).prop_map(Op::SetBudget),
+        1 => (1..=MAX_CONCURRENT).prop_map(Op::SetLimit),
+    ]
+}
+
+/// What a decision looked like, on either side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Granted,
+    Queued,
+    Rejected(Reason),
+    Invalid,
+    Pending,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MState {
+    Waiting,
+    Granted,
+    Rejected(Reason),
+}
+
+/// The naive model.
+#[derive(Debug, Default)]
+struct Model {
+    limit: u64,
+    budget: u64,
+    /// Held by claimed calls: (weight, cost) per call, in the test's call order.
+    calls: Vec<(u64, u64)>,
+    /// Every waiter ever queued (index = the test's waiter order), and the live FIFO.
+    waiters: Vec<(u64, u64, MState)>,
+    fifo: VecDeque<usize>,
+    admitted: u64,
+    rejected: [u64; Reason::COUNT],
+    reserved: u64,
+    consumed: u64,
+    refunded: u64,
+    overrun: u64,
+}
+
+impl Model {
+    fn held(&self) -> (u64, u64) {
+        self.calls
+            .iter()
+            .fold((0, 0), |(w, c), &(a, b)| (w + a, c + b))
+    }
+
+    fn unclaimed(&self) -> (u64, u64) {
+        self.waiters
+            .iter()
+            .filter(|w| w.2 == MState::Granted)
+            .fold((0, 0), |(a, b), w| (a + w.0, b + w.1))
+    }
+
+    fn free(&self) -> (i64, i64) {
+        let (hw, hc) = self.held();
+        let (uw, uc) = self.unclaimed();
+        (
+            self.limit as i64 - (hw + uw) as i64,
+            self.budget as i64 - (hc + uc) as i64,
+        )
+    }
+
+    fn reject(&mut self, r: Reason) -> Seen {
+        self.rejected[r.index()] += 1;
+        Seen::Rejected(r)
+    }
+
+    /// The dispatcher to quiescence: from the head, refuse what can never fit the current
+    /// ceilings, grant what fits, stop at the first that does not.
+    fn dispatch(&mut self) {
+        while let Some(&i) = self.fifo.front() {
+            let (w, c, _) = self.waiters[i];
+            let verdict = if w > self.limit {
+                Some(Reason::ConcurrencyLimit)
+            } else if c > self.budget {
+                Some(Reason::BudgetLimit)
+            } else {
+                None
+            };
+            if let Some(r) = verdict {
+                self.rejected[r.index()] += 1;
+                self.waiters[i].2 = MState::Rejected(r);
+                self.fifo.pop_front();
+                continue;
+            }
+            let (fw, fc) = self.free();
+            // A cost of 0 asks nothing of the budget, even when it is overdrawn.
+            if fw < w as i64 || (c > 0 && fc < c as i64) {
+                return;
+            }
+            self.waiters[i].2 = MState::Granted;
+            self.admitted += 1;
+            self.reserved += c;
+            self.fifo.pop_front();
+        }
+    }
+
+    fn admit(&mut self, weight: u64, cost: u64, wait: bool) -> Seen {
+        if weight == 0 || weight > MAX_CONCURRENT || cost > BUDGET {
+            return Seen::Invalid;
+        }
+        let (fw, fc) = self.free();
+        let short = if !self.fifo.is_empty() || fw < weight as i64 {
+            Reason::ConcurrencyLimit
+        } else if cost > 0 && fc < cost as i64 {
+            Reason::BudgetLimit
+        } else {
+            self.calls.push((weight, cost));
+            self.admitted += 1;
+            self.reserved += cost;
+            return Seen::Granted;
+        };
+        if !wait {
+            return self.reject(short);
+        }
+        if weight > self.limit {
+            return self.reject(Reason::ConcurrencyLimit);
+        }
+        if cost > self.budget {
+            return self.reject(Reason::BudgetLimit);
+        }
+        if self.fifo.len() as u64 >= MAX_QUEUE {
+            return self.reject(Reason::QueueLimit);
+        }
+        self.waiters.push((weight, cost, MState::Waiting));
+        self.fifo.push_back(self.waiters.len() - 1);
+        self.dispatch();
+        Seen::Queued
+    }
+
+    /// Polls waiter `i`: its grant becomes a call (pushed last), or its rejection is consumed.
+    fn poll(&mut self, i: usize) -> Seen {
+        match self.waiters[i].2 {
+            MState::Waiting => Seen::Pending,
+            MState::Granted => {
+                let (w, c, _) = self.waiters[i];
+                self.calls.push((w, c));
+                self.waiters[i].2 = MState::Rejected(Reason::Aborted); // consumed
+                Seen::Granted
+            }
+            MState::Rejected(r) => Seen::Rejected(r),
+        }
+    }
+
+    fn cancel(&mut self, i: usize) -> Seen {
+        match self.waiters[i].2 {
+            MState::Waiting => {
+                self.fifo.retain(|&j| j != i);
+                self.waiters[i].2 = MState::Rejected(Reason::Aborted);
+                self.rejected[Reason::Aborted.index()] += 1;
+                self.dispatch();
+                Seen::Rejected(Reason::Aborted)
+            }
+            MState::Granted => self.poll(i),
+            MState::Rejected(r) => Seen::Rejected(r),
+        }
+    }
+
+    fn end(&mut self, k: usize, used: Option<u64>) {
+        let (_, c) = self.calls.remove(k);
+        let used = used.unwrap_or(c);
+        self.consumed += used;
+        if used < c {
+            self.refunded += c - used;
+        } else {
+            self.overrun += used - c;
+        }
+        self.dispatch();
+    }
+}
+
+/// The real side: live waiters (by the test's waiter order) and calls (in the model's order).
+struct Real<'a> {
+    bh: &'a Bulkhead,
+    waiters: Vec<Option<Waiter<&'a Bulkhead, 0>>>,
+    calls: Vec<Call<&'a Bulkhead, 0>>,
+}
+
+fn seen(e: &AcquireError) -> Seen {
+    e.reason().map_or(Seen::Invalid, Seen::Rejected)
+}
+
+fn check(m: &Model, bh: &Bulkhead, step: usize) -> Result<(), TestCaseError> {
+    let s = bh.stats();
+    let b = s.budget.expect("a budget");
+    let (hw, hc) = m.held();
+    let (uw, uc) = m.unclaimed();
+    let (fw, fc) = m.free();
+    let live = m.fifo.len() as u64;
+    prop_assert_eq!(
+        (
+            s.active,
+            s.queued,
+            s.granted_unclaimed,
+            s.available,
+            s.limit
+        ),
+        (hw, live, uw, fw, m.limit),
+        "permits at step {}: {}",
+        step,
+        s
+    );
+    prop_assert_eq!(
+        (b.in_use, b.granted_unclaimed, b.available, b.limit),
+        (hc, uc, fc, m.budget),
+        "budget at step {}: {:?}",
+        step,
+        b
+    );
+    prop_assert_eq!(
+        (
+            b.reserved_total,
+            b.consumed_total,
+            b.refunded_total,
+            b.overrun_total
+        ),
+        (m.reserved, m.consumed, m.refunded, m.overrun),
+        "budget counters at step {}",
+        step
+    );
+    prop_assert_eq!(s.admitted_total, m.admitted, "admitted at step {}", step);
+    prop_assert_eq!(
+        s.rejected_by_reason.0,
+        m.rejected,
+        "rejected at step {}",
+        step
+    );
+    // The settlement identity (C30) and I2 for both dimensions, against what the test holds.
+    prop_assert_eq!(
+        b.reserved_total + b.overrun_total,
+        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed
+    );
+    prop_assert_eq!(s.available + (hw + uw) as i64, s.limit as i64);
+    prop_assert_eq!(b.available + (hc + uc) as i64, b.limit as i64);
+    Ok(())
+}
+
+/// How often each kind of decision happened in a run (the generator's coverage).
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    granted: u64,
+    queued: u64,
+    concurrency_limit: u64,
+    budget_limit: u64,
+    queue_limit: u64,
+    refunds: u64,
+}
+
+impl Coverage {
+    fn note(&mut self, s: Seen) {
+        match s {
+            Seen::Granted => self.granted += 1,
+            Seen::Queued => self.queued += 1,
+            Seen::Rejected(Reason::ConcurrencyLimit) => self.concurrency_limit += 1,
+            Seen::Rejected(Reason::BudgetLimit) => self.budget_limit += 1,
+            Seen::Rejected(Reason::QueueLimit) => self.queue_limit += 1,
+            _ => {}
+        }
+    }
+}
+
+fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
+    let mut cov = Coverage::default();
+    let bh = Bulkhead::new(Config {
+        max_concurrent: MAX_CONCURRENT,
+        max_queue: MAX_QUEUE,
+        budget: Some(BUDGET),
+        queue_timeout: Duration::MAX,
+        ..Config::default()
+    })
+    .unwrap();
+    let mut m = Model {
+        limit: MAX_CONCURRENT,
+        budget: BUDGET,
+        ..Model::default()
+    };
+    let mut r = Real {
+        bh: &bh,
+        waiters: Vec::new(),
+        calls: Vec::new(),
+    };
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Admit { weight, cost, wait } => {
+                let req = Request::new(weight).cost(cost);
+                let req = if wait { req } else { req.no_wait() };
+                let got = match r.bh.admit(&req, None) {
+                    Decision::Granted(c) => {
+                        r.calls.push(c);
+                        Seen::Granted
+                    }
+                    Decision::Queued(w) => {
+                        r.waiters.push(Some(w));
+                        Seen::Queued
+                    }
+                    Decision::Rejected(e) => seen(&e),
+                };
+                prop_assert_eq!(got, m.admit(weight, cost, wait), "admit at step {}", step);
+                cov.note(got);
+            }
+            Op::Poll(i) | Op::Cancel(i) if !r.waiters.is_empty() => {
+                let i = i % r.waiters.len();
+                let want = if matches!(op, Op::Poll(_)) {
+                    m.poll(i)
+                } else {
+                    m.cancel(i)
+                };
+                let got = match r.waiters[i].take() {
+                    None => Seen::Rejected(Reason::Aborted), // consumed before, as the model says
+                    Some(mut w) if matches!(op, Op::Poll(_)) => match w.poll(None) {
+                        Poll::Pending => {
+                            r.waiters[i] = Some(w);
+                            Seen::Pending
+                        }
+                        Poll::Ready(Ok(c)) => {
+                            r.calls.push(c);
+                            Seen::Granted
+                        }
+                        Poll::Ready(Err(e)) => seen(&e),
+                    },
+                    Some(w) => match w.cancel(Reason::Aborted) {
+                        Cancelled::Cancelled(rj) | Cancelled::Rejected(rj) => {
+                            Seen::Rejected(rj.reason)
+                        }
+                        Cancelled::Granted(c) => {
+                            r.calls.push(c);
+                            Seen::Granted
+                        }
+                    },
+                };
+                // A consumed waiter answers `aborted` on both sides (the test's own record).
+                prop_assert_eq!(got, want, "{:?} at step {}", op, step);
+                cov.note(got);
+                if let Seen::Rejected(_) = got {
+                    m.waiters[i].2 = MState::Rejected(Reason::Aborted);
+                }
+            }
+            Op::Refund(k, n) if !r.calls.is_empty() => {
+                let k = k % r.calls.len();
+                let ok = r.calls[k].refund(n).is_ok();
+                let held = m.calls[k].1;
+                prop_assert_eq!(ok, n >= 1 && n <= held, "refund at step {}", step);
+                if ok {
+                    cov.refunds += 1;
+                    m.calls[k].1 -= n;
+                    m.refunded += n;
+                    m.dispatch();
+                }
+            }
+            Op::End(k, used) if !r.calls.is_empty() => {
+                let k = k % r.calls.len();
+                let call = r.calls.remove(k);
+                match used {
+                    Some(u) => call.end_with_usage(Outcome::Success, u),
+                    None => drop(call),
+                }
+                m.end(k, used);
+            }
+            Op::SetBudget(b) => {
+                r.bh.set_budget(b).unwrap();
+                m.budget = b;
+                m.dispatch();
+            }
+            Op::SetLimit(l) => {
+                r.bh.set_limit(l).unwrap();
+                m.limit = l;
+                m.dispatch();
+            }
+            _ => {}
+        }
+        check(&m, &bh, step)?;
+    }
+    // Everything ends: the bulkhead is idle (I5) and the books balance.
+    for w in r.waiters.iter_mut().filter_map(Option::take) {
+        if let Cancelled::Granted(c) = w.cancel(Reason::Aborted) {
+            drop(c);
+        }
+    }
+    r.calls.clear();
+    let s = bh.stats();
+    let b = s.budget.unwrap();
+    prop_assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0));
+    prop_assert_eq!((b.in_use, b.granted_unclaimed), (0, 0));
+    prop_assert_eq!(b.available, b.limit as i64);
+    prop_assert_eq!(
+        b.reserved_total + b.overrun_total,
+        b.consumed_total + b.refunded_total
+    );
+    Ok(cov)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn budget_matches_the_reference_model(ops in proptest::collection::vec(op(), 1..60)) {
+        run(&ops)?;
+    }
+}
+
+/// The generator reaches every decision: grants, queueing, each refusal reason (the budget's
+/// both at once and from the dispatcher after a shrink or at a poll), refunds.
+#[test]
+fn budget_generator_reaches_every_path() {
+    use proptest::{
+        strategy::ValueTree,
+        test_runner::{Config as RunnerConfig, TestRunner},
+    };
+    let mut runner = TestRunner::new(RunnerConfig {
+        failure_persistence: None,
+        ..RunnerConfig::default()
+    });
+    let mut total = Coverage::default();
+    for _ in 0..64 {
+        let ops = proptest::collection::vec(op(), 1..60)
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        let c = run(&ops).unwrap();
+        total.granted += c.granted;
+        total.queued += c.queued;
+        total.concurrency_limit += c.concurrency_limit;
+        total.budget_limit += c.budget_limit;
+        total.queue_limit += c.queue_limit;
+        total.refunds += c.refunds;
+    }
+    let t = total;
+    assert!(
+        t.granted > 0
+            && t.queued > 0
+            && t.concurrency_limit > 0
+            && t.budget_limit > 0
+            && t.queue_limit > 0
+            && t.refunds > 0,
+        "{t:?}"
+    );
+}
+
+/// A queued waiter refused by a shrink of the budget below its cost (the one refusal after a
+/// wait), seen at its poll, and a refund that grants the next one.
+#[test]
+fn replay_shrink_refuses_a_queued_cost_then_a_refund_grants() {
+    let ops = [
+        Op::Admit {
+            weight: 1,
+            cost: 10,
+            wait: true,
+        },
+        Op::Admit {
+            weight: 1,
+            cost: 8,
+            wait: true,
+        },
+        Op::Admit {
+            weight: 1,
+            cost: 1,
+            wait: true,
+        },
+        Op::SetBudget(7),
+        Op::Poll(0),
+        Op::Refund(0, 8),
+        Op::Poll(1),
+        Op::End(0, Some(4)),
+        Op::End(0, None),
+    ];
+    let c = run(&ops).unwrap();
+    assert!(c.budget_limit > 0, "{c:?}");
+}
