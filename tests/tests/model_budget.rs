@@ -23,6 +23,7 @@ enum Op {
     Poll(usize),
     Cancel(usize),
     Refund(usize, u64),
+    ReleasePartial(usize, u64),
     End(usize, Option<u64>),
     SetBudget(u64),
     SetLimit(u64),
@@ -35,6 +36,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Poll),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (any::<usize>(), 0..=BUDGET).prop_map(|(i, n)| Op::Refund(i, n)),
+        1 => (any::<usize>(), 0..=MAX_CONCURRENT).prop_map(|(i, n)| Op::ReleasePartial(i, n)),
         1 => (any::<usize>(), proptest::option::of(0..=2 * BUDGET)).prop_map(|(i, u)| Op::End(i, u)),
         1 => (0..=BUDGET).prop_map(Op::SetBudget),
         1 => (1..=MAX_CONCURRENT).prop_map(Op::SetLimit),
@@ -383,6 +385,20 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                     cov.refunds += 1;
                     m.calls[k].1 -= n;
                     m.refunded += n;
+                    m.dispatch();
+                }
+            }
+            Op::ReleasePartial(k, n) if !r.calls.is_empty() => {
+                let k = k % r.calls.len();
+                let ok = r.calls[k].release_partial(n).is_ok();
+                let (w, c) = m.calls[k];
+                prop_assert_eq!(ok, n >= 1 && n <= w, "release_partial at step {}", step);
+                if ok {
+                    // The last permit takes the units with it (refunded).
+                    m.calls[k] = if n == w { (0, 0) } else { (w - n, c) };
+                    if n == w {
+                        m.refunded += c;
+                    }
                     m.dispatch();
                 }
             }

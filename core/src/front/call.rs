@@ -216,7 +216,9 @@ where
     }
 
     /// Returns `n` of the held permits now (a refund once actual usage is known); the rest stay
-    /// held. Returning all of them leaves an empty call whose end only records the outcome.
+    /// held. Returning all of them leaves an empty call whose end only records the outcome; its
+    /// budget units, if any, return with the last permit (counted refunded): units are held
+    /// only together with a permit, so an idle bulkhead never holds any.
     ///
     /// # Errors
     /// [`InvalidRelease`] for `n == 0` or `n` above the permits held; nothing changes.
@@ -232,7 +234,14 @@ where
     /// ```
     pub fn release_partial(&mut self, n: u64) -> Result<(), InvalidRelease> {
         take_part(&mut self.weight, n)?;
-        self.bh.release_held(n, 0);
+        let c = if self.weight == 0 {
+            let c = core::mem::take(&mut self.cost);
+            self.bh.budget_settled(c, 0);
+            c
+        } else {
+            0
+        };
+        self.bh.release_held(n, c);
         Ok(())
     }
 

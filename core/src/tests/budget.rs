@@ -480,3 +480,23 @@ fn usage_of_a_call_that_holds_nothing_is_still_counted() {
         .end_with_usage(Outcome::Success, 5);
     assert_eq!(plain.stats().budget, None);
 }
+
+/// Units are held only together with a permit: returning a call's last permit returns its
+/// units too (counted refunded), so `drain` and I5 never see an idle bulkhead holding units.
+#[test]
+fn the_last_permit_takes_the_units_with_it() {
+    let bh = budgeted(4, 100, 0);
+    let mut c = granted(bh.admit(&ask(3, 60), None));
+    c.release_partial(2).unwrap();
+    assert_eq!((c.weight(), c.cost(), budget(&bh).in_use), (1, 60, 60));
+    c.release_partial(1).unwrap();
+    assert_eq!((c.weight(), c.cost()), (0, 0));
+    let s = bh.stats();
+    assert_eq!(
+        (s.active, budget(&bh).in_use, budget(&bh).refunded_total),
+        (0, 0, 60)
+    );
+    assert!(bh.is_idle());
+    c.end_with_usage(Outcome::Success, 0);
+    books_balance(&bh);
+}
