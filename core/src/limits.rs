@@ -25,13 +25,14 @@ pub const MAX_BUDGET: u64 = (1 << 40) - 1;
 #[cfg(not(target_has_atomic = "64"))]
 pub const MAX_BUDGET: u64 = (1 << 18) - 1;
 
-/// Largest `max_concurrent` of a bulkhead with a budget: 2¹⁹−1 with 64-bit atomics, 2⁹−1 with
-/// only 32-bit ones (the permits keep the word's top 20 (10) bits, signed).
+/// Largest `max_concurrent` of a bulkhead with a budget: 2¹⁸−1 with 64-bit atomics, 2⁸−1 with
+/// only 32-bit ones. The permits keep the word's top 20 (10) bits, signed; half of that range is
+/// left for what may sit below zero — a disabled bulkhead's over-admission plus a shrink.
 #[cfg(target_has_atomic = "64")]
-pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 19) - 1;
-/// Largest `max_concurrent` of a bulkhead with a budget (see the 64-bit docs): 2⁹−1 here.
+pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 18) - 1;
+/// Largest `max_concurrent` of a bulkhead with a budget (see the 64-bit docs): 2⁸−1 here.
 #[cfg(not(target_has_atomic = "64"))]
-pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 9) - 1;
+pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 8) - 1;
 
 /// Largest `max_queue` (2²⁰ live waiters).
 pub const MAX_QUEUE: u64 = 1 << 20;

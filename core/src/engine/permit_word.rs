@@ -46,8 +46,10 @@ pub(crate) const CALLS_SHIFT_WITH_BUDGET: u32 = SHIFT + BUDGET_BITS;
 // The shared limits fit the layout: a budget and its shrink/overrun below zero stay inside the
 // biased field, and the permits (down to −max_concurrent when disabled) inside theirs.
 const _: () = assert!(crate::limits::MAX_BUDGET as SWord * 2 < BUDGET_BIAS);
+// Twice the largest count fits each signed range: a disabled bulkhead may over-admit down to
+// −max and a shrink may then take up to max − 1 more.
 const _: () = assert!(
-    (crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord)
+    2 * (crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord)
         < 1 << (Word::BITS - CALLS_SHIFT_WITH_BUDGET - 1)
 );
 

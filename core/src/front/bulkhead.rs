@@ -559,7 +559,9 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub(crate) fn budget_settled(&self, held: u64, used: u64) {
         if self.engine.has_budget() && (held != 0 || used != 0) {
-            self.engine.budget_settled(held as Word, used as Word);
+            // Saturated: a usage above the word (32-bit targets) is never wrapped into a refund.
+            let sat = |x: u64| x.min(Word::MAX as u64) as Word;
+            self.engine.budget_settled(sat(held), sat(used));
         }
     }
 

@@ -103,8 +103,9 @@ where
 
     /// Polls: `Pending` while queued (`waker`, if any, is woken when it settles); `Ready` with
     /// the [`Call`] (granted: its RTT clock starts now) or the rejection (`shutdown`,
-    /// `concurrency_limit` after a shrink, `timeout` / `aborted` after an expiry; the call ends
-    /// `ignored`). After `Ready` the waiter is spent.
+    /// `concurrency_limit` after a shrink of the limit, `budget_limit` after a shrink of the
+    /// budget, `timeout` / `aborted` after an expiry; the call ends `ignored`). After `Ready` the
+    /// waiter is spent.
     ///
     /// # Panics
     /// When polled again after `Ready`.

@@ -500,3 +500,27 @@ fn the_last_permit_takes_the_units_with_it() {
     c.end_with_usage(Outcome::Success, 0);
     books_balance(&bh);
 }
+
+/// The permits field keeps room below zero for a disabled bulkhead's over-admission and a shrink
+/// after it (found in review: at 2¹⁹−1 the field wrapped and the bulkhead read idle).
+#[test]
+fn overadmission_then_a_shrink_stays_inside_the_field() {
+    let max = MAX_CONCURRENT_WITH_BUDGET;
+    let bh = Bulkhead::new(Config {
+        max_concurrent: max,
+        budget: Some(1),
+        enabled: false,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let a = granted(bh.admit(&ask(max, 0), None));
+    let b = granted(bh.admit(&ask(max, 0), None));
+    bh.set_limit(1).unwrap();
+    let s = bh.stats();
+    assert_eq!(s.available, 1 - 2 * max as i64, "{s}");
+    assert_eq!(s.active, 2 * max);
+    assert!(!bh.is_idle());
+    assert_eq!(budget(&bh).available, 1, "the budget field is untouched");
+    drop((a, b));
+    assert_eq!((bh.stats().available, bh.stats().active), (1, 0));
+}
