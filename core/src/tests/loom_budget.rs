@@ -4,18 +4,12 @@
 //! refund-driven grant have one winner (I7); a shrink of the budget below a waiter's cost
 //! refuses it, racing a release, and the books balance (I2 for both dimensions, I5).
 
-use core::task::{Poll, Waker};
-use std::{sync::Arc as StdArc, task::Wake, vec::Vec};
+use core::task::Poll;
+use std::vec::Vec;
 
-use loom::{
-    sync::{
-        Arc,
-        atomic::{AtomicUsize, Ordering::SeqCst},
-    },
-    thread,
-};
+use loom::{sync::Arc, thread};
 
-use super::loom_bulkhead::{Bh, model_at_most, static_bh};
+use super::loom_bulkhead::{Bh, model_at_most, noop_waker, static_bh};
 use crate::{Bulkhead, Call, Cancelled, Config, Decision, Reason, Request, Waiter};
 
 fn bh(max_concurrent: u64, budget: u64, max_queue: u64) -> Arc<Bh> {
@@ -25,16 +19,6 @@ fn bh(max_concurrent: u64, budget: u64, max_queue: u64) -> Arc<Bh> {
         budget: Some(budget),
         ..Config::DEFAULT
     })
-}
-
-struct Count(AtomicUsize);
-impl Wake for Count {
-    fn wake(self: StdArc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-fn noop_waker() -> Waker {
-    Waker::from(StdArc::new(Count(AtomicUsize::new(0))))
 }
 
 fn granted(d: Decision<Arc<Bh>, 4>) -> Call<Arc<Bh>, 4> {

@@ -39,7 +39,7 @@ impl Wake for Count {
         self.0.fetch_add(1, SeqCst);
     }
 }
-fn noop_waker() -> Waker {
+pub(super) fn noop_waker() -> Waker {
     Waker::from(StdArc::new(Count(AtomicUsize::new(0))))
 }
 
