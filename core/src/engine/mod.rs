@@ -209,10 +209,7 @@ impl<const N: usize> Engine<N> {
         clock: ClockSource,
     ) -> Self {
         let mc = max_concurrent as Word;
-        let units = match budget {
-            Some(b) => Some(b as Word),
-            None => None,
-        };
+        let units = budget.map(|b| b as Word);
         Self {
             permits: CachePadded::new(PermitWord::new(mc, units)),
             dispatch: CachePadded::new(RunFlag::new()),
