@@ -16,7 +16,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy layers unit stress loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup fmt-check clippy layers unit stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -33,6 +33,7 @@ help:
 	@echo "make setup      install the no_std targets and nightly's miri + rust-src (idempotent)"
 	@echo "make fmt-check | clippy | unit | loom | miri | nostd    one test layer"
 	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
+	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
 	@echo "make bench      the benchmarks"
 
 # Idempotent and quiet when everything is already there: rustup is only called for what is
@@ -69,9 +70,15 @@ clippy:
 unit:
 	cargo test --workspace
 
-# 8 threads, ~10^6 random operations per test, in release; asserts invariants, never time.
+# 8 threads, 2*10^5 random operations per test, in release; asserts invariants, never time.
 stress:
 	cargo test --release -p hullguard-tests --test stress
+
+# The long runs (not in make test): the stress tests at 10^6 operations each, and the capped
+# loom models one preemption deeper.
+soak:
+	HULLGUARD_STRESS_OPS=125000 cargo test --release -p hullguard-tests --test stress
+	$(MAKE) --no-print-directory loom-deep
 
 loom:
 	ci/loom.sh
