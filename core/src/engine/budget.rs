@@ -77,10 +77,4 @@ impl BudgetBook {
             self.overrun_total.fetch_add(used - held, Relaxed);
         }
     }
-
-    /// Counts `n` units refunded before the call ended.
-    pub(crate) fn refunded(&self, n: Word) {
-        // Relaxed: a statistic.
-        self.refunded_total.fetch_add(n, Relaxed);
-    }
 }

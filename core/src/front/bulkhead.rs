@@ -565,11 +565,6 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
-    /// Counts `n` budget units refunded before their call ended.
-    pub(crate) fn budget_refunded(&self, n: u64) {
-        self.engine.budget.refunded(n as Word);
-    }
-
     /// Counts an explicit release of an already released handle (I9: a no-op, reported).
     pub fn record_double_release(&self) {
         self.engine.counters.record_double_release();

@@ -165,8 +165,7 @@ where
     /// ```
     pub fn refund(&mut self, n: u64) -> Result<(), InvalidRelease> {
         take_part(&mut self.cost, n)?;
-        self.bh.budget_refunded(n);
-        self.bh.release_held(0, n);
+        self.bh.return_unused(n);
         Ok(())
     }
 
