@@ -236,6 +236,12 @@ export interface BulkheadOptions {
   queueTimeoutMs?: number | null
   /** `false` admits everything (still counted in stats). Default `true`. */
   enabled?: boolean | null
+  /**
+   * An in-flight ceiling of cost units (tokens, bytes) beside the permits: 1 … 2^40 − 1, with
+   * `maxConcurrent` at most 2^18 − 1. Default none. Its state is `stats().budget`; per-call
+   * costs come with the bindings' gateway admission (until then every call costs 0).
+   */
+  budget?: number | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }

@@ -651,6 +651,22 @@ describe('stats()', () => {
     assert.notEqual(bh.stats(), bh.stats(), 'a fresh object each call')
   })
 
+  test('the budget option comes from the core table (stats().budget)', () => {
+    // Per-call costs come with the bindings' gateway admission; every call costs 0 until then.
+    const bh = new Bulkhead({ maxConcurrent: 4, budget: 500 })
+    const b = bh.stats().budget
+    assert.deepEqual([b.limit, b.maxBudget, b.inUse, b.available], [500, 500, 0, 500])
+    bh.tryAcquire().release()
+    throwsNaming(() => new Bulkhead({ budget: 0 }), RangeError, 'budget')
+    throwsNaming(() => new Bulkhead({ budget: '5' }), TypeError, 'budget')
+    throwsNaming(() => new Bulkhead({ maxConcurrent: 300_000, budget: 10 }), RangeError, 'budget')
+    const r = new Registry({ budget: 100, overrides: { small: { budget: 10 } } })
+    r.tryAcquire('small').release()
+    r.tryAcquire('big').release()
+    const s = r.stats()
+    assert.deepEqual([s.small.budget.limit, s.big.budget.limit], [10, 100])
+  })
+
   test('queue wait figures are integers in ns', async () => {
     const bh = new Bulkhead({ maxConcurrent: 1 })
     const h = bh.tryAcquire()

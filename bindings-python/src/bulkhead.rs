@@ -256,7 +256,8 @@ impl Bulkhead {
 #[pymethods]
 impl Bulkhead {
     /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
-    /// resilience=None, on_state_change=None)`; see the class docs.
+    /// budget=None, resilience=None, on_state_change=None)`; see the class docs. `budget`: an
+    /// in-flight ceiling of cost units beside the permits (`stats()["budget"]`).
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {

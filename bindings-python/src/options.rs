@@ -141,8 +141,8 @@ pub(crate) fn timeout_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Durat
 }
 
 /// `Bulkhead(...)` / `Registry(...)`'s arguments as one dict: the positional ones are the
-/// bulkhead's options in table order (`max_concurrent`, `max_queue`, `queue_timeout`,
-/// `enabled`); the keyword ones as given.
+/// bulkhead's positional options in table order (`options::positional`: `max_concurrent`,
+/// `max_queue`, `queue_timeout`, `enabled`); the keyword ones as given.
 pub(crate) fn arguments<'py>(
     what: &str,
     args: &Bound<'py, PyTuple>,
@@ -150,13 +150,13 @@ pub(crate) fn arguments<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let py = args.py();
     let d = kwargs.map_or_else(|| Ok(PyDict::new(py)), |k| k.copy())?;
-    let most = options::options_in(Section::Bulkhead).count();
+    let most = options::positional().count();
     if args.len() > most {
         let n = args.len();
         let msg = format!("{what}() takes at most {most} positional arguments ({n} given)");
         return Err(PyTypeError::new_err(msg));
     }
-    for (spec, v) in options::options_in(Section::Bulkhead).zip(args.iter()) {
+    for (spec, v) in options::positional().zip(args.iter()) {
         if d.contains(spec.name)? {
             let msg = format!("{what}() got multiple values for argument {:?}", spec.name);
             return Err(PyTypeError::new_err(msg));

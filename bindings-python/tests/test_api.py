@@ -579,6 +579,30 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert bh.stats()["active"] == 0
 
 
+def test_budget_option_comes_from_the_core_table() -> None:
+    # `budget` is a keyword-only option walked from the core's table (docs/design.md §4.5, §7);
+    # its state is stats()["budget"]. Per-call costs come with the bindings' gateway admission.
+    bh = hullguard.Bulkhead(max_concurrent=4, budget=500)
+    b = bh.stats()["budget"]
+    assert (b["limit"], b["max_budget"], b["in_use"], b["available"]) == (500, 500, 0, 500)
+    with bh.try_acquire() as _:  # cost 0: passes the budget
+        assert bh.stats()["budget"]["in_use"] == 0
+    with pytest.raises(ValueError, match=r"budget must be an integer in 1\.\.=1099511627775"):
+        hullguard.Bulkhead(budget=0)
+    with pytest.raises(TypeError, match="budget must be an integer"):
+        hullguard.Bulkhead(budget="5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="with max_concurrent at most 262143"):
+        hullguard.Bulkhead(max_concurrent=300_000, budget=10)
+    # Keyword-only: adding it shifted no positional argument.
+    with pytest.raises(TypeError, match="at most 4 positional arguments"):
+        hullguard.Bulkhead(4, 10, 1.0, True, 500)  # type: ignore[misc]
+    r = hullguard.Registry(budget=100, overrides={"small": {"budget": 10}})
+    with r.try_acquire("small") as _, r.try_acquire("big") as _:
+        s = r.stats()
+    assert (s["small"]["budget"]["limit"], s["big"]["budget"]["limit"]) == (10, 100)
+    assert hullguard.Bulkhead().stats()["budget"] is None
+
+
 @pytest.mark.asyncio
 async def test_stats_count_what_happened() -> None:
     bh = hullguard.Bulkhead(max_concurrent=1, max_queue=1)
@@ -926,7 +950,7 @@ def test_unknown_options_are_refused_with_the_known_names() -> None:
     # A keyword argument: TypeError (as Python refuses one), listing the options.
     with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
         hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
-    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "resilience"' in str(e.value)
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "resilience"' in str(e.value)
     with pytest.raises(TypeError, match='"max_keys", "overrides"'):
         hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match='unknown option "max_keys"'):

@@ -206,3 +206,53 @@ pub fn check_held(
         "{ctx}: held {held:?} / queued {queued:?} in bulkheads missing from the stats"
     );
 }
+
+/// One bulkhead's budget counts as a runner reads them from its layer's stats
+/// (docs/design.md §4.5).
+pub struct BudgetCounts {
+    pub in_use: u64,
+    pub available: i64,
+    pub limit: u64,
+    pub granted_unclaimed: u64,
+    pub reserved_total: u64,
+    pub overrun_total: u64,
+    pub consumed_total: u64,
+    pub refunded_total: u64,
+}
+
+/// The budget check every Rust-side runner makes after each step, against its own record of
+/// the units it holds of `key`'s bulkhead (`units`: each grant's cost less what it refunded):
+/// `in_use` is that, no units are left unclaimed, the budget's I2 holds with the runner's count
+/// (`available + units == limit`), and the settlement identity holds exactly (C30:
+/// `reserved + overrun == consumed + refunded + in_use`). A bulkhead without a budget holds no
+/// units.
+pub fn check_budget(
+    ctx: &str,
+    key: &Option<String>,
+    units: u64,
+    budget: Option<BudgetCounts>,
+    text: &str,
+) {
+    let Some(b) = budget else {
+        assert_eq!(
+            units, 0,
+            "{ctx}: {key:?} has no budget but the runner holds {units} units"
+        );
+        return;
+    };
+    assert_eq!(
+        b.in_use, units,
+        "{ctx}: budget in_use of {key:?} vs the {units} units held: {text}"
+    );
+    assert_eq!(b.granted_unclaimed, 0, "{ctx}: unclaimed units: {text}");
+    assert_eq!(
+        b.available + units as i64,
+        b.limit as i64,
+        "{ctx}: the budget's I2 with the runner's count ({units} held) for {key:?}: {text}"
+    );
+    assert_eq!(
+        b.reserved_total + b.overrun_total,
+        b.consumed_total + b.refunded_total + b.in_use,
+        "{ctx}: C30 settlement identity for {key:?}: {text}"
+    );
+}

@@ -78,6 +78,8 @@ enum State {
     Held {
         key: Option<String>,
         weight: u64,
+        /// Budget units held, by the same rule: the step's cost less what was refunded.
+        cost: u64,
         call: Call<Arc<Bulkhead>, 0>,
     },
     /// A released handle keeps no outside handle on its bulkhead (it may be evicted).
@@ -92,8 +94,9 @@ struct Runner {
     clock: Arc<VirtualClock>,
     target: Target,
     acquires: HashMap<String, State>,
-    /// The weight each acquire asked for (the runner's own record of what a grant holds).
-    weights: HashMap<String, u64>,
+    /// The weight and cost each acquire asked for (the runner's own record of what a grant
+    /// holds).
+    weights: HashMap<String, (u64, u64)>,
     /// (deadline ns, sequence) → acquire id.
     timers: BTreeMap<(u64, u64), String>,
     seq: u64,
@@ -308,7 +311,10 @@ impl Runner {
         let id = step["id"].as_str().unwrap().to_string();
         let key = step.get("key").and_then(Value::as_str);
         let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
-        self.weights.insert(id.clone(), weight);
+        let cost = step
+            .get("cost")
+            .map_or(0, |c| c.as_u64().unwrap_or(u64::MAX));
+        self.weights.insert(id.clone(), (weight, cost));
         let bh = match self.bulkhead(key) {
             Ok(b) => b,
             Err(e) => {
@@ -316,9 +322,10 @@ impl Runner {
                 return outcome_of(&e).to_string();
             }
         };
-        // The request as a binding builds it: the weight unchecked (the core refuses 0 and
-        // weights above `max_concurrent`), the per-call timeout if the step gives one.
-        let mut request = Request::new(weight);
+        // The request as a binding builds it: weight and cost unchecked (the core refuses a
+        // weight of 0 or above `max_concurrent`, a cost above the budget's ceiling or without
+        // a budget), the per-call timeout if the step gives one.
+        let mut request = Request::new(weight).cost(cost);
         request = match step.get("timeout_ms") {
             _ if !queue => request.no_wait(),
             None => request,
@@ -328,7 +335,13 @@ impl Runner {
         let key = key.map(str::to_string);
         match bh.admit_owned(&request, Some(Waker::noop())) {
             Decision::Granted(call) => {
-                self.acquires.insert(id, State::Held { key, weight, call });
+                let held = State::Held {
+                    key,
+                    weight,
+                    cost,
+                    call,
+                };
+                self.acquires.insert(id, held);
                 "granted".into()
             }
             Decision::Queued(waiter) => {
@@ -360,10 +373,11 @@ impl Runner {
                 Poll::Pending => continue,
                 Poll::Ready(Ok(call)) => {
                     settled.insert(id.clone(), "granted".into());
-                    let weight = self.weights[id];
+                    let (weight, cost) = self.weights[id];
                     State::Held {
                         key: key.take(),
                         weight,
+                        cost,
                         call,
                     }
                 }
@@ -392,8 +406,14 @@ impl Runner {
             }
             Cancelled::Granted(call) => {
                 settled.insert(id.to_string(), "granted".into());
-                let weight = self.weights[id];
-                (State::Held { key, weight, call }, false)
+                let (weight, cost) = self.weights[id];
+                let held = State::Held {
+                    key,
+                    weight,
+                    cost,
+                    call,
+                };
+                (held, false)
             }
             Cancelled::Rejected(r) => {
                 settled.insert(id.to_string(), r.reason.as_str().into());
@@ -430,7 +450,11 @@ impl Runner {
                         // The core's call records the outcome, then returns the permits
                         // (docs/design.md §6).
                         let bh = Arc::downgrade(call.handle());
-                        call.end(outcome_arg(step));
+                        match step.get("used").and_then(Value::as_u64) {
+                            // Usage reported: the unused rest refunded, the excess overrun.
+                            Some(used) => call.end_with_usage(outcome_arg(step), used),
+                            None => call.end(outcome_arg(step)),
+                        }
                         self.acquires.insert(id.into(), State::Released { bh });
                         true
                     }
@@ -449,16 +473,48 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let n = step["n"].as_u64().unwrap_or(0);
                 let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
-                let Some(State::Held { weight, call, .. }) = self.acquires.get_mut(id) else {
+                let Some(State::Held {
+                    weight, cost, call, ..
+                }) = self.acquires.get_mut(id)
+                else {
                     panic!("{ctx}: {id} holds no permit")
                 };
                 // The core refuses 0 and more than the call holds; the runner's own count
-                // changes only when it accepted the return.
+                // changes only when it accepted the return. Units return with the last permit
+                // (docs/design.md §4.5).
                 let got = match call.release_partial(n) {
                     Ok(()) => {
                         *weight -= n;
+                        if *weight == 0 {
+                            *cost = 0;
+                        }
                         "ok"
                     }
+                    Err(_) => "invalid",
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "refund" => {
+                let id = step["id"].as_str().unwrap();
+                let n = step["n"].as_u64().unwrap_or(0);
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                let Some(State::Held { cost, call, .. }) = self.acquires.get_mut(id) else {
+                    panic!("{ctx}: {id} holds no permit")
+                };
+                let got = match call.refund(n) {
+                    Ok(()) => {
+                        *cost -= n;
+                        "ok"
+                    }
+                    Err(_) => "invalid",
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "set_budget" => {
+                let limit = step["limit"].as_u64().unwrap_or(u64::MAX);
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                let got = match self.bulkhead(key).unwrap().set_budget(limit) {
+                    Ok(()) => "ok",
                     Err(_) => "invalid",
                 };
                 assert_eq!(got, expect, "{ctx}");
@@ -548,11 +604,15 @@ impl Runner {
     /// runner's count: `available + held == limit`.
     fn check_invariants(&self, ctx: &str) {
         let mut held: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        let mut units: BTreeMap<Option<String>, u64> = BTreeMap::new();
         let mut queued: BTreeMap<Option<String>, u64> = BTreeMap::new();
         for st in self.acquires.values() {
             match st {
-                State::Held { key, weight, .. } => {
+                State::Held {
+                    key, weight, cost, ..
+                } => {
                     *held.entry(key.clone()).or_default() += weight;
+                    *units.entry(key.clone()).or_default() += cost;
                 }
                 State::Queued { key, .. } => *queued.entry(key.clone()).or_default() += 1,
                 State::Released { .. } | State::Rejected => {}
@@ -562,6 +622,20 @@ impl Runner {
             Target::Single(b) => vec![(None, b.stats())],
             Target::Registry(r) => r.stats().into_iter().map(|(k, s)| (Some(k), s)).collect(),
         };
+        for (k, s) in &all {
+            let u = units.get(k).copied().unwrap_or(0);
+            let b = s.budget.map(|b| vectors::BudgetCounts {
+                in_use: b.in_use,
+                available: b.available,
+                limit: b.limit,
+                granted_unclaimed: b.granted_unclaimed,
+                reserved_total: b.reserved_total,
+                overrun_total: b.overrun_total,
+                consumed_total: b.consumed_total,
+                refunded_total: b.refunded_total,
+            });
+            vectors::check_budget(ctx, k, u, b, &s.to_string());
+        }
         let all = all
             .into_iter()
             .map(|(k, s)| {
@@ -597,6 +671,12 @@ fn stats_json(s: &Stats) -> Value {
             "consecutive_failures": c.consecutive_failures,
             "window_requests": c.window_requests, "window_failures": c.window_failures,
         })),
+        "budget": s.budget.map(|b| json!({
+            "limit": b.limit, "max_budget": b.max_budget, "in_use": b.in_use,
+            "available": b.available, "granted_unclaimed": b.granted_unclaimed,
+            "reserved_total": b.reserved_total, "consumed_total": b.consumed_total,
+            "refunded_total": b.refunded_total, "overrun_total": b.overrun_total,
+        })),
         "adaptive": s.adaptive.map(|a| json!({
             "algorithm": a.algorithm.as_str(), "limit": a.limit, "min_limit": a.min_limit,
             "max_limit": a.max_limit, "samples_total": a.samples_total,
@@ -622,6 +702,10 @@ fn scenario_vectors() {
     // The policy vectors (docs/design.md §11): same schema, names unique across both folders.
     let n = vectors::for_each(&dir.join("policies"), &validator, &mut names, run);
     assert!(n >= 10, "only {n} policy vectors");
+    // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
+    // only, until the bindings expose `cost`.
+    let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
+    assert!(n >= 38, "only {n} admission vectors");
 }
 
 #[test]
@@ -648,6 +732,22 @@ fn runner_rejects_unknown_ops_and_wrong_settles() {
         {"op": "try_acquire", "id": "c", "expect": "circuit_open"}]});
     validator.validate(&right).unwrap();
     run(&right);
+
+    // The budget steps can fail too: wrong budget stats, a refund the core refuses, a wrong
+    // reason for a cost above the ceiling (invalid, not budget_limit).
+    let budget = json!({"max_concurrent": 2, "budget": 10});
+    let granted = json!({"op": "acquire", "id": "a", "cost": 5, "expect": "granted"});
+    for steps in [
+        json!([granted, {"op": "stats", "expect": {"budget": {"in_use": 4}}}]),
+        json!([granted, {"op": "refund", "id": "a", "n": 6}]),
+        json!([{"op": "acquire", "id": "a", "cost": 11, "expect": "budget_limit"}]),
+        json!([granted, {"op": "release", "id": "a", "used": 2},
+               {"op": "stats", "expect": {"budget": {"refunded_total": 2}}}]),
+    ] {
+        let v = json!({"name": "b", "config": budget, "steps": steps});
+        validator.validate(&v).unwrap();
+        assert!(std::panic::catch_unwind(|| run(&v)).is_err(), "{v}");
+    }
 }
 
 #[test]
@@ -717,6 +817,14 @@ fn options_go_through_the_core_table_and_merge() {
     assert_eq!(c.resilience.adaptive.unwrap().max_limit, 4);
     assert_eq!(c.resilience.breaker, Some(BreakerConfig::DEFAULT));
     assert_eq!(config("t", None), Config::DEFAULT);
+    // The budget: a bulkhead option like the others, inherited and overridden key by key.
+    let b = registry_config(
+        "t",
+        &json!({"defaults": {"budget": 100}, "overrides": {"k": {"budget": 5}, "n": {"budget": null}}}),
+    );
+    assert_eq!(b.defaults.budget, Some(100));
+    assert_eq!(b.overrides["k"].budget, Some(5));
+    assert_eq!(b.overrides["n"].budget, Some(100), "null: inherited");
 
     // Unknown keys and bad values fail loudly, at every level.
     let bad_configs = [
@@ -738,6 +846,9 @@ fn options_go_through_the_core_table_and_merge() {
         json!({"resilience": {"breaker": {"open_duration_ms": "infinite"}}}),
         json!({"resilience": {"adaptive": {"algorithm": "vegas"}}}),
         json!({"max_concurrent": 2, "resilience": {"adaptive": {"max_limit": 3}}}),
+        json!({"budget": 0}),
+        json!({"budget": "10"}),
+        json!({"max_concurrent": 300_000, "budget": 10}),
     ];
     for v in &bad_configs {
         let r = std::panic::catch_unwind(|| config("t", Some(v)));

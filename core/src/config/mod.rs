@@ -177,10 +177,10 @@ impl ConfigError {
         Some(match self {
             ConfigError::MaxConcurrent => OptionId::MaxConcurrent,
             ConfigError::MaxQueue => OptionId::MaxQueue,
-            ConfigError::Limit
-            | ConfigError::Resilience
-            | ConfigError::Budget
-            | ConfigError::BudgetLimit => return None,
+            ConfigError::Budget => OptionId::Budget,
+            ConfigError::Limit | ConfigError::Resilience | ConfigError::BudgetLimit => {
+                return None;
+            }
             ConfigError::Adaptive(a) => match a {
                 A::MaxLimit => OptionId::AdaptiveMaxLimit,
                 A::MinLimit => OptionId::AdaptiveMinLimit,
@@ -214,7 +214,6 @@ impl ConfigError {
             Some(id) => id.spec().name,
             None => match self {
                 ConfigError::Limit => "limit",
-                ConfigError::Budget => "budget",
                 ConfigError::BudgetLimit => "budget_limit",
                 _ => "resilience",
             },
@@ -259,8 +258,10 @@ impl fmt::Display for SpelledError {
             ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
             ConfigError::Budget => write!(
                 f,
-                "budget must be an integer in 1..={MAX_BUDGET}, with max_concurrent at most \
-                 {MAX_CONCURRENT_WITH_BUDGET}"
+                "{} must be {}, with {} at most {MAX_CONCURRENT_WITH_BUDGET}",
+                OptionId::Budget.spec().path(s),
+                OptionId::Budget.spec().range(s),
+                OptionId::MaxConcurrent.spec().spelled(s),
             ),
             ConfigError::BudgetLimit => f.write_str(
                 "budget limit must be an integer in 0..=budget (on a bulkhead with a budget)",

@@ -41,7 +41,7 @@
 use core::{fmt, time::Duration};
 
 use crate::{
-    limits::{MAX_PERMITS, MAX_QUEUE},
+    limits::{MAX_BUDGET, MAX_PERMITS, MAX_QUEUE},
     policy::breaker::{MAX_BUCKETS, MAX_DURATION, MAX_HALF_OPEN_CALLS, MAX_THRESHOLD},
 };
 
@@ -160,6 +160,7 @@ pub enum OptionId {
     MaxQueue,
     QueueTimeout,
     Enabled,
+    Budget,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -185,7 +186,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 26;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -449,6 +450,14 @@ pub fn options_in(section: Section) -> impl Iterator<Item = &'static OptionSpec>
     OPTIONS.iter().filter(move |o| o.section == section)
 }
 
+/// The options a layer with positional arguments (Python's `Bulkhead(10, 100, 30.0, True)`)
+/// takes by position, in order: the bulkhead's first four (`max_concurrent`, `max_queue`,
+/// `queue_timeout`, `enabled`). Options added later (`budget`) are keyword-only, so adding one
+/// never shifts a caller's positional arguments.
+pub fn positional() -> impl Iterator<Item = &'static OptionSpec> {
+    options_in(Section::Bulkhead).take_while(|o| o.id <= OptionId::Enabled)
+}
+
 /// The option of `section` called `name` in `spelling`.
 pub fn find(section: Section, spelling: Spelling, name: &str) -> Option<&'static OptionSpec> {
     options_in(section).find(|o| o.spelled(spelling).is(name))
@@ -569,6 +578,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "true",
         doc: "false admits everything (still counted)",
         c_name: c"enabled",
+    },
+    OptionSpec {
+        id: OptionId::Budget,
+        section: Section::Bulkhead,
+        name: "budget",
+        kind: count(1, MAX_BUDGET),
+        default: "none",
+        doc: "an in-flight ceiling of cost units beside the permits; none: every cost is 0",
+        c_name: c"budget",
     },
     OptionSpec {
         id: OptionId::MaxKeys,
@@ -921,6 +939,29 @@ mod tests {
                 .ends_with("\"resilience\", \"max_keys\", \"overrides\"")
         );
         assert_eq!(find_part("breaker"), Some(Section::Breaker));
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(
+            r(OptionId::Budget, Spelling::Node),
+            "an integer in 1..=1099511627775"
+        );
+        // `budget` is keyword-only: the positional options are the founding four.
+        let names: std::vec::Vec<&str> = positional().map(|o| o.name).collect();
+        assert_eq!(
+            names,
+            ["max_concurrent", "max_queue", "queue_timeout", "enabled"]
+        );
+        let e = crate::ConfigError::Budget
+            .spelled(Spelling::Node)
+            .to_string();
+        assert!(
+            e.starts_with("budget must be an integer in 1..=")
+                && e.contains("maxConcurrent at most"),
+            "{e}"
+        );
+        assert_eq!(
+            crate::ConfigError::Budget.option_id(),
+            Some(OptionId::Budget)
+        );
         assert_eq!(
             format!("{}", known_names(Section::Breaker, Spelling::Node)),
             "\"failureThreshold\", \"errorRateThreshold\", \"errorRateWindowMs\", \

@@ -266,6 +266,9 @@ impl PartialConfig {
         if let Some(Value::Bool(b)) = self.get(O::Enabled) {
             c.enabled = b;
         }
+        if let Some(n) = self.count(O::Budget) {
+            c.budget = Some(n);
+        }
         if self.adaptive == Part::On {
             let mut a = AdaptiveConfig::for_max_concurrent(c.max_concurrent);
             // Not given: start at max_limit (whatever max_limit ends up being).
