@@ -15,7 +15,7 @@
 //! | L2 | [`policy`] | [`breaker`], [`adaptive`], [`resilience`]; one bulkhead's policy state and call token |
 //! | L3 | [`config`], [`reason`] | options, their table and [`PartialConfig`]; reasons, their table, rejections |
 //! | L4 | `engine`, [`stats`] | permit word, cells and ring (with skips), dispatcher, counters — lock-free; the stats schema and its visitor |
-//! | L5 | `front` | [`Bulkhead`], [`admit`](Bulkhead::admit) → [`Decision`]: [`Call`] / [`Waiter`]; futures, blocking, drain, guarded `call` |
+//! | L5 | `front` | [`Bulkhead`], [`admit`](Bulkhead::admit) → [`Decision`]: [`Call`] / [`Waiter`]; its dry run [`would_admit`](Bulkhead::would_admit) → [`WouldAdmit`]; futures, blocking, drain, guarded `call` |
 //! | L6 | [`registry`] | one bulkhead per key; the canonical [`origin_key`] (`std`) |
 //!
 //! A module uses only modules of its own row or above it, and no two modules (nor two files) use
@@ -125,6 +125,7 @@ pub use crate::{
     front::{
         admit::Decision,
         call::Call,
+        dry_run::WouldAdmit,
         request::Request,
         waiter::{Cancelled, Waiter},
     },

@@ -27,12 +27,13 @@ use std::{
         atomic::{AtomicU64, Ordering::SeqCst},
     },
     task::{Wake, Waker},
+    time::Duration,
 };
 
 use hullguard_core::{
     AcquireError, Admission, Bulkhead, CancelError, Clock, ClockSource, Config, ConfigError,
-    InvalidRelease, OverRelease, Permit, Reason, RejectedByReason, Rejection, Snapshot, Stats,
-    Ticket, TicketPoll,
+    InvalidRelease, OverRelease, Permit, Reason, RejectedByReason, Rejection, Request, Snapshot,
+    Stats, Ticket, TicketPoll, WouldAdmit,
 };
 use proptest::{
     prelude::*,
@@ -775,7 +776,42 @@ impl<'a, const N: usize> Harness<'a, N> {
         Ok(model)
     }
 
+    /// The dry run of an admission of `w` (queueing or not), taken before the real one: it
+    /// must not move the stats, and it must predict the real decision (docs/design.md §5.6).
+    fn dry(&self, w: u64, queue: bool) -> Result<Acq, TestCaseError> {
+        let req = Request::new(w);
+        let req = if queue {
+            req.queue_timeout(Duration::MAX)
+        } else {
+            req.no_wait()
+        };
+        let before = self.bh.stats();
+        let dry = self.bh.would_admit(&req);
+        prop_assert_eq!(self.bh.stats(), before, "the dry run changed the stats");
+        Ok(match dry {
+            WouldAdmit::AdmitNow => Acq::Granted,
+            WouldAdmit::WouldQueue { ahead, .. } => {
+                prop_assert_eq!(ahead, before.queued, "waiters ahead");
+                Acq::Queued(0)
+            }
+            WouldAdmit::Reject(e) => acq_of_err(e).0,
+        })
+    }
+
     fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let dry = match *op {
+            Op::TryAcquire(w) | Op::TryAcquirePermit(w) => Some(self.dry(w, false)?),
+            Op::Enqueue { w, .. } => Some(self.dry(w, true)?),
+            _ => None,
+        };
+        let predicted = |real: Acq| -> Result<(), TestCaseError> {
+            let real = match real {
+                Acq::Queued(_) => Acq::Queued(0),
+                r => r,
+            };
+            prop_assert_eq!(dry, Some(real), "dry run vs admission");
+            Ok(())
+        };
         match *op {
             Op::TryAcquire(w) => {
                 let real = match self.bh.try_acquire_units(w) {
@@ -784,6 +820,7 @@ impl<'a, const N: usize> Harness<'a, N> {
                 };
                 let model = self.m.try_acquire(w);
                 self.check_acq(real, model)?;
+                predicted(model)?;
                 if model == Acq::Granted {
                     self.holds.push(w);
                 }
@@ -795,6 +832,7 @@ impl<'a, const N: usize> Harness<'a, N> {
                 };
                 let model = self.m.try_acquire(w);
                 self.check_acq(real, model)?;
+                predicted(model)?;
                 if let Some(p) = permit {
                     prop_assert_eq!(p.weight(), w);
                     self.permits.push(p);
@@ -825,6 +863,7 @@ impl<'a, const N: usize> Harness<'a, N> {
                 };
                 let model = self.m.enqueue(w);
                 self.check_acq(real, model)?;
+                predicted(model)?;
                 match model {
                     Acq::Granted => self.holds.push(w),
                     Acq::Queued(t) => {

@@ -10,6 +10,7 @@ use std::{collections::VecDeque, task::Poll, time::Duration};
 
 use hullguard_core::{
     AcquireError, Bulkhead, Call, Cancelled, Config, Decision, Outcome, Reason, Request, Waiter,
+    WouldAdmit,
 };
 use proptest::prelude::*;
 
@@ -325,6 +326,16 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
             Op::Admit { weight, cost, wait } => {
                 let req = Request::new(weight).cost(cost);
                 let req = if wait { req } else { req.no_wait() };
+                // The dry run first: read-only (the stats do not move) and exactly what the
+                // admission below decides (one check order, docs/design.md §5.6).
+                let before = r.bh.stats();
+                let dry = r.bh.would_admit(&req);
+                prop_assert_eq!(
+                    r.bh.stats(),
+                    before,
+                    "the dry run changed the stats at step {}",
+                    step
+                );
                 let got = match r.bh.admit(&req, None) {
                     Decision::Granted(c) => {
                         r.calls.push(c);
@@ -337,6 +348,15 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                     Decision::Rejected(e) => seen(&e),
                 };
                 prop_assert_eq!(got, m.admit(weight, cost, wait), "admit at step {}", step);
+                let predicted = match dry {
+                    WouldAdmit::AdmitNow => Seen::Granted,
+                    WouldAdmit::WouldQueue { position, ahead } => {
+                        prop_assert_eq!((position, ahead), (before.queued + 1, before.queued));
+                        Seen::Queued
+                    }
+                    WouldAdmit::Reject(e) => seen(&e),
+                };
+                prop_assert_eq!(predicted, got, "dry run vs admission at step {}", step);
                 cov.note(got);
             }
             Op::Poll(i) | Op::Cancel(i) if !r.waiters.is_empty() => {

@@ -28,7 +28,7 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, Outcome, Reason,
-    Registry, RegistryConfig, Request, Stats, Waiter,
+    Registry, RegistryConfig, Request, Stats, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
@@ -247,6 +247,23 @@ fn registry_config(ctx: &str, r: &Value) -> RegistryConfig {
         .unwrap_or_else(|e| panic!("{ctx}: registry: {e}"))
 }
 
+/// A step's request as a binding builds it: weight and cost unchecked (the core refuses a
+/// weight of 0 or above `max_concurrent`, a cost above the budget's ceiling or without a
+/// budget), the per-call timeout if the step gives one (`queue` false: do not queue).
+fn request_of(step: &Value, queue: bool) -> Request {
+    let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
+    let cost = step
+        .get("cost")
+        .map_or(0, |c| c.as_u64().unwrap_or(u64::MAX));
+    let request = Request::new(weight).cost(cost);
+    match step.get("timeout_ms") {
+        _ if !queue => request.no_wait(),
+        None => request,
+        Some(Value::String(_)) => request.queue_timeout(Duration::MAX),
+        Some(t) => request.queue_timeout(Duration::from_millis(t.as_u64().unwrap())),
+    }
+}
+
 fn outcome_arg(step: &Value) -> Outcome {
     step.get("outcome").map_or(Outcome::Success, |o| {
         Outcome::parse(o.as_str().unwrap()).unwrap()
@@ -310,10 +327,8 @@ impl Runner {
     fn acquire(&mut self, step: &Value, queue: bool) -> String {
         let id = step["id"].as_str().unwrap().to_string();
         let key = step.get("key").and_then(Value::as_str);
-        let weight = step.get("weight").map_or(1, |w| w.as_u64().unwrap_or(0));
-        let cost = step
-            .get("cost")
-            .map_or(0, |c| c.as_u64().unwrap_or(u64::MAX));
+        let request = request_of(step, queue);
+        let (weight, cost) = (request.weight, request.cost);
         self.weights.insert(id.clone(), (weight, cost));
         let bh = match self.bulkhead(key) {
             Ok(b) => b,
@@ -321,16 +336,6 @@ impl Runner {
                 self.acquires.insert(id, State::Rejected);
                 return outcome_of(&e).to_string();
             }
-        };
-        // The request as a binding builds it: weight and cost unchecked (the core refuses a
-        // weight of 0 or above `max_concurrent`, a cost above the budget's ceiling or without
-        // a budget), the per-call timeout if the step gives one.
-        let mut request = Request::new(weight).cost(cost);
-        request = match step.get("timeout_ms") {
-            _ if !queue => request.no_wait(),
-            None => request,
-            Some(Value::String(_)) => request.queue_timeout(Duration::MAX),
-            Some(t) => request.queue_timeout(Duration::from_millis(t.as_u64().unwrap())),
         };
         let key = key.map(str::to_string);
         match bh.admit_owned(&request, Some(Waker::noop())) {
@@ -493,6 +498,24 @@ impl Runner {
                     Err(_) => "invalid",
                 };
                 assert_eq!(got, expect, "{ctx}");
+            }
+            "would_admit" => {
+                let bh = self.bulkhead(key).unwrap();
+                let before = bh.stats();
+                let got = bh.would_admit(&request_of(step, true));
+                assert_eq!(bh.stats(), before, "{ctx}: a dry run changes nothing");
+                let (name, position) = match got {
+                    WouldAdmit::AdmitNow => ("admit_now", None),
+                    WouldAdmit::WouldQueue { position, ahead } => {
+                        assert_eq!(position, ahead + 1, "{ctx}");
+                        ("would_queue", Some(position))
+                    }
+                    WouldAdmit::Reject(e) => (outcome_of(&e), None),
+                };
+                assert_eq!(name, step["expect"].as_str().unwrap(), "{ctx}");
+                if let Some(p) = step.get("position") {
+                    assert_eq!(position, p.as_u64(), "{ctx}: position");
+                }
             }
             "refund" => {
                 let id = step["id"].as_str().unwrap();
@@ -705,7 +728,7 @@ fn scenario_vectors() {
     // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 38, "only {n} admission vectors");
+    assert!(n >= 44, "only {n} admission vectors");
 }
 
 #[test]

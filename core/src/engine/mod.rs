@@ -129,6 +129,24 @@ pub(crate) enum Admitted {
     Queued(Ticket),
 }
 
+/// What an admission would do now ([`Engine::would_admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DryAdmit {
+    /// Granted at once.
+    Now,
+    /// Queued behind `ahead` live waiters.
+    Queue { ahead: u64 },
+}
+
+/// The reason of a failed take.
+const fn reason_of(e: TakeError) -> Reason {
+    match e {
+        TakeError::Closed => Reason::Shutdown,
+        TakeError::Busy => Reason::ConcurrencyLimit,
+        TakeError::Budget => Reason::BudgetLimit,
+    }
+}
+
 /// A ticket's state, from [`Engine::poll`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Polled {
@@ -291,34 +309,59 @@ impl<const N: usize> Engine<N> {
     /// Counts and builds a rejection.
     pub(crate) fn reject(&self, reason: Reason) -> Rejection {
         self.counters.reject(reason);
+        self.rejection(reason)
+    }
+
+    /// Builds a rejection without counting it (a dry run's answer).
+    pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
             reason,
             snapshot: self.snapshot(),
         }
     }
 
-    #[inline]
-    fn admit_now(&self, w: Word, c: Word) -> Result<(), TakeError> {
-        let r = if !self.enabled {
-            // The signed fields' ranges (docs/design.md §4.1), not the limits: disabled, the
-            // counts go as far below zero as the word holds.
-            let (floor_calls, floor_budget) = if self.has_budget() {
-                (
-                    -(crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord),
-                    -(crate::limits::MAX_BUDGET as SWord),
-                )
+    /// The signed fields' ranges (docs/design.md §4.1), not the limits: disabled, the counts
+    /// go as far below zero as the word holds.
+    fn unbounded_floors(&self) -> (SWord, SWord) {
+        if self.has_budget() {
+            (
+                -(crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord),
+                -(crate::limits::MAX_BUDGET as SWord),
+            )
+        } else {
+            (-(crate::limits::MAX_PERMITS as SWord), 0)
+        }
+    }
+
+    /// The first step of every admission: take now, or say why not. `TAKE` false: the same
+    /// checks in the same order, read-only (a dry run, [`would_admit`](Self::would_admit)).
+    #[inline(always)]
+    fn now_or_short<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
+        if !self.enabled {
+            let (floor_calls, floor_budget) = self.unbounded_floors();
+            if TAKE {
+                self.permits.take_unbounded(w, c, floor_calls, floor_budget)
             } else {
-                (-(crate::limits::MAX_PERMITS as SWord), 0)
-            };
-            self.permits.take_unbounded(w, c, floor_calls, floor_budget)
+                self.permits
+                    .would_take_unbounded(w, c, floor_calls, floor_budget)
+            }
         } else if self.ring.is_empty() {
-            self.permits.try_take(w, c)
+            if TAKE {
+                self.permits.try_take(w, c)
+            } else {
+                self.permits.would_take(w, c)
+            }
         } else if self.is_closed() {
             Err(TakeError::Closed)
         } else {
             // A waiter is queued: no barging (I6), whatever the `WAITERS` flag says now.
             Err(TakeError::Busy)
-        };
+        }
+    }
+
+    #[inline]
+    fn admit_now(&self, w: Word, c: Word) -> Result<(), TakeError> {
+        let r = self.now_or_short::<true>(w, c);
         if r.is_ok() {
             self.counters
                 .admitted
@@ -339,10 +382,49 @@ impl<const N: usize> Engine<N> {
 
     /// Counts and builds the rejection of a failed take.
     fn refuse(&self, e: TakeError) -> Rejection {
-        self.reject(match e {
-            TakeError::Closed => Reason::Shutdown,
-            TakeError::Busy => Reason::ConcurrencyLimit,
-            TakeError::Budget => Reason::BudgetLimit,
+        self.reject(reason_of(e))
+    }
+
+    /// Why a request that was not admitted at once (`short`: the dimension that was short)
+    /// may not queue, if it may not: the bulkhead fails fast (`max_queue == 0`,
+    /// `enabled == false`: the short dimension's reason), the weight is above the current
+    /// limit (`concurrency_limit`), the cost above the current budget (`budget_limit`). The
+    /// queue's own bound (`queue_limit`) comes after these. One rule for
+    /// [`enqueue`](Self::enqueue) and [`would_admit`](Self::would_admit).
+    fn queue_refusal(&self, w: Word, c: Word, short: TakeError) -> Option<Reason> {
+        if !self.enabled || self.ring.max_queue() == 0 {
+            Some(reason_of(short))
+        } else if w > self.limit.load(Acquire) {
+            Some(Reason::ConcurrencyLimit)
+        } else if c > self.budget.limit.load(Acquire) {
+            Some(Reason::BudgetLimit)
+        } else {
+            None
+        }
+    }
+
+    /// What admitting `w` permits and `c` units (validated) would do now — the checks of
+    /// [`enqueue`](Self::enqueue) (or of [`take`](Self::take) when `queue` is false) in the
+    /// same order, read-only: nothing is taken, queued or counted. The answer is a snapshot,
+    /// stale as soon as it returns under concurrency (docs/design.md §5.6).
+    pub(crate) fn would_admit(&self, w: Word, c: Word, queue: bool) -> Result<DryAdmit, Reason> {
+        let short = match self.now_or_short::<false>(w, c) {
+            Ok(()) => return Ok(DryAdmit::Now),
+            Err(TakeError::Closed) => return Err(Reason::Shutdown),
+            Err(e) => e,
+        };
+        if !queue {
+            return Err(reason_of(short));
+        }
+        if let Some(r) = self.queue_refusal(w, c, short) {
+            return Err(r);
+        }
+        let ahead = self.ring.live();
+        if ahead >= self.ring.max_queue() || self.ring.free_cells() == 0 {
+            return Err(Reason::QueueLimit);
+        }
+        Ok(DryAdmit::Queue {
+            ahead: ahead as u64,
         })
     }
 
@@ -364,14 +446,8 @@ impl<const N: usize> Engine<N> {
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
             Err(e) => e,
         };
-        if !self.enabled || self.ring.max_queue() == 0 {
-            return Err(self.refuse(short));
-        }
-        if w > self.limit.load(Acquire) {
-            return Err(self.reject(Reason::ConcurrencyLimit));
-        }
-        if c > self.budget.limit.load(Acquire) {
-            return Err(self.reject(Reason::BudgetLimit));
+        if let Some(r) = self.queue_refusal(w, c, short) {
+            return Err(self.reject(r));
         }
         let t = match self.ring.claim() {
             Ok(t) => t,

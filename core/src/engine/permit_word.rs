@@ -172,6 +172,26 @@ impl PermitWord {
         }
     }
 
+    /// Why the fast path would refuse `n` permits and `c` units in state `cur` — closed, a
+    /// waiter queued (no barging), then the dimension that is short — if it would. The one
+    /// check of [`try_take`](Self::try_take) and [`would_take`](Self::would_take).
+    #[inline]
+    fn refusal(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
+        if cur & CLOSED != 0 {
+            Some(TakeError::Closed)
+        } else if cur & WAITERS != 0 {
+            Some(TakeError::Busy)
+        } else {
+            self.short(cur, n, c)
+        }
+    }
+
+    /// What [`try_take`](Self::try_take) would answer now, without taking anything (a dry
+    /// run; stale as soon as it returns).
+    pub(crate) fn would_take(&self, n: Word, c: Word) -> Result<(), TakeError> {
+        self.refusal(self.load(), n, c).map_or(Ok(()), Err)
+    }
+
     /// Fast path: takes `n` permits and `c` budget units if no waiter is queued and both fit
     /// — both or neither, in one CAS.
     #[inline]
@@ -180,13 +200,7 @@ impl PermitWord {
         // Acquire: a failed attempt behaves as an Acquire load (the documented contract).
         let mut cur = self.state.load(Acquire);
         loop {
-            if cur & CLOSED != 0 {
-                return Err(TakeError::Closed);
-            }
-            if cur & WAITERS != 0 {
-                return Err(TakeError::Busy);
-            }
-            if let Some(e) = self.short(cur, n, c) {
+            if let Some(e) = self.refusal(cur, n, c) {
                 return Err(e);
             }
             // Success: Acquire pairs with the Release of the `give` that returned these
@@ -215,14 +229,8 @@ impl PermitWord {
         let unit = self.delta(n, c);
         let mut cur = self.state.load(Relaxed);
         loop {
-            if cur & CLOSED != 0 {
-                return Err(TakeError::Closed);
-            }
-            if self.calls(cur) - (n as SWord) < floor_calls {
-                return Err(TakeError::Busy);
-            }
-            if c != 0 && self.budget(cur) - (c as SWord) < floor_budget {
-                return Err(TakeError::Budget);
+            if let Some(e) = self.unbounded_refusal(cur, n, c, floor_calls, floor_budget) {
+                return Err(e);
             }
             match self
                 .state
@@ -232,6 +240,38 @@ impl PermitWord {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Why [`take_unbounded`](Self::take_unbounded) would refuse in state `cur`, if it would.
+    fn unbounded_refusal(
+        &self,
+        cur: Word,
+        n: Word,
+        c: Word,
+        floor_calls: SWord,
+        floor_budget: SWord,
+    ) -> Option<TakeError> {
+        if cur & CLOSED != 0 {
+            Some(TakeError::Closed)
+        } else if self.calls(cur) - (n as SWord) < floor_calls {
+            Some(TakeError::Busy)
+        } else if c != 0 && self.budget(cur) - (c as SWord) < floor_budget {
+            Some(TakeError::Budget)
+        } else {
+            None
+        }
+    }
+
+    /// What [`take_unbounded`](Self::take_unbounded) would answer now, without taking anything.
+    pub(crate) fn would_take_unbounded(
+        &self,
+        n: Word,
+        c: Word,
+        floor_calls: SWord,
+        floor_budget: SWord,
+    ) -> Result<(), TakeError> {
+        self.unbounded_refusal(self.load(), n, c, floor_calls, floor_budget)
+            .map_or(Ok(()), Err)
     }
 
     /// Returns `n` permits and `c` budget units; yields the previous state (its `WAITERS` bit

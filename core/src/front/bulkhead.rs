@@ -293,13 +293,25 @@ impl<const N: usize> Bulkhead<N> {
         weight: u64,
         cost: u64,
     ) -> Result<(Word, Word, CallStart), AcquireError> {
+        let (w, c) = self.check_request(weight, cost)?;
+        Ok((w, c, self.start_call()?))
+    }
+
+    /// The argument checks of [`begin`](Self::begin) (and of the dry run): the weight, then
+    /// the cost; never counted.
+    #[inline]
+    pub(crate) fn check_request(
+        &self,
+        weight: u64,
+        cost: u64,
+    ) -> Result<(Word, Word), AcquireError> {
         let w = self.engine.check_weight(weight)?;
         let c = if cost == 0 {
             0
         } else {
             self.engine.check_cost(cost)?
         };
-        Ok((w, c, self.start_call()?))
+        Ok((w, c))
     }
 
     /// [`begin`](Self::begin) of a request without a cost (`try_acquire`, the plain path).

@@ -5,7 +5,8 @@
 //! the blocking waits, `drain`, and the guarded `call`.
 //!
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
-//! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`.
+//! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
+//! `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only.
 
 pub mod acquire;
 pub mod admit;
@@ -15,6 +16,7 @@ pub mod bulkhead;
 pub mod call;
 #[cfg(feature = "std")]
 pub mod drain;
+pub mod dry_run;
 pub mod guarded;
 mod legacy;
 pub mod request;

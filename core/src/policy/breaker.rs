@@ -454,6 +454,31 @@ impl Breaker {
         self.try_admit(now_ns())
     }
 
+    /// Whether [`try_admit`](Self::try_admit) at `now_ns` would admit a call, without
+    /// committing anything (no transition, no probe slot taken): a dry run, stale as soon as
+    /// it returns. Closed: yes; open: once `open_duration` has passed (the call would take the
+    /// first probe); half-open: while a probe slot is free and no probe outlived
+    /// `half_open_timeout`.
+    pub fn would_admit(&self, now_ns: u64) -> bool {
+        // Acquire: as in `try_admit`.
+        let w = self.word.load(Acquire);
+        match state_of(w) {
+            CircuitState::Closed => true,
+            CircuitState::Open => {
+                reached(tick(now_ns), self.opened_at.load(Relaxed), self.open_ticks)
+            }
+            CircuitState::HalfOpen => {
+                let expired = probes(w) > 0
+                    && reached(
+                        tick(now_ns),
+                        self.probe_at.load(Relaxed),
+                        self.half_open_ticks,
+                    );
+                !expired && probes(w) < self.max_probes
+            }
+        }
+    }
+
     /// Asks to run one call at `now_ns`.
     ///
     /// Closed: admitted. Open: rejected until `open_duration` has passed; then exactly one caller

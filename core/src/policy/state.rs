@@ -201,6 +201,15 @@ impl Policies {
         })
     }
 
+    /// Whether [`begin`](Self::begin) would pass the breaker now (a dry run: nothing is
+    /// committed or fired). `true` without a breaker.
+    pub(crate) fn would_begin(&self, now_ns: impl FnOnce() -> u64) -> bool {
+        match &self.breaker {
+            None => true,
+            Some(b) => b.would_admit(now_ns()),
+        }
+    }
+
     /// Step 3: records `outcome` at `now_ns` to the breaker and the adaptive limit (`inflight`:
     /// the calls in flight, itself included); `apply` moves the bulkhead's limit.
     pub(crate) fn end(

@@ -10,6 +10,8 @@ mod breaker;
 mod budget;
 #[cfg(not(loom))]
 mod bulkhead;
+#[cfg(all(not(loom), feature = "std"))]
+mod dry_run;
 #[cfg(loom)]
 mod loom_adaptive;
 #[cfg(loom)]
