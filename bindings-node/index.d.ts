@@ -341,13 +341,18 @@ export interface BulkheadStats {
   queueWaitSumNs: number
   /** The longest enqueue → grant time, in ns. */
   queueWaitMaxNs: number
+  /**
+   * The revision of the limits in force (docs/design.md §4.6): 0 until the first
+   * `apply_limits` (applied from Node with the bindings' gateway admission).
+   */
+  revision: number
   /** `null` unless an adaptive limit is attached (`resilience.adaptive`). */
   adaptive: AdaptiveStats | null
   /** `null` unless a circuit breaker is attached (`resilience.breaker`). */
   circuit: CircuitStats | null
   /**
-   * A bulkhead's budget (its second dimension, docs/design.md §4.6); `null` without one (a
-   * budget cannot be configured from Node yet).
+   * A bulkhead's budget (its second dimension, docs/design.md §4.5); `null` without one
+   * (configured with the `budget` option).
    */
   budget: BudgetStats | null
 }

@@ -644,6 +644,7 @@ describe('stats()', () => {
       queueWaitCount: 0,
       queueWaitSumNs: 0,
       queueWaitMaxNs: 0,
+      revision: 0,
       adaptive: null,
       circuit: null,
       budget: null,

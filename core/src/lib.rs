@@ -124,11 +124,13 @@ pub use crate::{
     event::{Event, Observer},
     front::{
         admit::Decision,
+        apply::{LimitsError, LimitsSnapshot},
         call::Call,
         dry_run::WouldAdmit,
         request::Request,
         waiter::{Cancelled, Waiter},
     },
+    limits::MAX_REVISION,
     outcome::Outcome,
     permit::{InvalidRelease, Permit},
     policy::CallStart,

@@ -34,6 +34,15 @@ pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 18) - 1;
 #[cfg(not(target_has_atomic = "64"))]
 pub const MAX_CONCURRENT_WITH_BUDGET: u64 = (1 << 8) - 1;
 
+/// Largest revision of an [`apply_limits`](crate::Bulkhead::apply_limits) snapshot: 2⁵³−1 with
+/// 64-bit atomics (every JavaScript number up to it is exact), 2³¹−1 with only 32-bit ones (the
+/// revision shares its word with the "being applied" bit).
+#[cfg(target_has_atomic = "64")]
+pub const MAX_REVISION: u64 = (1 << 53) - 1;
+/// Largest revision (see the 64-bit docs): 2³¹−1 here.
+#[cfg(not(target_has_atomic = "64"))]
+pub const MAX_REVISION: u64 = (1 << 31) - 1;
+
 /// Largest `max_queue` (2²⁰ live waiters).
 pub const MAX_QUEUE: u64 = 1 << 20;
 

@@ -49,6 +49,9 @@ pub struct Stats {
     /// The budget's state and settlement counters (docs/design.md §4.5); `None` without a
     /// budget.
     pub budget: Option<BudgetStats>,
+    /// The revision of the limits in force (docs/design.md §4.6): 0 until the first
+    /// `apply_limits`.
+    pub revision: u64,
 }
 
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
@@ -128,6 +131,7 @@ impl Stats {
         v.count("queue_wait_count", self.queue_wait_count);
         v.count("queue_wait_sum_ns", self.queue_wait_sum_ns);
         v.count("queue_wait_max_ns", self.queue_wait_max_ns);
+        v.count("revision", self.revision);
         match &self.adaptive {
             None => v.absent("adaptive"),
             Some(a) => {

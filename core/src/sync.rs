@@ -73,6 +73,18 @@ mod cell {
     }
 }
 
+/// One turn of a wait for another thread's short, non-blocking step (an `apply_limits` being
+/// installed): a spin hint, or under loom a yield so that the model runs the other thread.
+#[inline]
+pub(crate) fn spin_wait() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(all(not(loom), feature = "std"))]
+    std::thread::yield_now();
+    #[cfg(all(not(loom), not(feature = "std")))]
+    core::hint::spin_loop();
+}
+
 #[cfg(all(feature = "std", loom))]
 pub(crate) use loom::sync::Mutex;
 /// A `std::sync::Mutex` (loom's under `cfg(loom)`), only for the drain-waiter list, never for

@@ -27,8 +27,8 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, Outcome, Reason,
-    Registry, RegistryConfig, Request, Stats, Waiter, WouldAdmit,
+    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, LimitsError,
+    LimitsSnapshot, Outcome, Reason, Registry, RegistryConfig, Request, Stats, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
@@ -499,6 +499,36 @@ impl Runner {
                 };
                 assert_eq!(got, expect, "{ctx}");
             }
+            "apply_limits" => {
+                let mut snap = LimitsSnapshot::new(step["revision"].as_u64().unwrap_or(0));
+                snap.limit = step.get("limit").map(|l| l.as_u64().unwrap_or(u64::MAX));
+                snap.budget = step.get("budget").map(|b| b.as_u64().unwrap_or(u64::MAX));
+                let before = self.stats(key);
+                let got = match self.bulkhead(key).unwrap().apply_limits(&snap) {
+                    Ok(()) => "ok",
+                    Err(LimitsError::Stale { current }) => {
+                        if let Some(c) = step.get("current") {
+                            assert_eq!(Some(current), c.as_u64(), "{ctx}: current");
+                        }
+                        "stale"
+                    }
+                    Err(_) => "invalid",
+                };
+                if got != "ok" {
+                    let after = self.stats(key);
+                    assert_eq!(
+                        (after.revision, after.limit, after.budget.map(|b| b.limit)),
+                        (
+                            before.revision,
+                            before.limit,
+                            before.budget.map(|b| b.limit)
+                        ),
+                        "{ctx}: a refused apply_limits changes nothing"
+                    );
+                }
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                assert_eq!(got, expect, "{ctx}");
+            }
             "would_admit" => {
                 let bh = self.bulkhead(key).unwrap();
                 let before = bh.stats();
@@ -689,6 +719,7 @@ fn stats_json(s: &Stats) -> Value {
         "released_twice_total": s.released_twice_total, "leaked_total": s.leaked_total,
         "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
         "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
+        "revision": s.revision,
         "circuit": s.circuit.map(|c| json!({
             "state": c.state.as_str(), "generation": c.generation,
             "consecutive_failures": c.consecutive_failures,
@@ -728,7 +759,7 @@ fn scenario_vectors() {
     // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 44, "only {n} admission vectors");
+    assert!(n >= 51, "only {n} admission vectors");
 }
 
 #[test]

@@ -179,6 +179,9 @@ pub(crate) struct Engine<const N: usize> {
     pub(crate) counters: Counters,
     /// The budget's ceiling and settlement counters (its free units are in `permits`).
     pub(crate) budget: BudgetBook,
+    /// The revision of the limits in force, shifted left by one; bit 0 set while an
+    /// `apply_limits` installs the next one (docs/design.md §4.6).
+    revision: AtomicWord,
     max_concurrent: Word,
     enabled: bool,
     clock: ClockSource,
@@ -209,6 +212,7 @@ impl<const N: usize> Engine<N> {
             loose: AtomicWord::new(0),
             counters: Counters::new(),
             budget: BudgetBook::new(budget),
+            revision: AtomicWord::new(0),
             max_concurrent: mc,
             enabled,
             clock,
@@ -236,6 +240,7 @@ impl<const N: usize> Engine<N> {
             loose: AtomicWord::new(0),
             counters: Counters::new(),
             budget: BudgetBook::new(budget),
+            revision: AtomicWord::new(0),
             max_concurrent: mc,
             enabled,
             clock,
@@ -266,6 +271,17 @@ impl<const N: usize> Engine<N> {
     /// Whether the bulkhead has a budget (a second dimension).
     pub(crate) fn has_budget(&self) -> bool {
         self.permits.has_budget()
+    }
+
+    /// The budget's ceiling it was built with (0 without a budget).
+    pub(crate) fn max_budget(&self) -> u64 {
+        self.budget.max as u64
+    }
+
+    /// The budget's current ceiling (0 without a budget).
+    pub(crate) fn budget_limit(&self) -> u64 {
+        // Acquire: pairs with the resize CAS of `apply_budget`.
+        self.budget.limit.load(Acquire) as u64
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -651,9 +667,59 @@ impl<const N: usize> Engine<N> {
 
     // ----- runtime change --------------------------------------------------------------------
 
+    /// The revision of the limits in force (0 until the first `apply_limits`).
+    pub(crate) fn revision(&self) -> u64 {
+        // Acquire: pairs with the Release store of `end_apply`: a reader that sees a revision
+        // sees its limits installed (what is reported is enforced, C33).
+        (self.revision.load(Acquire) >> 1) as u64
+    }
+
+    /// Takes the right to install `revision` (`1 ..= MAX_REVISION`, checked by the caller):
+    /// waits while another install runs (a few non-blocking steps), then refuses a revision not
+    /// above the one in force with that one (`Err(current)`). Appliers are serialized so that
+    /// the highest revision's limits are the ones left installed; admissions never wait here.
+    pub(crate) fn begin_apply(&self, revision: u64) -> Result<(), u64> {
+        // Acquire: as in `revision`.
+        let mut r = self.revision.load(Acquire);
+        loop {
+            if r & 1 != 0 {
+                crate::sync::spin_wait();
+                r = self.revision.load(Acquire);
+                continue;
+            }
+            let current = (r >> 1) as u64;
+            if revision <= current {
+                return Err(current);
+            }
+            // Acquire: the previous install's limits are visible to this one.
+            match self
+                .revision
+                .compare_exchange_weak(r, r | 1, Acquire, Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(actual) => r = actual,
+            }
+        }
+    }
+
+    /// Publishes `revision` (taken by `begin_apply`) once its limits are installed.
+    pub(crate) fn end_apply(&self, revision: u64) {
+        // Release: the installed limits happen-before any read of this revision.
+        self.revision.store((revision as Word) << 1, Release);
+    }
+
     /// Changes the limit, `1 ..= max_concurrent`; never blocks, never revokes.
     pub(crate) fn apply_limit(&self, limit: u64) -> Result<(), ConfigError> {
-        if limit == 0 || limit > self.max_concurrent as u64 {
+        if limit == 0 {
+            return Err(ConfigError::Limit);
+        }
+        self.resize_limit(limit)
+    }
+
+    /// Changes the limit, `0 ..= max_concurrent` (0: the kill switch — nothing is admitted
+    /// and the dispatcher rejects the queued waiters, `concurrency_limit`, until a raise).
+    pub(crate) fn resize_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        if limit > self.max_concurrent as u64 {
             return Err(ConfigError::Limit);
         }
         let new = limit as Word;

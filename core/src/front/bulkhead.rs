@@ -684,6 +684,7 @@ impl<const N: usize> Bulkhead<N> {
             adaptive: self.policies().and_then(Policies::adaptive_stats),
             circuit: self.policies().and_then(|p| p.circuit_stats(now())),
             budget: self.engine.budget_stats(),
+            revision: self.engine.revision(),
         }
     }
 

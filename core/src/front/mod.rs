@@ -6,10 +6,12 @@
 //!
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
-//! `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only.
+//! `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
+//! (revisioned limits) uses `bulkhead`.
 
 pub mod acquire;
 pub mod admit;
+pub mod apply;
 #[cfg(feature = "std")]
 pub mod blocking;
 pub mod bulkhead;

@@ -394,6 +394,7 @@ fn stats_visit_every_field_in_schema_order() {
             "queue_wait_count",
             "queue_wait_sum_ns",
             "queue_wait_max_ns",
+            "revision",
             "adaptive",
             "circuit",
             "budget",

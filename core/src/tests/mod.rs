@@ -4,6 +4,8 @@
 mod adaptive;
 #[cfg(all(not(loom), feature = "std"))]
 mod admission;
+#[cfg(all(not(loom), feature = "std"))]
+mod apply;
 #[cfg(not(loom))]
 mod breaker;
 #[cfg(all(not(loom), feature = "std"))]
@@ -14,6 +16,8 @@ mod bulkhead;
 mod dry_run;
 #[cfg(loom)]
 mod loom_adaptive;
+#[cfg(all(loom, feature = "std"))]
+mod loom_apply;
 #[cfg(loom)]
 mod loom_breaker;
 #[cfg(all(loom, feature = "std"))]

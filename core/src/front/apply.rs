@@ -1,0 +1,163 @@
+//! Revisioned runtime limits (docs/design.md §4.6): [`Bulkhead::apply_limits`] installs a
+//! [`LimitsSnapshot`] — validated whole first, then installed — under a revision that must
+//! rise: a stale or equal one is refused with the revision in force (C33), so a delayed
+//! control-plane update can never undo a newer one. A limit of 0 is the kill switch:
+//! reversible, unlike [`close`](Bulkhead::close).
+
+use core::fmt;
+
+use crate::{
+    config::ConfigError, front::bulkhead::Bulkhead, limits::MAX_REVISION, policy::state::Policies,
+};
+
+/// The limits one control-plane revision sets. A field left `None` keeps its current value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LimitsSnapshot {
+    /// `1 ..= MAX_REVISION`, above the revision in force.
+    pub revision: u64,
+    /// The permit limit, `0 ..= max_concurrent`; 0 is the kill switch (nothing is admitted,
+    /// queued waiters are rejected `concurrency_limit`, holders finish normally).
+    pub limit: Option<u64>,
+    /// The budget's ceiling, `0 ..= budget` (a bulkhead built with a budget only).
+    pub budget: Option<u64>,
+}
+
+impl LimitsSnapshot {
+    /// A snapshot of `revision` that changes nothing yet.
+    pub const fn new(revision: u64) -> Self {
+        LimitsSnapshot {
+            revision,
+            limit: None,
+            budget: None,
+        }
+    }
+
+    /// With the permit limit `limit` (0: the kill switch).
+    pub const fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// With the budget ceiling `budget`.
+    pub const fn budget(mut self, budget: u64) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+}
+
+/// Why [`Bulkhead::apply_limits`] installed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitsError {
+    /// The revision is not above the one in force (`current`): a stale or repeated update.
+    Stale {
+        /// The revision in force.
+        current: u64,
+    },
+    /// The revision is 0 or above [`MAX_REVISION`].
+    Revision(u64),
+    /// A value out of range: [`ConfigError::Limit`] (`limit` above `max_concurrent`) or
+    /// [`ConfigError::BudgetLimit`] (`budget` above the ceiling, or without a budget).
+    Config(ConfigError),
+    /// `limit` was given for a bulkhead whose limit an adaptive policy moves.
+    AdaptiveLimit,
+}
+
+impl fmt::Display for LimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitsError::Stale { current } => write!(
+                f,
+                "revision must be above the revision in force ({current}); nothing was applied"
+            ),
+            LimitsError::Revision(r) => {
+                write!(
+                    f,
+                    "revision must be an integer in 1..={MAX_REVISION}, not {r}"
+                )
+            }
+            LimitsError::Config(ConfigError::Limit) => {
+                f.write_str("limit must be an integer in 0..=max_concurrent (0: the kill switch)")
+            }
+            LimitsError::Config(e) => e.fmt(f),
+            LimitsError::AdaptiveLimit => f.write_str(
+                "limit cannot be applied to a bulkhead with an adaptive limit (it moves the limit)",
+            ),
+        }
+    }
+}
+
+impl core::error::Error for LimitsError {}
+
+impl<const N: usize> Bulkhead<N> {
+    /// Installs `snapshot`: validated whole first (nothing changes on an error), then each
+    /// dimension it sets — the ones that shrink first, then the ones that grow, so no admission
+    /// ever sees a state more permissive than both the old and the new limits — and then its
+    /// revision, which [`revision`](Self::revision) and `stats().revision` report from then on.
+    /// Never revokes: a shrink lets `available` go negative until releases pay it back and
+    /// rejects queued waiters that no longer fit; growth grants waiters in this call. Once it
+    /// returns, what is reported is what is enforced (C33). Concurrent calls are serialized
+    /// (a later caller waits for the install in progress, a few non-blocking steps; admissions
+    /// never wait); the highest revision wins whatever the order of arrival.
+    ///
+    /// # Errors
+    /// [`LimitsError::Stale`] with the revision in force when `snapshot.revision` is not above
+    /// it; [`LimitsError::Revision`], [`LimitsError::Config`] or [`LimitsError::AdaptiveLimit`]
+    /// for a value out of range.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, LimitsError, LimitsSnapshot, Reason};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 8, ..Config::default() })?;
+    /// bh.apply_limits(&LimitsSnapshot::new(5).limit(4))?;
+    /// bh.apply_limits(&LimitsSnapshot::new(6).limit(0))?; // the kill switch
+    /// assert_eq!(bh.try_acquire(1).unwrap_err().reason(), Some(Reason::ConcurrencyLimit));
+    /// // A delayed, older update is refused; the newest stays in force.
+    /// let stale = bh.apply_limits(&LimitsSnapshot::new(5).limit(8));
+    /// assert_eq!(stale, Err(LimitsError::Stale { current: 6 }));
+    /// bh.apply_limits(&LimitsSnapshot::new(7).limit(8))?; // reversible
+    /// assert!(bh.try_acquire(1).is_ok());
+    /// assert_eq!((bh.revision(), bh.stats().limit), (7, 8));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
+        let s = snapshot;
+        if s.revision == 0 || s.revision > MAX_REVISION {
+            return Err(LimitsError::Revision(s.revision));
+        }
+        if let Some(l) = s.limit {
+            if l > self.max_concurrent() {
+                return Err(LimitsError::Config(ConfigError::Limit));
+            }
+            if self.policies().and_then(Policies::adaptive).is_some() {
+                return Err(LimitsError::AdaptiveLimit);
+            }
+        }
+        if let Some(b) = s.budget {
+            if !self.has_budget() || b > self.engine.max_budget() {
+                return Err(LimitsError::Config(ConfigError::BudgetLimit));
+            }
+        }
+        self.engine
+            .begin_apply(s.revision)
+            .map_err(|current| LimitsError::Stale { current })?;
+        let (limit, budget) = (self.engine.limit(), self.engine.budget_limit());
+        // Shrinks first, then growth (validated above: these cannot fail).
+        for grow in [false, true] {
+            if let Some(l) = s.limit.filter(|&l| (l > limit) == grow && l != limit) {
+                let _ = self.engine.resize_limit(l);
+            }
+            if let Some(b) = s.budget.filter(|&b| (b > budget) == grow && b != budget) {
+                let _ = self.engine.apply_budget(b);
+            }
+        }
+        self.engine.end_apply(s.revision);
+        Ok(())
+    }
+
+    /// The revision of the limits in force: 0 until the first
+    /// [`apply_limits`](Self::apply_limits), then the highest one applied.
+    pub fn revision(&self) -> u64 {
+        self.engine.revision()
+    }
+}

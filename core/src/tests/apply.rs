@@ -1,0 +1,191 @@
+//! Revisioned runtime limits (docs/design.md §4.6): `apply_limits`, the kill switch, and the
+//! C33 recipe (`../shared/cases/CASES.md`): new limits are enforced once reported, a stale
+//! revision never wins, the kill switch is reversible.
+
+use core::{sync::atomic::Ordering::SeqCst, task::Poll};
+use std::{sync::Arc, thread, vec::Vec};
+
+use crate::{
+    Bulkhead, Config, ConfigError, Decision, LimitsError, LimitsSnapshot, Reason, Request,
+    Resilience, adaptive::AdaptiveConfig,
+};
+
+fn bh(max_concurrent: u64, budget: Option<u64>) -> Bulkhead {
+    Bulkhead::new(Config {
+        max_concurrent,
+        max_queue: 8,
+        budget,
+        ..Config::DEFAULT
+    })
+    .unwrap()
+}
+
+/// C33 steps 1–3 and 6 on one bulkhead.
+#[test]
+fn c33_limits_are_enforced_once_reported_and_stale_revisions_lose() {
+    // Step 1: built with 4, limit 2, both held; revision 1 raises to 4: at once admitted.
+    let b = bh(4, None);
+    b.set_limit(2).unwrap();
+    let held = [b.try_acquire(1).unwrap(), b.try_acquire(1).unwrap()];
+    b.apply_limits(&LimitsSnapshot::new(1).limit(4)).unwrap();
+    let third = b
+        .try_acquire(1)
+        .expect("enforced as soon as apply_limits returned");
+    assert_eq!((b.stats().limit, b.stats().revision), (4, 1));
+    // Step 2: the kill switch: refused at once, the 3 holders are not pre-empted.
+    b.apply_limits(&LimitsSnapshot::new(2).limit(0)).unwrap();
+    let e = b.try_acquire(1).unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    assert_eq!((b.stats().active, b.stats().available), (3, -3));
+    drop((held, third));
+    assert_eq!(b.stats().available, 0);
+    // Step 3: 5 (limit 10 → above max_concurrent here: 4), 7, then a delayed 6.
+    let b = bh(20, None);
+    b.apply_limits(&LimitsSnapshot::new(5).limit(10)).unwrap();
+    b.apply_limits(&LimitsSnapshot::new(7).limit(20)).unwrap();
+    let stale = b.apply_limits(&LimitsSnapshot::new(6).limit(1));
+    assert_eq!(stale, Err(LimitsError::Stale { current: 7 }));
+    let equal = b.apply_limits(&LimitsSnapshot::new(7).limit(1));
+    assert_eq!(equal, Err(LimitsError::Stale { current: 7 }));
+    assert_eq!((b.stats().limit, b.revision()), (20, 7));
+    // Step 6: limit 1 with three waiters; raising to 3 grants two in the same call.
+    let b = bh(3, None);
+    b.set_limit(1).unwrap();
+    let _h = b.try_acquire(1).unwrap();
+    let mut waiters: Vec<_> = (0..3)
+        .map(|_| match b.admit(&Request::new(1), None) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    b.apply_limits(&LimitsSnapshot::new(1).limit(3)).unwrap();
+    // Polled and kept (a dropped grant would pass its permit on to the third waiter).
+    let polls: Vec<_> = waiters.iter_mut().map(|w| w.poll(None)).collect();
+    let granted = polls
+        .iter()
+        .filter(|p| matches!(p, Poll::Ready(Ok(_))))
+        .count();
+    assert_eq!((granted, b.stats().active), (2, 3));
+}
+
+#[test]
+fn the_kill_switch_rejects_queued_waiters_and_is_reversible() {
+    let b = bh(2, Some(100));
+    let _h = b.try_acquire(2).unwrap();
+    let mut w = match b.admit(&Request::new(1).cost(10), None) {
+        Decision::Queued(w) => w,
+        other => panic!("{other:?}"),
+    };
+    b.apply_limits(&LimitsSnapshot::new(1).limit(0)).unwrap();
+    let Poll::Ready(Err(e)) = w.poll(None) else {
+        panic!("the kill switch rejects the queue")
+    };
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    match b.admit(&Request::new(1), None) {
+        Decision::Rejected(e) => assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit)),
+        other => panic!("killed: refused at once, not queued: {other:?}"),
+    }
+    b.apply_limits(&LimitsSnapshot::new(2).limit(2)).unwrap();
+    drop(_h);
+    assert!(b.try_acquire(2).is_ok(), "reversible, unlike close()");
+}
+
+#[test]
+fn both_dimensions_in_one_revision_and_nothing_changes_on_an_error() {
+    let b = bh(4, Some(100));
+    b.apply_limits(&LimitsSnapshot::new(3).limit(2).budget(40))
+        .unwrap();
+    let s = b.stats();
+    assert_eq!((s.limit, s.budget.unwrap().limit, s.revision), (2, 40, 3));
+    // Invalid values: validated whole first, nothing installed, the revision unchanged.
+    for (snap, want) in [
+        (
+            LimitsSnapshot::new(4).limit(5).budget(10),
+            LimitsError::Config(ConfigError::Limit),
+        ),
+        (
+            LimitsSnapshot::new(4).limit(1).budget(101),
+            LimitsError::Config(ConfigError::BudgetLimit),
+        ),
+        (LimitsSnapshot::new(0).limit(1), LimitsError::Revision(0)),
+        (
+            LimitsSnapshot::new(crate::MAX_REVISION + 1),
+            LimitsError::Revision(crate::MAX_REVISION + 1),
+        ),
+    ] {
+        assert_eq!(b.apply_limits(&snap), Err(want));
+        let s = b.stats();
+        assert_eq!((s.limit, s.budget.unwrap().limit, s.revision), (2, 40, 3));
+    }
+    let plain = bh(4, None);
+    assert_eq!(
+        plain.apply_limits(&LimitsSnapshot::new(1).budget(1)),
+        Err(LimitsError::Config(ConfigError::BudgetLimit))
+    );
+    // A snapshot that sets nothing still moves the revision on.
+    b.apply_limits(&LimitsSnapshot::new(9)).unwrap();
+    assert_eq!((b.revision(), b.stats().limit), (9, 2));
+    // Messages name the rule.
+    let m = std::format!("{}", LimitsError::Stale { current: 9 });
+    assert!(m.contains("above the revision in force (9)"), "{m}");
+}
+
+#[test]
+fn an_adaptive_limit_is_not_overridden() {
+    let b = Bulkhead::new(Config {
+        max_concurrent: 4,
+        resilience: Resilience {
+            adaptive: Some(AdaptiveConfig::for_max_concurrent(4)),
+            ..Resilience::OFF
+        },
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    assert_eq!(
+        b.apply_limits(&LimitsSnapshot::new(1).limit(0)),
+        Err(LimitsError::AdaptiveLimit)
+    );
+    assert_eq!(b.revision(), 0);
+}
+
+/// C33 step 5: two threads apply revisions 8 and 9 at the same time, in random order; the
+/// final revision is 9 with 9's limit in every iteration, and a reader never sees 9 then 8.
+#[test]
+fn c33_concurrent_applies_leave_the_highest_revision() {
+    for i in 0..2_000u64 {
+        let b = Arc::new(bh(16, Some(1000)));
+        let seen = Arc::new(core::sync::atomic::AtomicU64::new(0));
+        let reader = {
+            let (b, seen) = (b.clone(), seen.clone());
+            thread::spawn(move || {
+                for _ in 0..50 {
+                    let r = b.revision();
+                    assert!(r >= seen.load(SeqCst), "went back to {r}");
+                    seen.store(r, SeqCst);
+                    if r == 9 {
+                        assert_eq!(b.stats().limit, 9, "revision 9 reported before enforced");
+                    }
+                }
+            })
+        };
+        let appliers: Vec<_> = [8u64, 9]
+            .into_iter()
+            .map(|rev| {
+                let b = b.clone();
+                thread::spawn(move || {
+                    let _ = b.apply_limits(&LimitsSnapshot::new(rev).limit(rev).budget(rev * 10));
+                })
+            })
+            .collect();
+        for t in appliers {
+            t.join().unwrap();
+        }
+        reader.join().unwrap();
+        let s = b.stats();
+        assert_eq!(
+            (s.revision, s.limit, s.budget.unwrap().limit),
+            (9, 9, 90),
+            "iteration {i}"
+        );
+    }
+}
