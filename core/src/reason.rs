@@ -176,6 +176,9 @@ pub struct Snapshot {
     pub limit: u64,
     /// Permits free now (negative after a shrink).
     pub available: i64,
+    /// The revision of the limits in force (docs/design.md §4.6; 0 before any
+    /// `apply_limits`), so a refusal names the limits that refused it.
+    pub revision: u64,
 }
 
 /// A settled acquire that got no permit: the reason and the snapshot taken when it settled.

@@ -382,6 +382,7 @@ impl Model {
             queued: self.live(),
             limit: self.limit,
             available: self.available,
+            revision: 0,
         }
     }
 

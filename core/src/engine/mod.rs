@@ -834,6 +834,7 @@ impl<const N: usize> Engine<N> {
             queued: self.ring.live() as u64,
             limit: limit as u64,
             available: avail,
+            revision: self.revision(),
         }
     }
 

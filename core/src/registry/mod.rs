@@ -364,6 +364,7 @@ impl Registry {
                     queued: 0,
                     limit: c.max_concurrent,
                     available: c.max_concurrent as i64,
+                    revision: 0,
                 },
             }),
         }

@@ -82,7 +82,11 @@ fn the_kill_switch_rejects_queued_waiters_and_is_reversible() {
     };
     assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
     match b.admit(&Request::new(1), None) {
-        Decision::Rejected(e) => assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit)),
+        Decision::Rejected(crate::AcquireError::Rejected(r)) => {
+            assert_eq!(r.reason, Reason::ConcurrencyLimit);
+            // The refusal names the limits that refused it.
+            assert_eq!((r.snapshot.revision, r.snapshot.limit), (1, 0));
+        }
         other => panic!("killed: refused at once, not queued: {other:?}"),
     }
     b.apply_limits(&LimitsSnapshot::new(2).limit(2)).unwrap();
