@@ -203,6 +203,27 @@ impl fmt::Display for Rejection {
 
 impl core::error::Error for Rejection {}
 
+/// The argument rule for a weight: `1 ..= max_concurrent` (never counted).
+#[inline]
+pub(crate) const fn check_weight(weight: u64, max_concurrent: u64) -> Result<u64, AcquireError> {
+    if weight == 0 || weight > max_concurrent {
+        return Err(AcquireError::InvalidWeight {
+            weight,
+            max_concurrent,
+        });
+    }
+    Ok(weight)
+}
+
+/// The argument rule for a cost: `0 ..= max_budget` (only 0 without a budget; never counted).
+#[inline]
+pub(crate) const fn check_cost(cost: u64, max_budget: u64) -> Result<u64, AcquireError> {
+    if cost > max_budget {
+        return Err(AcquireError::InvalidCost { cost, max_budget });
+    }
+    Ok(cost)
+}
+
 /// Why an acquire failed: a rejection with a reason, or a bad argument.
 ///
 /// # Examples

@@ -301,25 +301,19 @@ impl<const N: usize> Engine<N> {
     /// Validates a weight: `1 ..= max_concurrent`.
     #[inline]
     pub(crate) fn check_weight(&self, weight: u64) -> Result<Word, AcquireError> {
-        if weight == 0 || weight > self.max_concurrent as u64 {
-            return Err(AcquireError::InvalidWeight {
-                weight,
-                max_concurrent: self.max_concurrent as u64,
-            });
+        match crate::reason::check_weight(weight, self.max_concurrent as u64) {
+            Ok(w) => Ok(w as Word),
+            Err(e) => Err(e),
         }
-        Ok(weight as Word)
     }
 
     /// Validates a cost: `0 ..= max_budget` (only 0 without a budget).
     #[inline]
     pub(crate) fn check_cost(&self, cost: u64) -> Result<Word, AcquireError> {
-        if cost > self.budget.max as u64 {
-            return Err(AcquireError::InvalidCost {
-                cost,
-                max_budget: self.budget.max as u64,
-            });
+        match crate::reason::check_cost(cost, self.budget.max as u64) {
+            Ok(c) => Ok(c as Word),
+            Err(e) => Err(e),
         }
-        Ok(cost as Word)
     }
 
     /// Counts and builds a rejection.

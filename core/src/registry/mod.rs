@@ -28,8 +28,8 @@ use crate::{
     clock::ClockSource,
     config::{Config, ConfigError, OptionId, PartialConfig},
     event::SharedObserver,
-    front::{bulkhead::Bulkhead, call::OwnedPermit},
-    reason::{AcquireError, Reason, Rejection, Snapshot},
+    front::{bulkhead::Bulkhead, call::OwnedPermit, dry_run::WouldAdmit, request::Request},
+    reason::{AcquireError, Reason, Rejection, Snapshot, check_cost, check_weight},
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
 };
@@ -439,6 +439,40 @@ impl Registry {
             key: key.to_string(),
             error,
         })
+    }
+
+    /// What an admission of `request` on `key` would decide now (docs/design.md §5.6), without
+    /// creating the key: an existing key answers through its bulkhead's
+    /// [`would_admit`](Bulkhead::would_admit); a key that does not exist yet is refused as
+    /// `get` would refuse it (`shutdown` after [`close`](Self::close), `key_limit` when
+    /// `max_keys` keys exist and none is evictable), else checked by the argument rules of the
+    /// configuration it would get and predicted `AdmitNow` (a fresh bulkhead has every permit
+    /// and unit free). Counts nothing.
+    pub fn would_admit(&self, key: &str, request: &Request) -> WouldAdmit {
+        let reject = |reason| WouldAdmit::Reject(self.key_error(key, reason).error);
+        {
+            let map = self.read();
+            if let Some(e) = map.get(key) {
+                return e.bh.would_admit(request);
+            }
+            if self.closed.load(Acquire) {
+                return reject(Reason::Shutdown);
+            }
+            let evictable = || {
+                map.values()
+                    .any(|e| Arc::strong_count(&e.bh) == 1 && e.bh.is_idle())
+            };
+            if map.len() >= self.max_keys && !evictable() {
+                return reject(Reason::KeyLimit);
+            }
+        }
+        let c = self.config_for(key);
+        let checked = check_weight(request.weight, c.max_concurrent)
+            .and_then(|_| check_cost(request.cost, c.budget.unwrap_or(0)));
+        match checked {
+            Ok(_) => WouldAdmit::AdmitNow,
+            Err(e) => WouldAdmit::Reject(e),
+        }
     }
 
     /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit

@@ -171,3 +171,62 @@ fn origin_key_is_canonical() {
         Ok("foo://host:12")
     );
 }
+
+/// A registry's dry run (docs/design.md §5.6) never creates a key and predicts what the real
+/// acquire then does: through an existing key's bulkhead, or for a key not created yet by the
+/// registry's own refusals (`key_limit`, `shutdown`) and the argument rules of its config.
+#[test]
+fn would_admit_predicts_without_creating_keys() {
+    use crate::{Request, WouldAdmit};
+    let r = reg(2);
+    assert_eq!(r.would_admit("a", &Request::new(2)), WouldAdmit::AdmitNow);
+    assert!(r.keys().is_empty(), "a dry run creates no key");
+    let w = r.would_admit("a", &Request::new(3));
+    assert!(matches!(
+        w,
+        WouldAdmit::Reject(crate::AcquireError::InvalidWeight {
+            max_concurrent: 2,
+            ..
+        })
+    ));
+    assert_eq!(
+        r.would_admit("big", &Request::new(7)),
+        WouldAdmit::AdmitNow,
+        "the override's config"
+    );
+    let w = r.would_admit("a", &Request::new(1).cost(1));
+    assert!(matches!(
+        w,
+        WouldAdmit::Reject(crate::AcquireError::InvalidCost { max_budget: 0, .. })
+    ));
+    let a = r.try_acquire("a", 2).unwrap();
+    let w = r.would_admit("a", &Request::new(1).no_wait());
+    assert_eq!(w.reason(), Some(Reason::ConcurrencyLimit));
+    assert_eq!(
+        r.try_acquire("a", 1).unwrap_err().reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    let b = r.try_acquire("b", 1).unwrap();
+    // Two keys, both held: a third is refused key_limit, predicted and real.
+    assert_eq!(
+        r.would_admit("c", &Request::new(1)).reason(),
+        Some(Reason::KeyLimit)
+    );
+    assert_eq!(
+        r.try_acquire("c", 1).unwrap_err().reason(),
+        Some(Reason::KeyLimit)
+    );
+    drop(b); // "b" is idle and unreferenced: evictable, so "c" would be created
+    assert_eq!(r.would_admit("c", &Request::new(1)), WouldAdmit::AdmitNow);
+    assert_eq!(r.key_limit_rejections(), 1, "the dry run counted nothing");
+    r.close();
+    assert_eq!(
+        r.would_admit("d", &Request::new(1)).reason(),
+        Some(Reason::Shutdown)
+    );
+    assert_eq!(
+        r.would_admit("a", &Request::new(1)).reason(),
+        Some(Reason::Shutdown)
+    );
+    drop(a);
+}
