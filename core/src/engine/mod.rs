@@ -350,6 +350,10 @@ impl<const N: usize> Engine<N> {
     #[inline]
     fn now_or_short<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
         if !self.enabled {
+            if self.limit.load(Relaxed) == 0 {
+                // The kill switch holds even on a disabled bulkhead (docs/design.md §4.6).
+                return Err(TakeError::Busy);
+            }
             let (floor_calls, floor_budget) = self.unbounded_floors();
             if TAKE {
                 self.permits.take_unbounded(w, c, floor_calls, floor_budget)
@@ -676,14 +680,16 @@ impl<const N: usize> Engine<N> {
         // Acquire: as in `revision`.
         let mut r = self.revision.load(Acquire);
         loop {
+            let current = (r >> 1) as u64;
+            // Stale against the revision in force: refused at once, even while an install
+            // runs (the one running is newer still, or it is this revision's own retry).
+            if revision <= current {
+                return Err(current);
+            }
             if r & 1 != 0 {
                 crate::sync::spin_wait();
                 r = self.revision.load(Acquire);
                 continue;
-            }
-            let current = (r >> 1) as u64;
-            if revision <= current {
-                return Err(current);
             }
             // Acquire: the previous install's limits are visible to this one.
             match self
@@ -700,6 +706,14 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn end_apply(&self, revision: u64) {
         // Release: the installed limits happen-before any read of this revision.
         self.revision.store((revision as Word) << 1, Release);
+    }
+
+    /// Gives the install right back without publishing (an install that unwound: a waker
+    /// panicked in its dispatcher pass): the revision in force stays what it was, and later
+    /// applies are not left waiting on the bit.
+    pub(crate) fn abandon_apply(&self) {
+        // Release: what was installed before the unwind is visible to the next applier.
+        self.revision.fetch_and(!1, Release);
     }
 
     /// Changes the limit, `1 ..= max_concurrent`; never blocks, never revokes.

@@ -47,7 +47,9 @@ pub(crate) const CALLS_SHIFT_WITH_BUDGET: u32 = SHIFT + BUDGET_BITS;
 // biased field, and the permits (down to −max_concurrent when disabled) inside theirs.
 const _: () = assert!(crate::limits::MAX_BUDGET as SWord * 2 < BUDGET_BIAS);
 // Twice the largest count fits each signed range: a disabled bulkhead may over-admit down to
-// −max and a shrink may then take up to max − 1 more.
+// −max and a shrink may then take up to max more (to the kill switch's limit 0). Two shrinks
+// racing on such a word can pass the range for a moment (the loser undoes its delta): left as
+// a known edge of a disabled, fully over-admitted bulkhead.
 const _: () = assert!(
     2 * (crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord)
         < 1 << (Word::BITS - CALLS_SHIFT_WITH_BUDGET - 1)

@@ -95,10 +95,14 @@ impl<const N: usize> Bulkhead<N> {
     /// ever sees a state more permissive than both the old and the new limits — and then its
     /// revision, which [`revision`](Self::revision) and `stats().revision` report from then on.
     /// Never revokes: a shrink lets `available` go negative until releases pay it back and
-    /// rejects queued waiters that no longer fit; growth grants waiters in this call. Once it
-    /// returns, what is reported is what is enforced (C33). Concurrent calls are serialized
-    /// (a later caller waits for the install in progress, a few non-blocking steps; admissions
-    /// never wait); the highest revision wins whatever the order of arrival.
+    /// rejects queued waiters that no longer fit; growth grants waiters — by this call, or by
+    /// the dispatcher pass another thread is running at that moment. Once it returns, what is
+    /// reported is what is enforced (C33). Concurrent calls are serialized (a later caller
+    /// waits for the install in progress, a few non-blocking steps; a stale one is refused at
+    /// once; admissions never wait); the highest revision wins whatever the order of arrival.
+    /// Do not call it from a waker or, without `std`, from an interrupt that may preempt
+    /// another `apply_limits` (it would wait for an install that cannot finish). A waker that
+    /// panics during the install unwinds out of this call with the revision unchanged.
     ///
     /// # Errors
     /// [`LimitsError::Stale`] with the revision in force when `snapshot.revision` is not above
@@ -141,6 +145,15 @@ impl<const N: usize> Bulkhead<N> {
         self.engine
             .begin_apply(s.revision)
             .map_err(|current| LimitsError::Stale { current })?;
+        // If a waker run by a resize's dispatcher pass panics, the install right is given back
+        // (the revision stays the old one) instead of blocking every later apply.
+        struct Abandon<'a, const N: usize>(&'a crate::engine::Engine<N>);
+        impl<const N: usize> Drop for Abandon<'_, N> {
+            fn drop(&mut self) {
+                self.0.abandon_apply();
+            }
+        }
+        let guard = Abandon(&self.engine);
         let (limit, budget) = (self.engine.limit(), self.engine.budget_limit());
         // Shrinks first, then growth (validated above: these cannot fail).
         for grow in [false, true] {
@@ -151,6 +164,7 @@ impl<const N: usize> Bulkhead<N> {
                 let _ = self.engine.apply_budget(b);
             }
         }
+        core::mem::forget(guard);
         self.engine.end_apply(s.revision);
         Ok(())
     }

@@ -460,8 +460,18 @@ impl Breaker {
     /// first probe); half-open: while a probe slot is free and no probe outlived
     /// `half_open_timeout`.
     pub fn would_admit(&self, now_ns: u64) -> bool {
+        self.would_admit_with(|| now_ns)
+    }
+
+    /// [`would_admit`](Self::would_admit) reading the clock only when the breaker is not
+    /// closed (as [`try_admit_with`](Self::try_admit_with) does).
+    pub fn would_admit_with(&self, now_ns: impl FnOnce() -> u64) -> bool {
         // Acquire: as in `try_admit`.
         let w = self.word.load(Acquire);
+        if state_of(w) == CircuitState::Closed {
+            return true;
+        }
+        let now_ns = now_ns();
         match state_of(w) {
             CircuitState::Closed => true,
             CircuitState::Open => {

@@ -206,7 +206,7 @@ impl Policies {
     pub(crate) fn would_begin(&self, now_ns: impl FnOnce() -> u64) -> bool {
         match &self.breaker {
             None => true,
-            Some(b) => b.would_admit(now_ns()),
+            Some(b) => b.would_admit_with(now_ns),
         }
     }
 

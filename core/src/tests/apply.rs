@@ -162,14 +162,18 @@ fn c33_concurrent_applies_leave_the_highest_revision() {
         let reader = {
             let (b, seen) = (b.clone(), seen.clone());
             thread::spawn(move || {
-                for _ in 0..50 {
+                // Until revision 9 is seen (bounded: 10^6 reads), checking each read.
+                for _ in 0..1_000_000 {
                     let r = b.revision();
                     assert!(r >= seen.load(SeqCst), "went back to {r}");
                     seen.store(r, SeqCst);
                     if r == 9 {
                         assert_eq!(b.stats().limit, 9, "revision 9 reported before enforced");
+                        return;
                     }
+                    thread::yield_now();
                 }
+                panic!("revision 9 never seen");
             })
         };
         let appliers: Vec<_> = [8u64, 9]
@@ -192,4 +196,59 @@ fn c33_concurrent_applies_leave_the_highest_revision() {
             "iteration {i}"
         );
     }
+}
+
+#[test]
+fn the_kill_switch_holds_on_a_disabled_bulkhead() {
+    let b = Bulkhead::new(Config {
+        max_concurrent: 2,
+        enabled: false,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let _over = [b.try_acquire(2).unwrap(), b.try_acquire(2).unwrap()]; // disabled: over-admits
+    b.apply_limits(&LimitsSnapshot::new(1).limit(0)).unwrap();
+    assert_eq!(
+        b.try_acquire(1).unwrap_err().reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    assert_eq!(
+        b.would_admit(&Request::new(1)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    b.apply_limits(&LimitsSnapshot::new(2).limit(2)).unwrap();
+    assert!(b.try_acquire(1).is_ok(), "released: disabled admits again");
+}
+
+/// A waker that panics in the dispatcher pass of an install unwinds out of `apply_limits`
+/// with the revision unchanged, and does not leave later applies waiting forever.
+#[test]
+fn a_panicking_waker_does_not_wedge_later_applies() {
+    struct Boom;
+    impl std::task::Wake for Boom {
+        fn wake(self: Arc<Self>) {
+            panic!("waker panics");
+        }
+    }
+    let b = Arc::new(bh(2, None));
+    b.set_limit(1).unwrap();
+    let _h = b.try_acquire_owned(1).unwrap();
+    let waker = core::task::Waker::from(Arc::new(Boom));
+    let w = match b.admit_owned(&Request::new(1), Some(&waker)) {
+        Decision::Queued(w) => w,
+        other => panic!("{other:?}"),
+    };
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        b.apply_limits(&LimitsSnapshot::new(1).limit(2))
+    }));
+    assert!(r.is_err(), "the waker's panic unwinds out of apply_limits");
+    assert_eq!(b.revision(), 0, "not published");
+    // Not wedged: a later apply (from another thread, bounded by join) installs.
+    let t = {
+        let b = b.clone();
+        thread::spawn(move || b.apply_limits(&LimitsSnapshot::new(2).limit(2)))
+    };
+    assert_eq!(t.join().unwrap(), Ok(()));
+    assert_eq!(b.revision(), 2);
+    drop(w);
 }

@@ -91,3 +91,30 @@ fn loom_kill_switch_vs_release_with_a_waiter() {
         assert_eq!(s.granted_unclaimed, 0, "{s}");
     });
 }
+
+#[test]
+fn loom_apply_never_more_permissive_than_both() {
+    // Old limits: limit 2, budget 5; revision 1: limit 1, budget 10 (one dimension shrinks,
+    // the other grows). A request of (2 permits, 8 units) fits neither: under the old limits
+    // 8 > 5 units, under the new 2 > 1 permits. Racing the install, it must be refused in every
+    // interleaving — installing the growth first would admit it for a moment.
+    model_at_most(3, || {
+        let b = bh(2, 10);
+        b.set_budget(5).unwrap();
+        let t = {
+            let b = b.clone();
+            thread::spawn(move || {
+                b.apply_limits(&LimitsSnapshot::new(1).limit(1).budget(10))
+                    .unwrap()
+            })
+        };
+        let got = Bulkhead::admit_via(b.clone(), &Request::new(2).cost(8).no_wait(), None);
+        assert!(
+            matches!(got, Decision::Rejected(_)),
+            "admitted under a mix of the two revisions: {got:?}"
+        );
+        t.join().unwrap();
+        let s = b.stats();
+        assert_eq!((s.revision, s.limit, s.budget.unwrap().limit), (1, 1, 10));
+    });
+}
