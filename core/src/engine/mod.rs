@@ -410,7 +410,18 @@ impl<const N: usize> Engine<N> {
     fn queue_refusal(&self, w: Word, c: Word, short: TakeError) -> Option<Reason> {
         if !self.enabled || self.ring.max_queue() == 0 {
             Some(reason_of(short))
-        } else if w > self.limit.load(Acquire) {
+        } else {
+            self.never_fits(w, c)
+        }
+    }
+
+    /// Why `w` permits and `c` units cannot be granted under the current limits however many
+    /// are returned, if so: the weight above the limit (`concurrency_limit`; every weight under
+    /// the kill switch), the cost above the budget (`budget_limit`). The rule of
+    /// [`queue_refusal`](Self::queue_refusal) and of the dispatcher's head check.
+    #[inline]
+    fn never_fits(&self, w: Word, c: Word) -> Option<Reason> {
+        if w > self.limit.load(Acquire) {
             Some(Reason::ConcurrencyLimit)
         } else if c > self.budget.limit.load(Acquire) {
             Some(Reason::BudgetLimit)
@@ -964,16 +975,12 @@ impl<const N: usize> Engine<N> {
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
                     let c = cell.cost.load(Relaxed);
+                    // Never fits: only after a shrink of a limit below the waiter's weight or
+                    // cost (checked at enqueue: never a refusal after waiting otherwise).
                     let verdict = if self.permits.load() & CLOSED != 0 {
                         Some(Reason::Shutdown)
-                    } else if w > self.limit.load(Acquire) {
-                        Some(Reason::ConcurrencyLimit)
-                    } else if c > self.budget.limit.load(Acquire) {
-                        // Only after a shrink of the budget below the waiter's cost: it was
-                        // checked at enqueue (never a refusal after waiting otherwise).
-                        Some(Reason::BudgetLimit)
                     } else {
-                        None
+                        self.never_fits(w, c)
                     };
                     if let Some(reason) = verdict {
                         if self.ring.settle(cell, s, Kind::Rejected(reason)).is_ok() {

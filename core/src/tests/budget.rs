@@ -21,7 +21,8 @@ impl Wake for Count {
     }
 }
 
-fn budgeted(max_concurrent: u64, budget: u64, max_queue: u64) -> Bulkhead {
+/// A runtime-sized bulkhead with a budget (shared with the dry-run tests).
+pub(super) fn budgeted(max_concurrent: u64, budget: u64, max_queue: u64) -> Bulkhead {
     Bulkhead::new(Config {
         max_concurrent,
         max_queue,

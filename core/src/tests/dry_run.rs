@@ -10,6 +10,7 @@ use core::{
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
+use super::budget::budgeted;
 use crate::{
     Bulkhead, Clock, ClockSource, Config, Decision, Event, Observer, Outcome, Reason, Request,
     Resilience, WouldAdmit, breaker::BreakerConfig,
@@ -66,16 +67,6 @@ fn predicts(bh: &Bulkhead, r: &Request) -> WouldAdmit {
     let got = real(bh, r);
     assert!(same(&dry, &got), "dry run {dry:?} vs admit {got:?}");
     dry
-}
-
-fn budgeted(max_concurrent: u64, budget: u64, max_queue: u64) -> Bulkhead {
-    Bulkhead::new(Config {
-        max_concurrent,
-        max_queue,
-        budget: Some(budget),
-        ..Config::DEFAULT
-    })
-    .unwrap()
 }
 
 #[test]
