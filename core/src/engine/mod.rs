@@ -350,17 +350,7 @@ impl<const N: usize> Engine<N> {
     #[inline]
     fn now_or_short<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
         if !self.enabled {
-            if self.limit.load(Relaxed) == 0 {
-                // The kill switch holds even on a disabled bulkhead (docs/design.md §4.6).
-                return Err(TakeError::Busy);
-            }
-            let (floor_calls, floor_budget) = self.unbounded_floors();
-            if TAKE {
-                self.permits.take_unbounded(w, c, floor_calls, floor_budget)
-            } else {
-                self.permits
-                    .would_take_unbounded(w, c, floor_calls, floor_budget)
-            }
+            self.disabled_take::<TAKE>(w, c)
         } else if self.ring.is_empty() {
             if TAKE {
                 self.permits.try_take(w, c)
@@ -372,6 +362,24 @@ impl<const N: usize> Engine<N> {
         } else {
             // A waiter is queued: no barging (I6), whatever the `WAITERS` flag says now.
             Err(TakeError::Busy)
+        }
+    }
+
+    /// `now_or_short` of a disabled bulkhead: everything is admitted (down to the signed
+    /// fields' floors) except under the kill switch, which holds here too (docs/design.md
+    /// §4.6). Out of line and cold: the enabled fast path does not carry it.
+    #[cold]
+    #[inline(never)]
+    fn disabled_take<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
+        if self.limit.load(Relaxed) == 0 {
+            return Err(TakeError::Busy);
+        }
+        let (floor_calls, floor_budget) = self.unbounded_floors();
+        if TAKE {
+            self.permits.take_unbounded(w, c, floor_calls, floor_budget)
+        } else {
+            self.permits
+                .would_take_unbounded(w, c, floor_calls, floor_budget)
         }
     }
 
