@@ -330,19 +330,6 @@ impl<const N: usize> Engine<N> {
         }
     }
 
-    /// The signed fields' ranges (docs/design.md §4.1), not the limits: disabled, the counts
-    /// go as far below zero as the word holds.
-    fn unbounded_floors(&self) -> (SWord, SWord) {
-        if self.has_budget() {
-            (
-                -(crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord),
-                -(crate::limits::MAX_BUDGET as SWord),
-            )
-        } else {
-            (-(crate::limits::MAX_PERMITS as SWord), 0)
-        }
-    }
-
     /// The first step of every admission: take now, or say why not. `TAKE` false: the same
     /// checks in the same order, read-only (a dry run, [`would_admit`](Self::would_admit)).
     /// `#[inline]`, not `inline(always)`: forcing it cost the uncontended pair 21 instructions
@@ -374,12 +361,10 @@ impl<const N: usize> Engine<N> {
         if self.limit.load(Relaxed) == 0 {
             return Err(TakeError::Busy);
         }
-        let (floor_calls, floor_budget) = self.unbounded_floors();
         if TAKE {
-            self.permits.take_unbounded(w, c, floor_calls, floor_budget)
+            self.permits.take_unbounded(w, c)
         } else {
-            self.permits
-                .would_take_unbounded(w, c, floor_calls, floor_budget)
+            self.permits.would_take_unbounded(w, c)
         }
     }
 

@@ -219,19 +219,13 @@ impl PermitWord {
     }
 
     /// `enabled = false`: takes `n` permits and `c` units unconditionally (the counts may go
-    /// negative), unless closed or a signed field would leave its range (`floor_calls`,
-    /// `floor_budget`: the most negative values allowed).
-    pub(crate) fn take_unbounded(
-        &self,
-        n: Word,
-        c: Word,
-        floor_calls: SWord,
-        floor_budget: SWord,
-    ) -> Result<(), TakeError> {
+    /// negative), unless closed or a signed field would leave its range (see
+    /// [`floors`](Self::floors)).
+    pub(crate) fn take_unbounded(&self, n: Word, c: Word) -> Result<(), TakeError> {
         let unit = self.delta(n, c);
         let mut cur = self.state.load(Relaxed);
         loop {
-            if let Some(e) = self.unbounded_refusal(cur, n, c, floor_calls, floor_budget) {
+            if let Some(e) = self.unbounded_refusal(cur, n, c) {
                 return Err(e);
             }
             match self
@@ -244,15 +238,22 @@ impl PermitWord {
         }
     }
 
+    /// The most negative values the signed fields may take when disabled (docs/design.md §4.1):
+    /// the fields' ranges, not the limits — the counts go as far below zero as the word holds.
+    fn floors(&self) -> (SWord, SWord) {
+        if self.has_budget() {
+            (
+                -(crate::limits::MAX_CONCURRENT_WITH_BUDGET as SWord),
+                -(crate::limits::MAX_BUDGET as SWord),
+            )
+        } else {
+            (-(crate::limits::MAX_PERMITS as SWord), 0)
+        }
+    }
+
     /// Why [`take_unbounded`](Self::take_unbounded) would refuse in state `cur`, if it would.
-    fn unbounded_refusal(
-        &self,
-        cur: Word,
-        n: Word,
-        c: Word,
-        floor_calls: SWord,
-        floor_budget: SWord,
-    ) -> Option<TakeError> {
+    fn unbounded_refusal(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
+        let (floor_calls, floor_budget) = self.floors();
         if cur & CLOSED != 0 {
             Some(TakeError::Closed)
         } else if self.calls(cur) - (n as SWord) < floor_calls {
@@ -265,14 +266,8 @@ impl PermitWord {
     }
 
     /// What [`take_unbounded`](Self::take_unbounded) would answer now, without taking anything.
-    pub(crate) fn would_take_unbounded(
-        &self,
-        n: Word,
-        c: Word,
-        floor_calls: SWord,
-        floor_budget: SWord,
-    ) -> Result<(), TakeError> {
-        self.unbounded_refusal(self.load(), n, c, floor_calls, floor_budget)
+    pub(crate) fn would_take_unbounded(&self, n: Word, c: Word) -> Result<(), TakeError> {
+        self.unbounded_refusal(self.load(), n, c)
             .map_or(Ok(()), Err)
     }
 

@@ -8,7 +8,10 @@ use std::vec::Vec;
 
 use loom::{sync::Arc, thread};
 
-use super::loom_bulkhead::{Bh, model_at_most, noop_waker, static_bh};
+use super::{
+    loom_budget::{admit, granted, queued},
+    loom_bulkhead::{Bh, model_at_most, static_bh},
+};
 use crate::{Bulkhead, Config, Decision, LimitsSnapshot, Reason, Request};
 
 fn bh(max_concurrent: u64, budget: u64) -> Arc<Bh> {
@@ -27,10 +30,7 @@ fn loom_apply_two_revisions_highest_wins() {
     // when a racing reader sees revision 2 it also sees limit 3 (installed before published).
     model_at_most(3, || {
         let b = bh(3, 6);
-        let held = match Bulkhead::admit_via(b.clone(), &Request::new(1), Some(&noop_waker())) {
-            Decision::Granted(c) => c,
-            other => panic!("{other:?}"),
-        };
+        let held = granted(admit(&b, 1, 0));
         let ts: Vec<_> = [(1u64, 1u64, 2u64), (2, 3, 6)]
             .into_iter()
             .map(|(rev, limit, budget)| {
@@ -62,14 +62,8 @@ fn loom_kill_switch_vs_release_with_a_waiter() {
     // pending. Once all is returned, available == limit == 0.
     model_at_most(3, || {
         let b = bh(1, 4);
-        let h = match Bulkhead::admit_via(b.clone(), &Request::new(1), Some(&noop_waker())) {
-            Decision::Granted(c) => c,
-            other => panic!("{other:?}"),
-        };
-        let mut w = match Bulkhead::admit_via(b.clone(), &Request::new(1), Some(&noop_waker())) {
-            Decision::Queued(w) => w,
-            other => panic!("{other:?}"),
-        };
+        let h = granted(admit(&b, 1, 0));
+        let mut w = queued(admit(&b, 1, 0));
         let kill = {
             let b = b.clone();
             thread::spawn(move || b.apply_limits(&LimitsSnapshot::new(1).limit(0)).unwrap())

@@ -21,21 +21,21 @@ fn bh(max_concurrent: u64, budget: u64, max_queue: u64) -> Arc<Bh> {
     })
 }
 
-fn granted(d: Decision<Arc<Bh>, 4>) -> Call<Arc<Bh>, 4> {
+pub(super) fn granted(d: Decision<Arc<Bh>, 4>) -> Call<Arc<Bh>, 4> {
     match d {
         Decision::Granted(c) => c,
         other => panic!("expected a grant, got {other:?}"),
     }
 }
 
-fn queued(d: Decision<Arc<Bh>, 4>) -> Waiter<Arc<Bh>, 4> {
+pub(super) fn queued(d: Decision<Arc<Bh>, 4>) -> Waiter<Arc<Bh>, 4> {
     match d {
         Decision::Queued(w) => w,
         other => panic!("expected to queue, got {other:?}"),
     }
 }
 
-fn admit(b: &Arc<Bh>, weight: u64, cost: u64) -> Decision<Arc<Bh>, 4> {
+pub(super) fn admit(b: &Arc<Bh>, weight: u64, cost: u64) -> Decision<Arc<Bh>, 4> {
     Bulkhead::admit_via(
         b.clone(),
         &Request::new(weight).cost(cost),
