@@ -242,6 +242,11 @@ export interface BulkheadOptions {
    * costs come with the bindings' gateway admission (until then every call costs 0).
    */
   budget?: number | null
+  /**
+   * Observe (shadow) mode (docs/design.md §4.7): the dimensions decided and counted
+   * (`stats().observedByReason`) but not enforced. Default `'off'`; `'budget'` needs a budget.
+   */
+  observe?: ObserveMode | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }
@@ -312,6 +317,9 @@ export interface RegistryOptions extends BulkheadOptions {
 export type RejectedByReason = { [R in Reason]: number }
 
 /** `stats()` of one bulkhead: the names of docs/design.md §8.1 in camelCase. Counts are Numbers. */
+/** Observe (shadow) mode's dimensions (docs/design.md §4.7). */
+export type ObserveMode = 'off' | 'concurrency' | 'budget' | 'all'
+
 export interface BulkheadStats {
   /** Permits held by claimed grants. */
   active: number
@@ -346,6 +354,13 @@ export interface BulkheadStats {
    * `apply_limits` (applied from Node with the bindings' gateway admission).
    */
   revision: number
+  /** The dimensions observe mode lets through (the `observe` option). */
+  observe: ObserveMode
+  /**
+   * Admissions observe mode let through that the enforced decision would not have admitted at
+   * once, by the reason it would have given (all reason keys, as `rejectedByReason`).
+   */
+  observedByReason: RejectedByReason
   /** `null` unless an adaptive limit is attached (`resilience.adaptive`). */
   adaptive: AdaptiveStats | null
   /** `null` unless a circuit breaker is attached (`resilience.breaker`). */

@@ -645,11 +645,34 @@ describe('stats()', () => {
       queueWaitSumNs: 0,
       queueWaitMaxNs: 0,
       revision: 0,
+      observe: 'off',
+      observedByReason: zeroRejections(),
       adaptive: null,
       circuit: null,
       budget: null,
     })
     assert.notEqual(bh.stats(), bh.stats(), 'a fresh object each call')
+  })
+
+  test('the observe option comes from the core table (stats().observedByReason)', () => {
+    // Observe (shadow) mode, docs/design.md §4.7: decided and counted by the core (C32 step 1
+    // in small); the rest of C32 comes with the bindings' gateway admission.
+    const bh = new Bulkhead({ maxConcurrent: 1, maxQueue: 0, observe: 'all' })
+    const [a, b] = [bh.tryAcquire(), bh.tryAcquire()]
+    const s = bh.stats()
+    assert.deepEqual([s.active, s.available, s.observe], [2, -1, 'all'])
+    assert.equal(s.observedByReason.concurrency_limit, 1)
+    assert.equal(s.rejectedByReason.concurrency_limit, 0)
+    a.release()
+    b.release()
+    throwsNaming(() => new Bulkhead({ observe: 'shadow' }), RangeError, 'observe')
+    throwsNaming(() => new Bulkhead({ observe: true }), TypeError, 'observe')
+    throwsNaming(() => new Bulkhead({ observe: 'budget' }), RangeError, 'observe')
+    const r = new Registry({ maxConcurrent: 1, maxQueue: 0, overrides: { shadow: { observe: 'all' } } })
+    const [p, q] = [r.tryAcquire('shadow'), r.tryAcquire('shadow')]
+    assert.equal(r.stats().shadow.observedByReason.concurrency_limit, 1)
+    p.release()
+    q.release()
   })
 
   test('the budget option comes from the core table (stats().budget)', () => {

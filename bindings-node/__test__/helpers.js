@@ -111,6 +111,8 @@ const STATS_KEYS = [
   'queueWaitSumNs',
   'queueWaitMaxNs',
   'revision',
+  'observe',
+  'observedByReason',
   'adaptive',
   'circuit',
   'budget',

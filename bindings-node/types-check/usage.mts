@@ -48,6 +48,10 @@ new Bulkhead({ maxConcurrent: '10' })
 new Bulkhead({ enabled: 1 })
 // @ts-expect-error an unknown option
 new Bulkhead({ maxConcurent: 10 })
+// Observe (shadow) mode: one of four words.
+new Bulkhead({ observe: 'all' })
+// @ts-expect-error not an observe mode
+new Bulkhead({ observe: 'shadow' })
 // Misspelled option names are errors for the types too (issue 13, bug 2; the runtime refuses them).
 // @ts-expect-error an unknown option (queueTimeoutMs)
 new Bulkhead({ queueTimeout: 5 })
@@ -134,6 +138,8 @@ async function bulkheadApi(signal: AbortSignal): Promise<void> {
   const r: RejectedByReason = s.rejectedByReason
   const ql: number = s.rejectedByReason.queue_limit + r.concurrency_limit + r.key_limit + r.timeout +
     r.aborted + r.shutdown + r.circuit_open + r.call_timeout
+  const observedCalls: number = s.observedByReason.concurrency_limit
+  const mode: 'off' | 'concurrency' | 'budget' | 'all' = s.observe
   const adaptive: { limit: number } | null = s.adaptive
   const circuit: { state: 'closed' | 'open' | 'half_open' } | null = s.circuit
   // @ts-expect-error reason keys are not camel-cased

@@ -48,6 +48,8 @@ STATS_KEYS = (
     "queue_wait_sum_ns",
     "queue_wait_max_ns",
     "revision",
+    "observe",
+    "observed_by_reason",
     "adaptive",
     "circuit",
     "budget",

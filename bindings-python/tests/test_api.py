@@ -569,14 +569,42 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert set(s["rejected_by_reason"]) == set(REASONS)
     assert all(v == 0 for v in s["rejected_by_reason"].values())
     assert s["adaptive"] is None and s["circuit"] is None and s["budget"] is None
+    # Observe mode (docs/design.md §4.7): off, and nothing observed.
+    assert s["observe"] == "off"
+    assert s["observed_by_reason"] == dict.fromkeys(REASONS, 0)
     for k in STATS_KEYS:
-        if k not in ("rejected_by_reason", "adaptive", "circuit", "budget"):
+        if k not in ("rejected_by_reason", "observe", "observed_by_reason", "adaptive", "circuit", "budget"):
             assert type(s[k]) is int, k
     # The ring: next_power_of_two(max_queue + max(max_queue, 64)) cells, all free.
     assert (s["limit"], s["max_concurrent"], s["available"], s["ring_free"]) == (2, 2, 2, 128)
     # a fresh dict every time
     s["active"] = 99
     assert bh.stats()["active"] == 0
+
+
+def test_observe_option_comes_from_the_core_table() -> None:
+    # Observe (shadow) mode is a row of the core's option table (docs/design.md §4.7): the
+    # binding takes it with no rule of its own; the core decides and counts (C32 step 1 in
+    # small). Per-call costs and the rest of C32 come with the bindings' gateway admission.
+    bh = hullguard.Bulkhead(max_concurrent=1, max_queue=0, observe="all")
+    a, b = bh.try_acquire(), bh.try_acquire()
+    s = bh.stats()
+    assert (s["active"], s["available"], s["observe"]) == (2, -1, "all")
+    assert s["observed_by_reason"]["concurrency_limit"] == 1
+    assert s["rejected_by_reason"]["concurrency_limit"] == 0
+    a.release()
+    b.release()
+    with pytest.raises(ValueError, match=r'observe must be one of "off", "concurrency", "budget", "all"'):
+        hullguard.Bulkhead(observe="shadow")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="observe"):
+        hullguard.Bulkhead(observe=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match='observe "budget" needs a budget'):
+        hullguard.Bulkhead(observe="budget")
+    r = hullguard.Registry(max_concurrent=1, max_queue=0, overrides={"shadow": {"observe": "all"}})
+    p, q = r.try_acquire("shadow"), r.try_acquire("shadow")
+    assert r.stats()["shadow"]["observed_by_reason"]["concurrency_limit"] == 1
+    p.release()
+    q.release()
 
 
 def test_budget_option_comes_from_the_core_table() -> None:
@@ -950,7 +978,7 @@ def test_unknown_options_are_refused_with_the_known_names() -> None:
     # A keyword argument: TypeError (as Python refuses one), listing the options.
     with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
         hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
-    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "resilience"' in str(e.value)
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "observe", "resilience"' in str(e.value)
     with pytest.raises(TypeError, match='"max_keys", "overrides"'):
         hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match='unknown option "max_keys"'):

@@ -10,7 +10,7 @@
 //! | layer | module | what |
 //! |---|---|---|
 //! | L0 | `sync`, `run_flag` | the atomics backend (core, `portable-atomic`, loom); a run flag |
-//! | L0 | [`limits`], [`clock`], [`outcome`], [`circuit`] | shared limits; the host clock; how a call ended; breaker states |
+//! | L0 | [`limits`], [`clock`], [`outcome`], [`circuit`], [`observe`] | shared limits; the host clock; how a call ended; breaker states; observe mode's dimensions |
 //! | L1 | [`event`] | the one event stream and its [`Observer`] |
 //! | L2 | [`policy`] | [`breaker`], [`adaptive`], [`resilience`]; one bulkhead's policy state and call token |
 //! | L3 | [`config`], [`reason`] | options, their table and [`PartialConfig`]; reasons, their table, rejections |
@@ -70,6 +70,7 @@ pub mod clock;
 pub mod config;
 pub mod event;
 pub mod limits;
+pub mod observe;
 pub mod outcome;
 pub mod policy;
 pub mod reason;
@@ -128,9 +129,11 @@ pub use crate::{
         call::Call,
         dry_run::WouldAdmit,
         request::Request,
+        usage::{HoldChange, UsageError, UsageReport},
         waiter::{Cancelled, Waiter},
     },
     limits::MAX_REVISION,
+    observe::Observe,
     outcome::Outcome,
     permit::{InvalidRelease, Permit},
     policy::CallStart,

@@ -52,21 +52,28 @@ pub struct Stats {
     /// The revision of the limits in force (docs/design.md §4.6): 0 until the first
     /// `apply_limits`.
     pub revision: u64,
+    /// The dimensions observe mode lets through (docs/design.md §4.7).
+    pub observe: crate::observe::Observe,
+    /// Admissions observe mode let through that the enforced decision would not have admitted
+    /// at once, by the reason it would have given (`concurrency_limit`, `budget_limit`); all
+    /// reason keys, as `rejected_by_reason`. Such admissions count in `admitted_total` and
+    /// `active` (I1 is exempt for the observed dimension), never in `rejected_by_reason`.
+    pub observed_by_reason: RejectedByReason,
 }
 
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
 ///
 /// Read from one load of the permit word (with the ceiling and the unclaimed count beside
 /// it), so at quiescent points `available + in_use + granted_unclaimed == limit` (I2 for the
-/// budget) and `reserved_total + overrun_total == consumed_total + refunded_total + in_use`
-/// (C30).
+/// budget) and `reserved_total + overrun_total == consumed_total + refunded_total + in_use +
+/// overrun_held` (C30).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BudgetStats {
     /// The current ceiling, `0 ..= max_budget` (`set_budget`).
     pub limit: u64,
     /// The ceiling the bulkhead was built with.
     pub max_budget: u64,
-    /// Units held by claimed grants.
+    /// Units held by claimed grants (charged to the budget; `overrun_held` beside it).
     pub in_use: u64,
     /// Units free now; negative after a shrink until releases pay it back.
     pub available: i64,
@@ -78,8 +85,12 @@ pub struct BudgetStats {
     pub consumed_total: u64,
     /// Units returned unused (refunds, and the rest of a hold at settlement).
     pub refunded_total: u64,
-    /// Units reported used beyond what their call held.
+    /// Units reported used beyond what their call held, and streaming growth that did not fit.
     pub overrun_total: u64,
+    /// Units of live holds beyond the budget: streaming growth that did not fit, held but never
+    /// charged (so a hold may exceed the budget by this much: `in_use + overrun_held ≤ limit +
+    /// overrun_held`, docs/design.md §4.5).
+    pub overrun_held: u64,
 }
 
 /// How a nested part of the stats is keyed (see [`StatsVisitor::begin`]).
@@ -132,6 +143,12 @@ impl Stats {
         v.count("queue_wait_sum_ns", self.queue_wait_sum_ns);
         v.count("queue_wait_max_ns", self.queue_wait_max_ns);
         v.count("revision", self.revision);
+        v.text("observe", self.observe.as_str());
+        v.begin("observed_by_reason", Nested::Reasons);
+        for (r, n) in self.observed_by_reason.iter() {
+            v.count(r.as_str(), n);
+        }
+        v.end();
         match &self.adaptive {
             None => v.absent("adaptive"),
             Some(a) => {
@@ -173,6 +190,7 @@ impl Stats {
                 v.count("consumed_total", b.consumed_total);
                 v.count("refunded_total", b.refunded_total);
                 v.count("overrun_total", b.overrun_total);
+                v.count("overrun_held", b.overrun_held);
                 v.end();
             }
         }

@@ -218,28 +218,35 @@ pub struct BudgetCounts {
     pub overrun_total: u64,
     pub consumed_total: u64,
     pub refunded_total: u64,
+    pub overrun_held: u64,
 }
 
 /// The budget check every Rust-side runner makes after each step, against its own record of
-/// the units it holds of `key`'s bulkhead (`units`: each grant's cost less what it refunded):
-/// `in_use` is that, no units are left unclaimed, the budget's I2 holds with the runner's count
+/// the units it holds of `key`'s bulkhead (`(units, over)`: each grant's cost less what it
+/// refunded, and what its usage reports held past the budget): `in_use` and `overrun_held` are
+/// those, no units are left unclaimed, the budget's I2 holds with the runner's count
 /// (`available + units == limit`), and the settlement identity holds exactly (C30:
-/// `reserved + overrun == consumed + refunded + in_use`). A bulkhead without a budget holds no
-/// units.
+/// `reserved + overrun_total == consumed + refunded + in_use + overrun_held`). A bulkhead
+/// without a budget holds no units.
 pub fn check_budget(
     ctx: &str,
     key: &Option<String>,
-    units: u64,
+    (units, over): (u64, u64),
     budget: Option<BudgetCounts>,
     text: &str,
 ) {
     let Some(b) = budget else {
         assert_eq!(
-            units, 0,
-            "{ctx}: {key:?} has no budget but the runner holds {units} units"
+            (units, over),
+            (0, 0),
+            "{ctx}: {key:?} has no budget but the runner holds {units} (+{over}) units"
         );
         return;
     };
+    assert_eq!(
+        b.overrun_held, over,
+        "{ctx}: overrun_held of {key:?} vs the {over} units held past the budget: {text}"
+    );
     assert_eq!(
         b.in_use, units,
         "{ctx}: budget in_use of {key:?} vs the {units} units held: {text}"
@@ -252,7 +259,7 @@ pub fn check_budget(
     );
     assert_eq!(
         b.reserved_total + b.overrun_total,
-        b.consumed_total + b.refunded_total + b.in_use,
+        b.consumed_total + b.refunded_total + b.in_use + b.overrun_held,
         "{ctx}: C30 settlement identity for {key:?}: {text}"
     );
 }

@@ -1,6 +1,7 @@
 //! The budget (docs/design.md §4.5) against a sequential reference model: random single-thread
 //! sequences of admissions with weights and costs (at once or queueing), polls, cancels, refunds,
-//! settlements with usage, and runtime changes of the budget and the limit run on a real
+//! streaming usage reports (shrinks, growth through admission, overrun), settlements with usage,
+//! observe mode switched per dimension (docs/design.md §4.7), and runtime changes of the budget and the limit run on a real
 //! bulkhead and on a deliberately naive model (a FIFO of waiters, free counts, one dispatch to
 //! quiescence per operation). After every step every decision and the whole stats object —
 //! both dimensions, every counter — must match, and I2 holds per dimension against what the
@@ -9,8 +10,8 @@
 use std::{collections::VecDeque, task::Poll, time::Duration};
 
 use hullguard_core::{
-    AcquireError, Bulkhead, Call, Cancelled, Config, Decision, Outcome, Reason, Request, Waiter,
-    WouldAdmit,
+    AcquireError, Bulkhead, Call, Cancelled, Config, Decision, HoldChange, Observe, Outcome,
+    Reason, Request, UsageError, Waiter, WouldAdmit,
 };
 use proptest::prelude::*;
 
@@ -20,14 +21,22 @@ const BUDGET: u64 = 12;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Admit { weight: u64, cost: u64, wait: bool },
+    Admit {
+        weight: u64,
+        cost: u64,
+        wait: bool,
+    },
     Poll(usize),
     Cancel(usize),
     Refund(usize, u64),
     ReleasePartial(usize, u64),
     End(usize, Option<u64>),
+    /// `report_usage(used, remaining)` on a call.
+    Report(usize, u64, u64),
     SetBudget(u64),
     SetLimit(u64),
+    /// `set_observe`: (permits observed, budget observed).
+    SetObserve(bool, bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -39,8 +48,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 0..=BUDGET).prop_map(|(i, n)| Op::Refund(i, n)),
         1 => (any::<usize>(), 0..=MAX_CONCURRENT).prop_map(|(i, n)| Op::ReleasePartial(i, n)),
         1 => (any::<usize>(), proptest::option::of(0..=2 * BUDGET)).prop_map(|(i, u)| Op::End(i, u)),
+        2 => (any::<usize>(), 0..=BUDGET, 0..=BUDGET).prop_map(|(i, u, r)| Op::Report(i, u, r)),
         1 => (0..=BUDGET).prop_map(Op::SetBudget),
         1 => (1..=MAX_CONCURRENT).prop_map(Op::SetLimit),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(c, b)| Op::SetObserve(c, b)),
     ]
 }
 
@@ -66,8 +77,8 @@ enum MState {
 struct Model {
     limit: u64,
     budget: u64,
-    /// Held by claimed calls: (weight, cost) per call, in the test's call order.
-    calls: Vec<(u64, u64)>,
+    /// Held by claimed calls, in the test's call order.
+    calls: Vec<MCall>,
     /// Every waiter ever queued (index = the test's waiter order), and the live FIFO.
     waiters: Vec<(u64, u64, MState)>,
     fifo: VecDeque<usize>,
@@ -77,13 +88,78 @@ struct Model {
     consumed: u64,
     refunded: u64,
     overrun: u64,
+    /// Observe mode: (permits observed, budget observed), and what it let through by reason.
+    observe: (bool, bool),
+    observed: [u64; Reason::COUNT],
+}
+
+/// One claimed call of the model: permits, units charged to the budget, units held past it
+/// (overrun), the cumulative usage reported.
+#[derive(Debug, Default, Clone, Copy)]
+struct MCall {
+    w: u64,
+    c: u64,
+    o: u64,
+    rep: u64,
 }
 
 impl Model {
+    /// Permits and charged units held by claimed calls.
     fn held(&self) -> (u64, u64) {
         self.calls
             .iter()
-            .fold((0, 0), |(w, c), &(a, b)| (w + a, c + b))
+            .fold((0, 0), |(w, c), k| (w + k.w, c + k.c))
+    }
+
+    fn overrun_held(&self) -> u64 {
+        self.calls.iter().map(|k| k.o).sum()
+    }
+
+    /// Shrinks call `k`'s hold by `n`: the overrun part first, then the charge (refunded).
+    fn shrink(&mut self, k: usize, n: u64) {
+        let call = &mut self.calls[k];
+        let over = n.min(call.o);
+        call.o -= over;
+        call.c -= n - over;
+        self.refunded += n;
+        self.dispatch();
+    }
+
+    /// `report_usage(used, remaining)` on call `k`, by the rules of docs/design.md §4.5.
+    fn report(&mut self, k: usize, used: u64, remaining: u64) -> Result<HoldChange, UsageError> {
+        let call = self.calls[k];
+        if call.w == 0 {
+            return Err(UsageError::Released);
+        }
+        if used < call.rep {
+            return Err(UsageError::Decreased {
+                previous: call.rep,
+                got: used,
+            });
+        }
+        self.calls[k].rep = used;
+        let (target, held) = (used + remaining, call.c + call.o);
+        if target < held {
+            self.shrink(k, held - target);
+            return Ok(HoldChange::Shrank(held - target));
+        }
+        let d = target - held;
+        if d == 0 {
+            return Ok(HoldChange::Unchanged);
+        }
+        let free = self.free();
+        // Growth asks no permit but takes nothing while anyone waits or the permits are
+        // overdrawn (observed dimensions let through); otherwise it is held past the budget.
+        if self.fifo.is_empty() && self.fits(0, d, free) {
+            self.note_observed(0, d, free);
+            self.calls[k].c += d;
+            self.reserved += d;
+            Ok(HoldChange::Grew(d))
+        } else {
+            self.calls[k].o += d;
+            self.overrun += d;
+            Ok(HoldChange::Overran(d))
+        }
     }
 
     fn unclaimed(&self) -> (u64, u64) {
@@ -102,6 +178,22 @@ impl Model {
         )
     }
 
+    /// Counts an admission observe mode let through when `w` permits and `c` units were asked
+    /// with `(fw, fc)` free: the permits' reason first, as the enforced decision.
+    fn note_observed(&mut self, w: u64, c: u64, (fw, fc): (i64, i64)) {
+        if fw < w as i64 {
+            self.observed[Reason::ConcurrencyLimit.index()] += 1;
+        } else if c > 0 && fc < c as i64 {
+            self.observed[Reason::BudgetLimit.index()] += 1;
+        }
+    }
+
+    /// Whether `w` permits and `c` units fit `(fw, fc)` with the observed dimensions let
+    /// through.
+    fn fits(&self, w: u64, c: u64, (fw, fc): (i64, i64)) -> bool {
+        (fw >= w as i64 || self.observe.0) && (c == 0 || fc >= c as i64 || self.observe.1)
+    }
+
     fn reject(&mut self, r: Reason) -> Seen {
         self.rejected[r.index()] += 1;
         Seen::Rejected(r)
@@ -112,9 +204,9 @@ impl Model {
     fn dispatch(&mut self) {
         while let Some(&i) = self.fifo.front() {
             let (w, c, _) = self.waiters[i];
-            let verdict = if w > self.limit {
+            let verdict = if w > self.limit && !self.observe.0 {
                 Some(Reason::ConcurrencyLimit)
-            } else if c > self.budget {
+            } else if c > self.budget && !self.observe.1 {
                 Some(Reason::BudgetLimit)
             } else {
                 None
@@ -125,11 +217,12 @@ impl Model {
                 self.fifo.pop_front();
                 continue;
             }
-            let (fw, fc) = self.free();
+            let free = self.free();
             // A cost of 0 asks nothing of the budget, even when it is overdrawn.
-            if fw < w as i64 || (c > 0 && fc < c as i64) {
+            if !self.fits(w, c, free) {
                 return;
             }
+            self.note_observed(w, c, free);
             self.waiters[i].2 = MState::Granted;
             self.admitted += 1;
             self.reserved += c;
@@ -142,12 +235,18 @@ impl Model {
             return Seen::Invalid;
         }
         let (fw, fc) = self.free();
-        let short = if !self.fifo.is_empty() || fw < weight as i64 {
+        let (oc, ob) = self.observe;
+        let short = if !self.fifo.is_empty() || (fw < weight as i64 && !oc) {
             Reason::ConcurrencyLimit
-        } else if cost > 0 && fc < cost as i64 {
+        } else if cost > 0 && fc < cost as i64 && !ob {
             Reason::BudgetLimit
         } else {
-            self.calls.push((weight, cost));
+            self.note_observed(weight, cost, (fw, fc));
+            self.calls.push(MCall {
+                w: weight,
+                c: cost,
+                ..MCall::default()
+            });
             self.admitted += 1;
             self.reserved += cost;
             return Seen::Granted;
@@ -155,10 +254,10 @@ impl Model {
         if !wait {
             return self.reject(short);
         }
-        if weight > self.limit {
+        if weight > self.limit && !oc {
             return self.reject(Reason::ConcurrencyLimit);
         }
-        if cost > self.budget {
+        if cost > self.budget && !ob {
             return self.reject(Reason::BudgetLimit);
         }
         if self.fifo.len() as u64 >= MAX_QUEUE {
@@ -176,7 +275,11 @@ impl Model {
             MState::Waiting => Seen::Pending,
             MState::Granted => {
                 let (w, c, _) = self.waiters[i];
-                self.calls.push((w, c));
+                self.calls.push(MCall {
+                    w,
+                    c,
+                    ..MCall::default()
+                });
                 self.waiters[i].2 = MState::Rejected(Reason::Aborted); // consumed
                 Seen::Granted
             }
@@ -199,8 +302,10 @@ impl Model {
     }
 
     fn end(&mut self, k: usize, used: Option<u64>) {
-        let (_, c) = self.calls.remove(k);
-        let used = used.unwrap_or(c);
+        let call = self.calls.remove(k);
+        let c = call.c + call.o;
+        // A final usage below a report is raised to it; no usage: the whole hold.
+        let used = used.map_or(c, |u| u.max(call.rep));
         self.consumed += used;
         if used < c {
             self.refunded += c - used;
@@ -260,7 +365,25 @@ fn check(m: &Model, bh: &Bulkhead, step: usize) -> Result<(), TestCaseError> {
         "budget counters at step {}",
         step
     );
+    prop_assert_eq!(
+        b.overrun_held,
+        m.overrun_held(),
+        "overrun held at step {}",
+        step
+    );
     prop_assert_eq!(s.admitted_total, m.admitted, "admitted at step {}", step);
+    prop_assert_eq!(
+        s.observed_by_reason.0,
+        m.observed,
+        "observed at step {}",
+        step
+    );
+    prop_assert_eq!(
+        s.observe,
+        Observe::of(m.observe.0, m.observe.1),
+        "mode at step {}",
+        step
+    );
     prop_assert_eq!(
         s.rejected_by_reason.0,
         m.rejected,
@@ -270,7 +393,7 @@ fn check(m: &Model, bh: &Bulkhead, step: usize) -> Result<(), TestCaseError> {
     // The settlement identity (C30) and I2 for both dimensions, against what the test holds.
     prop_assert_eq!(
         b.reserved_total + b.overrun_total,
-        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed
+        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed + b.overrun_held
     );
     prop_assert_eq!(s.available + (hw + uw) as i64, s.limit as i64);
     prop_assert_eq!(b.available + (hc + uc) as i64, b.limit as i64);
@@ -286,6 +409,13 @@ struct Coverage {
     budget_limit: u64,
     queue_limit: u64,
     refunds: u64,
+    observe_switches: u64,
+    /// Admissions observe mode let through (counted in `observed_by_reason`).
+    observed: u64,
+    /// Reports that shrank, grew through admission, and overran.
+    shrank: u64,
+    grew: u64,
+    overran: u64,
 }
 
 impl Coverage {
@@ -399,25 +529,25 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
             Op::Refund(k, n) if !r.calls.is_empty() => {
                 let k = k % r.calls.len();
                 let ok = r.calls[k].refund(n).is_ok();
-                let held = m.calls[k].1;
+                let held = m.calls[k].c + m.calls[k].o;
                 prop_assert_eq!(ok, n >= 1 && n <= held, "refund at step {}", step);
                 if ok {
                     cov.refunds += 1;
-                    m.calls[k].1 -= n;
-                    m.refunded += n;
-                    m.dispatch();
+                    m.shrink(k, n);
                 }
             }
             Op::ReleasePartial(k, n) if !r.calls.is_empty() => {
                 let k = k % r.calls.len();
                 let ok = r.calls[k].release_partial(n).is_ok();
-                let (w, c) = m.calls[k];
+                let MCall { w, c, o, .. } = m.calls[k];
                 prop_assert_eq!(ok, n >= 1 && n <= w, "release_partial at step {}", step);
                 if ok {
                     // The last permit takes the units with it (refunded).
-                    m.calls[k] = if n == w { (0, 0) } else { (w - n, c) };
+                    m.calls[k].w -= n;
                     if n == w {
-                        m.refunded += c;
+                        m.calls[k].c = 0;
+                        m.calls[k].o = 0;
+                        m.refunded += c + o;
                     }
                     m.dispatch();
                 }
@@ -431,6 +561,24 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                 }
                 m.end(k, used);
             }
+            Op::Report(k, used, remaining) if !r.calls.is_empty() => {
+                let k = k % r.calls.len();
+                let got = r.calls[k].report_usage(used, remaining).map(|u| u.change);
+                prop_assert_eq!(got, m.report(k, used, remaining), "report at step {}", step);
+                match got {
+                    Ok(HoldChange::Shrank(_)) => cov.shrank += 1,
+                    Ok(HoldChange::Grew(_)) => cov.grew += 1,
+                    Ok(HoldChange::Overran(_)) => cov.overran += 1,
+                    _ => {}
+                }
+                let (call, mc) = (&r.calls[k], m.calls[k]);
+                prop_assert_eq!(
+                    (call.cost(), call.overrun()),
+                    (mc.c + mc.o, mc.o),
+                    "the call's hold at step {}",
+                    step
+                );
+            }
             Op::SetBudget(b) => {
                 r.bh.set_budget(b).unwrap();
                 m.budget = b;
@@ -441,10 +589,17 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                 m.limit = l;
                 m.dispatch();
             }
+            Op::SetObserve(c, b) => {
+                r.bh.set_observe(Observe::of(c, b)).unwrap();
+                m.observe = (c, b);
+                m.dispatch();
+                cov.observe_switches += 1;
+            }
             _ => {}
         }
         check(&m, &bh, step)?;
     }
+    cov.observed = m.observed.iter().sum();
     // Everything ends: the bulkhead is idle (I5) and the books balance.
     for w in r.waiters.iter_mut().filter_map(Option::take) {
         if let Cancelled::Granted(c) = w.cancel(Reason::Aborted) {
@@ -497,6 +652,10 @@ fn budget_generator_reaches_every_path() {
         total.budget_limit += c.budget_limit;
         total.queue_limit += c.queue_limit;
         total.refunds += c.refunds;
+        total.shrank += c.shrank;
+        total.grew += c.grew;
+        total.overran += c.overran;
+        total.observed += c.observed;
     }
     let t = total;
     assert!(
@@ -505,7 +664,11 @@ fn budget_generator_reaches_every_path() {
             && t.concurrency_limit > 0
             && t.budget_limit > 0
             && t.queue_limit > 0
-            && t.refunds > 0,
+            && t.refunds > 0
+            && t.shrank > 0
+            && t.grew > 0
+            && t.overran > 0
+            && t.observed > 0,
         "{t:?}"
     );
 }

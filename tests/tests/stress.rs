@@ -846,13 +846,14 @@ struct BudgetTally {
 }
 
 /// C29 step 7 (`../shared/cases/CASES.md`): 8 threads admit calls with random costs (1–100) on
-/// a bulkhead of 4 permits and a budget of 100, queueing, refunding, settling with random usage
+/// a bulkhead of 4 permits and a budget of 100, queueing, refunding, streaming usage reports
+/// (shrinks, growth through admission, overrun), settling with random usage
 /// (below and above the hold) and cancelling; an observer samples the stats throughout. Neither
 /// dimension is ever over-charged (`available ≥ 0`, so `in_use ≤ limit`); at the end the
 /// bulkhead is idle and every budget counter equals the threads' own tallies.
 #[test]
 fn budget_is_never_over_charged() {
-    use hullguard_core::{Cancelled, Decision, Outcome, Request};
+    use hullguard_core::{Cancelled, Decision, HoldChange, Outcome, Request};
     use std::task::Poll;
     let bh = Arc::new(
         Bulkhead::new(Config {
@@ -937,6 +938,21 @@ fn budget_is_never_over_charged() {
                         t.refunded += n;
                         held -= n;
                     }
+                    // A streaming report: the hold becomes used + remaining — shrunk, grown
+                    // through admission, or held past the budget (docs/design.md §4.5).
+                    let mut reported = 0;
+                    if rng.below(3) == 0 {
+                        reported = rng.below(held + 1);
+                        let r = call.report_usage(reported, rng.below(60)).unwrap();
+                        match r.change {
+                            HoldChange::Shrank(n) => t.refunded += n,
+                            HoldChange::Grew(n) => t.reserved += n,
+                            HoldChange::Overran(n) => t.overrun += n,
+                            HoldChange::Unchanged => {}
+                        }
+                        held = r.held;
+                        assert_eq!(call.cost(), held);
+                    }
                     thread::yield_now();
                     match rng.below(3) {
                         0 => {
@@ -944,7 +960,7 @@ fn budget_is_never_over_charged() {
                             drop(call);
                         }
                         _ => {
-                            let used = rng.below(held * 2);
+                            let used = rng.below(held * 2 + 1).max(reported);
                             call.end_with_usage(Outcome::Success, used);
                             t.consumed += used;
                             if used < held {
@@ -982,8 +998,8 @@ fn budget_is_never_over_charged() {
         "{s}"
     );
     assert_eq!(
-        (b.in_use, b.granted_unclaimed, b.available),
-        (0, 0, 100),
+        (b.in_use, b.granted_unclaimed, b.available, b.overrun_held),
+        (0, 0, 100, 0),
         "{b:?}"
     );
     assert_eq!(s.admitted_total, total.grants, "{s}");

@@ -27,8 +27,9 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, LimitsError,
-    LimitsSnapshot, Outcome, Reason, Registry, RegistryConfig, Request, Stats, Waiter, WouldAdmit,
+    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, HoldChange,
+    LimitsError, LimitsSnapshot, Observe, Outcome, Reason, Registry, RegistryConfig, Request,
+    Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
@@ -78,8 +79,13 @@ enum State {
     Held {
         key: Option<String>,
         weight: u64,
-        /// Budget units held, by the same rule: the step's cost less what was refunded.
+        /// Budget units charged, by the same rule: the step's cost less what was refunded,
+        /// plus what `report_usage` grew through admission.
         cost: u64,
+        /// Units held past the budget: `report_usage` growth the step expected to overrun.
+        overrun: u64,
+        /// The cumulative usage the runner reported.
+        reported: u64,
         call: Call<Arc<Bulkhead>, 0>,
     },
     /// A released handle keeps no outside handle on its bulkhead (it may be evicted).
@@ -344,6 +350,8 @@ impl Runner {
                     key,
                     weight,
                     cost,
+                    overrun: 0,
+                    reported: 0,
                     call,
                 };
                 self.acquires.insert(id, held);
@@ -383,6 +391,8 @@ impl Runner {
                         key: key.take(),
                         weight,
                         cost,
+                        overrun: 0,
+                        reported: 0,
                         call,
                     }
                 }
@@ -416,6 +426,8 @@ impl Runner {
                     key,
                     weight,
                     cost,
+                    overrun: 0,
+                    reported: 0,
                     call,
                 };
                 (held, false)
@@ -479,7 +491,11 @@ impl Runner {
                 let n = step["n"].as_u64().unwrap_or(0);
                 let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
                 let Some(State::Held {
-                    weight, cost, call, ..
+                    weight,
+                    cost,
+                    overrun,
+                    call,
+                    ..
                 }) = self.acquires.get_mut(id)
                 else {
                     panic!("{ctx}: {id} holds no permit")
@@ -491,7 +507,7 @@ impl Runner {
                     Ok(()) => {
                         *weight -= n;
                         if *weight == 0 {
-                            *cost = 0;
+                            (*cost, *overrun) = (0, 0);
                         }
                         "ok"
                     }
@@ -564,14 +580,86 @@ impl Runner {
                 let id = step["id"].as_str().unwrap();
                 let n = step["n"].as_u64().unwrap_or(0);
                 let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
-                let Some(State::Held { cost, call, .. }) = self.acquires.get_mut(id) else {
+                let Some(State::Held {
+                    cost,
+                    overrun,
+                    call,
+                    ..
+                }) = self.acquires.get_mut(id)
+                else {
                     panic!("{ctx}: {id} holds no permit")
                 };
                 let got = match call.refund(n) {
                     Ok(()) => {
-                        *cost -= n;
+                        // The part held past the budget goes first (docs/design.md §4.5).
+                        let over = n.min(*overrun);
+                        (*overrun, *cost) = (*overrun - over, *cost - (n - over));
                         "ok"
                     }
+                    Err(_) => "invalid",
+                };
+                assert_eq!(got, expect, "{ctx}");
+            }
+            "report_usage" => {
+                let id = step["id"].as_str().unwrap();
+                let used = step["used"].as_u64().unwrap();
+                let remaining = step.get("remaining").and_then(Value::as_u64).unwrap_or(0);
+                let expect = step["expect"].as_str().unwrap();
+                let Some(State::Held {
+                    weight,
+                    cost,
+                    overrun,
+                    reported,
+                    call,
+                    ..
+                }) = self.acquires.get_mut(id)
+                else {
+                    panic!("{ctx}: {id} holds no permit")
+                };
+                let got = match call.report_usage(used, remaining) {
+                    Ok(r) => match r.change {
+                        HoldChange::Unchanged => "unchanged",
+                        HoldChange::Shrank(_) => "shrank",
+                        HoldChange::Grew(_) => "grew",
+                        HoldChange::Overran(_) => "overran",
+                    },
+                    Err(UsageError::Decreased { .. }) => "decreased",
+                    Err(UsageError::TooLarge { .. }) => "invalid",
+                    Err(UsageError::Released) => "released",
+                };
+                assert_eq!(got, expect, "{ctx}");
+                if *weight > 0 {
+                    assert_eq!(
+                        got == "decreased",
+                        used < *reported,
+                        "{ctx}: cumulative usage"
+                    );
+                }
+                // The runner's own record, from the step: the hold becomes used + remaining;
+                // a shrink takes the part past the budget first; a growth is charged or held
+                // past the budget as the step expects.
+                if matches!(got, "unchanged" | "shrank" | "grew" | "overran") && *weight > 0 {
+                    *reported = used;
+                    let (target, held) = (used + remaining, *cost + *overrun);
+                    if target < held {
+                        let over = (held - target).min(*overrun);
+                        (*overrun, *cost) = (*overrun - over, *cost - (held - target - over));
+                    } else if got == "grew" {
+                        *cost += target - held;
+                    } else if got == "overran" {
+                        *overrun += target - held;
+                    }
+                    if let Some(by) = step.get("by").and_then(Value::as_u64) {
+                        assert_eq!(by, target.abs_diff(held), "{ctx}: the change");
+                    }
+                }
+            }
+            "set_observe" => {
+                let mode = step["mode"].as_str().unwrap();
+                let mode = Observe::parse(mode).unwrap_or_else(|| panic!("{ctx}: mode {mode}"));
+                let expect = step.get("expect").and_then(Value::as_str).unwrap_or("ok");
+                let got = match self.bulkhead(key).unwrap().set_observe(mode) {
+                    Ok(()) => "ok",
                     Err(_) => "invalid",
                 };
                 assert_eq!(got, expect, "{ctx}");
@@ -671,14 +759,20 @@ impl Runner {
     fn check_invariants(&self, ctx: &str) {
         let mut held: BTreeMap<Option<String>, u64> = BTreeMap::new();
         let mut units: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        let mut over: BTreeMap<Option<String>, u64> = BTreeMap::new();
         let mut queued: BTreeMap<Option<String>, u64> = BTreeMap::new();
         for st in self.acquires.values() {
             match st {
                 State::Held {
-                    key, weight, cost, ..
+                    key,
+                    weight,
+                    cost,
+                    overrun,
+                    ..
                 } => {
                     *held.entry(key.clone()).or_default() += weight;
                     *units.entry(key.clone()).or_default() += cost;
+                    *over.entry(key.clone()).or_default() += overrun;
                 }
                 State::Queued { key, .. } => *queued.entry(key.clone()).or_default() += 1,
                 State::Released { .. } | State::Rejected => {}
@@ -690,6 +784,7 @@ impl Runner {
         };
         for (k, s) in &all {
             let u = units.get(k).copied().unwrap_or(0);
+            let o = over.get(k).copied().unwrap_or(0);
             let b = s.budget.map(|b| vectors::BudgetCounts {
                 in_use: b.in_use,
                 available: b.available,
@@ -699,8 +794,9 @@ impl Runner {
                 overrun_total: b.overrun_total,
                 consumed_total: b.consumed_total,
                 refunded_total: b.refunded_total,
+                overrun_held: b.overrun_held,
             });
-            vectors::check_budget(ctx, k, u, b, &s.to_string());
+            vectors::check_budget(ctx, k, (u, o), b, &s.to_string());
         }
         let all = all
             .into_iter()
@@ -733,6 +829,10 @@ fn stats_json(s: &Stats) -> Value {
         "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
         "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
         "revision": s.revision,
+        "observe": s.observe.as_str(),
+        "observed_by_reason": s.observed_by_reason.iter()
+            .map(|(r, n)| (r.as_str().to_string(), json!(n)))
+            .collect::<Map<String, Value>>(),
         "circuit": s.circuit.map(|c| json!({
             "state": c.state.as_str(), "generation": c.generation,
             "consecutive_failures": c.consecutive_failures,
@@ -743,6 +843,7 @@ fn stats_json(s: &Stats) -> Value {
             "available": b.available, "granted_unclaimed": b.granted_unclaimed,
             "reserved_total": b.reserved_total, "consumed_total": b.consumed_total,
             "refunded_total": b.refunded_total, "overrun_total": b.overrun_total,
+            "overrun_held": b.overrun_held,
         })),
         "adaptive": s.adaptive.map(|a| json!({
             "algorithm": a.algorithm.as_str(), "limit": a.limit, "min_limit": a.min_limit,
@@ -772,7 +873,7 @@ fn scenario_vectors() {
     // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 52, "only {n} admission vectors");
+    assert!(n >= 70, "only {n} admission vectors");
 }
 
 #[test]

@@ -9,6 +9,7 @@ from typing import (
     Generator,
     Generic,
     List,
+    Literal,
     Mapping,
     Optional,
     Tuple,
@@ -58,8 +59,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # never "no deadline".
 _Seconds = Union[int, float]
 
-# The values of a `stats()` dict (docs/design.md §8.1): ints, the `rejected_by_reason` dict, and
-# `adaptive` / `circuit` (dicts when those policies are on, else None).
+# Observe (shadow) mode (docs/design.md §4.7): the dimensions decided and counted but not enforced.
+_Observe = Literal["off", "concurrency", "budget", "all"]
+
+# The values of a `stats()` dict (docs/design.md §8.1): ints, the `rejected_by_reason` and
+# `observed_by_reason` dicts, `observe` (a string), and `adaptive` / `circuit` / `budget` (dicts
+# when on, else None).
 _Stats = Dict[str, Any]
 
 # `resilience={...}` (docs/design.md §6): {"adaptive": {...} | None, "breaker": {...} | None,
@@ -140,6 +145,7 @@ class Bulkhead:
         enabled: Optional[bool] = None,
         *,
         budget: Optional[int] = None,
+        observe: Optional[_Observe] = None,
         resilience: Optional[_Resilience] = None,
         on_state_change: Optional[_OnStateChange] = None,
         _clock: Optional[Callable[[], int]] = None,
@@ -197,6 +203,7 @@ class Registry:
         enabled: Optional[bool] = None,
         *,
         budget: Optional[int] = None,
+        observe: Optional[_Observe] = None,
         resilience: Optional[_Resilience] = None,
         overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
         max_keys: Optional[int] = None,

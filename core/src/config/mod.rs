@@ -18,6 +18,7 @@ pub use self::{
     partial::{Part, PartialConfig, Value},
 };
 pub use crate::limits::{MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE};
+pub use crate::observe::Observe;
 use crate::{
     limits::DEFAULT_MAX_CONCURRENT,
     policy::{adaptive::AdaptiveConfigError, breaker::BreakerConfigError, resilience::Resilience},
@@ -55,6 +56,10 @@ pub struct Config {
     /// both fit. `None` (the default): no budget, every cost must be 0. With a budget,
     /// `max_concurrent` is at most [`MAX_CONCURRENT_WITH_BUDGET`] (both share the permit word).
     pub budget: Option<u64>,
+    /// Observe (shadow) mode (docs/design.md §4.7): the dimensions that are decided and
+    /// counted (`stats().observed_by_reason`) but not enforced. [`Observe::Off`] by default;
+    /// [`Observe::Budget`] needs a budget. Changed at run time by `Bulkhead::set_observe`.
+    pub observe: Observe,
 }
 
 impl Config {
@@ -66,6 +71,7 @@ impl Config {
         enabled: true,
         resilience: Resilience::OFF,
         budget: None,
+        observe: Observe::Off,
     };
 
     /// Checks every option, naming the first bad one.
@@ -92,6 +98,9 @@ impl Config {
             if b == 0 || b > MAX_BUDGET || self.max_concurrent > MAX_CONCURRENT_WITH_BUDGET {
                 return Err(ConfigError::Budget);
             }
+        }
+        if self.observe.budget() && self.budget.is_none() && !self.observe.concurrency() {
+            return Err(ConfigError::Observe);
         }
         Ok(())
     }
@@ -154,6 +163,8 @@ pub enum ConfigError {
     Budget,
     /// A `set_budget` value outside `0 ..= budget`, or on a bulkhead without a budget.
     BudgetLimit,
+    /// `observe` is `"budget"` on a bulkhead without a budget.
+    Observe,
     /// An `adaptive` option out of range (`max_limit` also when above `max_concurrent`).
     Adaptive(AdaptiveConfigError),
     /// A `breaker` option out of range.
@@ -178,6 +189,7 @@ impl ConfigError {
             ConfigError::MaxConcurrent => OptionId::MaxConcurrent,
             ConfigError::MaxQueue => OptionId::MaxQueue,
             ConfigError::Budget => OptionId::Budget,
+            ConfigError::Observe => OptionId::Observe,
             ConfigError::Limit | ConfigError::Resilience | ConfigError::BudgetLimit => {
                 return None;
             }
@@ -262,6 +274,13 @@ impl fmt::Display for SpelledError {
                 OptionId::Budget.spec().path(s),
                 OptionId::Budget.spec().range(s),
                 OptionId::MaxConcurrent.spec().spelled(s),
+            ),
+            ConfigError::Observe => write!(
+                f,
+                "{} \"budget\" needs a {} (one of {})",
+                OptionId::Observe.spec().path(s),
+                OptionId::Budget.spec().spelled(s),
+                OptionId::Observe.spec().range(s),
             ),
             ConfigError::BudgetLimit => f.write_str(
                 "budget limit must be an integer in 0..=budget (on a bulkhead with a budget)",

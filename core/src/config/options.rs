@@ -161,6 +161,7 @@ pub enum OptionId {
     QueueTimeout,
     Enabled,
     Budget,
+    Observe,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -186,7 +187,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 26;
+    pub const COUNT: usize = 27;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -587,6 +588,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "none",
         doc: "an in-flight ceiling of cost units beside the permits; none: every cost is 0",
         c_name: c"budget",
+    },
+    OptionSpec {
+        id: OptionId::Observe,
+        section: Section::Bulkhead,
+        name: "observe",
+        kind: Kind::Choice(crate::observe::Observe::CHOICES),
+        default: "\"off\"",
+        doc: "the dimensions decided and counted but not enforced (observe / shadow mode)",
+        c_name: c"observe",
     },
     OptionSpec {
         id: OptionId::MaxKeys,

@@ -269,6 +269,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::Budget) {
             c.budget = Some(n);
         }
+        if let Some(Value::Choice(s)) = self.get(O::Observe) {
+            c.observe = crate::observe::Observe::parse(s).unwrap_or_default();
+        }
         if self.adaptive == Part::On {
             let mut a = AdaptiveConfig::for_max_concurrent(c.max_concurrent);
             // Not given: start at max_limit (whatever max_limit ends up being).

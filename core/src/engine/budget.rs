@@ -5,8 +5,10 @@
 //! settlement counters.
 //!
 //! Settlement identity, exact at quiescent points (C30):
-//! `reserved_total + overrun_total == consumed_total + refunded_total + in use`, where a call
-//! that ends without reporting usage consumed its whole hold.
+//! `reserved_total + overrun_total == consumed_total + refunded_total + in use + overrun held`,
+//! where a call that ends without reporting usage consumed its whole hold, and `overrun held`
+//! is the part of the streaming holds that grew past the budget (held beyond it, never taken
+//! from the permit word).
 
 use crate::sync::{AtomicWord, Ordering::*, Word};
 
@@ -24,8 +26,11 @@ pub(crate) struct BudgetBook {
     pub(crate) reserved_queued: AtomicWord,
     /// Units returned before their call ended (refunds, and the unused rest at settlement).
     pub(crate) refunded_total: AtomicWord,
-    /// Units reported used beyond what the call held.
+    /// Units reported used beyond what the call held, and growth of a hold that did not fit.
     pub(crate) overrun_total: AtomicWord,
+    /// Units of live holds beyond the budget: growth through `report_usage` that did not fit
+    /// (a gauge; `held ≤ budget + overrun_held`).
+    pub(crate) overrun_held: AtomicWord,
 }
 
 /// The book of a ceiling of `max` units (0: no budget).
@@ -38,6 +43,7 @@ macro_rules! book {
             reserved_queued: AtomicWord::new(0),
             refunded_total: AtomicWord::new(0),
             overrun_total: AtomicWord::new(0),
+            overrun_held: AtomicWord::new(0),
         }
     };
 }
@@ -63,6 +69,24 @@ impl BudgetBook {
             // Relaxed, plain load + store: one writer at a time (see the field).
             let q = &self.reserved_queued;
             q.store(q.load(Relaxed).wrapping_add(c), Relaxed);
+        }
+    }
+
+    /// A live hold grew `c` units past the budget (`c > 0`): counted in `overrun_total` and
+    /// held in the `overrun_held` gauge until [`overrun_returned`](Self::overrun_returned).
+    #[inline]
+    pub(crate) fn overran(&self, c: Word) {
+        // Relaxed: statistics and a gauge; they publish nothing.
+        self.overrun_total.fetch_add(c, Relaxed);
+        self.overrun_held.fetch_add(c, Relaxed);
+    }
+
+    /// `c` units of a hold's overrun part left it (a shrink, or its call ended).
+    #[inline]
+    pub(crate) fn overrun_returned(&self, c: Word) {
+        if c != 0 {
+            // Relaxed: a gauge.
+            self.overrun_held.fetch_sub(c, Relaxed);
         }
     }
 

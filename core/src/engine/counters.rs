@@ -149,6 +149,9 @@ pub(crate) struct Counters {
     /// its flag's Acquire/Release), so plain load + store; like the `wait_*` fields.
     pub(crate) admitted_queued: AtomicWord,
     pub(crate) rejected: [AtomicWord; Reason::COUNT],
+    /// Admissions observe mode let through, by the reason the enforced decision would have
+    /// given (docs/design.md §4.7).
+    pub(crate) observed: [AtomicWord; Reason::COUNT],
     pub(crate) released_twice: AtomicWord,
     pub(crate) leaked: AtomicWord,
     /// Permits in `GRANTED` cells.
@@ -165,6 +168,7 @@ impl Counters {
             admitted: ShardedCounter::new(),
             admitted_queued: AtomicWord::new(0),
             rejected: [const { AtomicWord::new(0) }; Reason::COUNT],
+            observed: [const { AtomicWord::new(0) }; Reason::COUNT],
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
             unclaimed: AtomicWord::new(0),
@@ -180,6 +184,7 @@ impl Counters {
             admitted: ShardedCounter::new(),
             admitted_queued: AtomicWord::new(0),
             rejected: core::array::from_fn(|_| AtomicWord::new(0)),
+            observed: core::array::from_fn(|_| AtomicWord::new(0)),
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
             unclaimed: AtomicWord::new(0),
@@ -194,8 +199,22 @@ impl Counters {
     }
 
     pub(crate) fn rejected(&self) -> RejectedByReason {
+        Self::by_reason(&self.rejected)
+    }
+
+    /// Counts one admission observe mode let through that the enforced decision would have
+    /// refused (or queued) with `reason`.
+    pub(crate) fn observe(&self, reason: Reason) {
+        self.observed[reason.index()].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn observed(&self) -> RejectedByReason {
+        Self::by_reason(&self.observed)
+    }
+
+    fn by_reason(counts: &[AtomicWord; Reason::COUNT]) -> RejectedByReason {
         let mut out = [0u64; Reason::COUNT];
-        for (o, c) in out.iter_mut().zip(&self.rejected) {
+        for (o, c) in out.iter_mut().zip(counts) {
             *o = c.load(Relaxed) as u64;
         }
         RejectedByReason(out)

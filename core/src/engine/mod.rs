@@ -54,12 +54,13 @@ use self::{
     cell::{Kind, Stamp},
     counters::{Counters, Lane},
     dispatch::WakeBatch,
-    permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS},
+    permit_word::{CLOSED, OBSERVE_BUDGET, OBSERVE_CALLS, PermitWord, Reserve, TakeError, WAITERS},
     ring::{ClaimError, WaiterRing},
 };
 use crate::{
     clock::ClockSource,
     config::ConfigError,
+    observe::Observe,
     reason::{AcquireError, Reason, Rejection, Snapshot},
     run_flag::RunFlag,
     sync::{AtomicWord, Ordering::*, SWord, Word},
@@ -139,6 +140,26 @@ pub(crate) enum DryAdmit {
 }
 
 /// The reason of a failed take.
+/// `Engine::mode`: `enabled = false`.
+const MODE_DISABLED: Word = 1;
+
+/// The mode word of a bulkhead (`enabled = false` wins over observe mode).
+const fn mode_of(enabled: bool, observe: Observe) -> Word {
+    if !enabled {
+        MODE_DISABLED
+    } else {
+        observe_bits(observe)
+    }
+}
+
+const fn observe_bits(observe: Observe) -> Word {
+    (if observe.concurrency() {
+        OBSERVE_CALLS
+    } else {
+        0
+    }) | (if observe.budget() { OBSERVE_BUDGET } else { 0 })
+}
+
 const fn reason_of(e: TakeError) -> Reason {
     match e {
         TakeError::Closed => Reason::Shutdown,
@@ -184,6 +205,10 @@ pub(crate) struct Engine<const N: usize> {
     revision: AtomicWord,
     max_concurrent: Word,
     enabled: bool,
+    /// How admissions are decided: 0 enforces every dimension (the fast path's one check);
+    /// otherwise [`MODE_DISABLED`] (`enabled = false`) or observe mode's bits
+    /// ([`OBSERVE_CALLS`], [`OBSERVE_BUDGET`], docs/design.md §4.7), decided out of line.
+    mode: AtomicWord,
     clock: ClockSource,
     #[cfg(feature = "std")]
     pub(crate) idle: idle::IdleWaiters,
@@ -196,6 +221,7 @@ impl<const N: usize> Engine<N> {
         max_concurrent: u64,
         budget: Option<u64>,
         enabled: bool,
+        observe: Observe,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
@@ -215,6 +241,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: mc,
             enabled,
+            mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
             #[cfg(feature = "std")]
             idle: idle::IdleWaiters::new(),
@@ -227,6 +254,7 @@ impl<const N: usize> Engine<N> {
         max_concurrent: u64,
         budget: Option<u64>,
         enabled: bool,
+        observe: Observe,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
@@ -243,6 +271,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: mc,
             enabled,
+            mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
             #[cfg(feature = "std")]
             idle: idle::IdleWaiters::new(),
@@ -336,8 +365,11 @@ impl<const N: usize> Engine<N> {
     /// (89 → 110 Ir in `bench/callgrind.sh`, measured A/B; the inliner's later choices differ).
     #[inline]
     fn now_or_short<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
-        if !self.enabled {
-            self.disabled_take::<TAKE>(w, c)
+        // Relaxed: the mode only selects the path; a decision racing `set_observe` is ordered
+        // before it.
+        let mode = self.mode.load(Relaxed);
+        if mode != 0 {
+            self.moded_take::<TAKE>(w, c, mode)
         } else if self.ring.is_empty() {
             if TAKE {
                 self.permits.try_take(w, c)
@@ -352,20 +384,77 @@ impl<const N: usize> Engine<N> {
         }
     }
 
-    /// `now_or_short` of a disabled bulkhead: everything is admitted (down to the signed
-    /// fields' floors) except under the kill switch, which holds here too (docs/design.md
-    /// §4.6). Out of line and cold: the enabled fast path does not carry it.
+    /// `now_or_short` of a disabled bulkhead or one in observe mode. Disabled: everything is
+    /// admitted (down to the signed fields' floors). Observe mode (docs/design.md §4.7): the
+    /// fast path's checks in its order with the observed dimensions let through when short
+    /// (counted in `observed_by_reason` when `TAKE`), the enforced ones checked as ever (C32).
+    /// The kill switch holds in both (§4.6). Out of line and cold: the enforcing fast path
+    /// does not carry it.
     #[cold]
     #[inline(never)]
-    fn disabled_take<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
+    fn moded_take<const TAKE: bool>(&self, w: Word, c: Word, mode: Word) -> Result<(), TakeError> {
         if self.limit.load(Relaxed) == 0 {
             return Err(TakeError::Busy);
         }
-        if TAKE {
-            self.permits.take_unbounded(w, c)
-        } else {
-            self.permits.would_take_unbounded(w, c)
+        if mode & MODE_DISABLED != 0 {
+            return if TAKE {
+                self.permits.take_unbounded(w, c)
+            } else {
+                self.permits.would_take_unbounded(w, c)
+            };
         }
+        if !self.ring.is_empty() {
+            // As the fast path: no barging past a queued waiter.
+            return Err(if self.is_closed() {
+                TakeError::Closed
+            } else {
+                TakeError::Busy
+            });
+        }
+        if TAKE {
+            let short = self.permits.try_take_observed(w, c, mode)?;
+            self.count_observed(short);
+            Ok(())
+        } else {
+            self.permits.would_take_observed(w, c, mode).map(|_| ())
+        }
+    }
+
+    /// Counts an admission observe mode let through with the dimensions `short` short (if
+    /// any), under the reason the enforced decision would have given (permits first).
+    fn count_observed(&self, short: Word) {
+        if short & OBSERVE_CALLS != 0 {
+            self.counters.observe(Reason::ConcurrencyLimit);
+        } else if short & OBSERVE_BUDGET != 0 {
+            self.counters.observe(Reason::BudgetLimit);
+        }
+    }
+
+    /// The dimensions observe mode lets through now.
+    pub(crate) fn observe(&self) -> Observe {
+        // Relaxed: a setting, read for stats.
+        let m = self.mode.load(Relaxed);
+        if m & MODE_DISABLED != 0 {
+            Observe::Off
+        } else {
+            Observe::of(m & OBSERVE_CALLS != 0, m & OBSERVE_BUDGET != 0)
+        }
+    }
+
+    /// Switches observe mode to `observe` (validated: `Budget` only with a budget), then runs
+    /// a dispatcher pass: a waiter queued for a dimension now observed is granted. Enforcing
+    /// again never revokes: observed holders beyond the limit leave by attrition, as after a
+    /// shrink. A disabled bulkhead stays disabled.
+    pub(crate) fn set_observe(&self, observe: Observe) {
+        // SeqCst: ordered with the permit word's RMWs, so the pass below sees the new mode.
+        let _ = self.mode.fetch_update(SeqCst, SeqCst, |m| {
+            Some(if m & MODE_DISABLED != 0 {
+                m
+            } else {
+                observe_bits(observe)
+            })
+        });
+        self.run_dispatcher();
     }
 
     #[inline]
@@ -412,11 +501,16 @@ impl<const N: usize> Engine<N> {
     /// are returned, if so: the weight above the limit (`concurrency_limit`; every weight under
     /// the kill switch), the cost above the budget (`budget_limit`). The rule of
     /// [`queue_refusal`](Self::queue_refusal) and of the dispatcher's head check.
+    /// An observed dimension never refuses (observe mode, docs/design.md §4.7) except the
+    /// kill switch's limit 0.
     #[inline]
     fn never_fits(&self, w: Word, c: Word) -> Option<Reason> {
-        if w > self.limit.load(Acquire) {
+        // Relaxed: as in `now_or_short`; read only when a limit is passed.
+        let observed = |bit: Word| self.mode.load(Relaxed) & bit != 0;
+        let limit = self.limit.load(Acquire);
+        if w > limit && (limit == 0 || !observed(OBSERVE_CALLS)) {
             Some(Reason::ConcurrencyLimit)
-        } else if c > self.budget.limit.load(Acquire) {
+        } else if c > self.budget.limit.load(Acquire) && !observed(OBSERVE_BUDGET) {
             Some(Reason::BudgetLimit)
         } else {
             None
@@ -860,6 +954,27 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// A live hold asks for `c` more units (`c > 0`, validated): taken now if they fit, nobody
+    /// is queued (no barging, I6) and the bulkhead is open — counted in `reserved_total` — or
+    /// held past the budget: counted in `overrun_total` and the `overrun_held` gauge (never
+    /// taken from the permit word, so nobody else is refused for it). Returns whether they were
+    /// taken (docs/design.md §4.5, "Streaming holds").
+    pub(crate) fn grow_hold(&self, c: Word) -> bool {
+        let taken = self.now_or_short::<true>(0, c).is_ok();
+        if taken {
+            self.counters.admitted.add(Lane::Reserved, c);
+        } else {
+            self.budget.overran(c);
+        }
+        taken
+    }
+
+    /// `c` units of a hold's overrun part left it (see [`grow_hold`](Self::grow_hold)).
+    #[inline]
+    pub(crate) fn overrun_returned(&self, c: Word) {
+        self.budget.overrun_returned(c);
+    }
+
     /// The free permits and free budget units of one load of the permit word (a model's
     /// observer checks that no state ever shows one dimension charged without the other).
     #[cfg(loom)]
@@ -896,6 +1011,7 @@ impl<const N: usize> Engine<N> {
             consumed_total: self.counters.admitted.sum(Lane::Consumed),
             refunded_total: b.refunded_total.load(Relaxed) as u64,
             overrun_total: b.overrun_total.load(Relaxed) as u64,
+            overrun_held: b.overrun_held.load(Relaxed) as u64,
         })
     }
 
@@ -987,8 +1103,17 @@ impl<const N: usize> Engine<N> {
                         // else: lost to the owner's cancel or a timer; the next turn sees it.
                         continue;
                     }
-                    match self.permits.reserve_for_head(w, c) {
-                        Reserve::Reserved => {}
+                    // Relaxed: as in `now_or_short`; the mode only selects the check.
+                    let observed = self.mode.load(Relaxed) & (OBSERVE_CALLS | OBSERVE_BUDGET);
+                    let mut short = 0;
+                    let reserved = if observed == 0 {
+                        self.permits.reserve_for_head(w, c)
+                    } else {
+                        self.permits
+                            .reserve_for_head_observed(w, c, observed, &mut short)
+                    };
+                    match reserved {
+                        Reserve::Reserved => self.count_observed(short),
                         // WAITERS is set in the state that showed the shortage: the next
                         // release dispatches again.
                         Reserve::Blocked => return false,

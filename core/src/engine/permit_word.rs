@@ -55,6 +55,11 @@ const _: () = assert!(
         < 1 << (Word::BITS - CALLS_SHIFT_WITH_BUDGET - 1)
 );
 
+/// Observe mode (docs/design.md §4.7): the permit limit is let through when short.
+pub(crate) const OBSERVE_CALLS: Word = 1 << 1;
+/// Observe mode: the budget is let through when short.
+pub(crate) const OBSERVE_BUDGET: Word = 1 << 2;
+
 /// `n` permits in word units without a budget (`n << SHIFT`); callers validated
 /// `n ≤ MAX_PERMITS`.
 #[inline]
@@ -251,6 +256,88 @@ impl PermitWord {
         }
     }
 
+    /// Observe mode (docs/design.md §4.7): why `n` permits and `c` units do not fit `cur` when
+    /// the dimensions in `observed` ([`OBSERVE_CALLS`], [`OBSERVE_BUDGET`]) are let through —
+    /// an enforced dimension short (permits first), an observed one at its field's floor — or
+    /// which observed dimensions were short (0: none). `observed == 0` is [`short`](Self::short).
+    fn observed_short(
+        &self,
+        cur: Word,
+        n: Word,
+        c: Word,
+        observed: Word,
+    ) -> Result<Word, TakeError> {
+        let (floor_calls, floor_budget) = self.floors();
+        let mut short = 0;
+        let calls = self.calls(cur);
+        if calls < n as SWord {
+            if observed & OBSERVE_CALLS == 0 || calls - (n as SWord) < floor_calls {
+                return Err(TakeError::Busy);
+            }
+            short |= OBSERVE_CALLS;
+        }
+        let units = self.budget(cur);
+        if c != 0 && units < c as SWord {
+            if observed & OBSERVE_BUDGET == 0 || units - (c as SWord) < floor_budget {
+                return Err(TakeError::Budget);
+            }
+            short |= OBSERVE_BUDGET;
+        }
+        Ok(short)
+    }
+
+    /// [`refusal`](Self::refusal) in observe mode: closed, a waiter queued (no barging), then
+    /// [`observed_short`](Self::observed_short).
+    fn observed_refusal(
+        &self,
+        cur: Word,
+        n: Word,
+        c: Word,
+        observed: Word,
+    ) -> Result<Word, TakeError> {
+        if cur & CLOSED != 0 {
+            Err(TakeError::Closed)
+        } else if cur & WAITERS != 0 {
+            Err(TakeError::Busy)
+        } else {
+            self.observed_short(cur, n, c, observed)
+        }
+    }
+
+    /// Observe mode's fast path: takes `n` permits and `c` units in one CAS unless an enforced
+    /// dimension is short (or closed, or a waiter is queued); returns the observed dimensions
+    /// that were short — what the enforced decision would have refused.
+    pub(crate) fn try_take_observed(
+        &self,
+        n: Word,
+        c: Word,
+        observed: Word,
+    ) -> Result<Word, TakeError> {
+        let unit = self.delta(n, c);
+        // Acquire: as in `try_take`.
+        let mut cur = self.state.load(Acquire);
+        loop {
+            let short = self.observed_refusal(cur, n, c, observed)?;
+            match self
+                .state
+                .compare_exchange_weak(cur, cur.wrapping_sub(unit), Acquire, Acquire)
+            {
+                Ok(_) => return Ok(short),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// What [`try_take_observed`](Self::try_take_observed) would answer now, taking nothing.
+    pub(crate) fn would_take_observed(
+        &self,
+        n: Word,
+        c: Word,
+        observed: Word,
+    ) -> Result<Word, TakeError> {
+        self.observed_refusal(self.load(), n, c, observed)
+    }
+
     /// Why [`take_unbounded`](Self::take_unbounded) would refuse in state `cur`, if it would.
     fn unbounded_refusal(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
         let (floor_calls, floor_budget) = self.floors();
@@ -297,7 +384,33 @@ impl PermitWord {
     /// Dispatcher only: takes `n` permits and `c` units for the head waiter, ignoring
     /// `WAITERS` (the head *is* the waiter it guards); when either is short, sets `WAITERS`
     /// in that same state.
+    #[inline]
     pub(crate) fn reserve_for_head(&self, n: Word, c: Word) -> Reserve {
+        self.reserve_with(n, c, |cur| self.short(cur, n, c).is_none())
+    }
+
+    /// [`reserve_for_head`](Self::reserve_for_head) in observe mode: the dimensions in
+    /// `observed` are let through when short; `short` receives which were. Out of line: the
+    /// enforcing dispatcher does not carry it.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reserve_for_head_observed(
+        &self,
+        n: Word,
+        c: Word,
+        observed: Word,
+        short: &mut Word,
+    ) -> Reserve {
+        self.reserve_with(n, c, |cur| {
+            self.observed_short(cur, n, c, observed)
+                .map(|s| *short = s)
+                .is_ok()
+        })
+    }
+
+    /// The reservation loop: `fits(cur)` decides whether the head's `n` and `c` are taken.
+    #[inline(always)]
+    fn reserve_with(&self, n: Word, c: Word, mut fits: impl FnMut(Word) -> bool) -> Reserve {
         let mut cur = self.state.load(Acquire);
         loop {
             // Checked in the same CAS as the reservation: a pass that began before `close()` can
@@ -305,7 +418,7 @@ impl PermitWord {
             if cur & CLOSED != 0 {
                 return Reserve::Closed;
             }
-            let (next, outcome) = if self.short(cur, n, c).is_none() {
+            let (next, outcome) = if fits(cur) {
                 (cur.wrapping_sub(self.delta(n, c)), Reserve::Reserved)
             } else if cur & WAITERS == 0 {
                 (cur | WAITERS, Reserve::Blocked)

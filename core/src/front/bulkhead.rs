@@ -131,6 +131,7 @@ impl Bulkhead<0> {
                 config.max_concurrent,
                 config.budget,
                 config.enabled,
+                config.observe,
                 ring,
                 clock,
             ),
@@ -180,6 +181,7 @@ impl<const N: usize> Bulkhead<N> {
                 config.max_concurrent,
                 config.budget,
                 config.enabled,
+                config.observe,
                 WaiterRing::new_inline(config.max_queue as Word),
                 ClockSource::None,
             ),
@@ -219,6 +221,7 @@ impl<const N: usize> Bulkhead<N> {
                 config.max_concurrent,
                 config.budget,
                 config.enabled,
+                config.observe,
                 WaiterRing::new_inline(config.max_queue as Word),
                 ClockSource::None,
             ),
@@ -566,6 +569,19 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
+    /// A live hold asks for `cost` more units: taken if they fit with nobody queued, else held
+    /// past the budget as overrun (see [`Call::report_usage`](crate::Call::report_usage)).
+    pub(crate) fn grow_hold(&self, cost: u64) -> bool {
+        self.engine.grow_hold(cost as Word)
+    }
+
+    /// `cost` units of a hold's overrun part left it.
+    pub(crate) fn overrun_returned(&self, cost: u64) {
+        if self.engine.has_budget() {
+            self.engine.overrun_returned(cost as Word);
+        }
+    }
+
     /// Counts a settlement of a hold of `held` budget units against `used` (docs/design.md
     /// §4.5): the unused rest refunded, use beyond the hold as overrun.
     #[inline]
@@ -685,7 +701,38 @@ impl<const N: usize> Bulkhead<N> {
             circuit: self.policies().and_then(|p| p.circuit_stats(now())),
             budget: self.engine.budget_stats(),
             revision: self.engine.revision(),
+            observe: self.engine.observe(),
+            observed_by_reason: c.observed(),
         }
+    }
+
+    /// Switches observe (shadow) mode at run time (docs/design.md §4.7): the dimensions of
+    /// `observe` are decided and counted (`stats().observed_by_reason`) but let through; the
+    /// others are enforced. Switching to a mode that observes a dimension grants the waiters
+    /// queued for it at once; enforcing again never revokes — observed holders above the
+    /// limit leave by attrition, as after a shrink. No effect on a disabled bulkhead.
+    ///
+    /// # Errors
+    /// [`ConfigError::Observe`] for [`Observe::Budget`](crate::Observe::Budget) on a bulkhead
+    /// without a budget; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Observe, Reason};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, max_queue: 0, observe: Observe::All,
+    ///                                 ..Config::default() }).unwrap();
+    /// let (a, b) = (bh.try_acquire(1).unwrap(), bh.try_acquire(1).unwrap()); // both admitted
+    /// assert_eq!(bh.stats().observed_by_reason.get(Reason::ConcurrencyLimit), 1);
+    /// bh.set_observe(Observe::Off).unwrap();
+    /// assert!(bh.try_acquire(1).is_err()); // enforced again: 2 held of 1, none taken
+    /// # drop((a, b));
+    /// ```
+    pub fn set_observe(&self, observe: crate::Observe) -> Result<(), ConfigError> {
+        if observe == crate::Observe::Budget && !self.has_budget() {
+            return Err(ConfigError::Observe);
+        }
+        self.engine.set_observe(observe);
+        Ok(())
     }
 
     /// `active == 0 && queued == 0 && granted_unclaimed == 0` (what `drain` waits for).

@@ -6,7 +6,14 @@
 
 use core::{fmt, ops::Deref, time::Duration};
 
-use crate::{front::bulkhead::Bulkhead, outcome::Outcome, policy::state::CallStart};
+use crate::{
+    front::{
+        bulkhead::Bulkhead,
+        usage::{HoldChange, UsageError, UsageReport},
+    },
+    outcome::Outcome,
+    policy::state::CallStart,
+};
 
 /// A granted admission on a bulkhead reached through `B` (a reference or an `Arc`).
 ///
@@ -19,8 +26,12 @@ where
 {
     bh: B,
     weight: u64,
-    /// Budget units held (0 without a budget).
+    /// Budget units held and charged to the budget (0 without a budget).
     cost: u64,
+    /// Budget units held past the budget: streaming growth that did not fit (never charged).
+    overrun: u64,
+    /// The cumulative usage reported so far (`report_usage`).
+    reported: u64,
     call: CallStart,
     outcome: Outcome,
     /// The call's outcome is recorded (a `call_timeout` overrun); only the permits are left.
@@ -78,6 +89,8 @@ where
             bh,
             weight,
             cost,
+            overrun: 0,
+            reported: 0,
             call,
             outcome: Outcome::Ignored,
             ended: false,
@@ -144,9 +157,20 @@ where
         self.weight
     }
 
-    /// Budget units still held (docs/design.md §4.5).
+    /// Budget units still held (docs/design.md §4.5), with the part held past the budget
+    /// ([`overrun`](Self::overrun)).
     pub fn cost(&self) -> u64 {
-        self.cost
+        self.cost + self.overrun
+    }
+
+    /// The part of the hold past the budget: streaming growth that did not fit.
+    pub fn overrun(&self) -> u64 {
+        self.overrun
+    }
+
+    /// The cumulative usage reported so far through [`report_usage`](Self::report_usage).
+    pub fn reported(&self) -> u64 {
+        self.reported
     }
 
     /// Returns `n` of the held budget units now — a refund once the real cost is known, or a
@@ -164,17 +188,108 @@ where
     /// assert_eq!((call.cost(), bh.stats().budget.unwrap().available), (500, 500));
     /// ```
     pub fn refund(&mut self, n: u64) -> Result<(), InvalidRelease> {
-        take_part(&mut self.cost, n)?;
-        self.bh.return_unused(n);
+        let mut held = self.cost();
+        take_part(&mut held, n)?;
+        self.shrink_hold(n);
         Ok(())
     }
 
-    /// Ends the call now with `outcome`, reporting that it `used` budget units in all: the
+    /// Returns `n` (`1 ..= cost()`) units of the hold, counted refunded: the part held past
+    /// the budget first (it returns nothing to the budget), then charged units, which return at
+    /// once and wake whoever now fits.
+    fn shrink_hold(&mut self, n: u64) {
+        let over = n.min(self.overrun);
+        if over != 0 {
+            self.overrun -= over;
+            self.bh.budget_settled(over, 0);
+            self.bh.overrun_returned(over);
+        }
+        if n > over {
+            self.cost -= n - over;
+            self.bh.return_unused(n - over);
+        }
+    }
+
+    /// Reports a streaming call's usage (docs/design.md §4.5, "Streaming holds"): `used`
+    /// units so far (cumulative: never below an earlier report) and `remaining` units it may
+    /// still use. The hold becomes `used + remaining`: a shrink returns units at once and
+    /// wakes whoever now fits; a growth goes through admission — taken if it fits and nobody is
+    /// queued ([`HoldChange::Grew`]), otherwise held past the budget as overrun
+    /// ([`HoldChange::Overran`], counted in `overrun_total` and `overrun_held`; the budget is
+    /// never taken from anyone else). The call's end settles against the last report unless it
+    /// reports a final usage ([`end_with_usage`](Self::end_with_usage)). On a bulkhead without
+    /// a budget only `used` is recorded (the hold stays 0). Never blocks.
+    ///
+    /// # Errors
+    /// [`UsageError`] — `used` below an earlier report, `used + remaining` above
+    /// [`MAX_BUDGET`](crate::MAX_BUDGET), or a call that returned all its permits; nothing
+    /// changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Decision, HoldChange, Request};
+    /// let bh = Bulkhead::new(Config { budget: Some(1000), ..Config::default() }).unwrap();
+    /// let Decision::Granted(mut call) = bh.admit(&Request::new(1).cost(800), None) else { panic!() };
+    /// // 100 tokens in, at most 300 more expected: the hold shrinks to 400.
+    /// assert_eq!(call.report_usage(100, 300).unwrap().change, HoldChange::Shrank(400));
+    /// // The stream runs long: 500 more fit the budget, and are taken.
+    /// assert_eq!(call.report_usage(600, 300).unwrap().change, HoldChange::Grew(500));
+    /// assert_eq!(bh.stats().budget.unwrap().available, 100);
+    /// ```
+    pub fn report_usage(&mut self, used: u64, remaining: u64) -> Result<UsageReport, UsageError> {
+        if self.weight == 0 {
+            return Err(UsageError::Released);
+        }
+        if used < self.reported {
+            return Err(UsageError::Decreased {
+                previous: self.reported,
+                got: used,
+            });
+        }
+        let target = used
+            .checked_add(remaining)
+            .filter(|&t| t <= crate::limits::MAX_BUDGET)
+            .ok_or(UsageError::TooLarge { used, remaining })?;
+        self.reported = used;
+        if !self.bh.has_budget() {
+            return Ok(UsageReport {
+                used,
+                held: 0,
+                overrun: 0,
+                change: HoldChange::Unchanged,
+            });
+        }
+        let held = self.cost();
+        let change = if target < held {
+            self.shrink_hold(held - target);
+            HoldChange::Shrank(held - target)
+        } else if target > held {
+            let d = target - held;
+            if self.bh.grow_hold(d) {
+                self.cost += d;
+                HoldChange::Grew(d)
+            } else {
+                self.overrun += d;
+                HoldChange::Overran(d)
+            }
+        } else {
+            HoldChange::Unchanged
+        };
+        Ok(UsageReport {
+            used,
+            held: target,
+            overrun: self.overrun,
+            change,
+        })
+    }
+
+    /// Ends the call now with `outcome`, reporting that it `used` budget units in all (at least
+    /// its last [`report_usage`](Self::report_usage): a lower figure is raised to it): the
     /// unused rest of its hold is refunded, use beyond it is counted as overrun (a call ended
     /// any other way used its whole hold). Releases everything.
     pub fn end_with_usage(mut self, outcome: Outcome, used: u64) {
         self.outcome = outcome;
-        self.end_now(Some(used));
+        self.end_now(Some(used.max(self.reported)));
     }
 
     /// Records the outcome (unless recorded already), settles the budget hold against `used`
@@ -187,15 +302,17 @@ where
             self.ended = true;
             self.bh.finish(self.call, self.outcome);
         }
-        let (w, c) = (
+        let (w, c, o) = (
             core::mem::take(&mut self.weight),
             core::mem::take(&mut self.cost),
+            core::mem::take(&mut self.overrun),
         );
         // A call that held no units still reports what it used (as overrun): consumption is
         // never dropped for a hold of 0 (async-bulkhead-llm's `totalConsumed` bug).
-        let used = used.unwrap_or(c);
-        if c > 0 || used > 0 {
-            self.bh.budget_settled(c, used);
+        let used = used.unwrap_or(c + o);
+        if c + o > 0 || used > 0 {
+            self.bh.budget_settled(c + o, used);
+            self.bh.overrun_returned(o);
         }
         if w > 0 || c > 0 {
             // Both in one RMW of the permit word: nobody sees one returned without the other.
@@ -234,8 +351,12 @@ where
     pub fn release_partial(&mut self, n: u64) -> Result<(), InvalidRelease> {
         take_part(&mut self.weight, n)?;
         let c = if self.weight == 0 {
-            let c = core::mem::take(&mut self.cost);
-            self.bh.budget_settled(c, 0);
+            let (c, o) = (
+                core::mem::take(&mut self.cost),
+                core::mem::take(&mut self.overrun),
+            );
+            self.bh.budget_settled(c + o, 0);
+            self.bh.overrun_returned(o);
             c
         } else {
             0
@@ -261,18 +382,23 @@ where
     /// Budget units the call holds return first (counted refunded): a call with a cost keeps
     /// them through [`into_parts_with_cost`](Self::into_parts_with_cost).
     pub fn into_parts(mut self) -> (B, u64, CallStart) {
-        if self.cost > 0 {
-            let c = core::mem::take(&mut self.cost);
-            self.bh.return_unused(c);
+        let held = self.cost();
+        if held > 0 {
+            self.shrink_hold(held);
         }
         let (bh, weight, _, call) = self.into_parts_with_cost();
         (bh, weight, call)
     }
 
     /// Takes the call apart without ending it, budget units included: the handle, the
-    /// permits, the units and the token. Rebuild it with
-    /// [`from_parts_with_cost`](Self::from_parts_with_cost).
-    pub fn into_parts_with_cost(self) -> (B, u64, u64, CallStart) {
+    /// permits, the units charged to the budget and the token. Rebuild it with
+    /// [`from_parts_with_cost`](Self::from_parts_with_cost). The part of the hold past the
+    /// budget returns first (counted refunded) and the reported usage is forgotten: the
+    /// rebuilt call starts its reports afresh.
+    pub fn into_parts_with_cost(mut self) -> (B, u64, u64, CallStart) {
+        if self.overrun > 0 {
+            self.shrink_hold(self.overrun);
+        }
         let this = core::mem::ManuallyDrop::new(self);
         // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once.
         let bh = unsafe { core::ptr::read(&this.bh) };
@@ -285,8 +411,10 @@ where
     /// return now (the handle-free pair holds permits only), counted refunded.
     pub fn forget(mut self) -> u64 {
         self.outcome = Outcome::Ignored;
-        let c = core::mem::take(&mut self.cost);
-        self.bh.return_unused(c);
+        let held = self.cost();
+        if held > 0 {
+            self.shrink_hold(held);
+        }
         let w = core::mem::take(&mut self.weight);
         self.bh.engine.lend(w as crate::sync::Word);
         w
@@ -324,6 +452,8 @@ where
         f.debug_struct("Call")
             .field("weight", &self.weight)
             .field("cost", &self.cost)
+            .field("overrun", &self.overrun)
+            .field("reported", &self.reported)
             .field("outcome", &self.outcome)
             .field("ended", &self.ended)
             .finish_non_exhaustive()

@@ -6,7 +6,7 @@
 //!
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
-//! `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
+//! `usage` (streaming settlement's answers) ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
 //! (revisioned limits) uses `bulkhead`.
 
 pub mod acquire;
@@ -22,4 +22,5 @@ pub mod dry_run;
 pub mod guarded;
 mod legacy;
 pub mod request;
+pub mod usage;
 pub mod waiter;

@@ -32,32 +32,32 @@ pub(super) fn budgeted(max_concurrent: u64, budget: u64, max_queue: u64) -> Bulk
     .unwrap()
 }
 
-fn ask(weight: u64, cost: u64) -> Request {
+pub(super) fn ask(weight: u64, cost: u64) -> Request {
     Request::new(weight).cost(cost)
 }
 
-fn granted(d: Decision<&Bulkhead, 0>) -> Call<&Bulkhead, 0> {
+pub(super) fn granted(d: Decision<&Bulkhead, 0>) -> Call<&Bulkhead, 0> {
     match d {
         Decision::Granted(c) => c,
         other => panic!("expected a grant, got {other:?}"),
     }
 }
 
-fn queued(d: Decision<&Bulkhead, 0>) -> Waiter<&Bulkhead, 0> {
+pub(super) fn queued(d: Decision<&Bulkhead, 0>) -> Waiter<&Bulkhead, 0> {
     match d {
         Decision::Queued(w) => w,
         other => panic!("expected to queue, got {other:?}"),
     }
 }
 
-fn refused(d: Decision<&Bulkhead, 0>) -> AcquireError {
+pub(super) fn refused(d: Decision<&Bulkhead, 0>) -> AcquireError {
     match d {
         Decision::Rejected(e) => e,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
 
-fn poll_granted<'a>(w: &mut Waiter<&'a Bulkhead, 0>) -> Option<Call<&'a Bulkhead, 0>> {
+pub(super) fn poll_granted<'a>(w: &mut Waiter<&'a Bulkhead, 0>) -> Option<Call<&'a Bulkhead, 0>> {
     match w.poll(None) {
         Poll::Pending => None,
         Poll::Ready(Ok(c)) => Some(c),
@@ -65,12 +65,12 @@ fn poll_granted<'a>(w: &mut Waiter<&'a Bulkhead, 0>) -> Option<Call<&'a Bulkhead
     }
 }
 
-fn budget(bh: &Bulkhead) -> BudgetStats {
+pub(super) fn budget(bh: &Bulkhead) -> BudgetStats {
     bh.stats().budget.expect("a budget")
 }
 
 /// I2 for both dimensions at a quiescent point, and the settlement identity (C30).
-fn books_balance(bh: &Bulkhead) {
+pub(super) fn books_balance(bh: &Bulkhead) {
     let s = bh.stats();
     assert_eq!(
         s.available + s.active as i64 + s.granted_unclaimed as i64,
@@ -85,7 +85,7 @@ fn books_balance(bh: &Bulkhead) {
     );
     assert_eq!(
         b.reserved_total + b.overrun_total,
-        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed,
+        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed + b.overrun_held,
         "settlement identity: {b:?}"
     );
 }

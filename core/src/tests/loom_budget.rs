@@ -2,7 +2,8 @@
 //! and budget units in one CAS, so no state of the permit word ever shows one dimension charged
 //! without the other (C29); a refund wakes the head waiter that now fits (I4); a cancel and a
 //! refund-driven grant have one winner (I7); a shrink of the budget below a waiter's cost
-//! refuses it, racing a release, and the books balance (I2 for both dimensions, I5).
+//! refuses it, racing a release, and the books balance (I2 for both dimensions, I5); a streaming
+//! hold's growth never barges past a waiter being granted, nor over-charges the budget.
 
 use core::task::Poll;
 use std::vec::Vec;
@@ -159,4 +160,57 @@ fn loom_budget_shrink_vs_release_with_a_waiter() {
         assert_eq!((s.limit, s.available), (7, 7));
         assert_quiescent(&b);
     });
+}
+
+#[test]
+fn loom_budget_growth_vs_a_release_granting_a_waiter() {
+    // Budget 10: H1 holds (1, 6), H2 (1, 3); W queued for (1, 3). H1's stream reports a growth
+    // of 1 while H2 ends (which grants W). The growth never barges: while W waits it overruns
+    // (held past the budget, charged to nobody); once W is granted it is taken if it fits.
+    // Either way W is granted, the budget is never over-charged (available >= 0), and the
+    // books balance with the overrun held (C30), then at the end without it. Both orders are
+    // explored (checked after the model).
+    static SEEN: [std::sync::atomic::AtomicBool; 2] =
+        [const { std::sync::atomic::AtomicBool::new(false) }; 2];
+    model_at_most(3, || {
+        let b = bh(4, 10, 2);
+        let mut h1 = granted(admit(&b, 1, 6));
+        let h2 = granted(admit(&b, 1, 3));
+        let mut w = queued(admit(&b, 1, 3));
+        let grow = thread::spawn(move || {
+            let r = h1.report_usage(5, 2).unwrap();
+            (h1, r.change)
+        });
+        let rel = thread::spawn(move || drop(h2));
+        let (h1, change) = grow.join().unwrap();
+        rel.join().unwrap();
+        let c = match w.poll(None) {
+            Poll::Ready(Ok(c)) => c,
+            other => panic!("the waiter was not granted: {other:?}"),
+        };
+        let s = b.stats().budget.unwrap();
+        let i = match change {
+            crate::HoldChange::Grew(1) => {
+                assert_eq!((s.available, s.overrun_held), (0, 0));
+                0
+            }
+            crate::HoldChange::Overran(1) => {
+                assert_eq!((s.available, s.overrun_held), (1, 1));
+                1
+            }
+            other => panic!("{other:?}"),
+        };
+        SEEN[i].store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            s.reserved_total + s.overrun_total,
+            s.consumed_total + s.refunded_total + s.in_use + s.overrun_held,
+            "{s:?}"
+        );
+        drop((h1, c));
+        assert_quiescent(&b);
+    });
+    let seen = SEEN
+        .each_ref()
+        .map(|b| b.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(seen, [true, true], "[grew, overran] explored");
 }

@@ -24,5 +24,11 @@ mod loom_breaker;
 mod loom_budget;
 #[cfg(loom)]
 mod loom_bulkhead;
+#[cfg(all(loom, feature = "std"))]
+mod loom_observe;
+#[cfg(all(not(loom), feature = "std"))]
+mod observe;
 #[cfg(all(not(loom), feature = "std"))]
 mod registry;
+#[cfg(all(not(loom), feature = "std"))]
+mod usage;
