@@ -243,6 +243,11 @@ export interface BulkheadOptions {
    */
   budget?: number | null
   /**
+   * A bound on the total cost of queued requests beside `maxQueue` (1 … 2^40 − 1; needs a
+   * budget): a request whose cost would pass it is refused `queue_limit`. Default none.
+   */
+  maxQueuedCost?: number | null
+  /**
    * Observe (shadow) mode (docs/design.md §4.7): the dimensions decided and counted
    * (`stats().observedByReason`) but not enforced. Default `'off'`; `'budget'` needs a budget.
    */
@@ -378,7 +383,7 @@ export interface BudgetStats {
   limit: number
   /** The ceiling the bulkhead was built with. */
   maxBudget: number
-  /** Units held by claimed grants. */
+  /** Units held by claimed grants (charged to the budget). */
   inUse: number
   /** Free units; negative after the budget shrank below `inUse`. */
   available: number
@@ -390,8 +395,12 @@ export interface BudgetStats {
   consumedTotal: number
   /** Units returned unused. */
   refundedTotal: number
-  /** Units reported used beyond what their call held. */
+  /** Units reported used beyond what their call held, and streaming growth that did not fit. */
   overrunTotal: number
+  /** Units of live holds past the budget (streaming growth that did not fit; never charged). */
+  overrunHeld: number
+  /** The total cost of queued requests (bounded by `maxQueuedCost`). */
+  queuedCost: number
 }
 
 /** The adaptive limit's state. */

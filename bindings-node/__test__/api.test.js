@@ -684,6 +684,10 @@ describe('stats()', () => {
     throwsNaming(() => new Bulkhead({ budget: 0 }), RangeError, 'budget')
     throwsNaming(() => new Bulkhead({ budget: '5' }), TypeError, 'budget')
     throwsNaming(() => new Bulkhead({ maxConcurrent: 300_000, budget: 10 }), RangeError, 'budget')
+    // The streaming and queue-bound keys of the block (docs/design.md §4.5).
+    assert.deepEqual([b.overrunHeld, b.queuedCost], [0, 0])
+    assert.equal(new Bulkhead({ budget: 10, maxQueuedCost: 5 }).stats().budget.queuedCost, 0)
+    throwsNaming(() => new Bulkhead({ maxQueuedCost: 5 }), RangeError, 'maxQueuedCost')
     const r = new Registry({ budget: 100, overrides: { small: { budget: 10 } } })
     r.tryAcquire('small').release()
     r.tryAcquire('big').release()

@@ -615,6 +615,11 @@ def test_budget_option_comes_from_the_core_table() -> None:
     assert (b["limit"], b["max_budget"], b["in_use"], b["available"]) == (500, 500, 0, 500)
     with bh.try_acquire() as _:  # cost 0: passes the budget
         assert bh.stats()["budget"]["in_use"] == 0
+    # The streaming and queue-bound keys of the block (docs/design.md §4.5).
+    assert (b["overrun_held"], b["queued_cost"]) == (0, 0)
+    assert hullguard.Bulkhead(budget=10, max_queued_cost=5).stats()["budget"]["queued_cost"] == 0
+    with pytest.raises(ValueError, match="max_queued_cost must be an integer in 1..=1099511627775, on a bulkhead with a budget"):
+        hullguard.Bulkhead(max_queued_cost=5)
     with pytest.raises(ValueError, match=r"budget must be an integer in 1\.\.=1099511627775"):
         hullguard.Bulkhead(budget=0)
     with pytest.raises(TypeError, match="budget must be an integer"):
@@ -978,7 +983,7 @@ def test_unknown_options_are_refused_with_the_known_names() -> None:
     # A keyword argument: TypeError (as Python refuses one), listing the options.
     with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
         hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
-    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "observe", "resilience"' in str(e.value)
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "max_queued_cost", "observe", "resilience"' in str(e.value)
     with pytest.raises(TypeError, match='"max_keys", "overrides"'):
         hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match='unknown option "max_keys"'):

@@ -91,6 +91,8 @@ pub struct BudgetStats {
     /// charged (so a hold may exceed the budget by this much: `in_use + overrun_held ≤ limit +
     /// overrun_held`, docs/design.md §4.5).
     pub overrun_held: u64,
+    /// The total cost of queued waiters (bounded by `max_queued_cost`, docs/design.md §4.5).
+    pub queued_cost: u64,
 }
 
 /// How a nested part of the stats is keyed (see [`StatsVisitor::begin`]).
@@ -191,6 +193,7 @@ impl Stats {
                 v.count("refunded_total", b.refunded_total);
                 v.count("overrun_total", b.overrun_total);
                 v.count("overrun_held", b.overrun_held);
+                v.count("queued_cost", b.queued_cost);
                 v.end();
             }
         }

@@ -18,6 +18,8 @@ use proptest::prelude::*;
 const MAX_CONCURRENT: u64 = 3;
 const MAX_QUEUE: u64 = 2;
 const BUDGET: u64 = 12;
+/// `max_queued_cost`: bites with two queued costs (up to 2 × 12).
+const MAX_QUEUED_COST: u64 = 15;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -91,6 +93,8 @@ struct Model {
     /// Observe mode: (permits observed, budget observed), and what it let through by reason.
     observe: (bool, bool),
     observed: [u64; Reason::COUNT],
+    /// Refusals by `max_queued_cost` (the generator's coverage).
+    cost_bound_hits: u64,
 }
 
 /// One claimed call of the model: permits, units charged to the budget, units held past it
@@ -109,6 +113,11 @@ impl Model {
         self.calls
             .iter()
             .fold((0, 0), |(w, c), k| (w + k.w, c + k.c))
+    }
+
+    /// The total cost of the live waiters.
+    fn queued_cost(&self) -> u64 {
+        self.fifo.iter().map(|&i| self.waiters[i].1).sum()
     }
 
     fn overrun_held(&self) -> u64 {
@@ -263,6 +272,10 @@ impl Model {
         if self.fifo.len() as u64 >= MAX_QUEUE {
             return self.reject(Reason::QueueLimit);
         }
+        if self.queued_cost() + cost > MAX_QUEUED_COST {
+            self.cost_bound_hits += 1;
+            return self.reject(Reason::QueueLimit);
+        }
         self.waiters.push((weight, cost, MState::Waiting));
         self.fifo.push_back(self.waiters.len() - 1);
         self.dispatch();
@@ -366,6 +379,12 @@ fn check(m: &Model, bh: &Bulkhead, step: usize) -> Result<(), TestCaseError> {
         step
     );
     prop_assert_eq!(
+        b.queued_cost,
+        m.queued_cost(),
+        "queued cost at step {}",
+        step
+    );
+    prop_assert_eq!(
         b.overrun_held,
         m.overrun_held(),
         "overrun held at step {}",
@@ -410,6 +429,7 @@ struct Coverage {
     queue_limit: u64,
     refunds: u64,
     observe_switches: u64,
+    cost_bound: u64,
     /// Admissions observe mode let through (counted in `observed_by_reason`).
     observed: u64,
     /// Reports that shrank, grew through admission, and overran.
@@ -437,6 +457,7 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
         max_concurrent: MAX_CONCURRENT,
         max_queue: MAX_QUEUE,
         budget: Some(BUDGET),
+        max_queued_cost: Some(MAX_QUEUED_COST),
         queue_timeout: Duration::MAX,
         ..Config::default()
     })
@@ -600,6 +621,7 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
         check(&m, &bh, step)?;
     }
     cov.observed = m.observed.iter().sum();
+    cov.cost_bound = m.cost_bound_hits;
     // Everything ends: the bulkhead is idle (I5) and the books balance.
     for w in r.waiters.iter_mut().filter_map(Option::take) {
         if let Cancelled::Granted(c) = w.cancel(Reason::Aborted) {
@@ -656,6 +678,7 @@ fn budget_generator_reaches_every_path() {
         total.grew += c.grew;
         total.overran += c.overran;
         total.observed += c.observed;
+        total.cost_bound += c.cost_bound;
     }
     let t = total;
     assert!(
@@ -668,7 +691,8 @@ fn budget_generator_reaches_every_path() {
             && t.shrank > 0
             && t.grew > 0
             && t.overran > 0
-            && t.observed > 0,
+            && t.observed > 0
+            && t.cost_bound > 0,
         "{t:?}"
     );
 }

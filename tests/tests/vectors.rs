@@ -761,7 +761,8 @@ impl Runner {
         let mut units: BTreeMap<Option<String>, u64> = BTreeMap::new();
         let mut over: BTreeMap<Option<String>, u64> = BTreeMap::new();
         let mut queued: BTreeMap<Option<String>, u64> = BTreeMap::new();
-        for st in self.acquires.values() {
+        let mut queued_cost: BTreeMap<Option<String>, u64> = BTreeMap::new();
+        for (id, st) in &self.acquires {
             match st {
                 State::Held {
                     key,
@@ -774,7 +775,10 @@ impl Runner {
                     *units.entry(key.clone()).or_default() += cost;
                     *over.entry(key.clone()).or_default() += overrun;
                 }
-                State::Queued { key, .. } => *queued.entry(key.clone()).or_default() += 1,
+                State::Queued { key, .. } => {
+                    *queued.entry(key.clone()).or_default() += 1;
+                    *queued_cost.entry(key.clone()).or_default() += self.weights[id].1;
+                }
                 State::Released { .. } | State::Rejected => {}
             }
         }
@@ -785,6 +789,11 @@ impl Runner {
         for (k, s) in &all {
             let u = units.get(k).copied().unwrap_or(0);
             let o = over.get(k).copied().unwrap_or(0);
+            if let Some(b) = &s.budget {
+                // The queued cost is the costs the runner has queued (its own record).
+                let q = queued_cost.get(k).copied().unwrap_or(0);
+                assert_eq!(b.queued_cost, q, "{ctx}: queued_cost of {k:?}: {s}");
+            }
             let b = s.budget.map(|b| vectors::BudgetCounts {
                 in_use: b.in_use,
                 available: b.available,
@@ -843,7 +852,7 @@ fn stats_json(s: &Stats) -> Value {
             "available": b.available, "granted_unclaimed": b.granted_unclaimed,
             "reserved_total": b.reserved_total, "consumed_total": b.consumed_total,
             "refunded_total": b.refunded_total, "overrun_total": b.overrun_total,
-            "overrun_held": b.overrun_held,
+            "overrun_held": b.overrun_held, "queued_cost": b.queued_cost,
         })),
         "adaptive": s.adaptive.map(|a| json!({
             "algorithm": a.algorithm.as_str(), "limit": a.limit, "min_limit": a.min_limit,
@@ -873,7 +882,7 @@ fn scenario_vectors() {
     // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 70, "only {n} admission vectors");
+    assert!(n >= 73, "only {n} admission vectors");
 }
 
 #[test]

@@ -60,6 +60,10 @@ pub struct Config {
     /// counted (`stats().observed_by_reason`) but not enforced. [`Observe::Off`] by default;
     /// [`Observe::Budget`] needs a budget. Changed at run time by `Bulkhead::set_observe`.
     pub observe: Observe,
+    /// A bound on the total cost of queued requests (docs/design.md §4.5), `1 ..= MAX_BUDGET`,
+    /// beside `max_queue`: a request whose cost would pass it is refused `queue_limit` instead
+    /// of queueing. Needs a budget; `None` (the default): `max_queue` bounds the queue alone.
+    pub max_queued_cost: Option<u64>,
 }
 
 impl Config {
@@ -72,6 +76,7 @@ impl Config {
         resilience: Resilience::OFF,
         budget: None,
         observe: Observe::Off,
+        max_queued_cost: None,
     };
 
     /// Checks every option, naming the first bad one.
@@ -97,6 +102,11 @@ impl Config {
         if let Some(b) = self.budget {
             if b == 0 || b > MAX_BUDGET || self.max_concurrent > MAX_CONCURRENT_WITH_BUDGET {
                 return Err(ConfigError::Budget);
+            }
+        }
+        if let Some(m) = self.max_queued_cost {
+            if m == 0 || m > MAX_BUDGET || self.budget.is_none() {
+                return Err(ConfigError::MaxQueuedCost);
             }
         }
         if self.observe.budget() && self.budget.is_none() && !self.observe.concurrency() {
@@ -165,6 +175,8 @@ pub enum ConfigError {
     BudgetLimit,
     /// `observe` is `"budget"` on a bulkhead without a budget.
     Observe,
+    /// `max_queued_cost` is 0 or above [`MAX_BUDGET`], or given without a budget.
+    MaxQueuedCost,
     /// An `adaptive` option out of range (`max_limit` also when above `max_concurrent`).
     Adaptive(AdaptiveConfigError),
     /// A `breaker` option out of range.
@@ -190,6 +202,7 @@ impl ConfigError {
             ConfigError::MaxQueue => OptionId::MaxQueue,
             ConfigError::Budget => OptionId::Budget,
             ConfigError::Observe => OptionId::Observe,
+            ConfigError::MaxQueuedCost => OptionId::MaxQueuedCost,
             ConfigError::Limit | ConfigError::Resilience | ConfigError::BudgetLimit => {
                 return None;
             }
@@ -274,6 +287,13 @@ impl fmt::Display for SpelledError {
                 OptionId::Budget.spec().path(s),
                 OptionId::Budget.spec().range(s),
                 OptionId::MaxConcurrent.spec().spelled(s),
+            ),
+            ConfigError::MaxQueuedCost => write!(
+                f,
+                "{} must be {}, on a bulkhead with a {}",
+                OptionId::MaxQueuedCost.spec().path(s),
+                OptionId::MaxQueuedCost.spec().range(s),
+                OptionId::Budget.spec().spelled(s),
             ),
             ConfigError::Observe => write!(
                 f,

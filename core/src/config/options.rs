@@ -161,6 +161,7 @@ pub enum OptionId {
     QueueTimeout,
     Enabled,
     Budget,
+    MaxQueuedCost,
     Observe,
     MaxKeys,
     AdaptiveAlgorithm,
@@ -187,7 +188,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 28;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -588,6 +589,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "none",
         doc: "an in-flight ceiling of cost units beside the permits; none: every cost is 0",
         c_name: c"budget",
+    },
+    OptionSpec {
+        id: OptionId::MaxQueuedCost,
+        section: Section::Bulkhead,
+        name: "max_queued_cost",
+        kind: count(1, MAX_BUDGET),
+        default: "none",
+        doc: "a bound on the total cost of queued requests (with a budget); none: max_queue only",
+        c_name: c"max_queued_cost",
     },
     OptionSpec {
         id: OptionId::Observe,

@@ -269,6 +269,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::Budget) {
             c.budget = Some(n);
         }
+        if let Some(n) = self.count(O::MaxQueuedCost) {
+            c.max_queued_cost = Some(n);
+        }
         if let Some(Value::Choice(s)) = self.get(O::Observe) {
             c.observe = crate::observe::Observe::parse(s).unwrap_or_default();
         }

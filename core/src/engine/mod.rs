@@ -534,7 +534,8 @@ impl<const N: usize> Engine<N> {
             return Err(r);
         }
         let ahead = self.ring.live();
-        if ahead >= self.ring.max_queue() || self.ring.free_cells() == 0 {
+        if ahead >= self.ring.max_queue() || self.ring.free_cells() == 0 || !self.ring.cost_fits(c)
+        {
             return Err(Reason::QueueLimit);
         }
         Ok(DryAdmit::Queue {
@@ -563,7 +564,7 @@ impl<const N: usize> Engine<N> {
         if let Some(r) = self.queue_refusal(w, c, short) {
             return Err(self.reject(r));
         }
-        let t = match self.ring.claim() {
+        let t = match self.ring.claim(c) {
             Ok(t) => t,
             Err(ClaimError::QueueLimit) => return Err(self.reject(Reason::QueueLimit)),
             Err(ClaimError::RingFull) => {
@@ -670,7 +671,7 @@ impl<const N: usize> Engine<N> {
                 match self.ring.free(cell, s) {
                     Ok(_) => {
                         // One winner against the dispatcher's WAITING → GRANTED CAS.
-                        self.ring.cancelled_live();
+                        self.ring.cancelled_live(cell);
                         self.counters.reject(reason);
                         cell.waker.clear(t);
                         self.run_dispatcher();
@@ -1012,6 +1013,7 @@ impl<const N: usize> Engine<N> {
             refunded_total: b.refunded_total.load(Relaxed) as u64,
             overrun_total: b.overrun_total.load(Relaxed) as u64,
             overrun_held: b.overrun_held.load(Relaxed) as u64,
+            queued_cost: self.ring.queued_cost() as u64,
         })
     }
 

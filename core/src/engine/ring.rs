@@ -35,7 +35,7 @@ use crate::{
 /// Why a ticket could not be claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimError {
-    /// `max_queue` live waiters already.
+    /// `max_queue` live waiters already, or their costs would pass `max_queued_cost`.
     QueueLimit,
     /// A whole lap of cells is taken by waiters and by results their owners have not taken
     /// (see "Capacity"), or one occupant was skipped for the most laps a stamp can count.
@@ -54,6 +54,11 @@ pub(crate) struct WaiterRing<const N: usize> {
     /// Cells taken or reserved (for `ring_free`, and the capacity check of `claim`): +1
     /// before a claim, −1 when a cell is freed.
     occupied: AtomicWord,
+    /// The total cost of live waiters (docs/design.md §4.5): +c before a claim, −c when a
+    /// waiter settles (before its CAS, as `live`, so it too may read low for a moment).
+    queued_cost: AtomicWord,
+    /// `max_queued_cost`; `Word::MAX`: no bound.
+    max_queued_cost: Word,
     max_queue: Word,
     cap_shift: u32,
     inline: [Cell; N],
@@ -76,6 +81,8 @@ impl<const N: usize> WaiterRing<N> {
             head: CachePadded::new(AtomicWord::new(0)),
             live: AtomicWord::new(0),
             occupied: AtomicWord::new(0),
+            queued_cost: AtomicWord::new(0),
+            max_queued_cost: Word::MAX,
             max_queue,
             cap_shift: if N == 0 { 0 } else { N.trailing_zeros() },
             inline: [const { Cell::new() }; N],
@@ -93,6 +100,8 @@ impl<const N: usize> WaiterRing<N> {
             head: CachePadded::new(AtomicWord::new(0)),
             live: AtomicWord::new(0),
             occupied: AtomicWord::new(0),
+            queued_cost: AtomicWord::new(0),
+            max_queued_cost: Word::MAX,
             max_queue,
             cap_shift: if N == 0 { 0 } else { N.trailing_zeros() },
             inline: core::array::from_fn(|_| Cell::new()),
@@ -183,6 +192,24 @@ impl<const N: usize> WaiterRing<N> {
         self.max_queue
     }
 
+    /// This ring with a bound on the total cost of its live waiters (`max_queued_cost`).
+    pub(crate) const fn with_max_queued_cost(mut self, max: Option<u64>) -> Self {
+        if let Some(m) = max {
+            self.max_queued_cost = m as Word;
+        }
+        self
+    }
+
+    /// The total cost of live waiters (0 while a racing settlement has it low).
+    pub(crate) fn queued_cost(&self) -> Word {
+        (self.queued_cost.load(Acquire) as SWord).max(0) as Word
+    }
+
+    /// Whether `c` more units of queued cost fit `max_queued_cost` now (a dry run's check).
+    pub(crate) fn cost_fits(&self, c: Word) -> bool {
+        c == 0 || fits_n(self.queued_cost.load(Acquire), c, self.max_queued_cost)
+    }
+
     /// Live waiters (0 while a racing settlement has it one low, see `settle`).
     pub(crate) fn live(&self) -> Word {
         (self.live.load(Acquire) as SWord).max(0) as Word
@@ -233,18 +260,34 @@ impl<const N: usize> WaiterRing<N> {
     /// refused `queue_limit` below `max_queue`). If the CAS loses, the winner (a cancel) counts
     /// the waiter out itself and this undoes its own decrement, so `live` reads one low only
     /// while a grant and a cancel of the same waiter race.
+    /// Its cost leaves `queued_cost` the same way.
     pub(crate) fn settle(&self, cell: &Cell, from: Stamp, kind: Kind) -> Result<(), Stamp> {
-        self.live.fetch_sub(1, AcqRel);
+        // Relaxed: written by the enqueuer before its Release publish, which the caller's
+        // Acquire load of the stamp saw.
+        let c = cell.cost.load(Relaxed);
+        self.leave(c);
         self.transition(cell, from, |s| s.with(kind))
             .map(drop)
             .inspect_err(|_| {
                 self.live.fetch_add(1, AcqRel);
+                if c != 0 {
+                    self.queued_cost.fetch_add(c, AcqRel);
+                }
             })
     }
 
-    /// The owner cancelled its own waiting ticket (its cell freed by [`free`](Self::free)).
-    pub(crate) fn cancelled_live(&self) {
+    /// The owner cancelled its own waiting ticket `cell` (freed by [`free`](Self::free)).
+    pub(crate) fn cancelled_live(&self, cell: &Cell) {
+        // Relaxed: the owner wrote it itself.
+        self.leave(cell.cost.load(Relaxed));
+    }
+
+    /// A waiter of cost `c` leaves the live count and the queued cost.
+    fn leave(&self, c: Word) {
         self.live.fetch_sub(1, AcqRel);
+        if c != 0 {
+            self.queued_cost.fetch_sub(c, AcqRel);
+        }
     }
 
     /// Frees ticket `t`'s cell from state `from` (consumed or cancelled by its owner): it
@@ -269,15 +312,22 @@ impl<const N: usize> WaiterRing<N> {
     /// that ticket's lap: claimed (`FREE(L) → CLAIMED(L)`), or, when an occupant of an older
     /// lap still holds the cell, relabelled one lap further (a skip, see [`crate::cell`]).
     /// Whoever finds the cell at `tail` already marked helps the tail on.
-    pub(crate) fn claim(&self) -> Result<Word, ClaimError> {
+    ///
+    /// A waiter of cost `c` also reserves `c` of `max_queued_cost` (the same way: the total
+    /// never passes the bound, except while a racing settlement has it low).
+    pub(crate) fn claim(&self, c: Word) -> Result<Word, ClaimError> {
         let cap = self.capacity() as Word;
         if cap == 0 || !reserve(&self.live, self.max_queue) {
             // Count first: `live` may never exceed `max_queue`, whatever the interleaving.
             return Err(ClaimError::QueueLimit);
         }
+        if c != 0 && !reserve_n(&self.queued_cost, c, self.max_queued_cost) {
+            self.live.fetch_sub(1, AcqRel);
+            return Err(ClaimError::QueueLimit);
+        }
         if !reserve(&self.occupied, cap) {
             // Every cell is taken by a waiter or by a result its owner has not taken yet.
-            self.live.fetch_sub(1, AcqRel);
+            self.leave(c);
             return Err(ClaimError::RingFull);
         }
         loop {
@@ -309,7 +359,7 @@ impl<const N: usize> WaiterRing<N> {
                 let Some(next) = s.skipped() else {
                     // One occupant skipped for as many laps as a stamp counts: give up.
                     self.occupied.fetch_sub(1, AcqRel);
-                    self.live.fetch_sub(1, AcqRel);
+                    self.leave(c);
                     return Err(ClaimError::RingFull);
                 };
                 // AcqRel: Acquire as above; Release orders the relabel before our tail CAS.
@@ -365,6 +415,29 @@ fn reserve(counter: &AtomicWord, max: Word) -> bool {
         match counter.compare_exchange_weak(n, n.wrapping_add(1), AcqRel, Relaxed) {
             Ok(_) => return true,
             Err(actual) => n = actual,
+        }
+    }
+}
+
+/// Whether `n` more fit under `max` on a counter reading `cur` (read as signed and clamped at
+/// 0: it may dip below zero for a moment, as `live`).
+#[inline]
+fn fits_n(cur: Word, n: Word, max: Word) -> bool {
+    let cur = (cur as SWord).max(0) as Word;
+    cur.checked_add(n).is_some_and(|t| t <= max)
+}
+
+/// Adds `n` to `counter` if the total stays at most `max` (a reservation, as [`reserve`]).
+fn reserve_n(counter: &AtomicWord, n: Word, max: Word) -> bool {
+    let mut cur = counter.load(Relaxed);
+    loop {
+        if !fits_n(cur, n, max) {
+            return false;
+        }
+        // AcqRel: as in `reserve`.
+        match counter.compare_exchange_weak(cur, cur.wrapping_add(n), AcqRel, Relaxed) {
+            Ok(_) => return true,
+            Err(actual) => cur = actual,
         }
     }
 }

@@ -124,6 +124,7 @@ impl Bulkhead<0> {
             WaiterRing::new_inline(0)
         } else {
             WaiterRing::new_heap(config.max_queue as Word, config.ring_capacity())?
+                .with_max_queued_cost(config.max_queued_cost)
         };
         let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
         let bh = Bulkhead {
@@ -182,7 +183,8 @@ impl<const N: usize> Bulkhead<N> {
                 config.budget,
                 config.enabled,
                 config.observe,
-                WaiterRing::new_inline(config.max_queue as Word),
+                WaiterRing::new_inline(config.max_queue as Word)
+                    .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
             ),
             queue_timeout: config.queue_timeout,
@@ -222,7 +224,8 @@ impl<const N: usize> Bulkhead<N> {
                 config.budget,
                 config.enabled,
                 config.observe,
-                WaiterRing::new_inline(config.max_queue as Word),
+                WaiterRing::new_inline(config.max_queue as Word)
+                    .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
             ),
             queue_timeout: config.queue_timeout,

@@ -214,3 +214,48 @@ fn loom_budget_growth_vs_a_release_granting_a_waiter() {
         .map(|b| b.load(std::sync::atomic::Ordering::Relaxed));
     assert_eq!(seen, [true, true], "[grew, overran] explored");
 }
+
+#[test]
+fn loom_budget_queued_cost_bound_is_never_passed() {
+    // Budget 10 held whole by H; max_queued_cost 10. Two threads queue (1, 6) at once: the
+    // reservation of the queued cost is one CAS, so exactly one queues and the other is
+    // refused queue_limit (6 + 6 > 10) in every interleaving; then H ends and the queued one
+    // is granted, its cost leaving the total.
+    model_at_most(3, || {
+        let b = static_bh(Config {
+            max_concurrent: 4,
+            max_queue: 2,
+            budget: Some(10),
+            max_queued_cost: Some(10),
+            ..Config::DEFAULT
+        });
+        let h = granted(admit(&b, 1, 10));
+        let spawn = || {
+            let b = b.clone();
+            thread::spawn(move || match admit(&b, 1, 6) {
+                Decision::Queued(w) => Some(w),
+                Decision::Rejected(e) => {
+                    assert_eq!(e.reason(), Some(Reason::QueueLimit));
+                    None
+                }
+                Decision::Granted(c) => panic!("granted {c:?} with the budget held"),
+            })
+        };
+        let (t1, t2) = (spawn(), spawn());
+        let mut waiters: Vec<_> = [t1.join().unwrap(), t2.join().unwrap()]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(waiters.len(), 1, "the bound was passed or nobody queued");
+        assert_eq!(b.stats().budget.unwrap().queued_cost, 6);
+        drop(h);
+        let mut w = waiters.pop().unwrap();
+        let c = match w.poll(None) {
+            Poll::Ready(Ok(c)) => c,
+            other => panic!("not granted: {other:?}"),
+        };
+        assert_eq!(b.stats().budget.unwrap().queued_cost, 0);
+        drop(c);
+        assert_quiescent(&b);
+    });
+}

@@ -29,6 +29,8 @@ mod loom_observe;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
 #[cfg(all(not(loom), feature = "std"))]
+mod queued_cost;
+#[cfg(all(not(loom), feature = "std"))]
 mod registry;
 #[cfg(all(not(loom), feature = "std"))]
 mod usage;
