@@ -355,6 +355,11 @@ export interface BulkheadStats {
   /** The longest enqueue → grant time, in ns. */
   queueWaitMaxNs: number
   /**
+   * Those waits per power-of-two bucket of ns, keyed by each bucket's exclusive upper bound
+   * (`'1024'` … `'68719476736'`) and `'inf'` (docs/design.md §8.1, C35).
+   */
+  queueWaitHistogram: Record<string, number>
+  /**
    * The revision of the limits in force (docs/design.md §4.6): 0 until the first
    * `apply_limits` (applied from Node with the bindings' gateway admission).
    */

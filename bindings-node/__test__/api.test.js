@@ -644,6 +644,10 @@ describe('stats()', () => {
       queueWaitCount: 0,
       queueWaitSumNs: 0,
       queueWaitMaxNs: 0,
+      // C35: power-of-two buckets of ns, keyed by their exclusive upper bound (kept exactly).
+      queueWaitHistogram: Object.fromEntries(
+        [...Array.from({ length: 27 }, (_, i) => String(2 ** (10 + i))), 'inf'].map((k) => [k, 0]),
+      ),
       revision: 0,
       observe: 'off',
       observedByReason: zeroRejections(),

@@ -110,6 +110,7 @@ const STATS_KEYS = [
   'queueWaitCount',
   'queueWaitSumNs',
   'queueWaitMaxNs',
+  'queueWaitHistogram',
   'revision',
   'observe',
   'observedByReason',

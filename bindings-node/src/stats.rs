@@ -76,7 +76,8 @@ impl StatsVisitor for Builder<'_> {
     }
     fn begin(&mut self, key: &'static str, nested: Nested) {
         let obj = Object::new(self.env);
-        let reasons = nested == Nested::Reasons;
+        // Reason names and bucket bounds are kept exactly; field names are camel-cased.
+        let reasons = nested != Nested::Fields;
         let level = self.check(obj).map(|obj| (key, reasons, obj));
         self.levels.extend(level);
     }

@@ -47,6 +47,7 @@ STATS_KEYS = (
     "queue_wait_count",
     "queue_wait_sum_ns",
     "queue_wait_max_ns",
+    "queue_wait_histogram",
     "revision",
     "observe",
     "observed_by_reason",

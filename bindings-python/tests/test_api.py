@@ -571,9 +571,13 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert s["adaptive"] is None and s["circuit"] is None and s["budget"] is None
     # Observe mode (docs/design.md §4.7): off, and nothing observed.
     assert s["observe"] == "off"
+    # The queue-wait histogram (C35): power-of-two buckets of ns, keyed by their exclusive
+    # upper bound, then "inf".
+    assert list(s["queue_wait_histogram"]) == [str(1 << k) for k in range(10, 37)] + ["inf"]
+    assert all(v == 0 for v in s["queue_wait_histogram"].values())
     assert s["observed_by_reason"] == dict.fromkeys(REASONS, 0)
     for k in STATS_KEYS:
-        if k not in ("rejected_by_reason", "observe", "observed_by_reason", "adaptive", "circuit", "budget"):
+        if k not in ("rejected_by_reason", "queue_wait_histogram", "observe", "observed_by_reason", "adaptive", "circuit", "budget"):
             assert type(s[k]) is int, k
     # The ring: next_power_of_two(max_queue + max(max_queue, 64)) cells, all free.
     assert (s["limit"], s["max_concurrent"], s["available"], s["ring_free"]) == (2, 2, 2, 128)

@@ -364,3 +364,57 @@ class _Observer:
         self.handle.cancel()
         if self.error is not None:
             raise self.error
+
+
+def test_c35_queue_waits_on_the_virtual_clock(vloop: VirtualClockLoop) -> None:
+    """C35 (../shared/cases/CASES.md): L=1, Q=10 on the binding's test clock. W1 waits exactly
+    90 ms; W2's timeout is not a wait; W3 (admitted at once) records none; an awaitable created
+    at t=0 and first awaited at t=500 ms waits from its first await (100 ms), not 600 ms. The
+    histogram holds each wait once (both in the bucket below 2^27 ns)."""
+    bh = hullguard.Bulkhead(max_concurrent=1, max_queue=10, _clock=vloop.clock)
+    late = bh.acquire()  # step 4: created at t=0, not awaited yet (nothing queues)
+    outcomes: Dict[str, str] = {}
+
+    async def hold(name: str, ms: int, timeout: Optional[float] = None, ctx: Any = None) -> None:
+        try:
+            p = await (ctx if ctx is not None else bh.acquire(timeout=timeout))
+        except hullguard.BulkheadQueueTimeoutError:
+            outcomes[name] = "timeout"
+            return
+        outcomes[name] = "granted"
+        await asyncio.sleep(ms / 1000)
+        p.release()
+
+    def at(ms: int, coro: Any) -> None:
+        vloop.advance(ms - vloop.now_ns // 1_000_000)
+        vloop.create_task(coro)
+        vloop.run_until_quiet()
+
+    queued = []
+    at(0, hold("h", 100))
+    at(10, hold("w1", 100))
+    queued.append(bh.stats()["queued"])
+    at(20, hold("w2", 0, timeout=0.05))
+    queued.append(bh.stats()["queued"])
+    vloop.advance(50)  # t=70: W2 times out
+    queued.append(bh.stats()["queued"])
+    assert outcomes["w2"] == "timeout"
+    assert (bh.stats()["queue_wait_count"], bh.stats()["queue_wait_sum_ns"]) == (0, 0)
+    vloop.advance(30)  # t=100: H releases, W1 is granted after exactly 90 ms
+    queued.append(bh.stats()["queued"])
+    assert queued == [1, 2, 1, 0]  # step 5: the gauge equals the live waiters at every sample
+    s = bh.stats()
+    assert (s["queue_wait_count"], s["queue_wait_sum_ns"], s["queue_wait_max_ns"]) == (1, 90_000_000, 90_000_000)
+    at(300, hold("w3", 50))  # step 3: admitted at once, no wait
+    assert bh.stats()["queue_wait_count"] == 1
+    at(400, hold("h2", 200))
+    at(500, hold("late", 0, ctx=late))
+    vloop.advance(100)  # t=600: H2 releases, the late awaitable is granted
+    vloop.run_until_quiet()
+    assert outcomes["late"] == "granted"
+    s = bh.stats()
+    assert (s["queue_wait_count"], s["queue_wait_sum_ns"], s["queue_wait_max_ns"]) == (2, 190_000_000, 100_000_000)
+    h = s["queue_wait_histogram"]
+    assert h["134217728"] == 2 and sum(h.values()) == 2, h
+    vloop.advance(1_000)
+    assert_idle(bh)

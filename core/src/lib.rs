@@ -139,7 +139,7 @@ pub use crate::{
     policy::CallStart,
     reason::{AcquireError, Reason, ReasonInfo, Rejection, Snapshot},
     resilience::Resilience,
-    stats::{BudgetStats, Nested, RejectedByReason, Stats, StatsVisitor},
+    stats::{BudgetStats, Nested, RejectedByReason, Stats, StatsVisitor, WaitHistogram},
 };
 #[cfg(feature = "alloc")]
 pub use crate::{

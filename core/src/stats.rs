@@ -41,6 +41,8 @@ pub struct Stats {
     pub queue_wait_sum_ns: u64,
     /// The longest such wait, in ns.
     pub queue_wait_max_ns: u64,
+    /// Those waits per power-of-two bucket of ns (C35).
+    pub queue_wait_histogram: WaitHistogram,
     /// The adaptive limit's state; `None` unless one is attached.
     pub adaptive: Option<AdaptiveStats>,
     /// The circuit breaker's state and counters; `None` unless one is attached. Reading the
@@ -103,6 +105,87 @@ pub enum Nested {
     Fields,
     /// Keys are reason names (`rejected_by_reason`): every layer keeps them exactly.
     Reasons,
+    /// Keys are bucket bounds (`queue_wait_histogram`): every layer keeps them exactly.
+    Buckets,
+}
+
+/// Buckets of the [`WaitHistogram`].
+pub const WAIT_BUCKETS: usize = 28;
+
+/// The queue-wait histogram (C35, docs/design.md §8.1): granted waits (enqueue → grant on the
+/// host clock, the waits of `queue_wait_count`) counted per power-of-two bucket of ns. Bucket
+/// `i < 27` counts waits below `2^(10+i)` ns and at or above the previous bound (bucket 0:
+/// below 1 024 ns ≈ 1 µs; bucket 26: below 2^36 ns ≈ 68.7 s); bucket 27 (`"inf"`) the rest.
+/// Fixed buckets, no allocation; written by the dispatcher only (one writer at a time), so each
+/// count is exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WaitHistogram(pub [u64; WAIT_BUCKETS]);
+
+impl WaitHistogram {
+    /// The buckets' keys, in every layer: each bucket's exclusive upper bound in ns, and
+    /// `"inf"`.
+    pub const KEYS: [&'static str; WAIT_BUCKETS] = [
+        "1024",
+        "2048",
+        "4096",
+        "8192",
+        "16384",
+        "32768",
+        "65536",
+        "131072",
+        "262144",
+        "524288",
+        "1048576",
+        "2097152",
+        "4194304",
+        "8388608",
+        "16777216",
+        "33554432",
+        "67108864",
+        "134217728",
+        "268435456",
+        "536870912",
+        "1073741824",
+        "2147483648",
+        "4294967296",
+        "8589934592",
+        "17179869184",
+        "34359738368",
+        "68719476736",
+        "inf",
+    ];
+
+    /// The bucket of a wait of `ns`.
+    pub const fn bucket_of(ns: u64) -> usize {
+        // Bit length − 10: [2^(b−1), 2^b) is bucket b − 10, below 2^10 bucket 0.
+        let bits = (u64::BITS - ns.leading_zeros()) as usize;
+        if bits <= 10 {
+            0
+        } else if bits - 10 < WAIT_BUCKETS {
+            bits - 10
+        } else {
+            WAIT_BUCKETS - 1
+        }
+    }
+
+    /// The exclusive upper bound of bucket `i` in ns (`None` for the last one, and past it).
+    pub const fn bound_ns(i: usize) -> Option<u64> {
+        if i + 1 < WAIT_BUCKETS {
+            Some(1 << (10 + i))
+        } else {
+            None
+        }
+    }
+
+    /// `(key, count)` per bucket, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Self::KEYS.iter().copied().zip(self.0.iter().copied())
+    }
+
+    /// The number of waits counted (equals `queue_wait_count`).
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
 }
 
 /// A consumer of the stats schema, driven by [`Stats::visit`] in schema order. Bindings build
@@ -144,6 +227,11 @@ impl Stats {
         v.count("queue_wait_count", self.queue_wait_count);
         v.count("queue_wait_sum_ns", self.queue_wait_sum_ns);
         v.count("queue_wait_max_ns", self.queue_wait_max_ns);
+        v.begin("queue_wait_histogram", Nested::Buckets);
+        for (k, n) in self.queue_wait_histogram.iter() {
+            v.count(k, n);
+        }
+        v.end();
         v.count("revision", self.revision);
         v.text("observe", self.observe.as_str());
         v.begin("observed_by_reason", Nested::Reasons);
@@ -204,6 +292,8 @@ impl Stats {
 struct Line<'a, 'b> {
     f: &'a mut fmt::Formatter<'b>,
     prefix: Option<&'static str>,
+    /// Inside the histogram: empty buckets are left out.
+    buckets: bool,
     first: bool,
     err: fmt::Result,
 }
@@ -224,7 +314,9 @@ impl Line<'_, '_> {
 
 impl StatsVisitor for Line<'_, '_> {
     fn count(&mut self, key: &'static str, value: u64) {
-        self.put(key, &value);
+        if !(self.buckets && value == 0) {
+            self.put(key, &value);
+        }
     }
     fn signed(&mut self, key: &'static str, value: i64) {
         self.put(key, &value);
@@ -233,13 +325,17 @@ impl StatsVisitor for Line<'_, '_> {
         self.put(key, &value);
     }
     fn begin(&mut self, key: &'static str, nested: Nested) {
-        self.prefix = Some(match nested {
-            Nested::Reasons => "rejected",
-            Nested::Fields => key,
+        self.buckets = nested == Nested::Buckets;
+        self.prefix = Some(match key {
+            "rejected_by_reason" => "rejected",
+            "observed_by_reason" => "observed",
+            "queue_wait_histogram" => "wait_lt",
+            k => k,
         });
     }
     fn end(&mut self) {
         self.prefix = None;
+        self.buckets = false;
     }
     fn absent(&mut self, _key: &'static str) {}
 }
@@ -249,6 +345,7 @@ impl fmt::Display for Stats {
         let mut line = Line {
             f,
             prefix: None,
+            buckets: false,
             first: true,
             err: Ok(()),
         };

@@ -33,7 +33,7 @@ use std::{
 use hullguard_core::{
     AcquireError, Admission, Bulkhead, CancelError, Clock, ClockSource, Config, ConfigError,
     InvalidRelease, OverRelease, Permit, Reason, RejectedByReason, Rejection, Request, Snapshot,
-    Stats, Ticket, TicketPoll, WouldAdmit,
+    Stats, Ticket, TicketPoll, WaitHistogram, WouldAdmit,
 };
 use proptest::{
     prelude::*,
@@ -115,6 +115,8 @@ struct Model {
     wait_count: u64,
     wait_sum_ns: u64,
     wait_max_ns: u64,
+    /// Waits per histogram bucket, placed by walking the bucket bounds.
+    wait_buckets: [u64; hullguard_core::stats::WAIT_BUCKETS],
     now_ns: u64,
     /// Settlements not yet compared with the engine's wake-ups: `(ticket, outcome, by the
     /// dispatcher)`; an expiry is not the dispatcher's and is exempt from the FIFO check.
@@ -149,6 +151,7 @@ impl Model {
             wait_count: 0,
             wait_sum_ns: 0,
             wait_max_ns: 0,
+            wait_buckets: [0; hullguard_core::stats::WAIT_BUCKETS],
             now_ns: 0,
             events: Vec::new(),
         }
@@ -265,6 +268,10 @@ impl Model {
                         self.wait_count += 1;
                         self.wait_sum_ns += waited;
                         self.wait_max_ns = self.wait_max_ns.max(waited);
+                        let i = (0..hullguard_core::stats::WAIT_BUCKETS)
+                            .find(|&i| WaitHistogram::bound_ns(i).is_none_or(|b| waited < b))
+                            .unwrap();
+                        self.wait_buckets[i] += 1;
                     }
                 }
                 Settled::Rejected(r) => self.rejected[r.index()] += 1,
@@ -405,6 +412,7 @@ impl Model {
         s.queue_wait_count = self.wait_count;
         s.queue_wait_sum_ns = self.wait_sum_ns;
         s.queue_wait_max_ns = self.wait_max_ns;
+        s.queue_wait_histogram = WaitHistogram(self.wait_buckets);
         s
     }
 }

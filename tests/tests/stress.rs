@@ -850,7 +850,8 @@ struct BudgetTally {
 /// (shrinks, growth through admission, overrun), settling with random usage
 /// (below and above the hold) and cancelling; an observer samples the stats throughout. Neither
 /// dimension is ever over-charged (`available ≥ 0`, so `in_use ≤ limit`); at the end the
-/// bulkhead is idle and every budget counter equals the threads' own tallies.
+/// bulkhead is idle and every budget counter equals the threads' own tallies, and every queue
+/// wait is in the histogram and within the run's elapsed time (C35 step 6).
 #[test]
 fn budget_is_never_over_charged() {
     use hullguard_core::{Cancelled, Decision, HoldChange, Outcome, Request};
@@ -866,6 +867,7 @@ fn budget_is_never_over_charged() {
         .unwrap(),
     );
     let done = Arc::new(AtomicBool::new(false));
+    let started = std::time::Instant::now();
     let observer = {
         let (bh, done) = (bh.clone(), done.clone());
         thread::spawn(move || {
@@ -1020,5 +1022,19 @@ fn budget_is_never_over_charged() {
     );
     assert_eq!(s.rejected_by_reason.0, total.rejected, "{s}");
     assert!(total.rejected[Reason::BudgetLimit.index()] > 0, "{total:?}");
+    // C35 step 6 on the real clock: one wait per queued grant, each in the histogram, none
+    // above the run's elapsed time (no "now minus an unset start").
+    let elapsed = u64::try_from(started.elapsed().as_nanos()).unwrap();
+    assert!(s.queue_wait_count > 0, "{s}");
+    assert_eq!(s.queue_wait_histogram.total(), s.queue_wait_count, "{s}");
+    assert!(
+        s.queue_wait_max_ns <= elapsed,
+        "{} > {elapsed}: {s}",
+        s.queue_wait_max_ns
+    );
+    assert!(
+        s.queue_wait_sum_ns <= s.queue_wait_count * s.queue_wait_max_ns,
+        "{s}"
+    );
     assert!(total.grants > ops, "{total:?}");
 }

@@ -10,6 +10,7 @@ use crossbeam_utils::CachePadded;
 use crate::{
     reason::Reason,
     reason::RejectedByReason,
+    stats::{WAIT_BUCKETS, WaitHistogram},
     sync::{AtomicWord, Ordering::*, Word},
 };
 
@@ -159,6 +160,8 @@ pub(crate) struct Counters {
     pub(crate) wait_count: AtomicWord,
     pub(crate) wait_sum_ns: AtomicWord,
     pub(crate) wait_max_ns: AtomicWord,
+    /// The waits per bucket of [`WaitHistogram`] (dispatcher only, as `wait_count`).
+    pub(crate) wait_buckets: [AtomicWord; WAIT_BUCKETS],
 }
 
 impl Counters {
@@ -175,6 +178,7 @@ impl Counters {
             wait_count: AtomicWord::new(0),
             wait_sum_ns: AtomicWord::new(0),
             wait_max_ns: AtomicWord::new(0),
+            wait_buckets: [const { AtomicWord::new(0) }; WAIT_BUCKETS],
         }
     }
 
@@ -191,6 +195,7 @@ impl Counters {
             wait_count: AtomicWord::new(0),
             wait_sum_ns: AtomicWord::new(0),
             wait_max_ns: AtomicWord::new(0),
+            wait_buckets: core::array::from_fn(|_| AtomicWord::new(0)),
         }
     }
 
@@ -235,6 +240,19 @@ impl Counters {
         Self::bump(&self.wait_count, |v| v.wrapping_add(1));
         Self::bump(&self.wait_sum_ns, |v| v.wrapping_add(ns));
         Self::bump(&self.wait_max_ns, |v| v.max(ns));
+        Self::bump(
+            &self.wait_buckets[WaitHistogram::bucket_of(ns as u64)],
+            |v| v.wrapping_add(1),
+        );
+    }
+
+    /// The queue-wait histogram.
+    pub(crate) fn wait_histogram(&self) -> WaitHistogram {
+        let mut out = [0u64; WAIT_BUCKETS];
+        for (o, c) in out.iter_mut().zip(&self.wait_buckets) {
+            *o = c.load(Relaxed) as u64;
+        }
+        WaitHistogram(out)
     }
 
     /// Counts an explicit release of an already released handle.

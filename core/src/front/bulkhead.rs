@@ -700,6 +700,7 @@ impl<const N: usize> Bulkhead<N> {
             queue_wait_count: c.wait_count_total(),
             queue_wait_sum_ns: c.wait_sum_total(),
             queue_wait_max_ns: c.wait_max(),
+            queue_wait_histogram: c.wait_histogram(),
             adaptive: self.policies().and_then(Policies::adaptive_stats),
             circuit: self.policies().and_then(|p| p.circuit_stats(now())),
             budget: self.engine.budget_stats(),

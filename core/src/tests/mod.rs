@@ -34,3 +34,5 @@ mod queued_cost;
 mod registry;
 #[cfg(all(not(loom), feature = "std"))]
 mod usage;
+#[cfg(all(not(loom), feature = "std"))]
+mod wait_stats;
