@@ -252,6 +252,11 @@ export interface BulkheadOptions {
    * (`stats().observedByReason`) but not enforced. Default `'off'`; `'budget'` needs a budget.
    */
   observe?: ObserveMode | null
+  /**
+   * Permits calls may hand back while their work goes on (orphaning, docs/design.md §5.3):
+   * 0 … 2^60 − 1, default 0 (off); orphaning from Node comes with the gateway admission.
+   */
+  maxOrphaned?: number | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }
@@ -346,6 +351,10 @@ export interface BulkheadStats {
   releasedTwiceTotal: number
   /** Permits reclaimed after their `Permit` was garbage-collected while held. */
   leakedTotal: number
+  /** Permits of orphaned calls whose work goes on (outside `active`, at most `maxOrphaned`). */
+  orphanedInFlight: number
+  /** Permits ever orphaned. */
+  orphanedTotal: number
   /** Free cells of the waiter ring. */
   ringFree: number
   /** Acquires that queued and were then granted. */

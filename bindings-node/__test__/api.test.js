@@ -640,6 +640,8 @@ describe('stats()', () => {
       rejectedByReason: zeroRejections(),
       releasedTwiceTotal: 0,
       leakedTotal: 0,
+      orphanedInFlight: 0,
+      orphanedTotal: 0,
       ringFree: 256,
       queueWaitCount: 0,
       queueWaitSumNs: 0,

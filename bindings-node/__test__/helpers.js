@@ -106,6 +106,8 @@ const STATS_KEYS = [
   'rejectedByReason',
   'releasedTwiceTotal',
   'leakedTotal',
+  'orphanedInFlight',
+  'orphanedTotal',
   'ringFree',
   'queueWaitCount',
   'queueWaitSumNs',

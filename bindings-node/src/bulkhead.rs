@@ -476,11 +476,6 @@ impl NativeDrain {
     #[napi]
     pub fn give_up(&self) -> DrainReport {
         self.fut.borrow_mut().take();
-        let s = self.bh.snapshot();
-        report(DrainResult {
-            drained: false,
-            active: s.active,
-            queued: s.queued,
-        })
+        report(self.bh.drain_result(false))
     }
 }

@@ -43,6 +43,8 @@ STATS_KEYS = (
     "rejected_by_reason",
     "released_twice_total",
     "leaked_total",
+    "orphaned_in_flight",
+    "orphaned_total",
     "ring_free",
     "queue_wait_count",
     "queue_wait_sum_ns",

@@ -128,6 +128,7 @@ pub use crate::{
         apply::{LimitsError, LimitsSnapshot},
         call::Call,
         dry_run::WouldAdmit,
+        orphan::OrphanError,
         request::Request,
         usage::{HoldChange, UsageError, UsageReport},
         waiter::{Cancelled, Waiter},

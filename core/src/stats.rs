@@ -33,6 +33,11 @@ pub struct Stats {
     pub released_twice_total: u64,
     /// Permits returned because a binding handle was destroyed while held.
     pub leaked_total: u64,
+    /// Permits of orphaned calls whose work goes on (`Call::orphan`, docs/design.md §5.3):
+    /// outside `active`, at most `max_orphaned`; `drain` waits for them.
+    pub orphaned_in_flight: u64,
+    /// Permits ever orphaned.
+    pub orphaned_total: u64,
     /// Ring cells free for new waiters.
     pub ring_free: u64,
     /// Acquires that queued and were then granted.
@@ -223,6 +228,8 @@ impl Stats {
         v.end();
         v.count("released_twice_total", self.released_twice_total);
         v.count("leaked_total", self.leaked_total);
+        v.count("orphaned_in_flight", self.orphaned_in_flight);
+        v.count("orphaned_total", self.orphaned_total);
         v.count("ring_free", self.ring_free);
         v.count("queue_wait_count", self.queue_wait_count);
         v.count("queue_wait_sum_ns", self.queue_wait_sum_ns);

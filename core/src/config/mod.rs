@@ -64,6 +64,11 @@ pub struct Config {
     /// beside `max_queue`: a request whose cost would pass it is refused `queue_limit` instead
     /// of queueing. Needs a budget; `None` (the default): `max_queue` bounds the queue alone.
     pub max_queued_cost: Option<u64>,
+    /// Orphaning (docs/design.md §5.3): how many permits calls may hand back with
+    /// [`Call::orphan`](crate::Call::orphan) while their work goes on, `0 ..= MAX_PERMITS`;
+    /// those calls count in `stats().orphaned_in_flight`, outside `active`, so the work in
+    /// flight may exceed the limit by at most this much. 0 (the default): orphaning is off.
+    pub max_orphaned: u64,
 }
 
 impl Config {
@@ -77,6 +82,7 @@ impl Config {
         budget: None,
         observe: Observe::Off,
         max_queued_cost: None,
+        max_orphaned: 0,
     };
 
     /// Checks every option, naming the first bad one.
@@ -103,6 +109,9 @@ impl Config {
             if b == 0 || b > MAX_BUDGET || self.max_concurrent > MAX_CONCURRENT_WITH_BUDGET {
                 return Err(ConfigError::Budget);
             }
+        }
+        if self.max_orphaned > MAX_PERMITS {
+            return Err(ConfigError::Option(OptionId::MaxOrphaned));
         }
         if let Some(m) = self.max_queued_cost {
             if m == 0 || m > MAX_BUDGET || self.budget.is_none() {

@@ -163,6 +163,7 @@ pub enum OptionId {
     Budget,
     MaxQueuedCost,
     Observe,
+    MaxOrphaned,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -188,7 +189,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 28;
+    pub const COUNT: usize = 29;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -607,6 +608,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "\"off\"",
         doc: "the dimensions decided and counted but not enforced (observe / shadow mode)",
         c_name: c"observe",
+    },
+    OptionSpec {
+        id: OptionId::MaxOrphaned,
+        section: Section::Bulkhead,
+        name: "max_orphaned",
+        kind: count(0, MAX_PERMITS),
+        default: "0",
+        doc: "permits that calls may hand back while their work goes on (orphaning); 0: off",
+        c_name: c"max_orphaned",
     },
     OptionSpec {
         id: OptionId::MaxKeys,

@@ -269,6 +269,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::Budget) {
             c.budget = Some(n);
         }
+        if let Some(n) = self.count(O::MaxOrphaned) {
+            c.max_orphaned = n;
+        }
         if let Some(n) = self.count(O::MaxQueuedCost) {
             c.max_queued_cost = Some(n);
         }

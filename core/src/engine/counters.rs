@@ -155,6 +155,9 @@ pub(crate) struct Counters {
     pub(crate) observed: [AtomicWord; Reason::COUNT],
     pub(crate) released_twice: AtomicWord,
     pub(crate) leaked: AtomicWord,
+    /// Permits of orphaned calls whose work goes on (a gauge), and all ever orphaned.
+    pub(crate) orphaned: AtomicWord,
+    pub(crate) orphaned_total: AtomicWord,
     /// Permits in `GRANTED` cells.
     pub(crate) unclaimed: AtomicWord,
     pub(crate) wait_count: AtomicWord,
@@ -174,6 +177,8 @@ impl Counters {
             observed: [const { AtomicWord::new(0) }; Reason::COUNT],
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
+            orphaned: AtomicWord::new(0),
+            orphaned_total: AtomicWord::new(0),
             unclaimed: AtomicWord::new(0),
             wait_count: AtomicWord::new(0),
             wait_sum_ns: AtomicWord::new(0),
@@ -191,6 +196,8 @@ impl Counters {
             observed: core::array::from_fn(|_| AtomicWord::new(0)),
             released_twice: AtomicWord::new(0),
             leaked: AtomicWord::new(0),
+            orphaned: AtomicWord::new(0),
+            orphaned_total: AtomicWord::new(0),
             unclaimed: AtomicWord::new(0),
             wait_count: AtomicWord::new(0),
             wait_sum_ns: AtomicWord::new(0),
@@ -273,6 +280,16 @@ impl Counters {
 
     pub(crate) fn released_twice_total(&self) -> u64 {
         self.released_twice.load(Relaxed) as u64
+    }
+
+    /// Permits of orphaned calls in flight now.
+    pub(crate) fn orphaned_now(&self) -> u64 {
+        // Acquire: pairs with the orphan's reservation and the end's decrement (drain).
+        self.orphaned.load(Acquire) as u64
+    }
+
+    pub(crate) fn orphaned_total(&self) -> u64 {
+        self.orphaned_total.load(Relaxed) as u64
     }
 
     pub(crate) fn leaked_total(&self) -> u64 {

@@ -204,6 +204,8 @@ pub(crate) struct Engine<const N: usize> {
     /// `apply_limits` installs the next one (docs/design.md §4.6).
     revision: AtomicWord,
     max_concurrent: Word,
+    /// `max_orphaned`: the permits orphaned calls may hold outside `active` at once.
+    max_orphaned: Word,
     enabled: bool,
     /// How admissions are decided: 0 enforces every dimension (the fast path's one check);
     /// otherwise [`MODE_DISABLED`] (`enabled = false`) or observe mode's bits
@@ -222,6 +224,7 @@ impl<const N: usize> Engine<N> {
         budget: Option<u64>,
         enabled: bool,
         observe: Observe,
+        max_orphaned: u64,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
@@ -240,6 +243,7 @@ impl<const N: usize> Engine<N> {
             budget: BudgetBook::new(budget),
             revision: AtomicWord::new(0),
             max_concurrent: mc,
+            max_orphaned: max_orphaned as Word,
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -255,6 +259,7 @@ impl<const N: usize> Engine<N> {
         budget: Option<u64>,
         enabled: bool,
         observe: Observe,
+        max_orphaned: u64,
         ring: WaiterRing<N>,
         clock: ClockSource,
     ) -> Self {
@@ -270,6 +275,7 @@ impl<const N: usize> Engine<N> {
             budget: BudgetBook::new(budget),
             revision: AtomicWord::new(0),
             max_concurrent: mc,
+            max_orphaned: max_orphaned as Word,
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -287,6 +293,10 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn limit(&self) -> u64 {
         // Acquire: pairs with the AcqRel CAS of `apply_limit`.
         self.limit.load(Acquire) as u64
+    }
+
+    pub(crate) fn max_orphaned(&self) -> u64 {
+        self.max_orphaned as u64
     }
 
     pub(crate) fn max_queue(&self) -> u64 {
@@ -1017,11 +1027,36 @@ impl<const N: usize> Engine<N> {
         })
     }
 
-    /// `active == 0 && queued == 0 && granted_unclaimed == 0` (what `drain` waits for).
+    /// `active == 0 && queued == 0 && granted_unclaimed == 0 && orphaned_in_flight == 0`
+    /// (what `drain` waits for).
     pub(crate) fn is_idle(&self) -> bool {
         let snap = self.snapshot();
         // Acquire: as in `snapshot`.
-        snap.active == 0 && snap.queued == 0 && self.counters.unclaimed.load(Acquire) == 0
+        snap.active == 0
+            && snap.queued == 0
+            && self.counters.unclaimed.load(Acquire) == 0
+            && self.counters.orphaned_now() == 0
+    }
+
+    /// A call hands its `w` permits back while its work goes on (orphaning, docs/design.md
+    /// §5.3): `w` of `max_orphaned` is reserved in one CAS that never passes the cap, then the
+    /// permits return as a release (waking waiters). `Err` with the permits orphaned now when
+    /// the cap would be passed (nothing changes).
+    pub(crate) fn orphan(&self, w: Word) -> Result<(), u64> {
+        if !ring::reserve_n(&self.counters.orphaned, w, self.max_orphaned) {
+            return Err(self.counters.orphaned_now());
+        }
+        // Relaxed: a statistic.
+        self.counters.orphaned_total.fetch_add(w, Relaxed);
+        self.release(w, 0);
+        Ok(())
+    }
+
+    /// An orphaned call of `w` permits ended: it leaves the gauge (and `drain` may finish).
+    pub(crate) fn orphan_ended(&self, w: Word) {
+        // SeqCst: ordered with the drain-waiter count, as a release's `give`.
+        self.counters.orphaned.fetch_sub(w, SeqCst);
+        self.notify_idle();
     }
 
     #[inline]

@@ -428,7 +428,7 @@ fn fits_n(cur: Word, n: Word, max: Word) -> bool {
 }
 
 /// Adds `n` to `counter` if the total stays at most `max` (a reservation, as [`reserve`]).
-fn reserve_n(counter: &AtomicWord, n: Word, max: Word) -> bool {
+pub(crate) fn reserve_n(counter: &AtomicWord, n: Word, max: Word) -> bool {
     let mut cur = counter.load(Relaxed);
     loop {
         if !fits_n(cur, n, max) {

@@ -133,6 +133,7 @@ impl Bulkhead<0> {
                 config.budget,
                 config.enabled,
                 config.observe,
+                config.max_orphaned,
                 ring,
                 clock,
             ),
@@ -183,6 +184,7 @@ impl<const N: usize> Bulkhead<N> {
                 config.budget,
                 config.enabled,
                 config.observe,
+                config.max_orphaned,
                 WaiterRing::new_inline(config.max_queue as Word)
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
@@ -224,6 +226,7 @@ impl<const N: usize> Bulkhead<N> {
                 config.budget,
                 config.enabled,
                 config.observe,
+                config.max_orphaned,
                 WaiterRing::new_inline(config.max_queue as Word)
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
@@ -596,6 +599,22 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
+    /// Orphans `weight` permits of a call (see [`Call::orphan`](crate::Call::orphan)).
+    pub(crate) fn orphan_permits(&self, weight: u64) -> Result<(), crate::OrphanError> {
+        self.engine
+            .orphan(weight as Word)
+            .map_err(|in_flight| crate::OrphanError {
+                weight,
+                in_flight,
+                max: self.engine.max_orphaned(),
+            })
+    }
+
+    /// An orphaned call of `weight` permits ended.
+    pub(crate) fn orphan_ended(&self, weight: u64) {
+        self.engine.orphan_ended(weight as Word);
+    }
+
     /// Counts an explicit release of an already released handle (I9: a no-op, reported).
     pub fn record_double_release(&self) {
         self.engine.counters.record_double_release();
@@ -696,6 +715,8 @@ impl<const N: usize> Bulkhead<N> {
             rejected_by_reason: c.rejected(),
             released_twice_total: c.released_twice_total(),
             leaked_total: c.leaked_total(),
+            orphaned_in_flight: c.orphaned_now(),
+            orphaned_total: c.orphaned_total(),
             ring_free: self.engine.ring_free(),
             queue_wait_count: c.wait_count_total(),
             queue_wait_sum_ns: c.wait_sum_total(),

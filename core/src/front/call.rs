@@ -9,6 +9,7 @@ use core::{fmt, ops::Deref, time::Duration};
 use crate::{
     front::{
         bulkhead::Bulkhead,
+        orphan::OrphanError,
         usage::{HoldChange, UsageError, UsageReport},
     },
     outcome::Outcome,
@@ -36,6 +37,9 @@ where
     outcome: Outcome,
     /// The call's outcome is recorded (a `call_timeout` overrun); only the permits are left.
     ended: bool,
+    /// The call handed its `weight` permits back while its work goes on ([`orphan`](Self::orphan)):
+    /// they count in `orphaned_in_flight` until it ends.
+    orphaned: bool,
 }
 
 /// The older name of [`Call`].
@@ -94,6 +98,7 @@ where
             call,
             outcome: Outcome::Ignored,
             ended: false,
+            orphaned: false,
         }
     }
 
@@ -152,9 +157,56 @@ where
         self.call
     }
 
-    /// Permits still held.
+    /// Permits still held (0 once [`orphan`](Self::orphan)ed).
     pub fn weight(&self) -> u64 {
-        self.weight
+        if self.orphaned { 0 } else { self.weight }
+    }
+
+    /// Hands the call's permits back now while its work goes on (docs/design.md §5.3): a
+    /// call past its deadline whose upstream request cannot be recalled. The permits return
+    /// at once (waking waiters) and count in `orphaned_in_flight` until the call ends; its
+    /// budget units, usage reports and outcome stay with it. Bounded by the bulkhead's
+    /// `max_orphaned` (reserved in one CAS, never passed), so the work in flight exceeds the
+    /// limit by at most that much. Returns `Ok(true)` the first time, `Ok(false)` when there is
+    /// nothing to orphan (orphaned already, or no permits left).
+    ///
+    /// # Errors
+    /// [`OrphanError`] when the permits would pass `max_orphaned` (0 by default: orphaning is
+    /// off); nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, max_orphaned: 1, ..Config::default() })?;
+    /// let mut slow = bh.try_acquire(1)?;
+    /// assert!(slow.orphan()?); // past its deadline: the slot goes back, the work goes on
+    /// let next = bh.try_acquire(1)?; // served
+    /// assert_eq!((bh.stats().active, bh.stats().orphaned_in_flight), (1, 1));
+    /// drop(slow); // the orphaned work ended
+    /// assert_eq!(bh.stats().orphaned_in_flight, 0);
+    /// # drop(next);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn orphan(&mut self) -> Result<bool, OrphanError> {
+        if self.orphaned || self.weight == 0 {
+            return Ok(false);
+        }
+        self.bh.orphan_permits(self.weight)?;
+        self.orphaned = true;
+        Ok(true)
+    }
+
+    /// Whether the call was [`orphan`](Self::orphan)ed.
+    pub fn is_orphaned(&self) -> bool {
+        self.orphaned
+    }
+
+    /// An orphaned call leaves the gauge (its permits went back when it was orphaned); the
+    /// call then holds no permits.
+    fn end_orphan(&mut self) {
+        if core::mem::take(&mut self.orphaned) {
+            self.bh.orphan_ended(core::mem::take(&mut self.weight));
+        }
     }
 
     /// Budget units still held (docs/design.md §4.5), with the part held past the budget
@@ -302,6 +354,7 @@ where
             self.ended = true;
             self.bh.finish(self.call, self.outcome);
         }
+        self.end_orphan();
         let (w, c, o) = (
             core::mem::take(&mut self.weight),
             core::mem::take(&mut self.cost),
@@ -349,6 +402,12 @@ where
     /// assert!(p.release_partial(4).is_err());
     /// ```
     pub fn release_partial(&mut self, n: u64) -> Result<(), InvalidRelease> {
+        if self.orphaned {
+            return Err(InvalidRelease {
+                requested: n,
+                held: 0,
+            });
+        }
         take_part(&mut self.weight, n)?;
         let c = if self.weight == 0 {
             let (c, o) = (
@@ -370,7 +429,7 @@ where
     /// permits in `leaked_total`, ends the call `ignored` and releases.
     pub fn reclaim(mut self) {
         self.outcome = Outcome::Ignored;
-        if self.weight > 0 {
+        if self.weight > 0 && !self.orphaned {
             self.bh.record_leak(self.weight);
         }
     }
@@ -394,8 +453,10 @@ where
     /// permits, the units charged to the budget and the token. Rebuild it with
     /// [`from_parts_with_cost`](Self::from_parts_with_cost). The part of the hold past the
     /// budget returns first (counted refunded) and the reported usage is forgotten: the
-    /// rebuilt call starts its reports afresh.
+    /// rebuilt call starts its reports afresh. An orphaned call's orphan ends here (the parts
+    /// hold no permits).
     pub fn into_parts_with_cost(mut self) -> (B, u64, u64, CallStart) {
+        self.end_orphan();
         if self.overrun > 0 {
             self.shrink_hold(self.overrun);
         }
@@ -415,6 +476,7 @@ where
         if held > 0 {
             self.shrink_hold(held);
         }
+        self.end_orphan();
         let w = core::mem::take(&mut self.weight);
         self.bh.engine.lend(w as crate::sync::Word);
         w
@@ -456,6 +518,7 @@ where
             .field("reported", &self.reported)
             .field("outcome", &self.outcome)
             .field("ended", &self.ended)
+            .field("orphaned", &self.orphaned)
             .finish_non_exhaustive()
     }
 }

@@ -23,6 +23,8 @@ pub struct DrainResult {
     pub active: u64,
     /// Live waiters when it returned.
     pub queued: u64,
+    /// Permits of orphaned calls still in flight when it returned (`Call::orphan`).
+    pub orphaned: u64,
 }
 
 /// Future of a drain on a bulkhead reached through `B` (a reference or an `Arc`).
@@ -47,12 +49,7 @@ where
 {
     /// What the drain would report now.
     pub fn result(&self, drained: bool) -> DrainResult {
-        let s = self.bh.snapshot();
-        DrainResult {
-            drained,
-            active: s.active,
-            queued: s.queued,
-        }
+        self.bh.drain_result(drained)
     }
 }
 
@@ -148,16 +145,23 @@ impl<const N: usize> Bulkhead<N> {
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
-                        let s = self.snapshot();
-                        return DrainResult {
-                            drained: false,
-                            active: s.active,
-                            queued: s.queued,
-                        };
+                        return self.drain_result(false);
                     }
                     std::thread::park_timeout(d - now);
                 }
             }
+        }
+    }
+
+    /// What a drain reports now: `drained` as given, the permits held, the live waiters and
+    /// the orphaned permits in flight (one reading for every layer's drain).
+    pub fn drain_result(&self, drained: bool) -> DrainResult {
+        let s = self.snapshot();
+        DrainResult {
+            drained,
+            active: s.active,
+            queued: s.queued,
+            orphaned: self.engine.counters.orphaned_now(),
         }
     }
 }

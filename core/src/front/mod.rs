@@ -6,7 +6,7 @@
 //!
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
-//! `usage` (streaming settlement's answers) ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
+//! `usage` (streaming settlement's answers) and `orphan` ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
 //! (revisioned limits) uses `bulkhead`.
 
 pub mod acquire;
@@ -21,6 +21,7 @@ pub mod drain;
 pub mod dry_run;
 pub mod guarded;
 mod legacy;
+pub mod orphan;
 pub mod request;
 pub mod usage;
 pub mod waiter;

@@ -390,6 +390,8 @@ fn stats_visit_every_field_in_schema_order() {
             "budget_limit",
             "released_twice_total",
             "leaked_total",
+            "orphaned_in_flight",
+            "orphaned_total",
             "ring_free",
             "queue_wait_count",
             "queue_wait_sum_ns",

@@ -26,8 +26,12 @@ mod loom_budget;
 mod loom_bulkhead;
 #[cfg(all(loom, feature = "std"))]
 mod loom_observe;
+#[cfg(all(loom, feature = "std"))]
+mod loom_orphan;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
+#[cfg(all(not(loom), feature = "std"))]
+mod orphan;
 #[cfg(all(not(loom), feature = "std"))]
 mod queued_cost;
 #[cfg(all(not(loom), feature = "std"))]
