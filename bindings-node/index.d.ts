@@ -257,6 +257,11 @@ export interface BulkheadOptions {
    * 0 … 2^60 − 1, default 0 (off); orphaning from Node comes with the gateway admission.
    */
   maxOrphaned?: number | null
+  /**
+   * The limit at construction, 0 … `maxConcurrent` (default `maxConcurrent`); 0 is a
+   * fail-closed start: everything is refused until the limits are applied (docs/design.md §4.6).
+   */
+  startLimit?: number | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }

@@ -256,8 +256,8 @@ impl Bulkhead {
 #[pymethods]
 impl Bulkhead {
     /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
-    /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, resilience=None,
-    /// on_state_change=None)`; see the class docs.
+    /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
+    /// resilience=None, on_state_change=None)`; see the class docs.
     /// `budget`: an in-flight ceiling of cost units beside the permits (`stats()["budget"]`);
     /// `observe`: the dimensions decided and counted but not enforced (`"off"`,
     /// `"concurrency"`, `"budget"`, `"all"`; `stats()["observed_by_reason"]`).

@@ -92,8 +92,9 @@ impl Registry {
 #[pymethods]
 impl Registry {
     /// `Registry(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
-    /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, resilience=None,
-    /// overrides=None, max_keys=1024, on_state_change=None)`; see the class docs.
+    /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
+    /// resilience=None, overrides=None, max_keys=1024, on_state_change=None)`; see the class
+    /// docs.
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {

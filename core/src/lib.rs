@@ -152,5 +152,8 @@ pub use crate::{
     blocking::block_on,
     drain::DrainResult,
     origin::{OriginKeyError, origin_key},
-    registry::{KeyedError, Registry, RegistryConfig, RegistryConfigError},
+    registry::{
+        KeyedError, Registry, RegistryConfig, RegistryConfigError,
+        limits::{KeyLimits, RegistryLimits, RegistryLimitsError},
+    },
 };

@@ -882,7 +882,7 @@ fn scenario_vectors() {
     // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 73, "only {n} admission vectors");
+    assert!(n >= 75, "only {n} admission vectors");
 }
 
 #[test]

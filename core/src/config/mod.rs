@@ -69,6 +69,11 @@ pub struct Config {
     /// those calls count in `stats().orphaned_in_flight`, outside `active`, so the work in
     /// flight may exceed the limit by at most this much. 0 (the default): orphaning is off.
     pub max_orphaned: u64,
+    /// The limit at construction (docs/design.md §4.6), `0 ..= max_concurrent`; `None` (the
+    /// default): `max_concurrent`. `Some(0)` is a **fail-closed start**: the kill switch holds
+    /// (everything is refused `concurrency_limit`) until an `apply_limits` raises the limit.
+    /// Not with an adaptive limit (it sets its own start).
+    pub start_limit: Option<u64>,
 }
 
 impl Config {
@@ -83,6 +88,7 @@ impl Config {
         observe: Observe::Off,
         max_queued_cost: None,
         max_orphaned: 0,
+        start_limit: None,
     };
 
     /// Checks every option, naming the first bad one.
@@ -93,6 +99,10 @@ impl Config {
     /// [`Resilience::validate`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_base()?;
+        if self.start_limit.is_some() && self.resilience.adaptive.is_some() {
+            // The adaptive limit sets its own start (`resilience.adaptive.initial_limit`).
+            return Err(ConfigError::Option(OptionId::StartLimit));
+        }
         self.resilience.validate(self.max_concurrent)
     }
 
@@ -110,6 +120,11 @@ impl Config {
                 return Err(ConfigError::Budget);
             }
         }
+        if let Some(l) = self.start_limit {
+            if l > self.max_concurrent {
+                return Err(ConfigError::Option(OptionId::StartLimit));
+            }
+        }
         if self.max_orphaned > MAX_PERMITS {
             return Err(ConfigError::Option(OptionId::MaxOrphaned));
         }
@@ -122,6 +137,14 @@ impl Config {
             return Err(ConfigError::Observe);
         }
         Ok(())
+    }
+
+    /// The limit in force at construction: `start_limit`, else `max_concurrent`.
+    pub const fn start(&self) -> u64 {
+        match self.start_limit {
+            Some(l) => l,
+            None => self.max_concurrent,
+        }
     }
 
     /// The ring capacity a runtime-sized bulkhead allocates:

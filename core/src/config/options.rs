@@ -164,6 +164,7 @@ pub enum OptionId {
     MaxQueuedCost,
     Observe,
     MaxOrphaned,
+    StartLimit,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -189,7 +190,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 29;
+    pub const COUNT: usize = 30;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -617,6 +618,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "0",
         doc: "permits that calls may hand back while their work goes on (orphaning); 0: off",
         c_name: c"max_orphaned",
+    },
+    OptionSpec {
+        id: OptionId::StartLimit,
+        section: Section::Bulkhead,
+        name: "start_limit",
+        kind: count(0, MAX_PERMITS),
+        default: "max_concurrent",
+        doc: "the limit at construction, at most max_concurrent; 0: a fail-closed start (the kill switch until apply_limits raises it)",
+        c_name: c"start_limit",
     },
     OptionSpec {
         id: OptionId::MaxKeys,

@@ -269,6 +269,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::Budget) {
             c.budget = Some(n);
         }
+        if let Some(n) = self.count(O::StartLimit) {
+            c.start_limit = Some(n);
+        }
         if let Some(n) = self.count(O::MaxOrphaned) {
             c.max_orphaned = n;
         }

@@ -59,7 +59,7 @@ use self::{
 };
 use crate::{
     clock::ClockSource,
-    config::ConfigError,
+    config::{Config, ConfigError},
     observe::Observe,
     reason::{AcquireError, Reason, Rejection, Snapshot},
     run_flag::RunFlag,
@@ -203,7 +203,9 @@ pub(crate) struct Engine<const N: usize> {
     /// The revision of the limits in force, shifted left by one; bit 0 set while an
     /// `apply_limits` installs the next one (docs/design.md §4.6).
     revision: AtomicWord,
-    max_concurrent: Word,
+    /// The ceiling of the limit: `max_concurrent` at construction, raised (never lowered) by
+    /// an `apply_limits` above it (docs/design.md §4.6). Also the largest valid weight.
+    max_concurrent: AtomicWord,
     /// `max_orphaned`: the permits orphaned calls may hold outside `active` at once.
     max_orphaned: Word,
     enabled: bool,
@@ -217,32 +219,26 @@ pub(crate) struct Engine<const N: usize> {
 }
 
 impl<const N: usize> Engine<N> {
-    /// An engine over `ring` (validated options).
+    /// An engine over `ring` for `config` (validated).
     #[cfg(not(loom))]
-    pub(crate) const fn new(
-        max_concurrent: u64,
-        budget: Option<u64>,
-        enabled: bool,
-        observe: Observe,
-        max_orphaned: u64,
-        ring: WaiterRing<N>,
-        clock: ClockSource,
-    ) -> Self {
-        let mc = max_concurrent as Word;
+    pub(crate) const fn new(config: &Config, ring: WaiterRing<N>, clock: ClockSource) -> Self {
+        let (mc, start) = (config.max_concurrent as Word, config.start() as Word);
+        let (budget, enabled) = (config.budget, config.enabled);
+        let (observe, max_orphaned) = (config.observe, config.max_orphaned);
         let units = match budget {
             Some(b) => Some(b as Word),
             None => None,
         };
         Self {
-            permits: CachePadded::new(PermitWord::new(mc, units)),
+            permits: CachePadded::new(PermitWord::new(start, units)),
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
-            limit: AtomicWord::new(mc),
+            limit: AtomicWord::new(start),
             loose: AtomicWord::new(0),
             counters: Counters::new(),
             budget: BudgetBook::new(budget),
             revision: AtomicWord::new(0),
-            max_concurrent: mc,
+            max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
@@ -254,27 +250,21 @@ impl<const N: usize> Engine<N> {
 
     /// An engine over `ring` (loom build: not `const`).
     #[cfg(loom)]
-    pub(crate) fn new(
-        max_concurrent: u64,
-        budget: Option<u64>,
-        enabled: bool,
-        observe: Observe,
-        max_orphaned: u64,
-        ring: WaiterRing<N>,
-        clock: ClockSource,
-    ) -> Self {
-        let mc = max_concurrent as Word;
+    pub(crate) fn new(config: &Config, ring: WaiterRing<N>, clock: ClockSource) -> Self {
+        let (mc, start) = (config.max_concurrent as Word, config.start() as Word);
+        let (budget, enabled) = (config.budget, config.enabled);
+        let (observe, max_orphaned) = (config.observe, config.max_orphaned);
         let units = budget.map(|b| b as Word);
         Self {
-            permits: CachePadded::new(PermitWord::new(mc, units)),
+            permits: CachePadded::new(PermitWord::new(start, units)),
             dispatch: CachePadded::new(RunFlag::new()),
             ring,
-            limit: AtomicWord::new(mc),
+            limit: AtomicWord::new(start),
             loose: AtomicWord::new(0),
             counters: Counters::new(),
             budget: BudgetBook::new(budget),
             revision: AtomicWord::new(0),
-            max_concurrent: mc,
+            max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
@@ -287,7 +277,15 @@ impl<const N: usize> Engine<N> {
     // ----- views -----------------------------------------------------------------------------
 
     pub(crate) fn max_concurrent(&self) -> u64 {
-        self.max_concurrent as u64
+        // Relaxed: a bound that only rises; a weight checked against the old one was valid
+        // then (the permit word's fields hold any weight up to the largest ceiling).
+        self.max_concurrent.load(Relaxed) as u64
+    }
+
+    /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
+    pub(crate) fn raise_ceiling(&self, limit: u64) {
+        // Relaxed: see `max_concurrent`; the limit's own resize publishes the permits.
+        self.max_concurrent.fetch_max(limit as Word, Relaxed);
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -340,7 +338,7 @@ impl<const N: usize> Engine<N> {
     /// Validates a weight: `1 ..= max_concurrent`.
     #[inline]
     pub(crate) fn check_weight(&self, weight: u64) -> Result<Word, AcquireError> {
-        match crate::reason::check_weight(weight, self.max_concurrent as u64) {
+        match crate::reason::check_weight(weight, self.max_concurrent()) {
             Ok(w) => Ok(w as Word),
             Err(e) => Err(e),
         }
@@ -756,7 +754,7 @@ impl<const N: usize> Engine<N> {
     /// checked return never lifts `available` above the limit.
     /// A weight of 0 or above `max_concurrent` is an argument error: refused, not counted.
     pub(crate) fn release_checked(&self, weight: u64) -> Result<(), OverRelease> {
-        if weight == 0 || weight > self.max_concurrent as u64 {
+        if weight == 0 || weight > self.max_concurrent() {
             return Err(OverRelease);
         }
         let w = weight as Word;
@@ -836,7 +834,7 @@ impl<const N: usize> Engine<N> {
     /// Changes the limit, `0 ..= max_concurrent` (0: the kill switch — nothing is admitted
     /// and the dispatcher rejects the queued waiters, `concurrency_limit`, until a raise).
     pub(crate) fn resize_limit(&self, limit: u64) -> Result<(), ConfigError> {
-        if limit > self.max_concurrent as u64 {
+        if limit > self.max_concurrent() {
             return Err(ConfigError::Limit);
         }
         let new = limit as Word;

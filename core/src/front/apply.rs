@@ -15,8 +15,10 @@ use crate::{
 pub struct LimitsSnapshot {
     /// `1 ..= MAX_REVISION`, above the revision in force.
     pub revision: u64,
-    /// The permit limit, `0 ..= max_concurrent`; 0 is the kill switch (nothing is admitted,
-    /// queued waiters are rejected `concurrency_limit`, holders finish normally).
+    /// The permit limit, `0 ..= MAX_PERMITS` (`MAX_CONCURRENT_WITH_BUDGET` with a budget); 0
+    /// is the kill switch (nothing is admitted, queued waiters are rejected
+    /// `concurrency_limit`, holders finish normally). Above `max_concurrent` it raises the
+    /// ceiling too (the ring is sized by `max_queue`, not by the limit).
     pub limit: Option<u64>,
     /// The budget's ceiling, `0 ..= budget` (a bulkhead built with a budget only).
     pub budget: Option<u64>,
@@ -43,6 +45,44 @@ impl LimitsSnapshot {
         self.budget = Some(budget);
         self
     }
+
+    /// The one rule of [`Bulkhead::check_limits`] (and of a registry's check for keys not
+    /// created yet): the revision in range and above `current`; `limit` at most the largest
+    /// ceiling (`MAX_CONCURRENT_WITH_BUDGET` with a budget, else `MAX_PERMITS`) and not on an
+    /// adaptive limit; `budget` only with one, at most `max_budget`.
+    pub(crate) fn check(
+        &self,
+        with_budget: bool,
+        adaptive: bool,
+        max_budget: Option<u64>,
+        current: u64,
+    ) -> Result<(), LimitsError> {
+        if self.revision == 0 || self.revision > MAX_REVISION {
+            return Err(LimitsError::Revision(self.revision));
+        }
+        if self.revision <= current {
+            return Err(LimitsError::Stale { current });
+        }
+        if let Some(l) = self.limit {
+            let max = if with_budget {
+                crate::limits::MAX_CONCURRENT_WITH_BUDGET
+            } else {
+                crate::limits::MAX_PERMITS
+            };
+            if l > max {
+                return Err(LimitsError::Limit { max });
+            }
+            if adaptive {
+                return Err(LimitsError::AdaptiveLimit);
+            }
+        }
+        if let Some(b) = self.budget {
+            if max_budget.is_none_or(|m| b > m) {
+                return Err(LimitsError::Config(ConfigError::BudgetLimit));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why [`Bulkhead::apply_limits`] installed nothing.
@@ -56,9 +96,14 @@ pub enum LimitsError {
     },
     /// The revision is 0 or above [`MAX_REVISION`].
     Revision(u64),
-    /// A value out of range: [`ConfigError::Limit`] (`limit` above `max_concurrent`) or
-    /// [`ConfigError::BudgetLimit`] (`budget` above the ceiling, or without a budget).
+    /// A value out of range: [`ConfigError::BudgetLimit`] (`budget` above the ceiling, or
+    /// without a budget).
     Config(ConfigError),
+    /// `limit` is above the largest ceiling, `max`.
+    Limit {
+        /// `MAX_PERMITS`, or `MAX_CONCURRENT_WITH_BUDGET` on a bulkhead with a budget.
+        max: u64,
+    },
     /// `limit` was given for a bulkhead whose limit an adaptive policy moves.
     AdaptiveLimit,
 }
@@ -76,9 +121,10 @@ impl fmt::Display for LimitsError {
                     "revision must be an integer in 1..={MAX_REVISION}, not {r}"
                 )
             }
-            LimitsError::Config(ConfigError::Limit) => {
-                f.write_str("limit must be an integer in 0..=max_concurrent (0: the kill switch)")
-            }
+            LimitsError::Limit { max } => write!(
+                f,
+                "limit must be an integer in 0..={max} (0: the kill switch; above max_concurrent raises the ceiling)"
+            ),
             LimitsError::Config(e) => e.fmt(f),
             LimitsError::AdaptiveLimit => f.write_str(
                 "limit cannot be applied to a bulkhead with an adaptive limit (it moves the limit)",
@@ -90,6 +136,21 @@ impl fmt::Display for LimitsError {
 impl core::error::Error for LimitsError {}
 
 impl<const N: usize> Bulkhead<N> {
+    /// The checks of [`apply_limits`](Self::apply_limits) without installing anything: `Ok`
+    /// when `snapshot` would be installed now (a registry validates every key with it before
+    /// changing any; a concurrent apply may still make it stale).
+    ///
+    /// # Errors
+    /// As [`apply_limits`](Self::apply_limits).
+    pub fn check_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
+        snapshot.check(
+            self.has_budget(),
+            self.policies().and_then(Policies::adaptive).is_some(),
+            self.has_budget().then(|| self.engine.max_budget()),
+            self.revision(),
+        )
+    }
+
     /// Installs `snapshot`: validated whole first (nothing changes on an error), then each
     /// dimension it sets — the ones that shrink first, then the ones that grow, so no admission
     /// ever sees a state more permissive than both the old and the new limits — and then its
@@ -126,22 +187,7 @@ impl<const N: usize> Bulkhead<N> {
     /// ```
     pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
         let s = snapshot;
-        if s.revision == 0 || s.revision > MAX_REVISION {
-            return Err(LimitsError::Revision(s.revision));
-        }
-        if let Some(l) = s.limit {
-            if l > self.max_concurrent() {
-                return Err(LimitsError::Config(ConfigError::Limit));
-            }
-            if self.policies().and_then(Policies::adaptive).is_some() {
-                return Err(LimitsError::AdaptiveLimit);
-            }
-        }
-        if let Some(b) = s.budget {
-            if !self.has_budget() || b > self.engine.max_budget() {
-                return Err(LimitsError::Config(ConfigError::BudgetLimit));
-            }
-        }
+        self.check_limits(s)?;
         self.engine
             .begin_apply(s.revision)
             .map_err(|current| LimitsError::Stale { current })?;
@@ -158,6 +204,10 @@ impl<const N: usize> Bulkhead<N> {
         // Shrinks first, then growth (validated above: these cannot fail).
         for grow in [false, true] {
             if let Some(l) = s.limit.filter(|&l| (l > limit) == grow && l != limit) {
+                if grow {
+                    // A ceiling above `max_concurrent` first (it only widens the valid weights).
+                    self.engine.raise_ceiling(l);
+                }
                 let _ = self.engine.resize_limit(l);
             }
             if let Some(b) = s.budget.filter(|&b| (b > budget) == grow && b != budget) {

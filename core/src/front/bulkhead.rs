@@ -128,15 +128,7 @@ impl Bulkhead<0> {
         };
         let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
         let bh = Bulkhead {
-            engine: Engine::new(
-                config.max_concurrent,
-                config.budget,
-                config.enabled,
-                config.observe,
-                config.max_orphaned,
-                ring,
-                clock,
-            ),
+            engine: Engine::new(&config, ring, clock),
             queue_timeout: config.queue_timeout,
             policies,
         };
@@ -180,11 +172,7 @@ impl<const N: usize> Bulkhead<N> {
     const fn inline(config: Config) -> Self {
         Bulkhead {
             engine: Engine::new(
-                config.max_concurrent,
-                config.budget,
-                config.enabled,
-                config.observe,
-                config.max_orphaned,
+                &config,
                 WaiterRing::new_inline(config.max_queue as Word)
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
@@ -222,11 +210,7 @@ impl<const N: usize> Bulkhead<N> {
         }
         Ok(Bulkhead {
             engine: Engine::new(
-                config.max_concurrent,
-                config.budget,
-                config.enabled,
-                config.observe,
-                config.max_orphaned,
+                &config,
                 WaiterRing::new_inline(config.max_queue as Word)
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,

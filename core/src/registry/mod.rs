@@ -18,10 +18,11 @@ use std::{
     collections::{BTreeMap, HashMap},
     format,
     string::{String, ToString},
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
     vec::Vec,
 };
 
+pub mod limits;
 pub mod origin;
 
 use crate::{
@@ -30,6 +31,7 @@ use crate::{
     event::SharedObserver,
     front::{bulkhead::Bulkhead, call::OwnedPermit, dry_run::WouldAdmit, request::Request},
     reason::{AcquireError, Reason, Rejection, Snapshot, check_cost, check_weight},
+    registry::limits::{RegistryLimits, RegistryLimitsError},
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
 };
@@ -257,6 +259,13 @@ pub struct Registry {
     tick: AtomicWord,
     key_limit_rejections: AtomicWord,
     closed: AtomicBool,
+    /// The limits of the last `apply_limits`, which keys created later are built with (read
+    /// and written under the map's write lock).
+    limits: Mutex<Option<RegistryLimits>>,
+    /// Serializes `apply_limits` calls.
+    applying: Mutex<()>,
+    /// The revision whose limits every key enforces (published after the last key's install).
+    revision: AtomicWord,
 }
 
 impl Registry {
@@ -317,6 +326,9 @@ impl Registry {
             tick: AtomicWord::new(0),
             key_limit_rejections: AtomicWord::new(0),
             closed: AtomicBool::new(false),
+            limits: Mutex::new(None),
+            applying: Mutex::new(()),
+            revision: AtomicWord::new(0),
         })
     }
 
@@ -425,6 +437,19 @@ impl Registry {
         }
         if self.closed.load(Acquire) {
             bh.close();
+        }
+        // Keys created after an `apply_limits` are built with its limits (C33 step 4): read
+        // under the map's write lock, which `apply_limits` holds while it stores them. The new
+        // bulkhead has no waiter, so no waker runs under the lock. Validated for every config
+        // when they were applied, so this cannot fail.
+        if let Some(l) = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let r = bh.apply_limits(&l.snapshot_for(key));
+            debug_assert!(r.is_ok(), "{r:?}");
         }
         let entry = Entry {
             bh: bh.clone(),
@@ -564,6 +589,87 @@ impl Registry {
         for bh in all {
             bh.close();
         }
+    }
+
+    /// The revision whose limits every key enforces: 0 until the first
+    /// [`apply_limits`](Self::apply_limits) returned.
+    pub fn revision(&self) -> u64 {
+        // Acquire: pairs with the Release store after the last key's install.
+        self.revision.load(Acquire) as u64
+    }
+
+    /// Installs `limits` for every key, those that exist and those created later
+    /// (docs/design.md §9), all or nothing: validated first — the revision above the
+    /// registry's, every override key canonical, and every existing key's bulkhead and every
+    /// configuration (the defaults' and each override's) able to take its snapshot — then
+    /// stored for new keys and installed on each existing key with that key's
+    /// [`Bulkhead::apply_limits`] (shrinks first, growth grants waiters, a limit above a
+    /// key's `max_concurrent` raises its ceiling). Existing keys are installed outside the
+    /// map's lock (their wakers may use this registry); [`revision`](Self::revision) reports
+    /// the new revision once every key enforces it. Concurrent calls are serialized; a key's
+    /// own `apply_limits` with a higher revision in between keeps that key's newer limits.
+    ///
+    /// # Errors
+    /// [`RegistryLimitsError`]; nothing changes.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Config, KeyLimits, Registry, RegistryConfig, RegistryLimits};
+    /// let reg = Registry::new(RegistryConfig {
+    ///     defaults: Config { max_concurrent: 30, max_queue: 0, ..Config::default() },
+    ///     ..RegistryConfig::default()
+    /// })?;
+    /// reg.get("k1")?; // exists before the update
+    /// let mut l = RegistryLimits::new(1);
+    /// l.defaults = KeyLimits { limit: Some(150), budget: None }; // above max_concurrent
+    /// reg.apply_limits(&l)?;
+    /// assert_eq!(reg.get("k1")?.stats().limit, 150);
+    /// assert_eq!(reg.get("k2")?.stats().limit, 150); // created after it: the same
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_limits(&self, limits: &RegistryLimits) -> Result<(), RegistryLimitsError> {
+        let _serial = self.applying.lock().unwrap_or_else(|e| e.into_inner());
+        for k in limits.overrides.keys() {
+            if canonical_key(k).ok().as_deref() != Some(k.as_str()) {
+                return Err(RegistryLimitsError::Key(k.clone()));
+            }
+        }
+        let existing: Vec<(String, Arc<Bulkhead>)> = {
+            let map = self.map.write().unwrap_or_else(|e| e.into_inner());
+            let mut stored = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+            let current = stored.as_ref().map_or(0, |l| l.revision);
+            if limits.revision <= current && limits.revision != 0 {
+                return Err(RegistryLimitsError::Stale { current });
+            }
+            let keyed = |key: Option<&str>, error| RegistryLimitsError::Limits {
+                key: key.map(str::to_string),
+                error,
+            };
+            // Keys not created yet: the defaults' configuration and each override's.
+            let default_key = "";
+            RegistryLimits::check_config(&self.defaults, &limits.snapshot_for(default_key))
+                .map_err(|e| keyed(None, e))?;
+            for (k, c) in &self.overrides {
+                RegistryLimits::check_config(c, &limits.snapshot_for(k))
+                    .map_err(|e| keyed(Some(k), e))?;
+            }
+            for (k, e) in map.iter() {
+                e.bh.check_limits(&limits.snapshot_for(k))
+                    .map_err(|err| keyed(Some(k), err))?;
+            }
+            *stored = Some(limits.clone());
+            map.iter()
+                .map(|(k, e)| (k.to_string(), e.bh.clone()))
+                .collect()
+        };
+        for (key, bh) in &existing {
+            // Validated above; only a key's own newer apply in between can refuse (it wins).
+            let _ = bh.apply_limits(&limits.snapshot_for(key));
+        }
+        // Release: a reader that sees the revision sees every key's install.
+        self.revision
+            .store(limits.revision as crate::sync::Word, Release);
+        Ok(())
     }
 
     /// Changes the limit of `key`'s bulkhead (creating it if needed).

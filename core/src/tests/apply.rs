@@ -104,8 +104,12 @@ fn both_dimensions_in_one_revision_and_nothing_changes_on_an_error() {
     // Invalid values: validated whole first, nothing installed, the revision unchanged.
     for (snap, want) in [
         (
-            LimitsSnapshot::new(4).limit(5).budget(10),
-            LimitsError::Config(ConfigError::Limit),
+            LimitsSnapshot::new(4)
+                .limit(crate::MAX_CONCURRENT_WITH_BUDGET + 1)
+                .budget(10),
+            LimitsError::Limit {
+                max: crate::MAX_CONCURRENT_WITH_BUDGET,
+            },
         ),
         (
             LimitsSnapshot::new(4).limit(1).budget(101),
@@ -253,4 +257,144 @@ fn a_panicking_waker_does_not_wedge_later_applies() {
     assert_eq!(t.join().unwrap(), Ok(()));
     assert_eq!(b.revision(), 2);
     drop(w);
+}
+
+#[test]
+fn a_limit_above_max_concurrent_raises_the_ceiling() {
+    let b = bh(4, None);
+    assert_eq!(
+        b.try_acquire(5).unwrap_err().reason(),
+        None,
+        "weight 5 is invalid at first"
+    );
+    b.apply_limits(&LimitsSnapshot::new(1).limit(150)).unwrap();
+    let s = b.stats();
+    assert_eq!((s.limit, s.max_concurrent, s.available), (150, 150, 150));
+    let heavy = b.try_acquire(100).unwrap();
+    // A shrink keeps the raised ceiling (it only rises), so the weight stays valid.
+    b.apply_limits(&LimitsSnapshot::new(2).limit(30)).unwrap();
+    assert_eq!((b.stats().max_concurrent, b.stats().available), (150, -70));
+    drop(heavy);
+    assert_eq!(b.stats().available, 30);
+}
+
+#[test]
+fn a_fail_closed_start_refuses_until_applied() {
+    let b = Bulkhead::new(Config {
+        max_concurrent: 4,
+        max_queue: 4,
+        start_limit: Some(0),
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let s = b.stats();
+    assert_eq!((s.limit, s.available, s.max_concurrent), (0, 0, 4));
+    assert_eq!(
+        b.try_acquire(1).unwrap_err().reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    match b.admit(&crate::Request::new(1), None) {
+        crate::Decision::Rejected(e) => assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit)),
+        other => panic!("queued under a fail-closed start: {other:?}"),
+    }
+    b.apply_limits(&LimitsSnapshot::new(1).limit(4)).unwrap();
+    assert!(b.try_acquire(4).is_ok());
+    // Validated: at most max_concurrent, and not with an adaptive limit.
+    let bad = |start_limit, adaptive| {
+        let mut c = Config {
+            max_concurrent: 4,
+            start_limit: Some(start_limit),
+            ..Config::DEFAULT
+        };
+        if adaptive {
+            c.resilience.adaptive = Some(crate::adaptive::AdaptiveConfig::for_max_concurrent(4));
+        }
+        Bulkhead::new(c).unwrap_err()
+    };
+    assert_eq!(bad(5, false).option(), "start_limit");
+    assert_eq!(bad(2, true).option(), "start_limit");
+    static S: Bulkhead<4> = Bulkhead::new_static(Config {
+        max_concurrent: 2,
+        max_queue: 4,
+        start_limit: Some(0),
+        ..Config::DEFAULT
+    });
+    assert!(
+        S.try_acquire(1).is_err(),
+        "a static bulkhead starts closed too"
+    );
+}
+
+#[test]
+fn c33_step4_registry_limits_reach_existing_and_future_keys() {
+    use crate::{KeyLimits, Registry, RegistryConfig, RegistryLimits, RegistryLimitsError};
+    let reg = Registry::new(RegistryConfig {
+        defaults: Config {
+            max_concurrent: 30,
+            max_queue: 0,
+            ..Config::DEFAULT
+        },
+        ..RegistryConfig::default()
+    })
+    .unwrap();
+    // K1 is created under the first revision with a per-key limit of 30.
+    let k1 = reg.get("k1").unwrap();
+    let apply = |rev: u64, limit: u64| {
+        let mut l = RegistryLimits::new(rev);
+        l.overrides.insert(
+            "k1".into(),
+            KeyLimits {
+                limit: Some(limit),
+                budget: None,
+            },
+        );
+        l.defaults = KeyLimits {
+            limit: Some(limit),
+            budget: None,
+        };
+        reg.apply_limits(&l)
+    };
+    apply(1, 30).unwrap();
+    apply(2, 0).unwrap();
+    assert!(
+        reg.try_acquire("k1", 1).is_err(),
+        "the kill switch reached K1"
+    );
+    apply(3, 150).unwrap();
+    // 30 -> 0 -> 150: K1 admits 150 (Scality's bucket stayed at 30).
+    let held: Vec<_> = (0..150)
+        .map(|_| reg.try_acquire("k1", 1).unwrap())
+        .collect();
+    assert!(reg.try_acquire("k1", 1).is_err());
+    assert_eq!(
+        (k1.stats().limit, k1.revision(), reg.revision()),
+        (150, 3, 3)
+    );
+    // A key created after the update behaves the same.
+    let later: Vec<_> = (0..150)
+        .map(|_| reg.try_acquire("k2", 1).unwrap())
+        .collect();
+    assert!(reg.try_acquire("k2", 1).is_err());
+    assert_eq!(reg.get("k2").unwrap().revision(), 3);
+    drop((held, later));
+    // Stale, and all-or-nothing: a budget on keys without one refuses and changes nothing.
+    assert_eq!(apply(3, 5), Err(RegistryLimitsError::Stale { current: 3 }));
+    let mut bad = RegistryLimits::new(4);
+    bad.defaults = KeyLimits {
+        limit: Some(5),
+        budget: Some(10),
+    };
+    let e = reg.apply_limits(&bad).unwrap_err();
+    assert!(matches!(e, RegistryLimitsError::Limits { .. }), "{e:?}");
+    assert!(std::format!("{e}").contains("nothing was applied"), "{e}");
+    assert_eq!((k1.stats().limit, reg.revision()), (150, 3));
+    let mut odd = RegistryLimits::new(4);
+    odd.overrides
+        .insert("HTTPS://Odd.Example".into(), KeyLimits::default());
+    assert!(matches!(
+        reg.apply_limits(&odd),
+        Err(RegistryLimitsError::Key(_))
+    ));
+    // A brand-new key gets the limits in force.
+    assert_eq!(reg.get("k3").unwrap().stats().limit, 150);
 }

@@ -1,0 +1,112 @@
+//! Revisioned limits for a whole registry (docs/design.md §9): what
+//! [`Registry::apply_limits`](crate::Registry::apply_limits) installs — per-key limits from
+//! `defaults` and `overrides` under one revision, for the keys that exist and those created
+//! later — and why it refuses. Scality's token buckets copied their limit at creation and never
+//! saw a change (C33 step 4); here a key created after an update is built with it.
+
+use core::fmt;
+use std::{collections::BTreeMap, string::String};
+
+use crate::{config::Config, front::apply::LimitsError, front::apply::LimitsSnapshot};
+
+/// The limits one key gets from a [`RegistryLimits`]. A field left `None` keeps the key's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KeyLimits {
+    /// The permit limit (0: the kill switch; above the key's `max_concurrent`: a higher
+    /// ceiling), as in [`LimitsSnapshot::limit`].
+    pub limit: Option<u64>,
+    /// The budget ceiling, as in [`LimitsSnapshot::budget`].
+    pub budget: Option<u64>,
+}
+
+/// A control-plane revision for a registry: `defaults` for every key, `overrides` per key
+/// (canonical keys, as the registry's own; a field an override leaves `None` comes from
+/// `defaults`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RegistryLimits {
+    /// `1 ..= MAX_REVISION`, above the registry's revision in force.
+    pub revision: u64,
+    /// The limits of every key without an override.
+    pub defaults: KeyLimits,
+    /// Per-key limits.
+    pub overrides: BTreeMap<String, KeyLimits>,
+}
+
+impl RegistryLimits {
+    /// A revision that changes nothing yet.
+    pub fn new(revision: u64) -> Self {
+        RegistryLimits {
+            revision,
+            ..RegistryLimits::default()
+        }
+    }
+
+    /// The snapshot `key` gets: its override's fields, else the defaults'.
+    pub fn snapshot_for(&self, key: &str) -> LimitsSnapshot {
+        let o = self.overrides.get(key);
+        LimitsSnapshot {
+            revision: self.revision,
+            limit: o.and_then(|o| o.limit).or(self.defaults.limit),
+            budget: o.and_then(|o| o.budget).or(self.defaults.budget),
+        }
+    }
+
+    /// Whether a key built from `config` would take `snapshot` (a future key's check).
+    pub(crate) fn check_config(
+        config: &Config,
+        snapshot: &LimitsSnapshot,
+    ) -> Result<(), LimitsError> {
+        snapshot.check(
+            config.budget.is_some(),
+            config.resilience.adaptive.is_some(),
+            config.budget,
+            0,
+        )
+    }
+}
+
+/// Why [`Registry::apply_limits`](crate::Registry::apply_limits) installed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryLimitsError {
+    /// The revision is not above the registry's revision in force.
+    Stale {
+        /// The revision in force.
+        current: u64,
+    },
+    /// An override names a key that is not canonical (see `canonical_key`).
+    Key(String),
+    /// The limits refused for one key — an existing key, or the defaults' or an override's
+    /// configuration (`key: None`: the defaults, for keys not created yet).
+    Limits {
+        /// The key, or `None` for the defaults.
+        key: Option<String>,
+        /// What its bulkhead refused.
+        error: LimitsError,
+    },
+}
+
+impl fmt::Display for RegistryLimitsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Stale { current } => write!(
+                f,
+                "revision must be above the registry's revision in force ({current}); nothing was applied"
+            ),
+            Self::Key(k) => write!(
+                f,
+                "override key {k:?} is not a canonical registry key; nothing was applied"
+            ),
+            Self::Limits {
+                key: Some(k),
+                error,
+            } => {
+                write!(f, "key {k:?}: {error}; nothing was applied")
+            }
+            Self::Limits { key: None, error } => {
+                write!(f, "defaults: {error}; nothing was applied")
+            }
+        }
+    }
+}
+
+impl core::error::Error for RegistryLimitsError {}
