@@ -138,7 +138,10 @@ pub use crate::{
     outcome::Outcome,
     permit::{InvalidRelease, Permit},
     policy::CallStart,
-    reason::{AcquireError, Reason, ReasonInfo, Rejection, Snapshot},
+    reason::{
+        AcquireError, Bound, DimensionSnapshot, Reason, ReasonInfo, Rejection, RejectionDetail,
+        Snapshot,
+    },
     resilience::Resilience,
     stats::{BudgetStats, Nested, RejectedByReason, Stats, StatsVisitor, WaitHistogram},
 };

@@ -179,6 +179,96 @@ pub struct Snapshot {
     /// The revision of the limits in force (docs/design.md §4.6; 0 before any
     /// `apply_limits`), so a refusal names the limits that refused it.
     pub revision: u64,
+    /// `max_queue`.
+    pub max_queue: u64,
+    /// The total cost of the live waiters (0 without a budget).
+    pub queued_cost: u64,
+    /// The budget's counts, from the same load of the permit word; `None` without a budget.
+    pub budget: Option<DimensionSnapshot>,
+}
+
+/// One dimension's counts at a rejection (docs/design.md §5.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DimensionSnapshot {
+    /// The ceiling in force.
+    pub limit: u64,
+    /// Held by claimed grants.
+    pub in_use: u64,
+    /// Free (negative after a shrink).
+    pub available: i64,
+}
+
+/// Which constraint refused (docs/design.md §5.7): read from the reason and the counters at the
+/// rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Bound {
+    /// The permit limit (`concurrency_limit`).
+    Limit,
+    /// The kill switch: a limit of 0 (`concurrency_limit`).
+    KillSwitch,
+    /// The budget (`budget_limit`).
+    Budget,
+    /// `max_queue` live waiters (`queue_limit`).
+    Queue,
+    /// `max_queued_cost`, or no free ring cell, with fewer than `max_queue` waiters
+    /// (`queue_limit`).
+    QueuedCost,
+    /// A registry's `max_keys` (`key_limit`).
+    Keys,
+    /// The queue deadline (`timeout`).
+    Deadline,
+    /// The caller cancelled (`aborted`).
+    Cancelled,
+    /// `close()` (`shutdown`).
+    Closed,
+    /// The circuit breaker (`circuit_open`).
+    Breaker,
+    /// The per-call timeout (`call_timeout`).
+    CallTimeout,
+}
+
+impl Bound {
+    /// The name every layer spells (`"kill_switch"`, `"queued_cost"`, …).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Bound::Limit => "limit",
+            Bound::KillSwitch => "kill_switch",
+            Bound::Budget => "budget",
+            Bound::Queue => "queue",
+            Bound::QueuedCost => "queued_cost",
+            Bound::Keys => "keys",
+            Bound::Deadline => "deadline",
+            Bound::Cancelled => "cancelled",
+            Bound::Closed => "closed",
+            Bound::Breaker => "breaker",
+            Bound::CallTimeout => "call_timeout",
+        }
+    }
+}
+
+/// A rejection's detail (docs/design.md §5.7): per dimension `{limit, in_use, available}`, the
+/// queue, the revision and which constraint bound — computed when read, from the snapshot the
+/// rejection carries (nothing is allocated on the refusal path). The counters are those of the
+/// moment of the rejection, stale as soon as it returns under concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RejectionDetail {
+    /// Why.
+    pub reason: Reason,
+    /// Which constraint refused.
+    pub bound: Bound,
+    /// The permits: `limit`, `in_use` (`active`), `available`.
+    pub calls: DimensionSnapshot,
+    /// The budget's counts; `None` without a budget.
+    pub budget: Option<DimensionSnapshot>,
+    /// Live waiters.
+    pub queued: u64,
+    /// `max_queue`.
+    pub max_queue: u64,
+    /// The total cost of the live waiters.
+    pub queued_cost: u64,
+    /// The revision of the limits in force.
+    pub revision: u64,
 }
 
 /// A settled acquire that got no permit: the reason and the snapshot taken when it settled.
@@ -202,6 +292,51 @@ impl fmt::Display for Rejection {
 }
 
 impl core::error::Error for Rejection {}
+
+impl Rejection {
+    /// The detail of this rejection (docs/design.md §5.7), computed now from its snapshot.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bound, Bulkhead, Config, LimitsSnapshot};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 2, ..Config::default() })?;
+    /// bh.apply_limits(&LimitsSnapshot::new(7).limit(0))?;
+    /// let Err(hullguard_core::AcquireError::Rejected(r)) = bh.try_acquire(1) else { panic!() };
+    /// let d = r.detail();
+    /// assert_eq!((d.bound, d.calls.limit, d.revision), (Bound::KillSwitch, 0, 7));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn detail(&self) -> RejectionDetail {
+        let s = &self.snapshot;
+        let bound = match self.reason {
+            Reason::ConcurrencyLimit if s.limit == 0 => Bound::KillSwitch,
+            Reason::ConcurrencyLimit => Bound::Limit,
+            Reason::BudgetLimit => Bound::Budget,
+            Reason::QueueLimit if s.queued >= s.max_queue => Bound::Queue,
+            Reason::QueueLimit => Bound::QueuedCost,
+            Reason::KeyLimit => Bound::Keys,
+            Reason::Timeout => Bound::Deadline,
+            Reason::Aborted => Bound::Cancelled,
+            Reason::Shutdown => Bound::Closed,
+            Reason::CircuitOpen => Bound::Breaker,
+            Reason::CallTimeout => Bound::CallTimeout,
+        };
+        RejectionDetail {
+            reason: self.reason,
+            bound,
+            calls: DimensionSnapshot {
+                limit: s.limit,
+                in_use: s.active,
+                available: s.available,
+            },
+            budget: s.budget,
+            queued: s.queued,
+            max_queue: s.max_queue,
+            queued_cost: s.queued_cost,
+            revision: s.revision,
+        }
+    }
+}
 
 /// The argument rule for a weight: `1 ..= max_concurrent` (never counted).
 #[inline]

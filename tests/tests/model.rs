@@ -390,6 +390,9 @@ impl Model {
             limit: self.limit,
             available: self.available,
             revision: 0,
+            max_queue: self.max_queue,
+            queued_cost: 0,
+            budget: None,
         }
     }
 

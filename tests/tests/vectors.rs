@@ -370,7 +370,16 @@ impl Runner {
             }
             Decision::Rejected(e) => {
                 // Refused admission: the core ended the call `ignored`.
-                self.acquires.insert(id, State::Rejected);
+                self.acquires.insert(id.clone(), State::Rejected);
+                // The constraint that bound, when the step names it (docs/design.md §5.7).
+                if let (Some(want), AcquireError::Rejected(r)) = (step.get("bound"), &e) {
+                    assert_eq!(
+                        r.detail().bound.as_str(),
+                        want.as_str().unwrap(),
+                        "{}: the bound of {id}",
+                        self.name
+                    );
+                }
                 outcome_of(&e).to_string()
             }
         }
@@ -893,6 +902,11 @@ fn runner_rejects_unknown_ops_and_wrong_settles() {
         let r = std::panic::catch_unwind(|| run(&v));
         assert!(r.is_err(), "{v}");
     }
+    // A wrong `bound` (this runner checks a rejection's detail; docs/design.md §5.7).
+    let wrong_bound = json!({"name": "b", "config": {"max_concurrent": 1, "max_queue": 0},
+        "steps": [{"op": "acquire", "id": "a", "expect": "granted"},
+                  {"op": "acquire", "id": "b", "expect": "concurrency_limit", "bound": "kill_switch"}]});
+    assert!(std::panic::catch_unwind(|| run(&wrong_bound)).is_err());
     // And the same policy steps with the right expectations pass, so the failures above are
     // the expectations' (and the schema accepts the shapes).
     let breaker = json!({"max_concurrent": 2,

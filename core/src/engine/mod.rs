@@ -944,12 +944,26 @@ impl<const N: usize> Engine<N> {
         let unclaimed = self.counters.unclaimed.load(Acquire);
         let avail = self.permits.calls(s) as i64;
         let active = (limit as i64) - avail - (unclaimed as i64);
+        let budget = self.has_budget().then(|| {
+            // Acquire: as above.
+            let b_limit = self.budget.limit.load(Acquire);
+            let b_avail = self.permits.budget(s) as i64;
+            let b_unclaimed = self.budget.unclaimed.load(Acquire) as i64;
+            crate::reason::DimensionSnapshot {
+                limit: b_limit as u64,
+                in_use: (b_limit as i64 - b_avail - b_unclaimed).max(0) as u64,
+                available: b_avail,
+            }
+        });
         Snapshot {
             active: active.max(0) as u64,
             queued: self.ring.live() as u64,
             limit: limit as u64,
             available: avail,
             revision: self.revision(),
+            max_queue: self.ring.max_queue() as u64,
+            queued_cost: self.ring.queued_cost() as u64,
+            budget,
         }
     }
 

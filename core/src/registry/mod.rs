@@ -376,7 +376,13 @@ impl Registry {
                     queued: 0,
                     limit: c.max_concurrent,
                     available: c.max_concurrent as i64,
-                    revision: 0,
+                    max_queue: c.max_queue,
+                    budget: c.budget.map(|b| crate::reason::DimensionSnapshot {
+                        limit: b,
+                        in_use: 0,
+                        available: b as i64,
+                    }),
+                    ..Snapshot::default()
                 },
             }),
         }

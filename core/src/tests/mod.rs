@@ -13,6 +13,8 @@ mod budget;
 #[cfg(not(loom))]
 mod bulkhead;
 #[cfg(all(not(loom), feature = "std"))]
+mod detail;
+#[cfg(all(not(loom), feature = "std"))]
 mod dry_run;
 #[cfg(loom)]
 mod loom_adaptive;
