@@ -18,8 +18,9 @@ use proptest::prelude::*;
 const MAX_CONCURRENT: u64 = 3;
 const MAX_QUEUE: u64 = 2;
 const BUDGET: u64 = 12;
-/// `max_queued_cost`: bites with two queued costs (up to 2 × 12).
-const MAX_QUEUED_COST: u64 = 15;
+/// `max_queued_cost`: below the largest cost (12), so it bites often — a costly request that
+/// must queue, or two queued costs.
+const MAX_QUEUED_COST: u64 = 10;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -157,8 +158,8 @@ impl Model {
             return Ok(HoldChange::Unchanged);
         }
         let free = self.free();
-        // Growth asks no permit but takes nothing while anyone waits or the permits are
-        // overdrawn (observed dimensions let through); otherwise it is held past the budget.
+        // Growth asks no permit (overdrawn permits do not stop it) and takes nothing while
+        // anyone waits (an observed budget lets it through); otherwise it is held past it.
         if self.fifo.is_empty() && self.fits(0, d, free) {
             self.note_observed(0, d, free);
             self.calls[k].c += d;
@@ -190,7 +191,7 @@ impl Model {
     /// Counts an admission observe mode let through when `w` permits and `c` units were asked
     /// with `(fw, fc)` free: the permits' reason first, as the enforced decision.
     fn note_observed(&mut self, w: u64, c: u64, (fw, fc): (i64, i64)) {
-        if fw < w as i64 {
+        if w > 0 && fw < w as i64 {
             self.observed[Reason::ConcurrencyLimit.index()] += 1;
         } else if c > 0 && fc < c as i64 {
             self.observed[Reason::BudgetLimit.index()] += 1;
@@ -200,7 +201,8 @@ impl Model {
     /// Whether `w` permits and `c` units fit `(fw, fc)` with the observed dimensions let
     /// through.
     fn fits(&self, w: u64, c: u64, (fw, fc): (i64, i64)) -> bool {
-        (fw >= w as i64 || self.observe.0) && (c == 0 || fc >= c as i64 || self.observe.1)
+        // No permits asked (a growth): nothing asked of the permits, even overdrawn ones.
+        (w == 0 || fw >= w as i64 || self.observe.0) && (c == 0 || fc >= c as i64 || self.observe.1)
     }
 
     fn reject(&mut self, r: Reason) -> Seen {

@@ -1038,3 +1038,50 @@ fn budget_is_never_over_charged() {
     );
     assert!(total.grants > ops, "{total:?}");
 }
+
+/// Found by review: a cancelled waiter's cost was read after its cell was freed, so the next
+/// lap's enqueuer could rewrite it first and `queued_cost` drifted — up (the bound shrinking
+/// for good) or down (the bound passed). A tiny inline ring makes cells come round at once:
+/// three threads queue and cancel waiters of different costs; at the end the total is 0 and
+/// the bound still refuses 60 + 60 > 100.
+#[test]
+fn queued_cost_never_drifts_under_cancel_and_cell_reuse() {
+    use hullguard_core::{Decision, Request};
+    let bh: Bulkhead<2> = Bulkhead::try_new_static(Config {
+        max_concurrent: 1,
+        max_queue: 2,
+        budget: Some(100),
+        max_queued_cost: Some(100),
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let Decision::Granted(hold) = bh.admit(&Request::new(1).cost(100), None) else {
+        panic!("the holder")
+    };
+    // Four times the default: each op is short, and the race needs a cell to come round.
+    let ops = 4 * ops_per_thread();
+    thread::scope(|s| {
+        for cost in [1u64, 40, 13] {
+            let bh = &bh;
+            s.spawn(move || {
+                for _ in 0..ops {
+                    match bh.admit(&Request::new(1).cost(cost), None) {
+                        Decision::Queued(w) => drop(w),
+                        Decision::Rejected(_) => {}
+                        Decision::Granted(_) => panic!("granted with the budget held"),
+                    }
+                }
+            });
+        }
+    });
+    let s = bh.stats();
+    assert_eq!((s.queued, s.budget.unwrap().queued_cost), (0, 0), "{s}");
+    let a = bh.admit(&Request::new(1).cost(60), None);
+    let b = bh.admit(&Request::new(1).cost(60), None);
+    assert!(matches!(a, Decision::Queued(_)), "{a:?}");
+    assert!(
+        matches!(b, Decision::Rejected(_)),
+        "60 + 60 queued under a bound of 100: {b:?}"
+    );
+    drop((a, b, hold));
+}

@@ -676,10 +676,13 @@ impl<const N: usize> Engine<N> {
                     admit: cell.call.load(Relaxed),
                     flags: cell.weight.load(Relaxed) >> CALL_FLAGS_SHIFT,
                 };
+                // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
+                // review found `queued_cost` drifting when it was read after).
+                let cost = cell.cost.load(Relaxed);
                 match self.ring.free(cell, s) {
                     Ok(_) => {
                         // One winner against the dispatcher's WAITING → GRANTED CAS.
-                        self.ring.cancelled_live(cell);
+                        self.ring.cancelled_live(cost);
                         self.counters.reject(reason);
                         cell.waker.clear(t);
                         self.run_dispatcher();
@@ -983,7 +986,20 @@ impl<const N: usize> Engine<N> {
     /// taken from the permit word, so nobody else is refused for it). Returns whether they were
     /// taken (docs/design.md §4.5, "Streaming holds").
     pub(crate) fn grow_hold(&self, c: Word) -> bool {
-        let taken = self.now_or_short::<true>(0, c).is_ok();
+        // Not through `now_or_short`: a growth asks no permit, so an overdrawn permit count (a
+        // limit shrunk below `active`) must not refuse it; the kill switch does, explicitly.
+        // Relaxed / Acquire: as in `now_or_short` and `never_fits`.
+        let mode = self.mode.load(Relaxed);
+        let taken = self.limit.load(Acquire) != 0
+            && self.ring.is_empty()
+            && if mode & MODE_DISABLED != 0 {
+                self.permits.take_unbounded(0, c).is_ok()
+            } else {
+                self.permits
+                    .try_take_observed(0, c, mode)
+                    .map(|short| self.count_observed(short))
+                    .is_ok()
+            };
         if taken {
             self.counters.admitted.add(Lane::Reserved, c);
         } else {
@@ -1162,7 +1178,7 @@ impl<const N: usize> Engine<N> {
                             .reserve_for_head_observed(w, c, observed, &mut short)
                     };
                     match reserved {
-                        Reserve::Reserved => self.count_observed(short),
+                        Reserve::Reserved => {}
                         // WAITERS is set in the state that showed the shortage: the next
                         // release dispatches again.
                         Reserve::Blocked => return false,
@@ -1176,6 +1192,8 @@ impl<const N: usize> Engine<N> {
                         self.budget.unclaimed.fetch_add(c, AcqRel);
                     }
                     if self.ring.settle(cell, s, Kind::Granted).is_ok() {
+                        // Counted only once the grant is the waiter's (a cancel may win).
+                        self.count_observed(short);
                         self.counters.record_queued_grant();
                         self.budget.reserved_by_dispatcher(c);
                         if self.clock.is_some() {

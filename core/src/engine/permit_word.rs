@@ -270,7 +270,9 @@ impl PermitWord {
         let (floor_calls, floor_budget) = self.floors();
         let mut short = 0;
         let calls = self.calls(cur);
-        if calls < n as SWord {
+        // A request of no permits (a streaming hold's growth) asks nothing of the permits,
+        // even when they are overdrawn.
+        if n != 0 && calls < n as SWord {
             if observed & OBSERVE_CALLS == 0 || calls - (n as SWord) < floor_calls {
                 return Err(TakeError::Busy);
             }

@@ -276,10 +276,11 @@ impl<const N: usize> WaiterRing<N> {
             })
     }
 
-    /// The owner cancelled its own waiting ticket `cell` (freed by [`free`](Self::free)).
-    pub(crate) fn cancelled_live(&self, cell: &Cell) {
-        // Relaxed: the owner wrote it itself.
-        self.leave(cell.cost.load(Relaxed));
+    /// The owner cancelled its own waiting ticket of cost `c` (its cell freed by
+    /// [`free`](Self::free); the caller read the cost before the free, as the cell may be
+    /// claimed again at once).
+    pub(crate) fn cancelled_live(&self, c: Word) {
+        self.leave(c);
     }
 
     /// A waiter of cost `c` leaves the live count and the queued cost.

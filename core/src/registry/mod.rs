@@ -30,7 +30,7 @@ use crate::{
     config::{Config, ConfigError, OptionId, PartialConfig},
     event::SharedObserver,
     front::{bulkhead::Bulkhead, call::OwnedPermit, dry_run::WouldAdmit, request::Request},
-    reason::{AcquireError, Reason, Rejection, Snapshot, check_cost, check_weight},
+    reason::{AcquireError, Reason, Rejection, Snapshot},
     registry::limits::{RegistryLimits, RegistryLimitsError},
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
@@ -262,8 +262,6 @@ pub struct Registry {
     /// The limits of the last `apply_limits`, which keys created later are built with (read
     /// and written under the map's write lock).
     limits: Mutex<Option<RegistryLimits>>,
-    /// Serializes `apply_limits` calls.
-    applying: Mutex<()>,
     /// The revision whose limits every key enforces (published after the last key's install).
     revision: AtomicWord,
 }
@@ -327,7 +325,6 @@ impl Registry {
             key_limit_rejections: AtomicWord::new(0),
             closed: AtomicBool::new(false),
             limits: Mutex::new(None),
-            applying: Mutex::new(()),
             revision: AtomicWord::new(0),
         })
     }
@@ -366,25 +363,23 @@ impl Registry {
     }
 
     fn key_error(&self, key: &str, reason: Reason) -> KeyedError {
-        let c = self.config_for(key);
-        KeyedError {
-            key: key.to_string(),
-            error: AcquireError::Rejected(Rejection {
-                reason,
-                snapshot: Snapshot {
-                    active: 0,
-                    queued: 0,
+        // The snapshot describes the bulkhead the key would get (its start limit and the
+        // stored limits included).
+        let snapshot = match self.fresh(key) {
+            Ok(bh) => bh.snapshot(),
+            Err(_) => {
+                let c = self.config_for(key);
+                Snapshot {
                     limit: c.max_concurrent,
                     available: c.max_concurrent as i64,
                     max_queue: c.max_queue,
-                    budget: c.budget.map(|b| crate::reason::DimensionSnapshot {
-                        limit: b,
-                        in_use: 0,
-                        available: b as i64,
-                    }),
                     ..Snapshot::default()
-                },
-            }),
+                }
+            }
+        };
+        KeyedError {
+            key: key.to_string(),
+            error: AcquireError::Rejected(Rejection { reason, snapshot }),
         }
     }
 
@@ -476,9 +471,9 @@ impl Registry {
     /// creating the key: an existing key answers through its bulkhead's
     /// [`would_admit`](Bulkhead::would_admit); a key that does not exist yet is refused as
     /// `get` would refuse it (`shutdown` after [`close`](Self::close), `key_limit` when
-    /// `max_keys` keys exist and none is evictable), else checked by the argument rules of the
-    /// configuration it would get and predicted `AdmitNow` (a fresh bulkhead has every permit
-    /// and unit free). Counts nothing.
+    /// `max_keys` keys exist and none is evictable), else asked of the bulkhead it would get
+    /// (its configuration with the registry's stored limits: a `start_limit` of 0 refuses, a
+    /// raised ceiling admits a heavier weight), built and dropped. Counts nothing.
     pub fn would_admit(&self, key: &str, request: &Request) -> WouldAdmit {
         let reject = |reason| WouldAdmit::Reject(self.key_error(key, reason).error);
         {
@@ -497,13 +492,29 @@ impl Registry {
                 return reject(Reason::KeyLimit);
             }
         }
-        let c = self.config_for(key);
-        let checked = check_weight(request.weight, c.max_concurrent)
-            .and_then(|_| check_cost(request.cost, c.budget.unwrap_or(0)));
-        match checked {
-            Ok(_) => WouldAdmit::AdmitNow,
-            Err(e) => WouldAdmit::Reject(e),
+        // Asked of the bulkhead the key would get — its configuration (`start_limit`, observe
+        // mode, …) with the registry's stored limits applied — so the dry run and the real
+        // admission share one decision function (a review found `start_limit` and stored limits
+        // ignored here). Built, asked and dropped: a rare path, nothing is counted or kept.
+        match self.fresh(key) {
+            Ok(bh) => bh.would_admit(request),
+            Err(e) => WouldAdmit::Reject(AcquireError::Config(e)),
         }
+    }
+
+    /// A bulkhead as `key` would be created now (its configuration, the stored limits applied),
+    /// not in the map.
+    fn fresh(&self, key: &str) -> Result<Bulkhead, ConfigError> {
+        let bh = Bulkhead::with_observer(self.config_for(key), self.clock.clone(), None, None)?;
+        if let Some(l) = self
+            .limits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            let _ = bh.apply_limits(&l.snapshot_for(key));
+        }
+        Ok(bh)
     }
 
     /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit
@@ -612,8 +623,11 @@ impl Registry {
     /// [`Bulkhead::apply_limits`] (shrinks first, growth grants waiters, a limit above a
     /// key's `max_concurrent` raises its ceiling). Existing keys are installed outside the
     /// map's lock (their wakers may use this registry); [`revision`](Self::revision) reports
-    /// the new revision once every key enforces it. Concurrent calls are serialized; a key's
-    /// own `apply_limits` with a higher revision in between keeps that key's newer limits.
+    /// the new revision once every key enforces it. No lock is held while keys install (a
+    /// grant runs wakers, which may call this registry, even `apply_limits`); concurrent calls
+    /// are ordered by the revision check under the map's lock, and each key keeps the highest
+    /// revision it was given, as does [`revision`](Self::revision); a key's own
+    /// `apply_limits` with a higher revision in between keeps that key's newer limits.
     ///
     /// # Errors
     /// [`RegistryLimitsError`]; nothing changes.
@@ -634,7 +648,6 @@ impl Registry {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn apply_limits(&self, limits: &RegistryLimits) -> Result<(), RegistryLimitsError> {
-        let _serial = self.applying.lock().unwrap_or_else(|e| e.into_inner());
         for k in limits.overrides.keys() {
             if canonical_key(k).ok().as_deref() != Some(k.as_str()) {
                 return Err(RegistryLimitsError::Key(k.clone()));
@@ -659,6 +672,14 @@ impl Registry {
                 RegistryLimits::check_config(c, &limits.snapshot_for(k))
                     .map_err(|e| keyed(Some(k), e))?;
             }
+            // Keys the limits override that do not exist yet: built from their own
+            // configuration later (a review found these unchecked).
+            for k in limits.overrides.keys() {
+                if !map.contains_key(k.as_str()) {
+                    RegistryLimits::check_config(&self.config_for(k), &limits.snapshot_for(k))
+                        .map_err(|e| keyed(Some(k), e))?;
+                }
+            }
             for (k, e) in map.iter() {
                 e.bh.check_limits(&limits.snapshot_for(k))
                     .map_err(|err| keyed(Some(k), err))?;
@@ -672,9 +693,11 @@ impl Registry {
             // Validated above; only a key's own newer apply in between can refuse (it wins).
             let _ = bh.apply_limits(&limits.snapshot_for(key));
         }
-        // Release: a reader that sees the revision sees every key's install.
+        // Release: a reader that sees the revision sees every key's install. `fetch_max`: two
+        // applies may install at once (each key keeps the higher revision); the registry's
+        // revision never goes back.
         self.revision
-            .store(limits.revision as crate::sync::Word, Release);
+            .fetch_max(limits.revision as crate::sync::Word, Release);
         Ok(())
     }
 

@@ -398,3 +398,56 @@ fn c33_step4_registry_limits_reach_existing_and_future_keys() {
     // A brand-new key gets the limits in force.
     assert_eq!(reg.get("k3").unwrap().stats().limit, 150);
 }
+
+#[test]
+fn registry_limits_for_keys_not_created_yet_are_checked_and_dry_runs_see_them() {
+    use crate::{
+        KeyLimits, Registry, RegistryConfig, RegistryLimits, RegistryLimitsError, Request,
+        WouldAdmit,
+    };
+    // Found by review: an override for a key that neither exists nor has a configuration of
+    // its own was never checked (a budget on a key built without one).
+    let reg = Registry::new(RegistryConfig::default()).unwrap();
+    let mut l = RegistryLimits::new(1);
+    l.overrides.insert(
+        "k".into(),
+        KeyLimits {
+            limit: Some(5),
+            budget: Some(3),
+        },
+    );
+    let e = reg.apply_limits(&l).unwrap_err();
+    assert!(
+        matches!(&e, RegistryLimitsError::Limits { key: Some(k), .. } if k == "k"),
+        "{e:?}"
+    );
+    assert_eq!(
+        (reg.revision(), reg.get("k").unwrap().stats().limit),
+        (0, 10)
+    );
+    // The dry run of a key not created yet asks the bulkhead it would get: a fail-closed start
+    // refuses, a raised ceiling admits a heavier weight.
+    let closed = Registry::new(RegistryConfig {
+        defaults: Config {
+            max_concurrent: 10,
+            max_queue: 0,
+            start_limit: Some(0),
+            ..Config::DEFAULT
+        },
+        ..RegistryConfig::default()
+    })
+    .unwrap();
+    assert!(matches!(
+        closed.would_admit("new", &Request::new(1)),
+        WouldAdmit::Reject(_)
+    ));
+    assert!(closed.try_acquire("new", 1).is_err());
+    let mut raise = RegistryLimits::new(1);
+    raise.defaults.limit = Some(50);
+    closed.apply_limits(&raise).unwrap();
+    assert_eq!(
+        closed.would_admit("other", &Request::new(40)),
+        WouldAdmit::AdmitNow
+    );
+    assert!(closed.try_acquire("other", 40).is_ok());
+}

@@ -226,3 +226,41 @@ fn a_disabled_bulkhead_grows_unbounded_and_the_kill_switch_overruns() {
     assert_eq!(a.report_usage(0, 6).unwrap().change, HoldChange::Overran(1));
     books_balance(&bh);
 }
+
+#[test]
+fn a_growth_asks_no_permit_even_when_the_permits_are_overdrawn() {
+    // Found by review: a limit shrunk below `active` left the permit count negative, and a
+    // growth (which asks 0 permits) was refused for it though the budget had room.
+    let bh = budgeted(4, 1000, 8);
+    let mut calls: std::vec::Vec<_> = (0..4)
+        .map(|_| granted(bh.admit(&ask(1, 100), None)))
+        .collect();
+    bh.set_limit(2).unwrap();
+    assert_eq!((bh.stats().available, budget(&bh).available), (-2, 600));
+    assert_eq!(
+        calls[0].report_usage(50, 100).unwrap().change,
+        HoldChange::Grew(50)
+    );
+    // In observe mode a budget-only growth is not an observed concurrency admission.
+    let bh = Bulkhead::new(Config {
+        max_concurrent: 2,
+        budget: Some(1000),
+        observe: crate::Observe::Concurrency,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let mut held: std::vec::Vec<_> = (0..3)
+        .map(|_| granted(bh.admit(&ask(1, 100), None)))
+        .collect();
+    let before = bh.stats().observed_by_reason.get(Reason::ConcurrencyLimit);
+    assert_eq!(
+        held[0].report_usage(0, 200).unwrap().change,
+        HoldChange::Grew(100)
+    );
+    assert_eq!(
+        bh.stats().observed_by_reason.get(Reason::ConcurrencyLimit),
+        before
+    );
+    calls.clear();
+    held.clear();
+}
