@@ -441,17 +441,8 @@ impl Registry {
         }
         // Keys created after an `apply_limits` are built with its limits (C33 step 4): read
         // under the map's write lock, which `apply_limits` holds while it stores them. The new
-        // bulkhead has no waiter, so no waker runs under the lock. Validated for every config
-        // when they were applied, so this cannot fail.
-        if let Some(l) = self
-            .limits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            let r = bh.apply_limits(&l.snapshot_for(key));
-            debug_assert!(r.is_ok(), "{r:?}");
-        }
+        // bulkhead has no waiter, so no waker runs under the lock.
+        self.apply_stored(&bh, key);
         let entry = Entry {
             bh: bh.clone(),
             last_used: AtomicWord::new(self.tick.fetch_add(1, Relaxed)),
@@ -506,15 +497,18 @@ impl Registry {
     /// not in the map.
     fn fresh(&self, key: &str) -> Result<Bulkhead, ConfigError> {
         let bh = Bulkhead::with_observer(self.config_for(key), self.clock.clone(), None, None)?;
-        if let Some(l) = self
-            .limits
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            let _ = bh.apply_limits(&l.snapshot_for(key));
-        }
+        self.apply_stored(&bh, key);
         Ok(bh)
+    }
+
+    /// Installs the stored limits (of the last `apply_limits`, if any) on `key`'s fresh
+    /// bulkhead. They were validated for every configuration when applied, so this cannot fail.
+    fn apply_stored(&self, bh: &Bulkhead, key: &str) {
+        let stored = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(l) = stored.as_ref() {
+            let r = bh.apply_limits(&l.snapshot_for(key));
+            debug_assert!(r.is_ok(), "{r:?}");
+        }
     }
 
     /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit
