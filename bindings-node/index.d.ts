@@ -385,6 +385,8 @@ export interface BulkheadStats {
    * once, by the reason it would have given (all reason keys, as `rejectedByReason`).
    */
   observedByReason: RejectedByReason
+  /** Observer calls that panicked in the core (caught and counted; 0 without an observer). */
+  observerPanics: number
   /** `null` unless an adaptive limit is attached (`resilience.adaptive`). */
   adaptive: AdaptiveStats | null
   /** `null` unless a circuit breaker is attached (`resilience.breaker`). */

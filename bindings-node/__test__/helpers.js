@@ -116,6 +116,7 @@ const STATS_KEYS = [
   'revision',
   'observe',
   'observedByReason',
+  'observerPanics',
   'adaptive',
   'circuit',
   'budget',

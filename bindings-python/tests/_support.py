@@ -53,6 +53,7 @@ STATS_KEYS = (
     "revision",
     "observe",
     "observed_by_reason",
+    "observer_panics",
     "adaptive",
     "circuit",
     "budget",

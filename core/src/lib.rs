@@ -122,7 +122,7 @@ pub use crate::{
         Config, ConfigError, MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE,
         PartialConfig,
     },
-    event::{Event, Observer},
+    event::{Event, EventKind, Observer},
     front::{
         admit::Decision,
         apply::{LimitsError, LimitsSnapshot},

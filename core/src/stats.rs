@@ -66,6 +66,9 @@ pub struct Stats {
     /// reason keys, as `rejected_by_reason`. Such admissions count in `admitted_total` and
     /// `active` (I1 is exempt for the observed dimension), never in `rejected_by_reason`.
     pub observed_by_reason: RejectedByReason,
+    /// Observer calls that panicked (caught under `std`, docs/design.md §8.2); 0 without an
+    /// observer.
+    pub observer_panics: u64,
 }
 
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
@@ -246,6 +249,7 @@ impl Stats {
             v.count(r.as_str(), n);
         }
         v.end();
+        v.count("observer_panics", self.observer_panics);
         match &self.adaptive {
             None => v.absent("adaptive"),
             Some(a) => {

@@ -24,8 +24,8 @@ use hullguard_core::{
     Bulkhead, CallError, Clock, ClockSource, Config, OwnedPermit, Reason, Resilience, Stats,
     adaptive::{AdaptiveConfig, Algorithm},
     breaker::{BreakerConfig, CircuitState, Observer},
+    event::SharedObserver,
     outcome::Outcome,
-    policy::SharedObserver,
 };
 
 const MS: u64 = 1_000_000;

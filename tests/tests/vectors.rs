@@ -288,7 +288,7 @@ impl Runner {
         let clock = Arc::new(VirtualClock::default());
         let source = ClockSource::Shared(clock.clone());
         let events = Arc::new(EventLog::default());
-        let observer: hullguard_core::policy::SharedObserver = events.clone();
+        let observer: hullguard_core::event::SharedObserver = events.clone();
         let name = v["name"].as_str().unwrap();
         let target = if let Some(r) = v.get("registry") {
             let rc = registry_config(name, r);

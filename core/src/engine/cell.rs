@@ -202,6 +202,12 @@ pub(crate) struct Cell {
     pub(crate) call: AtomicWord,
     /// Host clock at enqueue (ns, truncated to the word), for `queue_wait_*`.
     pub(crate) enqueued_ns: AtomicWord,
+    /// The waiter's tag (admission id and its own observed dimensions), written with the
+    /// weight.
+    pub(crate) tag: AtomicWord,
+    /// Host clock at the grant (ns), written by the dispatcher before the settle that
+    /// publishes it (only the dispatcher writes it); for the `Admit` event's `wait_ns`.
+    pub(crate) granted_ns: AtomicWord,
     /// The owner's waker, tagged with its ticket.
     pub(crate) waker: WakerSlot,
 }
@@ -215,6 +221,8 @@ impl Cell {
             cost: AtomicWord::new(0),
             call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
+            tag: AtomicWord::new(0),
+            granted_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
     }
@@ -227,6 +235,8 @@ impl Cell {
             cost: AtomicWord::new(0),
             call: AtomicWord::new(0),
             enqueued_ns: AtomicWord::new(0),
+            tag: AtomicWord::new(0),
+            granted_ns: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
     }

@@ -54,7 +54,7 @@ use self::{
     cell::{Kind, Stamp},
     counters::{Counters, Lane},
     dispatch::WakeBatch,
-    permit_word::{CLOSED, OBSERVE_BUDGET, OBSERVE_CALLS, PermitWord, Reserve, TakeError, WAITERS},
+    permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS},
     ring::{ClaimError, WaiterRing},
 };
 use crate::{
@@ -108,11 +108,52 @@ pub struct StaleTicket;
 pub struct OverRelease;
 
 /// The guarded call a queued waiter carries in its cell: the breaker word it was admitted with
-/// and two flags (see [`crate::policy::state::CallToken`]). Plain data.
+/// and two flags (see [`crate::policy::state::CallToken`]), and its tag — the admission id
+/// shifted left by [`TAG_SHIFT`] over the request's own observed dimensions
+/// (`OBSERVE_CALLS | OBSERVE_BUDGET`). Plain data, three words (passed in registers on the
+/// plain path's enqueue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct CallWord {
     pub(crate) admit: Word,
     pub(crate) flags: Word,
+    pub(crate) tag: Word,
+}
+
+/// What a settled (or cancelled) waiter's cell held: its [`CallWord`], what it asked for and
+/// its clock stamps (enqueue; the grant, 0 if not granted), for the events' `wait_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CellRecord {
+    pub(crate) call: CallWord,
+    pub(crate) weight: Word,
+    pub(crate) cost: Word,
+    pub(crate) enqueued_ns: Word,
+    pub(crate) granted_ns: Word,
+}
+
+pub(crate) use permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
+
+/// The admission id sits above the observe bits in a [`CallWord`]'s tag.
+pub(crate) const TAG_SHIFT: u32 = 3;
+/// The request's observed dimensions in a tag (the `mode` word's bits).
+pub(crate) const TAG_OBSERVE: Word = OBSERVE_CALLS | OBSERVE_BUDGET;
+
+impl CellRecord {
+    /// Reads what a settled or live cell holds for its waiter (Relaxed: ordered by the
+    /// Acquire of the stamp the caller read).
+    fn of_cell(cell: &crate::engine::cell::Cell) -> CellRecord {
+        let packed = cell.weight.load(Relaxed);
+        CellRecord {
+            call: CallWord {
+                admit: cell.call.load(Relaxed),
+                flags: packed >> CALL_FLAGS_SHIFT,
+                tag: cell.tag.load(Relaxed),
+            },
+            weight: packed & WEIGHT_MASK,
+            cost: cell.cost.load(Relaxed),
+            enqueued_ns: cell.enqueued_ns.load(Relaxed),
+            granted_ns: cell.granted_ns.load(Relaxed),
+        }
+    }
 }
 
 /// Flags of a [`CallWord`] live in the top bits of the cell's weight word (a weight is at most
@@ -124,8 +165,9 @@ const _: () = assert!(crate::limits::MAX_PERMITS as Word <= WEIGHT_MASK);
 /// What the engine did with an admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Admitted {
-    /// The caller holds the permits.
-    Now,
+    /// The caller holds the permits; observe mode let these dimensions through short
+    /// (`TAG_OBSERVE` bits, 0 when enforced).
+    Now(Word),
     /// Queued under this ticket.
     Queued(Ticket),
 }
@@ -139,7 +181,6 @@ pub(crate) enum DryAdmit {
     Queue { ahead: u64 },
 }
 
-/// The reason of a failed take.
 /// `Engine::mode`: `enabled = false`.
 const MODE_DISABLED: Word = 1;
 
@@ -152,7 +193,7 @@ const fn mode_of(enabled: bool, observe: Observe) -> Word {
     }
 }
 
-const fn observe_bits(observe: Observe) -> Word {
+pub(crate) const fn observe_bits(observe: Observe) -> Word {
     (if observe.concurrency() {
         OBSERVE_CALLS
     } else {
@@ -178,12 +219,12 @@ pub(crate) enum Polled {
     Granted {
         weight: u64,
         cost: u64,
-        call: CallWord,
+        call: CellRecord,
     },
     /// Rejected (the ticket is consumed).
     Rejected {
         rejection: Rejection,
-        call: CallWord,
+        call: CellRecord,
     },
 }
 
@@ -371,18 +412,27 @@ impl<const N: usize> Engine<N> {
     /// checks in the same order, read-only (a dry run, [`would_admit`](Self::would_admit)).
     /// `#[inline]`, not `inline(always)`: forcing it cost the uncontended pair 21 instructions
     /// (89 → 110 Ir in `bench/callgrind.sh`, measured A/B; the inliner's later choices differ).
+    ///
+    /// `observe` is the request's own observed dimensions (`TAG_OBSERVE` bits, 0 for none),
+    /// added to the bulkhead's mode. `Ok` carries the dimensions observe mode let through
+    /// short (0 on the enforcing path).
     #[inline]
-    fn now_or_short<const TAKE: bool>(&self, w: Word, c: Word) -> Result<(), TakeError> {
+    fn now_or_short<const TAKE: bool>(
+        &self,
+        w: Word,
+        c: Word,
+        observe: Word,
+    ) -> Result<Word, TakeError> {
         // Relaxed: the mode only selects the path; a decision racing `set_observe` is ordered
         // before it.
-        let mode = self.mode.load(Relaxed);
+        let mode = self.mode.load(Relaxed) | observe;
         if mode != 0 {
             self.moded_take::<TAKE>(w, c, mode)
         } else if self.ring.is_empty() {
             if TAKE {
-                self.permits.try_take(w, c)
+                self.permits.try_take(w, c).map(|()| 0)
             } else {
-                self.permits.would_take(w, c)
+                self.permits.would_take(w, c).map(|()| 0)
             }
         } else if self.is_closed() {
             Err(TakeError::Closed)
@@ -400,15 +450,20 @@ impl<const N: usize> Engine<N> {
     /// does not carry it.
     #[cold]
     #[inline(never)]
-    fn moded_take<const TAKE: bool>(&self, w: Word, c: Word, mode: Word) -> Result<(), TakeError> {
+    fn moded_take<const TAKE: bool>(
+        &self,
+        w: Word,
+        c: Word,
+        mode: Word,
+    ) -> Result<Word, TakeError> {
         if self.limit.load(Relaxed) == 0 {
             return Err(TakeError::Busy);
         }
         if mode & MODE_DISABLED != 0 {
             return if TAKE {
-                self.permits.take_unbounded(w, c)
+                self.permits.take_unbounded(w, c).map(|()| 0)
             } else {
-                self.permits.would_take_unbounded(w, c)
+                self.permits.would_take_unbounded(w, c).map(|()| 0)
             };
         }
         if !self.ring.is_empty() {
@@ -422,9 +477,9 @@ impl<const N: usize> Engine<N> {
         if TAKE {
             let short = self.permits.try_take_observed(w, c, mode)?;
             self.count_observed(short);
-            Ok(())
+            Ok(short)
         } else {
-            self.permits.would_take_observed(w, c, mode).map(|_| ())
+            self.permits.would_take_observed(w, c, mode)
         }
     }
 
@@ -466,8 +521,8 @@ impl<const N: usize> Engine<N> {
     }
 
     #[inline]
-    fn admit_now(&self, w: Word, c: Word) -> Result<(), TakeError> {
-        let r = self.now_or_short::<true>(w, c);
+    fn admit_now(&self, w: Word, c: Word, observe: Word) -> Result<Word, TakeError> {
+        let r = self.now_or_short::<true>(w, c, observe);
         if r.is_ok() {
             self.counters
                 .admitted
@@ -480,10 +535,22 @@ impl<const N: usize> Engine<N> {
     /// (`concurrency_limit`, `budget_limit`, `shutdown`; counted).
     #[inline]
     pub(crate) fn take(&self, w: Word, c: Word) -> Result<(), Rejection> {
-        match self.admit_now(w, c) {
-            Ok(()) => Ok(()),
+        match self.admit_now(w, c, 0) {
+            Ok(_) => Ok(()),
             Err(e) => Err(self.refuse(e)),
         }
+    }
+
+    /// [`take`](Self::take) of a request with its own observed dimensions (`observe`,
+    /// `TAG_OBSERVE` bits); `Ok` carries the dimensions observe mode let through short.
+    #[inline]
+    pub(crate) fn take_observing(
+        &self,
+        w: Word,
+        c: Word,
+        observe: Word,
+    ) -> Result<Word, Rejection> {
+        self.admit_now(w, c, observe).map_err(|e| self.refuse(e))
     }
 
     /// Counts and builds the rejection of a failed take.
@@ -529,9 +596,15 @@ impl<const N: usize> Engine<N> {
     /// [`enqueue`](Self::enqueue) (or of [`take`](Self::take) when `queue` is false) in the
     /// same order, read-only: nothing is taken, queued or counted. The answer is a snapshot,
     /// stale as soon as it returns under concurrency (docs/design.md §5.6).
-    pub(crate) fn would_admit(&self, w: Word, c: Word, queue: bool) -> Result<DryAdmit, Reason> {
-        let short = match self.now_or_short::<false>(w, c) {
-            Ok(()) => return Ok(DryAdmit::Now),
+    pub(crate) fn would_admit(
+        &self,
+        w: Word,
+        c: Word,
+        observe: Word,
+        queue: bool,
+    ) -> Result<DryAdmit, Reason> {
+        let short = match self.now_or_short::<false>(w, c, observe) {
+            Ok(_) => return Ok(DryAdmit::Now),
             Err(TakeError::Closed) => return Err(Reason::Shutdown),
             Err(e) => e,
         };
@@ -564,8 +637,8 @@ impl<const N: usize> Engine<N> {
         waker: Option<&Waker>,
         call: CallWord,
     ) -> Result<Admitted, Rejection> {
-        let short = match self.admit_now(w, c) {
-            Ok(()) => return Ok(Admitted::Now),
+        let short = match self.admit_now(w, c, call.tag & TAG_OBSERVE) {
+            Ok(short) => return Ok(Admitted::Now(short)),
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
             Err(e) => e,
         };
@@ -587,6 +660,7 @@ impl<const N: usize> Engine<N> {
             .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
         cell.cost.store(c, Relaxed);
         cell.call.store(call.admit, Relaxed);
+        cell.tag.store(call.tag, Relaxed);
         cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
         if let Some(waker) = waker {
             cell.waker.register(t, waker);
@@ -624,12 +698,8 @@ impl<const N: usize> Engine<N> {
             }
         }
         // Relaxed: ordered by the Acquire of the stamp that showed the settlement.
-        let packed = cell.weight.load(Relaxed);
-        let call = CallWord {
-            admit: cell.call.load(Relaxed),
-            flags: packed >> CALL_FLAGS_SHIFT,
-        };
-        let w = packed & WEIGHT_MASK;
+        let mut call = CellRecord::of_cell(cell);
+        let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
         let c = cell.cost.load(Relaxed);
         match s.kind() {
             Kind::Granted => {
@@ -647,6 +717,7 @@ impl<const N: usize> Engine<N> {
                 })
             }
             Kind::Rejected(reason) => {
+                call.granted_ns = 0;
                 cell.waker.clear(t);
                 self.ring.free(cell, s).map_err(|_| StaleTicket)?;
                 self.notify_idle();
@@ -666,15 +737,15 @@ impl<const N: usize> Engine<N> {
     /// The owner cancels its queued ticket with `reason` (counted): O(1), the cell is free at
     /// once and the dispatcher skips the ticket; cancelling the head passes the turn on (I4).
     /// Returns the call the waiter carried (the caller ends it `ignored`).
-    pub(crate) fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<CallWord, CancelError> {
+    pub(crate) fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<CellRecord, CancelError> {
         let t = ticket.0;
         let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
         match s.kind() {
             Kind::Waiting => {
                 // Relaxed: the owner wrote these itself before publishing.
-                let call = CallWord {
-                    admit: cell.call.load(Relaxed),
-                    flags: cell.weight.load(Relaxed) >> CALL_FLAGS_SHIFT,
+                let call = CellRecord {
+                    granted_ns: 0,
+                    ..CellRecord::of_cell(cell)
                 };
                 // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
                 // review found `queued_cost` drifting when it was read after).
@@ -1169,7 +1240,8 @@ impl<const N: usize> Engine<N> {
                         continue;
                     }
                     // Relaxed: as in `now_or_short`; the mode only selects the check.
-                    let observed = self.mode.load(Relaxed) & (OBSERVE_CALLS | OBSERVE_BUDGET);
+                    // The request's own observed dimensions ride in its tag.
+                    let observed = (self.mode.load(Relaxed) | cell.tag.load(Relaxed)) & TAG_OBSERVE;
                     let mut short = 0;
                     let reserved = if observed == 0 {
                         self.permits.reserve_for_head(w, c)
@@ -1191,14 +1263,23 @@ impl<const N: usize> Engine<N> {
                     if c != 0 {
                         self.budget.unclaimed.fetch_add(c, AcqRel);
                     }
+                    // The grant's time goes into the cell before the grant is visible: only
+                    // this dispatcher writes `granted_ns`, and its owner reads it after the
+                    // Acquire that shows GRANTED (a lost settle leaves a value nobody reads).
+                    let now = if self.clock.is_some() {
+                        let now = self.clock.now_ns() as Word;
+                        cell.granted_ns.store(now, Relaxed);
+                        now
+                    } else {
+                        0
+                    };
                     if self.ring.settle(cell, s, Kind::Granted).is_ok() {
                         // Counted only once the grant is the waiter's (a cancel may win).
                         self.count_observed(short);
                         self.counters.record_queued_grant();
                         self.budget.reserved_by_dispatcher(c);
                         if self.clock.is_some() {
-                            let waited = (self.clock.now_ns() as Word)
-                                .wrapping_sub(cell.enqueued_ns.load(Relaxed));
+                            let waited = now.wrapping_sub(cell.enqueued_ns.load(Relaxed));
                             self.counters.record_wait(waited);
                         }
                         batch.push(cell.waker.take(h));

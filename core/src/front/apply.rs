@@ -216,6 +216,7 @@ impl<const N: usize> Bulkhead<N> {
         }
         core::mem::forget(guard);
         self.engine.end_apply(s.revision);
+        self.emit_reconfigure();
         Ok(())
     }
 

@@ -136,8 +136,11 @@ where
         }
         self.ended = true;
         self.bh.count_call_timeout_now();
-        self.bh
-            .finish(core::mem::take(&mut self.call), Outcome::Failure);
+        let call = core::mem::take(&mut self.call);
+        // The token is spent; the admission id stays for the release's event (`ended` routes
+        // the end through `end_tracked`).
+        self.call.id = call.id;
+        self.bh.finish(call, Outcome::Failure);
         true
     }
 
@@ -327,12 +330,16 @@ where
         } else {
             HoldChange::Unchanged
         };
-        Ok(UsageReport {
+        let report = UsageReport {
             used,
             held: target,
             overrun: self.overrun,
             change,
-        })
+        };
+        if self.call.id != 0 {
+            self.bh.emit_usage(self.call.id, &report);
+        }
+        Ok(report)
     }
 
     /// Ends the call now with `outcome`, reporting that it `used` budget units in all (at least
@@ -349,11 +356,35 @@ where
     /// ended call, whose drop does nothing more.
     #[inline]
     fn end_now(&mut self, used: Option<u64>) {
-        // The outcome first (docs/design.md §6.2): the adaptive sample counts this call in flight.
+        // A tracked call (policies or an observer) or one whose outcome `timed_out` recorded
+        // ends out of line; the plain path tests two flags.
+        if self.call.tracked | self.ended {
+            return self.end_tracked(used);
+        }
+        self.settle_and_release(used);
+    }
+
+    /// [`end_now`](Self::end_now) of a tracked call: the outcome first (docs/design.md §6.2:
+    /// the adaptive sample counts this call in flight), then the settlement, then the
+    /// `release` event.
+    #[inline(never)]
+    fn end_tracked(&mut self, used: Option<u64>) {
         if !self.ended {
             self.ended = true;
             self.bh.finish(self.call, self.outcome);
         }
+        let (w, held) = (self.weight, self.cost());
+        let used = self.settle_and_release(used);
+        if self.call.id != 0 {
+            let id = core::mem::take(&mut self.call.id);
+            self.bh.emit_release(id, w, held, Some(used), true);
+        }
+    }
+
+    /// Settles the hold against `used` (`None`: the whole hold) and returns permits and units
+    /// in one step; returns the usage settled.
+    #[inline]
+    fn settle_and_release(&mut self, used: Option<u64>) -> u64 {
         self.end_orphan();
         let (w, c, o) = (
             core::mem::take(&mut self.weight),
@@ -371,6 +402,7 @@ where
             // Both in one RMW of the permit word: nobody sees one returned without the other.
             self.bh.release_held(w, c);
         }
+        used
     }
 
     /// The bulkhead these permits belong to.
@@ -409,6 +441,7 @@ where
             });
         }
         take_part(&mut self.weight, n)?;
+        let held = self.cost();
         let c = if self.weight == 0 {
             let (c, o) = (
                 core::mem::take(&mut self.cost),
@@ -421,6 +454,9 @@ where
             0
         };
         self.bh.release_held(n, c);
+        if self.call.id != 0 {
+            self.bh.emit_release(self.call.id, n, held, None, false);
+        }
         Ok(())
     }
 

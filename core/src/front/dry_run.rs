@@ -78,7 +78,10 @@ impl<const N: usize> Bulkhead<N> {
             .queue_timeout
             .unwrap_or(self.queue_timeout())
             .is_zero();
-        match self.engine.would_admit(w, c, queue) {
+        match self
+            .engine
+            .would_admit(w, c, crate::engine::observe_bits(request.observe), queue)
+        {
             Ok(DryAdmit::Now) => WouldAdmit::AdmitNow,
             Ok(DryAdmit::Queue { ahead }) => WouldAdmit::WouldQueue {
                 position: ahead + 1,

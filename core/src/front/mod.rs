@@ -6,7 +6,8 @@
 //!
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
-//! `usage` (streaming settlement's answers) and `orphan` ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `apply`
+//! `usage` (streaming settlement's answers) and `orphan` ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `emitter`
+//! (where events go) ← `bulkhead` ← `events` (the admission events' steps); `apply`
 //! (revisioned limits) uses `bulkhead`.
 
 pub mod acquire;
@@ -19,6 +20,8 @@ pub mod call;
 #[cfg(feature = "std")]
 pub mod drain;
 pub mod dry_run;
+pub(crate) mod emitter;
+pub(crate) mod events;
 pub mod guarded;
 mod legacy;
 pub mod orphan;

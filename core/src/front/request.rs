@@ -2,6 +2,8 @@
 
 use core::time::Duration;
 
+use crate::observe::Observe;
+
 /// One admission request: `weight` permits, `cost` budget units, and how long it may queue.
 ///
 /// Built with [`Request::new`] and the builder methods; `#[non_exhaustive]`, so the fields the
@@ -29,6 +31,12 @@ pub struct Request {
     /// `Duration::ZERO` = do not queue (`concurrency_limit` if not admitted at once);
     /// `Duration::MAX` = no deadline. It bounds only the time spent queued, never the work.
     pub queue_timeout: Option<Duration>,
+    /// This request's own observe (shadow) mode (docs/design.md §4.7): the dimensions named
+    /// are decided and counted but let through, on top of the bulkhead's own mode (as
+    /// async-bulkhead-llm's per-request `shadowReasons`). [`Observe::Off`] (the default) adds
+    /// nothing; it never switches an enforced dimension of the bulkhead off. On a bulkhead
+    /// without a budget, [`Observe::Budget`] has nothing to shadow (the cost is 0).
+    pub observe: Observe,
 }
 
 impl Request {
@@ -38,6 +46,7 @@ impl Request {
             weight,
             cost: 0,
             queue_timeout: None,
+            observe: Observe::Off,
         }
     }
 
@@ -52,6 +61,13 @@ impl Request {
     #[must_use]
     pub const fn queue_timeout(mut self, timeout: Duration) -> Self {
         self.queue_timeout = Some(timeout);
+        self
+    }
+
+    /// The same request in its own observe mode (see the field).
+    #[must_use]
+    pub const fn observe(mut self, observe: Observe) -> Self {
+        self.observe = observe;
         self
     }
 

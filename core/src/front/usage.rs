@@ -10,21 +10,7 @@
 
 use core::fmt;
 
-/// How one [`report_usage`](crate::Call::report_usage) changed the call's hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldChange {
-    /// The hold already matched the report.
-    Unchanged,
-    /// The hold shrank by this many units (returned at once; the part held past the budget
-    /// goes first).
-    Shrank(u64),
-    /// The hold grew by this many units, taken from the budget through admission.
-    Grew(u64),
-    /// The hold grew by this many units that did not fit (or a waiter was queued: no barging):
-    /// held past the budget, counted in `overrun_total` and the `overrun_held` gauge. A host
-    /// that must not run over the budget cancels the call's work on this answer.
-    Overran(u64),
-}
+pub use crate::event::HoldChange;
 
 /// The answer of [`report_usage`](crate::Call::report_usage).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,6 @@ use core::{
 use crate::{
     engine::{CancelError, Polled, Ticket},
     front::{bulkhead::Bulkhead, call::Call},
-    outcome::Outcome,
     reason::{AcquireError, Reason, Rejection},
 };
 
@@ -114,12 +113,12 @@ where
         match bh.engine.poll(self.ticket, waker) {
             Ok(Polled::Pending) => Poll::Pending,
             Ok(Polled::Granted { weight, cost, call }) => {
-                let call = bh.granted_after_queueing(Bulkhead::<N>::unpack(call));
+                let call = bh.granted_from_queue(call);
                 let bh = self.bh.take().expect("checked above");
                 Poll::Ready(Ok(Call::from_parts_with_cost(bh, weight, cost, call)))
             }
             Ok(Polled::Rejected { rejection, call }) => {
-                bh.finish(Bulkhead::<N>::unpack(call), Outcome::Ignored);
+                bh.refused_from_queue(call, rejection.reason);
                 self.bh = None;
                 Poll::Ready(Err(rejection.into()))
             }

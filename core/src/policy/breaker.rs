@@ -11,7 +11,7 @@
 //! The core arms no timer: every call takes `now_ns` from the host's monotonic clock, and
 //! `open` becomes `half_open` when an admission, a [`Breaker::state`] or a [`Breaker::snapshot`]
 //! finds `now ≥ opened_at + open_duration`. Every method that can commit a transition returns it
-//! as a [`Transition`]; the caller fires [`Observer::on_state_change`] after the commit.
+//! as a [`Transition`]; the caller fires [`Observer::on_state_change`](crate::event::Observer::on_state_change) after the commit.
 //!
 //! ```text
 //! `Breaker::word` layout (one AtomicWord; every transition is one CAS on it):
@@ -64,10 +64,7 @@
 
 use core::{fmt, time::Duration};
 
-use crate::{
-    event::{Event, Observer},
-    sync::{AtomicWord, Ordering::*, Word},
-};
+use crate::sync::{AtomicWord, Ordering::*, Word};
 
 const STATE_MASK: Word = 0b11;
 const PROBE_SHIFT: u32 = 2;
@@ -125,7 +122,7 @@ const fn state_of(word: Word) -> CircuitState {
 
 pub use crate::outcome::Outcome;
 
-/// A committed state change. Fire it (see [`Transition::notify`]) after the call that returned
+/// A committed state change. Fire it (see `Transition::notify`, in `crate::event`) after the call that returned
 /// it; exactly one caller gets each transition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transition {
@@ -135,18 +132,6 @@ pub struct Transition {
     pub new: CircuitState,
     /// The generation the commit created.
     pub generation: u64,
-}
-
-impl Transition {
-    /// Delivers this transition to `observer` as an [`Event::StateChange`].
-    pub fn notify<O: Observer + ?Sized>(self, key: Option<&str>, observer: &O) {
-        observer.on_event(&Event::StateChange {
-            key,
-            old: self.old,
-            new: self.new,
-            generation: self.generation,
-        });
-    }
 }
 
 /// Admission to run one call; pass it back to [`Breaker::record`] with the outcome.

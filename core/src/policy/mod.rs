@@ -15,5 +15,3 @@ pub mod resilience;
 pub(crate) mod state;
 
 pub use self::state::{CallStart, CallToken};
-#[cfg(feature = "alloc")]
-pub use crate::event::SharedObserver;

@@ -19,6 +19,7 @@ use crate::{
         adaptive::{AdaptiveStats, Sample, SharedController},
         breaker::{Admit, Breaker, CircuitState, CircuitStats, Transition},
     },
+    sync::Word,
 };
 
 /// The token of one guarded call, from admission to its end. Plain data (`Copy`); a [`Call`]
@@ -27,9 +28,15 @@ use crate::{
 /// [`Call`]: crate::Call
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CallStart {
-    pub(crate) admit: Option<Admit>,
+    /// The breaker's admission word ([`Admit::word`]), meaningful when `has_admit`. Kept as a
+    /// word, not an `Option<Admit>` (whose transition is always taken by then): a smaller
+    /// token is cheaper to move on the plain path.
+    pub(crate) admit: Word,
     pub(crate) started_ns: u64,
+    pub(crate) has_admit: bool,
     pub(crate) tracked: bool,
+    /// The admission id (docs/design.md §8.2); 0 on a bulkhead without an observer.
+    pub(crate) id: u64,
 }
 
 /// The token of one guarded call (the name the admission API uses for [`CallStart`]).
@@ -38,9 +45,11 @@ pub type CallToken = CallStart;
 impl CallStart {
     /// The token of a bulkhead without policies: ending it does nothing.
     pub const NONE: CallStart = CallStart {
-        admit: None,
+        admit: 0,
         started_ns: 0,
+        has_admit: false,
         tracked: false,
+        id: 0,
     };
 
     /// Whether ending the call has anything to record.
@@ -48,9 +57,20 @@ impl CallStart {
         self.tracked
     }
 
+    /// The admission id (docs/design.md §8.2): the id of this admission's events; 0 on a
+    /// bulkhead without an observer.
+    pub const fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The breaker's admission of this call, if it passed a breaker.
+    pub(crate) fn breaker_admit(&self) -> Option<Admit> {
+        self.has_admit.then(|| Admit::from_word(self.admit))
+    }
+
     /// Whether this call is a half-open probe.
     pub fn is_probe(&self) -> bool {
-        self.admit.is_some_and(|a| a.is_probe())
+        self.breaker_admit().is_some_and(|a| a.is_probe())
     }
 
     /// When the call started (admission, or the grant for a call that queued), in host-clock ns.
@@ -64,10 +84,6 @@ pub(crate) struct Policies {
     breaker: Option<Breaker>,
     adaptive: Option<SharedController>,
     call_timeout: Option<Duration>,
-    #[cfg(feature = "alloc")]
-    observer: Option<crate::event::SharedObserver>,
-    #[cfg(feature = "alloc")]
-    key: Option<alloc::boxed::Box<str>>,
 }
 
 impl core::fmt::Debug for Policies {
@@ -118,10 +134,9 @@ impl Policies {
     #[cfg(feature = "alloc")]
     pub(crate) fn build(
         resilience: &crate::policy::resilience::Resilience,
-        observer: Option<crate::event::SharedObserver>,
-        key: Option<&str>,
+        events: bool,
     ) -> Result<Option<PolicyBox>, PolicyError> {
-        if resilience.is_off() {
+        if resilience.is_off() && !events {
             return Ok(None);
         }
         let breaker = match &resilience.breaker {
@@ -136,8 +151,6 @@ impl Policies {
             breaker,
             adaptive,
             call_timeout: resilience.call_timeout,
-            observer,
-            key: key.map(alloc::boxed::Box::from),
         })))
     }
 
@@ -162,16 +175,6 @@ impl Policies {
         self.adaptive.is_some()
     }
 
-    /// Delivers a transition to the observer (after its commit).
-    fn fire(&self, t: Option<Transition>) {
-        #[cfg(feature = "alloc")]
-        if let (Some(t), Some(o)) = (t, &self.observer) {
-            t.notify(self.key.as_deref(), &**o);
-        }
-        #[cfg(not(feature = "alloc"))]
-        let _ = t;
-    }
-
     /// Step 1: the breaker's admission check. `now_ns` is read only when the breaker is not
     /// closed; `started_ns` is the call's start (read by the caller when [`times_calls`]).
     ///
@@ -180,24 +183,27 @@ impl Policies {
         &self,
         now_ns: impl FnOnce() -> u64,
         started_ns: u64,
+        fire: impl Fn(Transition),
     ) -> Result<CallStart, CircuitOpen> {
         let admit = match &self.breaker {
             None => None,
             Some(b) => match b.try_admit_with(now_ns) {
                 Ok(mut a) => {
-                    self.fire(a.transition.take());
+                    a.transition.take().map(&fire);
                     Some(a)
                 }
                 Err(open) => {
-                    self.fire(open.transition);
+                    open.transition.map(&fire);
                     return Err(CircuitOpen);
                 }
             },
         };
         Ok(CallStart {
-            admit,
+            admit: admit.map_or(0, |a| a.word()),
             started_ns,
+            has_admit: admit.is_some(),
             tracked: true,
+            id: 0,
         })
     }
 
@@ -219,12 +225,13 @@ impl Policies {
         now_ns: u64,
         inflight: impl FnOnce() -> u64,
         apply: impl Fn(u64),
+        fire: impl Fn(Transition),
     ) {
         if !call.tracked {
             return;
         }
-        if let (Some(b), Some(a)) = (&self.breaker, call.admit) {
-            self.fire(b.record(a, outcome, now_ns));
+        if let (Some(b), Some(a)) = (&self.breaker, call.breaker_admit()) {
+            b.record(a, outcome, now_ns).map(fire);
         }
         if let Some(c) = &self.adaptive {
             let sample = Sample {
@@ -237,18 +244,26 @@ impl Policies {
     }
 
     /// The breaker's state at `now_ns` (committing a due lazy transition and firing its event).
-    pub(crate) fn circuit_state(&self, now_ns: u64) -> Option<CircuitState> {
+    pub(crate) fn circuit_state(
+        &self,
+        now_ns: u64,
+        fire: impl Fn(Transition),
+    ) -> Option<CircuitState> {
         let b = self.breaker.as_ref()?;
         let (s, t) = b.state(now_ns);
-        self.fire(t);
+        t.map(fire);
         Some(s)
     }
 
     /// The breaker's stats at `now_ns` (as [`circuit_state`](Self::circuit_state)).
-    pub(crate) fn circuit_stats(&self, now_ns: u64) -> Option<CircuitStats> {
+    pub(crate) fn circuit_stats(
+        &self,
+        now_ns: u64,
+        fire: impl Fn(Transition),
+    ) -> Option<CircuitStats> {
         let b = self.breaker.as_ref()?;
         let mut s = b.snapshot(now_ns);
-        self.fire(s.transition.take());
+        s.transition.take().map(fire);
         Some(s)
     }
 

@@ -188,7 +188,7 @@ fn limits_above_the_current_ceiling_and_fail_fast() {
 fn the_breaker_is_checked_without_committing() {
     let clock = Arc::new(VClock::default());
     let events = Arc::new(Events::default());
-    let observer: crate::policy::SharedObserver = events.clone();
+    let observer: crate::event::SharedObserver = events.clone();
     let bh = Bulkhead::with_observer(
         Config {
             max_concurrent: 4,

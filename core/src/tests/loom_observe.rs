@@ -11,9 +11,9 @@ use loom::thread;
 
 use super::{
     loom_budget::{admit, granted, queued},
-    loom_bulkhead::{model_at_most, static_bh},
+    loom_bulkhead::{model_at_most, noop_waker, static_bh},
 };
-use crate::{Config, Observe, Reason};
+use crate::{Bulkhead, Config, Observe, Reason, Request};
 
 #[test]
 fn loom_observe_switch_vs_a_grant_through_the_observed_budget() {
@@ -83,4 +83,52 @@ fn loom_observe_switch_vs_a_grant_through_the_observed_budget() {
         [true, true],
         "[granted observed, enforced first] explored"
     );
+}
+
+#[test]
+fn loom_request_observe_rides_its_cell_to_the_head() {
+    // Limit 1, budget 10, the bulkhead enforcing. H holds (1, 10). W queues for (1, 5) with its
+    // own calls shadow (the budget short, enforced); P queues behind it for (1, 0), plain. One
+    // thread refunds H's budget (W now fits the budget; the calls it shadows are still short);
+    // another enqueues P meanwhile. W is granted by whichever pass sees the units, through its
+    // own tag, counted once; P still waits for the permit (it shadows nothing), and never
+    // passes W (FIFO).
+    model_at_most(3, || {
+        let b = static_bh(Config {
+            max_concurrent: 1,
+            max_queue: 2,
+            budget: Some(10),
+            ..Config::DEFAULT
+        });
+        let mut h = granted(admit(&b, 1, 10));
+        let mut w = queued(Bulkhead::admit_via(
+            b.clone(),
+            &Request::new(1).cost(5).observe(Observe::Concurrency),
+            Some(&noop_waker()),
+        ));
+        let refund = thread::spawn(move || {
+            h.refund(10).unwrap();
+            h
+        });
+        let p = {
+            let b = b.clone();
+            thread::spawn(move || queued(admit(&b, 1, 0)).into_ticket())
+        };
+        let h = refund.join().unwrap();
+        let p = b.waiter(p.join().unwrap());
+        let call = match w.poll(None) {
+            Poll::Ready(Ok(c)) => c,
+            other => panic!("the request's own shadow was lost in the queue: {other:?}"),
+        };
+        let s = b.stats();
+        assert_eq!(s.observed_by_reason.get(Reason::ConcurrencyLimit), 1, "{s}");
+        assert_eq!(
+            (s.active, s.queued),
+            (2, 1),
+            "P still waits for a permit: {s}"
+        );
+        drop((call, h));
+        let mut p = p;
+        assert!(matches!(p.poll(None), Poll::Ready(Ok(_))));
+    });
 }

@@ -16,6 +16,8 @@ mod bulkhead;
 mod detail;
 #[cfg(all(not(loom), feature = "std"))]
 mod dry_run;
+#[cfg(all(not(loom), feature = "std"))]
+mod events;
 #[cfg(loom)]
 mod loom_adaptive;
 #[cfg(all(loom, feature = "std"))]

@@ -1,0 +1,409 @@
+//! Admission events (docs/design.md §8.2): ids, kinds, fields and times on an injected clock;
+//! a panicking observer contained and counted; a bulkhead without an observer assigns no ids.
+
+use core::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::{
+    string::{String, ToString},
+    sync::{Arc, Mutex},
+    vec::Vec,
+};
+
+use crate::{
+    Bulkhead, ClockSource, Config, Decision, Event, EventKind, HoldChange, LimitsSnapshot, Observe,
+    Observer, Outcome, Reason, Request,
+};
+
+struct Manual(AtomicU64);
+impl crate::Clock for Manual {
+    fn now_ns(&self) -> u64 {
+        self.0.load(SeqCst)
+    }
+}
+
+/// Every event, as an owned line (`kind id field=value …`), plus the raw kinds.
+#[derive(Default)]
+struct Log(Mutex<Vec<String>>);
+impl Observer for Log {
+    fn on_event(&self, e: &Event<'_>) {
+        let line = match *e {
+            Event::Admit {
+                id,
+                weight,
+                cost,
+                queued,
+                wait_ns,
+                revision,
+                ..
+            } => std::format!(
+                "admit {id} w={weight} c={cost} queued={queued} wait={wait_ns} rev={revision}"
+            ),
+            Event::Reject {
+                id,
+                reason,
+                queued,
+                wait_ns,
+                ..
+            } => std::format!(
+                "reject {id} {} queued={queued} wait={wait_ns}",
+                reason.as_str()
+            ),
+            Event::ObserveBypass { id, reason, .. } => {
+                std::format!("bypass {id} {}", reason.as_str())
+            }
+            Event::Release {
+                id,
+                weight,
+                held,
+                used,
+                ended,
+                ..
+            } => std::format!("release {id} w={weight} held={held} used={used:?} ended={ended}"),
+            Event::Usage {
+                id, used, change, ..
+            } => std::format!("usage {id} used={used} {change:?}"),
+            Event::Reconfigure {
+                revision,
+                limit,
+                budget,
+                observe,
+                ..
+            } => std::format!(
+                "reconfigure rev={revision} limit={limit} budget={budget:?} {}",
+                observe.as_str()
+            ),
+            _ => e.name().to_string(),
+        };
+        self.0.lock().unwrap().push(line);
+    }
+}
+
+impl Log {
+    fn take(&self) -> Vec<String> {
+        core::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+fn observed(config: Config) -> (Bulkhead, Arc<Log>, Arc<Manual>) {
+    let log = Arc::new(Log::default());
+    let clock = Arc::new(Manual(AtomicU64::new(1_000)));
+    let bh = Bulkhead::with_observer(
+        config,
+        ClockSource::Shared(clock.clone()),
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    (bh, log, clock)
+}
+
+#[test]
+fn admissions_carry_ids_and_join_their_release() {
+    let (bh, log, clock) = observed(Config {
+        max_concurrent: 1,
+        max_queue: 4,
+        ..Config::DEFAULT
+    });
+    let a = bh.try_acquire(1).unwrap();
+    assert_eq!(a.call().id(), 1);
+    let Decision::Queued(mut w) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    assert!(bh.try_acquire(1).is_err()); // id 3, refused at once
+    clock.0.fetch_add(5_000, SeqCst);
+    drop(a); // grants id 2 at +5 µs
+    clock.0.fetch_add(7_000, SeqCst);
+    let core::task::Poll::Ready(Ok(b)) = w.poll(None) else {
+        panic!()
+    };
+    assert_eq!(b.call().id(), 2);
+    b.end(Outcome::Success);
+    assert_eq!(
+        log.take(),
+        [
+            "admit 1 w=1 c=0 queued=false wait=0 rev=0",
+            "reject 3 concurrency_limit queued=false wait=0",
+            "release 1 w=1 held=0 used=Some(0) ended=true",
+            // Enqueue → grant, on the bulkhead's clock (not → the owner's poll 7 µs later).
+            "admit 2 w=1 c=0 queued=true wait=5000 rev=0",
+            "release 2 w=1 held=0 used=Some(0) ended=true",
+        ]
+    );
+}
+
+#[test]
+fn queued_refusals_cancels_and_abandons_are_rejects_with_their_wait() {
+    let (bh, log, clock) = observed(Config {
+        max_concurrent: 1,
+        max_queue: 4,
+        ..Config::DEFAULT
+    });
+    let held = bh.try_acquire(1).unwrap();
+    let Decision::Queued(mut timed) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    let Decision::Queued(cancelled) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    let Decision::Queued(dropped) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    clock.0.fetch_add(3_000, SeqCst);
+    bh.expire(timed.ticket(), Reason::Timeout).unwrap();
+    assert!(matches!(timed.poll(None), core::task::Poll::Ready(Err(_))));
+    let _ = cancelled.cancel(Reason::Aborted);
+    drop(dropped);
+    drop(held);
+    let lines = log.take();
+    assert_eq!(
+        lines[1..],
+        [
+            "reject 2 timeout queued=true wait=3000",
+            "reject 3 aborted queued=true wait=3000",
+            "reject 4 aborted queued=true wait=3000",
+            "release 1 w=1 held=0 used=Some(0) ended=true",
+        ]
+    );
+}
+
+#[test]
+fn budget_usage_and_partial_releases_are_reported() {
+    let (bh, log, _) = observed(Config {
+        max_concurrent: 4,
+        budget: Some(1_000),
+        ..Config::DEFAULT
+    });
+    let Decision::Granted(mut call) = bh.admit(&Request::new(2).cost(600), None) else {
+        panic!()
+    };
+    let r = call.report_usage(100, 300).unwrap();
+    assert_eq!(r.change, HoldChange::Shrank(200));
+    call.release_partial(1).unwrap();
+    call.end_with_usage(Outcome::Success, 350);
+    assert_eq!(
+        log.take(),
+        [
+            "admit 1 w=2 c=600 queued=false wait=0 rev=0",
+            "usage 1 used=100 Shrank(200)",
+            "release 1 w=1 held=400 used=None ended=false",
+            "release 1 w=1 held=400 used=Some(350) ended=true",
+        ]
+    );
+}
+
+#[test]
+fn observe_bypass_precedes_its_admit() {
+    let (bh, log, _) = observed(Config {
+        max_concurrent: 1,
+        max_queue: 0,
+        ..Config::DEFAULT
+    });
+    let a = bh.try_acquire(1).unwrap();
+    // The bulkhead enforces; this request shadows its calls dimension.
+    let Decision::Granted(b) = bh.admit(&Request::new(1).observe(Observe::Concurrency), None)
+    else {
+        panic!()
+    };
+    assert_eq!(
+        log.take(),
+        [
+            "admit 1 w=1 c=0 queued=false wait=0 rev=0",
+            "bypass 2 concurrency_limit",
+            "admit 2 w=1 c=0 queued=false wait=0 rev=0",
+        ]
+    );
+    drop((a, b));
+}
+
+#[test]
+fn c32_a_requests_own_observe_never_switches_the_other_dimension_off() {
+    let bh = Bulkhead::new(Config {
+        max_concurrent: 1,
+        max_queue: 0,
+        budget: Some(10),
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let Decision::Granted(hog) = bh.admit(&Request::new(1).cost(10), None) else {
+        panic!()
+    };
+    let ask = |o: Observe| bh.admit(&Request::new(1).cost(1).observe(o), None);
+    let Decision::Rejected(e) = ask(Observe::Budget) else {
+        panic!()
+    };
+    assert_eq!(
+        e.reason(),
+        Some(Reason::ConcurrencyLimit),
+        "calls still enforced"
+    );
+    let Decision::Rejected(e) = ask(Observe::Concurrency) else {
+        panic!()
+    };
+    assert_eq!(
+        e.reason(),
+        Some(Reason::BudgetLimit),
+        "budget still enforced"
+    );
+    let Decision::Granted(both) = ask(Observe::All) else {
+        panic!()
+    };
+    let s = bh.stats();
+    assert_eq!(s.observed_by_reason.get(Reason::ConcurrencyLimit), 1);
+    assert_eq!(s.rejected_by_reason.get(Reason::ConcurrencyLimit), 1);
+    assert_eq!(s.rejected_by_reason.get(Reason::BudgetLimit), 1);
+    assert_eq!(
+        s.observe,
+        Observe::Off,
+        "the bulkhead's own mode is unchanged"
+    );
+    // The dry run answers from the same rule.
+    assert_eq!(
+        bh.would_admit(&Request::new(1).cost(1).observe(Observe::All)),
+        crate::WouldAdmit::AdmitNow
+    );
+    drop((hog, both));
+}
+
+#[test]
+fn a_queued_request_keeps_its_own_observe_at_the_head() {
+    // Budget enforced and short, calls shadowed by the request: it queues for the budget;
+    // at the head the dispatcher still lets its calls dimension through.
+    let bh = Bulkhead::new(Config {
+        max_concurrent: 1,
+        max_queue: 4,
+        budget: Some(10),
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let Decision::Granted(hog) = bh.admit(&Request::new(1).cost(10), None) else {
+        panic!()
+    };
+    let Decision::Queued(mut w) =
+        bh.admit(&Request::new(1).cost(5).observe(Observe::Concurrency), None)
+    else {
+        panic!()
+    };
+    // The hog returns its budget but keeps its permit: the waiter fits the budget, not the
+    // calls limit, which it shadows.
+    let mut hog = hog;
+    hog.refund(10).unwrap();
+    let core::task::Poll::Ready(Ok(got)) = w.poll(None) else {
+        panic!("the request's own observe was lost in the queue")
+    };
+    assert_eq!(bh.stats().active, 2);
+    assert_eq!(
+        bh.stats().observed_by_reason.get(Reason::ConcurrencyLimit),
+        1
+    );
+    drop((got, hog));
+}
+
+#[test]
+fn reconfigurations_are_events_with_the_revision() {
+    let (bh, log, _) = observed(Config {
+        max_concurrent: 4,
+        ..Config::DEFAULT
+    });
+    bh.set_limit(2).unwrap();
+    bh.apply_limits(&LimitsSnapshot::new(7).limit(3)).unwrap();
+    bh.set_observe(Observe::Concurrency).unwrap();
+    let a = bh.try_acquire(1).unwrap();
+    assert_eq!(
+        log.take(),
+        [
+            "reconfigure rev=0 limit=2 budget=None off",
+            "reconfigure rev=7 limit=3 budget=None off",
+            "reconfigure rev=7 limit=3 budget=None concurrency",
+            "admit 1 w=1 c=0 queued=false wait=0 rev=7",
+        ]
+    );
+    drop(a);
+}
+
+#[test]
+fn a_panicking_observer_is_contained_and_counted() {
+    struct Boom;
+    impl Observer for Boom {
+        fn on_event(&self, _: &Event<'_>) {
+            panic!("observer bug");
+        }
+    }
+    let bh = Bulkhead::with_observer(
+        Config {
+            max_concurrent: 1,
+            ..Config::DEFAULT
+        },
+        ClockSource::None,
+        Some(Arc::new(Boom)),
+        None,
+    )
+    .unwrap();
+    let a = bh.try_acquire(1).unwrap();
+    drop(a);
+    let s = bh.stats();
+    assert_eq!((s.active, s.available, s.admitted_total), (0, 1, 1));
+    assert_eq!(s.observer_panics, 2, "the admit and the release");
+}
+
+#[test]
+fn no_observer_no_ids() {
+    let bh = Bulkhead::new(Config::default()).unwrap();
+    let a = bh.try_acquire(1).unwrap();
+    let Decision::Granted(b) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    assert_eq!((a.call().id(), b.call().id()), (0, 0));
+    assert_eq!(bh.stats().observer_panics, 0);
+}
+
+#[test]
+fn event_kinds_have_one_name_each() {
+    let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "state_change",
+            "admit",
+            "reject",
+            "observe_bypass",
+            "release",
+            "usage",
+            "reconfigure"
+        ]
+    );
+    for (i, k) in EventKind::ALL.iter().enumerate() {
+        assert_eq!(*k as usize, i);
+    }
+}
+
+#[test]
+fn a_timed_out_call_still_reports_its_release_and_circuit_open_is_a_reject() {
+    use crate::{Resilience, breaker::BreakerConfig};
+    let log = Arc::new(Log::default());
+    let clock = Arc::new(Manual(AtomicU64::new(1_000)));
+    let bh = Bulkhead::with_observer(
+        Config {
+            max_concurrent: 2,
+            resilience: Resilience {
+                breaker: Some(BreakerConfig {
+                    failure_threshold: 1,
+                    ..BreakerConfig::DEFAULT
+                }),
+                ..Resilience::OFF
+            },
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock),
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    let mut a = bh.try_acquire(1).unwrap();
+    assert!(a.timed_out()); // a failure: the breaker trips
+    drop(a);
+    assert!(bh.try_acquire(1).is_err());
+    let lines = log.take();
+    assert_eq!(lines[0], "admit 1 w=1 c=0 queued=false wait=0 rev=0");
+    assert_eq!(lines[1], "state_change");
+    assert_eq!(lines[2], "release 1 w=1 held=0 used=Some(0) ended=true");
+    assert_eq!(lines[3], "reject 2 circuit_open queued=false wait=0");
+}
