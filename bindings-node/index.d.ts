@@ -262,6 +262,11 @@ export interface BulkheadOptions {
    * fail-closed start: everything is refused until the limits are applied (docs/design.md §4.6).
    */
   startLimit?: number | null
+  /**
+   * Reservations (two-phase admission, docs/design.md §5.8) held at once, 0 … 65536, default 0
+   * (off); `reserve()` from Node comes with the gateway admission.
+   */
+  maxReservations?: number | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }
@@ -387,6 +392,10 @@ export interface BulkheadStats {
   observedByReason: RejectedByReason
   /** Observer calls that panicked in the core (caught and counted; 0 without an observer). */
   observerPanics: number
+  /** Reservations held now (two-phase admission; their units count in `active`). */
+  reservationsHeld: number
+  /** Reservations whose TTL passed before a commit or an abort. */
+  reservationsExpiredTotal: number
   /** `null` unless an adaptive limit is attached (`resilience.adaptive`). */
   adaptive: AdaptiveStats | null
   /** `null` unless a circuit breaker is attached (`resilience.breaker`). */

@@ -117,6 +117,8 @@ const STATS_KEYS = [
   'observe',
   'observedByReason',
   'observerPanics',
+  'reservationsHeld',
+  'reservationsExpiredTotal',
   'adaptive',
   'circuit',
   'budget',

@@ -54,6 +54,8 @@ STATS_KEYS = (
     "observe",
     "observed_by_reason",
     "observer_panics",
+    "reservations_held",
+    "reservations_expired_total",
     "adaptive",
     "circuit",
     "budget",

@@ -130,6 +130,7 @@ pub use crate::{
         dry_run::WouldAdmit,
         orphan::OrphanError,
         request::Request,
+        reserve::{Reservation, ReservationExpired, ReserveError},
         usage::{HoldChange, UsageError, UsageReport},
         waiter::{Cancelled, Waiter},
     },

@@ -46,5 +46,8 @@ pub const MAX_REVISION: u64 = (1 << 31) - 1;
 /// Largest `max_queue` (2²⁰ live waiters).
 pub const MAX_QUEUE: u64 = 1 << 20;
 
+/// Largest `max_reservations` (2¹⁶ slots, allocated once).
+pub const MAX_RESERVATIONS: u64 = 1 << 16;
+
 /// The default `max_concurrent` (10): the common HTTP-client bulkhead default.
 pub const DEFAULT_MAX_CONCURRENT: u64 = 10;

@@ -69,6 +69,11 @@ pub struct Stats {
     /// Observer calls that panicked (caught under `std`, docs/design.md §8.2); 0 without an
     /// observer.
     pub observer_panics: u64,
+    /// Reservations held now (docs/design.md §5.8; their units count in `active` and the
+    /// budget's `in_use`).
+    pub reservations_held: u64,
+    /// Reservations whose TTL passed before a commit or an abort (their units returned).
+    pub reservations_expired_total: u64,
 }
 
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
@@ -250,6 +255,11 @@ impl Stats {
         }
         v.end();
         v.count("observer_panics", self.observer_panics);
+        v.count("reservations_held", self.reservations_held);
+        v.count(
+            "reservations_expired_total",
+            self.reservations_expired_total,
+        );
         match &self.adaptive {
             None => v.absent("adaptive"),
             Some(a) => {

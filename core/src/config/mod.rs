@@ -17,7 +17,9 @@ pub use self::{
     options::{NullMeans, OptionId, OptionSpec, Section, Spelling},
     partial::{Part, PartialConfig, Value},
 };
-pub use crate::limits::{MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE};
+pub use crate::limits::{
+    MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE, MAX_RESERVATIONS,
+};
 pub use crate::observe::Observe;
 use crate::{
     limits::DEFAULT_MAX_CONCURRENT,
@@ -74,6 +76,11 @@ pub struct Config {
     /// (everything is refused `concurrency_limit`) until an `apply_limits` raises the limit.
     /// Not with an adaptive limit (it sets its own start).
     pub start_limit: Option<u64>,
+    /// Two-phase admission (docs/design.md §5.8): how many reservations
+    /// ([`Bulkhead::reserve`](crate::Bulkhead::reserve)) may be held at once,
+    /// `0 ..= MAX_RESERVATIONS`; the table is allocated once at construction. 0 (the default):
+    /// reservations are off. Needs `alloc` (not for a `static` bulkhead).
+    pub max_reservations: u64,
 }
 
 impl Config {
@@ -89,6 +96,7 @@ impl Config {
         max_queued_cost: None,
         max_orphaned: 0,
         start_limit: None,
+        max_reservations: 0,
     };
 
     /// Checks every option, naming the first bad one.
@@ -127,6 +135,9 @@ impl Config {
         }
         if self.max_orphaned > MAX_PERMITS {
             return Err(ConfigError::Option(OptionId::MaxOrphaned));
+        }
+        if self.max_reservations > MAX_RESERVATIONS {
+            return Err(ConfigError::Option(OptionId::MaxReservations));
         }
         if let Some(m) = self.max_queued_cost {
             if m == 0 || m > MAX_BUDGET || self.budget.is_none() {

@@ -165,6 +165,7 @@ pub enum OptionId {
     Observe,
     MaxOrphaned,
     StartLimit,
+    MaxReservations,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -190,7 +191,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 30;
+    pub const COUNT: usize = 31;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -627,6 +628,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "max_concurrent",
         doc: "the limit at construction, at most max_concurrent; 0: a fail-closed start (the kill switch until apply_limits raises it)",
         c_name: c"start_limit",
+    },
+    OptionSpec {
+        id: OptionId::MaxReservations,
+        section: Section::Bulkhead,
+        name: "max_reservations",
+        kind: count(0, crate::limits::MAX_RESERVATIONS),
+        default: "0",
+        doc: "reservations (two-phase admission: reserve, then commit or abort) held at once; 0: off",
+        c_name: c"max_reservations",
     },
     OptionSpec {
         id: OptionId::MaxKeys,

@@ -275,6 +275,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::MaxOrphaned) {
             c.max_orphaned = n;
         }
+        if let Some(n) = self.count(O::MaxReservations) {
+            c.max_reservations = n;
+        }
         if let Some(n) = self.count(O::MaxQueuedCost) {
             c.max_queued_cost = Some(n);
         }

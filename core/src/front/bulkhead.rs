@@ -16,7 +16,10 @@ use crate::{
         Admitted, CallWord, CancelError, CellRecord, Engine, OverRelease, Polled, StaleTicket,
         TAG_SHIFT, Ticket, ring::WaiterRing,
     },
-    front::emitter::{Emitter, EmitterBox},
+    front::{
+        emitter::{Emitter, EmitterBox},
+        reservations::{ReservationTable, TableBox},
+    },
     outcome::Outcome,
     policy::{
         breaker::CircuitState,
@@ -82,6 +85,8 @@ pub struct Bulkhead<const N: usize = 0> {
     /// Where events go (built with an observer; then `policies` is `Some` too, so the plain
     /// path tests one field).
     emitter: Option<EmitterBox>,
+    /// The reservation table (`max_reservations > 0`; then `policies` is `Some` too).
+    reservations: Option<TableBox>,
 }
 
 /// A bulkhead is shared by reference between threads (checked, not asserted).
@@ -123,7 +128,11 @@ impl Bulkhead<0> {
         key: Option<&str>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        let policies = Policies::build(&config.resilience, observer.is_some())?;
+        // Events and reservations run in the guarded path, so they bring the policy box.
+        let policies = Policies::build(
+            &config.resilience,
+            observer.is_some() || config.max_reservations > 0,
+        )?;
         let ring = if config.max_queue == 0 {
             WaiterRing::new_inline(0)
         } else {
@@ -136,6 +145,9 @@ impl Bulkhead<0> {
             queue_timeout: config.queue_timeout,
             policies,
             emitter: observer.map(|o| alloc::boxed::Box::new(Emitter::new(o, key))),
+            reservations: (config.max_reservations > 0).then(|| {
+                alloc::boxed::Box::new(ReservationTable::new(config.max_reservations as usize))
+            }),
         };
         if let Some(limit) = initial_limit {
             // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
@@ -166,6 +178,7 @@ impl<const N: usize> Bulkhead<N> {
     pub const fn new_static(config: Config) -> Self {
         if config.validate_base().is_err()
             || !config.resilience.is_off()
+            || config.max_reservations != 0
             || config.max_queue > N as u64
         {
             panic!("invalid hullguard Config for Bulkhead::new_static");
@@ -185,6 +198,7 @@ impl<const N: usize> Bulkhead<N> {
             queue_timeout: config.queue_timeout,
             policies: None,
             emitter: None,
+            reservations: None,
         }
     }
 
@@ -200,6 +214,12 @@ impl<const N: usize> Bulkhead<N> {
         }
         if !config.resilience.is_off() {
             return Err(ConfigError::Resilience);
+        }
+        if config.max_reservations != 0 {
+            // The table is allocated at construction: not in a `static`.
+            return Err(ConfigError::Option(
+                crate::config::OptionId::MaxReservations,
+            ));
         }
         if config.max_queue > N as u64 {
             return Err(ConfigError::MaxQueue);
@@ -224,6 +244,7 @@ impl<const N: usize> Bulkhead<N> {
             queue_timeout: config.queue_timeout,
             policies: None,
             emitter: None,
+            reservations: None,
         })
     }
 
@@ -231,6 +252,15 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub(crate) fn policies(&self) -> Option<&Policies> {
         self.policies.as_deref()
+    }
+
+    /// The reservation table, when `max_reservations > 0`.
+    #[inline]
+    pub(crate) fn reservations(&self) -> Option<&ReservationTable> {
+        #[cfg(feature = "alloc")]
+        return self.reservations.as_deref();
+        #[cfg(not(feature = "alloc"))]
+        return self.reservations.as_ref();
     }
 
     /// The event emitter, when the bulkhead has an observer.
@@ -279,7 +309,9 @@ impl<const N: usize> Bulkhead<N> {
         self.engine.now_ns()
     }
 
-    /// Whether this bulkhead has any policy (breaker, adaptive limit or call timeout).
+    /// Whether this bulkhead's calls take the guarded path: a policy (breaker, adaptive limit
+    /// or call timeout), an observer (events) or a reservation table. Its calls' tokens are
+    /// then not inert (a binding keeps the whole [`Call`](crate::Call), not just its weight).
     #[inline]
     pub fn has_policies(&self) -> bool {
         self.policies.is_some()
@@ -344,6 +376,10 @@ impl<const N: usize> Bulkhead<N> {
     /// for the uncontended pair in `bench/callgrind.sh`, measured A/B).
     #[inline(never)]
     fn start_guarded(&self, p: &Policies) -> Result<CallStart, AcquireError> {
+        if self.reservations().is_some_and(|t| t.held() != 0) {
+            // Expired reservations return their units before this admission decides.
+            self.expire_reservations();
+        }
         let started = if p.times_calls() { self.now_ns() } else { 0 };
         let now = || if started != 0 { started } else { self.now_ns() };
         let id = self.emitter().map_or(0, Emitter::next_id);
@@ -764,6 +800,8 @@ impl<const N: usize> Bulkhead<N> {
     /// The stats (docs/design.md §8.1). Reading them commits a due open → half-open transition
     /// of the breaker, like any state read.
     pub fn stats(&self) -> Stats {
+        // Expired reservations return their units first, so the stats show them free.
+        self.expire_reservations();
         let snap = self.engine.snapshot();
         let c = &self.engine.counters;
         let now = || self.now_ns();
@@ -794,6 +832,10 @@ impl<const N: usize> Bulkhead<N> {
             observe: self.engine.observe(),
             observed_by_reason: c.observed(),
             observer_panics: self.emitter().map_or(0, |e| e.panics()),
+            reservations_held: self.reservations().map_or(0, ReservationTable::held),
+            reservations_expired_total: self
+                .reservations()
+                .map_or(0, ReservationTable::expired_total),
         }
     }
 

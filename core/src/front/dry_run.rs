@@ -65,6 +65,8 @@ impl<const N: usize> Bulkhead<N> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn would_admit(&self, request: &Request) -> WouldAdmit {
+        // As the admission would: expired reservations return their units first.
+        self.expire_reservations();
         let (w, c) = match self.check_request(request.weight, request.cost) {
             Ok(wc) => wc,
             Err(e) => return WouldAdmit::Reject(e),

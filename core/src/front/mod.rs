@@ -26,5 +26,7 @@ pub mod guarded;
 mod legacy;
 pub mod orphan;
 pub mod request;
+pub(crate) mod reservations;
+pub mod reserve;
 pub mod usage;
 pub mod waiter;

@@ -411,7 +411,14 @@ fn stats_visit_every_field_in_schema_order() {
     want.extend(buckets.iter().map(std::string::String::as_str));
     want.extend(["revision", "observe", "observed_by_reason"]);
     want.extend(reasons);
-    want.extend(["observer_panics", "adaptive", "circuit", "budget"]);
+    want.extend([
+        "observer_panics",
+        "reservations_held",
+        "reservations_expired_total",
+        "adaptive",
+        "circuit",
+        "budget",
+    ]);
     assert_eq!(k.0, want);
 }
 

@@ -32,6 +32,8 @@ mod loom_bulkhead;
 mod loom_observe;
 #[cfg(all(loom, feature = "std"))]
 mod loom_orphan;
+#[cfg(all(loom, feature = "std"))]
+mod loom_reserve;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
 #[cfg(all(not(loom), feature = "std"))]
@@ -40,6 +42,8 @@ mod orphan;
 mod queued_cost;
 #[cfg(all(not(loom), feature = "std"))]
 mod registry;
+#[cfg(all(not(loom), feature = "std"))]
+mod reserve;
 #[cfg(all(not(loom), feature = "std"))]
 mod usage;
 #[cfg(all(not(loom), feature = "std"))]
