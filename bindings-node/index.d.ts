@@ -267,6 +267,12 @@ export interface BulkheadOptions {
    * (off); `reserve()` from Node comes with the gateway admission.
    */
   maxReservations?: number | null
+  /**
+   * A streaming call whose hold must grow past the budget is asked to cancel its work
+   * (docs/design.md §4.5; default false: held as overrun). Streaming from Node comes with the
+   * gateway admission.
+   */
+  cancelOnOverrun?: boolean | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }

@@ -65,7 +65,7 @@ describe('bug 1: a Permit is made only by acquire() / tryAcquire()', () => {
 })
 
 describe('bug 2: misspelled option names are refused (TypeError naming them)', () => {
-  const BULKHEAD = ['maxConcurrent', 'maxQueue', 'queueTimeoutMs', 'enabled', 'budget', 'maxQueuedCost', 'observe', 'maxOrphaned', 'startLimit', 'maxReservations', 'resilience']
+  const BULKHEAD = ['maxConcurrent', 'maxQueue', 'queueTimeoutMs', 'enabled', 'budget', 'maxQueuedCost', 'observe', 'maxOrphaned', 'startLimit', 'maxReservations', 'cancelOnOverrun', 'resilience']
 
   test('the issue’s five cases', () => {
     refusesUnknown(() => new Bulkhead({ maxConcurent: 3 }), 'maxConcurent', BULKHEAD)

@@ -257,7 +257,7 @@ impl Bulkhead {
 impl Bulkhead {
     /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
     /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
-    /// max_reservations=0,
+    /// max_reservations=0, cancel_on_overrun=False,
     /// resilience=None, on_state_change=None)`; see the class docs.
     /// `budget`: an in-flight ceiling of cost units beside the permits (`stats()["budget"]`);
     /// `observe`: the dimensions decided and counted but not enforced (`"off"`,

@@ -93,7 +93,7 @@ impl Registry {
 impl Registry {
     /// `Registry(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
     /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
-    /// max_reservations=0,
+    /// max_reservations=0, cancel_on_overrun=False,
     /// resilience=None, overrides=None, max_keys=1024, on_state_change=None)`; see the class
     /// docs.
     #[new]

@@ -124,6 +124,8 @@ pub enum Event<'a> {
         overrun: u64,
         /// What the report did to the hold.
         change: HoldChange,
+        /// The report asks the host to cancel the call's work (`cancel_on_overrun`).
+        cancel: bool,
     },
     /// The limits changed: `apply_limits`, `set_limit`, `set_observe`, a kill switch.
     Reconfigure {

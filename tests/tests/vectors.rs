@@ -528,6 +528,13 @@ impl Runner {
                 let mut snap = LimitsSnapshot::new(step["revision"].as_u64().unwrap_or(0));
                 snap.limit = step.get("limit").map(|l| l.as_u64().unwrap_or(u64::MAX));
                 snap.budget = step.get("budget").map(|b| b.as_u64().unwrap_or(u64::MAX));
+                snap.max_queue = step
+                    .get("max_queue")
+                    .map(|q| q.as_u64().unwrap_or(u64::MAX));
+                snap.queue_timeout = step.get("queue_timeout_ms").map(|t| match t {
+                    Value::String(_) => Duration::MAX,
+                    t => Duration::from_millis(t.as_u64().unwrap()),
+                });
                 let before = self.stats(key);
                 let got = match self.bulkhead(key).unwrap().apply_limits(&snap) {
                     Ok(()) => "ok",
@@ -626,12 +633,22 @@ impl Runner {
                     panic!("{ctx}: {id} holds no permit")
                 };
                 let got = match call.report_usage(used, remaining) {
-                    Ok(r) => match r.change {
-                        HoldChange::Unchanged => "unchanged",
-                        HoldChange::Shrank(_) => "shrank",
-                        HoldChange::Grew(_) => "grew",
-                        HoldChange::Overran(_) => "overran",
-                    },
+                    Ok(r) => {
+                        // `cancel` (default false): whether the host is asked to cancel.
+                        let want = step.get("cancel").and_then(Value::as_bool).unwrap_or(false);
+                        assert_eq!(r.cancel, want, "{ctx}: cancel");
+                        assert_eq!(
+                            call.cancel_requested() || r.cancel,
+                            call.cancel_requested(),
+                            "{ctx}"
+                        );
+                        match r.change {
+                            HoldChange::Unchanged => "unchanged",
+                            HoldChange::Shrank(_) => "shrank",
+                            HoldChange::Grew(_) => "grew",
+                            HoldChange::Overran(_) => "overran",
+                        }
+                    }
                     Err(UsageError::Decreased { .. }) => "decreased",
                     Err(UsageError::TooLarge { .. }) => "invalid",
                     Err(UsageError::Released) => "released",

@@ -81,6 +81,13 @@ pub struct Config {
     /// `0 ..= MAX_RESERVATIONS`; the table is allocated once at construction. 0 (the default):
     /// reservations are off. Needs `alloc` (not for a `static` bulkhead).
     pub max_reservations: u64,
+    /// Streaming settlement (docs/design.md §4.5): when a call's hold must grow and the growth
+    /// does not fit, ask the host to cancel the call's work — the
+    /// [`UsageReport::cancel`](crate::UsageReport::cancel) answer and
+    /// [`Call::cancel_requested`](crate::Call::cancel_requested); the bindings fire the call's
+    /// cancel signal on it. `false` (the default): the growth is held past the budget as
+    /// overrun and the work goes on.
+    pub cancel_on_overrun: bool,
 }
 
 impl Config {
@@ -97,6 +104,7 @@ impl Config {
         max_orphaned: 0,
         start_limit: None,
         max_reservations: 0,
+        cancel_on_overrun: false,
     };
 
     /// Checks every option, naming the first bad one.

@@ -166,6 +166,7 @@ pub enum OptionId {
     MaxOrphaned,
     StartLimit,
     MaxReservations,
+    CancelOnOverrun,
     MaxKeys,
     AdaptiveAlgorithm,
     AdaptiveInitialLimit,
@@ -191,7 +192,7 @@ pub enum OptionId {
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 31;
+    pub const COUNT: usize = 32;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -637,6 +638,15 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "0",
         doc: "reservations (two-phase admission: reserve, then commit or abort) held at once; 0: off",
         c_name: c"max_reservations",
+    },
+    OptionSpec {
+        id: OptionId::CancelOnOverrun,
+        section: Section::Bulkhead,
+        name: "cancel_on_overrun",
+        kind: Kind::Bool,
+        default: "false",
+        doc: "a streaming call whose hold must grow past the budget is asked to cancel its work (else the growth is held as overrun)",
+        c_name: c"cancel_on_overrun",
     },
     OptionSpec {
         id: OptionId::MaxKeys,

@@ -278,6 +278,9 @@ impl PartialConfig {
         if let Some(n) = self.count(O::MaxReservations) {
             c.max_reservations = n;
         }
+        if let Some(Value::Bool(b)) = self.get(O::CancelOnOverrun) {
+            c.cancel_on_overrun = b;
+        }
         if let Some(n) = self.count(O::MaxQueuedCost) {
             c.max_queued_cost = Some(n);
         }

@@ -342,6 +342,16 @@ impl<const N: usize> Engine<N> {
         self.ring.max_queue() as u64
     }
 
+    /// `max_queue` at construction (the most `set_max_queue` may set).
+    pub(crate) fn max_queue_ceiling(&self) -> u64 {
+        self.ring.max_queue_ceiling() as u64
+    }
+
+    /// Sets the bound on live waiters (`0 ..= max_queue_ceiling`, checked by the caller).
+    pub(crate) fn set_max_queue(&self, n: u64) {
+        self.ring.set_max_queue(n as Word);
+    }
+
     pub(crate) fn enabled(&self) -> bool {
         self.enabled
     }

@@ -59,7 +59,11 @@ pub(crate) struct WaiterRing<const N: usize> {
     queued_cost: AtomicWord,
     /// `max_queued_cost`; `Word::MAX`: no bound.
     max_queued_cost: Word,
-    max_queue: Word,
+    /// The bound on live waiters now (`apply_limits` may lower it, and raise it back up to
+    /// `max_queue_ceiling`).
+    max_queue: AtomicWord,
+    /// `max_queue` at construction: the ring's cells are sized by it.
+    max_queue_ceiling: Word,
     cap_shift: u32,
     inline: [Cell; N],
     #[cfg(feature = "alloc")]
@@ -83,7 +87,8 @@ impl<const N: usize> WaiterRing<N> {
             occupied: AtomicWord::new(0),
             queued_cost: AtomicWord::new(0),
             max_queued_cost: Word::MAX,
-            max_queue,
+            max_queue: AtomicWord::new(max_queue),
+            max_queue_ceiling: max_queue,
             cap_shift: if N == 0 { 0 } else { N.trailing_zeros() },
             inline: [const { Cell::new() }; N],
             #[cfg(feature = "alloc")]
@@ -102,7 +107,8 @@ impl<const N: usize> WaiterRing<N> {
             occupied: AtomicWord::new(0),
             queued_cost: AtomicWord::new(0),
             max_queued_cost: Word::MAX,
-            max_queue,
+            max_queue: AtomicWord::new(max_queue),
+            max_queue_ceiling: max_queue,
             cap_shift: if N == 0 { 0 } else { N.trailing_zeros() },
             inline: core::array::from_fn(|_| Cell::new()),
             #[cfg(feature = "alloc")]
@@ -189,7 +195,21 @@ impl<const N: usize> WaiterRing<N> {
     }
 
     pub(crate) fn max_queue(&self) -> Word {
-        self.max_queue
+        // Relaxed: a bound read for one decision; a decision racing a change is ordered
+        // before or after it.
+        self.max_queue.load(Relaxed)
+    }
+
+    /// `max_queue` at construction (the most `set_max_queue` may set).
+    pub(crate) fn max_queue_ceiling(&self) -> Word {
+        self.max_queue_ceiling
+    }
+
+    /// Sets the bound on live waiters (`0 ..= max_queue_ceiling`, checked by the caller).
+    /// Never evicts: waiters above a lowered bound stay until they settle.
+    pub(crate) fn set_max_queue(&self, n: Word) {
+        debug_assert!(n <= self.max_queue_ceiling);
+        self.max_queue.store(n, Relaxed);
     }
 
     /// This ring with a bound on the total cost of its live waiters (`max_queued_cost`).
@@ -318,7 +338,7 @@ impl<const N: usize> WaiterRing<N> {
     /// never passes the bound, except while a racing settlement has it low).
     pub(crate) fn claim(&self, c: Word) -> Result<Word, ClaimError> {
         let cap = self.capacity() as Word;
-        if cap == 0 || !reserve(&self.live, self.max_queue) {
+        if cap == 0 || !reserve(&self.live, self.max_queue()) {
             // Count first: `live` may never exceed `max_queue`, whatever the interleaving.
             return Err(ClaimError::QueueLimit);
         }

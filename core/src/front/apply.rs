@@ -22,6 +22,13 @@ pub struct LimitsSnapshot {
     pub limit: Option<u64>,
     /// The budget's ceiling, `0 ..= budget` (a bulkhead built with a budget only).
     pub budget: Option<u64>,
+    /// The bound on live waiters, `0 ..= max_queue` (the one the bulkhead was built with: the
+    /// ring is sized by it). Lowering it never evicts: waiters above it stay until they settle;
+    /// 0 makes the bulkhead fail fast.
+    pub max_queue: Option<u64>,
+    /// The default queue timeout (`Duration::MAX`: none), for admissions from now on; queued
+    /// waiters keep the deadline their host armed.
+    pub queue_timeout: Option<core::time::Duration>,
 }
 
 impl LimitsSnapshot {
@@ -31,6 +38,8 @@ impl LimitsSnapshot {
             revision,
             limit: None,
             budget: None,
+            max_queue: None,
+            queue_timeout: None,
         }
     }
 
@@ -46,15 +55,29 @@ impl LimitsSnapshot {
         self
     }
 
+    /// With the bound on live waiters `max_queue`.
+    pub const fn max_queue(mut self, max_queue: u64) -> Self {
+        self.max_queue = Some(max_queue);
+        self
+    }
+
+    /// With the default queue timeout `timeout`.
+    pub const fn queue_timeout(mut self, timeout: core::time::Duration) -> Self {
+        self.queue_timeout = Some(timeout);
+        self
+    }
+
     /// The one rule of [`Bulkhead::check_limits`] (and of a registry's check for keys not
     /// created yet): the revision in range and above `current`; `limit` at most the largest
     /// ceiling (`MAX_CONCURRENT_WITH_BUDGET` with a budget, else `MAX_PERMITS`) and not on an
-    /// adaptive limit; `budget` only with one, at most `max_budget`.
+    /// adaptive limit; `budget` only with one, at most `max_budget`; `max_queue` at most
+    /// `max_queue_ceiling`.
     pub(crate) fn check(
         &self,
         with_budget: bool,
         adaptive: bool,
         max_budget: Option<u64>,
+        max_queue_ceiling: u64,
         current: u64,
     ) -> Result<(), LimitsError> {
         if self.revision == 0 || self.revision > MAX_REVISION {
@@ -81,6 +104,11 @@ impl LimitsSnapshot {
                 return Err(LimitsError::Config(ConfigError::BudgetLimit));
             }
         }
+        if self.max_queue.is_some_and(|q| q > max_queue_ceiling) {
+            return Err(LimitsError::MaxQueue {
+                max: max_queue_ceiling,
+            });
+        }
         Ok(())
     }
 }
@@ -106,6 +134,12 @@ pub enum LimitsError {
     },
     /// `limit` was given for a bulkhead whose limit an adaptive policy moves.
     AdaptiveLimit,
+    /// `max_queue` is above the one the bulkhead was built with, `max` (its ring is sized by
+    /// it).
+    MaxQueue {
+        /// The bulkhead's construction-time `max_queue`.
+        max: u64,
+    },
 }
 
 impl fmt::Display for LimitsError {
@@ -126,6 +160,10 @@ impl fmt::Display for LimitsError {
                 "limit must be an integer in 0..={max} (0: the kill switch; above max_concurrent raises the ceiling)"
             ),
             LimitsError::Config(e) => e.fmt(f),
+            LimitsError::MaxQueue { max } => write!(
+                f,
+                "max_queue must be an integer in 0..={max} (the max_queue the bulkhead was built with)"
+            ),
             LimitsError::AdaptiveLimit => f.write_str(
                 "limit cannot be applied to a bulkhead with an adaptive limit (it moves the limit)",
             ),
@@ -147,6 +185,7 @@ impl<const N: usize> Bulkhead<N> {
             self.has_budget(),
             self.policies().and_then(Policies::adaptive).is_some(),
             self.has_budget().then(|| self.engine.max_budget()),
+            self.engine.max_queue_ceiling(),
             self.revision(),
         )
     }
@@ -213,6 +252,12 @@ impl<const N: usize> Bulkhead<N> {
             if let Some(b) = s.budget.filter(|&b| (b > budget) == grow && b != budget) {
                 let _ = self.engine.apply_budget(b);
             }
+        }
+        if let Some(q) = s.max_queue {
+            self.engine.set_max_queue(q);
+        }
+        if let Some(t) = s.queue_timeout {
+            self.set_queue_timeout(t);
         }
         core::mem::forget(guard);
         self.engine.end_apply(s.revision);

@@ -27,7 +27,7 @@ use crate::{
     },
     reason::{AcquireError, Reason, Rejection, Snapshot},
     stats::Stats,
-    sync::Word,
+    sync::{AtomicWord, Ordering::Relaxed, Word},
 };
 
 /// What [`Bulkhead::enqueue`] did.
@@ -80,13 +80,16 @@ pub enum TicketPoll {
 #[derive(Debug)]
 pub struct Bulkhead<const N: usize = 0> {
     pub(crate) engine: Engine<N>,
-    queue_timeout: Duration,
+    /// The default queue timeout, encoded by [`encode_timeout`] (`apply_limits` changes it).
+    queue_timeout: AtomicWord,
     policies: Option<PolicyBox>,
     /// Where events go (built with an observer; then `policies` is `Some` too, so the plain
     /// path tests one field).
     emitter: Option<EmitterBox>,
     /// The reservation table (`max_reservations > 0`; then `policies` is `Some` too).
     reservations: Option<TableBox>,
+    /// `cancel_on_overrun`.
+    cancel_on_overrun: bool,
 }
 
 /// A bulkhead is shared by reference between threads (checked, not asserted).
@@ -142,12 +145,13 @@ impl Bulkhead<0> {
         let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
         let bh = Bulkhead {
             engine: Engine::new(&config, ring, clock),
-            queue_timeout: config.queue_timeout,
+            queue_timeout: AtomicWord::new(encode_timeout(config.queue_timeout)),
             policies,
             emitter: observer.map(|o| alloc::boxed::Box::new(Emitter::new(o, key))),
             reservations: (config.max_reservations > 0).then(|| {
                 alloc::boxed::Box::new(ReservationTable::new(config.max_reservations as usize))
             }),
+            cancel_on_overrun: config.cancel_on_overrun,
         };
         if let Some(limit) = initial_limit {
             // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
@@ -195,10 +199,11 @@ impl<const N: usize> Bulkhead<N> {
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
             ),
-            queue_timeout: config.queue_timeout,
+            queue_timeout: AtomicWord::new(encode_timeout(config.queue_timeout)),
             policies: None,
             emitter: None,
             reservations: None,
+            cancel_on_overrun: config.cancel_on_overrun,
         }
     }
 
@@ -241,10 +246,11 @@ impl<const N: usize> Bulkhead<N> {
                     .with_max_queued_cost(config.max_queued_cost),
                 ClockSource::None,
             ),
-            queue_timeout: config.queue_timeout,
+            queue_timeout: AtomicWord::new(encode_timeout(config.queue_timeout)),
             policies: None,
             emitter: None,
             reservations: None,
+            cancel_on_overrun: config.cancel_on_overrun,
         })
     }
 
@@ -291,7 +297,14 @@ impl<const N: usize> Bulkhead<N> {
 
     /// The default queue deadline (`Duration::MAX` = none).
     pub fn queue_timeout(&self) -> Duration {
-        self.queue_timeout
+        // Relaxed: a setting read for one decision.
+        decode_timeout(self.queue_timeout.load(Relaxed))
+    }
+
+    /// Sets the default queue deadline (`apply_limits`; queued waiters keep the deadline
+    /// their host armed).
+    pub(crate) fn set_queue_timeout(&self, timeout: Duration) {
+        self.queue_timeout.store(encode_timeout(timeout), Relaxed);
     }
 
     /// Whether admission is enforced.
@@ -777,6 +790,12 @@ impl<const N: usize> Bulkhead<N> {
         Ok(())
     }
 
+    /// Whether a streaming call that overruns the budget is asked to cancel its work
+    /// (`cancel_on_overrun`).
+    pub fn cancels_on_overrun(&self) -> bool {
+        self.cancel_on_overrun
+    }
+
     /// Whether this bulkhead has a budget.
     pub fn has_budget(&self) -> bool {
         self.engine.has_budget()
@@ -879,5 +898,31 @@ impl<const N: usize> Bulkhead<N> {
     pub fn circuit_state(&self) -> Option<CircuitState> {
         self.policies()?
             .circuit_state(self.now_ns(), |t| self.fire(t))
+    }
+}
+
+/// A queue timeout as one word: ns on a 64-bit word (ms on a 32-bit one), `Word::MAX` for
+/// `Duration::MAX` (none) and anything at least that long.
+const fn encode_timeout(d: Duration) -> Word {
+    #[cfg(target_has_atomic = "64")]
+    let n = d.as_nanos();
+    #[cfg(not(target_has_atomic = "64"))]
+    let n = d.as_millis();
+    if n >= Word::MAX as u128 {
+        Word::MAX
+    } else {
+        n as Word
+    }
+}
+
+/// The inverse of [`encode_timeout`].
+fn decode_timeout(w: Word) -> Duration {
+    if w == Word::MAX {
+        Duration::MAX
+    } else {
+        #[cfg(target_has_atomic = "64")]
+        return Duration::from_nanos(w as u64);
+        #[cfg(not(target_has_atomic = "64"))]
+        return Duration::from_millis(w as u64);
     }
 }

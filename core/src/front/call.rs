@@ -33,6 +33,8 @@ where
     overrun: u64,
     /// The cumulative usage reported so far (`report_usage`).
     reported: u64,
+    /// The revision of the limits in force when the call was granted (docs/design.md §4.6).
+    revision: u64,
     call: CallStart,
     outcome: Outcome,
     /// The call's outcome is recorded (a `call_timeout` overrun); only the permits are left.
@@ -40,6 +42,9 @@ where
     /// The call handed its `weight` permits back while its work goes on ([`orphan`](Self::orphan)):
     /// they count in `orphaned_in_flight` until it ends.
     orphaned: bool,
+    /// A usage report overran on a bulkhead with `cancel_on_overrun`: the host should cancel
+    /// the work.
+    cancel_requested: bool,
 }
 
 /// The older name of [`Call`].
@@ -90,6 +95,7 @@ where
     #[inline]
     pub fn from_parts_with_cost(bh: B, weight: u64, cost: u64, call: CallStart) -> Self {
         Self {
+            revision: bh.engine.revision(),
             bh,
             weight,
             cost,
@@ -99,6 +105,7 @@ where
             outcome: Outcome::Ignored,
             ended: false,
             orphaned: false,
+            cancel_requested: false,
         }
     }
 
@@ -155,6 +162,13 @@ where
         self.bh.call_timeout()
     }
 
+    /// The revision of the limits in force when this call was granted (docs/design.md §4.6;
+    /// 0 before the first `apply_limits`). A call rebuilt with
+    /// [`from_parts`](Self::from_parts) records the revision in force at the rebuild.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
     /// This call's guarded-call token (inert on a bulkhead without policies).
     pub fn call(&self) -> CallStart {
         self.call
@@ -197,6 +211,12 @@ where
         self.bh.orphan_permits(self.weight)?;
         self.orphaned = true;
         Ok(true)
+    }
+
+    /// Whether a usage report asked the host to cancel this call's work (it overran the
+    /// budget on a bulkhead with `cancel_on_overrun`; docs/design.md §4.5). Sticky.
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel_requested
     }
 
     /// Whether the call was [`orphan`](Self::orphan)ed.
@@ -312,6 +332,7 @@ where
                 held: 0,
                 overrun: 0,
                 change: HoldChange::Unchanged,
+                cancel: false,
             });
         }
         let held = self.cost();
@@ -330,11 +351,14 @@ where
         } else {
             HoldChange::Unchanged
         };
+        let cancel = matches!(change, HoldChange::Overran(_)) && self.bh.cancels_on_overrun();
+        self.cancel_requested |= cancel;
         let report = UsageReport {
             used,
             held: target,
             overrun: self.overrun,
             change,
+            cancel,
         };
         if self.call.id != 0 {
             self.bh.emit_usage(self.call.id, &report);

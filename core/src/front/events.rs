@@ -131,6 +131,7 @@ impl<const N: usize> Bulkhead<N> {
             held: report.held,
             overrun: report.overrun,
             change: report.change,
+            cancel: report.cancel,
         });
     }
 

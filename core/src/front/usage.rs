@@ -23,6 +23,12 @@ pub struct UsageReport {
     pub overrun: u64,
     /// What this report did to the hold.
     pub change: HoldChange,
+    /// The host should cancel the call's work now: this report overran and the bulkhead has
+    /// `cancel_on_overrun` (docs/design.md §4.5). Also [`Call::cancel_requested`]
+    /// (sticky); the units stay held past the budget until the call ends.
+    ///
+    /// [`Call::cancel_requested`]: crate::Call::cancel_requested
+    pub cancel: bool,
 }
 
 /// Why [`report_usage`](crate::Call::report_usage) refused; nothing changed.

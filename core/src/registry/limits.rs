@@ -17,6 +17,10 @@ pub struct KeyLimits {
     pub limit: Option<u64>,
     /// The budget ceiling, as in [`LimitsSnapshot::budget`].
     pub budget: Option<u64>,
+    /// The bound on live waiters, as in [`LimitsSnapshot::max_queue`].
+    pub max_queue: Option<u64>,
+    /// The default queue timeout, as in [`LimitsSnapshot::queue_timeout`].
+    pub queue_timeout: Option<core::time::Duration>,
 }
 
 /// A control-plane revision for a registry: `defaults` for every key, `overrides` per key
@@ -48,6 +52,10 @@ impl RegistryLimits {
             revision: self.revision,
             limit: o.and_then(|o| o.limit).or(self.defaults.limit),
             budget: o.and_then(|o| o.budget).or(self.defaults.budget),
+            max_queue: o.and_then(|o| o.max_queue).or(self.defaults.max_queue),
+            queue_timeout: o
+                .and_then(|o| o.queue_timeout)
+                .or(self.defaults.queue_timeout),
         }
     }
 
@@ -60,6 +68,7 @@ impl RegistryLimits {
             config.budget.is_some(),
             config.resilience.adaptive.is_some(),
             config.budget,
+            config.max_queue,
             0,
         )
     }

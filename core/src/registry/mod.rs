@@ -635,7 +635,7 @@ impl Registry {
     /// })?;
     /// reg.get("k1")?; // exists before the update
     /// let mut l = RegistryLimits::new(1);
-    /// l.defaults = KeyLimits { limit: Some(150), budget: None }; // above max_concurrent
+    /// l.defaults = KeyLimits { limit: Some(150), ..KeyLimits::default() }; // above max_concurrent
     /// reg.apply_limits(&l)?;
     /// assert_eq!(reg.get("k1")?.stats().limit, 150);
     /// assert_eq!(reg.get("k2")?.stats().limit, 150); // created after it: the same

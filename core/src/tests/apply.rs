@@ -2,7 +2,7 @@
 //! C33 recipe (`../shared/cases/CASES.md`): new limits are enforced once reported, a stale
 //! revision never wins, the kill switch is reversible.
 
-use core::{sync::atomic::Ordering::SeqCst, task::Poll};
+use core::{sync::atomic::Ordering::SeqCst, task::Poll, time::Duration};
 use std::{sync::Arc, thread, vec::Vec};
 
 use crate::{
@@ -346,11 +346,13 @@ fn c33_step4_registry_limits_reach_existing_and_future_keys() {
             KeyLimits {
                 limit: Some(limit),
                 budget: None,
+                ..KeyLimits::default()
             },
         );
         l.defaults = KeyLimits {
             limit: Some(limit),
             budget: None,
+            ..KeyLimits::default()
         };
         reg.apply_limits(&l)
     };
@@ -383,6 +385,7 @@ fn c33_step4_registry_limits_reach_existing_and_future_keys() {
     bad.defaults = KeyLimits {
         limit: Some(5),
         budget: Some(10),
+        ..KeyLimits::default()
     };
     let e = reg.apply_limits(&bad).unwrap_err();
     assert!(matches!(e, RegistryLimitsError::Limits { .. }), "{e:?}");
@@ -414,6 +417,7 @@ fn registry_limits_for_keys_not_created_yet_are_checked_and_dry_runs_see_them() 
         KeyLimits {
             limit: Some(5),
             budget: Some(3),
+            ..KeyLimits::default()
         },
     );
     let e = reg.apply_limits(&l).unwrap_err();
@@ -450,4 +454,58 @@ fn registry_limits_for_keys_not_created_yet_are_checked_and_dry_runs_see_them() 
         WouldAdmit::AdmitNow
     );
     assert!(closed.try_acquire("other", 40).is_ok());
+}
+
+#[test]
+fn calls_record_the_revision_they_were_granted_under() {
+    let b = Bulkhead::new(Config {
+        max_concurrent: 4,
+        max_queue: 4,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let before = b.try_acquire(1).unwrap();
+    b.apply_limits(&LimitsSnapshot::new(3).limit(2)).unwrap();
+    let after = b.try_acquire(1).unwrap();
+    assert_eq!((before.revision(), after.revision()), (0, 3));
+}
+
+#[test]
+fn max_queue_and_queue_timeout_change_under_a_revision() {
+    let b = Bulkhead::new(Config {
+        max_concurrent: 1,
+        max_queue: 3,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    assert_eq!(
+        b.apply_limits(&LimitsSnapshot::new(1).max_queue(4)),
+        Err(LimitsError::MaxQueue { max: 3 })
+    );
+    assert_eq!((b.revision(), b.max_queue()), (0, 3), "nothing installed");
+    b.apply_limits(
+        &LimitsSnapshot::new(2)
+            .max_queue(1)
+            .queue_timeout(Duration::from_millis(250)),
+    )
+    .unwrap();
+    assert_eq!(b.max_queue(), 1);
+    assert_eq!(b.queue_timeout(), Duration::from_millis(250));
+    let h = b.try_acquire(1).unwrap();
+    let Decision::Queued(w) = b.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    assert_eq!(
+        w.queue_timeout(),
+        Duration::from_millis(250),
+        "the new default"
+    );
+    let Decision::Rejected(e) = b.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    assert_eq!(e.reason(), Some(Reason::QueueLimit));
+    b.apply_limits(&LimitsSnapshot::new(3).queue_timeout(Duration::MAX))
+        .unwrap();
+    assert_eq!(b.queue_timeout(), Duration::MAX);
+    drop((w, h));
 }

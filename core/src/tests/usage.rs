@@ -219,7 +219,7 @@ fn a_disabled_bulkhead_grows_unbounded_and_the_kill_switch_overruns() {
     bh.apply_limits(&crate::LimitsSnapshot {
         revision: 1,
         limit: Some(0),
-        budget: None,
+        ..crate::LimitsSnapshot::new(1)
     })
     .unwrap();
     // Under the kill switch nothing new is taken, not even by a live hold.
