@@ -168,6 +168,31 @@ pub fn budgeted_bulkhead(permits: u64, budget: u64) -> Bulkhead {
     .expect("valid config")
 }
 
+/// A bulkhead of `permits` with an observer that counts every event (host clock): the cost
+/// of the event path (docs/design.md §8.2) beside the plain one, which pays nothing for it.
+pub fn observed_bulkhead(permits: u64) -> Bulkhead {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::Relaxed},
+    };
+    struct Count(AtomicU64);
+    impl hullguard_core::Observer for Count {
+        fn on_event(&self, e: &hullguard_core::Event<'_>) {
+            self.0.fetch_add(e.id().unwrap_or(0) & 1, Relaxed);
+        }
+    }
+    Bulkhead::with_observer(
+        Config {
+            max_concurrent: permits,
+            ..Config::default()
+        },
+        hullguard_core::ClockSource::default_for_host(),
+        Some(Arc::new(Count(AtomicU64::new(0)))),
+        None,
+    )
+    .expect("valid config")
+}
+
 /// A bulkhead of `permits` with the given policies (host clock, stats on).
 pub fn guarded_bulkhead(permits: u64, breaker: bool, adaptive: bool) -> Bulkhead {
     use hullguard_core::{Resilience, adaptive::AdaptiveConfig, breaker::BreakerConfig};
@@ -549,6 +574,12 @@ pub fn cases() -> Vec<Case> {
         case("uncontended/tokio".into(), UNC, SingleThread, |n| {
             uncontended(&Semaphore::new(1), n)
         }),
+        case(
+            "uncontended/hullguard+observer".into(),
+            UNC,
+            SingleThread,
+            |n| uncontended(&observed_bulkhead(1), n),
+        ),
         case("2t-shared/cas".into(), TWO, TwoThreads, |n| {
             let c = CasSemaphore::new(2);
             two_threads([&c, &c], n)

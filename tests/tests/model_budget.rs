@@ -1,7 +1,8 @@
 //! The budget (docs/design.md §4.5) against a sequential reference model: random single-thread
 //! sequences of admissions with weights and costs (at once or queueing), polls, cancels, refunds,
 //! streaming usage reports (shrinks, growth through admission, overrun), settlements with usage,
-//! observe mode switched per dimension (docs/design.md §4.7), and runtime changes of the budget and the limit run on a real
+//! observe mode switched per dimension and shadowed per request (docs/design.md §4.7),
+//! reservations reserved, committed and aborted (§5.8), and runtime changes of the budget and the limit run on a real
 //! bulkhead and on a deliberately naive model (a FIFO of waiters, free counts, one dispatch to
 //! quiescence per operation). After every step every decision and the whole stats object —
 //! both dimensions, every counter — must match, and I2 holds per dimension against what the
@@ -11,13 +12,15 @@ use std::{collections::VecDeque, task::Poll, time::Duration};
 
 use hullguard_core::{
     AcquireError, Bulkhead, Call, Cancelled, Config, Decision, HoldChange, Observe, Outcome,
-    Reason, Request, UsageError, Waiter, WouldAdmit,
+    Reason, Request, Reservation, ReserveError, UsageError, Waiter, WouldAdmit,
 };
 use proptest::prelude::*;
 
 const MAX_CONCURRENT: u64 = 3;
 const MAX_QUEUE: u64 = 2;
 const BUDGET: u64 = 12;
+/// `max_reservations`: small, so `Full` happens.
+const MAX_RESERVATIONS: u64 = 2;
 /// `max_queued_cost`: below the largest cost (12), so it bites often — a costly request that
 /// must queue, or two queued costs.
 const MAX_QUEUED_COST: u64 = 10;
@@ -28,7 +31,16 @@ enum Op {
         weight: u64,
         cost: u64,
         wait: bool,
+        /// The request's own observe (docs/design.md §4.7, "Per request"): (permits, budget).
+        observe: (bool, bool),
     },
+    /// `reserve(request, no TTL)` (docs/design.md §5.8).
+    Reserve {
+        weight: u64,
+        cost: u64,
+    },
+    Commit(usize),
+    Abort(usize),
     Poll(usize),
     Cancel(usize),
     Refund(usize, u64),
@@ -44,8 +56,17 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..=MAX_CONCURRENT + 1, 0..=BUDGET + 1, any::<bool>())
-            .prop_map(|(weight, cost, wait)| Op::Admit { weight, cost, wait }),
+        6 => (0..=MAX_CONCURRENT + 1, 0..=BUDGET + 1, any::<bool>(), 0..8u8)
+            .prop_map(|(weight, cost, wait, o)| Op::Admit {
+                weight,
+                cost,
+                wait,
+                // One request in four shadows a dimension of its own.
+                observe: (o == 0 || o == 2, o == 1 || o == 2),
+            }),
+        1 => (1..=MAX_CONCURRENT, 0..=BUDGET).prop_map(|(weight, cost)| Op::Reserve { weight, cost }),
+        1 => any::<usize>().prop_map(Op::Commit),
+        1 => any::<usize>().prop_map(Op::Abort),
         2 => any::<usize>().prop_map(Op::Poll),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (any::<usize>(), 0..=BUDGET).prop_map(|(i, n)| Op::Refund(i, n)),
@@ -66,6 +87,8 @@ enum Seen {
     Rejected(Reason),
     Invalid,
     Pending,
+    /// `ReserveError::Full`.
+    Full,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +105,10 @@ struct Model {
     budget: u64,
     /// Held by claimed calls, in the test's call order.
     calls: Vec<MCall>,
+    /// Held by reservations, in the test's reservation order.
+    reservations: Vec<MCall>,
+    /// Each waiter's own observe (by the test's waiter order).
+    wobserve: Vec<(bool, bool)>,
     /// Every waiter ever queued (index = the test's waiter order), and the live FIFO.
     waiters: Vec<(u64, u64, MState)>,
     fifo: VecDeque<usize>,
@@ -113,6 +140,7 @@ impl Model {
     fn held(&self) -> (u64, u64) {
         self.calls
             .iter()
+            .chain(&self.reservations)
             .fold((0, 0), |(w, c), k| (w + k.w, c + k.c))
     }
 
@@ -160,7 +188,7 @@ impl Model {
         let free = self.free();
         // Growth asks no permit (overdrawn permits do not stop it) and takes nothing while
         // anyone waits (an observed budget lets it through); otherwise it is held past it.
-        if self.fifo.is_empty() && self.fits(0, d, free) {
+        if self.fifo.is_empty() && self.fits(0, d, free, self.observe) {
             self.note_observed(0, d, free);
             self.calls[k].c += d;
             self.reserved += d;
@@ -200,9 +228,14 @@ impl Model {
 
     /// Whether `w` permits and `c` units fit `(fw, fc)` with the observed dimensions let
     /// through.
-    fn fits(&self, w: u64, c: u64, (fw, fc): (i64, i64)) -> bool {
+    fn fits(&self, w: u64, c: u64, (fw, fc): (i64, i64), (oc, ob): (bool, bool)) -> bool {
         // No permits asked (a growth): nothing asked of the permits, even overdrawn ones.
-        (w == 0 || fw >= w as i64 || self.observe.0) && (c == 0 || fc >= c as i64 || self.observe.1)
+        (w == 0 || fw >= w as i64 || oc) && (c == 0 || fc >= c as i64 || ob)
+    }
+
+    /// The bulkhead's observe mode with a request's own added.
+    fn observing(&self, (rc, rb): (bool, bool)) -> (bool, bool) {
+        (self.observe.0 || rc, self.observe.1 || rb)
     }
 
     fn reject(&mut self, r: Reason) -> Seen {
@@ -215,9 +248,11 @@ impl Model {
     fn dispatch(&mut self) {
         while let Some(&i) = self.fifo.front() {
             let (w, c, _) = self.waiters[i];
-            let verdict = if w > self.limit && !self.observe.0 {
+            // The head keeps its own observe (its bits ride in its cell).
+            let obs = self.observing(self.wobserve[i]);
+            let verdict = if w > self.limit && !obs.0 {
                 Some(Reason::ConcurrencyLimit)
-            } else if c > self.budget && !self.observe.1 {
+            } else if c > self.budget && !obs.1 {
                 Some(Reason::BudgetLimit)
             } else {
                 None
@@ -230,7 +265,7 @@ impl Model {
             }
             let free = self.free();
             // A cost of 0 asks nothing of the budget, even when it is overdrawn.
-            if !self.fits(w, c, free) {
+            if !self.fits(w, c, free, obs) {
                 return;
             }
             self.note_observed(w, c, free);
@@ -241,12 +276,12 @@ impl Model {
         }
     }
 
-    fn admit(&mut self, weight: u64, cost: u64, wait: bool) -> Seen {
+    fn admit(&mut self, weight: u64, cost: u64, wait: bool, observe: (bool, bool)) -> Seen {
         if weight == 0 || weight > MAX_CONCURRENT || cost > BUDGET {
             return Seen::Invalid;
         }
         let (fw, fc) = self.free();
-        let (oc, ob) = self.observe;
+        let (oc, ob) = self.observing(observe);
         let short = if !self.fifo.is_empty() || (fw < weight as i64 && !oc) {
             Reason::ConcurrencyLimit
         } else if cost > 0 && fc < cost as i64 && !ob {
@@ -279,6 +314,7 @@ impl Model {
             return self.reject(Reason::QueueLimit);
         }
         self.waiters.push((weight, cost, MState::Waiting));
+        self.wobserve.push(observe);
         self.fifo.push_back(self.waiters.len() - 1);
         self.dispatch();
         Seen::Queued
@@ -316,6 +352,28 @@ impl Model {
         }
     }
 
+    /// `reserve`: a free slot first (`Full`), then the admission with no wait; a grant is held
+    /// as a reservation.
+    fn reserve(&mut self, weight: u64, cost: u64) -> Seen {
+        if self.reservations.len() as u64 >= MAX_RESERVATIONS {
+            return Seen::Full;
+        }
+        let got = self.admit(weight, cost, false, (false, false));
+        if got == Seen::Granted {
+            let call = self.calls.pop().expect("just granted");
+            self.reservations.push(call);
+        }
+        got
+    }
+
+    /// `abort`: everything back, the units counted refunded.
+    fn abort(&mut self, k: usize) {
+        let call = self.reservations.remove(k);
+        self.consumed += 0;
+        self.refunded += call.c + call.o;
+        self.dispatch();
+    }
+
     fn end(&mut self, k: usize, used: Option<u64>) {
         let call = self.calls.remove(k);
         let c = call.c + call.o;
@@ -336,6 +394,7 @@ struct Real<'a> {
     bh: &'a Bulkhead,
     waiters: Vec<Option<Waiter<&'a Bulkhead, 0>>>,
     calls: Vec<Call<&'a Bulkhead, 0>>,
+    reservations: Vec<Reservation<&'a Bulkhead, 0>>,
 }
 
 fn seen(e: &AcquireError) -> Seen {
@@ -434,6 +493,8 @@ struct Coverage {
     cost_bound: u64,
     /// Admissions observe mode let through (counted in `observed_by_reason`).
     observed: u64,
+    /// Reservations granted.
+    reserved: u64,
     /// Reports that shrank, grew through admission, and overran.
     shrank: u64,
     grew: u64,
@@ -460,6 +521,7 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
         max_queue: MAX_QUEUE,
         budget: Some(BUDGET),
         max_queued_cost: Some(MAX_QUEUED_COST),
+        max_reservations: MAX_RESERVATIONS,
         queue_timeout: Duration::MAX,
         ..Config::default()
     })
@@ -473,11 +535,19 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
         bh: &bh,
         waiters: Vec::new(),
         calls: Vec::new(),
+        reservations: Vec::new(),
     };
     for (step, op) in ops.iter().enumerate() {
         match *op {
-            Op::Admit { weight, cost, wait } => {
-                let req = Request::new(weight).cost(cost);
+            Op::Admit {
+                weight,
+                cost,
+                wait,
+                observe,
+            } => {
+                let req = Request::new(weight)
+                    .cost(cost)
+                    .observe(Observe::of(observe.0, observe.1));
                 let req = if wait { req } else { req.no_wait() };
                 // The dry run first: read-only (the stats do not move) and exactly what the
                 // admission below decides (one check order, docs/design.md §5.6).
@@ -500,7 +570,12 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                     }
                     Decision::Rejected(e) => seen(&e),
                 };
-                prop_assert_eq!(got, m.admit(weight, cost, wait), "admit at step {}", step);
+                prop_assert_eq!(
+                    got,
+                    m.admit(weight, cost, wait, observe),
+                    "admit at step {}",
+                    step
+                );
                 let predicted = match dry {
                     WouldAdmit::AdmitNow => Seen::Granted,
                     WouldAdmit::WouldQueue { position, ahead } => {
@@ -602,6 +677,39 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
                     step
                 );
             }
+            Op::Reserve { weight, cost } => {
+                let got = match r
+                    .bh
+                    .reserve(&Request::new(weight).cost(cost), Duration::MAX)
+                {
+                    Ok(res) => {
+                        r.reservations.push(res);
+                        Seen::Granted
+                    }
+                    Err(ReserveError::Full { .. }) => Seen::Full,
+                    Err(ReserveError::Rejected(e)) => seen(&e),
+                };
+                prop_assert_eq!(got, m.reserve(weight, cost), "reserve at step {}", step);
+                if got == Seen::Granted {
+                    cov.reserved += 1;
+                }
+            }
+            Op::Commit(k) if !r.reservations.is_empty() => {
+                let k = k % r.reservations.len();
+                let call = r
+                    .reservations
+                    .remove(k)
+                    .commit()
+                    .expect("no TTL: never expires");
+                r.calls.push(call);
+                let mc = m.reservations.remove(k);
+                m.calls.push(mc);
+            }
+            Op::Abort(k) if !r.reservations.is_empty() => {
+                let k = k % r.reservations.len();
+                r.reservations.remove(k).abort();
+                m.abort(k);
+            }
             Op::SetBudget(b) => {
                 r.bh.set_budget(b).unwrap();
                 m.budget = b;
@@ -631,6 +739,7 @@ fn run(ops: &[Op]) -> Result<Coverage, TestCaseError> {
         }
     }
     r.calls.clear();
+    r.reservations.clear();
     let s = bh.stats();
     let b = s.budget.unwrap();
     prop_assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0));
@@ -681,6 +790,7 @@ fn budget_generator_reaches_every_path() {
         total.overran += c.overran;
         total.observed += c.observed;
         total.cost_bound += c.cost_bound;
+        total.reserved += c.reserved;
     }
     let t = total;
     assert!(
@@ -694,7 +804,8 @@ fn budget_generator_reaches_every_path() {
             && t.grew > 0
             && t.overran > 0
             && t.observed > 0
-            && t.cost_bound > 0,
+            && t.cost_bound > 0
+            && t.reserved > 0,
         "{t:?}"
     );
 }
@@ -708,16 +819,19 @@ fn replay_shrink_refuses_a_queued_cost_then_a_refund_grants() {
             weight: 1,
             cost: 10,
             wait: true,
+            observe: (false, false),
         },
         Op::Admit {
             weight: 1,
             cost: 8,
             wait: true,
+            observe: (false, false),
         },
         Op::Admit {
             weight: 1,
             cost: 1,
             wait: true,
+            observe: (false, false),
         },
         Op::SetBudget(7),
         Op::Poll(0),
@@ -728,4 +842,27 @@ fn replay_shrink_refuses_a_queued_cost_then_a_refund_grants() {
     ];
     let c = run(&ops).unwrap();
     assert!(c.budget_limit > 0, "{c:?}");
+}
+
+/// Found by this model: a request shadowing the budget was refused `budget_limit` at enqueue
+/// by the "never fits" rule, which looked at the bulkhead's observe mode only (the cost above
+/// a budget shrunk to 0 is shadowed by the request itself): it must queue for the permits.
+#[test]
+fn replay_a_requests_own_budget_shadow_is_not_refused_as_never_fitting() {
+    let ops = [
+        Op::Admit {
+            weight: 1,
+            cost: 0,
+            wait: false,
+            observe: (true, false),
+        },
+        Op::SetBudget(0),
+        Op::Admit {
+            weight: 3,
+            cost: 1,
+            wait: true,
+            observe: (false, true),
+        },
+    ];
+    run(&ops).unwrap();
 }

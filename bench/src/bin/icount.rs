@@ -196,6 +196,13 @@ fn rows() -> Vec<TableRow> {
             "≤ 0.80",
         ),
         (
+            "  with an observer (events: admit + release)".into(),
+            "no observer",
+            "uncontended/hullguard+observer".into(),
+            "uncontended/hullguard".into(),
+            "—",
+        ),
+        (
             "calls + budget: admit + end, uncontended".into(),
             "no budget",
             "budget/calls+budget".into(),

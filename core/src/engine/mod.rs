@@ -574,11 +574,11 @@ impl<const N: usize> Engine<N> {
     /// limit (`concurrency_limit`), the cost above the current budget (`budget_limit`). The
     /// queue's own bound (`queue_limit`) comes after these. One rule for
     /// [`enqueue`](Self::enqueue) and [`would_admit`](Self::would_admit).
-    fn queue_refusal(&self, w: Word, c: Word, short: TakeError) -> Option<Reason> {
+    fn queue_refusal(&self, w: Word, c: Word, observe: Word, short: TakeError) -> Option<Reason> {
         if !self.enabled || self.ring.max_queue() == 0 {
             Some(reason_of(short))
         } else {
-            self.never_fits(w, c)
+            self.never_fits(w, c, observe)
         }
     }
 
@@ -589,9 +589,12 @@ impl<const N: usize> Engine<N> {
     /// An observed dimension never refuses (observe mode, docs/design.md §4.7) except the
     /// kill switch's limit 0.
     #[inline]
-    fn never_fits(&self, w: Word, c: Word) -> Option<Reason> {
+    ///
+    /// `observe`: the request's own observed dimensions (`TAG_OBSERVE` bits), added to the
+    /// bulkhead's mode.
+    fn never_fits(&self, w: Word, c: Word, observe: Word) -> Option<Reason> {
         // Relaxed: as in `now_or_short`; read only when a limit is passed.
-        let observed = |bit: Word| self.mode.load(Relaxed) & bit != 0;
+        let observed = |bit: Word| (self.mode.load(Relaxed) | observe) & bit != 0;
         let limit = self.limit.load(Acquire);
         if w > limit && (limit == 0 || !observed(OBSERVE_CALLS)) {
             Some(Reason::ConcurrencyLimit)
@@ -621,7 +624,7 @@ impl<const N: usize> Engine<N> {
         if !queue {
             return Err(reason_of(short));
         }
-        if let Some(r) = self.queue_refusal(w, c, short) {
+        if let Some(r) = self.queue_refusal(w, c, observe, short) {
             return Err(r);
         }
         let ahead = self.ring.live();
@@ -652,7 +655,7 @@ impl<const N: usize> Engine<N> {
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
             Err(e) => e,
         };
-        if let Some(r) = self.queue_refusal(w, c, short) {
+        if let Some(r) = self.queue_refusal(w, c, call.tag & TAG_OBSERVE, short) {
             return Err(self.reject(r));
         }
         let t = match self.ring.claim(c) {
@@ -1230,12 +1233,14 @@ impl<const N: usize> Engine<N> {
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
                     let c = cell.cost.load(Relaxed);
+                    // The request's own observed dimensions ride in its tag.
+                    let own = cell.tag.load(Relaxed) & TAG_OBSERVE;
                     // Never fits: only after a shrink of a limit below the waiter's weight or
                     // cost (checked at enqueue: never a refusal after waiting otherwise).
                     let verdict = if self.permits.load() & CLOSED != 0 {
                         Some(Reason::Shutdown)
                     } else {
-                        self.never_fits(w, c)
+                        self.never_fits(w, c, own)
                     };
                     if let Some(reason) = verdict {
                         if self.ring.settle(cell, s, Kind::Rejected(reason)).is_ok() {
@@ -1250,8 +1255,7 @@ impl<const N: usize> Engine<N> {
                         continue;
                     }
                     // Relaxed: as in `now_or_short`; the mode only selects the check.
-                    // The request's own observed dimensions ride in its tag.
-                    let observed = (self.mode.load(Relaxed) | cell.tag.load(Relaxed)) & TAG_OBSERVE;
+                    let observed = (self.mode.load(Relaxed) | own) & TAG_OBSERVE;
                     let mut short = 0;
                     let reserved = if observed == 0 {
                         self.permits.reserve_for_head(w, c)
