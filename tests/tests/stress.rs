@@ -1085,3 +1085,176 @@ fn queued_cost_never_drifts_under_cancel_and_cell_reuse() {
     );
     drop((a, b, hold));
 }
+
+/// Two-phase admission under threads (docs/design.md §5.8): four threads reserve, commit,
+/// abort and drop reservations with TTLs around "now" while a fifth sweeps and a sixth admits
+/// plainly. Every reservation ends exactly once, so at the end nothing is held, the table is
+/// empty, and the budget's settlement identity balances to the unit.
+#[test]
+fn reservations_settle_exactly_once_under_threads() {
+    use std::sync::Arc;
+
+    use hullguard_core::{ClockSource, Decision, Request};
+    struct Ticking(std::sync::atomic::AtomicU64);
+    impl hullguard_core::Clock for Ticking {
+        fn now_ns(&self) -> u64 {
+            // Every read moves time on by 1 µs: TTLs of a few µs expire mid-run.
+            self.0
+                .fetch_add(1_000, std::sync::atomic::Ordering::Relaxed)
+        }
+    }
+    let bh = Arc::new(
+        Bulkhead::with_clock(
+            Config {
+                max_concurrent: 8,
+                max_queue: 16,
+                budget: Some(400),
+                max_reservations: 8,
+                ..Config::DEFAULT
+            },
+            ClockSource::Shared(Arc::new(Ticking(std::sync::atomic::AtomicU64::new(0)))),
+        )
+        .unwrap(),
+    );
+    let ops = ops_per_thread() / 4;
+    thread::scope(|s| {
+        for t in 0..4u64 {
+            let bh = &bh;
+            s.spawn(move || {
+                // A window of two live reservations per thread, so TTLs pass while held.
+                let mut window = std::collections::VecDeque::new();
+                for i in 0..ops {
+                    let ttl = Duration::from_micros((i + t) % 7);
+                    if let Ok(r) = bh.reserve(&Request::new(1).cost(10 + t), ttl) {
+                        window.push_back(r);
+                    }
+                    if window.len() < 2 {
+                        continue;
+                    }
+                    let r = window.pop_front().unwrap();
+                    match (i + t) % 3 {
+                        0 => {
+                            if let Ok(call) = r.commit() {
+                                call.end_with_usage(hullguard_core::Outcome::Success, i % 15);
+                            }
+                        }
+                        1 => r.abort(),
+                        _ => drop(r),
+                    }
+                }
+            });
+        }
+        let bh2 = &bh;
+        s.spawn(move || {
+            for _ in 0..ops {
+                bh2.expire_reservations();
+            }
+        });
+        s.spawn(move || {
+            for i in 0..ops {
+                if let Decision::Granted(c) =
+                    bh2.admit(&Request::new(1).cost(i % 20).no_wait(), None)
+                {
+                    drop(c);
+                }
+            }
+        });
+    });
+    let s = bh.stats();
+    let b = s.budget.unwrap();
+    assert_eq!(
+        (s.active, s.queued, s.reservations_held, b.in_use),
+        (0, 0, 0, 0),
+        "{s}"
+    );
+    assert_eq!(s.available, 8);
+    assert_eq!(
+        b.reserved_total + b.overrun_total,
+        b.consumed_total + b.refunded_total + b.in_use + b.granted_unclaimed + b.overrun_held,
+        "{s}"
+    );
+    assert!(
+        s.reservations_expired_total > 0,
+        "the TTLs expired some: {s}"
+    );
+}
+
+/// Admission events under threads (docs/design.md §8.2): every admission's id is unique, each
+/// granted id gets exactly one `admit` and one final `release`, each refused id one `reject`,
+/// and the counts match the stats.
+#[test]
+fn events_fire_exactly_once_per_step_under_threads() {
+    use std::{
+        collections::HashMap,
+        sync::{Arc, Mutex},
+    };
+
+    use hullguard_core::{ClockSource, Decision, Event, Observer, Reason, Request};
+    #[derive(Default)]
+    struct Log(Mutex<HashMap<u64, (u32, u32, u32)>>);
+    impl Observer for Log {
+        fn on_event(&self, e: &Event<'_>) {
+            let mut m = self.0.lock().unwrap();
+            match *e {
+                Event::Admit { id, .. } => m.entry(id).or_default().0 += 1,
+                Event::Reject { id, .. } => m.entry(id).or_default().1 += 1,
+                Event::Release {
+                    id, ended: true, ..
+                } => m.entry(id).or_default().2 += 1,
+                _ => {}
+            }
+        }
+    }
+    let log = Arc::new(Log::default());
+    let bh = Bulkhead::with_observer(
+        Config {
+            max_concurrent: 2,
+            max_queue: 4,
+            ..Config::DEFAULT
+        },
+        ClockSource::default_for_host(),
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    let ops = ops_per_thread() / 4;
+    thread::scope(|s| {
+        for t in 0..4u64 {
+            let bh = &bh;
+            s.spawn(move || {
+                for i in 0..ops {
+                    match bh.admit(&Request::new(1), None) {
+                        Decision::Granted(c) => drop(c),
+                        Decision::Queued(mut w) => {
+                            if (i + t) % 2 == 0 {
+                                drop(w); // abandoned: a reject (or, if granted first, admit + release)
+                            } else {
+                                let _ = bh.expire(w.ticket(), Reason::Timeout);
+                                if let core::task::Poll::Ready(Ok(c)) = w.poll(None) {
+                                    drop(c);
+                                }
+                            }
+                        }
+                        Decision::Rejected(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    let s = bh.stats();
+    let m = log.0.lock().unwrap();
+    let (mut admits, mut rejects) = (0u64, 0u64);
+    for (id, &(a, r, rel)) in m.iter() {
+        assert!(*id > 0);
+        assert!(
+            (a, r, rel) == (1, 0, 1) || (a, r, rel) == (0, 1, 0),
+            "id {id}: admit {a}, reject {r}, release {rel}"
+        );
+        admits += u64::from(a);
+        rejects += u64::from(r);
+    }
+    assert_eq!(admits, s.admitted_total, "{s}");
+    let refused: u64 = s.rejected_by_reason.iter().map(|(_, n)| n).sum();
+    assert_eq!(rejects, refused, "{s}");
+    assert_eq!(s.observer_panics, 0);
+}

@@ -109,9 +109,8 @@ pub struct OverRelease;
 
 /// The guarded call a queued waiter carries in its cell: the breaker word it was admitted with
 /// and two flags (see [`crate::policy::state::CallToken`]), and its tag — the admission id
-/// shifted left by [`TAG_SHIFT`] over the request's own observed dimensions
-/// (`OBSERVE_CALLS | OBSERVE_BUDGET`). Plain data, three words (passed in registers on the
-/// plain path's enqueue).
+/// (0 on a bulkhead without an observer). Plain data, three words. The request's own observed
+/// dimensions travel beside it (`enqueue`'s `observe`) and ride in the cell's cost word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct CallWord {
     pub(crate) admit: Word,
@@ -119,8 +118,9 @@ pub(crate) struct CallWord {
     pub(crate) tag: Word,
 }
 
-/// What a settled (or cancelled) waiter's cell held: its [`CallWord`], what it asked for and
-/// its clock stamps (enqueue; the grant, 0 if not granted), for the events' `wait_ns`.
+/// What a settled (or cancelled) waiter's cell held: its [`CallWord`] and — read only when the
+/// caller asks (a bulkhead with an observer) — what it asked for and its clock stamps
+/// (enqueue; the grant, 0 if not granted), for the events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct CellRecord {
     pub(crate) call: CallWord,
@@ -132,24 +132,49 @@ pub(crate) struct CellRecord {
 
 pub(crate) use permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
 
-/// The admission id sits above the observe bits in a [`CallWord`]'s tag.
-pub(crate) const TAG_SHIFT: u32 = 3;
-/// The request's observed dimensions in a tag (the `mode` word's bits).
+/// A request's own observed dimensions (the `mode` word's bits).
 pub(crate) const TAG_OBSERVE: Word = OBSERVE_CALLS | OBSERVE_BUDGET;
+
+/// The request's observe bits sit in the top bits of its cell's cost word (a cost is at most
+/// `MAX_BUDGET`, which leaves them free on every target).
+const COST_OBSERVE_SHIFT: u32 = Word::BITS - 4;
+const COST_MASK: Word = (1 << COST_OBSERVE_SHIFT) - 1;
+const _: () = assert!(crate::limits::MAX_BUDGET as Word <= COST_MASK);
+const _: () = assert!(TAG_OBSERVE < 1 << 3);
+
+/// The cost in a cell's cost word.
+#[inline]
+pub(crate) const fn cost_of(word: Word) -> Word {
+    word & COST_MASK
+}
+
+/// The request's own observe bits in a cell's cost word.
+#[inline]
+const fn observe_of(word: Word) -> Word {
+    (word >> COST_OBSERVE_SHIFT) & TAG_OBSERVE
+}
 
 impl CellRecord {
     /// Reads what a settled or live cell holds for its waiter (Relaxed: ordered by the
-    /// Acquire of the stamp the caller read).
-    fn of_cell(cell: &crate::engine::cell::Cell) -> CellRecord {
+    /// Acquire of the stamp the caller read); the rest only when `detail`.
+    #[inline]
+    fn of_cell(cell: &crate::engine::cell::Cell, detail: bool) -> CellRecord {
         let packed = cell.weight.load(Relaxed);
+        let call = CallWord {
+            admit: cell.call.load(Relaxed),
+            flags: packed >> CALL_FLAGS_SHIFT,
+            tag: cell.tag.load(Relaxed),
+        };
+        if !detail {
+            return CellRecord {
+                call,
+                ..CellRecord::default()
+            };
+        }
         CellRecord {
-            call: CallWord {
-                admit: cell.call.load(Relaxed),
-                flags: packed >> CALL_FLAGS_SHIFT,
-                tag: cell.tag.load(Relaxed),
-            },
+            call,
             weight: packed & WEIGHT_MASK,
-            cost: cell.cost.load(Relaxed),
+            cost: cost_of(cell.cost.load(Relaxed)),
             enqueued_ns: cell.enqueued_ns.load(Relaxed),
             granted_ns: cell.granted_ns.load(Relaxed),
         }
@@ -649,13 +674,14 @@ impl<const N: usize> Engine<N> {
         c: Word,
         waker: Option<&Waker>,
         call: CallWord,
+        observe: Word,
     ) -> Result<Admitted, Rejection> {
-        let short = match self.admit_now(w, c, call.tag & TAG_OBSERVE) {
+        let short = match self.admit_now(w, c, observe) {
             Ok(short) => return Ok(Admitted::Now(short)),
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
             Err(e) => e,
         };
-        if let Some(r) = self.queue_refusal(w, c, call.tag & TAG_OBSERVE, short) {
+        if let Some(r) = self.queue_refusal(w, c, observe, short) {
             return Err(self.reject(r));
         }
         let t = match self.ring.claim(c) {
@@ -671,7 +697,7 @@ impl<const N: usize> Engine<N> {
         // Relaxed: published by the Release CAS of `publish` below.
         cell.weight
             .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
-        cell.cost.store(c, Relaxed);
+        cell.cost.store(c | observe << COST_OBSERVE_SHIFT, Relaxed);
         cell.call.store(call.admit, Relaxed);
         cell.tag.store(call.tag, Relaxed);
         cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
@@ -688,10 +714,12 @@ impl<const N: usize> Engine<N> {
 
     /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
     /// registered waker while it is pending.
+    /// `detail`: also read what the waiter asked for and its clock stamps (for events).
     pub(crate) fn poll(
         &self,
         ticket: Ticket,
         waker: Option<&Waker>,
+        detail: bool,
     ) -> Result<Polled, StaleTicket> {
         let t = ticket.0;
         let (cell, mut s) = self.ring.stamp_of(t).ok_or(StaleTicket)?;
@@ -711,9 +739,9 @@ impl<const N: usize> Engine<N> {
             }
         }
         // Relaxed: ordered by the Acquire of the stamp that showed the settlement.
-        let mut call = CellRecord::of_cell(cell);
+        let mut call = CellRecord::of_cell(cell, detail);
         let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
-        let c = cell.cost.load(Relaxed);
+        let c = cost_of(cell.cost.load(Relaxed));
         match s.kind() {
             Kind::Granted => {
                 cell.waker.clear(t);
@@ -750,7 +778,13 @@ impl<const N: usize> Engine<N> {
     /// The owner cancels its queued ticket with `reason` (counted): O(1), the cell is free at
     /// once and the dispatcher skips the ticket; cancelling the head passes the turn on (I4).
     /// Returns the call the waiter carried (the caller ends it `ignored`).
-    pub(crate) fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<CellRecord, CancelError> {
+    /// `detail`: as [`poll`](Self::poll)'s.
+    pub(crate) fn cancel(
+        &self,
+        ticket: Ticket,
+        reason: Reason,
+        detail: bool,
+    ) -> Result<CellRecord, CancelError> {
         let t = ticket.0;
         let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
         match s.kind() {
@@ -758,11 +792,11 @@ impl<const N: usize> Engine<N> {
                 // Relaxed: the owner wrote these itself before publishing.
                 let call = CellRecord {
                     granted_ns: 0,
-                    ..CellRecord::of_cell(cell)
+                    ..CellRecord::of_cell(cell, detail)
                 };
                 // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
                 // review found `queued_cost` drifting when it was read after).
-                let cost = cell.cost.load(Relaxed);
+                let cost = cost_of(cell.cost.load(Relaxed));
                 match self.ring.free(cell, s) {
                     Ok(_) => {
                         // One winner against the dispatcher's WAITING → GRANTED CAS.
@@ -1232,9 +1266,10 @@ impl<const N: usize> Engine<N> {
                 Kind::Claimed => return false,
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
-                    let c = cell.cost.load(Relaxed);
-                    // The request's own observed dimensions ride in its tag.
-                    let own = cell.tag.load(Relaxed) & TAG_OBSERVE;
+                    let cw = cell.cost.load(Relaxed);
+                    let c = cost_of(cw);
+                    // The request's own observed dimensions ride in its cost word.
+                    let own = observe_of(cw);
                     // Never fits: only after a shrink of a limit below the waiter's weight or
                     // cost (checked at enqueue: never a refusal after waiting otherwise).
                     let verdict = if self.permits.load() & CLOSED != 0 {

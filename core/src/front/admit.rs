@@ -94,11 +94,15 @@ impl<const N: usize> Bulkhead<N> {
         };
         let start_ns = bh.decision_start(call.id);
         let observe = observe_bits(request.observe);
-        let timeout = request.queue_timeout.unwrap_or(bh.queue_timeout());
-        let admitted = if timeout.is_zero() {
+        // The default timeout's word is tested raw; the `Duration` is built only to queue.
+        let no_wait = match request.queue_timeout {
+            Some(t) => t.is_zero(),
+            None => bh.queue_timeout_is_zero(),
+        };
+        let admitted = if no_wait {
             bh.engine.take_observing(w, c, observe).map(Admitted::Now)
         } else {
-            bh.engine.enqueue(w, c, waker, Self::pack(call, observe))
+            bh.engine.enqueue(w, c, waker, Self::pack(call), observe)
         };
         if call.id != 0 {
             // One out-of-line step for the events; the plain path tests the id only.
@@ -111,7 +115,10 @@ impl<const N: usize> Bulkhead<N> {
                 request.cost,
                 call,
             )),
-            Ok(Admitted::Queued(t)) => Decision::Queued(Waiter::new(bh, t, timeout)),
+            Ok(Admitted::Queued(t)) => {
+                let timeout = request.queue_timeout.unwrap_or_else(|| bh.queue_timeout());
+                Decision::Queued(Waiter::new(bh, t, timeout))
+            }
             Err(rejection) => {
                 bh.finish(call, Outcome::Ignored);
                 Decision::Rejected(rejection.into())

@@ -14,7 +14,7 @@ use crate::{
     config::{Config, ConfigError},
     engine::{
         Admitted, CallWord, CancelError, CellRecord, Engine, OverRelease, Polled, StaleTicket,
-        TAG_SHIFT, Ticket, ring::WaiterRing,
+        Ticket, ring::WaiterRing,
     },
     front::{
         emitter::{Emitter, EmitterBox},
@@ -301,6 +301,12 @@ impl<const N: usize> Bulkhead<N> {
         decode_timeout(self.queue_timeout.load(Relaxed))
     }
 
+    /// Whether the default queue deadline is zero ("do not queue"), without building it.
+    #[inline]
+    pub(crate) fn queue_timeout_is_zero(&self) -> bool {
+        self.queue_timeout.load(Relaxed) == 0
+    }
+
     /// Sets the default queue deadline (`apply_limits`; queued waiters keep the deadline
     /// their host armed).
     pub(crate) fn set_queue_timeout(&self, timeout: Duration) {
@@ -447,7 +453,17 @@ impl<const N: usize> Bulkhead<N> {
 
     /// A queued guarded call was granted (`word`: its cell's record): its token, its RTT
     /// clock started, and its `Admit` event.
+    #[inline]
     pub(crate) fn granted_from_queue(&self, word: CellRecord) -> CallStart {
+        if word.call.flags == 0 && word.call.tag == 0 {
+            // A plain waiter: an inert token, no events.
+            return CallStart::NONE;
+        }
+        self.granted_guarded(word)
+    }
+
+    #[inline(never)]
+    fn granted_guarded(&self, word: CellRecord) -> CallStart {
         let call = self.granted_after_queueing(Self::unpack(word.call));
         if call.id != 0 {
             self.emit_admit(Self::asked_of(call.id, word), 0, Some(word));
@@ -457,7 +473,17 @@ impl<const N: usize> Bulkhead<N> {
 
     /// A queued guarded call was refused with `reason` (`word`: its cell's record): it ends
     /// `ignored`, with its `Reject` event.
+    #[inline]
     pub(crate) fn refused_from_queue(&self, word: CellRecord, reason: Reason) {
+        if word.call.flags == 0 && word.call.tag == 0 {
+            // A plain waiter: nothing to end, no events.
+            return;
+        }
+        self.refused_guarded(word, reason);
+    }
+
+    #[inline(never)]
+    fn refused_guarded(&self, word: CellRecord, reason: Reason) {
         let call = Self::unpack(word.call);
         self.finish(call, Outcome::Ignored);
         if call.id != 0 {
@@ -475,12 +501,11 @@ impl<const N: usize> Bulkhead<N> {
     }
 
     /// A call's token as the cell of its queued waiter stores it.
-    /// `observe`: the request's own observed dimensions (`TAG_OBSERVE` bits).
-    pub(crate) fn pack(call: CallStart, observe: Word) -> CallWord {
+    pub(crate) fn pack(call: CallStart) -> CallWord {
         CallWord {
             admit: call.admit,
             flags: Word::from(call.tracked) | Word::from(call.has_admit) << 1,
-            tag: (call.id as Word) << TAG_SHIFT | observe,
+            tag: call.id as Word,
         }
     }
 
@@ -491,7 +516,7 @@ impl<const N: usize> Bulkhead<N> {
             has_admit: w.flags & 2 != 0,
             started_ns: 0,
             tracked: w.flags & 1 != 0,
-            id: (w.tag >> TAG_SHIFT) as u64,
+            id: w.tag as u64,
         }
     }
 
@@ -536,7 +561,7 @@ impl<const N: usize> Bulkhead<N> {
     /// `max_queue` waiters are live; invalid weight.
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
-        match self.engine.enqueue(w, 0, waker, CallWord::default()) {
+        match self.engine.enqueue(w, 0, waker, CallWord::default(), 0) {
             Ok(Admitted::Now(_)) => {
                 self.engine.lend(w);
                 Ok(Admission::Granted)
@@ -558,21 +583,23 @@ impl<const N: usize> Bulkhead<N> {
         ticket: Ticket,
         waker: Option<&Waker>,
     ) -> Result<TicketPoll, StaleTicket> {
-        Ok(match self.engine.poll(ticket, waker)? {
-            Polled::Pending => TicketPoll::Pending,
-            Polled::Granted { weight, cost, call } => {
-                let call = self.granted_from_queue(call);
-                self.finish(call, Outcome::Ignored);
-                // The raw API holds permits only: a guarded waiter's budget units return now.
-                self.return_unused(cost);
-                self.engine.lend(weight as Word);
-                TicketPoll::Granted(weight)
-            }
-            Polled::Rejected { rejection, call } => {
-                self.refused_from_queue(call, rejection.reason);
-                TicketPoll::Rejected(rejection)
-            }
-        })
+        Ok(
+            match self.engine.poll(ticket, waker, self.emitter().is_some())? {
+                Polled::Pending => TicketPoll::Pending,
+                Polled::Granted { weight, cost, call } => {
+                    let call = self.granted_from_queue(call);
+                    self.finish(call, Outcome::Ignored);
+                    // The raw API holds permits only: a guarded waiter's budget units return now.
+                    self.return_unused(cost);
+                    self.engine.lend(weight as Word);
+                    TicketPoll::Granted(weight)
+                }
+                Polled::Rejected { rejection, call } => {
+                    self.refused_from_queue(call, rejection.reason);
+                    TicketPoll::Rejected(rejection)
+                }
+            },
+        )
     }
 
     /// The owner cancels its queued ticket with `reason` (`aborted` for a caller's cancel,
@@ -584,7 +611,9 @@ impl<const N: usize> Bulkhead<N> {
     /// owner must still poll the ticket to consume it), [`CancelError::Stale`] for a ticket that
     /// is not live.
     pub fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
-        let call = self.engine.cancel(ticket, reason)?;
+        let call = self
+            .engine
+            .cancel(ticket, reason, self.emitter().is_some())?;
         self.refused_from_queue(call, reason);
         Ok(())
     }
@@ -607,7 +636,7 @@ impl<const N: usize> Bulkhead<N> {
             Err(CancelError::Granted | CancelError::Rejected(_)) => {
                 // Consumed here and passed on at once: never handle-free, so never in the
                 // ledger (a checked return racing this could otherwise take the entry).
-                match self.engine.poll(ticket, None) {
+                match self.engine.poll(ticket, None, self.emitter().is_some()) {
                     Ok(Polled::Granted { weight, cost, call }) => {
                         let id = self.granted_from_queue(call).id;
                         self.finish(Self::unpack(call.call), Outcome::Ignored);

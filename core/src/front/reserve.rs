@@ -246,7 +246,7 @@ impl<const N: usize> Bulkhead<N> {
             Held {
                 weight,
                 cost,
-                call: Self::pack(token, 0),
+                call: Self::pack(token),
                 deadline_ns,
             },
         );
