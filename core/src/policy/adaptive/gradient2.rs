@@ -202,7 +202,8 @@ impl Gradient2 {
     fn success_target(&mut self, rtt_ns: u64) -> f64 {
         let short = if rtt_ns == 0 { 1.0 } else { rtt_ns as f64 };
         let long = self.long_rtt.add(short);
-        if long / short > 2.0 {
+        // `long / short > 2` without the division (`short > 0`).
+        if long > 2.0 * short {
             // Netflix: recover quickly after a prolonged overload inflated the long RTT.
             self.long_rtt.value *= 0.95;
         }
@@ -215,13 +216,14 @@ impl Gradient2 {
         } else {
             self.no_load
         };
-        let g = self.rtt_tolerance * base / short;
-        let gradient = if g < 0.5 {
-            0.5
-        } else if g < 1.0 {
-            g
-        } else {
+        // `g = tolerance · base / short`, clamped to [0.5, 1]; the common step (g ≥ 1: no
+        // queueing beyond tolerance) needs no division (`short > 0`).
+        let scaled = self.rtt_tolerance * base;
+        let gradient = if scaled >= short {
             1.0
+        } else {
+            let g = scaled / short;
+            if g < 0.5 { 0.5 } else { g }
         };
         if gradient < 1.0 {
             // Fix 1 (#134): queueing beyond tolerance: shrink, no headroom.
