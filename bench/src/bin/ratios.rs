@@ -77,6 +77,13 @@ fn rows() -> Vec<Row> {
             Max(0.8),
         ),
         row(
+            "  with an observer (events: admit + release)",
+            "no observer",
+            "uncontended/hullguard+observer",
+            "uncontended/hullguard",
+            Info,
+        ),
+        row(
             "2 threads, one shared limiter (per thread)",
             "tokio",
             "2t-shared/hullguard",
