@@ -137,6 +137,12 @@ pub(crate) fn waker() -> (u32, Waker) {
 pub(crate) struct Emitter(pub(crate) u32);
 
 impl Observer for Emitter {
+    /// Breaker transitions only, until the bindings deliver admission events (issue 16): the
+    /// plain path stays plain.
+    fn admission_events(&self) -> bool {
+        false
+    }
+
     fn on_event(&self, event: &Event<'_>) {
         if let Event::StateChange { key, old, new, .. } = *event {
             let change = StateChange {

@@ -45,6 +45,12 @@ impl PyObserver {
 }
 
 impl Observer for PyObserver {
+    /// Breaker transitions only, until the bindings deliver admission events (issue 16): the
+    /// plain path stays plain.
+    fn admission_events(&self) -> bool {
+        false
+    }
+
     fn on_event(&self, event: &Event<'_>) {
         let Event::StateChange { key, old, new, .. } = *event else {
             return;

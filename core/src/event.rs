@@ -272,6 +272,15 @@ pub trait Observer {
             self.on_state_change(key, old, new);
         }
     }
+
+    /// Whether this observer takes the admission events (every kind but
+    /// [`StateChange`](Event::StateChange)). Asked once, at construction. `false`: only state
+    /// changes are delivered, no admission id is assigned and the bulkhead's plain path stays
+    /// plain (no clock read, no event built) — for an observer of breaker transitions only,
+    /// such as a binding's adapter. Default `true`.
+    fn admission_events(&self) -> bool {
+        true
+    }
 }
 
 impl crate::policy::breaker::Transition {

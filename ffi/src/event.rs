@@ -157,6 +157,12 @@ impl CObserver {
 }
 
 impl Observer for CObserver {
+    /// Breaker transitions only, until the C ABI delivers admission events (issue 16): the
+    /// plain path stays plain.
+    fn admission_events(&self) -> bool {
+        false
+    }
+
     fn on_event(&self, event: &Event<'_>) {
         // Today the stream has one kind; a kind this version cannot express in C is skipped.
         let Event::StateChange {

@@ -83,8 +83,8 @@ pub struct Bulkhead<const N: usize = 0> {
     /// The default queue timeout, encoded by [`encode_timeout`] (`apply_limits` changes it).
     queue_timeout: AtomicWord,
     policies: Option<PolicyBox>,
-    /// Where events go (built with an observer; then `policies` is `Some` too, so the plain
-    /// path tests one field).
+    /// Where events go (built with an observer; with one that takes admission events,
+    /// `policies` is `Some` too, so the plain path tests one field).
     emitter: Option<EmitterBox>,
     /// The reservation table (`max_reservations > 0`; then `policies` is `Some` too).
     reservations: Option<TableBox>,
@@ -134,7 +134,7 @@ impl Bulkhead<0> {
         // Events and reservations run in the guarded path, so they bring the policy box.
         let policies = Policies::build(
             &config.resilience,
-            observer.is_some() || config.max_reservations > 0,
+            observer.as_ref().is_some_and(|o| o.admission_events()) || config.max_reservations > 0,
         )?;
         let ring = if config.max_queue == 0 {
             WaiterRing::new_inline(0)
@@ -401,7 +401,10 @@ impl<const N: usize> Bulkhead<N> {
         }
         let started = if p.times_calls() { self.now_ns() } else { 0 };
         let now = || if started != 0 { started } else { self.now_ns() };
-        let id = self.emitter().map_or(0, Emitter::next_id);
+        let id = self
+            .emitter()
+            .filter(|e| e.admissions())
+            .map_or(0, Emitter::next_id);
         match p.begin(now, started, |t| self.fire(t)) {
             Ok(call) => Ok(CallStart { id, ..call }),
             Err(_) => {
@@ -584,7 +587,7 @@ impl<const N: usize> Bulkhead<N> {
         waker: Option<&Waker>,
     ) -> Result<TicketPoll, StaleTicket> {
         Ok(
-            match self.engine.poll(ticket, waker, self.emitter().is_some())? {
+            match self.engine.poll(ticket, waker, self.emits_admissions())? {
                 Polled::Pending => TicketPoll::Pending,
                 Polled::Granted { weight, cost, call } => {
                     let call = self.granted_from_queue(call);
@@ -613,7 +616,7 @@ impl<const N: usize> Bulkhead<N> {
     pub fn cancel(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
         let call = self
             .engine
-            .cancel(ticket, reason, self.emitter().is_some())?;
+            .cancel(ticket, reason, self.emits_admissions())?;
         self.refused_from_queue(call, reason);
         Ok(())
     }
@@ -636,7 +639,7 @@ impl<const N: usize> Bulkhead<N> {
             Err(CancelError::Granted | CancelError::Rejected(_)) => {
                 // Consumed here and passed on at once: never handle-free, so never in the
                 // ledger (a checked return racing this could otherwise take the entry).
-                match self.engine.poll(ticket, None, self.emitter().is_some()) {
+                match self.engine.poll(ticket, None, self.emits_admissions()) {
                     Ok(Polled::Granted { weight, cost, call }) => {
                         let id = self.granted_from_queue(call).id;
                         self.finish(Self::unpack(call.call), Outcome::Ignored);

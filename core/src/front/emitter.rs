@@ -16,6 +16,8 @@ pub(crate) struct Emitter {
     last_id: AtomicWord,
     /// Observer calls that panicked (caught under `std`).
     panics: AtomicWord,
+    /// The observer takes admission events ([`Observer::admission_events`](crate::Observer::admission_events)).
+    admissions: bool,
 }
 
 /// How a bulkhead keeps its emitter: a `Box` (one allocation at construction, only with an
@@ -45,6 +47,9 @@ impl Emitter {
     pub(crate) fn panics(&self) -> u64 {
         match *self {}
     }
+    pub(crate) fn admissions(&self) -> bool {
+        match *self {}
+    }
 }
 
 #[cfg(feature = "alloc")]
@@ -60,6 +65,7 @@ impl core::fmt::Debug for Emitter {
 impl Emitter {
     pub(crate) fn new(observer: crate::event::SharedObserver, key: Option<&str>) -> Self {
         Emitter {
+            admissions: observer.admission_events(),
             observer,
             key: key.map(alloc::boxed::Box::from),
             last_id: AtomicWord::new(0),
@@ -70,6 +76,11 @@ impl Emitter {
     /// The registry key, if any.
     pub(crate) fn key(&self) -> Option<&str> {
         self.key.as_deref()
+    }
+
+    /// Whether the observer takes admission events (else only state changes).
+    pub(crate) fn admissions(&self) -> bool {
+        self.admissions
     }
 
     /// The next admission id (1, 2, 3 …). Relaxed: a counter; its order is the order of the

@@ -9,7 +9,10 @@
 use crate::{
     engine::CellRecord,
     event::Event,
-    front::{bulkhead::Bulkhead, emitter::Asked},
+    front::{
+        bulkhead::Bulkhead,
+        emitter::{Asked, Emitter},
+    },
     reason::Reason,
     sync::Word,
 };
@@ -28,6 +31,12 @@ fn bypassed(short: Word) -> Option<Reason> {
 }
 
 impl<const N: usize> Bulkhead<N> {
+    /// Whether admission events are built (an observer that takes them).
+    #[inline]
+    pub(crate) fn emits_admissions(&self) -> bool {
+        self.emitter().is_some_and(Emitter::admissions)
+    }
+
     /// Delivers a breaker transition as an [`Event::StateChange`] (after its commit).
     pub(crate) fn fire(&self, t: crate::policy::breaker::Transition) {
         if let Some(e) = self.emitter() {
@@ -137,7 +146,9 @@ impl<const N: usize> Bulkhead<N> {
 
     /// The limits changed (after the install).
     pub(crate) fn emit_reconfigure(&self) {
-        let Some(e) = self.emitter() else { return };
+        let Some(e) = self.emitter().filter(|e| e.admissions()) else {
+            return;
+        };
         let snap = self.engine.snapshot();
         e.deliver(&Event::Reconfigure {
             key: e.key(),

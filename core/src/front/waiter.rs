@@ -110,7 +110,7 @@ where
     /// When polled again after `Ready`.
     pub fn poll(&mut self, waker: Option<&Waker>) -> Poll<Result<Call<B, N>, AcquireError>> {
         let bh = self.bh.as_deref().expect("waiter polled after it settled");
-        match bh.engine.poll(self.ticket, waker, bh.emitter().is_some()) {
+        match bh.engine.poll(self.ticket, waker, bh.emits_admissions()) {
             Ok(Polled::Pending) => Poll::Pending,
             Ok(Polled::Granted { weight, cost, call }) => {
                 let call = bh.granted_from_queue(call);

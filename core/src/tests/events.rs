@@ -407,3 +407,51 @@ fn a_timed_out_call_still_reports_its_release_and_circuit_open_is_a_reject() {
     assert_eq!(lines[2], "release 1 w=1 held=0 used=Some(0) ended=true");
     assert_eq!(lines[3], "reject 2 circuit_open queued=false wait=0");
 }
+
+#[test]
+fn an_observer_of_state_changes_only_keeps_the_plain_path() {
+    struct Transitions(Mutex<Vec<String>>);
+    impl Observer for Transitions {
+        fn admission_events(&self) -> bool {
+            false
+        }
+        fn on_event(&self, e: &Event<'_>) {
+            self.0.lock().unwrap().push(e.name().to_string());
+        }
+    }
+    let log = Arc::new(Transitions(Mutex::new(Vec::new())));
+    let plain = Bulkhead::with_observer(
+        Config::default(),
+        ClockSource::None,
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    assert!(!plain.has_policies(), "no guarded path for a state-change observer");
+    let a = plain.try_acquire(1).unwrap();
+    assert_eq!(a.call().id(), 0);
+    drop(a);
+    plain.set_limit(3).unwrap();
+    assert!(log.0.lock().unwrap().is_empty(), "no admission events");
+    // With a breaker the transitions still arrive.
+    use crate::{Resilience, breaker::BreakerConfig};
+    let guarded = Bulkhead::with_observer(
+        Config {
+            resilience: Resilience {
+                breaker: Some(BreakerConfig {
+                    failure_threshold: 1,
+                    ..BreakerConfig::DEFAULT
+                }),
+                ..Resilience::OFF
+            },
+            ..Config::DEFAULT
+        },
+        ClockSource::None,
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    let c = guarded.try_acquire(1).unwrap();
+    c.end(Outcome::Failure);
+    assert_eq!(*log.0.lock().unwrap(), ["state_change"]);
+}
