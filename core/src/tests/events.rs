@@ -427,7 +427,10 @@ fn an_observer_of_state_changes_only_keeps_the_plain_path() {
         None,
     )
     .unwrap();
-    assert!(!plain.has_policies(), "no guarded path for a state-change observer");
+    assert!(
+        !plain.has_policies(),
+        "no guarded path for a state-change observer"
+    );
     let a = plain.try_acquire(1).unwrap();
     assert_eq!(a.call().id(), 0);
     drop(a);
