@@ -59,6 +59,27 @@ const POS_SHIFT: u32 = DELTA_BITS + KIND_BITS;
 /// Lap positions are kept modulo 2^(word bits − POS_SHIFT) (2³⁶ laps with 64-bit atomics).
 pub(crate) const POS_MASK: Word = Word::MAX >> POS_SHIFT;
 
+/// The request's observe bits sit in the top bits of its cell's cost word (a cost is at most
+/// `MAX_BUDGET`, which leaves them free on every target).
+pub(crate) const COST_OBSERVE_SHIFT: u32 = Word::BITS - 4;
+const COST_MASK: Word = (1 << COST_OBSERVE_SHIFT) - 1;
+const _: () = assert!(crate::limits::MAX_BUDGET as Word <= COST_MASK);
+/// The observe bits a request may carry (`OBSERVE_CALLS | OBSERVE_BUDGET` of the permit word;
+/// checked equal in `engine`).
+pub(crate) const COST_OBSERVE_MASK: Word = 0b110;
+
+/// The cost in a cell's cost word.
+#[inline]
+pub(crate) const fn cost_of(word: Word) -> Word {
+    word & COST_MASK
+}
+
+/// The request's own observe bits in a cell's cost word.
+#[inline]
+pub(crate) const fn observe_of(word: Word) -> Word {
+    (word >> COST_OBSERVE_SHIFT) & COST_OBSERVE_MASK
+}
+
 /// The state part of a stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

@@ -51,7 +51,7 @@ use crossbeam_utils::CachePadded;
 
 use self::{
     budget::BudgetBook,
-    cell::{Kind, Stamp},
+    cell::{COST_OBSERVE_SHIFT, Kind, Stamp, cost_of, observe_of},
     counters::{Counters, Lane},
     dispatch::WakeBatch,
     permit_word::{CLOSED, PermitWord, Reserve, TakeError, WAITERS},
@@ -134,25 +134,7 @@ pub(crate) use permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
 
 /// A request's own observed dimensions (the `mode` word's bits).
 pub(crate) const TAG_OBSERVE: Word = OBSERVE_CALLS | OBSERVE_BUDGET;
-
-/// The request's observe bits sit in the top bits of its cell's cost word (a cost is at most
-/// `MAX_BUDGET`, which leaves them free on every target).
-const COST_OBSERVE_SHIFT: u32 = Word::BITS - 4;
-const COST_MASK: Word = (1 << COST_OBSERVE_SHIFT) - 1;
-const _: () = assert!(crate::limits::MAX_BUDGET as Word <= COST_MASK);
-const _: () = assert!(TAG_OBSERVE < 1 << 3);
-
-/// The cost in a cell's cost word.
-#[inline]
-pub(crate) const fn cost_of(word: Word) -> Word {
-    word & COST_MASK
-}
-
-/// The request's own observe bits in a cell's cost word.
-#[inline]
-const fn observe_of(word: Word) -> Word {
-    (word >> COST_OBSERVE_SHIFT) & TAG_OBSERVE
-}
+const _: () = assert!(TAG_OBSERVE == cell::COST_OBSERVE_MASK);
 
 impl CellRecord {
     /// Reads what a settled or live cell holds for its waiter (Relaxed: ordered by the

@@ -284,7 +284,7 @@ impl<const N: usize> WaiterRing<N> {
     pub(crate) fn settle(&self, cell: &Cell, from: Stamp, kind: Kind) -> Result<(), Stamp> {
         // Relaxed: written by the enqueuer before its Release publish, which the caller's
         // Acquire load of the stamp saw.
-        let c = crate::engine::cost_of(cell.cost.load(Relaxed));
+        let c = crate::engine::cell::cost_of(cell.cost.load(Relaxed));
         self.leave(c);
         self.transition(cell, from, |s| s.with(kind))
             .map(drop)
