@@ -229,6 +229,9 @@ pub(crate) struct Cell {
     /// Host clock at the grant (ns), written by the dispatcher before the settle that
     /// publishes it (only the dispatcher writes it); for the `Admit` event's `wait_ns`.
     pub(crate) granted_ns: AtomicWord,
+    /// The dimensions observe mode let the grant through short (`OBSERVE_*` bits), written
+    /// with `granted_ns` (the `observe_bypass` event of a queued grant).
+    pub(crate) bypass: AtomicWord,
     /// The owner's waker, tagged with its ticket.
     pub(crate) waker: WakerSlot,
 }
@@ -244,6 +247,7 @@ impl Cell {
             enqueued_ns: AtomicWord::new(0),
             tag: AtomicWord::new(0),
             granted_ns: AtomicWord::new(0),
+            bypass: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
     }
@@ -258,6 +262,7 @@ impl Cell {
             enqueued_ns: AtomicWord::new(0),
             tag: AtomicWord::new(0),
             granted_ns: AtomicWord::new(0),
+            bypass: AtomicWord::new(0),
             waker: WakerSlot::new(),
         }
     }

@@ -128,6 +128,8 @@ pub(crate) struct CellRecord {
     pub(crate) cost: Word,
     pub(crate) enqueued_ns: Word,
     pub(crate) granted_ns: Word,
+    /// The dimensions observe mode let the grant through short (0 if not granted).
+    pub(crate) bypass: Word,
 }
 
 pub(crate) use permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
@@ -159,6 +161,7 @@ impl CellRecord {
             cost: cost_of(cell.cost.load(Relaxed)),
             enqueued_ns: cell.enqueued_ns.load(Relaxed),
             granted_ns: cell.granted_ns.load(Relaxed),
+            bypass: cell.bypass.load(Relaxed),
         }
     }
 }
@@ -741,6 +744,7 @@ impl<const N: usize> Engine<N> {
             }
             Kind::Rejected(reason) => {
                 call.granted_ns = 0;
+                call.bypass = 0;
                 cell.waker.clear(t);
                 self.ring.free(cell, s).map_err(|_| StaleTicket)?;
                 self.notify_idle();
@@ -774,6 +778,7 @@ impl<const N: usize> Engine<N> {
                 // Relaxed: the owner wrote these itself before publishing.
                 let call = CellRecord {
                     granted_ns: 0,
+                    bypass: 0,
                     ..CellRecord::of_cell(cell, detail)
                 };
                 // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
@@ -1304,6 +1309,8 @@ impl<const N: usize> Engine<N> {
                     } else {
                         0
                     };
+                    // Dispatcher-only too, published by the same settle.
+                    cell.bypass.store(short, Relaxed);
                     if self.ring.settle(cell, s, Kind::Granted).is_ok() {
                         // Counted only once the grant is the waiter's (a cancel may win).
                         self.count_observed(short);

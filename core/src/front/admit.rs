@@ -104,8 +104,9 @@ impl<const N: usize> Bulkhead<N> {
         } else {
             bh.engine.enqueue(w, c, waker, Self::pack(call), observe)
         };
-        if call.id != 0 {
-            // One out-of-line step for the events; the plain path tests the id only.
+        if call.id != 0 && admitted.is_ok() {
+            // One out-of-line step for the events; the plain path tests the id only. A
+            // refusal's event follows the breaker's record below (after every commit).
             bh.emit_decided(call.id, request, start_ns, &admitted);
         }
         match admitted {
@@ -121,6 +122,9 @@ impl<const N: usize> Bulkhead<N> {
             }
             Err(rejection) => {
                 bh.finish(call, Outcome::Ignored);
+                if call.id != 0 {
+                    bh.emit_decided(call.id, request, start_ns, &Err(rejection));
+                }
                 Decision::Rejected(rejection.into())
             }
         }
@@ -134,7 +138,7 @@ impl<const N: usize> Bulkhead<N> {
         &self,
         id: u64,
         request: &Request,
-        start_ns: u64,
+        start_ns: Option<u64>,
         admitted: &Result<Admitted, crate::reason::Rejection>,
     ) {
         let asked = Asked {

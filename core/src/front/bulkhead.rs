@@ -269,6 +269,15 @@ impl<const N: usize> Bulkhead<N> {
         return self.reservations.as_ref();
     }
 
+    /// Expired reservations return their units before an admission decides (a cheap test
+    /// when none is held; docs/design.md §5.8).
+    #[inline]
+    pub(crate) fn sweep_if_held(&self) {
+        if self.reservations().is_some_and(|t| t.held() != 0) {
+            self.expire_reservations();
+        }
+    }
+
     /// The event emitter, when the bulkhead has an observer.
     #[inline]
     pub(crate) fn emitter(&self) -> Option<&Emitter> {
@@ -395,16 +404,14 @@ impl<const N: usize> Bulkhead<N> {
     /// for the uncontended pair in `bench/callgrind.sh`, measured A/B).
     #[inline(never)]
     fn start_guarded(&self, p: &Policies) -> Result<CallStart, AcquireError> {
-        if self.reservations().is_some_and(|t| t.held() != 0) {
-            // Expired reservations return their units before this admission decides.
-            self.expire_reservations();
-        }
+        self.sweep_if_held();
         let started = if p.times_calls() { self.now_ns() } else { 0 };
         let now = || if started != 0 { started } else { self.now_ns() };
         let id = self
             .emitter()
             .filter(|e| e.admissions())
             .map_or(0, Emitter::next_id);
+        let start_ns = self.decision_start(id);
         match p.begin(now, started, |t| self.fire(t)) {
             Ok(call) => Ok(CallStart { id, ..call }),
             Err(_) => {
@@ -414,7 +421,7 @@ impl<const N: usize> Bulkhead<N> {
                         id,
                         weight: 0,
                         cost: 0,
-                        start_ns: 0,
+                        start_ns,
                     };
                     self.emit_reject(asked, Reason::CircuitOpen, None);
                 }
@@ -469,7 +476,7 @@ impl<const N: usize> Bulkhead<N> {
     fn granted_guarded(&self, word: CellRecord) -> CallStart {
         let call = self.granted_after_queueing(Self::unpack(word.call));
         if call.id != 0 {
-            self.emit_admit(Self::asked_of(call.id, word), 0, Some(word));
+            self.emit_admit(Self::asked_of(call.id, word), word.bypass, Some(word));
         }
         call
     }
@@ -499,7 +506,8 @@ impl<const N: usize> Bulkhead<N> {
             id,
             weight: word.weight as u64,
             cost: word.cost as u64,
-            start_ns: 0,
+            // Settled by the dispatcher's pass: no deciding call of its own to time.
+            start_ns: None,
         }
     }
 
@@ -547,6 +555,7 @@ impl<const N: usize> Bulkhead<N> {
     #[inline]
     pub fn try_acquire_units(&self, weight: u64) -> Result<(), AcquireError> {
         let w = self.engine.check_weight(weight)?;
+        self.sweep_if_held();
         self.engine.take(w, 0).map_err(AcquireError::Rejected)?;
         self.engine.lend(w);
         Ok(())
@@ -564,6 +573,7 @@ impl<const N: usize> Bulkhead<N> {
     /// `max_queue` waiters are live; invalid weight.
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
+        self.sweep_if_held();
         match self.engine.enqueue(w, 0, waker, CallWord::default(), 0) {
             Ok(Admitted::Now(_)) => {
                 self.engine.lend(w);
@@ -938,8 +948,9 @@ impl<const N: usize> Bulkhead<N> {
 const fn encode_timeout(d: Duration) -> Word {
     #[cfg(target_has_atomic = "64")]
     let n = d.as_nanos();
+    // Rounded up: a sub-millisecond timeout must not become 0 ("do not queue").
     #[cfg(not(target_has_atomic = "64"))]
-    let n = d.as_millis();
+    let n = d.as_nanos().div_ceil(1_000_000);
     if n >= Word::MAX as u128 {
         Word::MAX
     } else {

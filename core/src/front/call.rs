@@ -162,8 +162,16 @@ where
         self.bh.call_timeout()
     }
 
+    /// The same call recording `revision` as the one it was granted under (a committed
+    /// reservation keeps the revision of its reserve).
+    pub(crate) fn at_revision(mut self, revision: u64) -> Self {
+        self.revision = revision;
+        self
+    }
+
     /// The revision of the limits in force when this call was granted (docs/design.md §4.6;
-    /// 0 before the first `apply_limits`). A call rebuilt with
+    /// 0 before the first `apply_limits`). A committed reservation keeps its reserve's; a queued
+    /// call records the revision when its owner took the grant; a call rebuilt with
     /// [`from_parts`](Self::from_parts) records the revision in force at the rebuild.
     pub fn revision(&self) -> u64 {
         self.revision
@@ -382,7 +390,7 @@ where
     fn end_now(&mut self, used: Option<u64>) {
         // A tracked call (policies or an observer) or one whose outcome `timed_out` recorded
         // ends out of line; the plain path tests two flags.
-        if self.call.tracked | self.ended {
+        if self.call.tracked | self.ended | (self.call.id != 0) {
             return self.end_tracked(used);
         }
         self.settle_and_release(used);

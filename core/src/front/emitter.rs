@@ -86,7 +86,12 @@ impl Emitter {
     /// The next admission id (1, 2, 3 …). Relaxed: a counter; its order is the order of the
     /// RMWs, which is all an id promises.
     pub(crate) fn next_id(&self) -> u64 {
-        (self.last_id.fetch_add(1, Relaxed).wrapping_add(1)) as u64
+        // 0 means "no events": skipped when the counter wraps (2³² on a 32-bit word).
+        let id = self.last_id.fetch_add(1, Relaxed).wrapping_add(1);
+        if id == 0 {
+            return self.next_id();
+        }
+        id as u64
     }
 
     /// Delivers `event` to the observer; under `std` a panic is caught and counted.
@@ -116,5 +121,5 @@ pub(crate) struct Asked {
     pub(crate) weight: u64,
     pub(crate) cost: u64,
     /// Clock at the decision's start (ns; 0 without a clock).
-    pub(crate) start_ns: u64,
+    pub(crate) start_ns: Option<u64>,
 }

@@ -51,8 +51,8 @@ impl<const N: usize> Bulkhead<N> {
 
     /// The clock at a decision's start, read only for an admission with an id.
     #[inline]
-    pub(crate) fn decision_start(&self, id: u64) -> u64 {
-        if id == 0 { 0 } else { self.event_clock() }
+    pub(crate) fn decision_start(&self, id: u64) -> Option<u64> {
+        (id != 0).then(|| self.event_clock())
     }
 
     fn revision_now(&self) -> u64 {
@@ -81,7 +81,7 @@ impl<const N: usize> Bulkhead<N> {
             weight: a.weight,
             cost: a.cost,
             queued: queued.is_some(),
-            decision_ns: end.saturating_sub(a.start_ns),
+            decision_ns: a.start_ns.map_or(0, |s| end.saturating_sub(s)),
             wait_ns: queued.map_or(0, |q| q.granted_ns.wrapping_sub(q.enqueued_ns) as u64),
         });
     }
@@ -100,7 +100,7 @@ impl<const N: usize> Bulkhead<N> {
             weight: a.weight,
             cost: a.cost,
             queued: queued.is_some(),
-            decision_ns: end.saturating_sub(a.start_ns),
+            decision_ns: a.start_ns.map_or(0, |s| end.saturating_sub(s)),
             wait_ns: queued.map_or(0, |q| (end as Word).wrapping_sub(q.enqueued_ns) as u64),
         });
     }

@@ -42,6 +42,29 @@ pub(crate) struct Held {
     pub(crate) cost: u64,
     pub(crate) call: CallWord,
     pub(crate) deadline_ns: u64,
+    /// The revision in force when it was reserved (`Call::revision` after the commit).
+    pub(crate) revision: u64,
+}
+
+/// A `u64` as two words (see `Slot::deadline_lo`).
+#[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+fn split_u64(v: u64) -> (Word, Word) {
+    #[cfg(target_has_atomic = "64")]
+    return (v as Word, 0);
+    #[cfg(not(target_has_atomic = "64"))]
+    return (v as Word, (v >> 32) as Word);
+}
+
+/// The inverse of [`split_u64`].
+#[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+fn join_u64(lo: Word, hi: Word) -> u64 {
+    #[cfg(target_has_atomic = "64")]
+    return {
+        let _ = hi;
+        lo as u64
+    };
+    #[cfg(not(target_has_atomic = "64"))]
+    return (hi as u64) << 32 | lo as u64;
 }
 
 #[cfg(feature = "alloc")]
@@ -53,7 +76,11 @@ struct Slot {
     admit: AtomicWord,
     flags: AtomicWord,
     tag: AtomicWord,
-    deadline_ns: AtomicWord,
+    /// The deadline (ns, `u64`), as two words: the whole value on a 64-bit word, its low and
+    /// high halves on a 32-bit one (a torn read is caught by the CAS that follows it).
+    deadline_lo: AtomicWord,
+    deadline_hi: AtomicWord,
+    revision: AtomicWord,
 }
 
 #[cfg(feature = "alloc")]
@@ -66,7 +93,9 @@ impl Slot {
             admit: AtomicWord::new(0),
             flags: AtomicWord::new(0),
             tag: AtomicWord::new(0),
-            deadline_ns: AtomicWord::new(0),
+            deadline_lo: AtomicWord::new(0),
+            deadline_hi: AtomicWord::new(0),
+            revision: AtomicWord::new(0),
         }
     }
 
@@ -81,7 +110,11 @@ impl Slot {
                 flags: self.flags.load(Relaxed),
                 tag: self.tag.load(Relaxed),
             },
-            deadline_ns: self.deadline_ns.load(Relaxed) as u64,
+            deadline_ns: join_u64(
+                self.deadline_lo.load(Relaxed),
+                self.deadline_hi.load(Relaxed),
+            ),
+            revision: self.revision.load(Relaxed) as u64,
         }
     }
 }
@@ -205,7 +238,10 @@ impl ReservationTable {
         slot.admit.store(held.call.admit, Relaxed);
         slot.flags.store(held.call.flags, Relaxed);
         slot.tag.store(held.call.tag, Relaxed);
-        slot.deadline_ns.store(held.deadline_ns as Word, Relaxed);
+        let (lo, hi) = split_u64(held.deadline_ns);
+        slot.deadline_lo.store(lo, Relaxed);
+        slot.deadline_hi.store(hi, Relaxed);
+        slot.revision.store(held.revision as Word, Relaxed);
         self.held.fetch_add(1, Relaxed);
         // Release: a reader that sees HELD(g) sees the fields.
         slot.stamp.store(c.generation << GEN_SHIFT | HELD, Release);

@@ -117,7 +117,7 @@ where
         match table.take(self.claim) {
             Some(h) => {
                 let call = bh.granted_after_queueing(Bulkhead::<N>::unpack(h.call));
-                Ok(Call::from_parts_with_cost(bh, h.weight, h.cost, call))
+                Ok(Call::from_parts_with_cost(bh, h.weight, h.cost, call).at_revision(h.revision))
             }
             None => Err(ReservationExpired),
         }
@@ -234,6 +234,7 @@ impl<const N: usize> Bulkhead<N> {
             }
             Decision::Queued(_) => unreachable!("a request with no wait never queues"),
         };
+        let revision = call.revision();
         let (_, weight, cost, token) = call.into_parts_with_cost();
         let deadline_ns = if ttl == Duration::MAX {
             u64::MAX
@@ -248,6 +249,7 @@ impl<const N: usize> Bulkhead<N> {
                 cost,
                 call: Self::pack(token),
                 deadline_ns,
+                revision,
             },
         );
         Ok(Reservation {

@@ -458,3 +458,95 @@ fn an_observer_of_state_changes_only_keeps_the_plain_path() {
     c.end(Outcome::Failure);
     assert_eq!(*log.0.lock().unwrap(), ["state_change"]);
 }
+
+/// Found by review: a queued settlement's `decision_ns` was the absolute clock; no
+/// `observe_bypass` came for a waiter granted through an observed dimension; a call whose
+/// outcome `timed_out` recorded lost its `release` after a round trip through its parts.
+#[test]
+fn review_queued_events_have_no_decision_time_and_keep_their_bypass() {
+    struct Times(Mutex<Vec<String>>);
+    impl Observer for Times {
+        fn on_event(&self, e: &Event<'_>) {
+            let line = match *e {
+                Event::Admit {
+                    id,
+                    queued,
+                    decision_ns,
+                    ..
+                } => std::format!("admit {id} queued={queued} decision={decision_ns}"),
+                Event::ObserveBypass { id, reason, .. } => {
+                    std::format!("bypass {id} {}", reason.as_str())
+                }
+                Event::Release { id, ended, .. } => std::format!("release {id} ended={ended}"),
+                _ => return,
+            };
+            self.0.lock().unwrap().push(line);
+        }
+    }
+    let log = Arc::new(Times(Mutex::new(Vec::new())));
+    let clock = Arc::new(Manual(AtomicU64::new(1_000_000_000)));
+    let bh = Bulkhead::with_observer(
+        Config {
+            max_concurrent: 1,
+            max_queue: 2,
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock),
+        Some(log.clone()),
+        None,
+    )
+    .unwrap();
+    let h = bh.try_acquire(1).unwrap();
+    let Decision::Queued(mut w) = bh.admit(&Request::new(1), None) else {
+        panic!()
+    };
+    bh.set_observe(Observe::Concurrency).unwrap(); // grants the waiter through the calls
+    let core::task::Poll::Ready(Ok(c)) = w.poll(None) else {
+        panic!()
+    };
+    drop((c, h));
+    let lines = log.0.lock().unwrap().clone();
+    assert_eq!(lines[0], "admit 1 queued=false decision=0");
+    assert_eq!(lines[1], "bypass 2 concurrency_limit");
+    assert_eq!(lines[2], "admit 2 queued=true decision=0");
+    // timed_out, then a round trip through the parts: the release still comes.
+    log.0.lock().unwrap().clear();
+    let mut a = bh.try_acquire(1).unwrap();
+    assert!(a.timed_out());
+    let (b, w, call) = a.into_parts();
+    drop(crate::Call::from_parts(b, w, call));
+    let lines = log.0.lock().unwrap().clone();
+    assert_eq!(
+        lines.last().map(std::string::String::as_str),
+        Some("release 3 ended=true")
+    );
+}
+
+#[test]
+fn review_the_raw_pair_sweeps_and_a_commit_keeps_its_reserves_revision() {
+    let clock = Arc::new(Manual(AtomicU64::new(1_000)));
+    let bh = Bulkhead::with_clock(
+        Config {
+            max_concurrent: 1,
+            max_queue: 2,
+            max_reservations: 2,
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let r = bh
+        .reserve(&Request::new(1), core::time::Duration::from_nanos(10))
+        .unwrap();
+    clock.0.fetch_add(10, SeqCst);
+    // The raw pair sees the expired reservation's unit free.
+    bh.try_acquire_units(1).unwrap();
+    bh.release_units(1);
+    assert!(r.commit().is_err());
+    let r = bh
+        .reserve(&Request::new(1), core::time::Duration::MAX)
+        .unwrap();
+    bh.apply_limits(&LimitsSnapshot::new(5).limit(1)).unwrap();
+    let c = r.commit().unwrap();
+    assert_eq!(c.revision(), 0, "the reserve's revision, not the commit's");
+}
