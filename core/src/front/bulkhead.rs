@@ -651,8 +651,10 @@ impl<const N: usize> Bulkhead<N> {
                 // ledger (a checked return racing this could otherwise take the entry).
                 match self.engine.poll(ticket, None, self.emits_admissions()) {
                     Ok(Polled::Granted { weight, cost, call }) => {
-                        let id = self.granted_from_queue(call).id;
-                        self.finish(Self::unpack(call.call), Outcome::Ignored);
+                        // The token the grant step returns (its `Admit` event fired) ends here.
+                        let token = self.granted_from_queue(call);
+                        let id = token.id;
+                        self.finish(token, Outcome::Ignored);
                         self.budget_settled(cost, 0);
                         self.release_held(weight, cost);
                         if id != 0 {
