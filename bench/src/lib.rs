@@ -158,6 +158,52 @@ pub fn admit_cycles(bh: &Bulkhead, cost: u64, n: u64) -> Duration {
     t0.elapsed()
 }
 
+/// `n` no-wait admissions of class `class` on a classed bulkhead (docs/design.md §4.8), each
+/// ended at once: the classed path (through the ring and the dispatcher) beside
+/// [`admit_cycles`] on a plain one.
+#[inline(never)]
+pub fn class_cycles(bh: &Bulkhead, class: u16, n: u64) -> Duration {
+    use hullguard_core::{Decision, Request};
+    let req = Request::new(1).class(class).no_wait();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        match black_box(bh).admit(black_box(&req), None) {
+            Decision::Granted(call) => drop(call),
+            _ => panic!("the class's floor is free"),
+        }
+    }
+    t0.elapsed()
+}
+
+/// A classed bulkhead of `classes` classes (priorities spread over 0..8, a floor of 1 each),
+/// with a priority reserve of 2 for priority ≥ 5 when `reserve`.
+pub fn classed_bulkhead(classes: usize, reserve: bool) -> Bulkhead {
+    use hullguard_core::config::{ClassSpec, ClassTable, PriorityReserve};
+    let specs: Vec<ClassSpec> = (0..classes)
+        .map(|i| ClassSpec {
+            priority: (i % 8) as u8,
+            floor: 1,
+            ..ClassSpec::DEFAULT
+        })
+        .collect();
+    Bulkhead::with_classes(
+        Config {
+            max_concurrent: 256,
+            ..Config::default()
+        },
+        &ClassTable {
+            classes: &specs,
+            reserve: PriorityReserve {
+                permits: if reserve { 2 } else { 0 },
+                budget: 0,
+                min_priority: 5,
+            },
+        },
+        hullguard_core::ClockSource::default_for_host(),
+    )
+    .expect("valid classes")
+}
+
 /// A bulkhead of `permits` and a budget of `budget` units.
 pub fn budgeted_bulkhead(permits: u64, budget: u64) -> Bulkhead {
     Bulkhead::new(Config {
@@ -622,6 +668,15 @@ pub fn cases() -> Vec<Case> {
         }),
         case("budget/calls+budget".into(), UNC, SingleThread, |n| {
             admit_cycles(&budgeted_bulkhead(1, 1000), 10, n)
+        }),
+        case("classes/1".into(), UNC / 4, SingleThread, |n| {
+            class_cycles(&classed_bulkhead(1, false), 0, n)
+        }),
+        case("classes/8+reserve".into(), UNC / 4, SingleThread, |n| {
+            class_cycles(&classed_bulkhead(8, true), 3, n)
+        }),
+        case("classes/64".into(), UNC / 4, SingleThread, |n| {
+            class_cycles(&classed_bulkhead(64, false), 33, n)
         }),
         case("guarded/bare+clock".into(), UNC, SingleThread, |n| {
             bare_plus_clock(&bulkhead(1), n)

@@ -144,7 +144,9 @@ pub use crate::{
         Snapshot,
     },
     resilience::Resilience,
-    stats::{BudgetStats, Nested, RejectedByReason, Stats, StatsVisitor, WaitHistogram},
+    stats::{
+        BudgetStats, ClassStats, Nested, RejectedByReason, Stats, StatsVisitor, WaitHistogram,
+    },
 };
 #[cfg(feature = "alloc")]
 pub use crate::{

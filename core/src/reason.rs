@@ -393,6 +393,14 @@ pub enum AcquireError {
         /// The bulkhead's budget ceiling (0: no budget).
         max_budget: u64,
     },
+    /// `class` is not a class of the bulkhead (`0 .. classes`; only 0 on a bulkhead without
+    /// classes, `classes` 0) (reason `invalid`; never counted in the stats).
+    InvalidClass {
+        /// The class asked for.
+        class: u16,
+        /// How many classes the bulkhead has.
+        classes: usize,
+    },
 }
 
 impl AcquireError {
@@ -402,7 +410,8 @@ impl AcquireError {
             AcquireError::Rejected(r) => Some(r.reason),
             AcquireError::Config(_)
             | AcquireError::InvalidWeight { .. }
-            | AcquireError::InvalidCost { .. } => None,
+            | AcquireError::InvalidCost { .. }
+            | AcquireError::InvalidClass { .. } => None,
         }
     }
 
@@ -412,7 +421,8 @@ impl AcquireError {
             AcquireError::Rejected(r) => Some(r),
             AcquireError::Config(_)
             | AcquireError::InvalidWeight { .. }
-            | AcquireError::InvalidCost { .. } => None,
+            | AcquireError::InvalidCost { .. }
+            | AcquireError::InvalidClass { .. } => None,
         }
     }
 
@@ -423,6 +433,7 @@ impl AcquireError {
             AcquireError::Config(e) => Some(e.option()),
             AcquireError::InvalidWeight { .. } => Some("weight"),
             AcquireError::InvalidCost { .. } => Some("cost"),
+            AcquireError::InvalidClass { .. } => Some("class"),
         }
     }
 }
@@ -449,6 +460,15 @@ impl fmt::Display for AcquireError {
             AcquireError::InvalidCost { cost, max_budget } => write!(
                 f,
                 "cost must be in 0..={max_budget} (the budget), got {cost}"
+            ),
+            AcquireError::InvalidClass { class, classes: 0 } => write!(
+                f,
+                "class must be 0 on a bulkhead without classes, got {class}"
+            ),
+            AcquireError::InvalidClass { class, classes } => write!(
+                f,
+                "class must be in 0..={} (the class table), got {class}",
+                classes - 1
             ),
         }
     }

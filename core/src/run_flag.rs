@@ -78,6 +78,14 @@ impl RunFlag {
             .is_ok()
     }
 
+    /// Runner: gives the flag up whatever is pending (a classed bulkhead's dispatcher, before
+    /// it wakes: docs/design.md §4.8). The caller then enters again if work may be left, so a
+    /// request pending now is served by it or by whoever entered first.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn leave(&self) {
+        self.state.swap(0, AcqRel);
+    }
+
     /// Runner, before a second or later pass: clears `PENDING`; requests made after this are
     /// seen by a later pass.
     pub(crate) fn begin_pass(&self) {

@@ -76,6 +76,32 @@ pub struct Stats {
     pub reservations_expired_total: u64,
 }
 
+/// One admission class of a classed bulkhead now ([`Bulkhead::class_stats`]; docs/design.md
+/// §4.8). Per dimension: its floor, its ceiling and what it holds (granted, claimed or not).
+///
+/// [`Bulkhead::class_stats`]: crate::Bulkhead::class_stats
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassStats {
+    /// The class index.
+    pub class: u16,
+    /// Its priority.
+    pub priority: u8,
+    /// Permits protected for it.
+    pub floor: u64,
+    /// The most permits it may hold.
+    pub ceiling: u64,
+    /// Permits it holds.
+    pub in_flight: u64,
+    /// Budget units protected for it.
+    pub budget_floor: u64,
+    /// The most budget units it may hold.
+    pub budget_ceiling: u64,
+    /// Budget units it holds.
+    pub budget_in_use: u64,
+    /// Its live waiters.
+    pub queued: u64,
+}
+
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.
 ///
 /// Read from one load of the permit word (with the ceiling and the unclaimed count beside

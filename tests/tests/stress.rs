@@ -1258,3 +1258,140 @@ fn events_fire_exactly_once_per_step_under_threads() {
     assert_eq!(rejects, refused, "{s}");
     assert_eq!(s.observer_panics, 0);
 }
+
+/// Admission classes under threads (docs/design.md §4.8): three classes with floors, a ceiling
+/// and a priority reserve; workers admit no-wait and queued requests of every class, wait
+/// (bounded, with deadlines), cancel, release in parts. A watcher thread checks the partition
+/// on every snapshot it takes (a class never holds beyond its ceiling; the global count never
+/// passes the limit); at the end the class counts are back at 0 and add up to the stats.
+#[test]
+fn classes_keep_their_partition_under_threads() {
+    use std::time::Instant;
+
+    use hullguard_core::{
+        Decision, Request,
+        config::{ClassSpec, ClassTable, PriorityReserve},
+    };
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 2,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            priority: 5,
+            floor: 1,
+            ceiling: Some(4),
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 8,
+            max_queue: 16,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            classes: &classes,
+            reserve: PriorityReserve {
+                permits: 1,
+                budget: 0,
+                min_priority: 5,
+            },
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let ops = ops_per_thread() / 4;
+    let running = AtomicU64::new(4);
+    let (granted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    thread::scope(|s| {
+        for t in 0..4u64 {
+            let (bh, granted, refused, running) = (&bh, &granted, &refused, &running);
+            s.spawn(move || {
+                let mut rng = Rng(0xc1a5 + t);
+                let mut held: Vec<hullguard_core::Call<&Bulkhead, 0>> = Vec::new();
+                for _ in 0..ops {
+                    let class = rng.below(3) as u16;
+                    let w = 1 + rng.below(2);
+                    let request = Request::new(w).class(class);
+                    let decision = if rng.below(2) == 0 {
+                        bh.admit(&request.no_wait(), None)
+                    } else {
+                        bh.admit(&request, None)
+                    };
+                    match decision {
+                        Decision::Granted(c) => {
+                            granted.fetch_add(1, SeqCst);
+                            held.push(c);
+                        }
+                        Decision::Queued(waiter) => {
+                            let deadline =
+                                Instant::now() + Duration::from_micros(200 + rng.below(800));
+                            match waiter.wait_blocking(Some(deadline)) {
+                                Ok(c) => {
+                                    granted.fetch_add(1, SeqCst);
+                                    held.push(c);
+                                }
+                                Err(_) => {
+                                    refused.fetch_add(1, SeqCst);
+                                }
+                            }
+                        }
+                        Decision::Rejected(e) => {
+                            assert!(e.reason().is_some(), "{e}");
+                            refused.fetch_add(1, SeqCst);
+                        }
+                    }
+                    if held.len() > 2 || rng.below(2) == 0 {
+                        if let Some(mut c) = (!held.is_empty())
+                            .then(|| held.swap_remove(rng.below(held.len() as u64) as usize))
+                        {
+                            if c.weight() > 1 && rng.below(2) == 0 {
+                                c.release_partial(1).unwrap();
+                                held.push(c);
+                            }
+                        }
+                    }
+                }
+                drop(held);
+                running.fetch_sub(1, SeqCst);
+            });
+        }
+        let (bh, running) = (&bh, &running);
+        s.spawn(move || {
+            let mut checks = 0u64;
+            // Only single-word figures are checked mid-run (a sum of racing reads is no
+            // invariant): the permit word's free count, each class's hold, the shared units.
+            while running.load(SeqCst) > 0 || checks == 0 {
+                checks += 1;
+                let s = bh.stats();
+                assert!(s.available >= 0, "I1: {s}");
+                for c in 0..3u16 {
+                    let cs = bh.class_stats(c).unwrap();
+                    assert!(
+                        cs.in_flight <= cs.ceiling,
+                        "class {c} above its ceiling: {cs:?}"
+                    );
+                }
+                let shared = bh.class_shared_in_use().unwrap()[0];
+                assert!(
+                    shared <= 8 - 3,
+                    "the shared units passed the limit less the floors: {shared}"
+                );
+                thread::yield_now();
+            }
+        });
+    });
+    let s = bh.stats();
+    assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
+    assert_eq!(s.available, 8, "{s}");
+    for c in 0..3u16 {
+        let cs = bh.class_stats(c).unwrap();
+        assert_eq!((cs.in_flight, cs.queued), (0, 0), "{cs:?}");
+    }
+    assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+    assert_eq!(s.admitted_total, granted.load(SeqCst), "{s}");
+    assert!(granted.load(SeqCst) > 0 && refused.load(SeqCst) > 0);
+}

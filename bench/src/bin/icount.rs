@@ -210,6 +210,27 @@ fn rows() -> Vec<TableRow> {
             "≤ 1.50",
         ),
         (
+            "8 classes + reserve: admit + end, uncontended".into(),
+            "plain admit + end",
+            "classes/8+reserve".into(),
+            "budget/plain".into(),
+            "≤ 2.00",
+        ),
+        (
+            "  1 class".into(),
+            "plain admit + end",
+            "classes/1".into(),
+            "budget/plain".into(),
+            "—",
+        ),
+        (
+            "  64 classes".into(),
+            "1 class",
+            "classes/64".into(),
+            "classes/1".into(),
+            "≤ 1.20",
+        ),
+        (
             format!("handoff: limit 1, {HANDOFF_TASKS} tasks, current-thread rt"),
             "tokio",
             "handoff/hullguard".into(),

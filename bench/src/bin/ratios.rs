@@ -126,6 +126,27 @@ fn rows() -> Vec<Row> {
             Max(1.5),
         ),
         row(
+            "8 classes + reserve: admit + end, uncontended",
+            "plain admit + end",
+            "classes/8+reserve",
+            "budget/plain",
+            Max(2.0),
+        ),
+        row(
+            "  1 class",
+            "plain admit + end",
+            "classes/1",
+            "budget/plain",
+            Info,
+        ),
+        row(
+            "  64 classes",
+            "1 class",
+            "classes/64",
+            "classes/1",
+            Max(1.2),
+        ),
+        row(
             &format!("handoff: limit 1, {HANDOFF_TASKS} tasks, current-thread rt"),
             "tokio",
             "handoff/hullguard",

@@ -7,6 +7,7 @@
 //! | [`partial`] | [`PartialConfig`]: options as a layer passes them, merged key by key |
 //! | [`convert`] | a layer's numbers as option values: one rule for every layer |
 
+pub mod classes;
 pub mod convert;
 pub mod options;
 pub mod partial;
@@ -14,6 +15,7 @@ pub mod partial;
 use core::{fmt, time::Duration};
 
 pub use self::{
+    classes::{ClassError, ClassSpec, ClassTable, MAX_CLASSES, PriorityReserve},
     options::{NullMeans, OptionId, OptionSpec, Section, Spelling},
     partial::{Part, PartialConfig, Value},
 };
@@ -240,6 +242,8 @@ pub enum ConfigError {
     /// Another option out of range, or a value of the wrong kind for it (a
     /// [`PartialConfig`] value).
     Option(OptionId),
+    /// The class table of a classed bulkhead (docs/design.md §4.8).
+    Class(classes::ClassError),
 }
 
 impl ConfigError {
@@ -254,7 +258,10 @@ impl ConfigError {
             ConfigError::Budget => OptionId::Budget,
             ConfigError::Observe => OptionId::Observe,
             ConfigError::MaxQueuedCost => OptionId::MaxQueuedCost,
-            ConfigError::Limit | ConfigError::Resilience | ConfigError::BudgetLimit => {
+            ConfigError::Limit
+            | ConfigError::Resilience
+            | ConfigError::BudgetLimit
+            | ConfigError::Class(_) => {
                 return None;
             }
             ConfigError::Adaptive(a) => match a {
@@ -291,6 +298,7 @@ impl ConfigError {
             None => match self {
                 ConfigError::Limit => "limit",
                 ConfigError::BudgetLimit => "budget_limit",
+                ConfigError::Class(_) => "classes",
                 _ => "resilience",
             },
         }
@@ -332,6 +340,7 @@ impl fmt::Display for SpelledError {
         let s = self.spelling;
         match self.error {
             ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
+            ConfigError::Class(e) => e.fmt(f),
             ConfigError::Budget => write!(
                 f,
                 "{} must be {}, with {} at most {MAX_CONCURRENT_WITH_BUDGET}",

@@ -68,6 +68,16 @@ const _: () = assert!(crate::limits::MAX_BUDGET as Word <= COST_MASK);
 /// checked equal in `engine`).
 pub(crate) const COST_OBSERVE_MASK: Word = 0b110;
 
+/// A no-wait request of a classed bulkhead (docs/design.md §4.8): its cell holds no live place
+/// (`live`, `queued_cost`): the pass that threads it decides it at once.
+pub(crate) const COST_NOWAIT: Word = 1 << (Word::BITS - 1);
+
+/// Whether a cell's cost word is a no-wait request's.
+#[inline]
+pub(crate) const fn is_nowait(word: Word) -> bool {
+    word & COST_NOWAIT != 0
+}
+
 /// The cost in a cell's cost word.
 #[inline]
 pub(crate) const fn cost_of(word: Word) -> Word {

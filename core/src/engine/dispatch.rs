@@ -34,6 +34,11 @@ impl WakeBatch {
         self.len == Self::CAPACITY
     }
 
+    #[cfg(feature = "alloc")]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Counts one settled waiter (with or without a waker to wake).
     pub(crate) fn push(&mut self, waker: Option<Waker>) {
         self.wakers[self.len].write(waker);

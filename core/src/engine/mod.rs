@@ -37,6 +37,10 @@
 
 pub(crate) mod budget;
 pub(crate) mod cell;
+#[cfg(feature = "alloc")]
+pub(crate) mod classed;
+#[cfg(feature = "alloc")]
+pub(crate) mod classes;
 pub(crate) mod counters;
 pub(crate) mod dispatch;
 #[cfg(feature = "std")]
@@ -130,6 +134,8 @@ pub(crate) struct CellRecord {
     pub(crate) granted_ns: Word,
     /// The dimensions observe mode let the grant through short (0 if not granted).
     pub(crate) bypass: Word,
+    /// The waiter's class (0 on a bulkhead without classes).
+    pub(crate) class: u16,
 }
 
 pub(crate) use permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
@@ -162,6 +168,7 @@ impl CellRecord {
             enqueued_ns: cell.enqueued_ns.load(Relaxed),
             granted_ns: cell.granted_ns.load(Relaxed),
             bypass: cell.bypass.load(Relaxed),
+            class: 0,
         }
     }
 }
@@ -193,6 +200,9 @@ pub(crate) enum DryAdmit {
 
 /// `Engine::mode`: `enabled = false`.
 const MODE_DISABLED: Word = 1;
+/// The mode bit of a classed bulkhead: every decision goes through the dispatcher
+/// (docs/design.md §4.8).
+const MODE_CLASSED: Word = 1 << 3;
 
 /// The mode word of a bulkhead (`enabled = false` wins over observe mode).
 const fn mode_of(enabled: bool, observe: Observe) -> Word {
@@ -267,6 +277,9 @@ pub(crate) struct Engine<const N: usize> {
     clock: ClockSource,
     #[cfg(feature = "std")]
     pub(crate) idle: idle::IdleWaiters,
+    /// The class book of a classed bulkhead (docs/design.md §4.8).
+    #[cfg(feature = "alloc")]
+    classes: Option<alloc::boxed::Box<classes::ClassBook>>,
 }
 
 impl<const N: usize> Engine<N> {
@@ -296,6 +309,8 @@ impl<const N: usize> Engine<N> {
             clock,
             #[cfg(feature = "std")]
             idle: idle::IdleWaiters::new(),
+            #[cfg(feature = "alloc")]
+            classes: None,
         }
     }
 
@@ -322,7 +337,21 @@ impl<const N: usize> Engine<N> {
             clock,
             #[cfg(feature = "std")]
             idle: idle::IdleWaiters::new(),
+            #[cfg(feature = "alloc")]
+            classes: None,
         }
+    }
+
+    /// The same engine with classes (docs/design.md §4.8): every decision goes through the
+    /// dispatcher from now on.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn with_classes(mut self, book: alloc::boxed::Box<classes::ClassBook>) -> Self {
+        self.classes = Some(book);
+        // Relaxed: not shared yet.
+        self.mode.fetch_or(MODE_CLASSED, Relaxed);
+        // For good: every release runs the classed release step (see `release`).
+        self.permits.set_waiters();
+        self
     }
 
     // ----- views -----------------------------------------------------------------------------
@@ -442,12 +471,13 @@ impl<const N: usize> Engine<N> {
         w: Word,
         c: Word,
         observe: Word,
+        class: u16,
     ) -> Result<Word, TakeError> {
         // Relaxed: the mode only selects the path; a decision racing `set_observe` is ordered
         // before it.
         let mode = self.mode.load(Relaxed) | observe;
         if mode != 0 {
-            self.moded_take::<TAKE>(w, c, mode)
+            self.moded_take::<TAKE>(w, c, mode, class)
         } else if self.ring.is_empty() {
             if TAKE {
                 self.permits.try_take(w, c).map(|()| 0)
@@ -475,7 +505,13 @@ impl<const N: usize> Engine<N> {
         w: Word,
         c: Word,
         mode: Word,
+        class: u16,
     ) -> Result<Word, TakeError> {
+        #[cfg(feature = "alloc")]
+        if mode & MODE_CLASSED != 0 {
+            return self.classed_take::<TAKE>(w, c, class);
+        }
+        let _ = class;
         if self.limit.load(Relaxed) == 0 {
             return Err(TakeError::Busy);
         }
@@ -541,8 +577,8 @@ impl<const N: usize> Engine<N> {
     }
 
     #[inline]
-    fn admit_now(&self, w: Word, c: Word, observe: Word) -> Result<Word, TakeError> {
-        let r = self.now_or_short::<true>(w, c, observe);
+    fn admit_now(&self, w: Word, c: Word, observe: Word, class: u16) -> Result<Word, TakeError> {
+        let r = self.now_or_short::<true>(w, c, observe, class);
         if r.is_ok() {
             self.counters
                 .admitted
@@ -555,7 +591,7 @@ impl<const N: usize> Engine<N> {
     /// (`concurrency_limit`, `budget_limit`, `shutdown`; counted).
     #[inline]
     pub(crate) fn take(&self, w: Word, c: Word) -> Result<(), Rejection> {
-        match self.admit_now(w, c, 0) {
+        match self.admit_now(w, c, 0, 0) {
             Ok(_) => Ok(()),
             Err(e) => Err(self.refuse(e)),
         }
@@ -564,13 +600,16 @@ impl<const N: usize> Engine<N> {
     /// [`take`](Self::take) of a request with its own observed dimensions (`observe`,
     /// `TAG_OBSERVE` bits); `Ok` carries the dimensions observe mode let through short.
     #[inline]
+    /// `class`: the request's class on a classed bulkhead (validated; 0 otherwise).
     pub(crate) fn take_observing(
         &self,
         w: Word,
         c: Word,
         observe: Word,
+        class: u16,
     ) -> Result<Word, Rejection> {
-        self.admit_now(w, c, observe).map_err(|e| self.refuse(e))
+        self.admit_now(w, c, observe, class)
+            .map_err(|e| self.refuse(e))
     }
 
     /// Counts and builds the rejection of a failed take.
@@ -584,12 +623,23 @@ impl<const N: usize> Engine<N> {
     /// limit (`concurrency_limit`), the cost above the current budget (`budget_limit`). The
     /// queue's own bound (`queue_limit`) comes after these. One rule for
     /// [`enqueue`](Self::enqueue) and [`would_admit`](Self::would_admit).
-    fn queue_refusal(&self, w: Word, c: Word, observe: Word, short: TakeError) -> Option<Reason> {
+    fn queue_refusal(
+        &self,
+        w: Word,
+        c: Word,
+        observe: Word,
+        short: TakeError,
+        class: u16,
+    ) -> Option<Reason> {
         if !self.enabled || self.ring.max_queue() == 0 {
-            Some(reason_of(short))
-        } else {
-            self.never_fits(w, c, observe)
+            return Some(reason_of(short));
         }
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.classes() {
+            return self.classed_never_fits(book, w, c, class);
+        }
+        let _ = class;
+        self.never_fits(w, c, observe)
     }
 
     /// Why `w` permits and `c` units cannot be granted under the current limits however many
@@ -625,8 +675,9 @@ impl<const N: usize> Engine<N> {
         c: Word,
         observe: Word,
         queue: bool,
+        class: u16,
     ) -> Result<DryAdmit, Reason> {
-        let short = match self.now_or_short::<false>(w, c, observe) {
+        let short = match self.now_or_short::<false>(w, c, observe, class) {
             Ok(_) => return Ok(DryAdmit::Now),
             Err(TakeError::Closed) => return Err(Reason::Shutdown),
             Err(e) => e,
@@ -634,9 +685,16 @@ impl<const N: usize> Engine<N> {
         if !queue {
             return Err(reason_of(short));
         }
-        if let Some(r) = self.queue_refusal(w, c, observe, short) {
+        if let Some(r) = self.queue_refusal(w, c, observe, short, class) {
             return Err(r);
         }
+        #[cfg(feature = "alloc")]
+        let ahead = match self.classes() {
+            // Of its own class.
+            Some(book) => book.ranks[book.rank(class)].queued.load(Acquire),
+            None => self.ring.live(),
+        };
+        #[cfg(not(feature = "alloc"))]
         let ahead = self.ring.live();
         if ahead >= self.ring.max_queue() || self.ring.free_cells() == 0 || !self.ring.cost_fits(c)
         {
@@ -660,13 +718,14 @@ impl<const N: usize> Engine<N> {
         waker: Option<&Waker>,
         call: CallWord,
         observe: Word,
+        class: u16,
     ) -> Result<Admitted, Rejection> {
-        let short = match self.admit_now(w, c, observe) {
+        let short = match self.admit_now(w, c, observe, class) {
             Ok(short) => return Ok(Admitted::Now(short)),
             Err(TakeError::Closed) => return Err(self.reject(Reason::Shutdown)),
             Err(e) => e,
         };
-        if let Some(r) = self.queue_refusal(w, c, observe, short) {
+        if let Some(r) = self.queue_refusal(w, c, observe, short, class) {
             return Err(self.reject(r));
         }
         let t = match self.ring.claim(c) {
@@ -678,23 +737,37 @@ impl<const N: usize> Engine<N> {
                 return Err(self.reject(Reason::QueueLimit));
             }
         };
-        let cell = self.ring.cell(t);
-        // Relaxed: published by the Release CAS of `publish` below.
-        cell.weight
-            .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
-        cell.cost.store(c | observe << COST_OBSERVE_SHIFT, Relaxed);
-        cell.call.store(call.admit, Relaxed);
-        cell.tag.store(call.tag, Relaxed);
-        cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
-        if let Some(waker) = waker {
-            cell.waker.register(t, waker);
-        }
+        self.write_cell(t, w, c | observe << COST_OBSERVE_SHIFT, waker, call);
+        #[cfg(feature = "alloc")]
+        self.classed_enqueued(t, class);
         // Release: the dispatcher's Acquire load of the stamp sees weight, call, time, waker.
         self.ring.publish(t);
         // From here on the fast path fails (I6); the dispatcher decides.
         self.permits.set_waiters();
         self.run_dispatcher();
         Ok(Admitted::Queued(Ticket(t)))
+    }
+
+    /// The enqueuer writes ticket `t`'s claimed cell (before its publish).
+    pub(crate) fn write_cell(
+        &self,
+        t: Word,
+        w: Word,
+        cost_word: Word,
+        waker: Option<&core::task::Waker>,
+        call: CallWord,
+    ) {
+        let cell = self.ring.cell(t);
+        // Relaxed: published by the Release CAS of `publish`.
+        cell.weight
+            .store(w | call.flags << CALL_FLAGS_SHIFT, Relaxed);
+        cell.cost.store(cost_word, Relaxed);
+        cell.call.store(call.admit, Relaxed);
+        cell.tag.store(call.tag, Relaxed);
+        cell.enqueued_ns.store(self.clock.now_ns() as Word, Relaxed);
+        if let Some(waker) = waker {
+            cell.waker.register(t, waker);
+        }
     }
 
     /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
@@ -725,6 +798,10 @@ impl<const N: usize> Engine<N> {
         }
         // Relaxed: ordered by the Acquire of the stamp that showed the settlement.
         let mut call = CellRecord::of_cell(cell, detail);
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.classes() {
+            call.class = book.cell_class(self.ring.index(t));
+        }
         let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
         let c = cost_of(cell.cost.load(Relaxed));
         match s.kind() {
@@ -776,18 +853,32 @@ impl<const N: usize> Engine<N> {
         match s.kind() {
             Kind::Waiting => {
                 // Relaxed: the owner wrote these itself before publishing.
-                let call = CellRecord {
+                #[allow(unused_mut)]
+                let mut call = CellRecord {
                     granted_ns: 0,
                     bypass: 0,
                     ..CellRecord::of_cell(cell, detail)
                 };
+                #[cfg(feature = "alloc")]
+                if let Some(book) = self.classes() {
+                    call.class = book.cell_class(self.ring.index(t));
+                }
                 // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
                 // review found `queued_cost` drifting when it was read after).
-                let cost = cost_of(cell.cost.load(Relaxed));
+                let word = cell.cost.load(Relaxed);
                 match self.ring.free(cell, s) {
                     Ok(_) => {
                         // One winner against the dispatcher's WAITING → GRANTED CAS.
-                        self.ring.cancelled_live(cost);
+                        if !cell::is_nowait(word) {
+                            self.ring.cancelled_live(cost_of(word));
+                        }
+                        #[cfg(feature = "alloc")]
+                        if let Some(book) = self.classes() {
+                            // AcqRel: as in `classed_enqueued`.
+                            book.ranks[book.rank(call.class)]
+                                .queued
+                                .fetch_sub(1, AcqRel);
+                        }
                         self.counters.reject(reason);
                         cell.waker.clear(t);
                         self.run_dispatcher();
@@ -812,6 +903,8 @@ impl<const N: usize> Engine<N> {
             Kind::Waiting => match self.ring.settle(cell, s, Kind::Rejected(reason)) {
                 Ok(()) => {
                     self.counters.reject(reason);
+                    #[cfg(feature = "alloc")]
+                    self.classed_left(t);
                     let waker = cell.waker.take(t);
                     // The head may stand on it: pass the turn on.
                     self.run_dispatcher();
@@ -829,14 +922,29 @@ impl<const N: usize> Engine<N> {
         }
     }
 
-    /// Returns `w` permits; hands them to the head waiter if any. The caller holds them.
+    /// Returns `w` permits and `c` units of class `class` (0 on a plain bulkhead); hands them
+    /// to the head waiter if any. The caller holds them.
+    ///
+    /// A classed bulkhead keeps `WAITERS` set for good (docs/design.md §4.8), so its releases
+    /// always take the out-of-line step, which returns the class's units *before* it runs the
+    /// dispatcher: a pass in between sees the class fuller than it is (conservative), and the
+    /// pass this release runs or leaves pending sees it right. The plain path carries no test.
     #[inline]
-    pub(crate) fn release(&self, w: Word, c: Word) {
+    pub(crate) fn release(&self, w: Word, c: Word, class: u16) {
         let prev = self.permits.give(w, c);
         if prev & WAITERS != 0 {
-            self.run_dispatcher();
+            self.released_to_waiters(w, c, class);
         }
         self.notify_idle();
+    }
+
+    /// The release step that may grant: the class's units, then a dispatcher pass.
+    #[inline(never)]
+    fn released_to_waiters(&self, w: Word, c: Word, class: u16) {
+        #[cfg(feature = "alloc")]
+        self.classed_give(w, c, class);
+        let _ = (w, c, class);
+        self.run_dispatcher();
     }
 
     /// `w` permits leave without a handle (the raw pair, a polled grant, a forgotten call).
@@ -874,7 +982,8 @@ impl<const N: usize> Engine<N> {
             self.counters.record_double_release();
             return Err(OverRelease);
         }
-        self.release(w, 0);
+        // Handle-free permits are class 0's.
+        self.release(w, 0, 0);
         Ok(())
     }
 
@@ -1095,7 +1204,9 @@ impl<const N: usize> Engine<N> {
         // limit shrunk below `active`) must not refuse it; the kill switch does, explicitly.
         // Relaxed / Acquire: as in `now_or_short` and `never_fits`.
         let mode = self.mode.load(Relaxed);
-        let taken = self.limit.load(Acquire) != 0
+        // A classed bulkhead decides only in its dispatcher: growth is overrun there.
+        let taken = mode & MODE_CLASSED == 0
+            && self.limit.load(Acquire) != 0
             && self.ring.is_empty()
             && if mode & MODE_DISABLED != 0 {
                 self.permits.take_unbounded(0, c).is_ok()
@@ -1175,13 +1286,13 @@ impl<const N: usize> Engine<N> {
     /// §5.3): `w` of `max_orphaned` is reserved in one CAS that never passes the cap, then the
     /// permits return as a release (waking waiters). `Err` with the permits orphaned now when
     /// the cap would be passed (nothing changes).
-    pub(crate) fn orphan(&self, w: Word) -> Result<(), u64> {
+    pub(crate) fn orphan(&self, w: Word, class: u16) -> Result<(), u64> {
         if !ring::reserve_n(&self.counters.orphaned, w, self.max_orphaned) {
             return Err(self.counters.orphaned_now());
         }
         // Relaxed: a statistic.
         self.counters.orphaned_total.fetch_add(w, Relaxed);
-        self.release(w, 0);
+        self.release(w, 0, class);
         Ok(())
     }
 
@@ -1204,6 +1315,10 @@ impl<const N: usize> Engine<N> {
     /// line: the release fast path inlines to one `lock xadd` and two tests.
     #[inline(never)]
     fn run_dispatcher(&self) {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.classes() {
+            return self.run_classed(book);
+        }
         if !self.dispatch.enter() {
             return;
         }

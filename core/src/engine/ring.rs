@@ -139,6 +139,13 @@ impl<const N: usize> WaiterRing<N> {
         &cells[(t as usize) & (cells.len() - 1)]
     }
 
+    /// The index of ticket `t`'s cell.
+    #[inline]
+    #[cfg(feature = "alloc")]
+    pub(crate) fn index(&self, t: Word) -> usize {
+        (t as usize) & (self.capacity().wrapping_sub(1))
+    }
+
     /// The cell of a ticket from outside (a poll or cancel): `None` for a ring with no cells,
     /// so a forged ticket can never index out of bounds.
     #[inline]
@@ -284,7 +291,12 @@ impl<const N: usize> WaiterRing<N> {
     pub(crate) fn settle(&self, cell: &Cell, from: Stamp, kind: Kind) -> Result<(), Stamp> {
         // Relaxed: written by the enqueuer before its Release publish, which the caller's
         // Acquire load of the stamp saw.
-        let c = crate::engine::cell::cost_of(cell.cost.load(Relaxed));
+        let word = cell.cost.load(Relaxed);
+        if crate::engine::cell::is_nowait(word) {
+            // A no-wait request holds no live place.
+            return self.transition(cell, from, |s| s.with(kind)).map(drop);
+        }
+        let c = crate::engine::cell::cost_of(word);
         self.leave(c);
         self.transition(cell, from, |s| s.with(kind))
             .map(drop)
@@ -351,6 +363,24 @@ impl<const N: usize> WaiterRing<N> {
             self.leave(c);
             return Err(ClaimError::RingFull);
         }
+        self.claim_cell(Some(c))
+    }
+
+    /// [`claim`](Self::claim) for a no-wait request of a classed bulkhead: a cell only, no
+    /// live place (it is decided by the pass its enqueuer runs, docs/design.md §4.8).
+    /// `RingFull` when every cell is taken.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn claim_nowait(&self) -> Result<Word, ClaimError> {
+        let cap = self.capacity() as Word;
+        if cap == 0 || !reserve(&self.occupied, cap) {
+            return Err(ClaimError::RingFull);
+        }
+        self.claim_cell(None)
+    }
+
+    /// The ticket loop of a claim holding a cell reservation (and, `Some(cost)`, a live
+    /// place of that cost).
+    fn claim_cell(&self, live: Option<Word>) -> Result<Word, ClaimError> {
         loop {
             // SeqCst: ordered with every marker's tail CAS, so the stamp load below sees the
             // mark of every ticket before `t` on this cell (see `tail()`).
@@ -380,7 +410,9 @@ impl<const N: usize> WaiterRing<N> {
                 let Some(next) = s.skipped() else {
                     // One occupant skipped for as many laps as a stamp counts: give up.
                     self.occupied.fetch_sub(1, AcqRel);
-                    self.leave(c);
+                    if let Some(c) = live {
+                        self.leave(c);
+                    }
                     return Err(ClaimError::RingFull);
                 };
                 // AcqRel: Acquire as above; Release orders the relabel before our tail CAS.

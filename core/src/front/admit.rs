@@ -88,10 +88,14 @@ impl<const N: usize> Bulkhead<N> {
     where
         B: Deref<Target = Self>,
     {
-        let (w, c, call) = match bh.begin(request.weight, request.cost) {
+        if let Err(e) = bh.check_class(request.class) {
+            return Decision::Rejected(e);
+        }
+        let (w, c, mut call) = match bh.begin(request.weight, request.cost) {
             Ok(begun) => begun,
             Err(e) => return Decision::Rejected(e),
         };
+        call.class = request.class;
         let start_ns = bh.decision_start(call.id);
         let observe = observe_bits(request.observe);
         // The default timeout's word is tested raw; the `Duration` is built only to queue.
@@ -100,9 +104,12 @@ impl<const N: usize> Bulkhead<N> {
             None => bh.queue_timeout_is_zero(),
         };
         let admitted = if no_wait {
-            bh.engine.take_observing(w, c, observe).map(Admitted::Now)
+            bh.engine
+                .take_observing(w, c, observe, request.class)
+                .map(Admitted::Now)
         } else {
-            bh.engine.enqueue(w, c, waker, Self::pack(call), observe)
+            bh.engine
+                .enqueue(w, c, waker, Self::pack(call), observe, request.class)
         };
         if call.id != 0 && admitted.is_ok() {
             // One out-of-line step for the events; the plain path tests the id only. A
@@ -218,7 +225,7 @@ impl<const N: usize> Bulkhead<N> {
             cost: 0,
             start_ns: self.decision_start(call.id),
         };
-        match self.engine.take_observing(w, 0, 0) {
+        match self.engine.take_observing(w, 0, 0, 0) {
             Ok(short) => {
                 if call.id != 0 {
                     self.emit_admit(asked, short, None);

@@ -181,6 +181,8 @@ impl<const N: usize> Bulkhead<N> {
     /// # Errors
     /// As [`apply_limits`](Self::apply_limits).
     pub fn check_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
+        self.check_partition(snapshot.limit, snapshot.budget)
+            .map_err(LimitsError::Config)?;
         snapshot.check(
             self.has_budget(),
             self.policies().and_then(Policies::adaptive).is_some(),

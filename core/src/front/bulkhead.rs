@@ -130,21 +130,87 @@ impl Bulkhead<0> {
         observer: Option<crate::event::SharedObserver>,
         key: Option<&str>,
     ) -> Result<Self, ConfigError> {
+        Self::build(config, clock, observer, key, None)
+    }
+
+    /// A classed bulkhead (docs/design.md §4.8): `classes` partitions each dimension into the
+    /// classes' floors, the priority reserve and the shared rest; every admission names its
+    /// class ([`Request::class`](crate::Request::class), 0 by default) and is decided by the
+    /// dispatcher in the documented order (floors first, then strict priority, FIFO within a
+    /// class). The class table is copied; the ring always exists (a no-wait decision passes
+    /// through it), `next_power_of_two(max_queue + max(max_queue, 64))` cells.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), and [`ConfigError::Class`] for a bad table or an option classes
+    /// do not take yet.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, ClockSource, Config, Decision, Reason, Request};
+    /// use hullguard_core::config::{ClassSpec, ClassTable, PriorityReserve};
+    /// let classes = [
+    ///     ClassSpec { priority: 10, floor: 2, ..ClassSpec::DEFAULT }, // 0: interactive
+    ///     ClassSpec { priority: 0, ceiling: Some(3), ..ClassSpec::DEFAULT }, // 1: batch
+    /// ];
+    /// let table = ClassTable { classes: &classes, reserve: PriorityReserve::default() };
+    /// let bh = Bulkhead::with_classes(
+    ///     Config { max_concurrent: 4, ..Config::default() },
+    ///     &table,
+    ///     ClockSource::None,
+    /// )?;
+    /// let batch = Request::new(1).class(1).no_wait();
+    /// let held: Vec<_> = (0..2).map(|_| bh.admit(&batch, None)).collect();
+    /// // Batch has the shared 2; the interactive floor of 2 stays untouched.
+    /// let refused = bh.admit(&batch, None);
+    /// assert!(matches!(refused, Decision::Rejected(e) if e.reason() == Some(Reason::ConcurrencyLimit)));
+    /// let Decision::Granted(_a) = bh.admit(&Request::new(2).no_wait(), None) else { panic!() };
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_classes(
+        config: Config,
+        classes: &crate::config::classes::ClassTable<'_>,
+        clock: ClockSource,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, clock, None, None, Some(classes))
+    }
+
+    fn build(
+        config: Config,
+        clock: ClockSource,
+        observer: Option<crate::event::SharedObserver>,
+        key: Option<&str>,
+        classes: Option<&crate::config::classes::ClassTable<'_>>,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
+        if let Some(t) = classes {
+            t.validate(&config).map_err(ConfigError::Class)?;
+        }
         // Events and reservations run in the guarded path, so they bring the policy box.
         let policies = Policies::build(
             &config.resilience,
             observer.as_ref().is_some_and(|o| o.admission_events()) || config.max_reservations > 0,
         )?;
-        let ring = if config.max_queue == 0 {
+        let ring = if config.max_queue == 0 && classes.is_none() {
             WaiterRing::new_inline(0)
         } else {
             WaiterRing::new_heap(config.max_queue as Word, config.ring_capacity())?
                 .with_max_queued_cost(config.max_queued_cost)
         };
         let initial_limit = policies.as_deref().and_then(Policies::initial_limit);
+        let cells = ring.capacity();
+        let mut engine = Engine::new(&config, ring, clock);
+        if let Some(t) = classes {
+            let book = crate::engine::classes::ClassBook::new(
+                t,
+                config.max_concurrent,
+                config.budget.unwrap_or(0),
+                cells,
+            );
+            engine = engine.with_classes(alloc::boxed::Box::new(book));
+        }
         let bh = Bulkhead {
-            engine: Engine::new(&config, ring, clock),
+            engine,
             queue_timeout: AtomicWord::new(encode_timeout(config.queue_timeout)),
             policies,
             emitter: observer.map(|o| alloc::boxed::Box::new(Emitter::new(o, key))),
@@ -383,6 +449,79 @@ impl<const N: usize> Bulkhead<N> {
         Ok((w, c))
     }
 
+    /// The class rule: `0 .. classes` on a classed bulkhead, only 0 otherwise (never counted).
+    #[inline]
+    pub(crate) fn check_class(&self, class: u16) -> Result<(), AcquireError> {
+        if class == 0 {
+            return Ok(());
+        }
+        let classes = self.class_count();
+        if (class as usize) < classes {
+            Ok(())
+        } else {
+            Err(AcquireError::InvalidClass { class, classes })
+        }
+    }
+
+    /// Class `class`'s floors, ceilings, holds and waiters now (`None` for a class this
+    /// bulkhead does not have; docs/design.md §4.8).
+    pub fn class_stats(&self, class: u16) -> Option<crate::stats::ClassStats> {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            return book.stats(class);
+        }
+        let _ = class;
+        None
+    }
+
+    /// Shared units held now by classes beyond their floors, `[permits, budget units]` (`None`
+    /// without classes). With the floors, `Σ in_flight == Σ min(in_flight, floor) + shared`.
+    pub fn class_shared_in_use(&self) -> Option<[u64; 2]> {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            return Some([book.shared_used(0) as u64, book.shared_used(1) as u64]);
+        }
+        None
+    }
+
+    /// A new limit (`Some`, 0 the kill switch) and budget keep a classed bulkhead's
+    /// partition: at least its floors plus the reserve (docs/design.md §4.8).
+    pub(crate) fn check_partition(
+        &self,
+        limit: Option<u64>,
+        budget: Option<u64>,
+    ) -> Result<(), ConfigError> {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            for (d, (v, name)) in [(limit, "permits"), (budget, "budget")]
+                .into_iter()
+                .enumerate()
+            {
+                let need = book.partitioned(d) as u64;
+                if let Some(v) = v.filter(|&v| v != 0 && v < need) {
+                    return Err(ConfigError::Class(
+                        crate::config::classes::ClassError::Floors {
+                            dimension: name,
+                            total: need,
+                            limit: v,
+                        },
+                    ));
+                }
+            }
+        }
+        let _ = (limit, budget);
+        Ok(())
+    }
+
+    /// How many admission classes this bulkhead has (0: none, docs/design.md §4.8).
+    pub fn class_count(&self) -> usize {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            return book.len();
+        }
+        0
+    }
+
     /// [`begin`](Self::begin) of a request without a cost (`try_acquire`, the plain path).
     #[inline]
     pub(crate) fn begin_plain(&self, weight: u64) -> Result<(Word, CallStart), AcquireError> {
@@ -467,9 +606,15 @@ impl<const N: usize> Bulkhead<N> {
     pub(crate) fn granted_from_queue(&self, word: CellRecord) -> CallStart {
         if word.call.flags == 0 && word.call.tag == 0 {
             // A plain waiter: an inert token, no events.
-            return CallStart::NONE;
+            return CallStart {
+                class: word.class,
+                ..CallStart::NONE
+            };
         }
-        self.granted_guarded(word)
+        CallStart {
+            class: word.class,
+            ..self.granted_guarded(word)
+        }
     }
 
     #[inline(never)]
@@ -528,6 +673,7 @@ impl<const N: usize> Bulkhead<N> {
             started_ns: 0,
             tracked: w.flags & 1 != 0,
             id: w.tag as u64,
+            class: 0,
         }
     }
 
@@ -574,7 +720,7 @@ impl<const N: usize> Bulkhead<N> {
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
         self.sweep_if_held();
-        match self.engine.enqueue(w, 0, waker, CallWord::default(), 0) {
+        match self.engine.enqueue(w, 0, waker, CallWord::default(), 0, 0) {
             Ok(Admitted::Now(_)) => {
                 self.engine.lend(w);
                 Ok(Admission::Granted)
@@ -600,10 +746,14 @@ impl<const N: usize> Bulkhead<N> {
             match self.engine.poll(ticket, waker, self.emits_admissions())? {
                 Polled::Pending => TicketPoll::Pending,
                 Polled::Granted { weight, cost, call } => {
+                    let class = call.class;
                     let call = self.granted_from_queue(call);
                     self.finish(call, Outcome::Ignored);
                     // The raw API holds permits only: a guarded waiter's budget units return now.
-                    self.return_unused(cost);
+                    self.return_unused(cost, class);
+                    // Handle-free permits are class 0's (docs/design.md §4.8).
+                    #[cfg(feature = "alloc")]
+                    self.engine.classed_to_zero(weight as Word, 0, class);
                     self.engine.lend(weight as Word);
                     TicketPoll::Granted(weight)
                 }
@@ -656,7 +806,7 @@ impl<const N: usize> Bulkhead<N> {
                         let id = token.id;
                         self.finish(token, Outcome::Ignored);
                         self.budget_settled(cost, 0);
-                        self.release_held(weight, cost);
+                        self.release_held(weight, cost, token.class);
                         if id != 0 {
                             self.emit_release(id, weight, cost, Some(0), true);
                         }
@@ -681,7 +831,8 @@ impl<const N: usize> Bulkhead<N> {
     pub fn release_units(&self, weight: u64) {
         let w = weight as Word;
         self.engine.unlend(w);
-        self.engine.release(w, 0);
+        // Handle-free permits are class 0's (docs/design.md §4.8).
+        self.engine.release(w, 0, 0);
     }
 
     /// Returns handle-free permits, refusing any return of more than are out without a handle
@@ -716,15 +867,15 @@ impl<const N: usize> Bulkhead<N> {
     /// A call's permits and budget units come back (its end, drop or partial release): no
     /// ledger entry.
     #[inline]
-    pub(crate) fn release_held(&self, weight: u64, cost: u64) {
-        self.engine.release(weight as Word, cost as Word);
+    pub(crate) fn release_held(&self, weight: u64, cost: u64, class: u16) {
+        self.engine.release(weight as Word, cost as Word, class);
     }
 
     /// Budget units that a grant took and nobody will hold return at once, counted refunded.
-    pub(crate) fn return_unused(&self, cost: u64) {
+    pub(crate) fn return_unused(&self, cost: u64, class: u16) {
         if cost != 0 {
             self.budget_settled(cost, 0);
-            self.engine.release(0, cost as Word);
+            self.engine.release(0, cost as Word, class);
         }
     }
 
@@ -753,9 +904,9 @@ impl<const N: usize> Bulkhead<N> {
     }
 
     /// Orphans `weight` permits of a call (see [`Call::orphan`](crate::Call::orphan)).
-    pub(crate) fn orphan_permits(&self, weight: u64) -> Result<(), crate::OrphanError> {
+    pub(crate) fn orphan_permits(&self, weight: u64, class: u16) -> Result<(), crate::OrphanError> {
         self.engine
-            .orphan(weight as Word)
+            .orphan(weight as Word, class)
             .map_err(|in_flight| crate::OrphanError {
                 weight,
                 in_flight,
@@ -799,6 +950,7 @@ impl<const N: usize> Bulkhead<N> {
     /// assert_eq!(bh.stats().available, 1);
     /// ```
     pub fn set_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        self.check_partition(Some(limit), None)?;
         self.engine.apply_limit(limit)?;
         if let Some(a) = self.policies().and_then(Policies::adaptive) {
             a.reseed(limit, |l| {
@@ -829,6 +981,7 @@ impl<const N: usize> Bulkhead<N> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_budget(&self, budget: u64) -> Result<(), ConfigError> {
+        self.check_partition(None, Some(budget))?;
         self.engine.apply_budget(budget)?;
         self.emit_reconfigure();
         Ok(())
@@ -926,6 +1079,11 @@ impl<const N: usize> Bulkhead<N> {
     pub fn set_observe(&self, observe: crate::Observe) -> Result<(), ConfigError> {
         if observe == crate::Observe::Budget && !self.has_budget() {
             return Err(ConfigError::Observe);
+        }
+        if self.class_count() != 0 && observe != crate::Observe::Off {
+            return Err(ConfigError::Class(
+                crate::config::classes::ClassError::Unsupported { option: "observe" },
+            ));
         }
         self.engine.set_observe(observe);
         self.emit_reconfigure();

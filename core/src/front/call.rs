@@ -216,7 +216,7 @@ where
         if self.orphaned || self.weight == 0 {
             return Ok(false);
         }
-        self.bh.orphan_permits(self.weight)?;
+        self.bh.orphan_permits(self.weight, self.call.class)?;
         self.orphaned = true;
         Ok(true)
     }
@@ -289,7 +289,7 @@ where
         }
         if n > over {
             self.cost -= n - over;
-            self.bh.return_unused(n - over);
+            self.bh.return_unused(n - over, self.call.class);
         }
     }
 
@@ -432,7 +432,7 @@ where
         }
         if w > 0 || c > 0 {
             // Both in one RMW of the permit word: nobody sees one returned without the other.
-            self.bh.release_held(w, c);
+            self.bh.release_held(w, c, self.call.class);
         }
         used
     }
@@ -485,7 +485,7 @@ where
         } else {
             0
         };
-        self.bh.release_held(n, c);
+        self.bh.release_held(n, c, self.call.class);
         if self.call.id != 0 {
             self.bh.emit_release(self.call.id, n, held, None, false);
         }
@@ -546,6 +546,11 @@ where
         }
         self.end_orphan();
         let w = core::mem::take(&mut self.weight);
+        // Handle-free permits are class 0's (docs/design.md §4.8).
+        #[cfg(feature = "alloc")]
+        self.bh
+            .engine
+            .classed_to_zero(w as crate::sync::Word, 0, self.call.class);
         self.bh.engine.lend(w as crate::sync::Word);
         w
     }

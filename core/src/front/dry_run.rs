@@ -67,7 +67,10 @@ impl<const N: usize> Bulkhead<N> {
     pub fn would_admit(&self, request: &Request) -> WouldAdmit {
         // As the admission would: expired reservations return their units first.
         self.expire_reservations();
-        let (w, c) = match self.check_request(request.weight, request.cost) {
+        let (w, c) = match self
+            .check_request(request.weight, request.cost)
+            .and_then(|wc| self.check_class(request.class).map(|()| wc))
+        {
             Ok(wc) => wc,
             Err(e) => return WouldAdmit::Reject(e),
         };
@@ -80,10 +83,13 @@ impl<const N: usize> Bulkhead<N> {
             .queue_timeout
             .unwrap_or(self.queue_timeout())
             .is_zero();
-        match self
-            .engine
-            .would_admit(w, c, crate::engine::observe_bits(request.observe), queue)
-        {
+        match self.engine.would_admit(
+            w,
+            c,
+            crate::engine::observe_bits(request.observe),
+            queue,
+            request.class,
+        ) {
             Ok(DryAdmit::Now) => WouldAdmit::AdmitNow,
             Ok(DryAdmit::Queue { ahead }) => WouldAdmit::WouldQueue {
                 position: ahead + 1,

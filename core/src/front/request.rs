@@ -37,6 +37,9 @@ pub struct Request {
     /// nothing; it never switches an enforced dimension of the bulkhead off. On a bulkhead
     /// without a budget, [`Observe::Budget`] has nothing to shadow (the cost is 0).
     pub observe: Observe,
+    /// The admission class (docs/design.md §4.8): an index into the bulkhead's class table,
+    /// `0 .. class_count()`; 0 (the default) on a bulkhead without classes.
+    pub class: u16,
 }
 
 impl Request {
@@ -47,7 +50,15 @@ impl Request {
             cost: 0,
             queue_timeout: None,
             observe: Observe::Off,
+            class: 0,
         }
+    }
+
+    /// The same request in admission class `class` (see the field).
+    #[must_use]
+    pub const fn class(mut self, class: u16) -> Self {
+        self.class = class;
+        self
     }
 
     /// The same request asking for `cost` budget units as well (see the field).

@@ -37,6 +37,8 @@ pub struct CallStart {
     pub(crate) tracked: bool,
     /// The admission id (docs/design.md §8.2); 0 on a bulkhead without an observer.
     pub(crate) id: u64,
+    /// The admission class (docs/design.md §4.8); 0 on a bulkhead without classes.
+    pub(crate) class: u16,
 }
 
 /// The token of one guarded call (the name the admission API uses for [`CallStart`]).
@@ -50,6 +52,7 @@ impl CallStart {
         has_admit: false,
         tracked: false,
         id: 0,
+        class: 0,
     };
 
     /// Whether ending the call has anything to record.
@@ -204,6 +207,7 @@ impl Policies {
             has_admit: admit.is_some(),
             tracked: true,
             id: 0,
+            class: 0,
         })
     }
 

@@ -12,6 +12,8 @@ mod breaker;
 mod budget;
 #[cfg(not(loom))]
 mod bulkhead;
+#[cfg(not(loom))]
+mod classes;
 #[cfg(all(not(loom), feature = "std"))]
 mod detail;
 #[cfg(all(not(loom), feature = "std"))]
@@ -28,6 +30,8 @@ mod loom_breaker;
 mod loom_budget;
 #[cfg(loom)]
 mod loom_bulkhead;
+#[cfg(all(loom, feature = "std"))]
+mod loom_classes;
 #[cfg(all(loom, feature = "std"))]
 mod loom_observe;
 #[cfg(all(loom, feature = "std"))]

@@ -1,0 +1,249 @@
+//! Admission classes (docs/design.md §4.8): the table a classed bulkhead is built with, and its
+//! validation.
+//!
+//! A class is an index `0 .. classes.len()` into the table (the bindings map their names onto
+//! indices). Per class and per dimension (permits, budget units) a **floor** (units protected
+//! for the class: nobody else ever takes them) and a **ceiling** (the most the class may hold);
+//! the bulkhead's limit less every floor and the priority reserve is the **shared** remainder,
+//! borrowable by any class up to its ceiling; the **reserve** (the last units of each
+//! dimension) only for classes of priority `≥ min_priority`. So per dimension
+//! `limit = Σ floors + reserve + shared`, a partition: floor > reserve > shared.
+
+use core::fmt;
+
+use crate::config::Config;
+
+/// The most classes one bulkhead may declare (a dispatcher bit mask of one `u64`).
+pub const MAX_CLASSES: usize = 64;
+
+/// One admission class: its priority and its floor and ceiling on each dimension.
+///
+/// # Examples
+/// ```
+/// use hullguard_core::config::ClassSpec;
+/// let interactive = ClassSpec { priority: 10, floor: 4, ..ClassSpec::DEFAULT };
+/// assert_eq!((interactive.ceiling, interactive.budget_floor), (None, 0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSpec {
+    /// Higher is served first for the shared units (strict priority; ties by class index).
+    pub priority: u8,
+    /// Permits protected for this class: `0 ..= ceiling`.
+    pub floor: u64,
+    /// The most permits this class may hold at once, `floor ..= max_concurrent`; `None`: no
+    /// ceiling of its own (the limit).
+    pub ceiling: Option<u64>,
+    /// Budget units protected for this class (0 without a budget).
+    pub budget_floor: u64,
+    /// The most budget units this class may hold, `budget_floor ..= budget`; `None`: the
+    /// budget.
+    pub budget_ceiling: Option<u64>,
+}
+
+impl ClassSpec {
+    /// Priority 0, no floor, no ceiling of its own.
+    pub const DEFAULT: ClassSpec = ClassSpec {
+        priority: 0,
+        floor: 0,
+        ceiling: None,
+        budget_floor: 0,
+        budget_ceiling: None,
+    };
+}
+
+impl Default for ClassSpec {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The priority reserve: the last `permits` permits and `budget` units of each dimension, only
+/// for classes of priority `≥ min_priority`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PriorityReserve {
+    /// Permits reserved (0: none).
+    pub permits: u64,
+    /// Budget units reserved (0: none).
+    pub budget: u64,
+    /// The lowest priority that may take the reserve.
+    pub min_priority: u8,
+}
+
+/// The class table of a classed bulkhead
+/// ([`Bulkhead::with_classes`](crate::Bulkhead::with_classes)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassTable<'a> {
+    /// `1 ..= MAX_CLASSES` classes; a request names one by its index
+    /// ([`Request::class`](crate::Request::class)), 0 by default.
+    pub classes: &'a [ClassSpec],
+    /// The priority reserve.
+    pub reserve: PriorityReserve,
+}
+
+/// What is wrong with a class table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClassError {
+    /// No classes, or more than [`MAX_CLASSES`].
+    Count {
+        /// How many were given.
+        count: usize,
+    },
+    /// A class's floor above its ceiling, or its ceiling above the dimension's ceiling.
+    Ceiling {
+        /// The class.
+        class: usize,
+        /// `"permits"` or `"budget"`.
+        dimension: &'static str,
+        /// Its floor.
+        floor: u64,
+        /// Its ceiling.
+        ceiling: u64,
+        /// The dimension's ceiling (`max_concurrent` or `budget`).
+        max: u64,
+    },
+    /// The floors and the reserve of a dimension add up to more than its limit (nothing would
+    /// be left to share, or less than nothing).
+    Floors {
+        /// `"permits"` or `"budget"`.
+        dimension: &'static str,
+        /// Σ floors + reserve.
+        total: u64,
+        /// The limit (the start limit, or `budget`).
+        limit: u64,
+    },
+    /// A budget floor, ceiling or reserve on a bulkhead without a budget.
+    NoBudget {
+        /// The class (`None`: the reserve).
+        class: Option<usize>,
+    },
+    /// An option that classes do not take yet: `"observe"`, `"enabled"`, `"adaptive"`,
+    /// `"max_reservations"`, `"static"` (a static bulkhead: classes need `alloc`).
+    Unsupported {
+        /// The option's name.
+        option: &'static str,
+    },
+}
+
+impl fmt::Display for ClassError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ClassError::Count { count } => write!(
+                f,
+                "classes must hold 1..={MAX_CLASSES} classes, got {count}"
+            ),
+            ClassError::Ceiling {
+                class,
+                dimension,
+                floor,
+                ceiling,
+                max,
+            } => write!(
+                f,
+                "classes[{class}]: the {dimension} floor ({floor}) and ceiling ({ceiling}) must \
+                 satisfy floor <= ceiling <= {max}"
+            ),
+            ClassError::Floors {
+                dimension,
+                total,
+                limit,
+            } => write!(
+                f,
+                "classes: the {dimension} floors plus the reserve ({total}) must be at most the \
+                 limit ({limit})"
+            ),
+            ClassError::NoBudget { class: Some(c) } => write!(
+                f,
+                "classes[{c}]: a budget floor or ceiling needs a bulkhead with a budget"
+            ),
+            ClassError::NoBudget { class: None } => {
+                f.write_str("classes: a budget reserve needs a bulkhead with a budget")
+            }
+            ClassError::Unsupported { option } => write!(
+                f,
+                "classes: a classed bulkhead does not take `{option}` yet (docs/design.md §4.8)"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for ClassError {}
+
+impl ClassTable<'_> {
+    /// Checks the table against `config` (validated already).
+    ///
+    /// # Errors
+    /// The first [`ClassError`] found.
+    pub fn validate(&self, config: &Config) -> Result<(), ClassError> {
+        let n = self.classes.len();
+        if n == 0 || n > MAX_CLASSES {
+            return Err(ClassError::Count { count: n });
+        }
+        if !config.enabled {
+            return Err(ClassError::Unsupported { option: "enabled" });
+        }
+        if config.observe != crate::observe::Observe::Off {
+            return Err(ClassError::Unsupported { option: "observe" });
+        }
+        if config.resilience.adaptive.is_some() {
+            return Err(ClassError::Unsupported { option: "adaptive" });
+        }
+        if config.max_reservations != 0 {
+            return Err(ClassError::Unsupported {
+                option: "max_reservations",
+            });
+        }
+        let budget = config.budget.unwrap_or(0);
+        if budget == 0 && self.reserve.budget != 0 {
+            return Err(ClassError::NoBudget { class: None });
+        }
+        let (mut floors, mut budget_floors) = (0u64, 0u64);
+        for (i, c) in self.classes.iter().enumerate() {
+            let ceiling = c.ceiling.unwrap_or(config.max_concurrent);
+            if c.floor > ceiling || ceiling > config.max_concurrent {
+                return Err(ClassError::Ceiling {
+                    class: i,
+                    dimension: "permits",
+                    floor: c.floor,
+                    ceiling,
+                    max: config.max_concurrent,
+                });
+            }
+            if budget == 0 && (c.budget_floor != 0 || c.budget_ceiling.is_some()) {
+                return Err(ClassError::NoBudget { class: Some(i) });
+            }
+            let bceiling = c.budget_ceiling.unwrap_or(budget);
+            if c.budget_floor > bceiling || bceiling > budget {
+                return Err(ClassError::Ceiling {
+                    class: i,
+                    dimension: "budget",
+                    floor: c.budget_floor,
+                    ceiling: bceiling,
+                    max: budget,
+                });
+            }
+            floors = floors.saturating_add(c.floor);
+            budget_floors = budget_floors.saturating_add(c.budget_floor);
+        }
+        let total = floors.saturating_add(self.reserve.permits);
+        let limit = config.start();
+        // A fail-closed start (limit 0) is the kill switch: the partition applies once an
+        // `apply_limits` raises the limit.
+        if limit != 0 && total > limit {
+            return Err(ClassError::Floors {
+                dimension: "permits",
+                total,
+                limit,
+            });
+        }
+        let btotal = budget_floors.saturating_add(self.reserve.budget);
+        if btotal > budget {
+            return Err(ClassError::Floors {
+                dimension: "budget",
+                total: btotal,
+                limit: budget,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,428 @@
+//! The engine's steps on a classed bulkhead (docs/design.md §4.8): every admission goes through
+//! the ring and the dispatcher, whose run flag is the one serialization point of a decision
+//! over the class counts, the shared pool and the permit word.
+//!
+//! * **No-wait** (`try_acquire`, a request with a zero queue timeout, and the first step of
+//!   every queueing request): the request claims a cell without a live place (the ring's
+//!   slack), publishes it marked no-wait and runs the dispatcher; the pass that threads it
+//!   grants it (in the dispatch order, after every older head) or refuses it with the reason
+//!   of the dimension that held it back. Its caller waits for that pass — its own, or the one
+//!   the running dispatcher owes it — so on a classed bulkhead a no-wait decision may wait for
+//!   another thread's pass in progress (a bounded step that runs no user code: wakers run after
+//!   the run flag is given up), the one place the core waits for a peer.
+//! * **Queueing**: as on a plain bulkhead after a refused no-wait step (a live place, a cell,
+//!   the publish), plus the cell's class.
+//! * **A pass** threads newly published cells onto their classes' lists (moving the ring's
+//!   head past them), then grants heads in the dispatch order of [`classes`](super::classes)
+//!   until none fits, then refuses the no-wait entries left.
+
+use super::{
+    CallWord, Engine, Polled, Ticket,
+    cell::{COST_NOWAIT, Kind, Stamp, cost_of, is_nowait},
+    classes::{ClassBook, Head, Lists, Verdict},
+    dispatch::WakeBatch,
+    permit_word::{CLOSED, Reserve, TakeError},
+};
+use crate::{
+    reason::Reason,
+    sync::{Ordering::*, Word},
+};
+
+/// The take error of a pass's refusal reason.
+const fn take_error(reason: Reason) -> TakeError {
+    match reason {
+        Reason::Shutdown => TakeError::Closed,
+        Reason::BudgetLimit => TakeError::Budget,
+        _ => TakeError::Busy,
+    }
+}
+
+/// The reason a verdict refuses a no-wait request with (a head that fits but waits behind
+/// older heads is refused as a plain bulkhead refuses a barger: `concurrency_limit`).
+const fn verdict_reason(v: Verdict) -> Reason {
+    match v {
+        Verdict::Ceiling(1) | Verdict::Pool(1) => Reason::BudgetLimit,
+        _ => Reason::ConcurrencyLimit,
+    }
+}
+
+/// What granting one head did.
+enum Grant {
+    /// Granted (or lost to a cancel): look again.
+    Done,
+    /// The permit word is short (a shrink, observed holders): the pass stops.
+    Blocked,
+}
+
+impl<const N: usize> Engine<N> {
+    /// The class book, if this bulkhead has classes.
+    #[inline]
+    pub(crate) fn classes(&self) -> Option<&ClassBook> {
+        self.classes.as_deref()
+    }
+
+    /// Why `w` permits and `c` units of class `class` can never be granted now: the limits'
+    /// rule ([`never_fits`](Self::never_fits)) or the class's ceilings.
+    pub(crate) fn classed_never_fits(
+        &self,
+        book: &ClassBook,
+        w: Word,
+        c: Word,
+        class: u16,
+    ) -> Option<Reason> {
+        if let Some(r) = self.never_fits(w, c, 0) {
+            return Some(r);
+        }
+        let rank = &book.ranks[book.rank(class)];
+        if w > rank.ceiling[0] {
+            Some(Reason::ConcurrencyLimit)
+        } else if c > rank.ceiling[1] {
+            Some(Reason::BudgetLimit)
+        } else {
+            None
+        }
+    }
+
+    /// The no-wait decision of a classed bulkhead (see the module docs); `TAKE == false` is
+    /// the dry run's read-only estimate from the counts of this moment. Not counted here (the
+    /// caller counts, as for the fast path).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn classed_take<const TAKE: bool>(
+        &self,
+        w: Word,
+        c: Word,
+        class: u16,
+    ) -> Result<Word, TakeError> {
+        let Some(book) = self.classes() else {
+            return Err(TakeError::Busy);
+        };
+        if self.is_closed() {
+            return Err(TakeError::Closed);
+        }
+        if let Some(r) = self.classed_never_fits(book, w, c, class) {
+            return Err(take_error(r));
+        }
+        if !TAKE {
+            return self.classed_estimate(book, w, c, class);
+        }
+        let Ok(t) = self.ring.claim_nowait() else {
+            // Every cell holds a waiter or an untaken result: let the head follow the tail.
+            self.run_dispatcher();
+            return Err(TakeError::Busy);
+        };
+        self.write_cell(t, w, c | COST_NOWAIT, None, CallWord::default());
+        book.set_cell_class(self.ring.index(t), class, true);
+        self.ring.publish(t);
+        self.permits.set_waiters();
+        self.run_dispatcher();
+        loop {
+            match self.poll(Ticket(t), None, false) {
+                Ok(Polled::Pending) => crate::sync::spin_wait(),
+                Ok(Polled::Granted { .. }) => return Ok(0),
+                Ok(Polled::Rejected { rejection, .. }) => return Err(take_error(rejection.reason)),
+                // Nobody else holds this ticket.
+                Err(_) => return Err(TakeError::Busy),
+            }
+        }
+    }
+
+    /// The dry run's answer on a classed bulkhead: from the counts of this moment, whether the
+    /// class's verdict fits and nobody of its class waits ahead.
+    fn classed_estimate(
+        &self,
+        book: &ClassBook,
+        w: Word,
+        c: Word,
+        class: u16,
+    ) -> Result<Word, TakeError> {
+        let r = book.rank(class);
+        let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+        match book.verdict(r, [w, c], limits) {
+            Verdict::Floor | Verdict::Shared if book.ranks[r].queued.load(Acquire) == 0 => Ok(0),
+            v => Err(take_error(verdict_reason(v))),
+        }
+    }
+
+    /// A queueing waiter's cell records its class (before its publish).
+    pub(crate) fn classed_enqueued(&self, t: Word, class: u16) {
+        if let Some(book) = self.classes() {
+            book.set_cell_class(self.ring.index(t), class, false);
+            // AcqRel: a statistic read by the dry run.
+            book.ranks[book.rank(class)].queued.fetch_add(1, AcqRel);
+        }
+    }
+
+    /// A queued waiter of the cell of ticket `t` settled or was cancelled: its class has one
+    /// waiter less (read before the cell is freed).
+    pub(crate) fn classed_left(&self, t: Word) {
+        if let Some(book) = self.classes() {
+            let class = book.cell_class(self.ring.index(t));
+            // AcqRel: as in `classed_enqueued`.
+            book.ranks[book.rank(class)].queued.fetch_sub(1, AcqRel);
+        }
+    }
+
+    /// Class `class` returns `w` permits and `c` units (a release), before its dispatcher pass.
+    #[inline]
+    pub(crate) fn classed_give(&self, w: Word, c: Word, class: u16) {
+        if let Some(book) = self.classes() {
+            book.give(book.rank(class), [w, c]);
+        }
+    }
+
+    /// A hold of `w` permits and `c` units moves from class `from` to class 0 (a call
+    /// forgotten into handle-free permits, which are class 0's).
+    pub(crate) fn classed_to_zero(&self, w: Word, c: Word, from: u16) {
+        if let Some(book) = self.classes() {
+            if from != 0 {
+                book.take(book.rank(0), [w, c]);
+                book.give(book.rank(from), [w, c]);
+            }
+        }
+    }
+
+    /// The dispatcher of a classed bulkhead: as the plain one, but the run flag is given up
+    /// before every wake-up — a waker may admit again on this thread, and a no-wait admission
+    /// waits for the runner's pass, so it must never be its own thread's.
+    #[inline(never)]
+    pub(crate) fn run_classed(&self, book: &ClassBook) {
+        loop {
+            if !self.dispatch.enter() {
+                return;
+            }
+            let mut batch = WakeBatch::new();
+            loop {
+                if self.pass_classed(book, &mut batch) {
+                    break;
+                }
+                if self.dispatch.try_leave() {
+                    batch.wake_all();
+                    return;
+                }
+                if !batch.is_empty() {
+                    break;
+                }
+                // Something is pending and nobody to wake: pass again.
+                self.dispatch.begin_pass();
+            }
+            // More to do (a full batch, or a request pending): leave, wake, enter again.
+            self.dispatch.leave();
+            batch.wake_all();
+        }
+    }
+
+    /// One pass of a classed bulkhead (run flag held). `true` if it stopped because the wake
+    /// batch is full.
+    pub(crate) fn pass_classed(&self, book: &ClassBook, batch: &mut WakeBatch) -> bool {
+        // SAFETY: only the dispatcher runs passes, and it holds the run flag.
+        unsafe { book.with_lists(|lists| self.pass_lists(book, lists, batch)) }
+    }
+
+    fn pass_lists(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> bool {
+        loop {
+            self.thread(book, lists);
+            if self.grant_heads(book, lists, batch) == Some(true) {
+                return true;
+            }
+            self.refuse_nowait(book, lists);
+            // `WAITERS` stays set for good (every release must run the classed step), so
+            // nothing is cleared here; an enqueuer that claimed meanwhile dispatches itself.
+            if self.ring.head() == self.ring.tail() {
+                return false;
+            }
+        }
+    }
+
+    /// Threads the published cells between head and tail onto their classes' lists.
+    fn thread(&self, book: &ClassBook, lists: &mut Lists) {
+        let mut h = self.ring.head();
+        while h != self.ring.tail() {
+            let cell = self.ring.cell(h);
+            // Acquire: pairs with the Release of the publish (weight, class, time, waker).
+            let s = Stamp(cell.stamp.load(Acquire));
+            if s.identity() == self.ring.lap(h) && s.kind() == Kind::Claimed {
+                // Its enqueuer dispatches after publishing.
+                return;
+            }
+            if s.identity() == self.ring.lap(h) && s.kind() == Kind::Waiting {
+                let i = self.ring.index(h);
+                let class = book.cell_class(i);
+                let nowait = is_nowait(cell.cost.load(Relaxed));
+                lists.push(i as u32, h, book.rank(class), nowait);
+            }
+            // Gone (cancelled, skipped), expired (its owner polls), or threaded now.
+            h = self.ring.advance_head(h);
+        }
+    }
+
+    /// Grants heads in the dispatch order until none fits. `Some(true)`: the wake batch
+    /// filled; `Some(false)`: the permit word blocked; `None`: nothing more fits.
+    fn grant_heads(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        batch: &mut WakeBatch,
+    ) -> Option<bool> {
+        loop {
+            let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+            let mut pick: Option<(Head, Stamp)> = None;
+            let mut pool_blocked = false;
+            let mut mask = lists.nonempty();
+            while mask != 0 {
+                let r = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let Some((head, s)) = self.live_head(book, lists, r, batch) else {
+                    if batch.is_full() {
+                        return Some(true);
+                    }
+                    continue;
+                };
+                let (w, c) = self.cell_ask(head.ticket);
+                match book.verdict(r, [w, c], limits) {
+                    Verdict::Floor => {
+                        pick = Some((head, s));
+                        break;
+                    }
+                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some((head, s)),
+                    Verdict::Pool(_) => pool_blocked = true,
+                    _ => {}
+                }
+            }
+            let (head, s) = pick?;
+            match self.grant(book, lists, head, s, batch) {
+                Grant::Done if batch.is_full() => return Some(true),
+                Grant::Done => {}
+                Grant::Blocked => return Some(false),
+            }
+        }
+    }
+
+    /// Ticket `t`'s weight and cost (its cell published).
+    fn cell_ask(&self, t: Word) -> (Word, Word) {
+        let cell = self.ring.cell(t);
+        // Relaxed: ordered by the stamp's Acquire that showed it waiting.
+        (
+            cell.weight.load(Relaxed) & super::WEIGHT_MASK,
+            cost_of(cell.cost.load(Relaxed)),
+        )
+    }
+
+    /// Rank `r`'s head if it still waits, after taking stale entries off the list and
+    /// refusing a head that can no longer be granted (`shutdown` after `close`, a limit shrunk
+    /// below it).
+    fn live_head(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        r: usize,
+        batch: &mut WakeBatch,
+    ) -> Option<(Head, Stamp)> {
+        loop {
+            let head = lists.head(r)?;
+            let cell = self.ring.cell(head.ticket);
+            // Acquire: as in `thread`.
+            let s = Stamp(cell.stamp.load(Acquire));
+            if s.identity() != self.ring.lap(head.ticket) || s.kind() != Kind::Waiting {
+                // Cancelled (maybe reused since) or expired (its owner polls): not ours now.
+                lists.unlink(head.cell);
+                continue;
+            }
+            let (w, c) = self.cell_ask(head.ticket);
+            let class = book.ranks[r].index;
+            let verdict = if self.permits.load() & CLOSED != 0 {
+                Some(Reason::Shutdown)
+            } else {
+                self.classed_never_fits(book, w, c, class)
+            };
+            let Some(reason) = verdict else {
+                return Some((head, s));
+            };
+            if self.ring.settle(cell, s, Kind::Rejected(reason)).is_ok() {
+                lists.unlink(head.cell);
+                if !head.nowait {
+                    self.counters.reject(reason);
+                    self.classed_left(head.ticket);
+                    batch.push(cell.waker.take(head.ticket));
+                    if batch.is_full() {
+                        return None;
+                    }
+                }
+            }
+            // else: lost to a cancel or a timer; the next look unlinks it.
+        }
+    }
+
+    /// Grants `head` (state `s`): the permit word, then the class counts, then the grant CAS.
+    fn grant(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        head: Head,
+        s: Stamp,
+        batch: &mut WakeBatch,
+    ) -> Grant {
+        let (w, c) = self.cell_ask(head.ticket);
+        match self.permits.reserve_for_head(w, c) {
+            Reserve::Reserved => {}
+            Reserve::Blocked => return Grant::Blocked,
+            // The next look refuses it `shutdown`.
+            Reserve::Closed => return Grant::Done,
+        }
+        book.take(head.rank, [w, c]);
+        // Before the grant is visible, as the plain pass (the owner may claim it at once).
+        self.counters.unclaimed.fetch_add(w, AcqRel);
+        if c != 0 {
+            self.budget.unclaimed.fetch_add(c, AcqRel);
+        }
+        let cell = self.ring.cell(head.ticket);
+        let now = if self.clock.is_some() && !head.nowait {
+            let now = self.clock.now_ns() as Word;
+            cell.granted_ns.store(now, Relaxed);
+            now
+        } else {
+            0
+        };
+        cell.bypass.store(0, Relaxed);
+        if self.ring.settle(cell, s, Kind::Granted).is_ok() {
+            lists.unlink(head.cell);
+            if !head.nowait {
+                self.counters.record_queued_grant();
+                self.budget.reserved_by_dispatcher(c);
+                if self.clock.is_some() {
+                    self.counters
+                        .record_wait(now.wrapping_sub(cell.enqueued_ns.load(Relaxed)));
+                }
+                self.classed_left(head.ticket);
+                batch.push(cell.waker.take(head.ticket));
+            }
+        } else {
+            // Cancelled or expired first: everything goes back; the next look unlinks it.
+            self.counters.unclaimed.fetch_sub(w, AcqRel);
+            if c != 0 {
+                self.budget.unclaimed.fetch_sub(c, AcqRel);
+            }
+            book.give(head.rank, [w, c]);
+            self.permits.give(w, c);
+        }
+        Grant::Done
+    }
+
+    /// Refuses the no-wait entries no grant reached (each with the reason of what held it
+    /// back; counted by its caller).
+    fn refuse_nowait(&self, book: &ClassBook, lists: &mut Lists) {
+        let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+        while let Some(head) = lists.nowait_head() {
+            lists.unlink(head.cell);
+            let cell = self.ring.cell(head.ticket);
+            // Acquire: as in `thread`.
+            let s = Stamp(cell.stamp.load(Acquire));
+            if s.identity() != self.ring.lap(head.ticket) || s.kind() != Kind::Waiting {
+                continue;
+            }
+            let (w, c) = self.cell_ask(head.ticket);
+            let reason = verdict_reason(book.verdict(head.rank, [w, c], limits));
+            let _ = self.ring.settle(cell, s, Kind::Rejected(reason));
+        }
+    }
+}

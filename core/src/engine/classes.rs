@@ -1,0 +1,433 @@
+//! The class book of a classed bulkhead (docs/design.md §4.8): per-class counts, the shared
+//! pool, and the per-class FIFO lists the dispatcher threads over the ring's cells.
+//!
+//! # Who writes what
+//!
+//! * `held` (per class and dimension) and `shared_used` (per dimension) are atomics: the
+//!   dispatcher adds a grant *before* it is visible, a release subtracts *before* its permits
+//!   go back to the permit word. So a pass may see a class fuller than it is (a release on its
+//!   way), never emptier: every check is conservative, and the release that it missed runs a
+//!   pass of its own (it finds `WAITERS` set).
+//! * `shared_used = Σ max(0, held − floor)` over the classes, kept exactly by telescoping: each
+//!   change of a class's `held` (one RMW, whose previous value it returns) adds the change of
+//!   `max(0, held − floor)` it made.
+//! * The lists, their links and the non-empty mask belong to the dispatcher: only the thread
+//!   holding the [`RunFlag`](crate::run_flag::RunFlag) touches them (an `UnsafeCell`, checked
+//!   by loom's cell tracking).
+//! * A cell's class is written by its enqueuer before the publish (like its weight).
+//!
+//! # The dispatch order
+//!
+//! Classes are ranked by priority (highest first, ties by class index). A pass repeatedly
+//! grants: first the highest-ranked head that fits wholly inside its own class's untouched
+//! floor (floors are partitions, so these never compete); else the highest-ranked head not
+//! held back by its own ceiling, if the shared pool (and, for a priority `≥ min_priority`, the
+//! reserve) has what it needs — and if it has not, nobody of a lower rank takes shared units
+//! (strict priority, no barging across ranks). FIFO within a class.
+
+use alloc::{boxed::Box, vec::Vec};
+
+use crate::{
+    config::classes::ClassTable,
+    sync::{AtomicWord, Ordering::*, UnsafeCell, Word},
+};
+
+/// No cell (an empty list's end).
+const NIL: u32 = u32::MAX;
+
+/// The permits dimension and the budget dimension.
+const DIMS: usize = 2;
+
+/// One class, by rank.
+#[derive(Debug)]
+pub(crate) struct Rank {
+    /// The class index the table gave it.
+    pub(crate) index: u16,
+    pub(crate) priority: u8,
+    /// Floor and ceiling per dimension.
+    pub(crate) floor: [Word; DIMS],
+    pub(crate) ceiling: [Word; DIMS],
+    /// Units held per dimension (granted, claimed or not, until released).
+    pub(crate) held: [AtomicWord; DIMS],
+    /// Live waiters of this class (a statistic and the dry run's `ahead`).
+    pub(crate) queued: AtomicWord,
+    /// Whether it may take the priority reserve.
+    may_reserve: bool,
+}
+
+/// A list entry: one ring cell, threaded onto its class's list (and, for a no-wait request,
+/// onto the pass's no-wait list too). Both lists are doubly linked, so an entry leaves in O(1).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Link {
+    prev: u32,
+    next: u32,
+    nw_prev: u32,
+    nw_next: u32,
+    /// The ticket of the occupant linked.
+    ticket: Word,
+    linked: bool,
+    rank: u8,
+    /// A no-wait request: decided by the pass that threads it (granted or refused).
+    nowait: bool,
+}
+
+const UNLINKED: Link = Link {
+    prev: NIL,
+    next: NIL,
+    nw_prev: NIL,
+    nw_next: NIL,
+    ticket: 0,
+    linked: false,
+    rank: 0,
+    nowait: false,
+};
+
+/// The dispatcher's state.
+#[derive(Debug)]
+pub(crate) struct Lists {
+    /// Per rank: head and tail cell.
+    ends: Box<[(u32, u32)]>,
+    links: Box<[Link]>,
+    /// Bit r: rank r's list holds entries.
+    nonempty: u64,
+    /// The no-wait entries not decided yet.
+    nowait: u32,
+}
+
+/// How a head stands against its class and the shared pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Wholly inside its class's untouched floor.
+    Floor,
+    /// Fits, taking shared (or reserve) units.
+    Shared,
+    /// Its class's ceiling holds it back (dimension 0 permits, 1 budget).
+    Ceiling(usize),
+    /// The shared pool (and reserve, if it may take it) is short.
+    Pool(usize),
+}
+
+/// A head the pass may grant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head {
+    pub(crate) cell: u32,
+    pub(crate) rank: usize,
+    /// The ticket of its occupant.
+    pub(crate) ticket: Word,
+    pub(crate) nowait: bool,
+}
+
+/// The class book. See the module docs.
+#[derive(Debug)]
+pub(crate) struct ClassBook {
+    pub(crate) ranks: Box<[Rank]>,
+    /// Class index → rank.
+    rank_of: Box<[u8]>,
+    /// Per ring cell: the class index of its occupant (and [`NOWAIT_BIT`]), written by the
+    /// enqueuer before the publish.
+    cell_class: Box<[AtomicWord]>,
+    /// Σ floors and the reserve, per dimension.
+    floors: [Word; DIMS],
+    reserve: [Word; DIMS],
+    /// Σ max(0, held − floor) over the classes, per dimension.
+    shared_used: [AtomicWord; DIMS],
+    lists: UnsafeCell<Lists>,
+}
+
+// SAFETY: `lists` is touched only by the thread holding the engine's run flag (its AcqRel
+// RMWs order one runner's writes before the next runner's reads); everything else is atomic.
+unsafe impl Sync for ClassBook {}
+
+/// The no-wait mark in a cell's class word.
+pub(crate) const NOWAIT_BIT: Word = 1 << 16;
+
+/// `max(0, held − floor)`.
+#[inline]
+const fn over(held: Word, floor: Word) -> Word {
+    held.saturating_sub(floor)
+}
+
+impl ClassBook {
+    /// The book of `table` (validated) over a ring of `cells` cells.
+    pub(crate) fn new(
+        table: &ClassTable<'_>,
+        max_concurrent: u64,
+        budget: u64,
+        cells: usize,
+    ) -> Self {
+        let mut order: Vec<usize> = (0..table.classes.len()).collect();
+        // Stable: ties keep their index order.
+        order.sort_by_key(|&i| core::cmp::Reverse(table.classes[i].priority));
+        let mut rank_of = alloc::vec![0u8; table.classes.len()].into_boxed_slice();
+        let (mut floors, reserve) = (
+            [0 as Word; DIMS],
+            [table.reserve.permits as Word, table.reserve.budget as Word],
+        );
+        let ranks: Box<[Rank]> = order
+            .iter()
+            .enumerate()
+            .map(|(r, &i)| {
+                let c = &table.classes[i];
+                rank_of[i] = r as u8;
+                floors[0] += c.floor as Word;
+                floors[1] += c.budget_floor as Word;
+                Rank {
+                    index: i as u16,
+                    priority: c.priority,
+                    floor: [c.floor as Word, c.budget_floor as Word],
+                    ceiling: [
+                        c.ceiling.unwrap_or(max_concurrent) as Word,
+                        c.budget_ceiling.unwrap_or(budget) as Word,
+                    ],
+                    held: [AtomicWord::new(0), AtomicWord::new(0)],
+                    queued: AtomicWord::new(0),
+                    may_reserve: c.priority >= table.reserve.min_priority,
+                }
+            })
+            .collect();
+        let n = ranks.len();
+        ClassBook {
+            ranks,
+            rank_of,
+            cell_class: (0..cells).map(|_| AtomicWord::new(0)).collect(),
+            floors,
+            reserve,
+            shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
+            lists: UnsafeCell::new(Lists {
+                ends: alloc::vec![(NIL, NIL); n].into_boxed_slice(),
+                links: alloc::vec![UNLINKED; cells].into_boxed_slice(),
+                nonempty: 0,
+                nowait: NIL,
+            }),
+        }
+    }
+
+    /// How many classes.
+    pub(crate) fn len(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The rank of class `index` (validated by the caller: `index < len()`).
+    #[inline]
+    pub(crate) fn rank(&self, index: u16) -> usize {
+        self.rank_of[index as usize] as usize
+    }
+
+    /// Σ floors + reserve of dimension `d`: the least limit the partition needs.
+    pub(crate) fn partitioned(&self, d: usize) -> Word {
+        self.floors[d] + self.reserve[d]
+    }
+
+    /// The enqueuer of cell `cell` records its class (before its publish).
+    #[inline]
+    pub(crate) fn set_cell_class(&self, cell: usize, index: u16, nowait: bool) {
+        let word = index as Word | if nowait { NOWAIT_BIT } else { 0 };
+        // Relaxed: published by the Release of the publish.
+        self.cell_class[cell].store(word, Relaxed);
+    }
+
+    /// The class index of cell `cell`'s occupant (read by a party that saw its stamp).
+    #[inline]
+    pub(crate) fn cell_class(&self, cell: usize) -> u16 {
+        // Relaxed: ordered by the stamp's Acquire.
+        self.cell_class[cell].load(Relaxed) as u16
+    }
+
+    /// How class rank `r` stands for `n = [permits, units]` under the limits `limits`.
+    pub(crate) fn verdict(&self, r: usize, n: [Word; DIMS], limits: [Word; DIMS]) -> Verdict {
+        let rank = &self.ranks[r];
+        let mut need = [0 as Word; DIMS];
+        for d in 0..DIMS {
+            // Acquire: pairs with the releases' RMWs (their permits come back after).
+            let h = rank.held[d].load(Acquire);
+            if h.saturating_add(n[d]) > rank.ceiling[d] {
+                return Verdict::Ceiling(d);
+            }
+            need[d] = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
+        }
+        if need == [0, 0] {
+            return Verdict::Floor;
+        }
+        for (d, &want) in need.iter().enumerate() {
+            if want == 0 {
+                continue;
+            }
+            let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
+            let cap = limits[d].saturating_sub(self.floors[d] + reserve);
+            // Acquire: as above.
+            if self.shared_used[d].load(Acquire).saturating_add(want) > cap {
+                return Verdict::Pool(d);
+            }
+        }
+        Verdict::Shared
+    }
+
+    /// Rank `r` takes `n` (the dispatcher, before the grant is visible).
+    pub(crate) fn take(&self, r: usize, n: [Word; DIMS]) {
+        let rank = &self.ranks[r];
+        for (d, &n) in n.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            // AcqRel: one order with the releases' RMWs.
+            let prev = rank.held[d].fetch_add(n, AcqRel);
+            let grew = over(prev + n, rank.floor[d]) - over(prev, rank.floor[d]);
+            if grew != 0 {
+                self.shared_used[d].fetch_add(grew, AcqRel);
+            }
+        }
+    }
+
+    /// Rank `r` returns `n` (a release, or a lost grant undone): before the permits go back.
+    pub(crate) fn give(&self, r: usize, n: [Word; DIMS]) {
+        let rank = &self.ranks[r];
+        for (d, &n) in n.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            // AcqRel: as in `take`.
+            let prev = rank.held[d].fetch_sub(n, AcqRel);
+            let shrank = over(prev, rank.floor[d]) - over(prev.saturating_sub(n), rank.floor[d]);
+            if shrank != 0 {
+                self.shared_used[d].fetch_sub(shrank, AcqRel);
+            }
+        }
+    }
+
+    /// Shared units held, per dimension (stats).
+    pub(crate) fn shared_used(&self, d: usize) -> Word {
+        self.shared_used[d].load(Acquire)
+    }
+
+    /// Class `index`'s figures now (`None` for an unknown class).
+    pub(crate) fn stats(&self, index: u16) -> Option<crate::stats::ClassStats> {
+        let r = &self.ranks[*self.rank_of.get(index as usize)? as usize];
+        // Acquire: as in `verdict`.
+        Some(crate::stats::ClassStats {
+            class: r.index,
+            priority: r.priority,
+            floor: r.floor[0] as u64,
+            ceiling: r.ceiling[0] as u64,
+            in_flight: r.held[0].load(Acquire) as u64,
+            budget_floor: r.floor[1] as u64,
+            budget_ceiling: r.ceiling[1] as u64,
+            budget_in_use: r.held[1].load(Acquire) as u64,
+            queued: (r.queued.load(Acquire) as crate::sync::SWord).max(0) as u64,
+        })
+    }
+
+    // ----- the dispatcher's lists (run flag held) --------------------------------------------
+
+    /// Runs `f` on the lists.
+    ///
+    /// # Safety
+    /// The caller holds the engine's run flag (the only thread touching the lists).
+    pub(crate) unsafe fn with_lists<R>(&self, f: impl FnOnce(&mut Lists) -> R) -> R {
+        // SAFETY: the caller's run flag makes this the only access (see the type's `Sync`).
+        self.lists.with_mut(|p| f(unsafe { &mut *p }))
+    }
+}
+
+impl Lists {
+    /// Threads cell `cell` (occupant `ticket`) onto rank `r`'s list; a stale entry of an
+    /// earlier occupant of the cell (cancelled, its cell reused) leaves its list first.
+    pub(crate) fn push(&mut self, cell: u32, ticket: Word, r: usize, nowait: bool) {
+        if self.links[cell as usize].linked {
+            self.unlink(cell);
+        }
+        let tail = self.ends[r].1;
+        let mut link = Link {
+            prev: tail,
+            next: NIL,
+            nw_prev: NIL,
+            nw_next: NIL,
+            ticket,
+            linked: true,
+            rank: r as u8,
+            nowait,
+        };
+        if nowait {
+            link.nw_next = self.nowait;
+            if self.nowait != NIL {
+                self.links[self.nowait as usize].nw_prev = cell;
+            }
+            self.nowait = cell;
+        }
+        self.links[cell as usize] = link;
+        if tail == NIL {
+            self.ends[r].0 = cell;
+        } else {
+            self.links[tail as usize].next = cell;
+        }
+        self.ends[r].1 = cell;
+        self.nonempty |= 1 << r;
+    }
+
+    /// Takes cell `cell` off its lists (a no-op if it is not linked).
+    pub(crate) fn unlink(&mut self, cell: u32) {
+        let Link {
+            prev,
+            next,
+            nw_prev,
+            nw_next,
+            linked,
+            rank,
+            nowait,
+            ..
+        } = self.links[cell as usize];
+        if !linked {
+            return;
+        }
+        let r = rank as usize;
+        if prev == NIL {
+            self.ends[r].0 = next;
+        } else {
+            self.links[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.ends[r].1 = prev;
+        } else {
+            self.links[next as usize].prev = prev;
+        }
+        if self.ends[r].0 == NIL {
+            self.nonempty &= !(1 << r);
+        }
+        if nowait {
+            if nw_prev == NIL {
+                self.nowait = nw_next;
+            } else {
+                self.links[nw_prev as usize].nw_next = nw_next;
+            }
+            if nw_next != NIL {
+                self.links[nw_next as usize].nw_prev = nw_prev;
+            }
+        }
+        self.links[cell as usize] = UNLINKED;
+    }
+
+    /// The ranks whose lists hold entries (bit r).
+    pub(crate) fn nonempty(&self) -> u64 {
+        self.nonempty
+    }
+
+    fn entry(&self, cell: u32) -> Head {
+        let l = &self.links[cell as usize];
+        Head {
+            cell,
+            rank: l.rank as usize,
+            ticket: l.ticket,
+            nowait: l.nowait,
+        }
+    }
+
+    /// The head entry of rank `r`, if any.
+    pub(crate) fn head(&self, r: usize) -> Option<Head> {
+        let cell = self.ends[r].0;
+        (cell != NIL).then(|| self.entry(cell))
+    }
+
+    /// The first no-wait entry not decided yet, if any.
+    pub(crate) fn nowait_head(&self) -> Option<Head> {
+        (self.nowait != NIL).then(|| self.entry(self.nowait))
+    }
+}

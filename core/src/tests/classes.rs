@@ -1,0 +1,523 @@
+//! Admission classes (docs/design.md §4.8): floors, ceilings, the shared rest and the priority
+//! reserve as a partition; per-class FIFO queues; floors first, then strict priority.
+
+use std::vec::Vec;
+
+use crate::{
+    AcquireError, Bulkhead, ClockSource, Config, ConfigError, Decision, LimitsSnapshot, Reason,
+    Request,
+    config::classes::{ClassError, ClassSpec, ClassTable, PriorityReserve},
+    tests::budget::{granted, poll_granted, queued, refused},
+};
+
+/// Interactive (class 0: priority 10, floor `f0`) and batch (class 1: priority 0, floor `f1`).
+fn two(limit: u64, f0: u64, f1: u64, reserve: u64) -> Bulkhead {
+    classed(
+        limit,
+        &[
+            ClassSpec {
+                priority: 10,
+                floor: f0,
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec {
+                priority: 0,
+                floor: f1,
+                ..ClassSpec::DEFAULT
+            },
+        ],
+        PriorityReserve {
+            permits: reserve,
+            budget: 0,
+            min_priority: 5,
+        },
+    )
+}
+
+fn classed(limit: u64, classes: &[ClassSpec], reserve: PriorityReserve) -> Bulkhead {
+    Bulkhead::with_classes(
+        Config {
+            max_concurrent: limit,
+            max_queue: 8,
+            ..Config::DEFAULT
+        },
+        &ClassTable { classes, reserve },
+        ClockSource::None,
+    )
+    .unwrap()
+}
+
+fn now(class: u16, w: u64) -> Request {
+    Request::new(w).class(class).no_wait()
+}
+
+fn wait(class: u16, w: u64) -> Request {
+    Request::new(w).class(class)
+}
+
+/// The partition's invariants at a quiescent point: the class counts add up to the global
+/// ones, each class is within its ceiling, the shared units held are what the classes hold
+/// beyond their floors and fit the shared rest.
+fn partition_holds(bh: &Bulkhead) {
+    let s = bh.stats();
+    let n = bh.class_count() as u16;
+    let classes: Vec<_> = (0..n).map(|c| bh.class_stats(c).unwrap()).collect();
+    let held: u64 = classes.iter().map(|c| c.in_flight).sum();
+    assert_eq!(held, s.active + s.granted_unclaimed, "{s:?} {classes:?}");
+    let over: u64 = classes
+        .iter()
+        .map(|c| c.in_flight.saturating_sub(c.floor))
+        .sum();
+    assert_eq!(bh.class_shared_in_use().unwrap()[0], over);
+    let floors: u64 = classes.iter().map(|c| c.floor).sum();
+    assert!(over <= s.limit.saturating_sub(floors), "{classes:?}");
+    for c in &classes {
+        assert!(c.in_flight <= c.ceiling, "{c:?}");
+    }
+    assert_eq!(
+        s.available + s.active as i64 + s.granted_unclaimed as i64,
+        s.limit as i64,
+        "I2 {s:?}"
+    );
+}
+
+#[test]
+fn a_class_never_takes_another_class_untouched_floor() {
+    // limit 4 = floor 2 (interactive) + shared 2.
+    let bh = two(4, 2, 0, 0);
+    let b1 = granted(bh.admit(&now(1, 1), None));
+    let b2 = granted(bh.admit(&now(1, 1), None));
+    let e = refused(bh.admit(&now(1, 1), None));
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    partition_holds(&bh);
+    // The interactive floor is still whole.
+    let i = granted(bh.admit(&now(0, 2), None));
+    assert_eq!(bh.class_stats(0).unwrap().in_flight, 2);
+    assert_eq!(bh.class_shared_in_use(), Some([2, 0]));
+    partition_holds(&bh);
+    drop((b1, b2, i));
+    partition_holds(&bh);
+    assert_eq!(bh.stats().active, 0);
+}
+
+#[test]
+fn a_class_holds_its_floor_first_and_borrows_the_shared_rest_up_to_its_ceiling() {
+    let bh = classed(
+        6,
+        &[
+            ClassSpec {
+                priority: 1,
+                floor: 2,
+                ceiling: Some(3),
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec::DEFAULT,
+        ],
+        PriorityReserve::default(),
+    );
+    let a = granted(bh.admit(&now(0, 3), None));
+    assert_eq!(
+        bh.class_shared_in_use(),
+        Some([1, 0]),
+        "2 of its floor, 1 shared"
+    );
+    let e = refused(bh.admit(&now(0, 1), None));
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit), "its ceiling");
+    // A waiter above its class's ceiling is refused at once, never queued.
+    let e = refused(bh.admit(&wait(0, 4), None));
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    let b = granted(bh.admit(&now(1, 3), None));
+    partition_holds(&bh);
+    drop(a);
+    assert_eq!(bh.class_shared_in_use(), Some([3, 0]));
+    drop(b);
+    assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+}
+
+#[test]
+fn the_reserve_is_only_for_high_priority_and_comes_after_the_shared_units() {
+    // limit 4 = reserve 1 + shared 3; interactive (priority 10 >= 5) may take the reserve.
+    let bh = two(4, 0, 0, 1);
+    let batch: Vec<_> = (0..3)
+        .map(|_| granted(bh.admit(&now(1, 1), None)))
+        .collect();
+    let e = refused(bh.admit(&now(1, 1), None));
+    assert_eq!(
+        e.reason(),
+        Some(Reason::ConcurrencyLimit),
+        "batch cannot take the reserve"
+    );
+    let i = granted(bh.admit(&now(0, 1), None));
+    partition_holds(&bh);
+    drop((batch, i));
+    // Interactive takes shared first: with 3 interactive held, batch is out of shared units.
+    let held: Vec<_> = (0..3)
+        .map(|_| granted(bh.admit(&now(0, 1), None)))
+        .collect();
+    assert_eq!(
+        refused(bh.admit(&now(1, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    drop(held);
+}
+
+#[test]
+fn waiters_are_served_floors_first_then_by_priority_fifo_within_a_class() {
+    // limit 3 = floor 1 (interactive) + floor 1 (batch) + shared 1.
+    let bh = two(3, 1, 1, 0);
+    let i0 = granted(bh.admit(&now(0, 1), None)); // interactive floor
+    let s = granted(bh.admit(&now(1, 2), None)); // batch floor + the shared unit
+    // Queue: batch first, then two interactive.
+    let mut b = queued(bh.admit(&wait(1, 1), None));
+    let mut i1 = queued(bh.admit(&wait(0, 1), None));
+    let mut i2 = queued(bh.admit(&wait(0, 1), None));
+    assert_eq!(bh.class_stats(0).unwrap().queued, 2);
+    assert_eq!(bh.class_stats(1).unwrap().queued, 1);
+    // A no-wait request behind a queued head of its class is refused (no barging).
+    assert_eq!(
+        refused(bh.admit(&now(0, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    drop(i0); // frees an interactive floor unit: the interactive head takes it
+    let g1 = poll_granted(&mut i1).expect("the interactive head");
+    assert!(poll_granted(&mut i2).is_none());
+    assert!(poll_granted(&mut b).is_none());
+    drop(s); // batch's floor unit and the shared unit come back
+    // The floor unit goes to batch's head (floors first), the shared unit by priority.
+    let gb = poll_granted(&mut b).expect("batch's own floor");
+    let g2 = poll_granted(&mut i2).expect("the shared unit goes to interactive");
+    partition_holds(&bh);
+    drop((g1, g2, gb));
+    partition_holds(&bh);
+    assert_eq!(bh.stats().active, 0);
+}
+
+#[test]
+fn a_higher_priority_head_short_of_shared_units_holds_lower_ranks_back() {
+    // limit 4, no floors: everything is shared.
+    let bh = two(4, 0, 0, 0);
+    let a = granted(bh.admit(&now(1, 3), None));
+    let mut big = queued(bh.admit(&wait(0, 2), None)); // needs 2, 1 free
+    let mut small = queued(bh.admit(&wait(1, 1), None));
+    assert!(
+        poll_granted(&mut small).is_none(),
+        "strict priority: no barging across ranks"
+    );
+    assert!(poll_granted(&mut big).is_none());
+    drop(a);
+    let g = poll_granted(&mut big).expect("the high-priority head first");
+    let s = poll_granted(&mut small).expect("then the lower rank");
+    partition_holds(&bh);
+    drop((g, s));
+}
+
+#[test]
+fn a_head_held_back_by_its_own_ceiling_does_not_hold_other_classes_back() {
+    let bh = classed(
+        4,
+        &[
+            ClassSpec {
+                priority: 10,
+                ceiling: Some(1),
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec::DEFAULT,
+        ],
+        PriorityReserve::default(),
+    );
+    let hi = granted(bh.admit(&now(0, 1), None));
+    let mut hi2 = queued(bh.admit(&wait(0, 1), None));
+    let lo = granted(bh.admit(&Request::new(1).class(1), None));
+    assert!(poll_granted(&mut hi2).is_none());
+    drop(hi);
+    let g = poll_granted(&mut hi2).expect("its turn once its class has room");
+    drop((g, lo));
+    partition_holds(&bh);
+}
+
+#[test]
+fn cancelled_waiters_leave_their_class_lists_and_their_cells_are_reused() {
+    let bh = two(2, 1, 0, 0);
+    let hold = granted(bh.admit(&now(1, 1), None));
+    let floor = granted(bh.admit(&now(0, 1), None));
+    // Many rounds of queue-and-cancel: cells are reused while stale entries are still linked.
+    for round in 0..300u64 {
+        let class = (round % 2) as u16;
+        let w = queued(bh.admit(&wait(class, 1), None));
+        if round % 3 == 0 {
+            let _keep = queued(bh.admit(&wait(1 - class, 1), None));
+        }
+        drop(w);
+        assert_eq!(bh.stats().queued, 0, "round {round}");
+    }
+    assert_eq!(bh.class_stats(0).unwrap().queued, 0);
+    assert_eq!(bh.class_stats(1).unwrap().queued, 0);
+    let mut w = queued(bh.admit(&wait(1, 1), None));
+    drop(hold);
+    let g = poll_granted(&mut w).expect("granted after all the churn");
+    partition_holds(&bh);
+    drop((g, floor));
+    partition_holds(&bh);
+}
+
+#[test]
+fn every_way_a_call_ends_returns_its_class_units() {
+    let bh = classed(
+        8,
+        &[
+            ClassSpec::DEFAULT,
+            ClassSpec {
+                floor: 2,
+                ..ClassSpec::DEFAULT
+            },
+        ],
+        PriorityReserve::default(),
+    );
+    let mut c = granted(bh.admit(&now(1, 4), None));
+    c.release_partial(1).unwrap();
+    assert_eq!(bh.class_stats(1).unwrap().in_flight, 3);
+    partition_holds(&bh);
+    c.end(crate::Outcome::Success);
+    assert_eq!(bh.class_stats(1).unwrap().in_flight, 0);
+    // A forgotten call's permits are handle-free: class 0's.
+    let c = granted(bh.admit(&now(1, 2), None));
+    let w = c.forget();
+    assert_eq!(
+        (
+            bh.class_stats(0).unwrap().in_flight,
+            bh.class_stats(1).unwrap().in_flight
+        ),
+        (2, 0)
+    );
+    bh.release_units(w);
+    partition_holds(&bh);
+    // The raw pair is class 0's.
+    bh.try_acquire_units(3).unwrap();
+    assert_eq!(bh.class_stats(0).unwrap().in_flight, 3);
+    bh.release_units_checked(3).unwrap();
+    partition_holds(&bh);
+    assert_eq!(bh.stats().active, 0);
+}
+
+#[test]
+fn the_kill_switch_holds_every_class_and_is_reversible() {
+    let bh = two(4, 1, 1, 0);
+    bh.apply_limits(&LimitsSnapshot::new(1).limit(0)).unwrap();
+    assert_eq!(
+        refused(bh.admit(&now(0, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit),
+        "not even a floor"
+    );
+    assert_eq!(
+        refused(bh.admit(&wait(1, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    // A limit below the floors is refused whole.
+    let e = bh
+        .apply_limits(&LimitsSnapshot::new(2).limit(1))
+        .unwrap_err();
+    assert!(std::format!("{e}").contains("floors"), "{e}");
+    assert_eq!(bh.revision(), 1);
+    bh.apply_limits(&LimitsSnapshot::new(3).limit(4)).unwrap();
+    let a = granted(bh.admit(&now(0, 1), None));
+    drop(a);
+    assert!(bh.set_limit(1).is_err());
+    bh.set_limit(3).unwrap();
+    partition_holds(&bh);
+}
+
+#[test]
+fn growth_grants_waiters_in_the_dispatch_order() {
+    let bh = two(2, 0, 0, 0);
+    let a = granted(bh.admit(&now(1, 2), None));
+    let mut lo = queued(bh.admit(&wait(1, 1), None));
+    let mut hi = queued(bh.admit(&wait(0, 1), None));
+    bh.apply_limits(&LimitsSnapshot::new(1).limit(3)).unwrap();
+    let g = poll_granted(&mut hi).expect("the higher rank takes the new unit");
+    assert!(poll_granted(&mut lo).is_none());
+    drop(a);
+    let l = poll_granted(&mut lo).unwrap();
+    drop((g, l));
+    partition_holds(&bh);
+}
+
+#[test]
+fn budgets_have_floors_and_ceilings_per_class() {
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 10,
+            max_queue: 4,
+            budget: Some(100),
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            classes: &[
+                ClassSpec {
+                    priority: 1,
+                    budget_floor: 40,
+                    ..ClassSpec::DEFAULT
+                },
+                ClassSpec {
+                    budget_ceiling: Some(50),
+                    ..ClassSpec::DEFAULT
+                },
+            ],
+            reserve: PriorityReserve::default(),
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let b = granted(bh.admit(&Request::new(1).cost(50).class(1).no_wait(), None));
+    assert_eq!(
+        refused(bh.admit(&Request::new(1).cost(1).class(1).no_wait(), None)).reason(),
+        Some(Reason::BudgetLimit),
+        "its budget ceiling"
+    );
+    // 60 shared units, 50 taken: interactive has its 40 and 10 shared.
+    let i = granted(bh.admit(&Request::new(1).cost(50).no_wait(), None));
+    assert_eq!(bh.class_shared_in_use(), Some([2, 60]));
+    assert_eq!(
+        refused(bh.admit(&Request::new(1).cost(1).no_wait(), None)).reason(),
+        Some(Reason::BudgetLimit)
+    );
+    drop((b, i));
+    assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+}
+
+#[test]
+fn bad_tables_and_classes_are_named() {
+    let config = Config {
+        max_concurrent: 4,
+        ..Config::DEFAULT
+    };
+    let build = |classes: &[ClassSpec], reserve: PriorityReserve, config: Config| {
+        Bulkhead::with_classes(config, &ClassTable { classes, reserve }, ClockSource::None)
+            .map(drop)
+    };
+    let e = build(&[], PriorityReserve::default(), config).unwrap_err();
+    assert_eq!(e, ConfigError::Class(ClassError::Count { count: 0 }));
+    assert!(std::format!("{e}").contains("1..=64"), "{e}");
+    let floors = [ClassSpec {
+        floor: 3,
+        ..ClassSpec::DEFAULT
+    }];
+    let e = build(
+        &floors,
+        PriorityReserve {
+            permits: 2,
+            ..PriorityReserve::default()
+        },
+        config,
+    )
+    .unwrap_err();
+    assert!(
+        std::format!("{e}").contains("(5) must be at most the limit (4)"),
+        "{e}"
+    );
+    let e = build(
+        &[ClassSpec {
+            floor: 2,
+            ceiling: Some(1),
+            ..ClassSpec::DEFAULT
+        }],
+        PriorityReserve::default(),
+        config,
+    )
+    .unwrap_err();
+    assert!(std::format!("{e}").contains("classes[0]"), "{e}");
+    let e = build(
+        &[ClassSpec::DEFAULT],
+        PriorityReserve::default(),
+        Config {
+            observe: crate::Observe::Concurrency,
+            ..config
+        },
+    )
+    .unwrap_err();
+    assert!(std::format!("{e}").contains("`observe`"), "{e}");
+    let e = build(
+        &[ClassSpec {
+            budget_floor: 1,
+            ..ClassSpec::DEFAULT
+        }],
+        PriorityReserve::default(),
+        config,
+    )
+    .unwrap_err();
+    assert!(
+        std::format!("{e}").contains("needs a bulkhead with a budget"),
+        "{e}"
+    );
+    // Requests name a class of the table.
+    let bh = two(4, 0, 0, 0);
+    let e = refused(bh.admit(&now(2, 1), None));
+    assert_eq!(
+        e,
+        AcquireError::InvalidClass {
+            class: 2,
+            classes: 2
+        }
+    );
+    assert_eq!(e.invalid_argument(), Some("class"));
+    assert!(std::format!("{e}").contains("0..=1"), "{e}");
+    let plain = Bulkhead::new(config).unwrap();
+    let e = refused(plain.admit(&now(1, 1), None));
+    assert!(std::format!("{e}").contains("without classes"), "{e}");
+    assert_eq!(
+        bh.set_observe(crate::Observe::Concurrency),
+        Err(ConfigError::Class(ClassError::Unsupported {
+            option: "observe"
+        }))
+    );
+    assert_eq!(
+        bh.stats().rejected_by_reason.total(),
+        0,
+        "argument errors are not counted"
+    );
+}
+
+#[test]
+fn a_refused_no_wait_request_is_counted_once_and_a_dry_run_agrees() {
+    let bh = two(2, 1, 0, 0);
+    let a = granted(bh.admit(&now(1, 1), None));
+    assert_eq!(
+        bh.would_admit(&now(1, 1)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    assert!(matches!(
+        bh.would_admit(&now(0, 1)),
+        crate::WouldAdmit::AdmitNow
+    ));
+    assert_eq!(
+        refused(bh.admit(&now(1, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    let s = bh.stats();
+    assert_eq!(s.rejected_by_reason.get(Reason::ConcurrencyLimit), 1);
+    assert_eq!(s.admitted_total, 1);
+    assert_eq!(s.queued, 0);
+    assert_eq!(
+        bh.try_acquire(1).map(drop),
+        Ok(()),
+        "try_acquire is class 0 (its floor is free)"
+    );
+    drop(a);
+    partition_holds(&bh);
+}
+
+#[test]
+fn close_refuses_every_class_waiter() {
+    let bh = two(1, 0, 0, 0);
+    let a = granted(bh.admit(&now(0, 1), None));
+    let mut w = queued(bh.admit(&wait(1, 1), None));
+    bh.close();
+    match w.poll(None) {
+        core::task::Poll::Ready(Err(e)) => assert_eq!(e.reason(), Some(Reason::Shutdown)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        bh.admit(&now(0, 1), None),
+        Decision::Rejected(e) if e.reason() == Some(Reason::Shutdown)
+    ));
+    drop(a);
+}

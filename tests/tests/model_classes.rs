@@ -1,0 +1,412 @@
+//! Admission classes (docs/design.md §4.8) against a sequential reference model: random class
+//! tables (1–4 classes, floors, ceilings, tied priorities, a priority reserve) and random
+//! single-thread sequences of admissions (at once or queueing, any class and weight), releases,
+//! cancels and limit changes (growth, shrink, the kill switch) run on a real classed bulkhead and
+//! on a deliberately naive model: per-class FIFO queues and counts, and one dispatch to
+//! quiescence per operation that scans the ranks in the documented order (a head wholly inside
+//! its class's floor first; else the highest rank not held back by its own ceiling, if the shared
+//! rest — and for a priority ≥ `min_priority` the reserve — has room; nobody of a lower rank
+//! takes shared units past a higher head that is short). After every step every decision, every
+//! grant, every class's hold and queue and the shared units must match, and the partition holds:
+//! Σ holds = active, each hold ≤ its ceiling, the shared units ≤ limit − Σ floors (the units of
+//! the low ranks ≤ limit − Σ floors − reserve). proptest, 256 cases.
+
+use std::{collections::VecDeque, task::Poll};
+
+use hullguard_core::{
+    Bulkhead, Call, Cancelled, ClockSource, Config, Decision, LimitsSnapshot, Reason, Request,
+    Waiter,
+    config::{ClassSpec, ClassTable, PriorityReserve},
+};
+use proptest::prelude::*;
+
+const MAX_CONCURRENT: u64 = 6;
+const MAX_QUEUE: u64 = 3;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Admit {
+        class: u16,
+        weight: u64,
+        wait: bool,
+    },
+    /// Releases the held call at this index (mod the number held).
+    Release(usize),
+    /// Cancels the queued waiter at this index (mod the number queued).
+    Cancel(usize),
+    /// `apply_limits` with this limit (refused below the floors plus the reserve, except 0).
+    Limit(u64),
+}
+
+#[derive(Debug, Clone)]
+struct Table {
+    classes: Vec<ClassSpec>,
+    reserve: PriorityReserve,
+}
+
+fn table() -> impl Strategy<Value = Table> {
+    let class = (0u8..3, 0u64..=2, prop::option::of(1u64..=MAX_CONCURRENT)).prop_map(
+        |(priority, floor, ceiling)| ClassSpec {
+            priority,
+            floor,
+            ceiling: ceiling.map(|c| c.max(floor)),
+            ..ClassSpec::DEFAULT
+        },
+    );
+    (prop::collection::vec(class, 1..=4), 0u64..=1, 0u8..3).prop_map(
+        |(mut classes, permits, min_priority)| {
+            // Keep Σ floors + reserve within the limit.
+            while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
+                let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
+                c.floor -= 1;
+            }
+            Table {
+                classes,
+                reserve: PriorityReserve {
+                    permits,
+                    budget: 0,
+                    min_priority,
+                },
+            }
+        },
+    )
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u16..4, 1u64..=3, any::<bool>())
+            .prop_map(|(class, weight, wait)| Op::Admit { class, weight, wait }),
+        3 => any::<usize>().prop_map(Op::Release),
+        1 => any::<usize>().prop_map(Op::Cancel),
+        1 => (0u64..=MAX_CONCURRENT).prop_map(Op::Limit),
+    ]
+}
+
+/// How a head stands (the model's own copy of the rule).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Verdict {
+    Floor,
+    Shared,
+    Ceiling,
+    Pool,
+}
+
+struct Model {
+    limit: u64,
+    spec: Vec<ClassSpec>,
+    reserve: PriorityReserve,
+    /// Class indices by rank: priority descending, ties by index.
+    order: Vec<usize>,
+    held: Vec<u64>,
+    /// Per class: (waiter id, weight).
+    queues: Vec<VecDeque<(u64, u64)>>,
+}
+
+impl Model {
+    fn new(t: &Table) -> Self {
+        let mut order: Vec<usize> = (0..t.classes.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(t.classes[i].priority));
+        Model {
+            limit: MAX_CONCURRENT,
+            spec: t.classes.clone(),
+            reserve: t.reserve,
+            order,
+            held: vec![0; t.classes.len()],
+            queues: vec![VecDeque::new(); t.classes.len()],
+        }
+    }
+
+    fn ceiling(&self, c: usize) -> u64 {
+        self.spec[c].ceiling.unwrap_or(MAX_CONCURRENT)
+    }
+
+    fn floors(&self) -> u64 {
+        self.spec.iter().map(|c| c.floor).sum()
+    }
+
+    fn shared(&self) -> u64 {
+        (0..self.spec.len())
+            .map(|c| self.held[c].saturating_sub(self.spec[c].floor))
+            .sum()
+    }
+
+    fn verdict(&self, c: usize, w: u64) -> Verdict {
+        let (h, f) = (self.held[c], self.spec[c].floor);
+        if h + w > self.ceiling(c) {
+            return Verdict::Ceiling;
+        }
+        let need = (h + w).saturating_sub(f) - h.saturating_sub(f);
+        if need == 0 {
+            return Verdict::Floor;
+        }
+        let reserve = if self.spec[c].priority >= self.reserve.min_priority {
+            0
+        } else {
+            self.reserve.permits
+        };
+        let cap = self.limit.saturating_sub(self.floors() + reserve);
+        if self.shared() + need > cap {
+            Verdict::Pool
+        } else {
+            Verdict::Shared
+        }
+    }
+
+    fn never_fits(&self, c: usize, w: u64) -> bool {
+        w > self.limit || w > self.ceiling(c)
+    }
+
+    /// One dispatch to quiescence: (granted, refused) waiter ids.
+    fn dispatch(&mut self) -> (Vec<u64>, Vec<u64>) {
+        let (mut granted, mut refused) = (vec![], vec![]);
+        loop {
+            let mut pick = None;
+            let mut pool_blocked = false;
+            for &c in &self.order.clone() {
+                // Heads that can never fit now are refused as the pass meets them.
+                while let Some(&(id, w)) = self.queues[c].front() {
+                    if !self.never_fits(c, w) {
+                        break;
+                    }
+                    self.queues[c].pop_front();
+                    refused.push(id);
+                }
+                let Some(&(_, w)) = self.queues[c].front() else {
+                    continue;
+                };
+                match self.verdict(c, w) {
+                    Verdict::Floor => {
+                        pick = Some(c);
+                        break;
+                    }
+                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some(c),
+                    Verdict::Pool => pool_blocked = true,
+                    _ => {}
+                }
+            }
+            let Some(c) = pick else {
+                return (granted, refused);
+            };
+            // The limit itself comes last: after a shrink, holders above it leave by
+            // attrition and nobody is granted until the total fits (floors included).
+            let w = self.queues[c].front().unwrap().1;
+            if self.held.iter().sum::<u64>() + w > self.limit {
+                return (granted, refused);
+            }
+            let (id, w) = self.queues[c].pop_front().unwrap();
+            self.held[c] += w;
+            granted.push(id);
+        }
+    }
+
+    fn queued(&self) -> u64 {
+        self.queues.iter().map(|q| q.len() as u64).sum()
+    }
+}
+
+type Bh = Bulkhead<0>;
+
+fn run(t: &Table, ops: &[Op]) {
+    let bh = Bh::with_classes(
+        Config {
+            max_concurrent: MAX_CONCURRENT,
+            max_queue: MAX_QUEUE,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            classes: &t.classes,
+            reserve: t.reserve,
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let mut m = Model::new(t);
+    let n = t.classes.len() as u16;
+    let mut held: Vec<(usize, Call<&Bh, 0>)> = vec![];
+    let mut waiting: Vec<(u64, usize, Waiter<&Bh, 0>)> = vec![];
+    let mut next_id = 0u64;
+    let mut revision = 0u64;
+    // The shared units and the low ranks' shared units after the previous step.
+    let mut prev = (0u64, 0u64);
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Admit {
+                class,
+                weight,
+                wait,
+            } => {
+                let r = Request::new(weight).class(class);
+                let d = bh.admit(&if wait { r } else { r.no_wait() }, None);
+                if class >= n {
+                    assert!(
+                        matches!(d, Decision::Rejected(e) if e.reason().is_none()),
+                        "step {step}"
+                    );
+                    continue;
+                }
+                let c = class as usize;
+                // The model: the no-wait step (appended behind its class's queue, then one
+                // dispatch), then the queue's own rules.
+                let id = next_id;
+                next_id += 1;
+                let expect = if m.limit == 0 || m.never_fits(c, weight) {
+                    Err(Reason::ConcurrencyLimit)
+                } else {
+                    m.queues[c].push_back((id, weight));
+                    let (g, _) = m.dispatch();
+                    if g.contains(&id) {
+                        Ok(true)
+                    } else {
+                        m.queues[c].pop_back();
+                        if !wait {
+                            Err(Reason::ConcurrencyLimit)
+                        } else if m.queued() >= MAX_QUEUE {
+                            Err(Reason::QueueLimit)
+                        } else {
+                            m.queues[c].push_back((id, weight));
+                            Ok(false)
+                        }
+                    }
+                };
+                match (d, expect) {
+                    (Decision::Granted(call), Ok(true)) => held.push((c, call)),
+                    (Decision::Queued(w), Ok(false)) => waiting.push((id, c, w)),
+                    (Decision::Rejected(e), Err(r)) => {
+                        assert_eq!(e.reason(), Some(r), "step {step} {op:?}")
+                    }
+                    (d, e) => panic!("step {step} {op:?}: engine {d:?}, model {e:?}"),
+                }
+            }
+            Op::Release(i) => {
+                if held.is_empty() {
+                    continue;
+                }
+                let (c, call) = held.swap_remove(i % held.len());
+                m.held[c] -= call.weight();
+                drop(call);
+                let _ = m.dispatch();
+            }
+            Op::Cancel(i) => {
+                if waiting.is_empty() {
+                    continue;
+                }
+                let (id, c, w) = waiting.swap_remove(i % waiting.len());
+                match w.cancel(Reason::Aborted) {
+                    Cancelled::Cancelled(_) => {
+                        let q = &mut m.queues[c];
+                        let at = q
+                            .iter()
+                            .position(|&(x, _)| x == id)
+                            .expect("queued in the model");
+                        q.remove(at);
+                        let _ = m.dispatch();
+                    }
+                    other => {
+                        panic!("step {step}: a waiter the model holds queued settled: {other:?}")
+                    }
+                }
+            }
+            Op::Limit(l) => {
+                revision += 1;
+                let r = bh.apply_limits(&LimitsSnapshot::new(revision).limit(l));
+                let allowed = l == 0 || l >= m.floors() + m.reserve.permits;
+                assert_eq!(r.is_ok(), allowed, "step {step} {op:?}: {r:?}");
+                if allowed {
+                    m.limit = l;
+                    let _ = m.dispatch();
+                } else {
+                    revision -= 1;
+                }
+            }
+        }
+        // Every waiter the model granted or refused is settled so on the engine, and no other.
+        let mut still = vec![];
+        for (id, c, mut w) in waiting.drain(..) {
+            let in_model = m.queues[c].iter().any(|&(x, _)| x == id);
+            match w.poll(None) {
+                Poll::Pending => {
+                    assert!(
+                        in_model,
+                        "step {step}: waiter {id} pending, the model settled it"
+                    );
+                    still.push((id, c, w));
+                }
+                Poll::Ready(Ok(call)) => {
+                    assert!(
+                        !in_model,
+                        "step {step}: waiter {id} granted, the model queues it"
+                    );
+                    held.push((c, call));
+                }
+                Poll::Ready(Err(e)) => {
+                    assert!(
+                        !in_model,
+                        "step {step}: waiter {id} refused ({e}), the model queues it"
+                    );
+                    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit), "step {step}");
+                }
+            }
+        }
+        waiting = still;
+        // The model's holds are the test's.
+        for c in 0..t.classes.len() {
+            let ours: u64 = held
+                .iter()
+                .filter(|(k, _)| *k == c)
+                .map(|(_, x)| x.weight())
+                .sum();
+            assert_eq!(m.held[c], ours, "step {step}: class {c} hold");
+            let cs = bh.class_stats(c as u16).unwrap();
+            assert_eq!(
+                (cs.in_flight, cs.queued),
+                (ours, m.queues[c].len() as u64),
+                "step {step}: class {c}"
+            );
+            assert!(cs.in_flight <= cs.ceiling);
+        }
+        let s = bh.stats();
+        let total: u64 = m.held.iter().sum();
+        assert_eq!(
+            (s.active, s.queued),
+            (total, m.queued()),
+            "step {step}: {s}"
+        );
+        assert_eq!(
+            bh.class_shared_in_use().unwrap()[0],
+            m.shared(),
+            "step {step}"
+        );
+        // The partition: the shared units fit the limit less the floors, and the low ranks'
+        // fit that less the reserve — or, after a shrink left holders above it (attrition),
+        // they never grow until they fit again.
+        let low: u64 = (0..t.classes.len())
+            .filter(|&c| t.classes[c].priority < t.reserve.min_priority)
+            .map(|c| m.held[c].saturating_sub(t.classes[c].floor))
+            .sum();
+        let cap = m.limit.saturating_sub(m.floors());
+        let low_cap = cap.saturating_sub(t.reserve.permits);
+        assert!(
+            m.shared() <= cap || m.shared() <= prev.0,
+            "step {step}: the shared units grew past the limit less the floors"
+        );
+        assert!(
+            low <= low_cap || low <= prev.1,
+            "step {step}: the low ranks grew into the reserve"
+        );
+        prev = (m.shared(), low);
+    }
+    drop(waiting);
+    drop(held);
+    let s = bh.stats();
+    assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
+    assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn classes_match_the_reference_model(t in table(), ops in prop::collection::vec(op(), 1..60)) {
+        run(&t, &ops);
+    }
+}
