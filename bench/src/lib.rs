@@ -158,13 +158,13 @@ pub fn admit_cycles(bh: &Bulkhead, cost: u64, n: u64) -> Duration {
     t0.elapsed()
 }
 
-/// `n` no-wait admissions of class `class` on a classed bulkhead (docs/design.md §4.8), each
+/// `n` no-wait admissions of `weight` permits of class `class` on a classed bulkhead (docs/design.md §4.8), each
 /// ended at once: the classed path (through the ring and the dispatcher) beside
 /// [`admit_cycles`] on a plain one.
 #[inline(never)]
-pub fn class_cycles(bh: &Bulkhead, class: u16, n: u64) -> Duration {
+pub fn class_cycles(bh: &Bulkhead, class: u16, weight: u64, n: u64) -> Duration {
     use hullguard_core::{Decision, Request};
-    let req = Request::new(1).class(class).no_wait();
+    let req = Request::new(weight).class(class).no_wait();
     let t0 = Instant::now();
     for _ in 0..n {
         match black_box(bh).admit(black_box(&req), None) {
@@ -670,14 +670,20 @@ pub fn cases() -> Vec<Case> {
             admit_cycles(&budgeted_bulkhead(1, 1000), 10, n)
         }),
         case("classes/1".into(), UNC / 4, SingleThread, |n| {
-            class_cycles(&classed_bulkhead(1, false), 0, n)
+            class_cycles(&classed_bulkhead(1, false), 0, 1, n)
         }),
         case("classes/8+reserve".into(), UNC / 4, SingleThread, |n| {
-            class_cycles(&classed_bulkhead(8, true), 3, n)
+            class_cycles(&classed_bulkhead(8, true), 3, 1, n)
         }),
         case("classes/64".into(), UNC / 4, SingleThread, |n| {
-            class_cycles(&classed_bulkhead(64, false), 33, n)
+            class_cycles(&classed_bulkhead(64, false), 33, 1, n)
         }),
+        case(
+            "classes/8+reserve/shared".into(),
+            UNC / 8,
+            SingleThread,
+            |n| class_cycles(&classed_bulkhead(8, true), 3, 2, n),
+        ),
         case("guarded/bare+clock".into(), UNC, SingleThread, |n| {
             bare_plus_clock(&bulkhead(1), n)
         }),

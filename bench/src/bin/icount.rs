@@ -224,6 +224,13 @@ fn rows() -> Vec<TableRow> {
             "—",
         ),
         (
+            "  beyond its floor (through the dispatcher)".into(),
+            "plain admit + end",
+            "classes/8+reserve/shared".into(),
+            "budget/plain".into(),
+            "—",
+        ),
+        (
             "  64 classes".into(),
             "1 class",
             "classes/64".into(),

@@ -140,6 +140,13 @@ fn rows() -> Vec<Row> {
             Info,
         ),
         row(
+            "  beyond its floor (through the dispatcher)",
+            "plain admit + end",
+            "classes/8+reserve/shared",
+            "budget/plain",
+            Info,
+        ),
+        row(
             "  64 classes",
             "1 class",
             "classes/64",

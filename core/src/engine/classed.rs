@@ -106,6 +106,21 @@ impl<const N: usize> Engine<N> {
         if !TAKE {
             return self.classed_estimate(book, w, c, class);
         }
+        let r = book.rank(class);
+        // The fast path: wholly inside the class's untouched floor, nobody of its class queued
+        // (SeqCst: with `entered`), one CAS of the class's hold, then the permit word (which
+        // refuses only past the limit: a shrink's attrition, the kill switch).
+        if c == 0 && book.ranks[r].queued.load(SeqCst) == 0 && book.try_floor(r, w) {
+            match self.permits.reserve_for_head(w, 0) {
+                Reserve::Reserved => return Ok(0),
+                Reserve::Closed => {
+                    book.give(r, [w, 0]);
+                    return Err(TakeError::Closed);
+                }
+                // Over the limit: the pass decides (and refuses).
+                Reserve::Blocked => book.give(r, [w, 0]),
+            }
+        }
         let Ok(t) = self.ring.claim_nowait() else {
             // Every cell holds a waiter or an untaken result: let the head follow the tail.
             self.run_dispatcher();
@@ -113,18 +128,20 @@ impl<const N: usize> Engine<N> {
         };
         self.write_cell(t, w, c | COST_NOWAIT, None, CallWord::default());
         book.set_cell_class(self.ring.index(t), class, true);
+        book.entered(r, false);
         self.ring.publish(t);
-        self.permits.set_waiters();
         self.run_dispatcher();
-        loop {
+        let answer = loop {
             match self.poll(Ticket(t), None, false) {
                 Ok(Polled::Pending) => crate::sync::spin_wait(),
-                Ok(Polled::Granted { .. }) => return Ok(0),
-                Ok(Polled::Rejected { rejection, .. }) => return Err(take_error(rejection.reason)),
+                Ok(Polled::Granted { .. }) => break Ok(0),
+                Ok(Polled::Rejected { rejection, .. }) => break Err(take_error(rejection.reason)),
                 // Nobody else holds this ticket.
-                Err(_) => return Err(TakeError::Busy),
+                Err(_) => break Err(TakeError::Busy),
             }
-        }
+        };
+        book.left(r, false);
+        answer
     }
 
     /// The dry run's answer on a classed bulkhead: from the counts of this moment, whether the
@@ -148,8 +165,7 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn classed_enqueued(&self, t: Word, class: u16) {
         if let Some(book) = self.classes() {
             book.set_cell_class(self.ring.index(t), class, false);
-            // AcqRel: a statistic read by the dry run.
-            book.ranks[book.rank(class)].queued.fetch_add(1, AcqRel);
+            book.entered(book.rank(class), true);
         }
     }
 
@@ -158,16 +174,7 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn classed_left(&self, t: Word) {
         if let Some(book) = self.classes() {
             let class = book.cell_class(self.ring.index(t));
-            // AcqRel: as in `classed_enqueued`.
-            book.ranks[book.rank(class)].queued.fetch_sub(1, AcqRel);
-        }
-    }
-
-    /// Class `class` returns `w` permits and `c` units (a release), before its dispatcher pass.
-    #[inline]
-    pub(crate) fn classed_give(&self, w: Word, c: Word, class: u16) {
-        if let Some(book) = self.classes() {
-            book.give(book.rank(class), [w, c]);
+            book.left(book.rank(class), true);
         }
     }
 
@@ -221,21 +228,24 @@ impl<const N: usize> Engine<N> {
 
     fn pass_lists(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> bool {
         loop {
-            self.thread(book, lists);
+            let stopped_at_claim = !self.thread(book, lists);
             if self.grant_heads(book, lists, batch) == Some(true) {
                 return true;
             }
             self.refuse_nowait(book, lists);
             // `WAITERS` stays set for good (every release must run the classed step), so
-            // nothing is cleared here; an enqueuer that claimed meanwhile dispatches itself.
-            if self.ring.head() == self.ring.tail() {
+            // nothing is cleared here. A cell claimed but not published yet: its enqueuer
+            // dispatches after publishing (never wait for it here). Cells published meanwhile
+            // behind the tail we saw: thread them too.
+            if stopped_at_claim || self.ring.head() == self.ring.tail() {
                 return false;
             }
         }
     }
 
-    /// Threads the published cells between head and tail onto their classes' lists.
-    fn thread(&self, book: &ClassBook, lists: &mut Lists) {
+    /// Threads the published cells between head and tail onto their classes' lists. `false`
+    /// if it stopped at a cell claimed but not published yet.
+    fn thread(&self, book: &ClassBook, lists: &mut Lists) -> bool {
         let mut h = self.ring.head();
         while h != self.ring.tail() {
             let cell = self.ring.cell(h);
@@ -243,7 +253,7 @@ impl<const N: usize> Engine<N> {
             let s = Stamp(cell.stamp.load(Acquire));
             if s.identity() == self.ring.lap(h) && s.kind() == Kind::Claimed {
                 // Its enqueuer dispatches after publishing.
-                return;
+                return false;
             }
             if s.identity() == self.ring.lap(h) && s.kind() == Kind::Waiting {
                 let i = self.ring.index(h);
@@ -254,6 +264,7 @@ impl<const N: usize> Engine<N> {
             // Gone (cancelled, skipped), expired (its owner polls), or threaded now.
             h = self.ring.advance_head(h);
         }
+        true
     }
 
     /// Grants heads in the dispatch order until none fits. `Some(true)`: the wake batch
@@ -369,7 +380,12 @@ impl<const N: usize> Engine<N> {
             // The next look refuses it `shutdown`.
             Reserve::Closed => return Grant::Done,
         }
-        book.take(head.rank, [w, c]);
+        let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+        if !book.try_take(head.rank, [w, c], limits) {
+            // A fast-path floor take raced the verdict: look again.
+            self.permits.give(w, c);
+            return Grant::Done;
+        }
         // Before the grant is visible, as the plain pass (the owner may claim it at once).
         self.counters.unclaimed.fetch_add(w, AcqRel);
         if c != 0 {

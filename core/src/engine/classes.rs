@@ -131,6 +131,9 @@ pub(crate) struct ClassBook {
     reserve: [Word; DIMS],
     /// Σ max(0, held − floor) over the classes, per dimension.
     shared_used: [AtomicWord; DIMS],
+    /// Live waiters plus no-wait cells on their way through a pass: while 0, a release has
+    /// nobody to hand its units to and skips the dispatcher.
+    pending: AtomicWord,
     lists: UnsafeCell<Lists>,
 }
 
@@ -193,6 +196,7 @@ impl ClassBook {
             floors,
             reserve,
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
+            pending: AtomicWord::new(0),
             lists: UnsafeCell::new(Lists {
                 ends: alloc::vec![(NIL, NIL); n].into_boxed_slice(),
                 links: alloc::vec![UNLINKED; cells].into_boxed_slice(),
@@ -238,8 +242,8 @@ impl ClassBook {
         let rank = &self.ranks[r];
         let mut need = [0 as Word; DIMS];
         for d in 0..DIMS {
-            // Acquire: pairs with the releases' RMWs (their permits come back after).
-            let h = rank.held[d].load(Acquire);
+            // SeqCst: with the releases' RMWs and `pending` (see `has_pending`).
+            let h = rank.held[d].load(SeqCst);
             if h.saturating_add(n[d]) > rank.ceiling[d] {
                 return Verdict::Ceiling(d);
             }
@@ -254,15 +258,101 @@ impl ClassBook {
             }
             let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
             let cap = limits[d].saturating_sub(self.floors[d] + reserve);
-            // Acquire: as above.
-            if self.shared_used[d].load(Acquire).saturating_add(want) > cap {
+            // SeqCst: as above.
+            if self.shared_used[d].load(SeqCst).saturating_add(want) > cap {
                 return Verdict::Pool(d);
             }
         }
         Verdict::Shared
     }
 
-    /// Rank `r` takes `n` (the dispatcher, before the grant is visible).
+    /// The dispatcher's take for a head whose verdict fit: `n` for rank `r`, each dimension
+    /// one CAS that re-checks the class's ceiling and the shared units the take needs against
+    /// the room `limits` leave (a fast-path floor take may have raced the verdict). `false`,
+    /// with nothing taken, if it no longer fits.
+    pub(crate) fn try_take(&self, r: usize, n: [Word; DIMS], limits: [Word; DIMS]) -> bool {
+        let rank = &self.ranks[r];
+        for d in 0..DIMS {
+            if n[d] == 0 {
+                continue;
+            }
+            let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
+            let cap = limits[d].saturating_sub(self.floors[d] + reserve);
+            // SeqCst: as in `verdict`. Only the dispatcher adds shared units, so this read
+            // bounds the room from below.
+            let room = cap.saturating_sub(self.shared_used[d].load(SeqCst));
+            let mut h = rank.held[d].load(SeqCst);
+            let grew = loop {
+                let grew = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
+                if h + n[d] > rank.ceiling[d] || grew > room {
+                    if d == 1 {
+                        self.give(r, [n[0], 0]);
+                    }
+                    return false;
+                }
+                // SeqCst: one order with the releases and the fast path's floor takes.
+                match rank.held[d].compare_exchange_weak(h, h + n[d], SeqCst, SeqCst) {
+                    Ok(_) => break grew,
+                    Err(actual) => h = actual,
+                }
+            };
+            if grew != 0 {
+                self.shared_used[d].fetch_add(grew, SeqCst);
+            }
+        }
+        true
+    }
+
+    /// The fast path (docs/design.md §4.8): `w` permits (and no budget units) for rank `r`
+    /// wholly inside its class's untouched floor, in one CAS of the class's hold — a partition
+    /// nobody else takes from, so no pass is needed. The caller checked that nobody of the
+    /// class is queued (no barging) and takes the permit word next.
+    #[inline]
+    pub(crate) fn try_floor(&self, r: usize, w: Word) -> bool {
+        let rank = &self.ranks[r];
+        let mut h = rank.held[0].load(Relaxed);
+        loop {
+            if h + w > rank.floor[0] {
+                return false;
+            }
+            // SeqCst: as in `try_take`.
+            match rank.held[0].compare_exchange_weak(h, h + w, SeqCst, Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => h = actual,
+            }
+        }
+    }
+
+    /// Rank `r` is asked for by a waiter or a no-wait cell (before its publish); `queued`:
+    /// a live waiter (counted in the class's `queued`).
+    pub(crate) fn entered(&self, r: usize, queued: bool) {
+        // SeqCst: with the release's load in `has_pending` (a release either sees this or
+        // the pass this enqueuer runs after its publish sees the release's units).
+        self.pending.fetch_add(1, SeqCst);
+        if queued {
+            // AcqRel: a statistic read by the dry run and the fast path.
+            self.ranks[r].queued.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// The waiter or no-wait cell counted by [`entered`](Self::entered) left (settled or
+    /// cancelled).
+    pub(crate) fn left(&self, r: usize, queued: bool) {
+        if queued {
+            self.ranks[r].queued.fetch_sub(1, SeqCst);
+        }
+        self.pending.fetch_sub(1, SeqCst);
+    }
+
+    /// Whether a waiter or no-wait cell may need a pass (a release's question, after it
+    /// returned its class's units).
+    #[inline]
+    pub(crate) fn has_pending(&self) -> bool {
+        // SeqCst: see `entered`.
+        self.pending.load(SeqCst) != 0
+    }
+
+    /// Rank `r` takes `n` unchecked (a forgotten call's hold moving to class 0).
     pub(crate) fn take(&self, r: usize, n: [Word; DIMS]) {
         let rank = &self.ranks[r];
         for (d, &n) in n.iter().enumerate() {
@@ -285,8 +375,8 @@ impl ClassBook {
             if n == 0 {
                 continue;
             }
-            // AcqRel: as in `take`.
-            let prev = rank.held[d].fetch_sub(n, AcqRel);
+            // SeqCst: see `has_pending`.
+            let prev = rank.held[d].fetch_sub(n, SeqCst);
             let shrank = over(prev, rank.floor[d]) - over(prev.saturating_sub(n), rank.floor[d]);
             if shrank != 0 {
                 self.shared_used[d].fetch_sub(shrank, AcqRel);

@@ -874,10 +874,7 @@ impl<const N: usize> Engine<N> {
                         }
                         #[cfg(feature = "alloc")]
                         if let Some(book) = self.classes() {
-                            // AcqRel: as in `classed_enqueued`.
-                            book.ranks[book.rank(call.class)]
-                                .queued
-                                .fetch_sub(1, AcqRel);
+                            book.left(book.rank(call.class), true);
                         }
                         self.counters.reject(reason);
                         cell.waker.clear(t);
@@ -942,7 +939,14 @@ impl<const N: usize> Engine<N> {
     #[inline(never)]
     fn released_to_waiters(&self, w: Word, c: Word, class: u16) {
         #[cfg(feature = "alloc")]
-        self.classed_give(w, c, class);
+        if let Some(book) = self.classes() {
+            book.give(book.rank(class), [w, c]);
+            if !book.has_pending() {
+                // Nobody to hand the units to: a waiter or no-wait cell that comes later
+                // runs its own pass, which sees them (`ClassBook::entered`).
+                return;
+            }
+        }
         let _ = (w, c, class);
         self.run_dispatcher();
     }

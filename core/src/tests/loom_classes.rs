@@ -41,6 +41,35 @@ fn two(limit: u64, floor: u64) -> Arc<Classed> {
     )
 }
 
+/// Interactive (floor 1, ceiling 1, priority 10) and batch over a limit of 2: the permit word
+/// alone would let a second interactive call in, only the class's ceiling refuses it.
+fn capped() -> Arc<Classed> {
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 1,
+            ceiling: Some(1),
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    Arc::new(
+        Bulkhead::with_classes(
+            Config {
+                max_concurrent: 2,
+                max_queue: 2,
+                ..Config::DEFAULT
+            },
+            &ClassTable {
+                classes: &classes,
+                reserve: PriorityReserve::default(),
+            },
+            ClockSource::None,
+        )
+        .unwrap(),
+    )
+}
+
 fn admit(b: &Arc<Classed>, class: u16, no_wait: bool) -> Decision<Arc<Classed>, 0> {
     let r = Request::new(1).class(class);
     let r = if no_wait { r.no_wait() } else { r };
@@ -141,6 +170,41 @@ fn loom_class_cancel_vs_grant_settles_once() {
         let cs = b.class_stats(0).unwrap();
         assert_eq!(cs.in_flight, u64::from(got.is_some()), "{cs:?}");
         drop(got);
+        quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_class_fast_floor_take_vs_the_pass_never_double_grants() {
+    // Limit 2 = interactive's floor 1 (its ceiling too) + 1 shared. H holds the floor; one
+    // thread releases it and
+    // then asks again while another asks at the same time: a request may take the floor on
+    // the fast path (one CAS) or through a pass whose take re-checks the class's hold. Never
+    // both at once (each checks the class's hold while it holds the unit, so an overlap is
+    // seen by the later one), and the unit goes to at least one of them.
+    model_at_most(3, || {
+        let b = capped();
+        let h = match admit(&b, 0, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            let d = admit(&b2, 0, true);
+            let got = matches!(d, Decision::Granted(_));
+            let cs = b2.class_stats(0).unwrap();
+            assert!(cs.in_flight <= 1, "{cs:?}");
+            drop(d);
+            got
+        });
+        drop(h);
+        let y = admit(&b, 0, true);
+        let y_got = matches!(y, Decision::Granted(_));
+        let cs = b.class_stats(0).unwrap();
+        assert!(cs.in_flight <= 1, "{cs:?}");
+        drop(y);
+        let x_got = t.join().unwrap();
+        assert!(x_got || y_got, "the released floor unit went to nobody");
         quiescent(&b);
     });
 }
