@@ -192,6 +192,7 @@ pub fn classed_bulkhead(classes: usize, reserve: bool) -> Bulkhead {
             ..Config::default()
         },
         &ClassTable {
+            lending: false,
             classes: &specs,
             reserve: PriorityReserve {
                 permits: if reserve { 2 } else { 0 },

@@ -42,6 +42,7 @@ enum Op {
 struct Table {
     classes: Vec<ClassSpec>,
     reserve: PriorityReserve,
+    lending: bool,
 }
 
 fn table() -> impl Strategy<Value = Table> {
@@ -53,8 +54,13 @@ fn table() -> impl Strategy<Value = Table> {
             ..ClassSpec::DEFAULT
         },
     );
-    (prop::collection::vec(class, 1..=4), 0u64..=1, 0u8..3).prop_map(
-        |(mut classes, permits, min_priority)| {
+    (
+        prop::collection::vec(class, 1..=4),
+        0u64..=1,
+        0u8..3,
+        any::<bool>(),
+    )
+        .prop_map(|(mut classes, permits, min_priority, lending)| {
             // Keep Σ floors + reserve within the limit.
             while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
                 let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
@@ -67,9 +73,9 @@ fn table() -> impl Strategy<Value = Table> {
                     budget: 0,
                     min_priority,
                 },
+                lending,
             }
-        },
-    )
+        })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -95,6 +101,7 @@ struct Model {
     limit: u64,
     spec: Vec<ClassSpec>,
     reserve: PriorityReserve,
+    lending: bool,
     /// Class indices by rank: priority descending, ties by index.
     order: Vec<usize>,
     held: Vec<u64>,
@@ -110,6 +117,7 @@ impl Model {
             limit: MAX_CONCURRENT,
             spec: t.classes.clone(),
             reserve: t.reserve,
+            lending: t.lending,
             order,
             held: vec![0; t.classes.len()],
             queues: vec![VecDeque::new(); t.classes.len()],
@@ -144,7 +152,16 @@ impl Model {
         } else {
             self.reserve.permits
         };
-        let cap = self.limit.saturating_sub(self.floors() + reserve);
+        let mut cap = self.limit.saturating_sub(self.floors() + reserve);
+        if self.lending {
+            // The other classes' idle floor units, once this take has filled its own floor.
+            let used: u64 = (0..self.spec.len())
+                .map(|k| self.held[k].min(self.spec[k].floor))
+                .sum();
+            cap += self
+                .floors()
+                .saturating_sub(used + w.min(f.saturating_sub(h)));
+        }
         if self.shared() + need > cap {
             Verdict::Pool
         } else {
@@ -159,10 +176,16 @@ impl Model {
     /// One dispatch to quiescence: (granted, refused) waiter ids.
     fn dispatch(&mut self) -> (Vec<u64>, Vec<u64>) {
         let (mut granted, mut refused) = (vec![], vec![]);
+        // Classes whose floor head the limit itself held back: other floor heads may still
+        // take their own floors, nobody takes shared units past it.
+        let mut over_limit = vec![false; self.spec.len()];
         loop {
             let mut pick = None;
-            let mut pool_blocked = false;
+            let mut pool_blocked = over_limit.iter().any(|&b| b);
             for &c in &self.order.clone() {
+                if over_limit[c] {
+                    continue;
+                }
                 // Heads that can never fit now are refused as the pass meets them.
                 while let Some(&(id, w)) = self.queues[c].front() {
                     if !self.never_fits(c, w) {
@@ -176,21 +199,25 @@ impl Model {
                 };
                 match self.verdict(c, w) {
                     Verdict::Floor => {
-                        pick = Some(c);
+                        pick = Some((c, true));
                         break;
                     }
-                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some(c),
+                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some((c, false)),
                     Verdict::Pool => pool_blocked = true,
                     _ => {}
                 }
             }
-            let Some(c) = pick else {
+            let Some((c, floor)) = pick else {
                 return (granted, refused);
             };
-            // The limit itself comes last: after a shrink, holders above it leave by
-            // attrition and nobody is granted until the total fits (floors included).
+            // The limit itself comes last (after a shrink, holders above it leave by
+            // attrition; with lending, floors may be lent out).
             let w = self.queues[c].front().unwrap().1;
             if self.held.iter().sum::<u64>() + w > self.limit {
+                if floor {
+                    over_limit[c] = true;
+                    continue;
+                }
                 return (granted, refused);
             }
             let (id, w) = self.queues[c].pop_front().unwrap();
@@ -214,6 +241,7 @@ fn run(t: &Table, ops: &[Op]) {
             ..Config::DEFAULT
         },
         &ClassTable {
+            lending: t.lending,
             classes: &t.classes,
             reserve: t.reserve,
         },
@@ -227,7 +255,7 @@ fn run(t: &Table, ops: &[Op]) {
     let mut next_id = 0u64;
     let mut revision = 0u64;
     // The shared units and the low ranks' shared units after the previous step.
-    let mut prev = (0u64, 0u64);
+    let mut prev = (0u64, 0u64, 0u64);
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Admit {
@@ -384,16 +412,29 @@ fn run(t: &Table, ops: &[Op]) {
             .map(|c| m.held[c].saturating_sub(t.classes[c].floor))
             .sum();
         let cap = m.limit.saturating_sub(m.floors());
-        let low_cap = cap.saturating_sub(t.reserve.permits);
+        let mut low_cap = cap.saturating_sub(t.reserve.permits);
+        if t.lending {
+            // Borrowed idle floor units count beyond their borrowers' floors.
+            let used: u64 = (0..t.classes.len())
+                .map(|k| m.held[k].min(t.classes[k].floor))
+                .sum();
+            low_cap += m.floors().saturating_sub(used);
+        }
+        // With lending the shared units may pass it by design (borrowed idle floors); the
+        // limit still holds every unit.
         assert!(
-            m.shared() <= cap || m.shared() <= prev.0,
+            m.shared() <= cap || m.shared() <= prev.0 || t.lending,
             "step {step}: the shared units grew past the limit less the floors"
+        );
+        assert!(
+            total <= m.limit || total <= prev.2,
+            "step {step}: the holds grew past the limit"
         );
         assert!(
             low <= low_cap || low <= prev.1,
             "step {step}: the low ranks grew into the reserve"
         );
-        prev = (m.shared(), low);
+        prev = (m.shared(), low, total);
     }
     drop(waiting);
     drop(held);

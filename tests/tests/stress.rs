@@ -1293,6 +1293,7 @@ fn classes_keep_their_partition_under_threads() {
             ..Config::DEFAULT
         },
         &ClassTable {
+            lending: false,
             classes: &classes,
             reserve: PriorityReserve {
                 permits: 1,

@@ -78,6 +78,13 @@ pub struct ClassTable<'a> {
     pub classes: &'a [ClassSpec],
     /// The priority reserve.
     pub reserve: PriorityReserve,
+    /// Work-conserving lending: a class that has used its floor and the shared units may
+    /// borrow other classes' idle floor units (never the reserve). A lent unit comes back to
+    /// its owner first: as borrowers release, a waiting owner's floor turn comes before any
+    /// borrower's. The price: while its floor is lent out, an owner's no-wait request may be
+    /// refused (a queued one waits for the reclaim). `false` (the default): floors are never
+    /// lent.
+    pub lending: bool,
 }
 
 /// What is wrong with a class table.

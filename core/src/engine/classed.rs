@@ -275,11 +275,15 @@ impl<const N: usize> Engine<N> {
         lists: &mut Lists,
         batch: &mut WakeBatch,
     ) -> Option<bool> {
+        // Ranks whose floor head the limit itself held back (a shrink's attrition, or floors
+        // lent out): other classes' floor heads may still take their own floors, but nobody
+        // takes shared units past it.
+        let mut over_limit: u64 = 0;
         loop {
             let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
-            let mut pick: Option<(Head, Stamp)> = None;
-            let mut pool_blocked = false;
-            let mut mask = lists.nonempty();
+            let mut pick: Option<(Head, Stamp, bool)> = None;
+            let mut pool_blocked = over_limit != 0;
+            let mut mask = lists.nonempty() & !over_limit;
             while mask != 0 {
                 let r = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
@@ -292,18 +296,21 @@ impl<const N: usize> Engine<N> {
                 let (w, c) = self.cell_ask(head.ticket);
                 match book.verdict(r, [w, c], limits) {
                     Verdict::Floor => {
-                        pick = Some((head, s));
+                        pick = Some((head, s, true));
                         break;
                     }
-                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some((head, s)),
+                    Verdict::Shared if pick.is_none() && !pool_blocked => {
+                        pick = Some((head, s, false))
+                    }
                     Verdict::Pool(_) => pool_blocked = true,
                     _ => {}
                 }
             }
-            let (head, s) = pick?;
+            let (head, s, floor) = pick?;
             match self.grant(book, lists, head, s, batch) {
                 Grant::Done if batch.is_full() => return Some(true),
                 Grant::Done => {}
+                Grant::Blocked if floor => over_limit |= 1 << head.rank,
                 Grant::Blocked => return Some(false),
             }
         }

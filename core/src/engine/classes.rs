@@ -131,6 +131,10 @@ pub(crate) struct ClassBook {
     reserve: [Word; DIMS],
     /// Σ max(0, held − floor) over the classes, per dimension.
     shared_used: [AtomicWord; DIMS],
+    /// Lending (opt-in): a class beyond the shared units may borrow other classes' idle floor
+    /// units; then `floor_used = Σ min(held, floor)` is kept too (else it stays 0).
+    lending: bool,
+    floor_used: [AtomicWord; DIMS],
     /// Live waiters plus no-wait cells on their way through a pass: while 0, a release has
     /// nobody to hand its units to and skips the dispatcher.
     pending: AtomicWord,
@@ -196,6 +200,8 @@ impl ClassBook {
             floors,
             reserve,
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
+            lending: table.lending,
+            floor_used: [AtomicWord::new(0), AtomicWord::new(0)],
             pending: AtomicWord::new(0),
             lists: UnsafeCell::new(Lists {
                 ends: alloc::vec![(NIL, NIL); n].into_boxed_slice(),
@@ -256,14 +262,56 @@ impl ClassBook {
             if want == 0 {
                 continue;
             }
-            let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
-            let cap = limits[d].saturating_sub(self.floors[d] + reserve);
             // SeqCst: as above.
-            if self.shared_used[d].load(SeqCst).saturating_add(want) > cap {
+            let h = rank.held[d].load(SeqCst);
+            if !self.fits_pool(r, d, h, n[d], want, limits[d]) {
                 return Verdict::Pool(d);
             }
         }
         Verdict::Shared
+    }
+
+    /// Whether rank `r` taking `n` units of dimension `d` at a hold of `h`, `want` of them
+    /// beyond its floor, fits the pool under `limit`: the shared rest (plus the reserve for a
+    /// priority ≥ `min_priority`), and with lending also the other classes' idle floor units.
+    /// Reads `shared_used` (only the dispatcher adds to it: a lower bound of the room).
+    fn fits_pool(&self, r: usize, d: usize, h: Word, n: Word, want: Word, limit: Word) -> bool {
+        let rank = &self.ranks[r];
+        let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
+        let mut cap = limit.saturating_sub(self.floors[d] + reserve);
+        if self.lending {
+            // Idle floor units of the other classes once this take has filled its own floor
+            // (a fast-path floor take may shrink them meanwhile: the permit word, taken
+            // first, still bounds the whole at the limit).
+            let own = n.min(rank.floor[d].saturating_sub(h));
+            // SeqCst: as in `verdict`.
+            let used = self.floor_used[d].load(SeqCst) + own;
+            cap += self.floors[d].saturating_sub(used);
+        }
+        // SeqCst: as in `verdict`.
+        self.shared_used[d].load(SeqCst).saturating_add(want) <= cap
+    }
+
+    /// Rank `r`'s hold of dimension `d` moved from `prev` to `next` (one RMW or CAS of its
+    /// `held`): the shared and floor units follow by the same telescoping difference.
+    #[inline]
+    fn moved(&self, r: usize, d: usize, prev: Word, next: Word) {
+        let f = self.ranks[r].floor[d];
+        let (so, sn) = (over(prev, f), over(next, f));
+        // SeqCst: as in `verdict`.
+        if sn > so {
+            self.shared_used[d].fetch_add(sn - so, SeqCst);
+        } else if so > sn {
+            self.shared_used[d].fetch_sub(so - sn, SeqCst);
+        }
+        if self.lending {
+            let (fo, fnew) = (prev.min(f), next.min(f));
+            if fnew > fo {
+                self.floor_used[d].fetch_add(fnew - fo, SeqCst);
+            } else if fo > fnew {
+                self.floor_used[d].fetch_sub(fo - fnew, SeqCst);
+            }
+        }
     }
 
     /// The dispatcher's take for a head whose verdict fit: `n` for rank `r`, each dimension
@@ -276,15 +324,13 @@ impl ClassBook {
             if n[d] == 0 {
                 continue;
             }
-            let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
-            let cap = limits[d].saturating_sub(self.floors[d] + reserve);
-            // SeqCst: as in `verdict`. Only the dispatcher adds shared units, so this read
-            // bounds the room from below.
-            let room = cap.saturating_sub(self.shared_used[d].load(SeqCst));
+            // SeqCst: as in `verdict`.
             let mut h = rank.held[d].load(SeqCst);
-            let grew = loop {
-                let grew = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
-                if h + n[d] > rank.ceiling[d] || grew > room {
+            loop {
+                let want = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
+                if h + n[d] > rank.ceiling[d]
+                    || (want != 0 && !self.fits_pool(r, d, h, n[d], want, limits[d]))
+                {
                     if d == 1 {
                         self.give(r, [n[0], 0]);
                     }
@@ -292,13 +338,11 @@ impl ClassBook {
                 }
                 // SeqCst: one order with the releases and the fast path's floor takes.
                 match rank.held[d].compare_exchange_weak(h, h + n[d], SeqCst, SeqCst) {
-                    Ok(_) => break grew,
+                    Ok(_) => break,
                     Err(actual) => h = actual,
                 }
-            };
-            if grew != 0 {
-                self.shared_used[d].fetch_add(grew, SeqCst);
             }
+            self.moved(r, d, h, h + n[d]);
         }
         true
     }
@@ -317,7 +361,10 @@ impl ClassBook {
             }
             // SeqCst: as in `try_take`.
             match rank.held[0].compare_exchange_weak(h, h + w, SeqCst, Relaxed) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    self.moved(r, 0, h, h + w);
+                    return true;
+                }
                 Err(actual) => h = actual,
             }
         }
@@ -359,12 +406,9 @@ impl ClassBook {
             if n == 0 {
                 continue;
             }
-            // AcqRel: one order with the releases' RMWs.
-            let prev = rank.held[d].fetch_add(n, AcqRel);
-            let grew = over(prev + n, rank.floor[d]) - over(prev, rank.floor[d]);
-            if grew != 0 {
-                self.shared_used[d].fetch_add(grew, AcqRel);
-            }
+            // SeqCst: as in `verdict`.
+            let prev = rank.held[d].fetch_add(n, SeqCst);
+            self.moved(r, d, prev, prev + n);
         }
     }
 
@@ -377,10 +421,7 @@ impl ClassBook {
             }
             // SeqCst: see `has_pending`.
             let prev = rank.held[d].fetch_sub(n, SeqCst);
-            let shrank = over(prev, rank.floor[d]) - over(prev.saturating_sub(n), rank.floor[d]);
-            if shrank != 0 {
-                self.shared_used[d].fetch_sub(shrank, AcqRel);
-            }
+            self.moved(r, d, prev, prev.saturating_sub(n));
         }
     }
 

@@ -152,7 +152,7 @@ impl Bulkhead<0> {
     ///     ClassSpec { priority: 10, floor: 2, ..ClassSpec::DEFAULT }, // 0: interactive
     ///     ClassSpec { priority: 0, ceiling: Some(3), ..ClassSpec::DEFAULT }, // 1: batch
     /// ];
-    /// let table = ClassTable { classes: &classes, reserve: PriorityReserve::default() };
+    /// let table = ClassTable { lending: false, classes: &classes, reserve: PriorityReserve::default() };
     /// let bh = Bulkhead::with_classes(
     ///     Config { max_concurrent: 4, ..Config::default() },
     ///     &table,

@@ -41,7 +41,11 @@ fn classed(limit: u64, classes: &[ClassSpec], reserve: PriorityReserve) -> Bulkh
             max_queue: 8,
             ..Config::DEFAULT
         },
-        &ClassTable { classes, reserve },
+        &ClassTable {
+            lending: false,
+            classes,
+            reserve,
+        },
         ClockSource::None,
     )
     .unwrap()
@@ -70,7 +74,12 @@ fn partition_holds(bh: &Bulkhead) {
         .sum();
     assert_eq!(bh.class_shared_in_use().unwrap()[0], over);
     let floors: u64 = classes.iter().map(|c| c.floor).sum();
-    assert!(over <= s.limit.saturating_sub(floors), "{classes:?}");
+    // With lending the shared units may also be borrowed idle floors: the limit bounds all.
+    let lent: u64 = classes
+        .iter()
+        .map(|c| c.floor.saturating_sub(c.in_flight))
+        .sum();
+    assert!(over <= s.limit.saturating_sub(floors) + lent, "{classes:?}");
     for c in &classes {
         assert!(c.in_flight <= c.ceiling, "{c:?}");
     }
@@ -351,6 +360,7 @@ fn budgets_have_floors_and_ceilings_per_class() {
             ..Config::DEFAULT
         },
         &ClassTable {
+            lending: false,
             classes: &[
                 ClassSpec {
                     priority: 1,
@@ -391,8 +401,16 @@ fn bad_tables_and_classes_are_named() {
         ..Config::DEFAULT
     };
     let build = |classes: &[ClassSpec], reserve: PriorityReserve, config: Config| {
-        Bulkhead::with_classes(config, &ClassTable { classes, reserve }, ClockSource::None)
-            .map(drop)
+        Bulkhead::with_classes(
+            config,
+            &ClassTable {
+                lending: false,
+                classes,
+                reserve,
+            },
+            ClockSource::None,
+        )
+        .map(drop)
     };
     let e = build(&[], PriorityReserve::default(), config).unwrap_err();
     assert_eq!(e, ConfigError::Class(ClassError::Count { count: 0 }));
@@ -520,4 +538,52 @@ fn close_refuses_every_class_waiter() {
         Decision::Rejected(e) if e.reason() == Some(Reason::Shutdown)
     ));
     drop(a);
+}
+
+#[test]
+fn lending_lends_idle_floors_and_the_owner_reclaims_first() {
+    // limit 4 = interactive's floor 2 + batch's floor 0 + shared 2; lending on.
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 2,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 4,
+            max_queue: 8,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            classes: &classes,
+            reserve: PriorityReserve::default(),
+            lending: true,
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    // Batch borrows the shared 2 and then interactive's idle floor: work-conserving.
+    let mut batch: Vec<_> = (0..4)
+        .map(|_| granted(bh.admit(&now(1, 1), None)))
+        .collect();
+    assert_eq!(bh.class_shared_in_use(), Some([4, 0]));
+    // Interactive's floor is lent out: a no-wait request is refused, a queued one waits …
+    assert_eq!(
+        refused(bh.admit(&now(0, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    let mut owner = queued(bh.admit(&wait(0, 1), None));
+    let mut borrower = queued(bh.admit(&wait(1, 1), None));
+    // … and the first unit a borrower returns goes to it, not to the next borrower.
+    drop(batch.pop());
+    let i = poll_granted(&mut owner).expect("the owner reclaims first");
+    assert!(poll_granted(&mut borrower).is_none());
+    partition_holds(&bh);
+    drop((batch, i));
+    let b = poll_granted(&mut borrower).expect("then the borrower");
+    drop(b);
+    partition_holds(&bh);
 }

@@ -32,6 +32,7 @@ fn two(limit: u64, floor: u64) -> Arc<Classed> {
                 ..Config::DEFAULT
             },
             &ClassTable {
+                lending: false,
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },
@@ -61,6 +62,7 @@ fn capped() -> Arc<Classed> {
                 ..Config::DEFAULT
             },
             &ClassTable {
+                lending: false,
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },
