@@ -67,6 +67,7 @@ export type Reason =
   | 'circuit_open'
   | 'call_timeout'
   | 'budget_limit'
+  | 'shed'
 
 /** The admission reasons, indexed like C's `hg_reason` (frozen). */
 export declare const REASONS: readonly [
@@ -79,6 +80,7 @@ export declare const REASONS: readonly [
   'circuit_open',
   'call_timeout',
   'budget_limit',
+  'shed',
 ]
 
 /**

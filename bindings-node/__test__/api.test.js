@@ -19,6 +19,7 @@ const ALL_REASONS = [
   'circuit_open',
   'call_timeout',
   'budget_limit',
+  'shed',
 ]
 const zeroRejections = () => Object.fromEntries(ALL_REASONS.map((r) => [r, 0]))
 

@@ -1059,7 +1059,7 @@ def test_range_errors_show_the_range_and_the_value() -> None:
 
 
 def test_reasons_are_the_core_table() -> None:
-    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 9
+    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 10
     for r in _native.REASONS:
         assert set(r) == {"name", "code", "retryable", "category"}
         assert isinstance(r["name"], str) and isinstance(r["code"], str)
@@ -1067,6 +1067,11 @@ def test_reasons_are_the_core_table() -> None:
     assert set(hullguard.Bulkhead().stats()["rejected_by_reason"]) == set(REASONS)
     by_name = {r["name"]: r for r in _native.REASONS}
     assert by_name["shutdown"]["retryable"] is False and by_name["timeout"]["code"] == "BULKHEAD_QUEUE_TIMEOUT"
+    # shed (docs/design.md §4.8): its own code and class, retryable.
+    assert by_name["shed"]["code"] == "BULKHEAD_SHED" and by_name["shed"]["retryable"] is True
+    from hullguard import _errors
+
+    assert _errors._class_for("BULKHEAD_SHED") is hullguard.BulkheadShedError
 
 
 def test_the_exception_class_is_the_one_declaring_the_code() -> None:

@@ -37,6 +37,9 @@ pub enum Reason {
     /// The bulkhead's budget (its second dimension) has too few free units: not admitted now
     /// and not queued, or the request's cost is above the current budget.
     BudgetLimit = 8,
+    /// Evicted from the queue of a classed bulkhead for a higher-priority arrival when the
+    /// queue was full (docs/design.md §4.8): the youngest waiter of the lowest priority.
+    Shed = 9,
 }
 
 /// One row of the reason table: everything every layer says about a reason, in one place.
@@ -95,11 +98,12 @@ reasons! {
     CircuitOpen = 6, "circuit_open", "CIRCUIT_OPEN", true;
     CallTimeout = 7, "call_timeout", "BULKHEAD_CALL_TIMEOUT", true;
     BudgetLimit = 8, "budget_limit", "BULKHEAD_FULL", true;
+    Shed = 9, "shed", "BULKHEAD_SHED", true;
 }
 
 impl Reason {
     /// How many reasons there are (the length of every per-reason array).
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
 
     /// Every reason, in `hg_reason` order.
     pub const ALL: [Reason; Reason::COUNT] = {
@@ -226,6 +230,8 @@ pub enum Bound {
     Breaker,
     /// The per-call timeout (`call_timeout`).
     CallTimeout,
+    /// A higher-priority arrival took the place in a full queue (`shed`).
+    Shed,
 }
 
 impl Bound {
@@ -243,6 +249,7 @@ impl Bound {
             Bound::Closed => "closed",
             Bound::Breaker => "breaker",
             Bound::CallTimeout => "call_timeout",
+            Bound::Shed => "shed",
         }
     }
 }
@@ -320,6 +327,7 @@ impl Rejection {
             Reason::Shutdown => Bound::Closed,
             Reason::CircuitOpen => Bound::Breaker,
             Reason::CallTimeout => Bound::CallTimeout,
+            Reason::Shed => Bound::Shed,
         };
         RejectionDetail {
             reason: self.reason,

@@ -122,8 +122,8 @@ enum hg_status
    */
   HG_STATUS_BUDGET_LIMIT = 2008,
   /**
-   * Rejected `shed` (evicted from the queue, or shed by queue delay or load). Reserved: not
-   * returned by this version.
+   * Rejected `shed` (evicted from a full queue for a higher-priority arrival). Named by this
+   * version; not returned yet, as a C bulkhead cannot be given classes before the next one.
    */
   HG_STATUS_SHED = 2009,
   /**
@@ -197,10 +197,11 @@ typedef uint32_t hg_circuit_state;
 /**
  * Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
  *
- * 9–10 are declared now for the reasons the next versions add (docs/design.md): reserved, not
- * returned by this version — `hg_reason_name()` returns NULL for them and their
- * `hg_stats.rejected` entries stay 0 until then. 8 (`budget_limit`) is named already; a C
- * bulkhead cannot be given a budget before the next version, so it is not returned yet.
+ * 10 is declared now for the reason the next versions add (docs/design.md): reserved, not
+ * returned by this version — `hg_reason_name()` returns NULL for it and its
+ * `hg_stats.rejected` entry stays 0 until then. 8 (`budget_limit`) and 9 (`shed`) are named
+ * already; a C bulkhead cannot be given a budget or classes before the next version, so they
+ * are not returned yet.
  */
 enum hg_reason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -220,7 +221,7 @@ enum hg_reason
    */
   HG_REASON_BUDGET_LIMIT = 8,
   /**
-   * Reserved: not returned by this version.
+   * Evicted from a full queue (named; not returned before a C bulkhead can have classes).
    */
   HG_REASON_SHED = 9,
   /**

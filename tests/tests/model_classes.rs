@@ -43,6 +43,7 @@ struct Table {
     classes: Vec<ClassSpec>,
     reserve: PriorityReserve,
     lending: bool,
+    shed: bool,
 }
 
 fn table() -> impl Strategy<Value = Table> {
@@ -59,8 +60,9 @@ fn table() -> impl Strategy<Value = Table> {
         0u64..=1,
         0u8..3,
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(mut classes, permits, min_priority, lending)| {
+        .prop_map(|(mut classes, permits, min_priority, lending, shed)| {
             // Keep Σ floors + reserve within the limit.
             while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
                 let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
@@ -74,6 +76,7 @@ fn table() -> impl Strategy<Value = Table> {
                     min_priority,
                 },
                 lending,
+                shed,
             }
         })
 }
@@ -102,6 +105,7 @@ struct Model {
     spec: Vec<ClassSpec>,
     reserve: PriorityReserve,
     lending: bool,
+    shed: bool,
     /// Class indices by rank: priority descending, ties by index.
     order: Vec<usize>,
     held: Vec<u64>,
@@ -118,6 +122,7 @@ impl Model {
             spec: t.classes.clone(),
             reserve: t.reserve,
             lending: t.lending,
+            shed: t.shed,
             order,
             held: vec![0; t.classes.len()],
             queues: vec![VecDeque::new(); t.classes.len()],
@@ -226,6 +231,25 @@ impl Model {
         }
     }
 
+    /// The shed victim for an arrival of class `c` (taken off its queue), if shedding is on
+    /// and anyone of a lower priority waits: the youngest of the lowest priority (ties: the
+    /// lowest rank, as the engine scans).
+    fn victim(&mut self, c: usize) -> Option<u64> {
+        if !self.shed {
+            return None;
+        }
+        let p = self.spec[c].priority;
+        for &k in self.order.clone().iter().rev() {
+            if self.spec[k].priority >= p {
+                return None;
+            }
+            if let Some((id, _)) = self.queues[k].pop_back() {
+                return Some(id);
+            }
+        }
+        None
+    }
+
     fn queued(&self) -> u64 {
         self.queues.iter().map(|q| q.len() as u64).sum()
     }
@@ -242,6 +266,7 @@ fn run(t: &Table, ops: &[Op]) {
         },
         &ClassTable {
             lending: t.lending,
+            shed: t.shed,
             classes: &t.classes,
             reserve: t.reserve,
         },
@@ -253,6 +278,8 @@ fn run(t: &Table, ops: &[Op]) {
     let mut held: Vec<(usize, Call<&Bh, 0>)> = vec![];
     let mut waiting: Vec<(u64, usize, Waiter<&Bh, 0>)> = vec![];
     let mut next_id = 0u64;
+    // The waiters the model shed (their engine waiters must be refused `shed`).
+    let mut shed_ids: Vec<u64> = vec![];
     let mut revision = 0u64;
     // The shared units and the low ranks' shared units after the previous step.
     let mut prev = (0u64, 0u64, 0u64);
@@ -289,7 +316,17 @@ fn run(t: &Table, ops: &[Op]) {
                         if !wait {
                             Err(Reason::ConcurrencyLimit)
                         } else if m.queued() >= MAX_QUEUE {
-                            Err(Reason::QueueLimit)
+                            // Shedding: the youngest waiter of the lowest priority below the
+                            // arrival's gives its place up.
+                            match m.victim(c) {
+                                Some(v) => {
+                                    shed_ids.push(v);
+                                    m.queues[c].push_back((id, weight));
+                                    let _ = m.dispatch();
+                                    Ok(false)
+                                }
+                                None => Err(Reason::QueueLimit),
+                            }
                         } else {
                             m.queues[c].push_back((id, weight));
                             Ok(false)
@@ -371,7 +408,12 @@ fn run(t: &Table, ops: &[Op]) {
                         !in_model,
                         "step {step}: waiter {id} refused ({e}), the model queues it"
                     );
-                    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit), "step {step}");
+                    let want = if shed_ids.contains(&id) {
+                        Reason::Shed
+                    } else {
+                        Reason::ConcurrencyLimit
+                    };
+                    assert_eq!(e.reason(), Some(want), "step {step}: waiter {id}");
                 }
             }
         }

@@ -1294,6 +1294,7 @@ fn classes_keep_their_partition_under_threads() {
         },
         &ClassTable {
             lending: false,
+            shed: false,
             classes: &classes,
             reserve: PriorityReserve {
                 permits: 1,

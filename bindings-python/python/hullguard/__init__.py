@@ -39,6 +39,7 @@ from ._errors import (
     BulkheadError,
     BulkheadFullError,
     BulkheadQueueTimeoutError,
+    BulkheadShedError,
     CallTimeoutError,
     CircuitOpenError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "BulkheadFullError",
     "BulkheadQueueTimeoutError",
     "BulkheadClosedError",
+    "BulkheadShedError",
     "CircuitOpenError",
     "CallTimeoutError",
     "MAX_PERMITS",

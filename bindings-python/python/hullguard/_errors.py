@@ -110,6 +110,13 @@ class CallTimeoutError(BulkheadError):
     code = "BULKHEAD_CALL_TIMEOUT"
 
 
+class BulkheadShedError(BulkheadError):
+    """Evicted from a full queue for a higher-priority arrival (``shed``, a classed bulkhead;
+    docs/design.md §4.8). Retryable."""
+
+    code = "BULKHEAD_SHED"
+
+
 def _class_for(code: str) -> Type[BulkheadError]:
     """The class raised for a reason whose code is ``code``: the class declaring that ``code``,
     :class:`BulkheadFullError` for a code without a class of its own (``"ABORTED"``)."""

@@ -85,6 +85,12 @@ pub struct ClassTable<'a> {
     /// refused (a queued one waits for the reclaim). `false` (the default): floors are never
     /// lent.
     pub lending: bool,
+    /// Shedding: when the queue is full (`max_queue` live waiters), an arriving waiter evicts
+    /// the youngest waiter of the lowest priority below its own, which is rejected `shed`
+    /// (retryable), and takes its place — instead of being refused `queue_limit` itself. An
+    /// arrival with nobody of a lower priority queued is refused `queue_limit` as ever.
+    /// `false` (the default): a full queue refuses every arrival.
+    pub shed: bool,
 }
 
 /// What is wrong with a class table.
@@ -176,7 +182,21 @@ impl fmt::Display for ClassError {
 
 impl core::error::Error for ClassError {}
 
-impl ClassTable<'_> {
+impl<'a> ClassTable<'a> {
+    /// `classes` with no reserve, no lending and no shedding (set the fields to change them).
+    pub const fn new(classes: &'a [ClassSpec]) -> Self {
+        ClassTable {
+            classes,
+            reserve: PriorityReserve {
+                permits: 0,
+                budget: 0,
+                min_priority: 0,
+            },
+            lending: false,
+            shed: false,
+        }
+    }
+
     /// Checks the table against `config` (validated already).
     ///
     /// # Errors

@@ -46,6 +46,16 @@ const fn verdict_reason(v: Verdict) -> Reason {
     }
 }
 
+/// How far a pass threaded the ring.
+enum Threaded {
+    /// To the tail.
+    All,
+    /// To a cell claimed but not published yet (its enqueuer dispatches after publishing).
+    Claimed,
+    /// The wake batch filled (a shed's victim): wake, then pass again.
+    Full,
+}
+
 /// What granting one head did.
 enum Grant {
     /// Granted (or lost to a cancel): look again.
@@ -189,6 +199,127 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// An arrival at a full queue of a shedding classed bulkhead (`cost_word`: its cost and
+    /// observe bits): it claims a cell without a live place (the ring's slack), marked
+    /// shedding, and waits for the pass that threads it. That pass evicts the youngest waiter
+    /// of the lowest priority below the arrival's — rejected `shed`, its live place passing to
+    /// the arrival — or refuses the arrival `queue_limit` (counted here).
+    pub(crate) fn classed_shed(
+        &self,
+        w: Word,
+        cost_word: Word,
+        waker: Option<&core::task::Waker>,
+        call: CallWord,
+        class: u16,
+    ) -> Result<super::Admitted, crate::reason::Rejection> {
+        let Some(book) = self.classes() else {
+            return Err(self.reject(Reason::QueueLimit));
+        };
+        let r = book.rank(class);
+        // Decided by the pass, not here: a victim or a place may come or go meanwhile, and the
+        // pass sees both at one moment (a cancel that frees a place lets the arrival in).
+        let Ok(t) = self.ring.claim_nowait() else {
+            self.run_dispatcher();
+            return Err(self.reject(Reason::QueueLimit));
+        };
+        let i = self.ring.index(t);
+        self.write_cell(t, w, cost_word | COST_NOWAIT, waker, call);
+        book.set_cell_shed(i, class);
+        book.entered(r, false);
+        self.ring.publish(t);
+        self.run_dispatcher();
+        loop {
+            if book.has_won(i) {
+                // A waiter now, counted as one (its class's `queued`, `live`).
+                return Ok(super::Admitted::Queued(Ticket(t)));
+            }
+            match self.ring.stamp_of(t) {
+                Some((_, s)) if s.kind() == Kind::Rejected(Reason::QueueLimit) => {
+                    let _ = self.poll(Ticket(t), None, false);
+                    book.left(r, false);
+                    return Err(self.reject(Reason::QueueLimit));
+                }
+                _ => crate::sync::spin_wait(),
+            }
+        }
+    }
+
+    /// The pass meets a shedding arrival (`h`, waiting as `s`, rank `r`): evicts the youngest
+    /// waiter of the lowest priority below its own (rejected `shed`, counted; its place and
+    /// its queued cost pass to the arrival) and makes the arrival a waiter, or refuses it
+    /// `queue_limit`. Returns whether it is a waiter now.
+    fn shed_for(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        h: Word,
+        s: Stamp,
+        r: usize,
+        batch: &mut WakeBatch,
+    ) -> bool {
+        let cell = self.ring.cell(h);
+        let word = cell.cost.load(Relaxed);
+        let into = cost_of(word);
+        let p = book.ranks[r].priority;
+        for vr in (r + 1..book.len()).rev() {
+            if book.ranks[vr].priority >= p {
+                break;
+            }
+            let mut at = lists.tail(vr);
+            while let Some(v) = at {
+                at = lists.before(v.cell);
+                let vcell = self.ring.cell(v.ticket);
+                // Acquire: as in `thread`.
+                let vs = Stamp(vcell.stamp.load(Acquire));
+                if vs.identity() != self.ring.lap(v.ticket) || vs.kind() != Kind::Waiting {
+                    lists.unlink(v.cell);
+                    continue;
+                }
+                if v.nowait {
+                    continue;
+                }
+                let out = cost_of(vcell.cost.load(Relaxed));
+                if !self.ring.cost_swap_fits(out, into) {
+                    continue;
+                }
+                if self
+                    .ring
+                    .settle_transfer(vcell, vs, Kind::Rejected(Reason::Shed), out, into)
+                    .is_err()
+                {
+                    // Cancelled first (its place is free): the next look unlinks it.
+                    continue;
+                }
+                self.counters.reject(Reason::Shed);
+                self.classed_left(v.ticket);
+                lists.unlink(v.cell);
+                batch.push(vcell.waker.take(v.ticket));
+                return self.shed_won(book, h, word, r);
+            }
+        }
+        // Nobody to shed — or a place came free since the arrival found the queue full (a
+        // waiter cancelled or was granted): take it, as a plain arrival would have.
+        if self.ring.reserve_place(into) {
+            return self.shed_won(book, h, word, r);
+        }
+        let _ = self
+            .ring
+            .settle(cell, s, Kind::Rejected(Reason::QueueLimit));
+        false
+    }
+
+    /// The shedding arrival of ticket `h` (cost word `word`, rank `r`) holds a live place
+    /// now: a waiter like any other from here on (only this pass touches its cell while its
+    /// enqueuer waits for the mark).
+    fn shed_won(&self, book: &ClassBook, h: Word, word: Word, r: usize) -> bool {
+        let cell = self.ring.cell(h);
+        cell.cost.store(word & !COST_NOWAIT, Relaxed);
+        // SeqCst: as in `ClassBook::entered` (its `pending` was counted at its publish).
+        book.ranks[r].queued.fetch_add(1, SeqCst);
+        book.mark_won(self.ring.index(h));
+        true
+    }
+
     /// The dispatcher of a classed bulkhead: as the plain one, but the run flag is given up
     /// before every wake-up — a waker may admit again on this thread, and a no-wait admission
     /// waits for the runner's pass, so it must never be its own thread's.
@@ -228,7 +359,11 @@ impl<const N: usize> Engine<N> {
 
     fn pass_lists(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> bool {
         loop {
-            let stopped_at_claim = !self.thread(book, lists);
+            let stopped_at_claim = match self.thread(book, lists, batch) {
+                Threaded::All => false,
+                Threaded::Claimed => true,
+                Threaded::Full => return true,
+            };
             if self.grant_heads(book, lists, batch) == Some(true) {
                 return true;
             }
@@ -243,9 +378,9 @@ impl<const N: usize> Engine<N> {
         }
     }
 
-    /// Threads the published cells between head and tail onto their classes' lists. `false`
-    /// if it stopped at a cell claimed but not published yet.
-    fn thread(&self, book: &ClassBook, lists: &mut Lists) -> bool {
+    /// Threads the published cells between head and tail onto their classes' lists (a
+    /// shedding arrival first evicts its victim, or is refused).
+    fn thread(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> Threaded {
         let mut h = self.ring.head();
         while h != self.ring.tail() {
             let cell = self.ring.cell(h);
@@ -253,18 +388,28 @@ impl<const N: usize> Engine<N> {
             let s = Stamp(cell.stamp.load(Acquire));
             if s.identity() == self.ring.lap(h) && s.kind() == Kind::Claimed {
                 // Its enqueuer dispatches after publishing.
-                return false;
+                return Threaded::Claimed;
             }
             if s.identity() == self.ring.lap(h) && s.kind() == Kind::Waiting {
                 let i = self.ring.index(h);
                 let class = book.cell_class(i);
-                let nowait = is_nowait(cell.cost.load(Relaxed));
-                lists.push(i as u32, h, book.rank(class), nowait);
+                let r = book.rank(class);
+                if book.is_shedding(i) {
+                    if batch.is_full() {
+                        return Threaded::Full;
+                    }
+                    if self.shed_for(book, lists, h, s, r, batch) {
+                        lists.push(i as u32, h, r, false);
+                    }
+                } else {
+                    let nowait = is_nowait(cell.cost.load(Relaxed));
+                    lists.push(i as u32, h, r, nowait);
+                }
             }
             // Gone (cancelled, skipped), expired (its owner polls), or threaded now.
             h = self.ring.advance_head(h);
         }
-        true
+        Threaded::All
     }
 
     /// Grants heads in the dispatch order until none fits. `Some(true)`: the wake batch

@@ -135,6 +135,8 @@ pub(crate) struct ClassBook {
     /// units; then `floor_used = Σ min(held, floor)` is kept too (else it stays 0).
     lending: bool,
     floor_used: [AtomicWord; DIMS],
+    /// Shedding (`ClassTable::shed`).
+    pub(crate) shed: bool,
     /// Live waiters plus no-wait cells on their way through a pass: while 0, a release has
     /// nobody to hand its units to and skips the dispatcher.
     pending: AtomicWord,
@@ -147,6 +149,10 @@ unsafe impl Sync for ClassBook {}
 
 /// The no-wait mark in a cell's class word.
 pub(crate) const NOWAIT_BIT: Word = 1 << 16;
+/// A waiter arriving at a full queue that asks to shed (its cell holds no live place yet).
+pub(crate) const SHED_BIT: Word = 1 << 17;
+/// Set by the pass that evicted a victim for it: the arrival holds the victim's place now.
+pub(crate) const WON_BIT: Word = 1 << 18;
 
 /// `max(0, held − floor)`.
 #[inline]
@@ -201,6 +207,7 @@ impl ClassBook {
             reserve,
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
             lending: table.lending,
+            shed: table.shed,
             floor_used: [AtomicWord::new(0), AtomicWord::new(0)],
             pending: AtomicWord::new(0),
             lists: UnsafeCell::new(Lists {
@@ -234,6 +241,30 @@ impl ClassBook {
         let word = index as Word | if nowait { NOWAIT_BIT } else { 0 };
         // Relaxed: published by the Release of the publish.
         self.cell_class[cell].store(word, Relaxed);
+    }
+
+    /// The enqueuer of a shedding arrival marks its cell (before its publish).
+    pub(crate) fn set_cell_shed(&self, cell: usize, index: u16) {
+        // Relaxed: published by the Release of the publish.
+        self.cell_class[cell].store(index as Word | SHED_BIT, Relaxed);
+    }
+
+    /// Whether cell `cell` holds a shedding arrival the pass has not decided yet.
+    pub(crate) fn is_shedding(&self, cell: usize) -> bool {
+        // Relaxed: the dispatcher reads it after the stamp's Acquire.
+        self.cell_class[cell].load(Relaxed) & (SHED_BIT | WON_BIT) == SHED_BIT
+    }
+
+    /// The pass evicted a victim for cell `cell`'s arrival: it is a waiter now.
+    pub(crate) fn mark_won(&self, cell: usize) {
+        // Release: the arrival's Acquire sees its cell converted (cost word, counts).
+        self.cell_class[cell].fetch_or(WON_BIT, Release);
+    }
+
+    /// Whether the pass has made cell `cell`'s shedding arrival a waiter.
+    pub(crate) fn has_won(&self, cell: usize) -> bool {
+        // Acquire: see `mark_won`.
+        self.cell_class[cell].load(Acquire) & WON_BIT != 0
     }
 
     /// The class index of cell `cell`'s occupant (read by a party that saw its stamp).
@@ -555,6 +586,18 @@ impl Lists {
     pub(crate) fn head(&self, r: usize) -> Option<Head> {
         let cell = self.ends[r].0;
         (cell != NIL).then(|| self.entry(cell))
+    }
+
+    /// The youngest entry of rank `r`'s list, if any.
+    pub(crate) fn tail(&self, r: usize) -> Option<Head> {
+        let cell = self.ends[r].1;
+        (cell != NIL).then(|| self.entry(cell))
+    }
+
+    /// The entry before `cell` in its list, if any.
+    pub(crate) fn before(&self, cell: u32) -> Option<Head> {
+        let prev = self.links[cell as usize].prev;
+        (prev != NIL).then(|| self.entry(prev))
     }
 
     /// The first no-wait entry not decided yet, if any.

@@ -730,6 +730,11 @@ impl<const N: usize> Engine<N> {
         }
         let t = match self.ring.claim(c) {
             Ok(t) => t,
+            #[cfg(feature = "alloc")]
+            Err(ClaimError::QueueLimit) if self.classes().is_some_and(|b| b.shed) => {
+                let cost = c | observe << COST_OBSERVE_SHIFT;
+                return self.classed_shed(w, cost, waker, call, class);
+            }
             Err(ClaimError::QueueLimit) => return Err(self.reject(Reason::QueueLimit)),
             Err(ClaimError::RingFull) => {
                 // The tail may have skipped cells: let the head follow it past them.
@@ -866,12 +871,9 @@ impl<const N: usize> Engine<N> {
                 // Read before the free: once freed, the next lap's enqueuer may rewrite it (a
                 // review found `queued_cost` drifting when it was read after).
                 let word = cell.cost.load(Relaxed);
-                match self.ring.free(cell, s) {
+                match self.ring.cancel_free(cell, s, word) {
                     Ok(_) => {
                         // One winner against the dispatcher's WAITING → GRANTED CAS.
-                        if !cell::is_nowait(word) {
-                            self.ring.cancelled_live(cost_of(word));
-                        }
                         #[cfg(feature = "alloc")]
                         if let Some(book) = self.classes() {
                             book.left(book.rank(call.class), true);

@@ -147,12 +147,12 @@ impl Bulkhead<0> {
     /// # Examples
     /// ```
     /// use hullguard_core::{Bulkhead, ClockSource, Config, Decision, Reason, Request};
-    /// use hullguard_core::config::{ClassSpec, ClassTable, PriorityReserve};
+    /// use hullguard_core::config::{ClassSpec, ClassTable};
     /// let classes = [
     ///     ClassSpec { priority: 10, floor: 2, ..ClassSpec::DEFAULT }, // 0: interactive
     ///     ClassSpec { priority: 0, ceiling: Some(3), ..ClassSpec::DEFAULT }, // 1: batch
     /// ];
-    /// let table = ClassTable { lending: false, classes: &classes, reserve: PriorityReserve::default() };
+    /// let table = ClassTable::new(&classes); // no reserve, no lending, no shedding
     /// let bh = Bulkhead::with_classes(
     ///     Config { max_concurrent: 4, ..Config::default() },
     ///     &table,

@@ -43,6 +43,7 @@ fn classed(limit: u64, classes: &[ClassSpec], reserve: PriorityReserve) -> Bulkh
         },
         &ClassTable {
             lending: false,
+            shed: false,
             classes,
             reserve,
         },
@@ -361,6 +362,7 @@ fn budgets_have_floors_and_ceilings_per_class() {
         },
         &ClassTable {
             lending: false,
+            shed: false,
             classes: &[
                 ClassSpec {
                     priority: 1,
@@ -405,6 +407,7 @@ fn bad_tables_and_classes_are_named() {
             config,
             &ClassTable {
                 lending: false,
+                shed: false,
                 classes,
                 reserve,
             },
@@ -561,6 +564,7 @@ fn lending_lends_idle_floors_and_the_owner_reclaims_first() {
             classes: &classes,
             reserve: PriorityReserve::default(),
             lending: true,
+            shed: false,
         },
         ClockSource::None,
     )
@@ -586,4 +590,92 @@ fn lending_lends_idle_floors_and_the_owner_reclaims_first() {
     let b = poll_granted(&mut borrower).expect("then the borrower");
     drop(b);
     partition_holds(&bh);
+}
+
+#[test]
+fn a_full_queue_sheds_the_youngest_lowest_priority_waiter_for_a_higher_arrival() {
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            priority: 5,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 1,
+            max_queue: 3,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            shed: true,
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let held = granted(bh.admit(&now(0, 1), None));
+    let mut mid = queued(bh.admit(&wait(1, 1), None));
+    let mut old = queued(bh.admit(&wait(2, 1), None));
+    let mut young = queued(bh.admit(&wait(2, 1), None));
+    // A low arrival at the full queue has nobody below it: refused as ever.
+    assert_eq!(
+        refused(bh.admit(&wait(2, 1), None)).reason(),
+        Some(Reason::QueueLimit)
+    );
+    // A high one evicts the youngest of the lowest priority.
+    let mut hi = queued(bh.admit(&wait(0, 1), None));
+    match young.poll(None) {
+        core::task::Poll::Ready(Err(e)) => {
+            assert_eq!(e.reason(), Some(Reason::Shed));
+            assert_eq!(e.reason().unwrap().info().code, "BULKHEAD_SHED");
+            assert!(e.reason().unwrap().info().retryable);
+        }
+        other => panic!("{other:?}"),
+    }
+    let s = bh.stats();
+    assert_eq!(
+        (s.queued, s.rejected_by_reason.get(Reason::Shed)),
+        (3, 1),
+        "{s}"
+    );
+    assert_eq!(
+        (0..3)
+            .map(|c| bh.class_stats(c).unwrap().queued)
+            .collect::<Vec<_>>(),
+        [1, 1, 1]
+    );
+    // Then by priority: hi, mid, old.
+    drop(held);
+    let h = poll_granted(&mut hi).expect("the arrival that shed");
+    assert!(poll_granted(&mut mid).is_none() && poll_granted(&mut old).is_none());
+    drop(h);
+    let m = poll_granted(&mut mid).unwrap();
+    drop(m);
+    let o = poll_granted(&mut old).unwrap();
+    drop(o);
+    partition_holds(&bh);
+    assert_eq!(bh.stats().queued, 0);
+    // Without shedding the same arrival is refused.
+    let plain = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 1,
+            max_queue: 1,
+            ..Config::DEFAULT
+        },
+        &ClassTable::new(&classes),
+        ClockSource::None,
+    )
+    .unwrap();
+    let held = granted(plain.admit(&now(0, 1), None));
+    let _low = queued(plain.admit(&wait(2, 1), None));
+    assert_eq!(
+        refused(plain.admit(&wait(0, 1), None)).reason(),
+        Some(Reason::QueueLimit)
+    );
+    drop(held);
 }

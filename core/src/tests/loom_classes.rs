@@ -33,6 +33,7 @@ fn two(limit: u64, floor: u64) -> Arc<Classed> {
             },
             &ClassTable {
                 lending: false,
+                shed: false,
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },
@@ -63,6 +64,7 @@ fn capped() -> Arc<Classed> {
             },
             &ClassTable {
                 lending: false,
+                shed: false,
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },
@@ -207,6 +209,79 @@ fn loom_class_fast_floor_take_vs_the_pass_never_double_grants() {
         drop(y);
         let x_got = t.join().unwrap();
         assert!(x_got || y_got, "the released floor unit went to nobody");
+        quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_class_shed_vs_the_victims_cancel_settles_once() {
+    // Limit 1 held, max_queue 1, shedding: a batch waiter V fills the queue. V's owner cancels
+    // while an interactive arrival sheds: V ends cancelled or shed (never both, never
+    // neither), the arrival always queues (V's place, or the one V's cancel freed), and the
+    // live count and class counts stay exact.
+    model_at_most(3, || {
+        let classes = [
+            ClassSpec {
+                priority: 10,
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec::DEFAULT,
+        ];
+        let b = Arc::new(
+            Bulkhead::with_classes(
+                Config {
+                    max_concurrent: 1,
+                    max_queue: 1,
+                    ..Config::DEFAULT
+                },
+                &ClassTable {
+                    shed: true,
+                    ..ClassTable::new(&classes)
+                },
+                ClockSource::None,
+            )
+            .unwrap(),
+        );
+        let held = match admit(&b, 1, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let v = match admit(&b, 1, false) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let t = thread::spawn(move || match v.cancel(Reason::Aborted) {
+            Cancelled::Cancelled(_) => false,
+            Cancelled::Rejected(r) => {
+                assert_eq!(r.reason, Reason::Shed);
+                true
+            }
+            Cancelled::Granted(c) => panic!("granted {c:?}"),
+        });
+        let mut arrival = match admit(&b, 0, false) {
+            Decision::Queued(w) => w,
+            other => panic!("the arrival must queue: {other:?}"),
+        };
+        let shed = t.join().unwrap();
+        let s = b.stats();
+        assert_eq!(s.queued, 1, "{s}");
+        assert_eq!(
+            s.rejected_by_reason.get(Reason::Shed),
+            u64::from(shed),
+            "{s}"
+        );
+        assert_eq!(
+            s.rejected_by_reason.get(Reason::Aborted),
+            u64::from(!shed),
+            "{s}"
+        );
+        assert_eq!(b.class_stats(1).unwrap().queued, 0);
+        drop(held);
+        let got = match arrival.poll(None) {
+            core::task::Poll::Ready(Ok(c)) => c,
+            other => panic!("{other:?}"),
+        };
+        drop(got);
         quiescent(&b);
     });
 }
