@@ -403,6 +403,7 @@ impl NativeCall {
         snapshot
             .map(|snapshot| {
                 let r = Rejection {
+                    class: None,
                     reason: Reason::CallTimeout,
                     snapshot,
                 };

@@ -80,6 +80,7 @@ impl Permit {
             || PyValueError::new_err("the bulkhead of this permit is gone"),
             |bh| {
                 let r = Rejection {
+                    class: None,
                     reason: Reason::CallTimeout,
                     snapshot: bh.snapshot(),
                 };

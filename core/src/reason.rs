@@ -191,6 +191,22 @@ pub struct Snapshot {
     pub budget: Option<DimensionSnapshot>,
 }
 
+/// The class part of a classed bulkhead's refusal (docs/design.md §4.8, §5.7), decided when it
+/// refused (`concurrency_limit`, `budget_limit`, `queue_limit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClassRefusal {
+    /// The class index.
+    pub class: u16,
+    /// Which constraint held it back: [`Bound::Class`] (its ceiling), [`Bound::Shared`] (the
+    /// shared units, and the reserve if it may take it, are gone), [`Bound::Reserve`] (only the
+    /// reserve is left, and the class may not take it), [`Bound::Limit`] (the limit itself, or
+    /// older waiters ahead: no barging), or the queue's bounds.
+    pub bound: Bound,
+    /// The dimension that was short: 0 the permits, 1 the budget. (The class's counts are
+    /// `Bulkhead::class_stats`: a refusal stays small, as it travels on every refused path.)
+    pub dimension: u8,
+}
+
 /// One dimension's counts at a rejection (docs/design.md §5.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DimensionSnapshot {
@@ -204,10 +220,11 @@ pub struct DimensionSnapshot {
 
 /// Which constraint refused (docs/design.md §5.7): read from the reason and the counters at the
 /// rejection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Bound {
     /// The permit limit (`concurrency_limit`).
+    #[default]
     Limit,
     /// The kill switch: a limit of 0 (`concurrency_limit`).
     KillSwitch,
@@ -232,6 +249,12 @@ pub enum Bound {
     CallTimeout,
     /// A higher-priority arrival took the place in a full queue (`shed`).
     Shed,
+    /// A class's own ceiling (a classed bulkhead, docs/design.md §4.8).
+    Class,
+    /// The shared units of a classed bulkhead (and the reserve, for a class that may take it).
+    Shared,
+    /// Only the priority reserve is left, and the class may not take it.
+    Reserve,
 }
 
 impl Bound {
@@ -250,6 +273,9 @@ impl Bound {
             Bound::Breaker => "breaker",
             Bound::CallTimeout => "call_timeout",
             Bound::Shed => "shed",
+            Bound::Class => "class",
+            Bound::Shared => "shared",
+            Bound::Reserve => "reserve",
         }
     }
 }
@@ -276,6 +302,8 @@ pub struct RejectionDetail {
     pub queued_cost: u64,
     /// The revision of the limits in force.
     pub revision: u64,
+    /// A classed bulkhead's class part (see [`ClassRefusal`]).
+    pub class: Option<ClassRefusal>,
 }
 
 /// A settled acquire that got no permit: the reason and the snapshot taken when it settled.
@@ -283,6 +311,10 @@ pub struct RejectionDetail {
 pub struct Rejection {
     /// Why.
     pub reason: Reason,
+    /// A classed bulkhead's refusal of a request of one class (docs/design.md §4.8): the class
+    /// and the constraint that held it back; `None` otherwise. (Beside `reason`, in its
+    /// padding: a rejection does not grow for it.)
+    pub class: Option<ClassRefusal>,
     /// The counters then.
     pub snapshot: Snapshot,
 }
@@ -329,6 +361,15 @@ impl Rejection {
             Reason::CallTimeout => Bound::CallTimeout,
             Reason::Shed => Bound::Shed,
         };
+        // A classed bulkhead names the class's own constraint for its dimension refusals.
+        let bound = match (self.reason, self.class) {
+            (Reason::ConcurrencyLimit | Reason::BudgetLimit, Some(c))
+                if bound != Bound::KillSwitch =>
+            {
+                c.bound
+            }
+            _ => bound,
+        };
         RejectionDetail {
             reason: self.reason,
             bound,
@@ -342,6 +383,7 @@ impl Rejection {
             max_queue: s.max_queue,
             queued_cost: s.queued_cost,
             revision: s.revision,
+            class: self.class,
         }
     }
 }

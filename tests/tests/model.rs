@@ -648,9 +648,9 @@ struct Harness<'a, const N: usize> {
 
 fn acq_of_err(e: AcquireError) -> (Acq, Option<Snapshot>) {
     match e {
-        AcquireError::Rejected(Rejection { reason, snapshot }) => {
-            (Acq::Rejected(reason), Some(snapshot))
-        }
+        AcquireError::Rejected(Rejection {
+            reason, snapshot, ..
+        }) => (Acq::Rejected(reason), Some(snapshot)),
         AcquireError::InvalidWeight { .. } => (Acq::Invalid, None),
         other => panic!("unexpected acquire error {other:?}"),
     }

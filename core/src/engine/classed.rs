@@ -154,6 +154,43 @@ impl<const N: usize> Engine<N> {
         answer
     }
 
+    /// A classed bulkhead's refusal of `w` permits and `c` units of class `class` names the
+    /// class and what held it back (docs/design.md §5.7); a no-op on a plain bulkhead or for a
+    /// reason that is not a class's (`shutdown`, …).
+    pub(crate) fn name_class(
+        &self,
+        r: &mut crate::reason::Rejection,
+        w: Word,
+        c: Word,
+        class: u16,
+    ) {
+        use crate::reason::{Bound, ClassRefusal};
+        let Some(book) = self.classes() else {
+            return;
+        };
+        if !matches!(
+            r.reason,
+            Reason::ConcurrencyLimit | Reason::BudgetLimit | Reason::QueueLimit
+        ) || class as usize >= book.len()
+        {
+            return;
+        }
+        let rank = book.rank(class);
+        let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+        let (bound, d) = match book.verdict(rank, [w, c], limits) {
+            _ if r.reason == Reason::QueueLimit => (Bound::Queue, 0),
+            Verdict::Ceiling(d) => (Bound::Class, d),
+            Verdict::Pool(d) if book.only_reserve_left(rank, d, limits[d]) => (Bound::Reserve, d),
+            Verdict::Pool(d) => (Bound::Shared, d),
+            _ => (Bound::Limit, usize::from(r.reason == Reason::BudgetLimit)),
+        };
+        r.class = Some(ClassRefusal {
+            class,
+            bound,
+            dimension: d as u8,
+        });
+    }
+
     /// The dry run's answer on a classed bulkhead: from the counts of this moment, whether the
     /// class's verdict fits and nobody of its class waits ahead.
     fn classed_estimate(

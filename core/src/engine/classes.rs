@@ -430,6 +430,17 @@ impl ClassBook {
         self.pending.load(SeqCst) != 0
     }
 
+    /// Whether, in dimension `d` under `limit`, the shared units are gone but the priority
+    /// reserve is not, and rank `r` may not take it (a refusal's constraint is the reserve).
+    pub(crate) fn only_reserve_left(&self, r: usize, d: usize, limit: Word) -> bool {
+        if self.ranks[r].may_reserve || self.reserve[d] == 0 {
+            return false;
+        }
+        let with_reserve = limit.saturating_sub(self.floors[d]);
+        // SeqCst: as in `verdict`.
+        self.shared_used[d].load(SeqCst) < with_reserve
+    }
+
     /// Rank `r` takes `n` unchecked (a forgotten call's hold moving to class 0).
     pub(crate) fn take(&self, r: usize, n: [Word; DIMS]) {
         let rank = &self.ranks[r];

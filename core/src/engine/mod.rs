@@ -452,6 +452,7 @@ impl<const N: usize> Engine<N> {
     /// Builds a rejection without counting it (a dry run's answer).
     pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
+            class: None,
             reason,
             snapshot: self.snapshot(),
         }
@@ -608,8 +609,13 @@ impl<const N: usize> Engine<N> {
         observe: Word,
         class: u16,
     ) -> Result<Word, Rejection> {
-        self.admit_now(w, c, observe, class)
-            .map_err(|e| self.refuse(e))
+        self.admit_now(w, c, observe, class).map_err(|e| {
+            #[allow(unused_mut)]
+            let mut r = self.refuse(e);
+            #[cfg(feature = "alloc")]
+            self.name_class(&mut r, w, c, class);
+            r
+        })
     }
 
     /// Counts and builds the rejection of a failed take.
@@ -712,6 +718,29 @@ impl<const N: usize> Engine<N> {
     /// the weight is above the current limit, `budget_limit` when the cost is above the
     /// current budget; `queue_limit` when `max_queue` waiters are live.
     pub(crate) fn enqueue(
+        &self,
+        w: Word,
+        c: Word,
+        waker: Option<&Waker>,
+        call: CallWord,
+        observe: Word,
+        class: u16,
+    ) -> Result<Admitted, Rejection> {
+        #[cfg(feature = "alloc")]
+        if self.classes().is_some() {
+            return self
+                .enqueue_in(w, c, waker, call, observe, class)
+                .map_err(|mut r| {
+                    self.name_class(&mut r, w, c, class);
+                    r
+                });
+        }
+        self.enqueue_in(w, c, waker, call, observe, class)
+    }
+
+    /// [`enqueue`](Self::enqueue)'s steps.
+    #[inline]
+    fn enqueue_in(
         &self,
         w: Word,
         c: Word,
@@ -833,6 +862,7 @@ impl<const N: usize> Engine<N> {
                 // Counted when it was rejected.
                 Ok(Polled::Rejected {
                     rejection: Rejection {
+                        class: None,
                         reason,
                         snapshot: self.snapshot(),
                     },

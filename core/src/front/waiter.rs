@@ -126,6 +126,7 @@ where
             // not live (`from_ticket`): it settles as `aborted`, counted by nobody.
             Err(_) => {
                 let rejection = Rejection {
+                    class: None,
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };
@@ -143,6 +144,7 @@ where
         match bh.cancel(self.ticket, reason) {
             Ok(()) => {
                 let rejection = Rejection {
+                    class: None,
                     reason,
                     snapshot: bh.snapshot(),
                 };
@@ -158,6 +160,7 @@ where
                     Poll::Ready(Ok(call)) => Cancelled::Granted(call),
                     Poll::Ready(Err(AcquireError::Rejected(r))) => Cancelled::Rejected(r),
                     Poll::Ready(Err(_)) | Poll::Pending => Cancelled::Rejected(Rejection {
+                        class: None,
                         reason: Reason::Aborted,
                         snapshot: crate::reason::Snapshot::default(),
                     }),
@@ -165,6 +168,7 @@ where
             }
             Err(_) => {
                 let rejection = Rejection {
+                    class: None,
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };

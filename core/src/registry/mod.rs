@@ -379,7 +379,11 @@ impl Registry {
         };
         KeyedError {
             key: key.to_string(),
-            error: AcquireError::Rejected(Rejection { reason, snapshot }),
+            error: AcquireError::Rejected(Rejection {
+                reason,
+                class: None,
+                snapshot,
+            }),
         }
     }
 

@@ -679,3 +679,67 @@ fn a_full_queue_sheds_the_youngest_lowest_priority_waiter_for_a_higher_arrival()
     );
     drop(held);
 }
+
+#[test]
+fn a_refusal_names_its_class_and_the_constraint_that_held_it_back() {
+    use crate::Bound;
+    let detail = |d: Decision<&Bulkhead, 0>| match d {
+        Decision::Rejected(AcquireError::Rejected(r)) => r.detail(),
+        other => panic!("{other:?}"),
+    };
+    // limit 6 = interactive's floor 2 + reserve 1 (priority >= 5) + shared 3; batch ceiling 2.
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 2,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            ceiling: Some(2),
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 6,
+            max_queue: 1,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            reserve: PriorityReserve {
+                permits: 1,
+                budget: 0,
+                min_priority: 5,
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let b = granted(bh.admit(&now(1, 2), None));
+    let d = detail(bh.admit(&now(1, 1), None));
+    assert_eq!(
+        (d.reason, d.bound),
+        (Reason::ConcurrencyLimit, Bound::Class)
+    );
+    let c = d.class.unwrap();
+    assert_eq!((c.class, c.dimension), (1, 0));
+    let other = granted(bh.admit(&now(2, 1), None)); // the last shared unit
+    let d = detail(bh.admit(&now(2, 1), None));
+    assert_eq!(d.bound, Bound::Reserve, "{d:?}");
+    assert_eq!(bh.class_shared_in_use(), Some([3, 0]));
+    let i = granted(bh.admit(&now(0, 3), None)); // floor 2 + the reserve
+    let d = detail(bh.admit(&now(0, 1), None));
+    assert_eq!(d.bound, Bound::Shared, "{d:?}");
+    let _w = queued(bh.admit(&wait(2, 1), None));
+    let d = detail(bh.admit(&wait(2, 1), None));
+    assert_eq!((d.reason, d.bound), (Reason::QueueLimit, Bound::Queue));
+    assert_eq!(d.class.unwrap().class, 2);
+    // The kill switch stays the kill switch.
+    drop((b, other, i));
+    bh.apply_limits(&LimitsSnapshot::new(1).limit(0)).unwrap();
+    let d = detail(bh.admit(&now(0, 1), None));
+    assert_eq!(d.bound, Bound::KillSwitch);
+    assert_eq!(Bound::Reserve.as_str(), "reserve");
+}
