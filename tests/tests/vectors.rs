@@ -32,7 +32,8 @@ use hullguard_core::{
     Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
-        OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
+        ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Section, Spelling,
+        Value as OptionValue, convert,
         options::{self, Kind},
     },
 };
@@ -261,7 +262,8 @@ fn request_of(step: &Value, queue: bool) -> Request {
     let cost = step
         .get("cost")
         .map_or(0, |c| c.as_u64().unwrap_or(u64::MAX));
-    let request = Request::new(weight).cost(cost);
+    let class = step.get("class").map_or(0, |c| c.as_u64().unwrap() as u16);
+    let request = Request::new(weight).cost(cost).class(class);
     match step.get("timeout_ms") {
         _ if !queue => request.no_wait(),
         None => request,
@@ -293,6 +295,37 @@ impl Runner {
         let target = if let Some(r) = v.get("registry") {
             let rc = registry_config(name, r);
             Target::Registry(Registry::with_observer(rc, source, Some(observer)).unwrap())
+        } else if let Some(t) = v.get("classes") {
+            // A classed bulkhead (docs/design.md §4.8).
+            let c = config(name, v.get("config"));
+            let n = |o: &Value, k: &str| o.get(k).and_then(Value::as_u64);
+            let specs: Vec<ClassSpec> = t["classes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| ClassSpec {
+                    priority: n(k, "priority").unwrap_or(0) as u8,
+                    floor: n(k, "floor").unwrap_or(0),
+                    ceiling: n(k, "ceiling"),
+                    budget_floor: n(k, "budget_floor").unwrap_or(0),
+                    budget_ceiling: n(k, "budget_ceiling"),
+                })
+                .collect();
+            let r = t.get("reserve").cloned().unwrap_or(Value::Null);
+            let table = ClassTable {
+                reserve: PriorityReserve {
+                    permits: n(&r, "permits").unwrap_or(0),
+                    budget: n(&r, "budget").unwrap_or(0),
+                    min_priority: n(&r, "min_priority").unwrap_or(0) as u8,
+                },
+                lending: t.get("lending").and_then(Value::as_bool).unwrap_or(false),
+                shed: t.get("shed").and_then(Value::as_bool).unwrap_or(false),
+                ..ClassTable::new(&specs)
+            };
+            Target::Single(Arc::new(
+                Bulkhead::with_classes_and_observer(c, &table, source, Some(observer))
+                    .unwrap_or_else(|e| panic!("{name}: {e}")),
+            ))
         } else {
             let c = config(name, v.get("config"));
             Target::Single(Arc::new(
@@ -748,6 +781,19 @@ impl Runner {
                 let s = self.stats(key);
                 vectors::subset(&ctx, &step["expect"], &stats_json(&s));
             }
+            "class_stats" => {
+                let bh = self.bulkhead(None).unwrap();
+                let k = step["class"].as_u64().unwrap() as u16;
+                let c = bh
+                    .class_stats(k)
+                    .unwrap_or_else(|| panic!("{ctx}: no class {k}"));
+                let got = json!({
+                    "in_flight": c.in_flight,
+                    "queued": c.queued,
+                    "shared_in_use": bh.class_shared_in_use().unwrap()[0],
+                });
+                vectors::subset(&ctx, &step["expect"], &got);
+            }
             "expect_state" => {
                 let state = self
                     .bulkhead(key)
@@ -905,10 +951,11 @@ fn scenario_vectors() {
     // The policy vectors (docs/design.md §11): same schema, names unique across both folders.
     let n = vectors::for_each(&dir.join("policies"), &validator, &mut names, run);
     assert!(n >= 10, "only {n} policy vectors");
-    // The admission vectors (docs/design.md §4.5, §11): the budget dimension; the Rust runner
+    // The admission vectors (docs/design.md §4.5, §4.8, §11): the budget dimension and classes
+    // (`classes_*`, with a class table and `class_stats`); the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 75, "only {n} admission vectors");
+    assert!(n >= 83, "only {n} admission vectors");
 }
 
 #[test]

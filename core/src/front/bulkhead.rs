@@ -175,6 +175,20 @@ impl Bulkhead<0> {
         Self::build(config, clock, None, None, Some(classes))
     }
 
+    /// [`with_classes`](Self::with_classes) with an observer (events, as
+    /// [`with_observer`](Self::with_observer)).
+    ///
+    /// # Errors
+    /// As [`with_classes`](Self::with_classes).
+    pub fn with_classes_and_observer(
+        config: Config,
+        classes: &crate::config::classes::ClassTable<'_>,
+        clock: ClockSource,
+        observer: Option<crate::event::SharedObserver>,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, clock, observer, None, Some(classes))
+    }
+
     fn build(
         config: Config,
         clock: ClockSource,
