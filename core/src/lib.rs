@@ -140,8 +140,8 @@ pub use crate::{
     permit::{InvalidRelease, Permit},
     policy::CallStart,
     reason::{
-        AcquireError, Bound, DimensionSnapshot, Reason, ReasonInfo, Rejection, RejectionDetail,
-        Snapshot,
+        AcquireError, Bound, ClassRefusal, DimensionSnapshot, Reason, ReasonInfo, Rejection,
+        RejectionDetail, Snapshot,
     },
     resilience::Resilience,
     stats::{
