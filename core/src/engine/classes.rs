@@ -328,6 +328,10 @@ impl ClassBook {
     #[inline]
     fn moved(&self, r: usize, d: usize, prev: Word, next: Word) {
         let f = self.ranks[r].floor[d];
+        if !self.lending && prev <= f && next <= f {
+            // Wholly inside the floor, nothing else kept: the common release.
+            return;
+        }
         let (so, sn) = (over(prev, f), over(next, f));
         // SeqCst: as in `verdict`.
         if sn > so {
@@ -393,7 +397,11 @@ impl ClassBook {
             // SeqCst: as in `try_take`.
             match rank.held[0].compare_exchange_weak(h, h + w, SeqCst, Relaxed) {
                 Ok(_) => {
-                    self.moved(r, 0, h, h + w);
+                    // Inside the floor: no shared unit moves, only the floor part (lending).
+                    if self.lending {
+                        // SeqCst: as in `verdict`.
+                        self.floor_used[0].fetch_add(w, SeqCst);
+                    }
                     return true;
                 }
                 Err(actual) => h = actual,
