@@ -68,6 +68,7 @@ export type Reason =
   | 'call_timeout'
   | 'budget_limit'
   | 'shed'
+  | 'rate_limit'
 
 /** The admission reasons, indexed like C's `hg_reason` (frozen). */
 export declare const REASONS: readonly [
@@ -81,6 +82,7 @@ export declare const REASONS: readonly [
   'call_timeout',
   'budget_limit',
   'shed',
+  'rate_limit',
 ]
 
 /**

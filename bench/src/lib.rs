@@ -194,6 +194,7 @@ pub fn classed_bulkhead(classes: usize, reserve: bool) -> Bulkhead {
         &ClassTable {
             lending: false,
             shed: false,
+            rates: Default::default(),
             classes: &specs,
             reserve: PriorityReserve {
                 permits: if reserve { 2 } else { 0 },

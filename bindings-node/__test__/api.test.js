@@ -20,6 +20,7 @@ const ALL_REASONS = [
   'call_timeout',
   'budget_limit',
   'shed',
+  'rate_limit',
 ]
 const zeroRejections = () => Object.fromEntries(ALL_REASONS.map((r) => [r, 0]))
 

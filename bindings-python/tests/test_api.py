@@ -1059,7 +1059,7 @@ def test_range_errors_show_the_range_and_the_value() -> None:
 
 
 def test_reasons_are_the_core_table() -> None:
-    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 10
+    assert isinstance(_native.REASONS, tuple) and len(_native.REASONS) == len(REASONS) == 11
     for r in _native.REASONS:
         assert set(r) == {"name", "code", "retryable", "category"}
         assert isinstance(r["name"], str) and isinstance(r["code"], str)
@@ -1072,6 +1072,8 @@ def test_reasons_are_the_core_table() -> None:
     from hullguard import _errors
 
     assert _errors._class_for("BULKHEAD_SHED") is hullguard.BulkheadShedError
+    assert by_name["rate_limit"]["code"] == "BULKHEAD_RATE_LIMITED"
+    assert _errors._class_for("BULKHEAD_RATE_LIMITED") is hullguard.BulkheadRateLimitError
 
 
 def test_the_exception_class_is_the_one_declaring_the_code() -> None:

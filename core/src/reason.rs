@@ -40,6 +40,11 @@ pub enum Reason {
     /// Evicted from the queue of a classed bulkhead for a higher-priority arrival when the
     /// queue was full (docs/design.md §4.8): the youngest waiter of the lowest priority.
     Shed = 9,
+    /// A rate dimension of a classed bulkhead refused (docs/design.md §4.9): the request does
+    /// not conform to a requests or units per interval limit now (and may not wait), or never
+    /// can (above the rate's burst). [`Bulkhead::rate_retry_after`](crate::Bulkhead::rate_retry_after)
+    /// says when a held head conforms.
+    RateLimit = 10,
 }
 
 /// One row of the reason table: everything every layer says about a reason, in one place.
@@ -99,11 +104,12 @@ reasons! {
     CallTimeout = 7, "call_timeout", "BULKHEAD_CALL_TIMEOUT", true;
     BudgetLimit = 8, "budget_limit", "BULKHEAD_FULL", true;
     Shed = 9, "shed", "BULKHEAD_SHED", true;
+    RateLimit = 10, "rate_limit", "BULKHEAD_RATE_LIMITED", true;
 }
 
 impl Reason {
     /// How many reasons there are (the length of every per-reason array).
-    pub const COUNT: usize = 10;
+    pub const COUNT: usize = 11;
 
     /// Every reason, in `hg_reason` order.
     pub const ALL: [Reason; Reason::COUNT] = {
@@ -255,6 +261,8 @@ pub enum Bound {
     Shared,
     /// Only the priority reserve is left, and the class may not take it.
     Reserve,
+    /// A rate dimension (`rate_limit`).
+    Rate,
 }
 
 impl Bound {
@@ -276,6 +284,7 @@ impl Bound {
             Bound::Class => "class",
             Bound::Shared => "shared",
             Bound::Reserve => "reserve",
+            Bound::Rate => "rate",
         }
     }
 }
@@ -360,6 +369,7 @@ impl Rejection {
             Reason::CircuitOpen => Bound::Breaker,
             Reason::CallTimeout => Bound::CallTimeout,
             Reason::Shed => Bound::Shed,
+            Reason::RateLimit => Bound::Rate,
         };
         // A classed bulkhead names the class's own constraint for its dimension refusals.
         let bound = match (self.reason, self.class) {

@@ -127,7 +127,8 @@ enum hg_status
    */
   HG_STATUS_SHED = 2009,
   /**
-   * Rejected `rate_limit` (a rate limit refused). Reserved: not returned by this version.
+   * Rejected `rate_limit` (a rate limit refused). Named by this version; not returned yet,
+   * as a C bulkhead cannot be given rates before the next one.
    */
   HG_STATUS_RATE_LIMIT = 2010,
 };
@@ -197,11 +198,8 @@ typedef uint32_t hg_circuit_state;
 /**
  * Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
  *
- * 10 is declared now for the reason the next versions add (docs/design.md): reserved, not
- * returned by this version — `hg_reason_name()` returns NULL for it and its
- * `hg_stats.rejected` entry stays 0 until then. 8 (`budget_limit`) and 9 (`shed`) are named
- * already; a C bulkhead cannot be given a budget or classes before the next version, so they
- * are not returned yet.
+ * 8 (`budget_limit`), 9 (`shed`) and 10 (`rate_limit`) are named; a C bulkhead cannot be given
+ * a budget, classes or rates before the next version, so they are not returned yet.
  */
 enum hg_reason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -225,7 +223,7 @@ enum hg_reason
    */
   HG_REASON_SHED = 9,
   /**
-   * Reserved: not returned by this version.
+   * A rate refused (named; not returned before a C bulkhead can have rates).
    */
   HG_REASON_RATE_LIMIT = 10,
 };

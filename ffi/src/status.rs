@@ -55,7 +55,8 @@ pub enum hg_status {
     /// Rejected `shed` (evicted from a full queue for a higher-priority arrival). Named by this
     /// version; not returned yet, as a C bulkhead cannot be given classes before the next one.
     HG_STATUS_SHED = 2009,
-    /// Rejected `rate_limit` (a rate limit refused). Reserved: not returned by this version.
+    /// Rejected `rate_limit` (a rate limit refused). Named by this version; not returned yet,
+    /// as a C bulkhead cannot be given rates before the next one.
     HG_STATUS_RATE_LIMIT = 2010,
 }
 
@@ -104,11 +105,8 @@ impl From<&AcquireError> for hg_status {
 
 /// Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
 ///
-/// 10 is declared now for the reason the next versions add (docs/design.md): reserved, not
-/// returned by this version — `hg_reason_name()` returns NULL for it and its
-/// `hg_stats.rejected` entry stays 0 until then. 8 (`budget_limit`) and 9 (`shed`) are named
-/// already; a C bulkhead cannot be given a budget or classes before the next version, so they
-/// are not returned yet.
+/// 8 (`budget_limit`), 9 (`shed`) and 10 (`rate_limit`) are named; a C bulkhead cannot be given
+/// a budget, classes or rates before the next version, so they are not returned yet.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -125,7 +123,7 @@ pub enum hg_reason {
     HG_REASON_BUDGET_LIMIT = 8,
     /// Evicted from a full queue (named; not returned before a C bulkhead can have classes).
     HG_REASON_SHED = 9,
-    /// Reserved: not returned by this version.
+    /// A rate refused (named; not returned before a C bulkhead can have rates).
     HG_REASON_RATE_LIMIT = 10,
 }
 

@@ -148,7 +148,7 @@ static void null_everywhere(void) {
     /* Static strings: never NULL, except hg_reason_name for an unknown reason. */
     CHECK(hg_status_message(999999) != NULL);
     CHECK(strcmp(hg_status_message(999999), "unknown status") == 0);
-    CHECK(hg_reason_name(HG_REASON_RATE_LIMIT) == NULL);
+    CHECK(hg_reason_name(HG_REASON_RATE_LIMIT + 1) == NULL);
     CHECK(hg_reason_name(UINT32_MAX) == NULL);
     CHECK(hg_version() != NULL);
     for (uint32_t r = 0; r <= HG_REASON_BUDGET_LIMIT; r++) CHECK(hg_reason_name(r) != NULL);

@@ -11,12 +11,20 @@
 //! Σ holds = active, each hold ≤ its ceiling, the shared units ≤ limit − Σ floors (the units of
 //! the low ranks ≤ limit − Σ floors − reserve). proptest, 256 cases.
 
-use std::{collections::VecDeque, task::Poll};
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
+    task::Poll,
+    time::Duration,
+};
 
 use hullguard_core::{
-    Bulkhead, Call, Cancelled, ClockSource, Config, Decision, LimitsSnapshot, Reason, Request,
-    Waiter,
-    config::{ClassSpec, ClassTable, PriorityReserve},
+    Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, LimitsSnapshot, Reason,
+    Request, Waiter,
+    config::{ClassSpec, ClassTable, PriorityReserve, Rate, Rates},
 };
 use proptest::prelude::*;
 
@@ -36,6 +44,9 @@ enum Op {
     Cancel(usize),
     /// `apply_limits` with this limit (refused below the floors plus the reserve, except 0).
     Limit(u64),
+    /// The virtual clock moves on this many ms, then the host's rate timer runs a pass
+    /// (`rate_tick`).
+    Tick(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -44,6 +55,8 @@ struct Table {
     reserve: PriorityReserve,
     lending: bool,
     shed: bool,
+    /// A requests rate: (per 100 ms, burst), or none.
+    rate: Option<(u64, u64)>,
 }
 
 fn table() -> impl Strategy<Value = Table> {
@@ -61,24 +74,28 @@ fn table() -> impl Strategy<Value = Table> {
         0u8..3,
         any::<bool>(),
         any::<bool>(),
+        prop::option::of((1u64..=4, 1u64..=3)),
     )
-        .prop_map(|(mut classes, permits, min_priority, lending, shed)| {
-            // Keep Σ floors + reserve within the limit.
-            while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
-                let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
-                c.floor -= 1;
-            }
-            Table {
-                classes,
-                reserve: PriorityReserve {
-                    permits,
-                    budget: 0,
-                    min_priority,
-                },
-                lending,
-                shed,
-            }
-        })
+        .prop_map(
+            |(mut classes, permits, min_priority, lending, shed, rate)| {
+                // Keep Σ floors + reserve within the limit.
+                while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
+                    let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
+                    c.floor -= 1;
+                }
+                Table {
+                    classes,
+                    reserve: PriorityReserve {
+                        permits,
+                        budget: 0,
+                        min_priority,
+                    },
+                    lending,
+                    shed,
+                    rate,
+                }
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -88,6 +105,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(Op::Release),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (0u64..=MAX_CONCURRENT).prop_map(Op::Limit),
+        2 => (0u64..=60).prop_map(Op::Tick),
     ]
 }
 
@@ -106,6 +124,9 @@ struct Model {
     reserve: PriorityReserve,
     lending: bool,
     shed: bool,
+    /// The requests rate's GCRA (emission interval, tolerance, TAT, all in ns) and the clock.
+    gcra: Option<(u64, u64, u64)>,
+    now: u64,
     /// Class indices by rank: priority descending, ties by index.
     order: Vec<usize>,
     held: Vec<u64>,
@@ -123,6 +144,8 @@ impl Model {
             reserve: t.reserve,
             lending: t.lending,
             shed: t.shed,
+            gcra: t.rate.map(|(n, b)| (100 * MS / n, 100 * MS / n * b, 0)),
+            now: START,
             order,
             held: vec![0; t.classes.len()],
             queues: vec![VecDeque::new(); t.classes.len()],
@@ -218,6 +241,18 @@ impl Model {
             // The limit itself comes last (after a shrink, holders above it leave by
             // attrition; with lending, floors may be lent out).
             let w = self.queues[c].front().unwrap().1;
+            // The rate first: one request, charged only when granted.
+            let rated = self.gcra.map(|(t, tau, tat)| {
+                let new = tat.max(self.now) + t;
+                (new - self.now <= tau, new)
+            });
+            if let Some((false, _)) = rated {
+                if floor {
+                    over_limit[c] = true;
+                    continue;
+                }
+                return (granted, refused);
+            }
             if self.held.iter().sum::<u64>() + w > self.limit {
                 if floor {
                     over_limit[c] = true;
@@ -227,6 +262,9 @@ impl Model {
             }
             let (id, w) = self.queues[c].pop_front().unwrap();
             self.held[c] += w;
+            if let (Some(g), Some((true, new))) = (self.gcra.as_mut(), rated) {
+                g.2 = new;
+            }
             granted.push(id);
         }
     }
@@ -257,7 +295,20 @@ impl Model {
 
 type Bh = Bulkhead<0>;
 
+const MS: u64 = 1_000_000;
+/// The virtual clock's start (1 s: the GCRA's TAT starts at 0, in the past).
+const START: u64 = 1_000 * MS;
+
+#[derive(Default)]
+struct VClock(AtomicU64);
+impl Clock for VClock {
+    fn now_ns(&self) -> u64 {
+        self.0.load(SeqCst)
+    }
+}
+
 fn run(t: &Table, ops: &[Op]) {
+    let clock = Arc::new(VClock(AtomicU64::new(START)));
     let bh = Bh::with_classes(
         Config {
             max_concurrent: MAX_CONCURRENT,
@@ -267,13 +318,22 @@ fn run(t: &Table, ops: &[Op]) {
         &ClassTable {
             lending: t.lending,
             shed: t.shed,
+            rates: Rates {
+                requests: t.rate.map(|(amount, burst)| Rate {
+                    amount,
+                    per: Duration::from_millis(100),
+                    burst,
+                }),
+                units: None,
+            },
             classes: &t.classes,
             reserve: t.reserve,
         },
-        ClockSource::None,
+        ClockSource::Shared(clock.clone()),
     )
     .unwrap();
     let mut m = Model::new(t);
+    let _ = &clock;
     let n = t.classes.len() as u16;
     let mut held: Vec<(usize, Call<&Bh, 0>)> = vec![];
     let mut waiting: Vec<(u64, usize, Waiter<&Bh, 0>)> = vec![];
@@ -314,7 +374,15 @@ fn run(t: &Table, ops: &[Op]) {
                     } else {
                         m.queues[c].pop_back();
                         if !wait {
-                            Err(Reason::ConcurrencyLimit)
+                            // The rate's refusal, if it is the rate that does not conform.
+                            let rated = m
+                                .gcra
+                                .is_some_and(|(t, tau, tat)| tat.max(m.now) + t - m.now > tau);
+                            Err(if rated {
+                                Reason::RateLimit
+                            } else {
+                                Reason::ConcurrencyLimit
+                            })
                         } else if m.queued() >= MAX_QUEUE {
                             // Shedding: the youngest waiter of the lowest priority below the
                             // arrival's gives its place up.
@@ -370,6 +438,12 @@ fn run(t: &Table, ops: &[Op]) {
                         panic!("step {step}: a waiter the model holds queued settled: {other:?}")
                     }
                 }
+            }
+            Op::Tick(ms) => {
+                clock.0.fetch_add(ms * MS, SeqCst);
+                m.now += ms * MS;
+                bh.rate_tick();
+                let _ = m.dispatch();
             }
             Op::Limit(l) => {
                 revision += 1;

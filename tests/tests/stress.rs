@@ -1295,6 +1295,7 @@ fn classes_keep_their_partition_under_threads() {
         &ClassTable {
             lending: false,
             shed: false,
+            rates: Default::default(),
             classes: &classes,
             reserve: PriorityReserve {
                 permits: 1,

@@ -117,6 +117,13 @@ class BulkheadShedError(BulkheadError):
     code = "BULKHEAD_SHED"
 
 
+class BulkheadRateLimitError(BulkheadError):
+    """A rate limit (requests or units per interval) of a classed bulkhead refused
+    (``rate_limit``; docs/design.md §4.9). Retryable."""
+
+    code = "BULKHEAD_RATE_LIMITED"
+
+
 def _class_for(code: str) -> Type[BulkheadError]:
     """The class raised for a reason whose code is ``code``: the class declaring that ``code``,
     :class:`BulkheadFullError` for a code without a class of its own (``"ABORTED"``)."""

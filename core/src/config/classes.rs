@@ -69,6 +69,32 @@ pub struct PriorityReserve {
     pub min_priority: u8,
 }
 
+/// One rate limit (GCRA, the generic cell rate algorithm of ATM networks, as in
+/// `redis-cell`/`throttled`): `amount` units per `per`, with up to `burst` units at once. Its
+/// emission interval is `T = per / amount` (in ns, at least 1) and its tolerance `burst · T`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Units per `per`, `1 ..`.
+    pub amount: u64,
+    /// The interval, at least `amount` ns.
+    pub per: core::time::Duration,
+    /// The most units admitted at once after an idle spell, `1 ..`; a request above it can
+    /// never conform (refused `rate_limit` at once).
+    pub burst: u64,
+}
+
+/// The rate dimensions of a classed bulkhead (docs/design.md §4.9): requests per interval
+/// (every admission counts 1, whatever its weight) and budget units per interval (its cost;
+/// needs a budget). Decided with the in-flight dimensions in the same dispatcher step, never
+/// charged for a request that is then refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rates {
+    /// Requests per interval.
+    pub requests: Option<Rate>,
+    /// Budget units (tokens) per interval.
+    pub units: Option<Rate>,
+}
+
 /// The class table of a classed bulkhead
 /// ([`Bulkhead::with_classes`](crate::Bulkhead::with_classes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +117,9 @@ pub struct ClassTable<'a> {
     /// arrival with nobody of a lower priority queued is refused `queue_limit` as ever.
     /// `false` (the default): a full queue refuses every arrival.
     pub shed: bool,
+    /// Rate limits decided with the in-flight dimensions (docs/design.md §4.9); none by default.
+    /// A one-class table gives a bulkhead rates and nothing else.
+    pub rates: Rates,
 }
 
 /// What is wrong with a class table.
@@ -129,6 +158,12 @@ pub enum ClassError {
     NoBudget {
         /// The class (`None`: the reserve).
         class: Option<usize>,
+    },
+    /// A rate out of range: `amount` 0, `per` below `amount` ns, `burst` 0, or a tolerance
+    /// above what a word holds; a units rate on a bulkhead without a budget.
+    Rate {
+        /// `"requests"` or `"units"`.
+        rate: &'static str,
     },
     /// An option that classes do not take yet: `"observe"`, `"enabled"`, `"adaptive"`,
     /// `"max_reservations"`, `"static"` (a static bulkhead: classes need `alloc`).
@@ -172,6 +207,11 @@ impl fmt::Display for ClassError {
             ClassError::NoBudget { class: None } => {
                 f.write_str("classes: a budget reserve needs a bulkhead with a budget")
             }
+            ClassError::Rate { rate } => write!(
+                f,
+                "classes.rates.{rate}: amount and burst must be at least 1 and per at least \
+                 amount ns (a units rate needs a budget)"
+            ),
             ClassError::Unsupported { option } => write!(
                 f,
                 "classes: a classed bulkhead does not take `{option}` yet (docs/design.md §4.8)"
@@ -194,6 +234,10 @@ impl<'a> ClassTable<'a> {
             },
             lending: false,
             shed: false,
+            rates: Rates {
+                requests: None,
+                units: None,
+            },
         }
     }
 
@@ -221,6 +265,24 @@ impl<'a> ClassTable<'a> {
             });
         }
         let budget = config.budget.unwrap_or(0);
+        for (rate, r) in [
+            ("requests", self.rates.requests),
+            ("units", self.rates.units),
+        ] {
+            let Some(r) = r else { continue };
+            let per = r.per.as_nanos();
+            let t = per / u128::from(r.amount.max(1));
+            let ok = r.amount >= 1
+                && r.burst >= 1
+                && per >= u128::from(r.amount)
+                && t.checked_mul(u128::from(r.burst))
+                    .is_some_and(|tau| tau < (1u128 << 62))
+                && (rate == "requests" || budget != 0)
+                && cfg!(target_has_atomic = "64");
+            if !ok {
+                return Err(ClassError::Rate { rate });
+            }
+        }
         if budget == 0 && self.reserve.budget != 0 {
             return Err(ClassError::NoBudget { class: None });
         }

@@ -15,7 +15,7 @@ pub mod partial;
 use core::{fmt, time::Duration};
 
 pub use self::{
-    classes::{ClassError, ClassSpec, ClassTable, MAX_CLASSES, PriorityReserve},
+    classes::{ClassError, ClassSpec, ClassTable, MAX_CLASSES, PriorityReserve, Rate, Rates},
     options::{NullMeans, OptionId, OptionSpec, Section, Spelling},
     partial::{Part, PartialConfig, Value},
 };

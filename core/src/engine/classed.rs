@@ -33,6 +33,7 @@ const fn take_error(reason: Reason) -> TakeError {
     match reason {
         Reason::Shutdown => TakeError::Closed,
         Reason::BudgetLimit => TakeError::Budget,
+        Reason::RateLimit => TakeError::Rate,
         _ => TakeError::Busy,
     }
 }
@@ -83,6 +84,9 @@ impl<const N: usize> Engine<N> {
         if let Some(r) = self.never_fits(w, c, 0) {
             return Some(r);
         }
+        if book.rate_never(c) {
+            return Some(Reason::RateLimit);
+        }
         let rank = &book.ranks[book.rank(class)];
         if w > rank.ceiling[0] {
             Some(Reason::ConcurrencyLimit)
@@ -120,7 +124,11 @@ impl<const N: usize> Engine<N> {
         // The fast path: wholly inside the class's untouched floor, nobody of its class queued
         // (SeqCst: with `entered`), one CAS of the class's hold, then the permit word (which
         // refuses only past the limit: a shrink's attrition, the kill switch).
-        if c == 0 && book.ranks[r].queued.load(SeqCst) == 0 && book.try_floor(r, w) {
+        if c == 0
+            && !book.has_rates()
+            && book.ranks[r].queued.load(SeqCst) == 0
+            && book.try_floor(r, w)
+        {
             match self.permits.reserve_for_head(w, 0) {
                 Reserve::Reserved => return Ok(0),
                 Reserve::Closed => {
@@ -387,6 +395,11 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// A pass on the host's request (its rate timer fired).
+    pub(crate) fn dispatch_now(&self) {
+        self.run_dispatcher();
+    }
+
     /// One pass of a classed bulkhead (run flag held). `true` if it stopped because the wake
     /// batch is full.
     pub(crate) fn pass_classed(&self, book: &ClassBook, batch: &mut WakeBatch) -> bool {
@@ -395,6 +408,10 @@ impl<const N: usize> Engine<N> {
     }
 
     fn pass_lists(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> bool {
+        if book.has_rates() {
+            // Each pass looks at every head again: the rate-held one says when anew.
+            book.set_retry_at(0);
+        }
         loop {
             let stopped_at_claim = match self.thread(book, lists, batch) {
                 Threaded::All => false,
@@ -563,6 +580,19 @@ impl<const N: usize> Engine<N> {
         batch: &mut WakeBatch,
     ) -> Grant {
         let (w, c) = self.cell_ask(head.ticket);
+        // The rates first (no charge yet: a refused or lost grant is never charged).
+        let tats = if book.has_rates() {
+            match book.rate_check(c, self.clock.now_ns()) {
+                Ok(t) => Some(t),
+                Err(at) => {
+                    let held = book.retry_at().unwrap_or(u64::MAX);
+                    book.set_retry_at(at.min(held));
+                    return Grant::Blocked;
+                }
+            }
+        } else {
+            None
+        };
         match self.permits.reserve_for_head(w, c) {
             Reserve::Reserved => {}
             Reserve::Blocked => return Grant::Blocked,
@@ -590,6 +620,9 @@ impl<const N: usize> Engine<N> {
         };
         cell.bypass.store(0, Relaxed);
         if self.ring.settle(cell, s, Kind::Granted).is_ok() {
+            if let Some(t) = tats {
+                book.rate_commit(t);
+            }
             lists.unlink(head.cell);
             if !head.nowait {
                 self.counters.record_queued_grant();
@@ -626,7 +659,12 @@ impl<const N: usize> Engine<N> {
                 continue;
             }
             let (w, c) = self.cell_ask(head.ticket);
-            let reason = verdict_reason(book.verdict(head.rank, [w, c], limits));
+            let rated = book.has_rates() && book.rate_check(c, self.clock.now_ns()).is_err();
+            let reason = if rated {
+                Reason::RateLimit
+            } else {
+                verdict_reason(book.verdict(head.rank, [w, c], limits))
+            };
             let _ = self.ring.settle(cell, s, Kind::Rejected(reason));
         }
     }

@@ -117,6 +117,45 @@ pub(crate) struct Head {
     pub(crate) nowait: bool,
 }
 
+/// One rate dimension's GCRA state (docs/design.md §4.9): the emission interval `t` and the
+/// tolerance `tau` in ns, and the theoretical arrival time, written only by the dispatcher.
+#[derive(Debug)]
+pub(crate) struct Gcra {
+    t: u64,
+    tau: u64,
+    tat: AtomicWord,
+}
+
+impl Gcra {
+    fn new(r: &crate::config::classes::Rate) -> Self {
+        let t = (r.per.as_nanos() / u128::from(r.amount)) as u64;
+        Gcra {
+            t,
+            tau: t * r.burst,
+            tat: AtomicWord::new(0),
+        }
+    }
+
+    /// The TAT after `n` units at `now` if they conform now, else `Err(the earliest time they
+    /// would)` (`u64::MAX`: never, `n` is above the burst).
+    fn check(&self, n: u64, now: u64) -> Result<u64, u64> {
+        if n == 0 {
+            // Relaxed: dispatcher-only.
+            return Ok(self.tat.load(Relaxed) as u64);
+        }
+        let Some(cost) = n.checked_mul(self.t).filter(|&c| c <= self.tau) else {
+            return Err(u64::MAX);
+        };
+        // Relaxed: dispatcher-only (the run flag orders one runner after the next).
+        let new = (self.tat.load(Relaxed) as u64).max(now) + cost;
+        if new - now <= self.tau {
+            Ok(new)
+        } else {
+            Err(new - self.tau)
+        }
+    }
+}
+
 /// The class book. See the module docs.
 #[derive(Debug)]
 pub(crate) struct ClassBook {
@@ -137,6 +176,10 @@ pub(crate) struct ClassBook {
     floor_used: [AtomicWord; DIMS],
     /// Shedding (`ClassTable::shed`).
     pub(crate) shed: bool,
+    /// The rate dimensions (requests, units), `None` where there is none.
+    rates: [Option<Gcra>; DIMS],
+    /// The earliest time (host clock, ns) a head held back by a rate conforms; 0: none.
+    retry_at: AtomicWord,
     /// Live waiters plus no-wait cells on their way through a pass: while 0, a release has
     /// nobody to hand its units to and skips the dispatcher.
     pending: AtomicWord,
@@ -208,6 +251,11 @@ impl ClassBook {
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
             lending: table.lending,
             shed: table.shed,
+            rates: [
+                table.rates.requests.as_ref().map(Gcra::new),
+                table.rates.units.as_ref().map(Gcra::new),
+            ],
+            retry_at: AtomicWord::new(0),
             floor_used: [AtomicWord::new(0), AtomicWord::new(0)],
             pending: AtomicWord::new(0),
             lists: UnsafeCell::new(Lists {
@@ -447,6 +495,68 @@ impl ClassBook {
         let with_reserve = limit.saturating_sub(self.floors[d]);
         // SeqCst: as in `verdict`.
         self.shared_used[d].load(SeqCst) < with_reserve
+    }
+
+    /// Whether this bulkhead has a rate dimension (then every decision goes through the pass:
+    /// the fast floor path is off).
+    #[inline]
+    pub(crate) fn has_rates(&self) -> bool {
+        self.rates[0].is_some() || self.rates[1].is_some()
+    }
+
+    /// The rates' verdict for one request of cost `c` at `now` (dispatcher): `Ok` with the TATs
+    /// to commit if it is granted, or `Err(the earliest time it conforms)` (`u64::MAX`: never).
+    pub(crate) fn rate_check(&self, c: Word, now: u64) -> Result<[u64; DIMS], u64> {
+        let mut tats = [0u64; DIMS];
+        let mut retry = 0u64;
+        for (d, n) in [1u64, c as u64].into_iter().enumerate() {
+            if let Some(g) = &self.rates[d] {
+                match g.check(n, now) {
+                    Ok(t) => tats[d] = t,
+                    Err(at) => retry = retry.max(at),
+                }
+            }
+        }
+        if retry == 0 { Ok(tats) } else { Err(retry) }
+    }
+
+    /// A granted request's rate charge (dispatcher, after the grant CAS won).
+    pub(crate) fn rate_commit(&self, tats: [u64; DIMS]) {
+        for (d, t) in tats.into_iter().enumerate() {
+            if let Some(g) = &self.rates[d] {
+                // Relaxed: dispatcher-only.
+                g.tat.store(t as Word, Relaxed);
+            }
+        }
+    }
+
+    /// Whether `c` units (and one request) can never conform: above a rate's burst.
+    pub(crate) fn rate_never(&self, c: Word) -> bool {
+        matches!(self.rate_check_far(c), Some(u64::MAX))
+    }
+
+    fn rate_check_far(&self, c: Word) -> Option<u64> {
+        for (d, n) in [1u64, c as u64].into_iter().enumerate() {
+            if let Some(g) = &self.rates[d] {
+                if n != 0 && n.checked_mul(g.t).is_none_or(|x| x > g.tau) {
+                    return Some(u64::MAX);
+                }
+            }
+        }
+        None
+    }
+
+    /// The dispatcher records when the earliest rate-held head conforms (0: none).
+    pub(crate) fn set_retry_at(&self, at: u64) {
+        // Release: read by the host's `rate_retry_after`.
+        self.retry_at.store(at as Word, Release);
+    }
+
+    /// When the earliest rate-held head conforms (host clock ns), if one is held.
+    pub(crate) fn retry_at(&self) -> Option<u64> {
+        // Acquire: see `set_retry_at`.
+        let at = self.retry_at.load(Acquire) as u64;
+        (at != 0).then_some(at)
     }
 
     /// Rank `r` takes `n` unchecked (a forgotten call's hold moving to class 0).

@@ -226,6 +226,7 @@ const fn reason_of(e: TakeError) -> Reason {
         TakeError::Closed => Reason::Shutdown,
         TakeError::Busy => Reason::ConcurrencyLimit,
         TakeError::Budget => Reason::BudgetLimit,
+        TakeError::Rate => Reason::RateLimit,
     }
 }
 

@@ -76,6 +76,9 @@ pub(crate) enum TakeError {
     Budget,
     /// `close()` ran.
     Closed,
+    /// A rate dimension of a classed bulkhead refused (docs/design.md §4.9).
+    #[cfg_attr(not(feature = "alloc"), allow(dead_code))]
+    Rate,
 }
 
 /// What the dispatcher's reservation for the head waiter found.

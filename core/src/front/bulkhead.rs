@@ -199,6 +199,13 @@ impl Bulkhead<0> {
         config.validate()?;
         if let Some(t) = classes {
             t.validate(&config).map_err(ConfigError::Class)?;
+            if (t.rates.requests.is_some() || t.rates.units.is_some()) && !clock.is_some() {
+                return Err(ConfigError::Class(
+                    crate::config::classes::ClassError::Unsupported {
+                        option: "rates without a clock",
+                    },
+                ));
+            }
         }
         // Events and reservations run in the guarded path, so they bring the policy box.
         let policies = Policies::build(
@@ -486,6 +493,29 @@ impl<const N: usize> Bulkhead<N> {
         }
         let _ = class;
         None
+    }
+
+    /// How long until the earliest waiter held back by a rate conforms (docs/design.md §4.9),
+    /// if one is: the host arms a timer for it and then calls
+    /// [`rate_tick`](Self::rate_tick) (the core arms none). `Some(Duration::ZERO)` when it is
+    /// due. `None` without rates or while no waiter is held by one.
+    pub fn rate_retry_after(&self) -> Option<Duration> {
+        #[cfg(feature = "alloc")]
+        if let Some(at) = self.engine.classes().and_then(|b| b.retry_at()) {
+            return Some(Duration::from_nanos(
+                at.saturating_sub(self.engine.now_ns()),
+            ));
+        }
+        None
+    }
+
+    /// The host's rate timer fired: runs a dispatcher pass, which grants the waiters that
+    /// conform now (a no-op without classes).
+    pub fn rate_tick(&self) {
+        #[cfg(feature = "alloc")]
+        if self.engine.classes().is_some() {
+            self.engine.dispatch_now();
+        }
     }
 
     /// Shared units held now by classes beyond their floors, `[permits, budget units]` (`None`

@@ -381,6 +381,7 @@ fn stats_visit_every_field_in_schema_order() {
         "call_timeout",
         "budget_limit",
         "shed",
+        "rate_limit",
     ];
     let buckets: Vec<std::string::String> = (10..37)
         .map(|b| std::format!("{}", 1u64 << b))

@@ -44,6 +44,7 @@ fn classed(limit: u64, classes: &[ClassSpec], reserve: PriorityReserve) -> Bulkh
         &ClassTable {
             lending: false,
             shed: false,
+            rates: Default::default(),
             classes,
             reserve,
         },
@@ -363,6 +364,7 @@ fn budgets_have_floors_and_ceilings_per_class() {
         &ClassTable {
             lending: false,
             shed: false,
+            rates: Default::default(),
             classes: &[
                 ClassSpec {
                     priority: 1,
@@ -408,6 +410,7 @@ fn bad_tables_and_classes_are_named() {
             &ClassTable {
                 lending: false,
                 shed: false,
+                rates: Default::default(),
                 classes,
                 reserve,
             },
@@ -565,6 +568,7 @@ fn lending_lends_idle_floors_and_the_owner_reclaims_first() {
             reserve: PriorityReserve::default(),
             lending: true,
             shed: false,
+            rates: Default::default(),
         },
         ClockSource::None,
     )

@@ -34,6 +34,7 @@ fn two(limit: u64, floor: u64) -> Arc<Classed> {
             &ClassTable {
                 lending: false,
                 shed: false,
+                rates: Default::default(),
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },
@@ -65,6 +66,7 @@ fn capped() -> Arc<Classed> {
             &ClassTable {
                 lending: false,
                 shed: false,
+                rates: Default::default(),
                 classes: &classes,
                 reserve: PriorityReserve::default(),
             },

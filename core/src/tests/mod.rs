@@ -45,6 +45,8 @@ mod orphan;
 #[cfg(all(not(loom), feature = "std"))]
 mod queued_cost;
 #[cfg(all(not(loom), feature = "std"))]
+mod rates;
+#[cfg(all(not(loom), feature = "std"))]
 mod registry;
 #[cfg(all(not(loom), feature = "std"))]
 mod reserve;
