@@ -40,6 +40,7 @@ impl WakeBatch {
     }
 
     /// Counts one settled waiter (with or without a waker to wake).
+    #[inline]
     pub(crate) fn push(&mut self, waker: Option<Waker>) {
         self.wakers[self.len].write(waker);
         self.len += 1;

@@ -784,6 +784,7 @@ impl<const N: usize> Engine<N> {
     }
 
     /// The enqueuer writes ticket `t`'s claimed cell (before its publish).
+    #[inline]
     pub(crate) fn write_cell(
         &self,
         t: Word,
@@ -968,8 +969,9 @@ impl<const N: usize> Engine<N> {
         self.notify_idle();
     }
 
-    /// The release step that may grant: the class's units, then a dispatcher pass.
-    #[inline(never)]
+    /// The release step that may grant: the class's units, then a dispatcher pass (itself
+    /// out of line).
+    #[inline]
     fn released_to_waiters(&self, w: Word, c: Word, class: u16) {
         #[cfg(feature = "alloc")]
         if let Some(book) = self.classes() {

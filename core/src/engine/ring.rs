@@ -174,6 +174,7 @@ impl<const N: usize> WaiterRing<N> {
     /// Moves ticket `t`'s cell from `from` to `to`, retrying while only skips (relabels by the
     /// tail) change it. Returns the stamp that was replaced, or the first stamp that is no
     /// longer `t`'s in state `from.kind()`.
+    #[inline]
     pub(crate) fn transition(
         &self,
         cell: &Cell,
@@ -288,22 +289,25 @@ impl<const N: usize> WaiterRing<N> {
     /// the waiter out itself and this undoes its own decrement, so `live` reads one low only
     /// while a grant and a cancel of the same waiter race.
     /// Its cost leaves `queued_cost` the same way.
+    #[inline(always)]
     pub(crate) fn settle(&self, cell: &Cell, from: Stamp, kind: Kind) -> Result<(), Stamp> {
         // Relaxed: written by the enqueuer before its Release publish, which the caller's
         // Acquire load of the stamp saw.
         let word = cell.cost.load(Relaxed);
-        if crate::engine::cell::is_nowait(word) {
-            // A no-wait request holds no live place.
-            return self.transition(cell, from, |s| s.with(kind)).map(drop);
-        }
+        // A no-wait request of a classed bulkhead holds no live place.
+        let place = !crate::engine::cell::is_nowait(word);
         let c = crate::engine::cell::cost_of(word);
-        self.leave(c);
+        if place {
+            self.leave(c);
+        }
         self.transition(cell, from, |s| s.with(kind))
             .map(drop)
             .inspect_err(|_| {
-                self.live.fetch_add(1, AcqRel);
-                if c != 0 {
-                    self.queued_cost.fetch_add(c, AcqRel);
+                if place {
+                    self.live.fetch_add(1, AcqRel);
+                    if c != 0 {
+                        self.queued_cost.fetch_add(c, AcqRel);
+                    }
                 }
             })
     }
@@ -361,6 +365,7 @@ impl<const N: usize> WaiterRing<N> {
     /// granted or settled first): whoever sees the cell freed sees its place free too — a
     /// shedding arrival's pass counts on it (docs/design.md §4.8). A no-wait cell holds no
     /// place.
+    #[inline]
     pub(crate) fn cancel_free(&self, cell: &Cell, from: Stamp, word: Word) -> Result<Stamp, Stamp> {
         let place = !crate::engine::cell::is_nowait(word);
         let c = crate::engine::cell::cost_of(word);
@@ -389,6 +394,7 @@ impl<const N: usize> WaiterRing<N> {
     /// Frees ticket `t`'s cell from state `from` (consumed or cancelled by its owner): it
     /// becomes claimable on the lap after its position. `Err` if it is no longer `t`'s in
     /// that state (another party settled or consumed it first).
+    #[inline]
     pub(crate) fn free(&self, cell: &Cell, from: Stamp) -> Result<Stamp, Stamp> {
         let r = self.transition(cell, from, Stamp::freed);
         if r.is_ok() {
@@ -443,6 +449,7 @@ impl<const N: usize> WaiterRing<N> {
 
     /// The ticket loop of a claim holding a cell reservation (and, `Some(cost)`, a live
     /// place of that cost).
+    #[inline(always)]
     fn claim_cell(&self, live: Option<Word>) -> Result<Word, ClaimError> {
         loop {
             // SeqCst: ordered with every marker's tail CAS, so the stamp load below sees the
@@ -502,6 +509,7 @@ impl<const N: usize> WaiterRing<N> {
 
     /// The enqueuer of ticket `t` publishes its claimed cell as `WAITING` (after writing the
     /// weight, time, call and waker): Release, for the dispatcher's Acquire of the stamp.
+    #[inline]
     pub(crate) fn publish(&self, t: Word) {
         let cell = self.cell(t);
         let mut s = Stamp(cell.stamp.load(Relaxed));
