@@ -74,6 +74,10 @@ where
     /// Parks this thread until the waiter settles or `deadline` passes (then the owner cancels
     /// it as `timeout`; a settlement that won is the outcome). `None` waits without one.
     ///
+    /// On a bulkhead with rates (docs/design.md §4.9) the waiting thread is the host's rate
+    /// timer: it parks at most until the earliest rate-held head conforms, then runs
+    /// [`Bulkhead::rate_tick`].
+    ///
     /// # Errors
     /// The waiter's rejection, or `timeout`.
     pub fn wait_blocking(self, deadline: Option<Instant>) -> Result<Call<B, N>, AcquireError> {
@@ -108,7 +112,19 @@ where
                     Cancelled::Cancelled(r) | Cancelled::Rejected(r) => Err(r.into()),
                 });
             }
-            let until = deadline.map_or(slice, |d| (d - now).min(slice));
+            let mut until = deadline.map_or(slice, |d| (d - now).min(slice));
+            if let Some(due) = self.bulkhead().rate_retry_after() {
+                if due.is_zero() {
+                    self.bulkhead().rate_tick();
+                    if let Poll::Ready(r) = self.poll(Some(&waker)) {
+                        return Ok(r);
+                    }
+                    // Another pass is deciding: look again shortly, never spin.
+                    until = until.min(Duration::from_millis(1));
+                } else {
+                    until = until.min(due);
+                }
+            }
             if until == Duration::MAX {
                 thread::park();
             } else {

@@ -223,3 +223,28 @@ fn bad_rates_are_named() {
     .unwrap_err();
     assert!(std::format!("{e}").contains("rates without a clock"), "{e}");
 }
+
+#[test]
+fn a_blocking_wait_is_its_own_rate_timer() {
+    // The host clock: the waiting thread parks until the rate-held head conforms (about 50 ms
+    // here) and ticks itself; the deadline allows 100× that.
+    let classes = [ClassSpec::DEFAULT];
+    let bh = Bulkhead::with_classes(
+        Config::DEFAULT,
+        &ClassTable {
+            rates: Rates {
+                requests: Some(TWO_PER_100MS),
+                units: None,
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::default_for_host(),
+    )
+    .unwrap();
+    let a = bh.acquire_blocking(1, Some(Duration::ZERO)).unwrap();
+    let b = bh.acquire_blocking(1, Some(Duration::ZERO)).unwrap();
+    let c = bh
+        .acquire_blocking(1, Some(Duration::from_secs(5)))
+        .expect("granted once the rate conforms");
+    drop((a, b, c));
+}
