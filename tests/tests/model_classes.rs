@@ -247,10 +247,7 @@ impl Model {
                 (new - self.now <= tau, new)
             });
             if let Some((false, _)) = rated {
-                if floor {
-                    over_limit[c] = true;
-                    continue;
-                }
+                // A rate-held head stops the pass, floors included (no barging past it).
                 return (granted, refused);
             }
             if self.held.iter().sum::<u64>() + w > self.limit {

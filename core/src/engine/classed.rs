@@ -63,6 +63,8 @@ enum Grant {
     Done,
     /// The permit word is short (a shrink, observed holders): the pass stops.
     Blocked,
+    /// A rate holds the head back: the pass stops (no barging past it, floors included).
+    RateHeld,
 }
 
 impl<const N: usize> Engine<N> {
@@ -150,8 +152,13 @@ impl<const N: usize> Engine<N> {
         self.ring.publish(t);
         self.run_dispatcher();
         let answer = loop {
-            match self.poll(Ticket(t), None, false) {
-                Ok(Polled::Pending) => crate::sync::spin_wait(),
+            match self.poll_as(Ticket(t), None, false, true) {
+                Ok(Polled::Pending) => {
+                    // Never wait for another thread's wakers: run the pass owed to this cell
+                    // as soon as the run flag is free (or leave it pending for the runner).
+                    crate::sync::spin_wait();
+                    self.run_dispatcher();
+                }
                 Ok(Polled::Granted { .. }) => break Ok(0),
                 Ok(Polled::Rejected { rejection, .. }) => break Err(take_error(rejection.reason)),
                 // Nobody else holds this ticket.
@@ -224,23 +231,17 @@ impl<const N: usize> Engine<N> {
         }
     }
 
-    /// A queued waiter of the cell of ticket `t` settled or was cancelled: its class has one
-    /// waiter less (read before the cell is freed).
-    pub(crate) fn classed_left(&self, t: Word) {
-        if let Some(book) = self.classes() {
-            let class = book.cell_class(self.ring.index(t));
-            book.left(book.rank(class), true);
-        }
+    /// The rank of the occupant of ticket `t`'s cell (read while its stamp is still `t`'s:
+    /// once settled and polled, the cell may hold another class's waiter).
+    pub(crate) fn rank_of_ticket(&self, t: Word) -> Option<usize> {
+        self.classes()
+            .map(|b| b.rank(b.cell_class(self.ring.index(t))))
     }
 
-    /// A hold of `w` permits and `c` units moves from class `from` to class 0 (a call
-    /// forgotten into handle-free permits, which are class 0's).
-    pub(crate) fn classed_to_zero(&self, w: Word, c: Word, from: u16) {
-        if let Some(book) = self.classes() {
-            if from != 0 {
-                book.take(book.rank(0), [w, c]);
-                book.give(book.rank(from), [w, c]);
-            }
+    /// A queued waiter of rank `rank` left (settled or cancelled).
+    pub(crate) fn classed_left(&self, rank: Option<usize>) {
+        if let (Some(book), Some(r)) = (self.classes(), rank) {
+            book.left(r, true);
         }
     }
 
@@ -279,12 +280,16 @@ impl<const N: usize> Engine<N> {
                 return Ok(super::Admitted::Queued(Ticket(t)));
             }
             match self.ring.stamp_of(t) {
-                Some((_, s)) if s.kind() == Kind::Rejected(Reason::QueueLimit) => {
-                    let _ = self.poll(Ticket(t), None, false);
+                Some((_, s)) if s.kind() == Kind::Waiting => {
+                    crate::sync::spin_wait();
+                    self.run_dispatcher();
+                }
+                // Refused (`queue_limit`, or a reason a pass gave it): consume and refuse.
+                _ => {
+                    let _ = self.poll_as(Ticket(t), None, false, true);
                     book.left(r, false);
                     return Err(self.reject(Reason::QueueLimit));
                 }
-                _ => crate::sync::spin_wait(),
             }
         }
     }
@@ -324,19 +329,27 @@ impl<const N: usize> Engine<N> {
                     continue;
                 }
                 let out = cost_of(vcell.cost.load(Relaxed));
-                if !self.ring.cost_swap_fits(out, into) {
+                // The arrival's extra cost first, within `max_queued_cost` (one CAS).
+                if into > out && !self.ring.reserve_cost(into - out) {
                     continue;
                 }
                 if self
                     .ring
-                    .settle_transfer(vcell, vs, Kind::Rejected(Reason::Shed), out, into)
+                    .settle_transfer(vcell, vs, Kind::Rejected(Reason::Shed))
                     .is_err()
                 {
-                    // Cancelled first (its place is free): the next look unlinks it.
+                    // Cancelled or expired first: the next look unlinks it.
+                    if into > out {
+                        self.ring.release_cost(into - out);
+                    }
                     continue;
                 }
+                if out > into {
+                    self.ring.release_cost(out - into);
+                }
                 self.counters.reject(Reason::Shed);
-                self.classed_left(v.ticket);
+                // The victim's class, by its rank (its cell may be reused once it is polled).
+                book.left(vr, true);
                 lists.unlink(v.cell);
                 batch.push(vcell.waker.take(v.ticket));
                 return self.shed_won(book, h, word, r);
@@ -506,11 +519,11 @@ impl<const N: usize> Engine<N> {
                 }
             }
             let (head, s, floor) = pick?;
-            match self.grant(book, lists, head, s, batch) {
+            match self.grant(book, lists, head, s, floor, batch) {
                 Grant::Done if batch.is_full() => return Some(true),
                 Grant::Done => {}
                 Grant::Blocked if floor => over_limit |= 1 << head.rank,
-                Grant::Blocked => return Some(false),
+                Grant::Blocked | Grant::RateHeld => return Some(false),
             }
         }
     }
@@ -559,7 +572,7 @@ impl<const N: usize> Engine<N> {
                 lists.unlink(head.cell);
                 if !head.nowait {
                     self.counters.reject(reason);
-                    self.classed_left(head.ticket);
+                    book.left(head.rank, true);
                     batch.push(cell.waker.take(head.ticket));
                     if batch.is_full() {
                         return None;
@@ -571,12 +584,16 @@ impl<const N: usize> Engine<N> {
     }
 
     /// Grants `head` (state `s`): the permit word, then the class counts, then the grant CAS.
+    /// `floor`: the head was picked as wholly inside its floor; if a fast-path take has since
+    /// made it need shared units, it is not granted here (it would pass a higher rank short of
+    /// them) but looked at again.
     fn grant(
         &self,
         book: &ClassBook,
         lists: &mut Lists,
         head: Head,
         s: Stamp,
+        floor: bool,
         batch: &mut WakeBatch,
     ) -> Grant {
         let (w, c) = self.cell_ask(head.ticket);
@@ -587,7 +604,7 @@ impl<const N: usize> Engine<N> {
                 Err(at) => {
                     let held = book.retry_at().unwrap_or(u64::MAX);
                     book.set_retry_at(at.min(held));
-                    return Grant::Blocked;
+                    return Grant::RateHeld;
                 }
             }
         } else {
@@ -600,7 +617,7 @@ impl<const N: usize> Engine<N> {
             Reserve::Closed => return Grant::Done,
         }
         let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
-        if !book.try_take(head.rank, [w, c], limits) {
+        if !book.try_take(head.rank, [w, c], limits, floor) {
             // A fast-path floor take raced the verdict: look again.
             self.permits.give(w, c);
             return Grant::Done;
@@ -631,7 +648,7 @@ impl<const N: usize> Engine<N> {
                     self.counters
                         .record_wait(now.wrapping_sub(cell.enqueued_ns.load(Relaxed)));
                 }
-                self.classed_left(head.ticket);
+                book.left(head.rank, true);
                 batch.push(cell.waker.take(head.ticket));
             }
         } else {

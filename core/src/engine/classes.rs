@@ -401,7 +401,14 @@ impl ClassBook {
     /// one CAS that re-checks the class's ceiling and the shared units the take needs against
     /// the room `limits` leave (a fast-path floor take may have raced the verdict). `false`,
     /// with nothing taken, if it no longer fits.
-    pub(crate) fn try_take(&self, r: usize, n: [Word; DIMS], limits: [Word; DIMS]) -> bool {
+    /// `floor_only`: refuse a take that needs shared units (a head picked as a floor head).
+    pub(crate) fn try_take(
+        &self,
+        r: usize,
+        n: [Word; DIMS],
+        limits: [Word; DIMS],
+        floor_only: bool,
+    ) -> bool {
         let rank = &self.ranks[r];
         for d in 0..DIMS {
             if n[d] == 0 {
@@ -412,7 +419,8 @@ impl ClassBook {
             loop {
                 let want = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
                 if h + n[d] > rank.ceiling[d]
-                    || (want != 0 && !self.fits_pool(r, d, h, n[d], want, limits[d]))
+                    || (want != 0
+                        && (floor_only || !self.fits_pool(r, d, h, n[d], want, limits[d])))
                 {
                     if d == 1 {
                         self.give(r, [n[0], 0]);
@@ -557,19 +565,6 @@ impl ClassBook {
         // Acquire: see `set_retry_at`.
         let at = self.retry_at.load(Acquire) as u64;
         (at != 0).then_some(at)
-    }
-
-    /// Rank `r` takes `n` unchecked (a forgotten call's hold moving to class 0).
-    pub(crate) fn take(&self, r: usize, n: [Word; DIMS]) {
-        let rank = &self.ranks[r];
-        for (d, &n) in n.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            // SeqCst: as in `verdict`.
-            let prev = rank.held[d].fetch_add(n, SeqCst);
-            self.moved(r, d, prev, prev + n);
-        }
     }
 
     /// Rank `r` returns `n` (a release, or a lost grant undone): before the permits go back.

@@ -809,14 +809,32 @@ impl<const N: usize> Engine<N> {
     /// Polls a ticket. On `Granted` / `Rejected` the ticket is consumed; `waker` replaces the
     /// registered waker while it is pending.
     /// `detail`: also read what the waiter asked for and its clock stamps (for events).
+    #[inline]
     pub(crate) fn poll(
         &self,
         ticket: Ticket,
         waker: Option<&Waker>,
         detail: bool,
     ) -> Result<Polled, StaleTicket> {
+        self.poll_as(ticket, waker, detail, false)
+    }
+
+    /// [`poll`](Self::poll); `nowait_owner`: the caller is the enqueuer of a classed no-wait or
+    /// shedding cell, which nobody else may poll, cancel or expire (a forged ticket would
+    /// take its decision: it is stale to everyone else).
+    pub(crate) fn poll_as(
+        &self,
+        ticket: Ticket,
+        waker: Option<&Waker>,
+        detail: bool,
+        nowait_owner: bool,
+    ) -> Result<Polled, StaleTicket> {
         let t = ticket.0;
         let (cell, mut s) = self.ring.stamp_of(t).ok_or(StaleTicket)?;
+        // Relaxed: ordered by the stamp's Acquire.
+        if !nowait_owner && cell::is_nowait(cell.cost.load(Relaxed)) {
+            return Err(StaleTicket);
+        }
         if matches!(s.kind(), Kind::Waiting | Kind::Claimed) {
             let Some(waker) = waker else {
                 return Ok(Polled::Pending);
@@ -887,6 +905,11 @@ impl<const N: usize> Engine<N> {
     ) -> Result<CellRecord, CancelError> {
         let t = ticket.0;
         let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        // A classed no-wait or shedding cell is its enqueuer's alone (see `poll_as`).
+        // Relaxed: ordered by the stamp's Acquire.
+        if cell::is_nowait(cell.cost.load(Relaxed)) {
+            return Err(CancelError::Stale);
+        }
         match s.kind() {
             Kind::Waiting => {
                 // Relaxed: the owner wrote these itself before publishing.
@@ -930,12 +953,20 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn expire(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {
         let t = ticket.0;
         let (cell, s) = self.ring.stamp_of(t).ok_or(CancelError::Stale)?;
+        // A classed no-wait or shedding cell is its enqueuer's alone (see `poll_as`).
+        // Relaxed: ordered by the stamp's Acquire.
+        if cell::is_nowait(cell.cost.load(Relaxed)) {
+            return Err(CancelError::Stale);
+        }
+        // The class before the settle: once settled and polled, the cell may be reused.
+        #[cfg(feature = "alloc")]
+        let rank = self.rank_of_ticket(t);
         match s.kind() {
             Kind::Waiting => match self.ring.settle(cell, s, Kind::Rejected(reason)) {
                 Ok(()) => {
                     self.counters.reject(reason);
                     #[cfg(feature = "alloc")]
-                    self.classed_left(t);
+                    self.classed_left(rank);
                     let waker = cell.waker.take(t);
                     // The head may stand on it: pass the turn on.
                     self.run_dispatcher();

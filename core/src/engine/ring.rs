@@ -312,29 +312,34 @@ impl<const N: usize> WaiterRing<N> {
             })
     }
 
-    /// Settles a waiting cell as `kind` keeping its live place for another waiter (a shed:
-    /// the evicted waiter's place passes to the arrival that evicted it, so `live` never
-    /// passes `max_queue`); its cost `out` leaves `queued_cost` and `into` enters.
+    /// Settles a waiting cell as `kind` keeping its live place (and its queued cost) for
+    /// another waiter (a shed: the evicted waiter's place passes to the arrival that evicted
+    /// it, so `live` never passes `max_queue`).
     #[cfg(feature = "alloc")]
     pub(crate) fn settle_transfer(
         &self,
         cell: &Cell,
         from: Stamp,
         kind: Kind,
-        out: Word,
-        into: Word,
     ) -> Result<(), Stamp> {
-        self.transition(cell, from, |s| s.with(kind)).map(|_| {
-            // AcqRel: as `leave`.
-            if into > out {
-                self.queued_cost.fetch_add(into - out, AcqRel);
-            } else if out > into {
-                self.queued_cost.fetch_sub(out - into, AcqRel);
-            }
-        })
+        self.transition(cell, from, |s| s.with(kind)).map(drop)
     }
 
-    /// Whether the queued cost may change by `-out + into` within `max_queued_cost`.
+    /// Adds `n` to `queued_cost` if it stays within `max_queued_cost` (one CAS loop).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn reserve_cost(&self, n: Word) -> bool {
+        n == 0 || reserve_n(&self.queued_cost, n, self.max_queued_cost)
+    }
+
+    /// Takes `n` out of `queued_cost`.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn release_cost(&self, n: Word) {
+        if n != 0 {
+            // AcqRel: as `leave`.
+            self.queued_cost.fetch_sub(n, AcqRel);
+        }
+    }
+
     /// Reserves a live place (and `c` of `max_queued_cost`) for a cell claimed without one,
     /// if the queue has room now.
     #[cfg(feature = "alloc")]
@@ -349,38 +354,18 @@ impl<const N: usize> WaiterRing<N> {
         true
     }
 
-    #[cfg(feature = "alloc")]
-    pub(crate) fn cost_swap_fits(&self, out: Word, into: Word) -> bool {
-        into <= out
-            || fits_n(
-                self.queued_cost.load(Acquire),
-                into - out,
-                self.max_queued_cost,
-            )
-    }
-
     /// The owner cancels its own waiting ticket (stamp `from`, cost word `word`): frees the
-    /// cell. The waiter leaves `live` (and its cost `queued_cost`) *before* the free, as a
-    /// settler's does before its settle, and comes back if the free loses (the waiter was
-    /// granted or settled first): whoever sees the cell freed sees its place free too — a
-    /// shedding arrival's pass counts on it (docs/design.md §4.8). A no-wait cell holds no
-    /// place.
+    /// cell; once the free has won, the waiter leaves `live` (and its cost `queued_cost`). Not
+    /// before: a settler subtracts before its own CAS, and both subtracting while a grant and a
+    /// cancel race would let claimers pass `max_queue` (a review found it). A no-wait cell holds
+    /// no place.
     #[inline]
     pub(crate) fn cancel_free(&self, cell: &Cell, from: Stamp, word: Word) -> Result<Stamp, Stamp> {
-        let place = !crate::engine::cell::is_nowait(word);
-        let c = crate::engine::cell::cost_of(word);
-        if place {
-            self.leave(c);
+        let r = self.free(cell, from);
+        if r.is_ok() && !crate::engine::cell::is_nowait(word) {
+            self.leave(crate::engine::cell::cost_of(word));
         }
-        self.free(cell, from).inspect_err(|_| {
-            if place {
-                // AcqRel: as `leave`.
-                self.live.fetch_add(1, AcqRel);
-                if c != 0 {
-                    self.queued_cost.fetch_add(c, AcqRel);
-                }
-            }
-        })
+        r
     }
 
     /// A waiter of cost `c` leaves the live count and the queued cost.

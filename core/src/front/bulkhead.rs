@@ -795,9 +795,8 @@ impl<const N: usize> Bulkhead<N> {
                     self.finish(call, Outcome::Ignored);
                     // The raw API holds permits only: a guarded waiter's budget units return now.
                     self.return_unused(cost, class);
-                    // Handle-free permits are class 0's (docs/design.md §4.8).
-                    #[cfg(feature = "alloc")]
-                    self.engine.classed_to_zero(weight as Word, 0, class);
+                    // On a classed bulkhead they stay in the waiter's class (return them with
+                    // `release_units_of`).
                     self.engine.lend(weight as Word);
                     TicketPoll::Granted(weight)
                 }
@@ -873,10 +872,23 @@ impl<const N: usize> Bulkhead<N> {
     /// the call itself, never through this.
     #[inline]
     pub fn release_units(&self, weight: u64) {
+        self.release_units_of(weight, 0);
+    }
+
+    /// [`release_units`](Self::release_units) on a classed bulkhead (docs/design.md §4.8): the
+    /// permits return to class `class` — the class of the call that was forgotten, or of the
+    /// waiter whose ticket was polled; the raw units pair (`try_acquire_units`) is class 0's.
+    /// The caller guarantees it holds them in that class (a `class` out of range is class 0).
+    #[inline]
+    pub fn release_units_of(&self, weight: u64, class: u16) {
         let w = weight as Word;
         self.engine.unlend(w);
-        // Handle-free permits are class 0's (docs/design.md §4.8).
-        self.engine.release(w, 0, 0);
+        let class = if (class as usize) < self.class_count() {
+            class
+        } else {
+            0
+        };
+        self.engine.release(w, 0, class);
     }
 
     /// Returns handle-free permits, refusing any return of more than are out without a handle

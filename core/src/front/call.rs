@@ -546,11 +546,8 @@ where
         }
         self.end_orphan();
         let w = core::mem::take(&mut self.weight);
-        // Handle-free permits are class 0's (docs/design.md §4.8).
-        #[cfg(feature = "alloc")]
-        self.bh
-            .engine
-            .classed_to_zero(w as crate::sync::Word, 0, self.call.class);
+        // On a classed bulkhead the permits stay in the call's class (docs/design.md §4.8):
+        // return them with `release_units_of(w, class)`.
         self.bh.engine.lend(w as crate::sync::Word);
         w
     }

@@ -290,7 +290,7 @@ fn every_way_a_call_ends_returns_its_class_units() {
     partition_holds(&bh);
     c.end(crate::Outcome::Success);
     assert_eq!(bh.class_stats(1).unwrap().in_flight, 0);
-    // A forgotten call's permits are handle-free: class 0's.
+    // A forgotten call's permits stay in its class, returned with `release_units_of`.
     let c = granted(bh.admit(&now(1, 2), None));
     let w = c.forget();
     assert_eq!(
@@ -298,9 +298,9 @@ fn every_way_a_call_ends_returns_its_class_units() {
             bh.class_stats(0).unwrap().in_flight,
             bh.class_stats(1).unwrap().in_flight
         ),
-        (2, 0)
+        (0, 2)
     );
-    bh.release_units(w);
+    bh.release_units_of(w, 1);
     partition_holds(&bh);
     // The raw pair is class 0's.
     bh.try_acquire_units(3).unwrap();
