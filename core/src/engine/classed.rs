@@ -275,22 +275,25 @@ impl<const N: usize> Engine<N> {
         self.ring.publish(t);
         self.run_dispatcher();
         loop {
+            // The stamp first, then the mark: a pass marks the arrival won *before* any settle
+            // of its cell (a grant, or a refusal as a waiter), so a settled stamp seen here
+            // shows the mark too if it was won (a review found an arrival consuming its own
+            // grant when the mark was read first).
+            let settled =
+                !matches!(self.ring.stamp_of(t), Some((_, s)) if s.kind() == Kind::Waiting);
             if book.has_won(i) {
-                // A waiter now, counted as one (its class's `queued`, `live`).
+                // A waiter now, counted as one (its class's `queued`, `live`): its handle
+                // takes whatever the pass decided since.
                 return Ok(super::Admitted::Queued(Ticket(t)));
             }
-            match self.ring.stamp_of(t) {
-                Some((_, s)) if s.kind() == Kind::Waiting => {
-                    crate::sync::spin_wait();
-                    self.run_dispatcher();
-                }
-                // Refused (`queue_limit`, or a reason a pass gave it): consume and refuse.
-                _ => {
-                    let _ = self.poll_as(Ticket(t), None, false, true);
-                    book.left(r, false);
-                    return Err(self.reject(Reason::QueueLimit));
-                }
+            if settled {
+                // Refused as an arrival (`queue_limit`): consume and refuse.
+                let _ = self.poll_as(Ticket(t), None, false, true);
+                book.left(r, false);
+                return Err(self.reject(Reason::QueueLimit));
             }
+            crate::sync::spin_wait();
+            self.run_dispatcher();
         }
     }
 

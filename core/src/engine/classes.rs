@@ -574,8 +574,12 @@ impl ClassBook {
             if n == 0 {
                 continue;
             }
-            // SeqCst: see `has_pending`.
-            let prev = rank.held[d].fetch_sub(n, SeqCst);
+            // SeqCst: see `has_pending`. Saturating: a hold returned to the wrong class (a
+            // forgotten class-k call given back as class 0's) must not wrap the count.
+            let prev =
+                match rank.held[d].fetch_update(SeqCst, SeqCst, |h| Some(h.saturating_sub(n))) {
+                    Ok(p) | Err(p) => p,
+                };
             self.moved(r, d, prev, prev.saturating_sub(n));
         }
     }
