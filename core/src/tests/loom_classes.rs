@@ -297,3 +297,72 @@ fn loom_class_shed_vs_the_victims_cancel_settles_once() {
         quiescent(&b);
     });
 }
+
+#[test]
+fn loom_class_shed_arrival_granted_by_the_pass_that_marks_it() {
+    // Limit 1 held by batch, max_queue 1 filled by batch waiter V, shedding on. The holder
+    // releases while an interactive arrival finds the queue full and sheds: the pass that
+    // marks the arrival a waiter may grant it at once. The arrival must end a waiter (or
+    // granted), never refused after winning; nothing is lost either way. Note: this model
+    // does not reach the stamp-before-mark order fixed in 7edd2d9 (reverting that order still
+    // passes at this bound); it pins the outcome, the order is argued in `classed_shed`.
+    model_at_most(3, || {
+        let classes = [
+            ClassSpec {
+                priority: 10,
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec::DEFAULT,
+        ];
+        let b = Arc::new(
+            Bulkhead::with_classes(
+                Config {
+                    max_concurrent: 1,
+                    max_queue: 1,
+                    ..Config::DEFAULT
+                },
+                &ClassTable {
+                    shed: true,
+                    ..ClassTable::new(&classes)
+                },
+                ClockSource::None,
+            )
+            .unwrap(),
+        );
+        let held = match admit(&b, 1, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let v = match admit(&b, 1, false) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let t = thread::spawn(move || drop(held));
+        let arrival = admit(&b, 0, false);
+        t.join().unwrap();
+        let mut got = std::vec::Vec::new();
+        match arrival {
+            Decision::Granted(c) => got.push(c),
+            Decision::Queued(mut w) => {
+                if let core::task::Poll::Ready(r) = w.poll(None) {
+                    got.push(r.expect("a won arrival is never refused"));
+                } else {
+                    // V holds the unit (it was granted before the arrival came).
+                    drop(w);
+                }
+            }
+            Decision::Rejected(e) => {
+                // Only if V was granted the released unit first and the queue had room: then
+                // the arrival queues; a refusal here is the lost-grant bug.
+                panic!("the arrival was refused: {e}");
+            }
+        }
+        let mut v = v;
+        if let core::task::Poll::Ready(Ok(c)) = v.poll(None) {
+            got.push(c);
+        }
+        drop(v);
+        drop(got);
+        quiescent(&b);
+    });
+}
