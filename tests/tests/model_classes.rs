@@ -4,7 +4,8 @@
 //! cancels and limit changes (growth, shrink, the kill switch) run on a real classed bulkhead and
 //! on a deliberately naive model: per-class FIFO queues and counts, and one dispatch to
 //! quiescence per operation that scans the ranks in the documented order (a head wholly inside
-//! its class's floor first; else the highest rank not held back by its own ceiling, if the shared
+//! its class's floor first; else, of the highest priority, the oldest head not held back by its
+//! own ceiling (FIFO across classes of one priority), if the shared
 //! rest — and for a priority ≥ `min_priority` the reserve — has room; nobody of a lower rank
 //! takes shared units past a higher head that is short). After every step every decision, every
 //! grant, every class's hold and queue and the shared units must match, and the partition holds:
@@ -210,6 +211,19 @@ impl Model {
         loop {
             let mut pick = None;
             let mut pool_blocked = over_limit.iter().any(|&b| b);
+            // Per priority, the oldest head wanting shared units: (priority, class, id, fits).
+            let mut group: Option<(u8, usize, u64, bool)> = None;
+            let close = |g: Option<(u8, usize, u64, bool)>,
+                         pick: &mut Option<(usize, bool)>,
+                         pool_blocked: &mut bool| {
+                match g {
+                    Some((_, c, _, true)) if !*pool_blocked && pick.is_none() => {
+                        *pick = Some((c, false))
+                    }
+                    Some((_, _, _, false)) => *pool_blocked = true,
+                    _ => {}
+                }
+            };
             for &c in &self.order.clone() {
                 if over_limit[c] {
                     continue;
@@ -222,19 +236,30 @@ impl Model {
                     self.queues[c].pop_front();
                     refused.push(id);
                 }
-                let Some(&(_, w)) = self.queues[c].front() else {
+                let Some(&(id, w)) = self.queues[c].front() else {
                     continue;
                 };
-                match self.verdict(c, w) {
+                let fits = match self.verdict(c, w) {
                     Verdict::Floor => {
                         pick = Some((c, true));
+                        group = None;
                         break;
                     }
-                    Verdict::Shared if pick.is_none() && !pool_blocked => pick = Some((c, false)),
-                    Verdict::Pool => pool_blocked = true,
-                    _ => {}
+                    Verdict::Shared => true,
+                    Verdict::Pool => false,
+                    Verdict::Ceiling => continue,
+                };
+                let p = self.spec[c].priority;
+                match group {
+                    Some((gp, _, gid, _)) if gp == p && gid < id => {}
+                    Some((gp, ..)) if gp == p => group = Some((p, c, id, fits)),
+                    _ => {
+                        close(group.take(), &mut pick, &mut pool_blocked);
+                        group = Some((p, c, id, fits));
+                    }
                 }
             }
+            close(group, &mut pick, &mut pool_blocked);
             let Some((c, floor)) = pick else {
                 return (granted, refused);
             };

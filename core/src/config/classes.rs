@@ -26,7 +26,7 @@ pub const MAX_CLASSES: usize = 64;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassSpec {
-    /// Higher is served first for the shared units (strict priority; ties by class index).
+    /// Higher is served first for the shared units (strict priority; FIFO across classes of one priority).
     pub priority: u8,
     /// Permits protected for this class: `0 ..= ceiling`.
     pub floor: u64,

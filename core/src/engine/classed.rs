@@ -38,6 +38,13 @@ const fn take_error(reason: Reason) -> TakeError {
     }
 }
 
+/// Whether ticket `a` was taken before ticket `b` (tickets wrap; live ones are within one
+/// ring's span of each other).
+#[inline]
+const fn older(a: Word, b: Word) -> bool {
+    b.wrapping_sub(a) <= Word::MAX / 2 && a != b
+}
+
 /// The reason a verdict refuses a no-wait request with (a head that fits but waits behind
 /// older heads is refused as a plain bulkhead refuses a barger: `concurrency_limit`).
 const fn verdict_reason(v: Verdict) -> Reason {
@@ -498,6 +505,22 @@ impl<const N: usize> Engine<N> {
             let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
             let mut pick: Option<(Head, Stamp, bool)> = None;
             let mut pool_blocked = over_limit != 0;
+            // The oldest head of the priority group being scanned that wants shared units:
+            // within one priority the oldest (by ticket) decides — FIFO across classes of equal
+            // priority (registry keys are such classes) — and if the pool is short for it,
+            // nobody younger of that priority or of a lower one takes shared units.
+            let mut group: Option<(u8, Head, Stamp, bool)> = None;
+            let close = |g: Option<(u8, Head, Stamp, bool)>,
+                         pick: &mut Option<(Head, Stamp, bool)>,
+                         pool_blocked: &mut bool| {
+                match g {
+                    Some((_, head, s, true)) if !*pool_blocked && pick.is_none() => {
+                        *pick = Some((head, s, false));
+                    }
+                    Some((_, _, _, false)) => *pool_blocked = true,
+                    _ => {}
+                }
+            };
             let mut mask = lists.nonempty() & !over_limit;
             while mask != 0 {
                 let r = mask.trailing_zeros() as usize;
@@ -509,18 +532,28 @@ impl<const N: usize> Engine<N> {
                     continue;
                 };
                 let (w, c) = self.cell_ask(head.ticket);
-                match book.verdict(r, [w, c], limits) {
+                let fits = match book.verdict(r, [w, c], limits) {
                     Verdict::Floor => {
                         pick = Some((head, s, true));
+                        group = None;
                         break;
                     }
-                    Verdict::Shared if pick.is_none() && !pool_blocked => {
-                        pick = Some((head, s, false))
+                    Verdict::Shared => true,
+                    Verdict::Pool(_) => false,
+                    Verdict::Ceiling(_) => continue,
+                };
+                let p = book.ranks[r].priority;
+                match group {
+                    // Same priority, older head: it keeps the group's turn.
+                    Some((gp, g, _, _)) if gp == p && older(g.ticket, head.ticket) => {}
+                    Some((gp, ..)) if gp == p => group = Some((p, head, s, fits)),
+                    _ => {
+                        close(group.take(), &mut pick, &mut pool_blocked);
+                        group = Some((p, head, s, fits));
                     }
-                    Verdict::Pool(_) => pool_blocked = true,
-                    _ => {}
                 }
             }
+            close(group, &mut pick, &mut pool_blocked);
             let (head, s, floor) = pick?;
             match self.grant(book, lists, head, s, floor, batch) {
                 Grant::Done if batch.is_full() => return Some(true),

@@ -18,12 +18,13 @@
 //!
 //! # The dispatch order
 //!
-//! Classes are ranked by priority (highest first, ties by class index). A pass repeatedly
-//! grants: first the highest-ranked head that fits wholly inside its own class's untouched
-//! floor (floors are partitions, so these never compete); else the highest-ranked head not
-//! held back by its own ceiling, if the shared pool (and, for a priority `≥ min_priority`, the
-//! reserve) has what it needs — and if it has not, nobody of a lower rank takes shared units
-//! (strict priority, no barging across ranks). FIFO within a class.
+//! Classes are ranked by priority (highest first, ties by class index: the scan order only). A
+//! pass repeatedly grants: first the highest-ranked head that fits wholly inside its own
+//! class's untouched floor (floors are partitions, so these never compete); else, of the
+//! highest priority with a head not held back by its own ceiling, the oldest such head (by
+//! ticket: FIFO across the classes of one priority), if the shared pool (and, for a priority
+//! `≥ min_priority`, the reserve) has what it needs — and if it has not, nobody younger of that
+//! priority or of a lower one takes shared units (no barging). FIFO within a class.
 
 use alloc::{boxed::Box, vec::Vec};
 

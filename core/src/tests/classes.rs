@@ -223,6 +223,57 @@ fn a_higher_priority_head_short_of_shared_units_holds_lower_ranks_back() {
 }
 
 #[test]
+fn classes_of_one_priority_are_served_fifo_across_classes() {
+    // Three classes of priority 0, limit 3, no floors: the oldest head of the three queues is
+    // granted first, whatever its class index; a heavy old head holds younger light ones of
+    // its priority back (no barging within a priority), and a head at its own ceiling does not.
+    let bh = classed(
+        3,
+        &[
+            ClassSpec::DEFAULT,
+            ClassSpec::DEFAULT,
+            ClassSpec {
+                ceiling: Some(1),
+                ..ClassSpec::DEFAULT
+            },
+        ],
+        PriorityReserve::default(),
+    );
+    let a = granted(bh.admit(&now(2, 1), None));
+    let b = granted(bh.admit(&now(1, 1), None));
+    let c = granted(bh.admit(&now(0, 1), None));
+    let mut capped = queued(bh.admit(&wait(2, 1), None)); // its class is at its ceiling
+    let mut old = queued(bh.admit(&wait(1, 2), None)); // heavy: the oldest that may go
+    let mut young = queued(bh.admit(&wait(0, 1), None));
+    assert_eq!(
+        refused(bh.admit(&now(0, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    drop(b);
+    assert!(
+        poll_granted(&mut young).is_none(),
+        "a younger head of the same priority waits behind the oldest (FIFO across classes)"
+    );
+    assert!(
+        poll_granted(&mut old).is_none(),
+        "one unit free, it needs 2"
+    );
+    drop(c);
+    let o = poll_granted(&mut old).expect("the oldest first, though class 0 has a lower index");
+    assert!(poll_granted(&mut young).is_none());
+    drop(o);
+    let y = poll_granted(&mut young).expect("then the younger");
+    assert!(
+        poll_granted(&mut capped).is_none(),
+        "its own ceiling holds it back, nobody else"
+    );
+    drop(a);
+    let k = poll_granted(&mut capped).expect("its class has room now");
+    partition_holds(&bh);
+    drop((k, y));
+}
+
+#[test]
 fn a_head_held_back_by_its_own_ceiling_does_not_hold_other_classes_back() {
     let bh = classed(
         4,
