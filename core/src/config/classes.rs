@@ -165,6 +165,13 @@ pub enum ClassError {
         /// `"requests"` or `"units"`.
         rate: &'static str,
     },
+    /// A class index the bulkhead does not have (or a bulkhead without classes: `count` 0).
+    Unknown {
+        /// The class asked for.
+        class: usize,
+        /// How many classes the bulkhead has.
+        count: usize,
+    },
     /// An option that classes do not take yet: `"observe"`, `"enabled"`, `"adaptive"`,
     /// `"max_reservations"`, `"static"` (a static bulkhead: classes need `alloc`).
     Unsupported {
@@ -212,6 +219,13 @@ impl fmt::Display for ClassError {
                 "classes.rates.{rate}: amount and burst must be at least 1 and per at least \
                  amount ns (a units rate needs a budget)"
             ),
+            ClassError::Unknown { class, count: 0 } => write!(
+                f,
+                "class {class}: this bulkhead has no classes (build it with Bulkhead::with_classes)"
+            ),
+            ClassError::Unknown { class, count } => {
+                write!(f, "class must be 0..={}, got {class}", count - 1)
+            }
             ClassError::Unsupported { option } => write!(
                 f,
                 "classes: a classed bulkhead does not take `{option}` yet (docs/design.md §4.8)"

@@ -97,9 +97,9 @@ impl<const N: usize> Engine<N> {
             return Some(Reason::RateLimit);
         }
         let rank = &book.ranks[book.rank(class)];
-        if w > rank.ceiling[0] {
+        if w > rank.ceiling(0) {
             Some(Reason::ConcurrencyLimit)
-        } else if c > rank.ceiling[1] {
+        } else if c > rank.ceiling(1) {
             Some(Reason::BudgetLimit)
         } else {
             None

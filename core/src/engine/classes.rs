@@ -45,15 +45,25 @@ pub(crate) struct Rank {
     /// The class index the table gave it.
     pub(crate) index: u16,
     pub(crate) priority: u8,
-    /// Floor and ceiling per dimension.
+    /// Floor and ceiling per dimension (the ceiling changes at run time:
+    /// [`ClassBook::set_ceiling`]).
     pub(crate) floor: [Word; DIMS],
-    pub(crate) ceiling: [Word; DIMS],
+    pub(crate) ceiling: [AtomicWord; DIMS],
     /// Units held per dimension (granted, claimed or not, until released).
     pub(crate) held: [AtomicWord; DIMS],
     /// Live waiters of this class (a statistic and the dry run's `ahead`).
     pub(crate) queued: AtomicWord,
     /// Whether it may take the priority reserve.
     may_reserve: bool,
+}
+
+impl Rank {
+    /// The ceiling of dimension `d` now.
+    #[inline]
+    pub(crate) fn ceiling(&self, d: usize) -> Word {
+        // Acquire: pairs with `set_ceiling`'s Release (a raise is seen with what preceded it).
+        self.ceiling[d].load(Acquire)
+    }
 }
 
 /// A list entry: one ring cell, threaded onto its class's list (and, for a no-wait request,
@@ -233,8 +243,8 @@ impl ClassBook {
                     priority: c.priority,
                     floor: [c.floor as Word, c.budget_floor as Word],
                     ceiling: [
-                        c.ceiling.unwrap_or(max_concurrent) as Word,
-                        c.budget_ceiling.unwrap_or(budget) as Word,
+                        AtomicWord::new(c.ceiling.unwrap_or(max_concurrent) as Word),
+                        AtomicWord::new(c.budget_ceiling.unwrap_or(budget) as Word),
                     ],
                     held: [AtomicWord::new(0), AtomicWord::new(0)],
                     queued: AtomicWord::new(0),
@@ -277,6 +287,19 @@ impl ClassBook {
     #[inline]
     pub(crate) fn rank(&self, index: u16) -> usize {
         self.rank_of[index as usize] as usize
+    }
+
+    /// Sets class `index`'s ceiling of dimension `d` (validated by the caller: `≥` its floor).
+    /// A lower ceiling holds the class's new grants back and its holders leave by attrition; a
+    /// higher one lets its waiters go at the next pass (the caller runs one).
+    pub(crate) fn set_ceiling(&self, index: u16, d: usize, ceiling: Word) {
+        // Release: see `Rank::ceiling`.
+        self.ranks[self.rank(index)].ceiling[d].store(ceiling, Release);
+    }
+
+    /// Class `index`'s floor of dimension `d`.
+    pub(crate) fn floor_of(&self, index: u16, d: usize) -> Word {
+        self.ranks[self.rank(index)].floor[d]
     }
 
     /// Σ floors + reserve of dimension `d`: the least limit the partition needs.
@@ -330,7 +353,7 @@ impl ClassBook {
         for d in 0..DIMS {
             // SeqCst: with the releases' RMWs and `pending` (see `has_pending`).
             let h = rank.held[d].load(SeqCst);
-            if h.saturating_add(n[d]) > rank.ceiling[d] {
+            if h.saturating_add(n[d]) > rank.ceiling(d) {
                 return Verdict::Ceiling(d);
             }
             need[d] = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
@@ -419,7 +442,7 @@ impl ClassBook {
             let mut h = rank.held[d].load(SeqCst);
             loop {
                 let want = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
-                if h + n[d] > rank.ceiling[d]
+                if h + n[d] > rank.ceiling(d)
                     || (want != 0
                         && (floor_only || !self.fits_pool(r, d, h, n[d], want, limits[d])))
                 {
@@ -598,10 +621,10 @@ impl ClassBook {
             class: r.index,
             priority: r.priority,
             floor: r.floor[0] as u64,
-            ceiling: r.ceiling[0] as u64,
+            ceiling: r.ceiling(0) as u64,
             in_flight: r.held[0].load(Acquire) as u64,
             budget_floor: r.floor[1] as u64,
-            budget_ceiling: r.ceiling[1] as u64,
+            budget_ceiling: r.ceiling(1) as u64,
             budget_in_use: r.held[1].load(Acquire) as u64,
             queued: (r.queued.load(Acquire) as crate::sync::SWord).max(0) as u64,
         })

@@ -495,6 +495,71 @@ impl<const N: usize> Bulkhead<N> {
         None
     }
 
+    /// Changes class `class`'s ceilings at run time (docs/design.md §4.8): `permits` and
+    /// `budget` (`None` keeps one). A raised ceiling grants the class's waiters that fit now,
+    /// before this returns; a lowered one holds its new grants back while its holders leave by
+    /// attrition (nobody is pre-empted). A ceiling may be above the bulkhead's limit (the limit
+    /// still bounds everyone): this is how a registry key's own limit sits under a global cap.
+    /// Thread-safe; one store per dimension.
+    ///
+    /// # Errors
+    /// [`ConfigError::Class`]: [`ClassError::Unknown`] for a class this bulkhead does not
+    /// have, [`ClassError::Ceiling`] for a ceiling below the class's floor or above
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS) / [`MAX_BUDGET`](crate::MAX_BUDGET),
+    /// [`ClassError::NoBudget`] for a budget ceiling without a budget. Nothing changes.
+    pub fn set_class_ceiling(
+        &self,
+        class: u16,
+        permits: Option<u64>,
+        budget: Option<u64>,
+    ) -> Result<(), ConfigError> {
+        use crate::config::classes::ClassError;
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            let count = book.len();
+            if usize::from(class) >= count {
+                return Err(ConfigError::Class(ClassError::Unknown {
+                    class: class.into(),
+                    count,
+                }));
+            }
+            if budget.is_some() && !self.engine.has_budget() {
+                return Err(ConfigError::Class(ClassError::NoBudget {
+                    class: Some(class.into()),
+                }));
+            }
+            let dims = [
+                (permits, "permits", crate::MAX_PERMITS),
+                (budget, "budget", crate::MAX_BUDGET),
+            ];
+            for (d, &(v, dimension, max)) in dims.iter().enumerate() {
+                let floor = book.floor_of(class, d) as u64;
+                if let Some(v) = v.filter(|&v| v < floor || v > max) {
+                    return Err(ConfigError::Class(ClassError::Ceiling {
+                        class: class.into(),
+                        dimension,
+                        floor,
+                        ceiling: v,
+                        max,
+                    }));
+                }
+            }
+            for (d, &(v, ..)) in dims.iter().enumerate() {
+                if let Some(v) = v {
+                    book.set_ceiling(class, d, v as crate::sync::Word);
+                }
+            }
+            // A raise may let waiters go (and a lowered one changes nothing a pass would do).
+            self.engine.dispatch_now();
+            return Ok(());
+        }
+        let _ = (permits, budget);
+        Err(ConfigError::Class(ClassError::Unknown {
+            class: class.into(),
+            count: 0,
+        }))
+    }
+
     /// How long until the earliest waiter held back by a rate conforms (docs/design.md §4.9),
     /// if one is: the host arms a timer for it and then calls
     /// [`rate_tick`](Self::rate_tick) (the core arms none). `Some(Duration::ZERO)` when it is

@@ -1,7 +1,7 @@
 //! Admission classes (docs/design.md §4.8): floors, ceilings, the shared rest and the priority
 //! reserve as a partition; per-class FIFO queues; floors first, then strict priority.
 
-use std::vec::Vec;
+use std::{string::ToString, vec::Vec};
 
 use crate::{
     AcquireError, Bulkhead, ClockSource, Config, ConfigError, Decision, LimitsSnapshot, Reason,
@@ -797,4 +797,58 @@ fn a_refusal_names_its_class_and_the_constraint_that_held_it_back() {
     let d = detail(bh.admit(&now(0, 1), None));
     assert_eq!(d.bound, Bound::KillSwitch);
     assert_eq!(Bound::Reserve.as_str(), "reserve");
+}
+
+#[test]
+fn a_class_ceiling_changes_at_run_time_raise_grants_lower_holds_back() {
+    let bh = classed(
+        8,
+        &[
+            ClassSpec {
+                floor: 1,
+                ceiling: Some(1),
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec::DEFAULT,
+        ],
+        PriorityReserve::default(),
+    );
+    let a = granted(bh.admit(&now(0, 1), None));
+    let mut w1 = queued(bh.admit(&wait(0, 1), None));
+    let mut w2 = queued(bh.admit(&wait(0, 1), None));
+    // Raised: both waiters go before the call returns.
+    bh.set_class_ceiling(0, Some(3), None).unwrap();
+    assert_eq!(bh.class_stats(0).unwrap().ceiling, 3);
+    let g1 = poll_granted(&mut w1).expect("granted by the raise");
+    let g2 = poll_granted(&mut w2).expect("granted by the raise");
+    // Lowered below what it holds: nobody is pre-empted, new grants wait for attrition.
+    bh.set_class_ceiling(0, Some(1), None).unwrap();
+    let mut w3 = queued(bh.admit(&wait(0, 1), None));
+    drop(g1);
+    drop(g2);
+    assert!(poll_granted(&mut w3).is_none(), "still at its ceiling of 1");
+    drop(a);
+    let g3 = poll_granted(&mut w3).expect("attrition made room");
+    // Above the limit is allowed (the limit still bounds): how a registry key sits under a cap.
+    bh.set_class_ceiling(1, Some(100), None).unwrap();
+    partition_holds(&bh);
+    drop(g3);
+    // Errors name the class and the range; nothing changes.
+    let e = bh.set_class_ceiling(0, Some(0), None).unwrap_err();
+    assert!(e.to_string().contains("floor (1)"), "{e}");
+    assert_eq!(bh.class_stats(0).unwrap().ceiling, 1);
+    let e = bh.set_class_ceiling(2, Some(1), None).unwrap_err();
+    assert_eq!(
+        e,
+        ConfigError::Class(ClassError::Unknown { class: 2, count: 2 })
+    );
+    assert!(e.to_string().contains("0..=1"), "{e}");
+    let e = bh.set_class_ceiling(0, None, Some(1)).unwrap_err();
+    assert_eq!(
+        e,
+        ConfigError::Class(ClassError::NoBudget { class: Some(0) })
+    );
+    let plain = Bulkhead::new(Config::DEFAULT).unwrap();
+    let e = plain.set_class_ceiling(0, Some(1), None).unwrap_err();
+    assert!(e.to_string().contains("no classes"), "{e}");
 }

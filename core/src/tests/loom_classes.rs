@@ -366,3 +366,37 @@ fn loom_class_shed_arrival_granted_by_the_pass_that_marks_it() {
         quiescent(&b);
     });
 }
+
+#[test]
+fn loom_class_ceiling_raise_vs_a_release_never_strands_the_waiter() {
+    // Interactive is capped at 1 (floor 1) and holds it; a second interactive call waits on
+    // its ceiling while batch holds the other unit. One thread raises the ceiling to 2 while
+    // batch releases: whichever pass runs last sees the raised ceiling and the free unit, so
+    // the waiter is granted by the time both are done, exactly once.
+    model_at_most(3, || {
+        let b = capped();
+        let hi = match admit(&b, 0, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let lo = match admit(&b, 1, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let mut w = match admit(&b, 0, false) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let b2 = b.clone();
+        let t = thread::spawn(move || b2.set_class_ceiling(0, Some(2), None).unwrap());
+        drop(lo);
+        t.join().unwrap();
+        let g = match w.poll(None) {
+            core::task::Poll::Ready(Ok(c)) => c,
+            other => panic!("the waiter is stranded: {other:?}"),
+        };
+        assert_eq!(b.class_stats(0).unwrap().in_flight, 2);
+        drop((g, hi, w));
+        quiescent(&b);
+    });
+}
