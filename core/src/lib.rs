@@ -160,6 +160,7 @@ pub use crate::{
     origin::{OriginKeyError, origin_key},
     registry::{
         KeyedError, Registry, RegistryConfig, RegistryConfigError,
+        global::{GlobalCap, MAX_GLOBAL_KEYS},
         limits::{KeyLimits, RegistryLimits, RegistryLimitsError},
     },
 };

@@ -172,6 +172,9 @@ pub enum ClassError {
         /// How many classes the bulkhead has.
         count: usize,
     },
+    /// A registry under a global cap was asked for a key's own bulkhead: its keys are classes
+    /// of one admission, reached through the registry's acquire methods.
+    Keyed,
     /// An option that classes do not take yet: `"observe"`, `"enabled"`, `"adaptive"`,
     /// `"max_reservations"`, `"static"` (a static bulkhead: classes need `alloc`).
     Unsupported {
@@ -226,6 +229,10 @@ impl fmt::Display for ClassError {
             ClassError::Unknown { class, count } => {
                 write!(f, "class must be 0..={}, got {class}", count - 1)
             }
+            ClassError::Keyed => f.write_str(
+                "under a registry's global cap a key has no bulkhead of its own (keys are classes \
+                 of one admission): acquire through the registry, read Registry::key_stats",
+            ),
             ClassError::Unsupported { option } => write!(
                 f,
                 "classes: a classed bulkhead does not take `{option}` yet (docs/design.md §4.8)"

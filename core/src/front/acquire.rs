@@ -40,6 +40,8 @@ where
 {
     state: State<B, N>,
     weight: u64,
+    /// The admission class (0 on a bulkhead without classes).
+    class: u16,
 }
 
 /// Future returned by [`Bulkhead::acquire`].
@@ -54,9 +56,15 @@ where
     B: Deref<Target = Bulkhead<N>>,
 {
     pub(crate) fn new(bh: B, weight: u64) -> Self {
+        Self::in_class(bh, weight, 0)
+    }
+
+    /// An acquire in admission class `class` (a registry key under a global cap).
+    pub(crate) fn in_class(bh: B, weight: u64, class: u16) -> Self {
         Self {
             state: State::Init(bh),
             weight,
+            class,
         }
     }
 
@@ -95,7 +103,9 @@ where
         match core::mem::replace(&mut this.state, State::Done) {
             State::Init(bh) => {
                 // No deadline of its own (`acquire_timeout` races a sleep instead).
-                let req = Request::new(this.weight).queue_timeout(Duration::MAX);
+                let req = Request::new(this.weight)
+                    .class(this.class)
+                    .queue_timeout(Duration::MAX);
                 match Bulkhead::admit_via(bh, &req, Some(cx.waker())) {
                     Decision::Granted(call) => Poll::Ready(Ok(call)),
                     Decision::Queued(w) => {
@@ -138,6 +148,20 @@ where
 {
     acquire: AcquireOf<B, N>,
     sleep: S,
+}
+
+impl<B, const N: usize, S> AcquireTimeoutOf<B, N, S>
+where
+    B: Deref<Target = Bulkhead<N>>,
+{
+    /// An acquire in admission class `class` that settles `timeout` when `sleep` finishes.
+    #[cfg(feature = "std")]
+    pub(crate) fn in_class(bh: B, weight: u64, class: u16, sleep: S) -> Self {
+        AcquireTimeoutOf {
+            acquire: AcquireOf::in_class(bh, weight, class),
+            sleep,
+        }
+    }
 }
 
 /// Future returned by [`Bulkhead::acquire_timeout`].

@@ -167,7 +167,7 @@ impl<const N: usize> Bulkhead<N> {
         weight: u64,
         timeout: Option<Duration>,
     ) -> Result<Permit<'_, N>, AcquireError> {
-        Self::blocking_via(self, weight, timeout)
+        Self::blocking_via(self, weight, 0, timeout)
     }
 
     /// [`acquire_blocking`](Self::acquire_blocking) returning an
@@ -180,17 +180,20 @@ impl<const N: usize> Bulkhead<N> {
         weight: u64,
         timeout: Option<Duration>,
     ) -> Result<OwnedPermit<N>, AcquireError> {
-        Self::blocking_via(self.clone(), weight, timeout)
+        Self::blocking_via(self.clone(), weight, 0, timeout)
     }
 
-    fn blocking_via<B: Deref<Target = Self>>(
+    /// The blocking acquire of `weight` permits in admission class `class` (a registry key
+    /// under a global cap).
+    pub(crate) fn blocking_via<B: Deref<Target = Self>>(
         bh: B,
         weight: u64,
+        class: u16,
         timeout: Option<Duration>,
     ) -> Result<Call<B, N>, AcquireError> {
         let timeout = timeout.unwrap_or(bh.queue_timeout());
         let waker = thread_waker();
-        let request = Request::new(weight).queue_timeout(timeout);
+        let request = Request::new(weight).class(class).queue_timeout(timeout);
         match Self::admit_via(bh, &request, Some(&waker)) {
             Decision::Granted(call) => Ok(call),
             Decision::Queued(w) => w.wait_blocking(deadline(timeout)),

@@ -560,6 +560,16 @@ impl<const N: usize> Bulkhead<N> {
         }))
     }
 
+    /// Stores class `class`'s permit ceiling without a pass (validated by the caller: a class
+    /// of this classed bulkhead, `≥` its floor): for a class nobody waits in (a registry slot
+    /// being assigned under the registry's lock, where no waker may run).
+    #[cfg(feature = "std")]
+    pub(crate) fn store_class_ceiling(&self, class: u16, permits: u64) {
+        if let Some(book) = self.engine.classes() {
+            book.set_ceiling(class, 0, permits as crate::sync::Word);
+        }
+    }
+
     /// How long until the earliest waiter held back by a rate conforms (docs/design.md §4.9),
     /// if one is: the host arms a timer for it and then calls
     /// [`rate_tick`](Self::rate_tick) (the core arms none). `Some(Duration::ZERO)` when it is

@@ -34,6 +34,11 @@ pub struct RegistryLimits {
     pub defaults: KeyLimits,
     /// Per-key limits.
     pub overrides: BTreeMap<String, KeyLimits>,
+    /// The cap over all keys, for a registry built with a global cap (docs/design.md §9.2):
+    /// its `limit` (0: the kill switch for every key), `budget`, `max_queue` (up to the
+    /// construction-time `global.max_queue`) and `queue_timeout`. Under a global cap a key's
+    /// own `defaults` / `overrides` entry takes only `limit` (its class's ceiling).
+    pub global: Option<KeyLimits>,
 }
 
 impl RegistryLimits {
@@ -57,6 +62,49 @@ impl RegistryLimits {
                 .and_then(|o| o.queue_timeout)
                 .or(self.defaults.queue_timeout),
         }
+    }
+
+    /// The shared admission's snapshot under a global cap: the revision and `global`'s fields.
+    pub(crate) fn global_snapshot(&self) -> LimitsSnapshot {
+        let g = self.global.unwrap_or_default();
+        LimitsSnapshot {
+            revision: self.revision,
+            limit: g.limit,
+            budget: g.budget,
+            max_queue: g.max_queue,
+            queue_timeout: g.queue_timeout,
+        }
+    }
+
+    /// Under a global cap: every key entry (the defaults and each override) names only a
+    /// `limit`, within `0 ..= MAX_PERMITS`.
+    pub(crate) fn check_keyed(&self) -> Result<(), RegistryLimitsError> {
+        let entries = core::iter::once((None, &self.defaults))
+            .chain(self.overrides.iter().map(|(k, l)| (Some(k), l)));
+        for (key, l) in entries {
+            let field = if l.budget.is_some() {
+                "budget"
+            } else if l.max_queue.is_some() {
+                "max_queue"
+            } else if l.queue_timeout.is_some() {
+                "queue_timeout"
+            } else {
+                if l.limit.is_some_and(|v| v > crate::MAX_PERMITS) {
+                    return Err(RegistryLimitsError::Limits {
+                        key: key.cloned(),
+                        error: LimitsError::Limit {
+                            max: crate::MAX_PERMITS,
+                        },
+                    });
+                }
+                continue;
+            };
+            return Err(RegistryLimitsError::PerKey {
+                key: key.cloned(),
+                field,
+            });
+        }
+        Ok(())
     }
 
     /// Whether a key built from `config` would take `snapshot` (a future key's check).
@@ -84,6 +132,18 @@ pub enum RegistryLimitsError {
     },
     /// An override names a key that is not canonical (see `canonical_key`).
     Key(String),
+    /// `global` limits for a registry built without a global cap.
+    NoGlobal,
+    /// Under a global cap a key's limits take only `limit`: `field` was given for `key`
+    /// (`None`: the defaults).
+    PerKey {
+        /// The key, or `None` for the defaults.
+        key: Option<String>,
+        /// The field given: `"budget"`, `"max_queue"` or `"queue_timeout"`.
+        field: &'static str,
+    },
+    /// The shared admission refused the `global` limits.
+    Global(LimitsError),
     /// The limits refused for one key — an existing key, or the defaults' or an override's
     /// configuration (`key: None`: the defaults, for keys not created yet).
     Limits {
@@ -105,6 +165,22 @@ impl fmt::Display for RegistryLimitsError {
                 f,
                 "override key {k:?} is not a canonical registry key; nothing was applied"
             ),
+            Self::NoGlobal => f.write_str(
+                "global limits need a registry built with a global cap (RegistryConfig::global); \
+                 nothing was applied",
+            ),
+            Self::PerKey { key, field } => {
+                match key {
+                    Some(k) => write!(f, "key {k:?}: ")?,
+                    None => f.write_str("defaults: ")?,
+                }
+                write!(
+                    f,
+                    "under a global cap a key takes only `limit`; `{field}` belongs in `global`; \
+                     nothing was applied"
+                )
+            }
+            Self::Global(error) => write!(f, "global: {error}; nothing was applied"),
             Self::Limits {
                 key: Some(k),
                 error,

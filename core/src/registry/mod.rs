@@ -22,6 +22,7 @@ use std::{
     vec::Vec,
 };
 
+pub mod global;
 pub mod limits;
 pub mod origin;
 
@@ -31,7 +32,10 @@ use crate::{
     event::SharedObserver,
     front::{bulkhead::Bulkhead, call::OwnedPermit, dry_run::WouldAdmit, request::Request},
     reason::{AcquireError, Reason, Rejection, Snapshot},
-    registry::limits::{RegistryLimits, RegistryLimitsError},
+    registry::{
+        global::{Global, GlobalCap},
+        limits::{RegistryLimits, RegistryLimitsError},
+    },
     stats::Stats,
     sync::{AtomicBool, AtomicWord, Ordering::*},
 };
@@ -53,8 +57,12 @@ pub struct RegistryConfig {
     pub defaults: Config,
     /// Per-key configurations (keys exactly as they will be looked up).
     pub overrides: HashMap<String, Config>,
-    /// How many keys may exist at once (default 1024).
+    /// How many keys may exist at once (default 1024; at most
+    /// [`MAX_GLOBAL_KEYS`](global::MAX_GLOBAL_KEYS) under a global cap).
     pub max_keys: usize,
+    /// One cap over every key (docs/design.md §9.2): keys become classes of one admission, each
+    /// with its own `max_concurrent` as its ceiling. `None` (the default): independent keys.
+    pub global: Option<GlobalCap>,
 }
 
 impl Default for RegistryConfig {
@@ -63,6 +71,7 @@ impl Default for RegistryConfig {
             defaults: Config::DEFAULT,
             overrides: HashMap::new(),
             max_keys: 1024,
+            global: None,
         }
     }
 }
@@ -129,6 +138,7 @@ impl RegistryConfig {
             defaults: base,
             overrides: out,
             max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+            global: None,
         })
     }
 }
@@ -226,10 +236,31 @@ impl core::error::Error for KeyedError {}
 
 #[derive(Debug)]
 struct Entry {
+    /// The key's bulkhead, or under a global cap the shared admission.
     bh: Arc<Bulkhead>,
+    /// Under a global cap: the key's class in the shared admission (else 0).
+    class: u16,
+    /// Under a global cap: cloned by every acquire of the key while it runs, so the key (and
+    /// its class) is not evicted and reused under it (else unused: the bulkhead's own `Arc`
+    /// count is the handle).
+    handle: Arc<()>,
     /// LRU stamp from `Registry::tick`.
     last_used: AtomicWord,
 }
+
+impl Entry {
+    /// Whether nothing holds, waits in or reaches this key (it may be evicted).
+    fn evictable(&self, global: Option<&Global>) -> bool {
+        match global {
+            Some(g) => Arc::strong_count(&self.handle) == 1 && g.is_idle(self.class),
+            None => Arc::strong_count(&self.bh) == 1 && self.bh.is_idle(),
+        }
+    }
+}
+
+/// A key's admission as an acquire uses it: the bulkhead, the class, and the handle held
+/// while the acquire runs.
+type Lookup = (Arc<Bulkhead>, u16, Arc<()>);
 
 /// Independent bulkheads per key. See the module docs.
 ///
@@ -264,6 +295,8 @@ pub struct Registry {
     limits: Mutex<Option<RegistryLimits>>,
     /// The revision whose limits every key enforces (published after the last key's install).
     revision: AtomicWord,
+    /// The shared admission under a global cap.
+    global: Option<Global>,
 }
 
 impl Registry {
@@ -314,6 +347,15 @@ impl Registry {
             c.validate()
                 .map_err(|e| RegistryConfigError::option_error(Some(k.clone()), e))?;
         }
+        let global = match config.global {
+            Some(cap) => Some(Global::build(
+                cap,
+                &config,
+                clock.clone(),
+                observer.clone(),
+            )?),
+            None => None,
+        };
         Ok(Self {
             map: RwLock::new(HashMap::new()),
             defaults: config.defaults,
@@ -326,6 +368,7 @@ impl Registry {
             closed: AtomicBool::new(false),
             limits: Mutex::new(None),
             revision: AtomicWord::new(0),
+            global,
         })
     }
 
@@ -365,8 +408,12 @@ impl Registry {
     fn key_error(&self, key: &str, reason: Reason) -> KeyedError {
         // The snapshot describes the bulkhead the key would get (its start limit and the
         // stored limits included).
-        let snapshot = match self.fresh(key) {
-            Ok(bh) => bh.snapshot(),
+        let fresh = match &self.global {
+            Some(g) => Ok(g.bh.snapshot()),
+            None => self.fresh(key).map(|bh| bh.snapshot()),
+        };
+        let snapshot = match fresh {
+            Ok(s) => s,
             Err(_) => {
                 let c = self.config_for(key);
                 Snapshot {
@@ -392,18 +439,38 @@ impl Registry {
     ///
     /// # Errors
     /// `key_limit` when `max_keys` keys exist and none is evictable; `shutdown` after
-    /// [`close`](Self::close) for a key that does not exist yet.
+    /// [`close`](Self::close) for a key that does not exist yet. Under a global cap a key has
+    /// no bulkhead of its own: [`AcquireError::Config`] with
+    /// [`ClassError::Keyed`](crate::config::classes::ClassError::Keyed) (use the acquire
+    /// methods, [`key_stats`](Self::key_stats) and [`global_stats`](Self::global_stats)).
     pub fn get(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
+        if self.global.is_some() {
+            return Err(KeyedError {
+                key: key.to_string(),
+                error: AcquireError::Config(ConfigError::Class(
+                    crate::config::classes::ClassError::Keyed,
+                )),
+            });
+        }
+        self.lookup(key).map(|(bh, ..)| bh)
+    }
+
+    /// The admission of `key` (created on first use): its bulkhead, or the shared admission
+    /// and its class under a global cap; and the handle that keeps it from eviction.
+    fn lookup(&self, key: &str) -> Result<Lookup, KeyedError> {
         if let Some(e) = self.read().get(key) {
             self.touch(e);
-            return Ok(e.bh.clone());
+            return Ok((e.bh.clone(), e.class, e.handle.clone()));
         }
         self.insert(key)
     }
 
-    fn insert(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
+    fn insert(&self, key: &str) -> Result<Lookup, KeyedError> {
         if self.closed.load(Acquire) {
             return Err(self.key_error(key, Reason::Shutdown));
+        }
+        if let Some(g) = &self.global {
+            return self.insert_keyed(g, key);
         }
         // Built outside the lock (it allocates the ring).
         let bh = Bulkhead::with_observer(
@@ -421,24 +488,12 @@ impl Registry {
         if let Some(e) = map.get(key) {
             // Another thread created it meanwhile.
             self.touch(e);
-            return Ok(e.bh.clone());
+            return Ok((e.bh.clone(), e.class, e.handle.clone()));
         }
-        if map.len() >= self.max_keys {
-            let victim = map
-                .iter()
-                .filter(|(_, e)| Arc::strong_count(&e.bh) == 1 && e.bh.is_idle())
-                .min_by_key(|(_, e)| e.last_used.load(Relaxed))
-                .map(|(k, _)| k.clone());
-            match victim {
-                Some(k) => {
-                    map.remove(&k);
-                }
-                None => {
-                    drop(map);
-                    self.key_limit_rejections.fetch_add(1, Relaxed);
-                    return Err(self.key_error(key, Reason::KeyLimit));
-                }
-            }
+        if map.len() >= self.max_keys && !self.evict(&mut map) {
+            drop(map);
+            self.key_limit_rejections.fetch_add(1, Relaxed);
+            return Err(self.key_error(key, Reason::KeyLimit));
         }
         if self.closed.load(Acquire) {
             bh.close();
@@ -449,10 +504,62 @@ impl Registry {
         self.apply_stored(&bh, key);
         let entry = Entry {
             bh: bh.clone(),
+            class: 0,
+            handle: Arc::new(()),
             last_used: AtomicWord::new(self.tick.fetch_add(1, Relaxed)),
         };
+        let handle = entry.handle.clone();
         map.insert(key.into(), entry);
-        Ok(bh)
+        Ok((bh, 0, handle))
+    }
+
+    /// Removes the least recently used evictable key; `false` if none is.
+    fn evict(&self, map: &mut HashMap<Box<str>, Entry>) -> bool {
+        let victim = map
+            .iter()
+            .filter(|(_, e)| e.evictable(self.global.as_ref()))
+            .min_by_key(|(_, e)| e.last_used.load(Relaxed))
+            .map(|(k, _)| k.clone());
+        victim.is_some_and(|k| map.remove(&k).is_some())
+    }
+
+    /// The limit `key` gets under a global cap: the stored limits' (of the last
+    /// `apply_limits`), else its configuration's `max_concurrent`.
+    fn key_limit(&self, key: &str) -> u64 {
+        let stored = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        stored
+            .as_ref()
+            .and_then(|l| l.snapshot_for(key).limit)
+            .unwrap_or(self.config_for(key).max_concurrent)
+    }
+
+    /// A new key under the global cap `g`: a free class (evicting an idle key if needed) with
+    /// the key's limit as its ceiling, assigned under the map's write lock.
+    fn insert_keyed(&self, g: &Global, key: &str) -> Result<Lookup, KeyedError> {
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = map.get(key) {
+            self.touch(e);
+            return Ok((e.bh.clone(), e.class, e.handle.clone()));
+        }
+        if map.len() >= self.max_keys && !self.evict(&mut map) {
+            drop(map);
+            self.key_limit_rejections.fetch_add(1, Relaxed);
+            return Err(self.key_error(key, Reason::KeyLimit));
+        }
+        let class = g
+            .free_class(map.values().map(|e| e.class))
+            .expect("fewer keys than classes");
+        // The class is idle (never used, or its key was evicted idle): no pass is needed.
+        g.assign(class, self.key_limit(key));
+        let entry = Entry {
+            bh: g.bh.clone(),
+            class,
+            handle: Arc::new(()),
+            last_used: AtomicWord::new(self.tick.fetch_add(1, Relaxed)),
+        };
+        let handle = entry.handle.clone();
+        map.insert(key.into(), entry);
+        Ok((g.bh.clone(), class, handle))
     }
 
     fn keyed<T>(key: &str, r: Result<T, AcquireError>) -> Result<T, KeyedError> {
@@ -474,18 +581,26 @@ impl Registry {
         {
             let map = self.read();
             if let Some(e) = map.get(key) {
-                return e.bh.would_admit(request);
+                return match self.global {
+                    Some(_) => e.bh.would_admit(&request.class(e.class)),
+                    None => e.bh.would_admit(request),
+                };
             }
             if self.closed.load(Acquire) {
                 return reject(Reason::Shutdown);
             }
-            let evictable = || {
-                map.values()
-                    .any(|e| Arc::strong_count(&e.bh) == 1 && e.bh.is_idle())
-            };
+            let evictable = || map.values().any(|e| e.evictable(self.global.as_ref()));
             if map.len() >= self.max_keys && !evictable() {
                 return reject(Reason::KeyLimit);
             }
+        }
+        if let Some(g) = &self.global {
+            // A new key gets an idle class with its limit as the ceiling: the spare class
+            // (idle, ceiling `MAX_PERMITS`) decides the rest exactly.
+            if request.weight > self.key_limit(key) {
+                return reject(Reason::ConcurrencyLimit);
+            }
+            return g.bh.would_admit(&request.class(global::SPARE));
         }
         // Asked of the bulkhead the key would get — its configuration (`start_limit`, observe
         // mode, …) with the registry's stored limits applied — so the dry run and the real
@@ -521,8 +636,19 @@ impl Registry {
     /// # Errors
     /// As [`Bulkhead::try_acquire`], plus `key_limit`.
     pub fn try_acquire(&self, key: &str, weight: u64) -> Result<OwnedPermit, KeyedError> {
-        let bh = self.get(key)?;
-        Self::keyed(key, bh.try_acquire_owned(weight))
+        let (bh, class, _handle) = self.lookup(key)?;
+        if self.global.is_none() {
+            return Self::keyed(key, bh.try_acquire_owned(weight));
+        }
+        let r = Request::new(weight).class(class).no_wait();
+        Self::keyed(
+            key,
+            match bh.admit_owned(&r, None) {
+                crate::Decision::Granted(call) => Ok(call),
+                crate::Decision::Rejected(e) => Err(e),
+                crate::Decision::Queued(_) => unreachable!("a no-wait request never queues"),
+            },
+        )
     }
 
     /// Waits for `weight` permits of `key`'s bulkhead (no deadline of its own).
@@ -535,10 +661,11 @@ impl Registry {
         weight: u64,
     ) -> impl Future<Output = Result<OwnedPermit, KeyedError>> + Send + 'static {
         let key = key.to_string();
-        let bh = self.get(&key);
+        let found = self.lookup(&key);
         async move {
-            let bh = bh?;
-            let r = bh.acquire_owned(weight).await;
+            // The handle lives until the acquire ends: the key is not evicted under it.
+            let (bh, class, _handle) = found?;
+            let r = crate::front::acquire::AcquireOf::in_class(bh, weight, class).await;
             Self::keyed(&key, r)
         }
     }
@@ -554,10 +681,11 @@ impl Registry {
         sleep: S,
     ) -> impl Future<Output = Result<OwnedPermit, KeyedError>> + Send + 'static {
         let key = key.to_string();
-        let bh = self.get(&key);
+        let found = self.lookup(&key);
         async move {
-            let bh = bh?;
-            let r = bh.acquire_timeout_owned(weight, sleep).await;
+            let (bh, class, _handle) = found?;
+            let r =
+                crate::front::acquire::AcquireTimeoutOf::in_class(bh, weight, class, sleep).await;
             Self::keyed(&key, r)
         }
     }
@@ -572,11 +700,13 @@ impl Registry {
         weight: u64,
         timeout: Option<Duration>,
     ) -> Result<OwnedPermit, KeyedError> {
-        let bh = self.get(key)?;
-        Self::keyed(key, bh.acquire_blocking_owned(weight, timeout))
+        let (bh, class, _handle) = self.lookup(key)?;
+        Self::keyed(key, Bulkhead::blocking_via(bh, weight, class, timeout))
     }
 
-    /// The stats of every key, `{key: stats}` in key order.
+    /// The stats of every key, `{key: stats}` in key order. Under a global cap every key maps
+    /// to the shared admission's stats (a key has no bulkhead of its own): read a key's own
+    /// counts with [`key_stats`](Self::key_stats).
     pub fn stats(&self) -> BTreeMap<String, Stats> {
         // The lock is dropped before any stats read: a read may commit a breaker transition
         // and call the observer, which may use this registry.
@@ -586,6 +716,22 @@ impl Registry {
             .map(|(k, e)| (k.to_string(), e.bh.clone()))
             .collect();
         entries.into_iter().map(|(k, bh)| (k, bh.stats())).collect()
+    }
+
+    /// Under a global cap, `key`'s own counts (its class in the shared admission: `ceiling` is
+    /// its limit, `in_flight` what it holds, `queued` its waiters); `None` for a key that does
+    /// not exist, or without a global cap (read [`stats`](Self::stats)). Does not create the
+    /// key.
+    pub fn key_stats(&self, key: &str) -> Option<crate::stats::ClassStats> {
+        let g = self.global.as_ref()?;
+        let class = self.read().get(key)?.class;
+        g.bh.class_stats(class)
+    }
+
+    /// Under a global cap, the shared admission's stats (`limit` is the cap, `active` what all
+    /// keys hold together); `None` without one.
+    pub fn global_stats(&self) -> Option<Stats> {
+        self.global.as_ref().map(|g| g.bh.stats())
     }
 
     /// The keys that exist now.
@@ -600,6 +746,10 @@ impl Registry {
         self.closed.store(true, Release);
         // As in `stats`: the lock is dropped first, since closing wakes waiters, whose wake-ups
         // (a C callback, say) may use this registry.
+        if let Some(g) = &self.global {
+            g.bh.close();
+            return;
+        }
         let all: Vec<Arc<Bulkhead>> = self.read().values().map(|e| e.bh.clone()).collect();
         for bh in all {
             bh.close();
@@ -651,6 +801,11 @@ impl Registry {
                 return Err(RegistryLimitsError::Key(k.clone()));
             }
         }
+        match &self.global {
+            Some(g) => return self.apply_global(g, limits),
+            None if limits.global.is_some() => return Err(RegistryLimitsError::NoGlobal),
+            None => {}
+        }
         let existing: Vec<(String, Arc<Bulkhead>)> = {
             let map = self.map.write().unwrap_or_else(|e| e.into_inner());
             let mut stored = self.limits.lock().unwrap_or_else(|e| e.into_inner());
@@ -699,12 +854,54 @@ impl Registry {
         Ok(())
     }
 
+    /// [`apply_limits`](Self::apply_limits) under a global cap: validated whole (the revision,
+    /// every key entry naming only a `limit`, the shared admission taking `global`), then,
+    /// under the map's lock and so in revision order, every existing key's new limit stored as
+    /// its class's ceiling and the limits stored for new keys; then the shared admission's
+    /// `apply_limits` (the cap; it records the revision, and a newer revision installed in
+    /// between wins) and one pass that grants whatever the raises let go.
+    fn apply_global(&self, g: &Global, limits: &RegistryLimits) -> Result<(), RegistryLimitsError> {
+        limits.check_keyed()?;
+        let snapshot = limits.global_snapshot();
+        {
+            let map = self.map.write().unwrap_or_else(|e| e.into_inner());
+            let mut stored = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+            let current = stored.as_ref().map_or(0, |l| l.revision);
+            if limits.revision <= current && limits.revision != 0 {
+                return Err(RegistryLimitsError::Stale { current });
+            }
+            g.bh.check_limits(&snapshot)
+                .map_err(RegistryLimitsError::Global)?;
+            for (k, e) in map.iter() {
+                if let Some(l) = limits.snapshot_for(k).limit {
+                    g.assign(e.class, l);
+                }
+            }
+            *stored = Some(limits.clone());
+        }
+        // Validated above; only a newer revision installed in between refuses (it wins).
+        let _ = g.bh.apply_limits(&snapshot);
+        g.bh.rate_tick();
+        self.revision
+            .fetch_max(limits.revision as crate::sync::Word, Release);
+        Ok(())
+    }
+
     /// Changes the limit of `key`'s bulkhead (creating it if needed).
     ///
     /// # Errors
     /// `key_limit`, or [`AcquireError::Config`] naming `limit` when it is out of range.
     pub fn set_limit(&self, key: &str, limit: u64) -> Result<(), KeyedError> {
-        let bh = self.get(key)?;
+        let (bh, class, _handle) = self.lookup(key)?;
+        if self.global.is_some() {
+            // The key's class's ceiling (a raise grants its waiters before this returns).
+            return bh
+                .set_class_ceiling(class, Some(limit), None)
+                .map_err(|e| KeyedError {
+                    key: key.to_string(),
+                    error: AcquireError::Config(e),
+                });
+        }
         bh.set_limit(limit).map_err(|e: ConfigError| KeyedError {
             key: key.to_string(),
             error: AcquireError::Config(e),

@@ -49,6 +49,8 @@ mod rates;
 #[cfg(all(not(loom), feature = "std"))]
 mod registry;
 #[cfg(all(not(loom), feature = "std"))]
+mod registry_global;
+#[cfg(all(not(loom), feature = "std"))]
 mod reserve;
 #[cfg(all(not(loom), feature = "std"))]
 mod usage;

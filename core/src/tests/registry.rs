@@ -22,6 +22,7 @@ fn reg(max_keys: usize) -> Registry {
             },
         )]),
         max_keys,
+        global: None,
     })
     .unwrap()
 }
