@@ -125,7 +125,7 @@ pub use crate::{
     event::{Event, EventKind, Observer},
     front::{
         admit::Decision,
-        apply::{LimitsError, LimitsSnapshot},
+        apply::{ClassLimits, LimitsError, LimitsSnapshot},
         call::Call,
         dry_run::WouldAdmit,
         orphan::OrphanError,

@@ -113,6 +113,18 @@ impl LimitsSnapshot {
     }
 }
 
+/// New ceilings for one class of a classed bulkhead, installed with a revision by
+/// [`Bulkhead::apply_limits_with_classes`] (`None` keeps one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassLimits {
+    /// The class index.
+    pub class: u16,
+    /// Its permit ceiling, `floor ..= MAX_PERMITS` (above the limit allowed: the limit bounds).
+    pub ceiling: Option<u64>,
+    /// Its budget ceiling, `budget_floor ..= MAX_BUDGET` (a bulkhead with a budget only).
+    pub budget_ceiling: Option<u64>,
+}
+
 /// Why [`Bulkhead::apply_limits`] installed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -140,11 +152,16 @@ pub enum LimitsError {
         /// The bulkhead's construction-time `max_queue`.
         max: u64,
     },
+    /// A class's new ceilings refused ([`ClassError`](crate::config::classes::ClassError):
+    /// an unknown class, a ceiling below its floor or out of range, a budget ceiling without a
+    /// budget).
+    Class(crate::config::classes::ClassError),
 }
 
 impl fmt::Display for LimitsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            LimitsError::Class(e) => write!(f, "{e}; nothing was applied"),
             LimitsError::Stale { current } => write!(
                 f,
                 "revision must be above the revision in force ({current}); nothing was applied"
@@ -227,8 +244,31 @@ impl<const N: usize> Bulkhead<N> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
+        self.apply_limits_with_classes(snapshot, &[])
+    }
+
+    /// [`apply_limits`](Self::apply_limits) that also installs new class ceilings
+    /// (docs/design.md §4.8) under the same revision and install right: validated whole with
+    /// the snapshot first (nothing changes on an error), then the lowered ceilings and the
+    /// shrinking dimensions, then the growing dimensions and the raised ceilings, then one
+    /// pass that grants what the raises let go — so no admission meanwhile sees a state more
+    /// permissive than the new one — and then the revision.
+    ///
+    /// # Errors
+    /// As [`apply_limits`](Self::apply_limits), plus [`LimitsError::Class`] for a class entry
+    /// [`set_class_ceiling`](Self::set_class_ceiling) would refuse (and for any entry on a
+    /// bulkhead without classes).
+    pub fn apply_limits_with_classes(
+        &self,
+        snapshot: &LimitsSnapshot,
+        classes: &[ClassLimits],
+    ) -> Result<(), LimitsError> {
         let s = snapshot;
         self.check_limits(s)?;
+        for c in classes {
+            self.check_class_ceiling(c.class, c.ceiling, c.budget_ceiling)
+                .map_err(LimitsError::Class)?;
+        }
         self.engine
             .begin_apply(s.revision)
             .map_err(|current| LimitsError::Stale { current })?;
@@ -244,6 +284,9 @@ impl<const N: usize> Bulkhead<N> {
         let (limit, budget) = (self.engine.limit(), self.engine.budget_limit());
         // Shrinks first, then growth (validated above: these cannot fail).
         for grow in [false, true] {
+            if !grow {
+                self.store_class_ceilings(classes, false);
+            }
             if let Some(l) = s.limit.filter(|&l| (l > limit) == grow && l != limit) {
                 if grow {
                     // A ceiling above `max_concurrent` first (it only widens the valid weights).
@@ -254,6 +297,11 @@ impl<const N: usize> Bulkhead<N> {
             if let Some(b) = s.budget.filter(|&b| (b > budget) == grow && b != budget) {
                 let _ = self.engine.apply_budget(b);
             }
+        }
+        if !classes.is_empty() {
+            self.store_class_ceilings(classes, true);
+            // The raised ceilings' waiters (the resizes ran their passes before them).
+            self.rate_tick();
         }
         if let Some(q) = s.max_queue {
             self.engine.set_max_queue(q);

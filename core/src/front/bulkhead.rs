@@ -503,30 +503,51 @@ impl<const N: usize> Bulkhead<N> {
     /// Thread-safe; one store per dimension.
     ///
     /// # Errors
-    /// [`ConfigError::Class`]: [`ClassError::Unknown`] for a class this bulkhead does not
-    /// have, [`ClassError::Ceiling`] for a ceiling below the class's floor or above
+    /// [`ConfigError::Class`]: [`ClassError::Unknown`](crate::config::classes::ClassError::Unknown) for a class this bulkhead does not
+    /// have, [`ClassError::Ceiling`](crate::config::classes::ClassError::Ceiling) for a ceiling below the class's floor or above
     /// [`MAX_PERMITS`](crate::MAX_PERMITS) / [`MAX_BUDGET`](crate::MAX_BUDGET),
-    /// [`ClassError::NoBudget`] for a budget ceiling without a budget. Nothing changes.
+    /// [`ClassError::NoBudget`](crate::config::classes::ClassError::NoBudget) for a budget ceiling without a budget. Nothing changes.
     pub fn set_class_ceiling(
         &self,
         class: u16,
         permits: Option<u64>,
         budget: Option<u64>,
     ) -> Result<(), ConfigError> {
+        self.check_class_ceiling(class, permits, budget)
+            .map_err(ConfigError::Class)?;
+        let c = crate::front::apply::ClassLimits {
+            class,
+            ceiling: permits,
+            budget_ceiling: budget,
+        };
+        self.store_class_ceilings(&[c], false);
+        self.store_class_ceilings(&[c], true);
+        // A raise may let waiters go (and a lowered one changes nothing a pass would do).
+        self.rate_tick();
+        Ok(())
+    }
+
+    /// The checks of [`set_class_ceiling`](Self::set_class_ceiling).
+    pub(crate) fn check_class_ceiling(
+        &self,
+        class: u16,
+        permits: Option<u64>,
+        budget: Option<u64>,
+    ) -> Result<(), crate::config::classes::ClassError> {
         use crate::config::classes::ClassError;
         #[cfg(feature = "alloc")]
         if let Some(book) = self.engine.classes() {
             let count = book.len();
             if usize::from(class) >= count {
-                return Err(ConfigError::Class(ClassError::Unknown {
+                return Err(ClassError::Unknown {
                     class: class.into(),
                     count,
-                }));
+                });
             }
             if budget.is_some() && !self.engine.has_budget() {
-                return Err(ConfigError::Class(ClassError::NoBudget {
+                return Err(ClassError::NoBudget {
                     class: Some(class.into()),
-                }));
+                });
             }
             let dims = [
                 (permits, "permits", crate::MAX_PERMITS),
@@ -535,29 +556,44 @@ impl<const N: usize> Bulkhead<N> {
             for (d, &(v, dimension, max)) in dims.iter().enumerate() {
                 let floor = book.floor_of(class, d) as u64;
                 if let Some(v) = v.filter(|&v| v < floor || v > max) {
-                    return Err(ConfigError::Class(ClassError::Ceiling {
+                    return Err(ClassError::Ceiling {
                         class: class.into(),
                         dimension,
                         floor,
                         ceiling: v,
                         max,
-                    }));
+                    });
                 }
             }
-            for (d, &(v, ..)) in dims.iter().enumerate() {
-                if let Some(v) = v {
-                    book.set_ceiling(class, d, v as crate::sync::Word);
-                }
-            }
-            // A raise may let waiters go (and a lowered one changes nothing a pass would do).
-            self.engine.dispatch_now();
             return Ok(());
         }
         let _ = (permits, budget);
-        Err(ConfigError::Class(ClassError::Unknown {
+        Err(ClassError::Unknown {
             class: class.into(),
             count: 0,
-        }))
+        })
+    }
+
+    /// Stores the ceilings of `classes` (checked) that go up (`raise`) or down / stay.
+    pub(crate) fn store_class_ceilings(
+        &self,
+        classes: &[crate::front::apply::ClassLimits],
+        raise: bool,
+    ) {
+        #[cfg(feature = "alloc")]
+        if let Some(book) = self.engine.classes() {
+            for c in classes {
+                let now = book.stats(c.class).map(|s| [s.ceiling, s.budget_ceiling]);
+                for (d, v) in [c.ceiling, c.budget_ceiling].into_iter().enumerate() {
+                    if let (Some(v), Some(now)) = (v, now) {
+                        if (v > now[d]) == raise {
+                            book.set_ceiling(c.class, d, v as crate::sync::Word);
+                        }
+                    }
+                }
+            }
+        }
+        let _ = (classes, raise);
     }
 
     /// Stores class `class`'s permit ceiling without a pass (validated by the caller: a class

@@ -852,3 +852,84 @@ fn a_class_ceiling_changes_at_run_time_raise_grants_lower_holds_back() {
     let e = plain.set_class_ceiling(0, Some(1), None).unwrap_err();
     assert!(e.to_string().contains("no classes"), "{e}");
 }
+
+#[test]
+fn apply_limits_installs_class_ceilings_with_the_revision_all_or_nothing() {
+    use crate::{ClassLimits, LimitsError};
+    let bh = classed(
+        4,
+        &[
+            ClassSpec {
+                priority: 10,
+                ceiling: Some(1),
+                ..ClassSpec::DEFAULT
+            },
+            ClassSpec {
+                ceiling: Some(3),
+                ..ClassSpec::DEFAULT
+            },
+        ],
+        PriorityReserve::default(),
+    );
+    let hi = granted(bh.admit(&now(0, 1), None));
+    let mut hi2 = queued(bh.admit(&wait(0, 1), None));
+    let lo = granted(bh.admit(&now(1, 2), None));
+    // One revision: the limit grows to 6, class 0's ceiling to 3, class 1's shrinks to 1.
+    let snap = LimitsSnapshot::new(1).limit(6);
+    let classes = [
+        ClassLimits {
+            class: 0,
+            ceiling: Some(3),
+            budget_ceiling: None,
+        },
+        ClassLimits {
+            class: 1,
+            ceiling: Some(1),
+            budget_ceiling: None,
+        },
+    ];
+    bh.apply_limits_with_classes(&snap, &classes).unwrap();
+    let g = poll_granted(&mut hi2).expect("the raised ceiling granted it before the call returned");
+    assert_eq!(
+        (
+            bh.revision(),
+            bh.stats().limit,
+            bh.class_stats(0).unwrap().ceiling
+        ),
+        (1, 6, 3)
+    );
+    // Class 1 holds 2 above its new ceiling of 1: attrition, nobody pre-empted.
+    assert_eq!(bh.class_stats(1).unwrap().in_flight, 2);
+    assert!(refused(bh.admit(&now(1, 1), None)).reason().is_some());
+    // All or nothing: an unknown class refuses the whole revision.
+    let bad = [ClassLimits {
+        class: 9,
+        ceiling: Some(1),
+        budget_ceiling: None,
+    }];
+    let e = bh
+        .apply_limits_with_classes(&LimitsSnapshot::new(2).limit(2), &bad)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LimitsError::Class(ClassError::Unknown { class: 9, count: 2 })
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("nothing was applied"), "{e}");
+    assert_eq!((bh.revision(), bh.stats().limit), (1, 6));
+    // A stale revision installs no ceiling either.
+    let stale = [ClassLimits {
+        class: 0,
+        ceiling: Some(2),
+        budget_ceiling: None,
+    }];
+    assert!(matches!(
+        bh.apply_limits_with_classes(&LimitsSnapshot::new(1), &stale),
+        Err(LimitsError::Stale { current: 1 })
+    ));
+    assert_eq!(bh.class_stats(0).unwrap().ceiling, 3);
+    drop((hi, g, lo));
+    partition_holds(&bh);
+}

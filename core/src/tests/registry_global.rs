@@ -114,7 +114,10 @@ fn waiters_are_served_fifo_across_keys_and_a_key_at_its_limit_holds_nobody_back(
     // The queue holds four waiters, not a global unit each (never a nested acquire).
     let g = reg.global_stats().unwrap();
     assert_eq!((g.active, g.queued), (2, 4));
-    let next = || rx.recv_timeout(core::time::Duration::from_secs(30)).unwrap();
+    let next = || {
+        rx.recv_timeout(core::time::Duration::from_secs(30))
+            .unwrap()
+    };
     drop(b); // one unit: c is the oldest (a2 is also held by its key's own limit)
     order.push(next());
     assert_eq!(order, ["c"]);
