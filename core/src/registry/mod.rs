@@ -630,6 +630,29 @@ impl Registry {
         }
     }
 
+    /// [`Bulkhead::admit`] for `key` (created on first use; docs/design.md §5): the whole
+    /// request — weight, cost, observe, queue timeout, no-wait — decided by the key's bulkhead,
+    /// or under a global cap by the shared admission in the key's class (the request's own
+    /// `class` is replaced by the key's). The key cannot be evicted while the decision is made,
+    /// nor afterwards while the returned call holds or the waiter waits (both count in the
+    /// key's class or bulkhead). A key that cannot be created (`key_limit`, `shutdown`) is
+    /// `Decision::Rejected` with that error. For a host that polls waiters itself (a binding).
+    pub fn admit(
+        &self,
+        key: &str,
+        request: &Request,
+        waker: Option<&core::task::Waker>,
+    ) -> crate::Decision<Arc<Bulkhead>, 0> {
+        let (bh, class, _handle) = match self.lookup(key) {
+            Ok(found) => found,
+            Err(e) => return crate::Decision::Rejected(e.error),
+        };
+        match self.global {
+            Some(_) => bh.admit_owned(&request.class(class), waker),
+            None => bh.admit_owned(request, waker),
+        }
+    }
+
     /// Takes `weight` permits of `key`'s bulkhead now, or fails without waiting. The permit
     /// keeps the entry alive only while it is held.
     ///

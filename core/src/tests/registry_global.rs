@@ -439,3 +439,57 @@ fn keys_under_a_cap_keep_both_bounds_under_threads() {
         assert_eq!(reg.key_stats(k).unwrap().in_flight, 0);
     }
 }
+
+#[test]
+fn a_keyed_admit_takes_the_whole_request_in_the_key_class() {
+    use crate::Decision;
+    let reg = capped(1, 2, 4, 8);
+    let Decision::Granted(a) = reg.admit("a", &Request::new(1), None) else {
+        panic!()
+    };
+    // The request's own class is replaced by the key's: it queues on key a's limit.
+    let Decision::Queued(mut w) = reg.admit("a", &Request::new(1).class(5), None) else {
+        panic!()
+    };
+    assert_eq!(reg.key_stats("a").unwrap().queued, 1);
+    // A queued key is not evictable: with max_keys 8 nothing to prove here but its class.
+    assert!(matches!(
+        reg.admit("a", &Request::new(1).no_wait(), None),
+        Decision::Rejected(e) if e.reason() == Some(Reason::ConcurrencyLimit)
+    ));
+    drop(a);
+    assert!(matches!(w.poll(None), core::task::Poll::Ready(Ok(_))));
+    // Without a cap: the key's own bulkhead.
+    let plain = Registry::new(RegistryConfig::default()).unwrap();
+    assert!(matches!(
+        plain.admit("k", &Request::new(1), None),
+        Decision::Granted(_)
+    ));
+    reg.close();
+    assert!(matches!(
+        reg.admit("new", &Request::new(1), None),
+        Decision::Rejected(e) if e.reason() == Some(Reason::Shutdown)
+    ));
+}
+
+#[test]
+fn a_waiting_key_is_never_evicted_and_its_class_never_reused() {
+    use crate::Decision;
+    // max_keys 1: key a waits (its class is busy), so key b is refused `key_limit`.
+    let reg = capped(1, 1, 4, 1);
+    let Decision::Granted(held) = reg.admit("a", &Request::new(1), None) else {
+        panic!()
+    };
+    let Decision::Queued(w) = reg.admit("a", &Request::new(1), None) else {
+        panic!()
+    };
+    drop(held);
+    // The waiter was granted (unclaimed): the class still holds it.
+    assert_eq!(reason(reg.try_acquire("b", 1)), Some(Reason::KeyLimit));
+    drop(w); // the unclaimed grant goes back
+    assert!(
+        reg.try_acquire("b", 1).is_ok(),
+        "a is idle now: evicted, its class reused"
+    );
+    assert_eq!(reg.keys(), ["b"]);
+}
