@@ -229,7 +229,7 @@ fn registry_config(ctx: &str, r: &Value) -> RegistryConfig {
     let mut overrides = Vec::new();
     for (k, x) in r {
         match k.as_str() {
-            "defaults" => {}
+            "defaults" | "global" => {}
             "overrides" => {
                 for (key, o) in object(ctx, "overrides", x) {
                     overrides.push((key.clone(), partial(&format!("{ctx} override {key:?}"), o)));
@@ -250,8 +250,14 @@ fn registry_config(ctx: &str, r: &Value) -> RegistryConfig {
             }
         }
     }
-    RegistryConfig::from_partial(&defaults, overrides)
-        .unwrap_or_else(|e| panic!("{ctx}: registry: {e}"))
+    let mut rc = RegistryConfig::from_partial(&defaults, overrides)
+        .unwrap_or_else(|e| panic!("{ctx}: registry: {e}"));
+    // One cap over every key (docs/design.md §9.2).
+    rc.global = r.get("global").map(|g| hullguard_core::GlobalCap {
+        limit: g["limit"].as_u64().unwrap(),
+        max_queue: g["max_queue"].as_u64().unwrap(),
+    });
+    rc
 }
 
 /// A step's request as a binding builds it: weight and cost unchecked (the core refuses a
@@ -369,15 +375,19 @@ impl Runner {
         let request = request_of(step, queue);
         let (weight, cost) = (request.weight, request.cost);
         self.weights.insert(id.clone(), (weight, cost));
-        let bh = match self.bulkhead(key) {
-            Ok(b) => b,
-            Err(e) => {
-                self.acquires.insert(id, State::Rejected);
-                return outcome_of(&e).to_string();
-            }
+        // A registry decides through `Registry::admit` (a key's class under a global cap).
+        let decision = match (&self.target, key) {
+            (Target::Registry(r), Some(k)) => r.admit(k, &request, Some(Waker::noop())),
+            _ => match self.bulkhead(key) {
+                Ok(b) => b.admit_owned(&request, Some(Waker::noop())),
+                Err(e) => {
+                    self.acquires.insert(id, State::Rejected);
+                    return outcome_of(&e).to_string();
+                }
+            },
         };
         let key = key.map(str::to_string);
-        match bh.admit_owned(&request, Some(Waker::noop())) {
+        match decision {
             Decision::Granted(call) => {
                 let held = State::Held {
                     key,
@@ -794,6 +804,20 @@ impl Runner {
                 });
                 vectors::subset(&ctx, &step["expect"], &got);
             }
+            "key_stats" => {
+                let Target::Registry(r) = &self.target else {
+                    panic!("{ctx}: not a registry")
+                };
+                let c = r
+                    .key_stats(key.unwrap())
+                    .unwrap_or_else(|| panic!("{ctx}: no key stats (no global cap, or no key)"));
+                let got = json!({
+                    "in_flight": c.in_flight,
+                    "queued": c.queued,
+                    "ceiling": c.ceiling,
+                });
+                vectors::subset(&ctx, &step["expect"], &got);
+            }
             "expect_state" => {
                 let state = self
                     .bulkhead(key)
@@ -856,7 +880,33 @@ impl Runner {
         }
         let all: Vec<(Option<String>, Stats)> = match &self.target {
             Target::Single(b) => vec![(None, b.stats())],
-            Target::Registry(r) => r.stats().into_iter().map(|(k, s)| (Some(k), s)).collect(),
+            Target::Registry(r) => match r.global_stats() {
+                // Under a global cap (docs/design.md §9.2): each key's class holds what the
+                // runner holds of it, and the one admission holds what all keys hold.
+                Some(g) => {
+                    for k in r.keys() {
+                        let c = r.key_stats(&k).unwrap();
+                        let key = Some(k);
+                        let (h, q) = (
+                            held.get(&key).copied().unwrap_or(0),
+                            queued.get(&key).copied().unwrap_or(0),
+                        );
+                        assert_eq!((c.in_flight, c.queued), (h, q), "{ctx}: key {key:?}: {c:?}");
+                    }
+                    for m in [
+                        &mut held,
+                        &mut units,
+                        &mut over,
+                        &mut queued,
+                        &mut queued_cost,
+                    ] {
+                        let sum = m.values().sum();
+                        *m = BTreeMap::from([(None, sum)]);
+                    }
+                    vec![(None, g)]
+                }
+                None => r.stats().into_iter().map(|(k, s)| (Some(k), s)).collect(),
+            },
         };
         for (k, s) in &all {
             let u = units.get(k).copied().unwrap_or(0);
@@ -955,7 +1005,7 @@ fn scenario_vectors() {
     // (`classes_*`, with a class table and `class_stats`); the Rust runner
     // only, until the bindings expose `cost`.
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
-    assert!(n >= 83, "only {n} admission vectors");
+    assert!(n >= 88, "only {n} admission vectors");
 }
 
 #[test]
