@@ -125,8 +125,9 @@ pub use crate::{
     event::{Event, EventKind, Observer},
     front::{
         admit::Decision,
-        apply::{ClassLimits, LimitsError, LimitsSnapshot},
+        apply::{LimitsError, LimitsSnapshot},
         call::Call,
+        class_ceilings::ClassLimits,
         dry_run::WouldAdmit,
         orphan::OrphanError,
         request::Request,

@@ -7,7 +7,8 @@
 use core::fmt;
 
 use crate::{
-    config::ConfigError, front::bulkhead::Bulkhead, limits::MAX_REVISION, policy::state::Policies,
+    config::ConfigError, front::bulkhead::Bulkhead, front::class_ceilings::ClassLimits,
+    limits::MAX_REVISION, policy::state::Policies,
 };
 
 /// The limits one control-plane revision sets. A field left `None` keeps its current value.
@@ -111,18 +112,6 @@ impl LimitsSnapshot {
         }
         Ok(())
     }
-}
-
-/// New ceilings for one class of a classed bulkhead, installed with a revision by
-/// [`Bulkhead::apply_limits_with_classes`] (`None` keeps one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClassLimits {
-    /// The class index.
-    pub class: u16,
-    /// Its permit ceiling, `floor ..= MAX_PERMITS` (above the limit allowed: the limit bounds).
-    pub ceiling: Option<u64>,
-    /// Its budget ceiling, `budget_floor ..= MAX_BUDGET` (a bulkhead with a budget only).
-    pub budget_ceiling: Option<u64>,
 }
 
 /// Why [`Bulkhead::apply_limits`] installed nothing.

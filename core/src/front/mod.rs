@@ -17,6 +17,7 @@ pub mod apply;
 pub mod blocking;
 pub mod bulkhead;
 pub mod call;
+pub mod class_ceilings;
 #[cfg(feature = "std")]
 pub mod drain;
 pub mod dry_run;

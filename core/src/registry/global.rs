@@ -9,6 +9,7 @@
 //! `1 ..= max_keys`, a class at a time, and give it back when evicted (only while idle).
 
 use std::{
+    collections::HashMap,
     format,
     string::{String, ToString},
     sync::Arc,
@@ -23,7 +24,6 @@ use crate::{
     },
     event::SharedObserver,
     front::bulkhead::Bulkhead,
-    registry::{RegistryConfig, RegistryConfigError},
 };
 
 /// The cap over every key of a registry (docs/design.md §9.2): at most `limit` permits held
@@ -51,12 +51,19 @@ pub(crate) struct Global {
     classes: usize,
 }
 
-fn bad(key: Option<&str>, option: &'static str, detail: String) -> RegistryConfigError {
-    RegistryConfigError {
+/// Why a registry's configuration cannot take a global cap: the override key (if one), the
+/// option, and what is wrong (the registry makes its `RegistryConfigError` of it).
+pub(crate) struct Refused {
+    pub(crate) key: Option<String>,
+    pub(crate) option: &'static str,
+    pub(crate) detail: String,
+}
+
+fn bad(key: Option<&str>, option: &'static str, detail: String) -> Refused {
+    Refused {
         key: key.map(str::to_string),
         option,
-        error: None,
-        detail: Some(detail),
+        detail,
     }
 }
 
@@ -68,22 +75,21 @@ impl Global {
     /// classed bulkhead refuses (`observe`, `enabled = false`, `adaptive`, `max_reservations`).
     pub(crate) fn build(
         cap: GlobalCap,
-        config: &RegistryConfig,
+        (defaults, overrides, max_keys): (&Config, &HashMap<String, Config>, usize),
         clock: ClockSource,
         observer: Option<SharedObserver>,
-    ) -> Result<Self, RegistryConfigError> {
-        if config.max_keys > MAX_GLOBAL_KEYS {
+    ) -> Result<Self, Refused> {
+        if max_keys > MAX_GLOBAL_KEYS {
             return Err(bad(
                 None,
                 "max_keys",
                 format!(
                     "max_keys must be 1..={MAX_GLOBAL_KEYS} under a global cap (each key is a \
-                     class of one admission), got {}",
-                    config.max_keys
+                     class of one admission), got {max_keys}"
                 ),
             ));
         }
-        let d = &config.defaults;
+        let d = defaults;
         if d.resilience.breaker.is_some() {
             return Err(bad(
                 None,
@@ -102,7 +108,7 @@ impl Global {
                     .into(),
             ));
         }
-        for (k, o) in &config.overrides {
+        for (k, o) in overrides {
             let own = Config {
                 max_concurrent: d.max_concurrent,
                 ..*o
@@ -118,7 +124,7 @@ impl Global {
                 ));
             }
         }
-        let classes = config.max_keys + 1;
+        let classes = max_keys + 1;
         let specs: Vec<ClassSpec> = (0..classes).map(|_| ClassSpec::DEFAULT).collect();
         let shared = Config {
             max_concurrent: cap.limit,

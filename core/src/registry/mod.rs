@@ -348,12 +348,20 @@ impl Registry {
                 .map_err(|e| RegistryConfigError::option_error(Some(k.clone()), e))?;
         }
         let global = match config.global {
-            Some(cap) => Some(Global::build(
-                cap,
-                &config,
-                clock.clone(),
-                observer.clone(),
-            )?),
+            Some(cap) => Some(
+                Global::build(
+                    cap,
+                    (&config.defaults, &config.overrides, config.max_keys),
+                    clock.clone(),
+                    observer.clone(),
+                )
+                .map_err(|r| RegistryConfigError {
+                    key: r.key,
+                    option: r.option,
+                    error: None,
+                    detail: Some(r.detail),
+                })?,
+            ),
             None => None,
         };
         Ok(Self {
