@@ -43,6 +43,8 @@ pub enum Event<'a> {
         key: Option<&'a str>,
         /// The admission id.
         id: u64,
+        /// The admission class (0 on a bulkhead without classes; docs/design.md §4.8).
+        class: u16,
         /// The revision of the limits in force when the event was built.
         revision: u64,
         /// Permits granted.
@@ -63,6 +65,8 @@ pub enum Event<'a> {
         key: Option<&'a str>,
         /// The admission id.
         id: u64,
+        /// The admission class (0 on a bulkhead without classes; docs/design.md §4.8).
+        class: u16,
         /// The revision in force.
         revision: u64,
         /// Why.
@@ -85,6 +89,8 @@ pub enum Event<'a> {
         key: Option<&'a str>,
         /// The admission id.
         id: u64,
+        /// The admission class (0 on a bulkhead without classes; docs/design.md §4.8).
+        class: u16,
         /// The revision in force.
         revision: u64,
         /// What enforcing would have answered (`concurrency_limit` or `budget_limit`).
@@ -96,6 +102,8 @@ pub enum Event<'a> {
         key: Option<&'a str>,
         /// The admission id.
         id: u64,
+        /// The admission class (0 on a bulkhead without classes; docs/design.md §4.8).
+        class: u16,
         /// The revision in force.
         revision: u64,
         /// Permits returned by this step.
@@ -114,6 +122,8 @@ pub enum Event<'a> {
         key: Option<&'a str>,
         /// The admission id.
         id: u64,
+        /// The admission class (0 on a bulkhead without classes; docs/design.md §4.8).
+        class: u16,
         /// The revision in force.
         revision: u64,
         /// Cumulative units used.
@@ -235,6 +245,147 @@ impl Event<'_> {
     /// The event's name as every layer spells it (`"state_change"`, `"admit"` …).
     pub const fn name(&self) -> &'static str {
         self.kind().name()
+    }
+
+    /// The admission class of an admission's event (`None` for a state change or a
+    /// reconfiguration).
+    pub const fn class(&self) -> Option<u16> {
+        match self {
+            Event::Admit { class, .. }
+            | Event::Reject { class, .. }
+            | Event::ObserveBypass { class, .. }
+            | Event::Release { class, .. }
+            | Event::Usage { class, .. } => Some(*class),
+            Event::StateChange { .. } | Event::Reconfigure { .. } => None,
+        }
+    }
+
+    /// The same event reported for registry key `key` (a registry under a global cap names
+    /// each key's events, docs/design.md §9.2).
+    pub const fn with_key<'b>(self, key: Option<&'b str>) -> Event<'b> {
+        match self {
+            Event::StateChange {
+                old,
+                new,
+                generation,
+                ..
+            } => Event::StateChange {
+                key,
+                old,
+                new,
+                generation,
+            },
+            Event::Admit {
+                id,
+                class,
+                revision,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+                ..
+            } => Event::Admit {
+                key,
+                id,
+                class,
+                revision,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+            },
+            Event::Reject {
+                id,
+                class,
+                revision,
+                reason,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+                ..
+            } => Event::Reject {
+                key,
+                id,
+                class,
+                revision,
+                reason,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+            },
+            Event::ObserveBypass {
+                id,
+                class,
+                revision,
+                reason,
+                ..
+            } => Event::ObserveBypass {
+                key,
+                id,
+                class,
+                revision,
+                reason,
+            },
+            Event::Release {
+                id,
+                class,
+                revision,
+                weight,
+                held,
+                used,
+                ended,
+                ..
+            } => Event::Release {
+                key,
+                id,
+                class,
+                revision,
+                weight,
+                held,
+                used,
+                ended,
+            },
+            Event::Usage {
+                id,
+                class,
+                revision,
+                used,
+                held,
+                overrun,
+                change,
+                cancel,
+                ..
+            } => Event::Usage {
+                key,
+                id,
+                class,
+                revision,
+                used,
+                held,
+                overrun,
+                change,
+                cancel,
+            },
+            Event::Reconfigure {
+                revision,
+                limit,
+                budget,
+                observe,
+                ..
+            } => Event::Reconfigure {
+                key,
+                revision,
+                limit,
+                budget,
+                observe,
+            },
+        }
     }
 
     /// The admission id of an admission's event (`None` for a state change or a

@@ -91,7 +91,7 @@ impl<const N: usize> Bulkhead<N> {
         if let Err(e) = bh.check_class(request.class) {
             return Decision::Rejected(e);
         }
-        let (w, c, mut call) = match bh.begin(request.weight, request.cost) {
+        let (w, c, mut call) = match bh.begin(request.weight, request.cost, request.class) {
             Ok(begun) => begun,
             Err(e) => return Decision::Rejected(e),
         };
@@ -150,6 +150,7 @@ impl<const N: usize> Bulkhead<N> {
     ) {
         let asked = Asked {
             id,
+            class: request.class,
             weight: request.weight,
             cost: request.cost,
             start_ns,
@@ -221,6 +222,7 @@ impl<const N: usize> Bulkhead<N> {
         let call = self.start_call()?;
         let asked = Asked {
             id: call.id,
+            class: 0,
             weight,
             cost: 0,
             start_ns: self.decision_start(call.id),

@@ -448,9 +448,14 @@ impl<const N: usize> Bulkhead<N> {
         &self,
         weight: u64,
         cost: u64,
+        class: u16,
     ) -> Result<(Word, Word, CallStart), AcquireError> {
         let (w, c) = self.check_request(weight, cost)?;
-        Ok((w, c, self.start_call()?))
+        let call = match self.policies() {
+            None => CallStart::NONE,
+            Some(p) => self.start_guarded(p, class)?,
+        };
+        Ok((w, c, call))
     }
 
     /// The argument checks of [`begin`](Self::begin) (and of the dry run): the weight, then
@@ -578,7 +583,7 @@ impl<const N: usize> Bulkhead<N> {
     pub(crate) fn start_call(&self) -> Result<CallStart, AcquireError> {
         match self.policies() {
             None => Ok(CallStart::NONE),
-            Some(p) => self.start_guarded(p),
+            Some(p) => self.start_guarded(p, 0),
         }
     }
 
@@ -586,7 +591,7 @@ impl<const N: usize> Bulkhead<N> {
     /// line: inlined, it made the plain path's caller outline `start_call` itself (82 → 157 Ir
     /// for the uncontended pair in `bench/callgrind.sh`, measured A/B).
     #[inline(never)]
-    fn start_guarded(&self, p: &Policies) -> Result<CallStart, AcquireError> {
+    fn start_guarded(&self, p: &Policies, class: u16) -> Result<CallStart, AcquireError> {
         self.sweep_if_held();
         let started = if p.times_calls() { self.now_ns() } else { 0 };
         let now = || if started != 0 { started } else { self.now_ns() };
@@ -602,6 +607,7 @@ impl<const N: usize> Bulkhead<N> {
                 if id != 0 {
                     let asked = crate::front::emitter::Asked {
                         id,
+                        class,
                         weight: 0,
                         cost: 0,
                         start_ns,
@@ -693,6 +699,7 @@ impl<const N: usize> Bulkhead<N> {
     fn asked_of(id: u64, word: CellRecord) -> crate::front::emitter::Asked {
         crate::front::emitter::Asked {
             id,
+            class: word.class,
             weight: word.weight as u64,
             cost: word.cost as u64,
             // Settled by the dispatcher's pass: no deciding call of its own to time.
@@ -851,7 +858,7 @@ impl<const N: usize> Bulkhead<N> {
                         self.budget_settled(cost, 0);
                         self.release_held(weight, cost, token.class);
                         if id != 0 {
-                            self.emit_release(id, weight, cost, Some(0), true);
+                            self.emit_release(id, token.class, weight, cost, Some(0), true);
                         }
                     }
                     Ok(Polled::Rejected { rejection, call }) => {

@@ -369,7 +369,7 @@ where
             cancel,
         };
         if self.call.id != 0 {
-            self.bh.emit_usage(self.call.id, &report);
+            self.bh.emit_usage(self.call.id, self.call.class, &report);
         }
         Ok(report)
     }
@@ -409,7 +409,8 @@ where
         let used = self.settle_and_release(used);
         if self.call.id != 0 {
             let id = core::mem::take(&mut self.call.id);
-            self.bh.emit_release(id, w, held, Some(used), true);
+            self.bh
+                .emit_release(id, self.call.class, w, held, Some(used), true);
         }
     }
 
@@ -487,7 +488,8 @@ where
         };
         self.bh.release_held(n, c, self.call.class);
         if self.call.id != 0 {
-            self.bh.emit_release(self.call.id, n, held, None, false);
+            self.bh
+                .emit_release(self.call.id, self.call.class, n, held, None, false);
         }
         Ok(())
     }

@@ -118,6 +118,7 @@ impl Emitter {
 #[derive(Clone, Copy)]
 pub(crate) struct Asked {
     pub(crate) id: u64,
+    pub(crate) class: u16,
     pub(crate) weight: u64,
     pub(crate) cost: u64,
     /// Clock at the decision's start (ns; 0 without a clock).

@@ -70,6 +70,7 @@ impl<const N: usize> Bulkhead<N> {
             e.deliver(&Event::ObserveBypass {
                 key: e.key(),
                 id: a.id,
+                class: a.class,
                 revision,
                 reason,
             });
@@ -77,6 +78,7 @@ impl<const N: usize> Bulkhead<N> {
         e.deliver(&Event::Admit {
             key: e.key(),
             id: a.id,
+            class: a.class,
             revision,
             weight: a.weight,
             cost: a.cost,
@@ -95,6 +97,7 @@ impl<const N: usize> Bulkhead<N> {
         e.deliver(&Event::Reject {
             key: e.key(),
             id: a.id,
+            class: a.class,
             revision: self.revision_now(),
             reason,
             weight: a.weight,
@@ -111,6 +114,7 @@ impl<const N: usize> Bulkhead<N> {
     pub(crate) fn emit_release(
         &self,
         id: u64,
+        class: u16,
         weight: u64,
         held: u64,
         used: Option<u64>,
@@ -120,6 +124,7 @@ impl<const N: usize> Bulkhead<N> {
         e.deliver(&Event::Release {
             key: e.key(),
             id,
+            class,
             revision: self.revision_now(),
             weight,
             held,
@@ -130,11 +135,17 @@ impl<const N: usize> Bulkhead<N> {
 
     /// A streaming call's usage report.
     #[cold]
-    pub(crate) fn emit_usage(&self, id: u64, report: &crate::front::usage::UsageReport) {
+    pub(crate) fn emit_usage(
+        &self,
+        id: u64,
+        class: u16,
+        report: &crate::front::usage::UsageReport,
+    ) {
         let Some(e) = self.emitter() else { return };
         e.deliver(&Event::Usage {
             key: e.key(),
             id,
+            class,
             revision: self.revision_now(),
             used: report.used,
             held: report.held,

@@ -9,10 +9,11 @@
 //! `1 ..= max_keys`, a class at a time, and give it back when evicted (only while idle).
 
 use std::{
+    boxed::Box,
     collections::HashMap,
     format,
     string::{String, ToString},
-    sync::Arc,
+    sync::{Arc, RwLock},
     vec::Vec,
 };
 
@@ -22,7 +23,7 @@ use crate::{
         Config,
         classes::{ClassSpec, ClassTable, MAX_CLASSES},
     },
-    event::SharedObserver,
+    event::{Event, Observer, SharedObserver},
     front::bulkhead::Bulkhead,
 };
 
@@ -49,6 +50,43 @@ pub(crate) const SPARE: u16 = 0;
 pub(crate) struct Global {
     pub(crate) bh: Arc<Bulkhead>,
     classes: usize,
+    /// Each class's key, for the events (`None` without an observer).
+    names: Option<Arc<Names>>,
+}
+
+/// The key of each class, written when a class is given to a key (under the registry's map
+/// lock) and read by [`Naming`] for every event of that class.
+struct Names(Box<[RwLock<Option<Arc<str>>>]>);
+
+impl core::fmt::Debug for Names {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Names(..)")
+    }
+}
+
+/// The user's observer under a global cap: every admission event is delivered with the key
+/// whose class it happened in (a key's class cannot be reused while one of its calls or
+/// waiters lives, so the name is the key's). Reconfigurations and state changes are the
+/// shared admission's (`key` `None`).
+struct Naming {
+    inner: SharedObserver,
+    names: Arc<Names>,
+}
+
+impl Observer for Naming {
+    fn on_event(&self, event: &Event<'_>) {
+        match event.class().and_then(|c| self.names.0.get(usize::from(c))) {
+            Some(slot) => {
+                let name = slot.read().unwrap_or_else(|e| e.into_inner());
+                self.inner.on_event(&event.with_key(name.as_deref()));
+            }
+            None => self.inner.on_event(event),
+        }
+    }
+
+    fn admission_events(&self) -> bool {
+        self.inner.admission_events()
+    }
 }
 
 /// Why a registry's configuration cannot take a global cap: the override key (if one), the
@@ -126,6 +164,15 @@ impl Global {
         }
         let classes = max_keys + 1;
         let specs: Vec<ClassSpec> = (0..classes).map(|_| ClassSpec::DEFAULT).collect();
+        let names = observer
+            .as_ref()
+            .map(|_| Arc::new(Names((0..classes).map(|_| RwLock::new(None)).collect())));
+        let observer = observer.map(|inner| -> SharedObserver {
+            Arc::new(Naming {
+                inner,
+                names: names.clone().expect("built with the observer"),
+            })
+        });
         let shared = Config {
             max_concurrent: cap.limit,
             max_queue: cap.max_queue,
@@ -148,6 +195,7 @@ impl Global {
         Ok(Global {
             bh: Arc::new(bh),
             classes,
+            names,
         })
     }
 
@@ -160,9 +208,19 @@ impl Global {
         (1..self.classes as u16).find(|&c| !taken[c as usize])
     }
 
-    /// Gives class `class` to a key whose own limit is `limit` (the class is idle: nobody
+    /// Gives class `class` to `key`, whose own limit is `limit` (the class is idle: nobody
     /// waits in it, so no pass is needed and no waker runs under the registry's lock).
-    pub(crate) fn assign(&self, class: u16, limit: u64) {
+    pub(crate) fn assign(&self, class: u16, key: &str, limit: u64) {
+        if let Some(n) = &self.names {
+            *n.0[usize::from(class)]
+                .write()
+                .unwrap_or_else(|e| e.into_inner()) = Some(key.into());
+        }
+        self.bh.store_class_ceiling(class, limit);
+    }
+
+    /// Sets class `class`'s ceiling to a key's new limit (the key keeps its class).
+    pub(crate) fn set_ceiling(&self, class: u16, limit: u64) {
         self.bh.store_class_ceiling(class, limit);
     }
 

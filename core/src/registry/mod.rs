@@ -558,7 +558,7 @@ impl Registry {
             .free_class(map.values().map(|e| e.class))
             .expect("fewer keys than classes");
         // The class is idle (never used, or its key was evicted idle): no pass is needed.
-        g.assign(class, self.key_limit(key));
+        g.assign(class, key, self.key_limit(key));
         let entry = Entry {
             bh: g.bh.clone(),
             class,
@@ -905,7 +905,7 @@ impl Registry {
                 .map_err(RegistryLimitsError::Global)?;
             for (k, e) in map.iter() {
                 if let Some(l) = limits.snapshot_for(k).limit {
-                    g.assign(e.class, l);
+                    g.set_ceiling(e.class, l);
                 }
             }
             *stored = Some(limits.clone());

@@ -495,3 +495,60 @@ fn a_waiting_key_is_never_evicted_and_its_class_never_reused() {
     );
     assert_eq!(reg.keys(), ["b"]);
 }
+
+#[test]
+fn events_under_a_cap_name_the_key_and_carry_its_class() {
+    use crate::{
+        ClockSource,
+        event::{Event, Observer},
+    };
+    use std::{string::String, sync::Mutex};
+    /// (event name, key, class).
+    type Entry = (String, Option<String>, Option<u16>);
+    #[derive(Default)]
+    struct Log(Mutex<Vec<Entry>>);
+    impl Observer for Log {
+        fn on_event(&self, e: &Event<'_>) {
+            let key = e.key().map(str::to_string);
+            self.0
+                .lock()
+                .unwrap()
+                .push((e.name().to_string(), key, e.class()));
+        }
+    }
+    let log = Arc::new(Log::default());
+    let reg = Registry::with_observer(
+        RegistryConfig {
+            defaults: Config {
+                max_concurrent: 1,
+                ..Config::DEFAULT
+            },
+            max_keys: 1,
+            global: Some(GlobalCap {
+                limit: 4,
+                max_queue: 4,
+            }),
+            ..RegistryConfig::default()
+        },
+        ClockSource::None,
+        Some(log.clone()),
+    )
+    .unwrap();
+    let a = reg.try_acquire("a", 1).unwrap();
+    assert!(reg.try_acquire("a", 1).is_err());
+    drop(a);
+    // b evicts a and takes its class: its events carry b's name.
+    drop(reg.try_acquire("b", 1).unwrap());
+    let got = core::mem::take(&mut *log.0.lock().unwrap());
+    let named = |k: &str, n: &str| (n.to_string(), Some(k.to_string()), Some(1u16));
+    assert_eq!(
+        got,
+        [
+            named("a", "admit"),
+            named("a", "reject"),
+            named("a", "release"),
+            named("b", "admit"),
+            named("b", "release"),
+        ]
+    );
+}
