@@ -461,6 +461,12 @@ pub enum AcquireError {
         /// How many classes the bulkhead has.
         classes: usize,
     },
+    /// A request's own `observe` on a classed bulkhead, which takes no observe mode (docs/design.md
+    /// §4.8) (reason `invalid`; never counted in the stats).
+    InvalidObserve {
+        /// The observe mode asked for.
+        observe: crate::observe::Observe,
+    },
 }
 
 impl AcquireError {
@@ -471,7 +477,8 @@ impl AcquireError {
             AcquireError::Config(_)
             | AcquireError::InvalidWeight { .. }
             | AcquireError::InvalidCost { .. }
-            | AcquireError::InvalidClass { .. } => None,
+            | AcquireError::InvalidClass { .. }
+            | AcquireError::InvalidObserve { .. } => None,
         }
     }
 
@@ -482,7 +489,8 @@ impl AcquireError {
             AcquireError::Config(_)
             | AcquireError::InvalidWeight { .. }
             | AcquireError::InvalidCost { .. }
-            | AcquireError::InvalidClass { .. } => None,
+            | AcquireError::InvalidClass { .. }
+            | AcquireError::InvalidObserve { .. } => None,
         }
     }
 
@@ -494,6 +502,7 @@ impl AcquireError {
             AcquireError::InvalidWeight { .. } => Some("weight"),
             AcquireError::InvalidCost { .. } => Some("cost"),
             AcquireError::InvalidClass { .. } => Some("class"),
+            AcquireError::InvalidObserve { .. } => Some("observe"),
         }
     }
 }
@@ -529,6 +538,11 @@ impl fmt::Display for AcquireError {
                 f,
                 "class must be in 0..={} (the class table), got {class}",
                 classes - 1
+            ),
+            AcquireError::InvalidObserve { observe } => write!(
+                f,
+                "observe must be \"off\" on a bulkhead with classes (classes take no observe \
+                 mode), got \"{observe}\""
             ),
         }
     }

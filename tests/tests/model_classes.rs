@@ -24,7 +24,7 @@ use std::{
 
 use hullguard_core::{
     Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, LimitsSnapshot, Reason,
-    Request, Waiter,
+    Request, Waiter, WouldAdmit,
     config::{ClassSpec, ClassTable, PriorityReserve, Rate, Rates},
 };
 use proptest::prelude::*;
@@ -373,14 +373,33 @@ fn run(t: &Table, ops: &[Op]) {
                 wait,
             } => {
                 let r = Request::new(weight).class(class);
-                let d = bh.admit(&if wait { r } else { r.no_wait() }, None);
+                let r = if wait { r } else { r.no_wait() };
+                // The dry run first: it must answer what the admission then does, and change
+                // nothing the stats show.
+                let before = bh.stats();
+                let dry = bh.would_admit(&r);
+                assert_eq!(
+                    bh.stats(),
+                    before,
+                    "step {step}: the dry run changed the stats"
+                );
+                let d = bh.admit(&r, None);
                 if class >= n {
                     assert!(
                         matches!(d, Decision::Rejected(e) if e.reason().is_none()),
                         "step {step}"
                     );
+                    assert!(
+                        matches!(dry, WouldAdmit::Reject(e) if e.reason().is_none()),
+                        "step {step}"
+                    );
                     continue;
                 }
+                let p = t.classes[class as usize].priority;
+                let ahead: u64 = (0..t.classes.len())
+                    .filter(|&k| t.classes[k].priority >= p)
+                    .map(|k| m.queues[k].len() as u64)
+                    .sum();
                 let c = class as usize;
                 // The model: the no-wait step (appended behind its class's queue, then one
                 // dispatch), then the queue's own rules.
@@ -423,6 +442,16 @@ fn run(t: &Table, ops: &[Op]) {
                         }
                     }
                 };
+                match (&d, &dry) {
+                    (Decision::Granted(_), WouldAdmit::AdmitNow) => {}
+                    (Decision::Queued(_), WouldAdmit::WouldQueue { ahead: a, position }) => {
+                        assert_eq!((*a, *position), (ahead, ahead + 1), "step {step} {op:?}")
+                    }
+                    (Decision::Rejected(e), WouldAdmit::Reject(x)) => {
+                        assert_eq!(e.reason(), x.reason(), "step {step} {op:?}")
+                    }
+                    (d, x) => panic!("step {step} {op:?}: admitted {d:?}, the dry run said {x:?}"),
+                }
                 match (d, expect) {
                     (Decision::Granted(call), Ok(true)) => held.push((c, call)),
                     (Decision::Queued(w), Ok(false)) => waiting.push((id, c, w)),

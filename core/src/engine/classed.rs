@@ -213,8 +213,13 @@ impl<const N: usize> Engine<N> {
         });
     }
 
-    /// The dry run's answer on a classed bulkhead: from the counts of this moment, whether the
-    /// class's verdict fits and nobody of its class waits ahead.
+    /// The dry run's answer on a classed bulkhead (docs/design.md §5.6): what the pass would
+    /// decide for a no-wait entry of class `class` threaded now at its class's tail. The dry
+    /// run brings the lists up to date (a dispatcher run: cells published before it are
+    /// threaded and what fits is granted, as it is owed anyway), then holds the run flag while
+    /// it reads them — waiting for a peer's pass in progress as a no-wait admission does
+    /// (§4.8) — and gives the flag back as a runner does. Nothing of its own is taken, queued
+    /// or counted.
     fn classed_estimate(
         &self,
         book: &ClassBook,
@@ -222,12 +227,133 @@ impl<const N: usize> Engine<N> {
         c: Word,
         class: u16,
     ) -> Result<Word, TakeError> {
+        // Cells claimed but not yet published keep the head behind the tail for one protocol
+        // step of their enqueuer: a bounded number of tries, then the lists as they are.
+        let mut tries = 0;
+        loop {
+            self.run_dispatcher();
+            if self.dispatch.try_enter_idle() {
+                tries += 1;
+                if self.ring.head() == self.ring.tail() || tries >= 64 {
+                    break;
+                }
+                self.leave_as_runner();
+            }
+            crate::sync::spin_wait();
+        }
+        // SAFETY: this thread holds the run flag.
+        let answer = unsafe { book.with_lists(|lists| self.estimate_in(book, lists, w, c, class)) };
+        self.leave_as_runner();
+        answer
+    }
+
+    /// Gives the run flag up as a runner does: a request left pending meanwhile is served.
+    fn leave_as_runner(&self) {
+        if !self.dispatch.try_leave() {
+            self.dispatch.leave();
+            self.run_dispatcher();
+        }
+    }
+
+    /// [`classed_estimate`](Self::classed_estimate)'s reading of the lists (run flag held):
+    /// the dispatch order of [`grant_heads`](Self::grant_heads) for a new tail entry, and the
+    /// refusal reason of [`refuse_nowait`](Self::refuse_nowait) when it would not be granted.
+    fn estimate_in(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        w: Word,
+        c: Word,
+        class: u16,
+    ) -> Result<Word, TakeError> {
         let r = book.rank(class);
         let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
-        match book.verdict(r, [w, c], limits) {
-            Verdict::Floor | Verdict::Shared if book.ranks[r].queued.load(Acquire) == 0 => Ok(0),
-            v => Err(take_error(verdict_reason(v))),
+        let verdict = book.verdict(r, [w, c], limits);
+        let granted = match verdict {
+            Verdict::Ceiling(_) | Verdict::Pool(_) => false,
+            // FIFO within its class: an older waiter of its class is served first.
+            _ if self.listed_head(book, lists, r).is_some() => false,
+            Verdict::Floor => true,
+            Verdict::Shared => !self.shared_held_back(book, lists, r, limits),
+        } && (!book.has_rates() || book.rate_check(c, self.clock.now_ns()).is_ok())
+            && self.permits.short(self.permits.load(), w, c).is_none();
+        if granted {
+            Ok(0)
+        } else {
+            Err(take_error(self.nowait_reason(book, r, w, c, limits)))
         }
+    }
+
+    /// The reason a pass refuses a no-wait entry of rank `r` asking `w` and `c` that no grant
+    /// reached: the rate if it does not conform now, else what its verdict says (a request
+    /// that would fit but waits behind older heads: `concurrency_limit`, as a plain barger).
+    fn nowait_reason(
+        &self,
+        book: &ClassBook,
+        r: usize,
+        w: Word,
+        c: Word,
+        limits: [Word; 2],
+    ) -> Reason {
+        if book.has_rates() && book.rate_check(c, self.clock.now_ns()).is_err() {
+            Reason::RateLimit
+        } else {
+            verdict_reason(book.verdict(r, [w, c], limits))
+        }
+    }
+
+    /// Rank `r`'s first live entry, taking stale ones off its list (run flag held).
+    fn listed_head(&self, book: &ClassBook, lists: &mut Lists, r: usize) -> Option<Head> {
+        let _ = book;
+        loop {
+            let head = lists.head(r)?;
+            // Acquire: as in `thread`.
+            let s = Stamp(self.ring.cell(head.ticket).stamp.load(Acquire));
+            if s.identity() == self.ring.lap(head.ticket) && s.kind() == Kind::Waiting {
+                return Some(head);
+            }
+            lists.unlink(head.cell);
+        }
+    }
+
+    /// Whether a head of another rank keeps a new shared take of rank `r` waiting (run flag
+    /// held): one of equal or higher priority that is not held back only by its own ceiling
+    /// (older within a priority, or served first across priorities), or a floor head the
+    /// limit holds back (it stops every shared take). Heads the pass would refuse (`close`,
+    /// a shrink below them) hold nobody back.
+    fn shared_held_back(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        r: usize,
+        limits: [Word; 2],
+    ) -> bool {
+        let p = book.ranks[r].priority;
+        let mut mask = lists.nonempty() & !(1u64 << r);
+        while mask != 0 {
+            let o = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let Some(head) = self.listed_head(book, lists, o) else {
+                continue;
+            };
+            if head.nowait {
+                continue;
+            }
+            let (hw, hc) = self.cell_ask(head.ticket);
+            if self
+                .classed_never_fits(book, hw, hc, book.ranks[o].index)
+                .is_some()
+            {
+                continue;
+            }
+            match book.verdict(o, [hw, hc], limits) {
+                Verdict::Ceiling(_) => {}
+                Verdict::Floor => return true,
+                Verdict::Shared | Verdict::Pool(_) if book.ranks[o].priority >= p => return true,
+                Verdict::Shared | Verdict::Pool(_) => {}
+            }
+        }
+        false
     }
 
     /// A queueing waiter's cell records its class (before its publish).
@@ -712,12 +838,7 @@ impl<const N: usize> Engine<N> {
                 continue;
             }
             let (w, c) = self.cell_ask(head.ticket);
-            let rated = book.has_rates() && book.rate_check(c, self.clock.now_ns()).is_err();
-            let reason = if rated {
-                Reason::RateLimit
-            } else {
-                verdict_reason(book.verdict(head.rank, [w, c], limits))
-            };
+            let reason = self.nowait_reason(book, head.rank, w, c, limits);
             let _ = self.ring.settle(cell, s, Kind::Rejected(reason));
         }
     }

@@ -510,6 +510,30 @@ impl ClassBook {
         self.pending.fetch_sub(1, SeqCst);
     }
 
+    /// The live waiters a new waiter of class `index` would have ahead of it in the dispatch
+    /// order, floors aside: those of its own class and of every class of equal or higher
+    /// priority (strict priority across priorities; within one, FIFO by arrival, and every
+    /// waiter there now arrived before it). A statistic: the counts of this moment.
+    pub(crate) fn ahead_of(&self, index: u16) -> Word {
+        let p = self.ranks[self.rank(index)].priority;
+        self.ranks
+            .iter()
+            .filter(|k| k.priority >= p)
+            // Acquire: a statistic (as `stats`).
+            .map(|k| k.queued.load(Acquire))
+            .sum()
+    }
+
+    /// Whether a live waiter of a priority below class `index`'s could be shed for it now (a
+    /// statistic: the counts of this moment).
+    pub(crate) fn has_victim_below(&self, index: u16) -> bool {
+        let p = self.ranks[self.rank(index)].priority;
+        self.ranks
+            .iter()
+            // Acquire: as in `ahead_of`.
+            .any(|k| k.priority < p && k.queued.load(Acquire) != 0)
+    }
+
     /// Whether a waiter or no-wait cell may need a pass (a release's question, after it
     /// returned its class's units).
     #[inline]

@@ -695,18 +695,31 @@ impl<const N: usize> Engine<N> {
         if let Some(r) = self.queue_refusal(w, c, observe, short, class) {
             return Err(r);
         }
+        if self.ring.live() >= self.ring.max_queue()
+            || self.ring.free_cells() == 0
+            || !self.ring.cost_fits(c)
+        {
+            // A shedding classed bulkhead lets an arrival at a full queue in when a waiter of a
+            // lower priority can give its place up (docs/design.md §4.8).
+            #[cfg(feature = "alloc")]
+            let sheds = self.ring.free_cells() != 0
+                && self
+                    .classes()
+                    .is_some_and(|b| b.shed && b.has_victim_below(class));
+            #[cfg(not(feature = "alloc"))]
+            let sheds = false;
+            if !sheds {
+                return Err(Reason::QueueLimit);
+            }
+        }
         #[cfg(feature = "alloc")]
         let ahead = match self.classes() {
-            // Of its own class.
-            Some(book) => book.ranks[book.rank(class)].queued.load(Acquire),
+            // The waiters the dispatch order serves before it (docs/design.md §5.6).
+            Some(book) => book.ahead_of(class),
             None => self.ring.live(),
         };
         #[cfg(not(feature = "alloc"))]
         let ahead = self.ring.live();
-        if ahead >= self.ring.max_queue() || self.ring.free_cells() == 0 || !self.ring.cost_fits(c)
-        {
-            return Err(Reason::QueueLimit);
-        }
         Ok(DryAdmit::Queue {
             ahead: ahead as u64,
         })

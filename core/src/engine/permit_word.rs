@@ -172,7 +172,7 @@ impl PermitWord {
 
     /// Why `n` permits and `c` units do not fit in `cur` (permits checked first), if they do not.
     #[inline]
-    fn short(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
+    pub(crate) fn short(&self, cur: Word, n: Word, c: Word) -> Option<TakeError> {
         if self.calls(cur) < n as SWord {
             Some(TakeError::Busy)
         } else if c != 0 && self.budget(cur) < c as SWord {

@@ -88,7 +88,7 @@ impl<const N: usize> Bulkhead<N> {
     where
         B: Deref<Target = Self>,
     {
-        if let Err(e) = bh.check_class(request.class) {
+        if let Err(e) = bh.check_class(request.class, request.observe) {
             return Decision::Rejected(e);
         }
         let (w, c, mut call) = match bh.begin(request.weight, request.cost, request.class) {

@@ -475,18 +475,36 @@ impl<const N: usize> Bulkhead<N> {
         Ok((w, c))
     }
 
-    /// The class rule: `0 .. classes` on a classed bulkhead, only 0 otherwise (never counted).
+    /// The class rule: `0 .. classes` on a classed bulkhead, only 0 otherwise; and a request's
+    /// own `observe` only on a bulkhead without classes (classes take no observe mode yet,
+    /// docs/design.md §4.8). Never counted.
     #[inline]
-    pub(crate) fn check_class(&self, class: u16) -> Result<(), AcquireError> {
-        if class == 0 {
+    pub(crate) fn check_class(
+        &self,
+        class: u16,
+        observe: crate::observe::Observe,
+    ) -> Result<(), AcquireError> {
+        if class == 0 && matches!(observe, crate::observe::Observe::Off) {
             return Ok(());
         }
+        self.check_class_slow(class, observe)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_class_slow(
+        &self,
+        class: u16,
+        observe: crate::observe::Observe,
+    ) -> Result<(), AcquireError> {
         let classes = self.class_count();
-        if (class as usize) < classes {
-            Ok(())
-        } else {
-            Err(AcquireError::InvalidClass { class, classes })
+        if class != 0 && (class as usize) >= classes {
+            return Err(AcquireError::InvalidClass { class, classes });
         }
+        if classes != 0 && !matches!(observe, crate::observe::Observe::Off) {
+            return Err(AcquireError::InvalidObserve { observe });
+        }
+        Ok(())
     }
 
     /// Class `class`'s floors, ceilings, holds and waiters now (`None` for a class this

@@ -69,8 +69,10 @@ impl<const N: usize> Bulkhead<N> {
         self.expire_reservations();
         let (w, c) = match self
             .check_request(request.weight, request.cost)
-            .and_then(|wc| self.check_class(request.class).map(|()| wc))
-        {
+            .and_then(|wc| {
+                self.check_class(request.class, request.observe)
+                    .map(|()| wc)
+            }) {
             Ok(wc) => wc,
             Err(e) => return WouldAdmit::Reject(e),
         };
@@ -95,7 +97,14 @@ impl<const N: usize> Bulkhead<N> {
                 position: ahead + 1,
                 ahead,
             },
-            Err(reason) => self.would_reject(reason),
+            Err(reason) => {
+                #[allow(unused_mut)]
+                let mut r = self.engine.rejection(reason);
+                // A classed refusal names its class and bound, as the admission's does.
+                #[cfg(feature = "alloc")]
+                self.engine.name_class(&mut r, w, c, request.class);
+                WouldAdmit::Reject(AcquireError::Rejected(r))
+            }
         }
     }
 

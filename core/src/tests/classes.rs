@@ -544,6 +544,24 @@ fn bad_tables_and_classes_are_named() {
             option: "observe"
         }))
     );
+    // A request's own observe is refused by name, never silently enforced (classes take no
+    // observe mode): in the admission and in its dry run alike.
+    let e = refused(bh.admit(&now(1, 1).observe(crate::Observe::Concurrency), None));
+    assert_eq!(
+        e,
+        AcquireError::InvalidObserve {
+            observe: crate::Observe::Concurrency
+        }
+    );
+    assert_eq!(e.invalid_argument(), Some("observe"));
+    assert!(std::format!("{e}").contains("bulkhead with classes"), "{e}");
+    assert_eq!(
+        bh.would_admit(&now(0, 1).observe(crate::Observe::All)),
+        crate::WouldAdmit::Reject(AcquireError::InvalidObserve {
+            observe: crate::Observe::All
+        })
+    );
+    assert_eq!(bh.stats().admitted_total, 0);
     assert_eq!(
         bh.stats().rejected_by_reason.total(),
         0,
@@ -931,5 +949,60 @@ fn apply_limits_installs_class_ceilings_with_the_revision_all_or_nothing() {
     ));
     assert_eq!(bh.class_stats(0).unwrap().ceiling, 3);
     drop((hi, g, lo));
+    partition_holds(&bh);
+}
+
+#[test]
+fn a_dry_run_sees_the_heads_the_dispatch_order_serves_first() {
+    // Interactive (priority 10) and batch (priority 0), no floors: a batch holder leaves one
+    // unit free while an interactive head of weight 2 waits for two.
+    let bh = two(2, 0, 0, 0);
+    let a = granted(bh.admit(&now(1, 1), None));
+    let b = granted(bh.admit(&now(1, 1), None));
+    let mut head = queued(bh.admit(&wait(0, 2), None));
+    drop(a);
+    // One unit is free and batch's own verdict fits, but the older, higher-priority head
+    // keeps the shared units: the admission would be refused, and the dry run says so.
+    assert_eq!(
+        bh.would_admit(&now(1, 1)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    assert_eq!(
+        bh.would_admit(&wait(1, 1)),
+        crate::WouldAdmit::WouldQueue {
+            position: 2,
+            ahead: 1
+        },
+        "the interactive waiter is served first"
+    );
+    // An interactive request queues behind its own class's head too.
+    assert_eq!(
+        bh.would_admit(&wait(0, 1)),
+        crate::WouldAdmit::WouldQueue {
+            position: 2,
+            ahead: 1
+        }
+    );
+    let e = refused(bh.admit(&now(1, 1), None));
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    // The dry run's refusal names the class and its bound, as the admission's does.
+    let Some(crate::WouldAdmit::Reject(x)) = Some(bh.would_admit(&now(1, 1))) else {
+        panic!()
+    };
+    assert_eq!(
+        x.rejection().and_then(|r| r.class),
+        e.rejection().and_then(|r| r.class)
+    );
+    drop(b);
+    let call = poll_granted(&mut head);
+    assert_eq!(
+        bh.would_admit(&now(1, 1)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    drop(call);
+    assert!(matches!(
+        bh.would_admit(&now(1, 1)),
+        crate::WouldAdmit::AdmitNow
+    ));
     partition_holds(&bh);
 }

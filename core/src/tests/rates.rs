@@ -248,3 +248,33 @@ fn a_blocking_wait_is_its_own_rate_timer() {
         .expect("granted once the rate conforms");
     drop((a, b, c));
 }
+
+#[test]
+fn a_dry_run_answers_the_rate_as_the_admission_does() {
+    let (bh, _clock) = rated(Rates {
+        requests: Some(TWO_PER_100MS),
+        units: None,
+    });
+    let nowait = Request::new(1).no_wait();
+    assert!(matches!(
+        bh.would_admit(&nowait),
+        crate::WouldAdmit::AdmitNow
+    ));
+    let _a = granted(bh.admit(&nowait, None));
+    let _b = granted(bh.admit(&nowait, None));
+    // The burst is spent: the no-wait admission is refused `rate_limit`, and so is its dry run
+    // (an estimate from the class counts alone answered `admit_now`).
+    assert_eq!(bh.would_admit(&nowait).reason(), Some(Reason::RateLimit));
+    assert_eq!(
+        refused(bh.admit(&nowait, None)).reason(),
+        Some(Reason::RateLimit)
+    );
+    // A queueing request waits for its conforming time, and its dry run says so.
+    assert_eq!(
+        bh.would_admit(&Request::new(1)),
+        crate::WouldAdmit::WouldQueue {
+            position: 1,
+            ahead: 0
+        }
+    );
+}
