@@ -402,11 +402,7 @@ impl NativeCall {
         settled::flush(env)?;
         snapshot
             .map(|snapshot| {
-                let r = Rejection {
-                    class: None,
-                    reason: Reason::CallTimeout,
-                    snapshot,
-                };
+                let r = Rejection::new(Reason::CallTimeout, snapshot);
                 marshal::bulkhead_error(env, &r, self.key.as_deref())
             })
             .transpose()

@@ -79,11 +79,7 @@ impl Permit {
         self.weak.upgrade().map_or_else(
             || PyValueError::new_err("the bulkhead of this permit is gone"),
             |bh| {
-                let r = Rejection {
-                    class: None,
-                    reason: Reason::CallTimeout,
-                    snapshot: bh.snapshot(),
-                };
+                let r = Rejection::new(Reason::CallTimeout, bh.snapshot());
                 rejection_err(py, &r, self.key.as_deref())
             },
         )

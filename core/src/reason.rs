@@ -313,6 +313,9 @@ pub struct RejectionDetail {
     pub revision: u64,
     /// A classed bulkhead's class part (see [`ClassRefusal`]).
     pub class: Option<ClassRefusal>,
+    /// For `rate_limit`: the time until the request would conform, as seen when it was
+    /// refused (`None` for other reasons, and for a request above a rate's burst).
+    pub retry_after: Option<core::time::Duration>,
 }
 
 /// A settled acquire that got no permit: the reason and the snapshot taken when it settled.
@@ -324,6 +327,11 @@ pub struct Rejection {
     /// and the constraint that held it back; `None` otherwise. (Beside `reason`, in its
     /// padding: a rejection does not grow for it.)
     pub class: Option<ClassRefusal>,
+    /// For `rate_limit`: how long, in ns on the bulkhead's clock, until the request would
+    /// conform (docs/design.md §4.9), as seen when it was refused; 0 otherwise (and for a
+    /// request above a rate's burst, which never conforms). Read it as
+    /// [`RejectionDetail::retry_after`].
+    pub retry_after_ns: u64,
     /// The counters then.
     pub snapshot: Snapshot,
 }
@@ -342,6 +350,17 @@ impl fmt::Display for Rejection {
 impl core::error::Error for Rejection {}
 
 impl Rejection {
+    /// A rejection with `reason` and the counters `snapshot`, naming no class and no retry
+    /// time (the bindings build their `call_timeout` rejections so).
+    pub const fn new(reason: Reason, snapshot: Snapshot) -> Self {
+        Rejection {
+            reason,
+            class: None,
+            retry_after_ns: 0,
+            snapshot,
+        }
+    }
+
     /// The detail of this rejection (docs/design.md §5.7), computed now from its snapshot.
     ///
     /// # Examples
@@ -394,6 +413,8 @@ impl Rejection {
             queued_cost: s.queued_cost,
             revision: s.revision,
             class: self.class,
+            retry_after: (self.retry_after_ns != 0)
+                .then(|| core::time::Duration::from_nanos(self.retry_after_ns)),
         }
     }
 }

@@ -177,7 +177,8 @@ impl<const N: usize> Engine<N> {
     }
 
     /// A classed bulkhead's refusal of `w` permits and `c` units of class `class` names the
-    /// class and what held it back (docs/design.md §5.7); a no-op on a plain bulkhead or for a
+    /// class and what held it back (docs/design.md §5.7), and a `rate_limit` refusal says how
+    /// long until the request would conform (§4.9); a no-op on a plain bulkhead or for a
     /// reason that is not a class's (`shutdown`, …).
     pub(crate) fn name_class(
         &self,
@@ -190,6 +191,14 @@ impl<const N: usize> Engine<N> {
         let Some(book) = self.classes() else {
             return;
         };
+        if r.reason == Reason::RateLimit {
+            // Refused because it did not conform: at least 1 ns, even if it does by now.
+            r.retry_after_ns = match self.rate_wait_ns(c) {
+                Some(u64::MAX) | None => 0,
+                Some(ns) => ns.max(1),
+            };
+            return;
+        }
         if !matches!(
             r.reason,
             Reason::ConcurrencyLimit | Reason::BudgetLimit | Reason::QueueLimit
@@ -211,6 +220,20 @@ impl<const N: usize> Engine<N> {
             bound,
             dimension: d as u8,
         });
+    }
+
+    /// With rates: how long (ns on the bulkhead's clock) until one request of `c` units would
+    /// conform if nobody were granted before it — 0 if it conforms now, `u64::MAX` never
+    /// (above a burst); `None` without rates. A lower bound for a waiter (those ahead of it
+    /// are charged first; a TAT only grows), so a deadline it passes cannot be met.
+    pub(crate) fn rate_wait_ns(&self, c: Word) -> Option<u64> {
+        let book = self.classes().filter(|b| b.has_rates())?;
+        let now = self.clock.now_ns();
+        Some(match book.rate_check(c, now) {
+            Ok(_) => 0,
+            Err(u64::MAX) => u64::MAX,
+            Err(at) => at.saturating_sub(now),
+        })
     }
 
     /// The dry run's answer on a classed bulkhead (docs/design.md §5.6): what the pass would

@@ -454,6 +454,7 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
             class: None,
+            retry_after_ns: 0,
             reason,
             snapshot: self.snapshot(),
         }
@@ -683,6 +684,7 @@ impl<const N: usize> Engine<N> {
         observe: Word,
         queue: bool,
         class: u16,
+        patience_ns: u64,
     ) -> Result<DryAdmit, Reason> {
         let short = match self.now_or_short::<false>(w, c, observe, class) {
             Ok(_) => return Ok(DryAdmit::Now),
@@ -695,6 +697,12 @@ impl<const N: usize> Engine<N> {
         if let Some(r) = self.queue_refusal(w, c, observe, short, class) {
             return Err(r);
         }
+        #[cfg(feature = "alloc")]
+        if short == TakeError::Rate && self.rate_wait_ns(c).is_some_and(|n| n > patience_ns) {
+            return Err(Reason::RateLimit);
+        }
+        #[cfg(not(feature = "alloc"))]
+        let _ = patience_ns;
         if self.ring.live() >= self.ring.max_queue()
             || self.ring.free_cells() == 0
             || !self.ring.cost_fits(c)
@@ -730,7 +738,10 @@ impl<const N: usize> Engine<N> {
     /// `shutdown`; when the bulkhead fails fast (`max_queue == 0`, `enabled == false`) the
     /// dimension that was short (`concurrency_limit`, `budget_limit`); `concurrency_limit` when
     /// the weight is above the current limit, `budget_limit` when the cost is above the
-    /// current budget; `queue_limit` when `max_queue` waiters are live.
+    /// current budget; `queue_limit` when `max_queue` waiters are live; on a bulkhead with
+    /// rates, `rate_limit` when the request does not conform now and could not before
+    /// `patience_ns()` (its queue timeout, computed only then) even with nobody ahead of it (docs/design.md §4.9).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue(
         &self,
         w: Word,
@@ -739,21 +750,23 @@ impl<const N: usize> Engine<N> {
         call: CallWord,
         observe: Word,
         class: u16,
+        patience_ns: impl FnOnce() -> u64,
     ) -> Result<Admitted, Rejection> {
         #[cfg(feature = "alloc")]
         if self.classes().is_some() {
             return self
-                .enqueue_in(w, c, waker, call, observe, class)
+                .enqueue_in(w, c, waker, call, observe, class, patience_ns)
                 .map_err(|mut r| {
                     self.name_class(&mut r, w, c, class);
                     r
                 });
         }
-        self.enqueue_in(w, c, waker, call, observe, class)
+        self.enqueue_in(w, c, waker, call, observe, class, patience_ns)
     }
 
     /// [`enqueue`](Self::enqueue)'s steps.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     fn enqueue_in(
         &self,
         w: Word,
@@ -762,6 +775,7 @@ impl<const N: usize> Engine<N> {
         call: CallWord,
         observe: Word,
         class: u16,
+        patience_ns: impl FnOnce() -> u64,
     ) -> Result<Admitted, Rejection> {
         let short = match self.admit_now(w, c, observe, class) {
             Ok(short) => return Ok(Admitted::Now(short)),
@@ -771,6 +785,13 @@ impl<const N: usize> Engine<N> {
         if let Some(r) = self.queue_refusal(w, c, observe, short, class) {
             return Err(self.reject(r));
         }
+        #[cfg(feature = "alloc")]
+        if short == TakeError::Rate && self.rate_wait_ns(c).is_some_and(|n| n > patience_ns()) {
+            // Its deadline passes before it could conform: refused now, its place never taken.
+            return Err(self.reject(Reason::RateLimit));
+        }
+        #[cfg(not(feature = "alloc"))]
+        let _ = patience_ns;
         let t = match self.ring.claim(c) {
             Ok(t) => t,
             #[cfg(feature = "alloc")]
@@ -896,6 +917,7 @@ impl<const N: usize> Engine<N> {
                 Ok(Polled::Rejected {
                     rejection: Rejection {
                         class: None,
+                        retry_after_ns: 0,
                         reason,
                         snapshot: self.snapshot(),
                     },

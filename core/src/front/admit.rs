@@ -108,8 +108,19 @@ impl<const N: usize> Bulkhead<N> {
                 .take_observing(w, c, observe, request.class)
                 .map(Admitted::Now)
         } else {
-            bh.engine
-                .enqueue(w, c, waker, Self::pack(call), observe, request.class)
+            bh.engine.enqueue(
+                w,
+                c,
+                waker,
+                Self::pack(call),
+                observe,
+                request.class,
+                // Read only for a request a rate holds back (docs/design.md §4.9).
+                || {
+                    let t = request.queue_timeout.unwrap_or_else(|| bh.queue_timeout());
+                    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+                },
+            )
         };
         if call.id != 0 && admitted.is_ok() {
             // One out-of-line step for the events; the plain path tests the id only. A

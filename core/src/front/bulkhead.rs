@@ -789,7 +789,10 @@ impl<const N: usize> Bulkhead<N> {
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
         self.sweep_if_held();
-        match self.engine.enqueue(w, 0, waker, CallWord::default(), 0, 0) {
+        match self
+            .engine
+            .enqueue(w, 0, waker, CallWord::default(), 0, 0, || u64::MAX)
+        {
             Ok(Admitted::Now(_)) => {
                 self.engine.lend(w);
                 Ok(Admission::Granted)

@@ -81,16 +81,15 @@ impl<const N: usize> Bulkhead<N> {
                 return self.would_reject(Reason::CircuitOpen);
             }
         }
-        let queue = !request
-            .queue_timeout
-            .unwrap_or(self.queue_timeout())
-            .is_zero();
+        let timeout = request.queue_timeout.unwrap_or(self.queue_timeout());
+        let queue = !timeout.is_zero();
         match self.engine.would_admit(
             w,
             c,
             crate::engine::observe_bits(request.observe),
             queue,
             request.class,
+            u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX),
         ) {
             Ok(DryAdmit::Now) => WouldAdmit::AdmitNow,
             Ok(DryAdmit::Queue { ahead }) => WouldAdmit::WouldQueue {

@@ -127,6 +127,7 @@ where
             Err(_) => {
                 let rejection = Rejection {
                     class: None,
+                    retry_after_ns: 0,
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };
@@ -145,6 +146,7 @@ where
             Ok(()) => {
                 let rejection = Rejection {
                     class: None,
+                    retry_after_ns: 0,
                     reason,
                     snapshot: bh.snapshot(),
                 };
@@ -161,6 +163,7 @@ where
                     Poll::Ready(Err(AcquireError::Rejected(r))) => Cancelled::Rejected(r),
                     Poll::Ready(Err(_)) | Poll::Pending => Cancelled::Rejected(Rejection {
                         class: None,
+                        retry_after_ns: 0,
                         reason: Reason::Aborted,
                         snapshot: crate::reason::Snapshot::default(),
                     }),
@@ -169,6 +172,7 @@ where
             Err(_) => {
                 let rejection = Rejection {
                     class: None,
+                    retry_after_ns: 0,
                     reason: Reason::Aborted,
                     snapshot: bh.snapshot(),
                 };

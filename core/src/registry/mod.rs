@@ -214,7 +214,7 @@ impl core::error::Error for RegistryConfigError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyedError {
     /// The key asked for.
-    pub key: String,
+    pub key: alloc::boxed::Box<str>,
     /// What went wrong.
     pub error: AcquireError,
 }
@@ -433,10 +433,11 @@ impl Registry {
             }
         };
         KeyedError {
-            key: key.to_string(),
+            key: key.into(),
             error: AcquireError::Rejected(Rejection {
                 reason,
                 class: None,
+                retry_after_ns: 0,
                 snapshot,
             }),
         }
@@ -454,7 +455,7 @@ impl Registry {
     pub fn get(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
         if self.global.is_some() {
             return Err(KeyedError {
-                key: key.to_string(),
+                key: key.into(),
                 error: AcquireError::Config(ConfigError::Class(
                     crate::config::classes::ClassError::Keyed,
                 )),
@@ -489,7 +490,7 @@ impl Registry {
         )
         .map(Arc::new)
         .map_err(|e| KeyedError {
-            key: key.to_string(),
+            key: key.into(),
             error: AcquireError::Config(e),
         })?;
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
@@ -572,7 +573,7 @@ impl Registry {
 
     fn keyed<T>(key: &str, r: Result<T, AcquireError>) -> Result<T, KeyedError> {
         r.map_err(|error| KeyedError {
-            key: key.to_string(),
+            key: key.into(),
             error,
         })
     }
@@ -929,12 +930,12 @@ impl Registry {
             return bh
                 .set_class_ceiling(class, Some(limit), None)
                 .map_err(|e| KeyedError {
-                    key: key.to_string(),
+                    key: key.into(),
                     error: AcquireError::Config(e),
                 });
         }
         bh.set_limit(limit).map_err(|e: ConfigError| KeyedError {
-            key: key.to_string(),
+            key: key.into(),
             error: AcquireError::Config(e),
         })
     }

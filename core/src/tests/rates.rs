@@ -278,3 +278,50 @@ fn a_dry_run_answers_the_rate_as_the_admission_does() {
         }
     );
 }
+
+#[test]
+fn a_rate_refusal_says_when_it_would_conform_and_a_wait_past_its_deadline_is_refused_at_once() {
+    let (bh, clock) = rated(Rates {
+        requests: Some(TWO_PER_100MS),
+        units: None,
+    });
+    let _a = granted(bh.admit(&Request::new(1).no_wait(), None));
+    let _b = granted(bh.admit(&Request::new(1).no_wait(), None));
+    // T = 50 ms, τ = 100 ms: the third conforms one emission interval from now.
+    let AcquireError::Rejected(r) = refused(bh.admit(&Request::new(1).no_wait(), None)) else {
+        panic!()
+    };
+    assert_eq!(r.reason, Reason::RateLimit);
+    assert_eq!(r.detail().retry_after, Some(Duration::from_millis(50)));
+    clock.0.fetch_add(20 * MS, SeqCst);
+    // A request whose queue timeout ends before it could conform is refused now, never queued.
+    let short = Request::new(1).queue_timeout(Duration::from_millis(10));
+    assert_eq!(bh.would_admit(&short).reason(), Some(Reason::RateLimit));
+    let AcquireError::Rejected(r) = refused(bh.admit(&short, None)) else {
+        panic!()
+    };
+    assert_eq!(r.detail().retry_after, Some(Duration::from_millis(30)));
+    assert_eq!(bh.stats().queued, 0);
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::RateLimit), 2);
+    // One whose deadline is after its conforming time waits for it.
+    let long = Request::new(1).queue_timeout(Duration::from_millis(30));
+    assert!(matches!(
+        bh.would_admit(&long),
+        crate::WouldAdmit::WouldQueue { .. }
+    ));
+    let mut w = queued(bh.admit(&long, None));
+    clock.0.fetch_add(30 * MS, SeqCst);
+    bh.rate_tick();
+    drop(poll_granted(&mut w));
+    // Other refusals carry no retry time.
+    let plain = Bulkhead::new(Config {
+        max_concurrent: 1,
+        ..Config::DEFAULT
+    })
+    .unwrap();
+    let _held = plain.try_acquire(1).unwrap();
+    let AcquireError::Rejected(r) = plain.try_acquire(1).unwrap_err() else {
+        panic!()
+    };
+    assert_eq!(r.detail().retry_after, None);
+}

@@ -69,7 +69,7 @@ fn busy_or_handled_entries_are_not_evicted() {
     let handle = r.get("b").unwrap(); // outside handle
     let e = r.try_acquire("c", 1).unwrap_err();
     assert_eq!(e.reason(), Some(Reason::KeyLimit));
-    assert_eq!(e.key, "c");
+    assert_eq!(&*e.key, "c");
     assert_eq!(r.key_limit_rejections(), 1);
     drop(handle);
     assert!(r.try_acquire("c", 1).is_ok()); // b is idle with no handle now
