@@ -1,7 +1,7 @@
 //! The one event stream (docs/design.md §8.2): everything a bulkhead reports as it happens goes
 //! through one [`Observer`] as an [`Event`] — breaker transitions, and the admission events of
-//! the gateway work (admit, reject, release, usage report, reconfigure, observe bypass; shed
-//! arrives with classes; the enum is `#[non_exhaustive]`).
+//! the gateway work (admit, reject, release, usage report, reconfigure, observe bypass, shed; the
+//! enum is `#[non_exhaustive]`).
 //!
 //! Events are delivered after the state commit they report, on the thread that committed it,
 //! never inside a protocol step. A bulkhead without an observer builds no event and reads no
@@ -137,6 +137,24 @@ pub enum Event<'a> {
         /// The report asks the host to cancel the call's work (`cancel_on_overrun`).
         cancel: bool,
     },
+    /// An arrival at a full queue of a shedding classed bulkhead (docs/design.md §4.8) took the
+    /// place of a waiter of a lower priority, which is refused `shed` (its owner's `Reject`
+    /// follows when it learns of it). Delivered on the arrival's thread, after the pass that
+    /// evicted the victim made the arrival a waiter.
+    Shed {
+        /// The registry key, or `None`.
+        key: Option<&'a str>,
+        /// The arrival's admission id.
+        id: u64,
+        /// The arrival's class.
+        class: u16,
+        /// The revision in force.
+        revision: u64,
+        /// The victim's admission id (0 for a waiter queued through the raw polling API).
+        victim: u64,
+        /// The victim's class.
+        victim_class: u16,
+    },
     /// The limits changed: `apply_limits`, `set_limit`, `set_observe`, a kill switch.
     Reconfigure {
         /// The registry key, or `None`.
@@ -187,11 +205,13 @@ pub enum EventKind {
     Usage = 5,
     /// [`Event::Reconfigure`].
     Reconfigure = 6,
+    /// [`Event::Shed`].
+    Shed = 7,
 }
 
 impl EventKind {
     /// Every kind, in code order.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::StateChange,
         EventKind::Admit,
         EventKind::Reject,
@@ -199,6 +219,7 @@ impl EventKind {
         EventKind::Release,
         EventKind::Usage,
         EventKind::Reconfigure,
+        EventKind::Shed,
     ];
 
     /// The name every layer spells (`"admit"`, `"observe_bypass"`).
@@ -211,6 +232,7 @@ impl EventKind {
             EventKind::Release => "release",
             EventKind::Usage => "usage",
             EventKind::Reconfigure => "reconfigure",
+            EventKind::Shed => "shed",
         }
     }
 }
@@ -225,6 +247,7 @@ impl Event<'_> {
             | Event::ObserveBypass { key, .. }
             | Event::Release { key, .. }
             | Event::Usage { key, .. }
+            | Event::Shed { key, .. }
             | Event::Reconfigure { key, .. } => *key,
         }
     }
@@ -239,6 +262,7 @@ impl Event<'_> {
             Event::Release { .. } => EventKind::Release,
             Event::Usage { .. } => EventKind::Usage,
             Event::Reconfigure { .. } => EventKind::Reconfigure,
+            Event::Shed { .. } => EventKind::Shed,
         }
     }
 
@@ -255,7 +279,8 @@ impl Event<'_> {
             | Event::Reject { class, .. }
             | Event::ObserveBypass { class, .. }
             | Event::Release { class, .. }
-            | Event::Usage { class, .. } => Some(*class),
+            | Event::Usage { class, .. }
+            | Event::Shed { class, .. } => Some(*class),
             Event::StateChange { .. } | Event::Reconfigure { .. } => None,
         }
     }
@@ -372,6 +397,21 @@ impl Event<'_> {
                 change,
                 cancel,
             },
+            Event::Shed {
+                id,
+                class,
+                revision,
+                victim,
+                victim_class,
+                ..
+            } => Event::Shed {
+                key,
+                id,
+                class,
+                revision,
+                victim,
+                victim_class,
+            },
             Event::Reconfigure {
                 revision,
                 limit,
@@ -396,7 +436,8 @@ impl Event<'_> {
             | Event::Reject { id, .. }
             | Event::ObserveBypass { id, .. }
             | Event::Release { id, .. }
-            | Event::Usage { id, .. } => Some(*id),
+            | Event::Usage { id, .. }
+            | Event::Shed { id, .. } => Some(*id),
             Event::StateChange { .. } | Event::Reconfigure { .. } => None,
         }
     }

@@ -382,6 +382,10 @@ impl<const N: usize> Engine<N> {
     /// A queueing waiter's cell records its class (before its publish).
     pub(crate) fn classed_enqueued(&self, t: Word, class: u16) {
         if let Some(book) = self.classes() {
+            if book.shed {
+                // No victim for a plain waiter (an earlier shedding occupant's, unread, goes).
+                book.set_victim(self.ring.index(t), None);
+            }
             book.set_cell_class(self.ring.index(t), class, false);
             book.entered(book.rank(class), true);
         }
@@ -453,6 +457,14 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// The victim a shedding arrival queued as ticket `t` evicted (its admission id and class),
+    /// if it evicted one; read once, by the arrival's owner right after it queued.
+    pub(crate) fn shed_victim(&self, t: Word) -> Option<(u64, u16)> {
+        let book = self.classes().filter(|b| b.shed)?;
+        book.take_victim(self.ring.index(t))
+            .map(|(id, class)| (id as u64, class))
+    }
+
     /// The pass meets a shedding arrival (`h`, waiting as `s`, rank `r`): evicts the youngest
     /// waiter of the lowest priority below its own (rejected `shed`, counted; its place and
     /// its queued cost pass to the arrival) and makes the arrival a waiter, or refuses it
@@ -488,6 +500,10 @@ impl<const N: usize> Engine<N> {
                     continue;
                 }
                 let out = cost_of(vcell.cost.load(Relaxed));
+                // The victim's admission id, for the arrival's `shed` event (Relaxed: ordered
+                // by the stamp's Acquire; read before the settle, after which the cell may be
+                // reused).
+                let victim = (vcell.tag.load(Relaxed), book.ranks[vr].index);
                 // The arrival's extra cost first, within `max_queued_cost` (one CAS).
                 if into > out && !self.ring.reserve_cost(into - out) {
                     continue;
@@ -511,12 +527,14 @@ impl<const N: usize> Engine<N> {
                 book.left(vr, true);
                 lists.unlink(v.cell);
                 batch.push(vcell.waker.take(v.ticket));
+                book.set_victim(self.ring.index(h), Some(victim));
                 return self.shed_won(book, h, word, r);
             }
         }
         // Nobody to shed — or a place came free since the arrival found the queue full (a
         // waiter cancelled or was granted): take it, as a plain arrival would have.
         if self.ring.reserve_place(into) {
+            book.set_victim(self.ring.index(h), None);
             return self.shed_won(book, h, word, r);
         }
         let _ = self

@@ -187,6 +187,10 @@ pub(crate) struct ClassBook {
     floor_used: [AtomicWord; DIMS],
     /// Shedding (`ClassTable::shed`).
     pub(crate) shed: bool,
+    /// With shedding, per ring cell: the victim a shedding arrival in it evicted — its
+    /// admission id and its class index + 1 (0: none) — written by the pass before
+    /// [`mark_won`](Self::mark_won), read once by the arrival for its `shed` event.
+    victims: Box<[[AtomicWord; 2]]>,
     /// The rate dimensions (requests, units), `None` where there is none.
     rates: [Option<Gcra>; DIMS],
     /// The earliest time (host clock, ns) a head held back by a rate conforms; 0: none.
@@ -262,6 +266,9 @@ impl ClassBook {
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
             lending: table.lending,
             shed: table.shed,
+            victims: (0..if table.shed { cells } else { 0 })
+                .map(|_| [AtomicWord::new(0), AtomicWord::new(0)])
+                .collect(),
             rates: [
                 table.rates.requests.as_ref().map(Gcra::new),
                 table.rates.units.as_ref().map(Gcra::new),
@@ -331,6 +338,25 @@ impl ClassBook {
     pub(crate) fn mark_won(&self, cell: usize) {
         // Release: the arrival's Acquire sees its cell converted (cost word, counts).
         self.cell_class[cell].fetch_or(WON_BIT, Release);
+    }
+
+    /// The pass records the victim it evicted for cell `cell`'s arrival (`None`: it took a
+    /// place that came free), before [`mark_won`](Self::mark_won).
+    pub(crate) fn set_victim(&self, cell: usize, victim: Option<(Word, u16)>) {
+        let (id, class) = victim.map_or((0, 0), |(id, c)| (id, c as Word + 1));
+        // Relaxed: published by `mark_won`'s Release.
+        self.victims[cell][0].store(id, Relaxed);
+        self.victims[cell][1].store(class, Relaxed);
+    }
+
+    /// The victim recorded for cell `cell`'s arrival, once (the arrival, after it saw
+    /// [`has_won`](Self::has_won)); cleared, so the cell's next occupant reads none.
+    pub(crate) fn take_victim(&self, cell: usize) -> Option<(Word, u16)> {
+        let slot = self.victims.get(cell)?;
+        // Relaxed: ordered by `has_won`'s Acquire (the arrival's own cell while it waits).
+        let class = slot[1].swap(0, Relaxed);
+        let id = slot[0].swap(0, Relaxed);
+        (class != 0).then(|| (id, (class - 1) as u16))
     }
 
     /// Whether the pass has made cell `cell`'s shedding arrival a waiter.

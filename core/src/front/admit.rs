@@ -168,7 +168,15 @@ impl<const N: usize> Bulkhead<N> {
         };
         match admitted {
             Ok(Admitted::Now(short)) => self.emit_admit(asked, *short, None),
-            Ok(Admitted::Queued(_)) => {}
+            Ok(Admitted::Queued(t)) => {
+                // A shedding arrival that took a lower-priority waiter's place.
+                #[cfg(feature = "alloc")]
+                if let Some((victim, victim_class)) = self.engine.shed_victim(t.0) {
+                    self.emit_shed(asked, victim, victim_class);
+                }
+                #[cfg(not(feature = "alloc"))]
+                let _ = t;
+            }
             Err(rejection) => self.emit_reject(asked, rejection.reason, None),
         }
     }

@@ -155,6 +155,21 @@ impl<const N: usize> Bulkhead<N> {
         });
     }
 
+    /// A shedding arrival took the place of waiter `victim` (class `victim_class`).
+    #[cfg(feature = "alloc")]
+    #[cold]
+    pub(crate) fn emit_shed(&self, a: Asked, victim: u64, victim_class: u16) {
+        let Some(e) = self.emitter() else { return };
+        e.deliver(&Event::Shed {
+            key: e.key(),
+            id: a.id,
+            class: a.class,
+            revision: self.revision_now(),
+            victim,
+            victim_class,
+        });
+    }
+
     /// The limits changed (after the install).
     pub(crate) fn emit_reconfigure(&self) {
         let Some(e) = self.emitter().filter(|e| e.admissions()) else {

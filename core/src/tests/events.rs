@@ -71,6 +71,15 @@ impl Observer for Log {
                 "reconfigure rev={revision} limit={limit} budget={budget:?} {}",
                 observe.as_str()
             ),
+            Event::Shed {
+                id,
+                class,
+                victim,
+                victim_class,
+                ..
+            } => {
+                std::format!("shed {id} class={class} victim={victim} victim_class={victim_class}")
+            }
             _ => e.name().to_string(),
         };
         self.0.lock().unwrap().push(line);
@@ -367,7 +376,8 @@ fn event_kinds_have_one_name_each() {
             "observe_bypass",
             "release",
             "usage",
-            "reconfigure"
+            "reconfigure",
+            "shed"
         ]
     );
     for (i, k) in EventKind::ALL.iter().enumerate() {
@@ -549,4 +559,57 @@ fn review_the_raw_pair_sweeps_and_a_commit_keeps_its_reserves_revision() {
     bh.apply_limits(&LimitsSnapshot::new(5).limit(1)).unwrap();
     let c = r.commit().unwrap();
     assert_eq!(c.revision(), 0, "the reserve's revision, not the commit's");
+}
+
+#[test]
+fn a_shedding_arrival_reports_its_victim_and_the_victim_its_rejection() {
+    use crate::{
+        config::classes::{ClassSpec, ClassTable},
+        tests::budget::{granted, poll_granted, queued},
+    };
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let log = Arc::new(Log::default());
+    let bh = Bulkhead::with_classes_and_observer(
+        Config {
+            max_concurrent: 1,
+            max_queue: 2,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            shed: true,
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::None,
+        Some(log.clone()),
+    )
+    .unwrap();
+    let held = granted(bh.admit(&Request::new(1).class(1).no_wait(), None));
+    let mut a = queued(bh.admit(&Request::new(1).class(1), None));
+    let mut b = queued(bh.admit(&Request::new(1).class(1), None));
+    log.take();
+    // The queue is full: a priority-10 arrival (id 4) takes the youngest batch waiter's (id 3).
+    let mut hi = queued(bh.admit(&Request::new(1), None));
+    assert_eq!(log.take(), ["shed 4 class=0 victim=3 victim_class=1"]);
+    assert!(matches!(
+        b.poll(None),
+        core::task::Poll::Ready(Err(e)) if e.reason() == Some(Reason::Shed)
+    ));
+    assert_eq!(log.take(), ["reject 3 shed queued=true wait=0"]);
+    // A plain queued waiter in a reused cell reports no shed.
+    drop(held);
+    let h = poll_granted(&mut hi).unwrap();
+    drop(h);
+    let x = poll_granted(&mut a).unwrap();
+    let mut c = queued(bh.admit(&Request::new(1).class(1), None));
+    let mut d = queued(bh.admit(&Request::new(1).class(1), None));
+    assert!(log.take().iter().all(|l| !l.starts_with("shed")));
+    drop(x);
+    drop(poll_granted(&mut c).unwrap());
+    drop(poll_granted(&mut d).unwrap());
 }
