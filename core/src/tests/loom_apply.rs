@@ -112,3 +112,36 @@ fn loom_apply_never_more_permissive_than_both() {
         assert_eq!((s.revision, s.limit, s.budget.unwrap().limit), (1, 1, 10));
     });
 }
+
+#[test]
+fn loom_apply_growth_vs_release_grants_the_waiter_once() {
+    // Limit 1: H holds it, W waits. One thread applies limit 2 (growth grants waiters in the
+    // same call) while another ends H: W is granted exactly once — by the growth's pass or by
+    // the release's, never by both and never left pending — and the books balance at limit 2.
+    model_at_most(3, || {
+        let b = bh(2, 4);
+        b.apply_limits(&LimitsSnapshot::new(1).limit(1)).unwrap();
+        let h = granted(admit(&b, 1, 0));
+        let mut w = queued(admit(&b, 1, 0));
+        let grow = {
+            let b = b.clone();
+            thread::spawn(move || b.apply_limits(&LimitsSnapshot::new(2).limit(2)).unwrap())
+        };
+        let rel = thread::spawn(move || drop(h));
+        grow.join().unwrap();
+        rel.join().unwrap();
+        let c = match w.poll(None) {
+            Poll::Ready(Ok(c)) => c,
+            other => panic!("the waiter was not granted: {other:?}"),
+        };
+        let s = b.stats();
+        assert_eq!(
+            (s.limit, s.active, s.available, s.queued),
+            (2, 1, 1, 0),
+            "{s}"
+        );
+        drop(c);
+        let s = b.stats();
+        assert_eq!((s.available, s.granted_unclaimed), (2, 0), "{s}");
+    });
+}

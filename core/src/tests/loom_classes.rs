@@ -400,3 +400,113 @@ fn loom_class_ceiling_raise_vs_a_release_never_strands_the_waiter() {
         quiescent(&b);
     });
 }
+
+/// Interactive (priority 10) and batch, 2 permits and a budget of 10 units.
+fn budgeted() -> Arc<Classed> {
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    Arc::new(
+        Bulkhead::with_classes(
+            Config {
+                max_concurrent: 2,
+                max_queue: 2,
+                budget: Some(10),
+                ..Config::DEFAULT
+            },
+            &ClassTable::new(&classes),
+            ClockSource::None,
+        )
+        .unwrap(),
+    )
+}
+
+#[test]
+fn loom_class_two_dimensions_are_taken_whole_or_not_at_all() {
+    // Permits for two, units for one: two batch requests of (1 permit, 6 units) race without
+    // waiting; the main thread reads the class's counts while the other may still be deciding.
+    // Exactly one is granted; no class ever holds units beyond the budget, and once both
+    // settled the winner's permits and units are held together; everything returns. (Two
+    // threads: a third, reading, took 20 minutes at this bound.)
+    model_at_most(3, || {
+        let b = budgeted();
+        let ask = |b: &Arc<Classed>| {
+            Bulkhead::admit_via(
+                b.clone(),
+                &Request::new(1).cost(6).class(1).no_wait(),
+                Some(&noop_waker()),
+            )
+        };
+        let b1 = b.clone();
+        let t = thread::spawn(move || ask(&b1));
+        let mine = ask(&b);
+        let cs = b.class_stats(1).unwrap();
+        assert!(cs.budget_in_use <= 10 && cs.in_flight <= 2, "{cs:?}");
+        let theirs = t.join().unwrap();
+        let got = [&mine, &theirs]
+            .iter()
+            .filter(|d| matches!(d, Decision::Granted(_)))
+            .count();
+        assert_eq!(got, 1, "{mine:?} {theirs:?}");
+        for d in [&mine, &theirs] {
+            if let Decision::Rejected(e) = d {
+                assert_eq!(e.reason(), Some(Reason::BudgetLimit));
+            }
+        }
+        let cs = b.class_stats(1).unwrap();
+        assert_eq!((cs.in_flight, cs.budget_in_use), (1, 6), "{cs:?}");
+        drop((mine, theirs));
+        quiescent(&b);
+        assert_eq!(b.stats().budget.unwrap().in_use, 0);
+    });
+}
+
+#[test]
+fn loom_class_kill_switch_vs_release_with_a_waiter() {
+    // Limit 1, no floors: batch holds it, interactive waits. One thread applies the kill
+    // switch (limit 0) while another ends the holder: the waiter settles exactly once —
+    // granted (the release's pass came first) or refused `concurrency_limit` by the kill
+    // switch's pass — never left pending, and the class counts return to 0.
+    model_at_most(3, || {
+        let b = two(1, 0);
+        let held = match admit(&b, 1, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let mut w = match admit(&b, 0, false) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let kill = {
+            let b = b.clone();
+            thread::spawn(move || {
+                b.apply_limits(&crate::LimitsSnapshot::new(1).limit(0))
+                    .unwrap()
+            })
+        };
+        let rel = thread::spawn(move || drop(held));
+        kill.join().unwrap();
+        rel.join().unwrap();
+        match w.poll(None) {
+            core::task::Poll::Ready(Ok(c)) => drop(c),
+            core::task::Poll::Ready(Err(e)) => {
+                assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit))
+            }
+            core::task::Poll::Pending => panic!("waiter left pending by the kill switch"),
+        }
+        let s = b.stats();
+        assert_eq!(
+            (s.limit, s.active, s.queued, s.granted_unclaimed),
+            (0, 0, 0, 0),
+            "{s}"
+        );
+        for c in 0..2 {
+            let cs = b.class_stats(c).unwrap();
+            assert_eq!((cs.in_flight, cs.queued), (0, 0), "{cs:?}");
+        }
+    });
+}
