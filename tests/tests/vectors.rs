@@ -32,8 +32,8 @@ use hullguard_core::{
     Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
-        ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Section, Spelling,
-        Value as OptionValue, convert,
+        ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Rate, Rates,
+        Section, Spelling, Value as OptionValue, convert,
         options::{self, Kind},
     },
 };
@@ -326,6 +326,20 @@ impl Runner {
                 },
                 lending: t.get("lending").and_then(Value::as_bool).unwrap_or(false),
                 shed: t.get("shed").and_then(Value::as_bool).unwrap_or(false),
+                // Rate dimensions (docs/design.md §4.9): `{amount, per_ms, burst}` each.
+                rates: {
+                    let rate = |k: &str| {
+                        t.get("rates").and_then(|r| r.get(k)).map(|r| Rate {
+                            amount: n(r, "amount").unwrap(),
+                            per: Duration::from_millis(n(r, "per_ms").unwrap()),
+                            burst: n(r, "burst").unwrap(),
+                        })
+                    };
+                    Rates {
+                        requests: rate("requests"),
+                        units: rate("units"),
+                    }
+                },
                 ..ClassTable::new(&specs)
             };
             Target::Single(Arc::new(
@@ -347,6 +361,16 @@ impl Runner {
             timers: BTreeMap::new(),
             seq: 0,
             events,
+        }
+    }
+
+    /// When the host's rate timer is due (host clock ns), if a head is held back by a rate.
+    fn rate_due(&self) -> Option<u64> {
+        match &self.target {
+            Target::Single(b) => b
+                .rate_retry_after()
+                .map(|d| self.clock.now_ns() + d.as_nanos() as u64),
+            Target::Registry(_) => None,
         }
     }
 
@@ -420,6 +444,18 @@ impl Runner {
                         r.detail().bound.as_str(),
                         want.as_str().unwrap(),
                         "{}: the bound of {id}",
+                        self.name
+                    );
+                }
+                // A rate refusal's time until it conforms (docs/design.md §4.9).
+                if let Some(want) = step.get("retry_after_ms") {
+                    let AcquireError::Rejected(r) = &e else {
+                        panic!("{}: {id} has no retry time: {e}", self.name)
+                    };
+                    assert_eq!(
+                        r.detail().retry_after.map(|d| d.as_millis() as u64),
+                        want.as_u64(),
+                        "{}: the retry time of {id}",
                         self.name
                     );
                 }
@@ -537,6 +573,23 @@ impl Runner {
                     _ => panic!("{ctx}: {id} holds no permit"),
                 };
                 assert_eq!(released, expect, "{ctx}");
+            }
+            "orphan" => {
+                // The call hands its permits back while its work goes on (docs/design.md
+                // §5.3): the runner holds none of them from here on (its units stay held).
+                let id = step["id"].as_str().unwrap();
+                let Some(State::Held { weight, call, .. }) = self.acquires.get_mut(id) else {
+                    panic!("{ctx}: {id} holds no permit")
+                };
+                let got = match call.orphan() {
+                    Ok(true) => {
+                        *weight = 0;
+                        "ok"
+                    }
+                    Ok(false) => "none",
+                    Err(_) => "refused",
+                };
+                assert_eq!(got, step["expect"].as_str().unwrap(), "{ctx}");
             }
             "release_partial" => {
                 let id = step["id"].as_str().unwrap();
@@ -770,7 +823,21 @@ impl Runner {
             },
             "advance_clock" => {
                 let to = self.clock.now_ns() + step["ms"].as_u64().unwrap() * 1_000_000;
-                while let Some(entry) = self.timers.first_entry() {
+                loop {
+                    let next = self.timers.first_key_value().map_or(u64::MAX, |(k, _)| k.0);
+                    // The host's rate timer (docs/design.md §4.9): a head a rate holds back is
+                    // ticked at its conforming time, before any later queue deadline.
+                    if let Some(at) = self.rate_due().filter(|&at| at <= next.min(to)) {
+                        self.clock.0.store(at.max(self.clock.now_ns()), SeqCst);
+                        if let Target::Single(b) = &self.target {
+                            b.rate_tick();
+                        }
+                        self.collect_settled(&mut settled);
+                        continue;
+                    }
+                    let Some(entry) = self.timers.first_entry() else {
+                        break;
+                    };
                     if entry.key().0 > to {
                         break;
                     }
@@ -960,6 +1027,7 @@ fn stats_json(s: &Stats) -> Value {
         "ring_free": s.ring_free, "queue_wait_count": s.queue_wait_count,
         "queue_wait_sum_ns": s.queue_wait_sum_ns, "queue_wait_max_ns": s.queue_wait_max_ns,
         "revision": s.revision,
+        "orphaned_in_flight": s.orphaned_in_flight,
         "observe": s.observe.as_str(),
         "observed_by_reason": s.observed_by_reason.iter()
             .map(|(r, n)| (r.as_str().to_string(), json!(n)))
