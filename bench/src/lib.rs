@@ -445,6 +445,55 @@ pub fn depth_cycle_hullguard(depth: usize, n: u64) -> Duration {
     t0.elapsed()
 }
 
+/// [`depth_cycle_hullguard`] on a classed bulkhead (docs/design.md §4.8): 8 classes (no floors,
+/// priorities 0..8), the single permit and every waiter in class 3, so each grant goes through
+/// the dispatcher's pass over the class lists. Flat in depth is the target.
+pub fn depth_cycle_classed(depth: usize, n: u64) -> Duration {
+    use hullguard_core::{
+        ClockSource, Decision, Request,
+        config::{ClassSpec, ClassTable},
+    };
+    let specs: Vec<ClassSpec> = (0..8)
+        .map(|i| ClassSpec {
+            priority: i as u8,
+            ..ClassSpec::DEFAULT
+        })
+        .collect();
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 1,
+            max_queue: DEPTH_MAX_QUEUE,
+            ..Config::default()
+        },
+        &ClassTable::new(&specs),
+        ClockSource::default_for_host(),
+    )
+    .expect("valid classes");
+    let req = Request::new(1).class(3);
+    let enqueue = |bh: &Bulkhead| match bh.admit(&req, Some(Waker::noop())) {
+        Decision::Queued(w) => w.into_ticket(),
+        other => panic!("expected to queue, got {other:?}"),
+    };
+    match bh.admit(&req.no_wait(), None) {
+        Decision::Granted(call) => {
+            call.forget();
+        }
+        other => panic!("expected a grant, got {other:?}"),
+    }
+    let mut queue: VecDeque<Ticket> = (0..depth).map(|_| enqueue(&bh)).collect();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        bh.release_units_of(1, 3);
+        let head = queue.pop_front().expect("depth > 0");
+        match bh.poll_ticket(head, None) {
+            Ok(TicketPoll::Granted(1)) => {}
+            other => panic!("expected the head to be granted, got {other:?}"),
+        }
+        queue.push_back(enqueue(&bh));
+    }
+    t0.elapsed()
+}
+
 /// With the single permit held and `depth` waiters queued, `n` times: cancel the waiter in the
 /// middle of the queue (`aborted`, as a dropped future or a timer does) and queue a new one at
 /// the tail. Each waiter of the back half lives `depth / 2` ops, so the cancelled one is always
@@ -712,6 +761,12 @@ pub fn cases() -> Vec<Case> {
             200_000,
             SingleThread,
             move |n| depth_cycle_tokio(d, n),
+        ));
+        v.push(case(
+            format!("depth-cycle/{d}/classed"),
+            100_000,
+            SingleThread,
+            move |n| depth_cycle_classed(d, n),
         ));
     }
     for d in DEPTHS {

@@ -231,6 +231,13 @@ fn rows() -> Vec<TableRow> {
             "—",
         ),
         (
+            "  8 classes + reserve".into(),
+            "1 class",
+            "classes/8+reserve".into(),
+            "classes/1".into(),
+            "≤ 1.20",
+        ),
+        (
             "  64 classes".into(),
             "1 class",
             "classes/64".into(),
@@ -280,6 +287,24 @@ fn rows() -> Vec<TableRow> {
             "—",
         ),
     ];
+    let (lo, hi) = (DEPTHS[0], DEPTHS[DEPTHS.len() - 1]);
+    rows.push((
+        format!("  8 classes, depth {lo} (the pass)"),
+        "plain",
+        format!("depth-cycle/{lo}/classed"),
+        format!("depth-cycle/{lo}/hullguard"),
+        "—",
+    ));
+    for d in &DEPTHS[1..] {
+        rows.push((
+            format!("  flat? depth {d} vs {lo}, 8 classes"),
+            "depth 10",
+            format!("depth-cycle/{d}/classed"),
+            format!("depth-cycle/{lo}/classed"),
+            "≤ 1.20",
+        ));
+    }
+    let _ = hi;
     for (what, label) in [
         ("depth-cycle", "release→grant→enqueue"),
         ("depth-cancel", "cancel middle + enqueue"),

@@ -147,6 +147,13 @@ fn rows() -> Vec<Row> {
             Info,
         ),
         row(
+            "  8 classes + reserve",
+            "1 class",
+            "classes/8+reserve",
+            "classes/1",
+            Max(1.2),
+        ),
+        row(
             "  64 classes",
             "1 class",
             "classes/64",
@@ -221,6 +228,22 @@ fn rows() -> Vec<Row> {
             Info,
         ));
     }
+    for d in &DEPTHS[1..] {
+        v.push(row(
+            &format!("  flat? depth {d} vs 10, 8 classes"),
+            "depth 10",
+            &format!("depth-cycle/{d}/classed"),
+            &format!("depth-cycle/{}/classed", DEPTHS[0]),
+            Max(1.2),
+        ));
+    }
+    v.push(row(
+        "  8 classes, depth 10 (the pass)",
+        "plain, depth 10",
+        &format!("depth-cycle/{}/classed", DEPTHS[0]),
+        &format!("depth-cycle/{}/hullguard", DEPTHS[0]),
+        Info,
+    ));
     for d in DEPTHS {
         v.push(row(
             &format!("depth {d}: cancel middle + enqueue"),
