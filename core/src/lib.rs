@@ -128,6 +128,7 @@ pub use crate::{
         apply::{LimitsError, LimitsSnapshot},
         call::Call,
         class_ceilings::ClassLimits,
+        class_table::ClassTableLimits,
         dry_run::WouldAdmit,
         orphan::OrphanError,
         request::Request,

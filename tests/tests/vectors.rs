@@ -27,9 +27,9 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, HoldChange,
-    LimitsError, LimitsSnapshot, Observe, Outcome, Reason, Registry, RegistryConfig, Request,
-    Stats, UsageError, Waiter, WouldAdmit,
+    AcquireError, Bulkhead, Call, Cancelled, ClassTableLimits, Clock, ClockSource, Config,
+    Decision, HoldChange, LimitsError, LimitsSnapshot, Observe, Outcome, Reason, Registry,
+    RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Rate, Rates,
@@ -278,6 +278,35 @@ fn request_of(step: &Value, queue: bool) -> Request {
     }
 }
 
+/// A class table's reserve: `{permits, budget, min_priority}` (each 0 when omitted).
+fn reserve_of(r: &Value) -> PriorityReserve {
+    let n = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+    PriorityReserve {
+        permits: n("permits"),
+        budget: n("budget"),
+        min_priority: n("min_priority") as u8,
+    }
+}
+
+/// A class table's rates (docs/design.md §4.9): `{requests, units}`, each `{amount, per_ms,
+/// burst}` or omitted.
+fn rates_of(r: &Value) -> Rates {
+    let rate = |k: &str| {
+        r.get(k).map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            Rate {
+                amount: n("amount"),
+                per: Duration::from_millis(n("per_ms")),
+                burst: n("burst"),
+            }
+        })
+    };
+    Rates {
+        requests: rate("requests"),
+        units: rate("units"),
+    }
+}
+
 fn outcome_arg(step: &Value) -> Outcome {
     step.get("outcome").map_or(Outcome::Success, |o| {
         Outcome::parse(o.as_str().unwrap()).unwrap()
@@ -317,29 +346,11 @@ impl Runner {
                     budget_ceiling: n(k, "budget_ceiling"),
                 })
                 .collect();
-            let r = t.get("reserve").cloned().unwrap_or(Value::Null);
             let table = ClassTable {
-                reserve: PriorityReserve {
-                    permits: n(&r, "permits").unwrap_or(0),
-                    budget: n(&r, "budget").unwrap_or(0),
-                    min_priority: n(&r, "min_priority").unwrap_or(0) as u8,
-                },
+                reserve: reserve_of(t.get("reserve").unwrap_or(&Value::Null)),
                 lending: t.get("lending").and_then(Value::as_bool).unwrap_or(false),
                 shed: t.get("shed").and_then(Value::as_bool).unwrap_or(false),
-                // Rate dimensions (docs/design.md §4.9): `{amount, per_ms, burst}` each.
-                rates: {
-                    let rate = |k: &str| {
-                        t.get("rates").and_then(|r| r.get(k)).map(|r| Rate {
-                            amount: n(r, "amount").unwrap(),
-                            per: Duration::from_millis(n(r, "per_ms").unwrap()),
-                            burst: n(r, "burst").unwrap(),
-                        })
-                    };
-                    Rates {
-                        requests: rate("requests"),
-                        units: rate("units"),
-                    }
-                },
+                rates: rates_of(t.get("rates").unwrap_or(&Value::Null)),
                 ..ClassTable::new(&specs)
             };
             Target::Single(Arc::new(
@@ -632,7 +643,17 @@ impl Runner {
                     t => Duration::from_millis(t.as_u64().unwrap()),
                 });
                 let before = self.stats(key);
-                let got = match self.bulkhead(key).unwrap().apply_limits(&snap) {
+                // A class table's run-time part (docs/design.md §4.8, §4.9).
+                let table = ClassTableLimits {
+                    reserve: step.get("reserve").map(reserve_of),
+                    rates: step.get("rates").map(rates_of),
+                    ..ClassTableLimits::NONE
+                };
+                let applied = self
+                    .bulkhead(key)
+                    .unwrap()
+                    .apply_limits_with_table(&snap, &table);
+                let got = match applied {
                     Ok(()) => "ok",
                     Err(LimitsError::Stale { current }) => {
                         if let Some(c) = step.get("current") {

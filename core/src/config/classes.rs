@@ -95,6 +95,38 @@ pub struct Rates {
     pub units: Option<Rate>,
 }
 
+impl Rates {
+    /// Checks each rate: `amount ≥ 1`, `burst ≥ 1`, `per ≥ amount` ns, a tolerance below 2⁶²
+    /// ns, 64-bit atomics, and a budget (`has_budget`) for a units rate. The rule of the class
+    /// table and of `apply_limits`.
+    ///
+    /// # Errors
+    /// [`ClassError::Rate`] naming the first bad rate.
+    pub fn validate(&self, has_budget: bool) -> Result<(), ClassError> {
+        for (rate, r) in [("requests", self.requests), ("units", self.units)] {
+            let Some(r) = r else { continue };
+            let per = r.per.as_nanos();
+            let t = per / u128::from(r.amount.max(1));
+            let ok = r.amount >= 1
+                && r.burst >= 1
+                && per >= u128::from(r.amount)
+                && t.checked_mul(u128::from(r.burst))
+                    .is_some_and(|tau| tau < (1u128 << 62))
+                && (rate == "requests" || has_budget)
+                && cfg!(target_has_atomic = "64");
+            if !ok {
+                return Err(ClassError::Rate { rate });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any rate is set.
+    pub const fn any(&self) -> bool {
+        self.requests.is_some() || self.units.is_some()
+    }
+}
+
 /// The class table of a classed bulkhead
 /// ([`Bulkhead::with_classes`](crate::Bulkhead::with_classes)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,24 +318,7 @@ impl<'a> ClassTable<'a> {
             });
         }
         let budget = config.budget.unwrap_or(0);
-        for (rate, r) in [
-            ("requests", self.rates.requests),
-            ("units", self.rates.units),
-        ] {
-            let Some(r) = r else { continue };
-            let per = r.per.as_nanos();
-            let t = per / u128::from(r.amount.max(1));
-            let ok = r.amount >= 1
-                && r.burst >= 1
-                && per >= u128::from(r.amount)
-                && t.checked_mul(u128::from(r.burst))
-                    .is_some_and(|tau| tau < (1u128 << 62))
-                && (rate == "requests" || budget != 0)
-                && cfg!(target_has_atomic = "64");
-            if !ok {
-                return Err(ClassError::Rate { rate });
-            }
-        }
+        self.rates.validate(budget != 0)?;
         if budget == 0 && self.reserve.budget != 0 {
             return Err(ClassError::NoBudget { class: None });
         }

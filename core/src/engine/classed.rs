@@ -270,6 +270,23 @@ impl<const N: usize> Engine<N> {
         answer
     }
 
+    /// Installs rate settings `params` (`(t, tau)` per rate; docs/design.md §4.9) under the
+    /// run flag — so no pass decides with half of a change — then runs a pass (a looser rate
+    /// lets held heads go). Waits for a peer's pass in progress, as a no-wait admission does.
+    pub(crate) fn set_rate_params(&self, params: [(u64, u64); 2]) {
+        let Some(book) = self.classes() else {
+            return;
+        };
+        while !self.dispatch.try_enter_idle() {
+            crate::sync::spin_wait();
+        }
+        book.set_rate_params(params);
+        // The held head's conforming time is the next pass's to say.
+        book.set_retry_at(0);
+        self.leave_as_runner();
+        self.run_dispatcher();
+    }
+
     /// Gives the run flag up as a runner does: a request left pending meanwhile is served.
     fn leave_as_runner(&self) {
         if !self.dispatch.try_leave() {

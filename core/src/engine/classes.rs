@@ -53,8 +53,6 @@ pub(crate) struct Rank {
     pub(crate) held: [AtomicWord; DIMS],
     /// Live waiters of this class (a statistic and the dry run's `ahead`).
     pub(crate) queued: AtomicWord,
-    /// Whether it may take the priority reserve.
-    may_reserve: bool,
 }
 
 impl Rank {
@@ -129,42 +127,73 @@ pub(crate) struct Head {
 }
 
 /// One rate dimension's GCRA state (docs/design.md §4.9): the emission interval `t` and the
-/// tolerance `tau` in ns, and the theoretical arrival time, written only by the dispatcher.
+/// tolerance `tau` in ns (`t == 0`: no such rate), changed at run time by `apply_limits` under
+/// the run flag and the book's `rate_gen` (a sequence lock, so a reader off the run flag never
+/// pairs one setting's `t` with another's `tau`), and the theoretical arrival time, written
+/// only by the dispatcher.
 #[derive(Debug)]
 pub(crate) struct Gcra {
-    t: u64,
-    tau: u64,
+    t: AtomicWord,
+    tau: AtomicWord,
     tat: AtomicWord,
 }
 
 impl Gcra {
-    fn new(r: &crate::config::classes::Rate) -> Self {
-        let t = (r.per.as_nanos() / u128::from(r.amount)) as u64;
+    fn new(r: Option<&crate::config::classes::Rate>) -> Self {
+        let (t, tau) = Self::params_of(r);
         Gcra {
-            t,
-            tau: t * r.burst,
+            t: AtomicWord::new(t as Word),
+            tau: AtomicWord::new(tau as Word),
             tat: AtomicWord::new(0),
         }
     }
 
-    /// The TAT after `n` units at `now` if they conform now, else `Err(the earliest time they
-    /// would)` (`u64::MAX`: never, `n` is above the burst).
-    fn check(&self, n: u64, now: u64) -> Result<u64, u64> {
+    /// `(t, tau)` of a (validated) rate; `(0, 0)` for none.
+    fn params_of(r: Option<&crate::config::classes::Rate>) -> (u64, u64) {
+        r.map_or((0, 0), |r| {
+            let t = (r.per.as_nanos() / u128::from(r.amount)) as u64;
+            (t, t * r.burst)
+        })
+    }
+
+    /// The TAT after `n` units at `now` if they conform now under `(t, tau)`, else `Err(the
+    /// earliest time they would)` (`u64::MAX`: never, `n` is above the burst).
+    fn check(&self, (t, tau): (u64, u64), n: u64, now: u64) -> Result<u64, u64> {
         if n == 0 {
             // Relaxed: dispatcher-only.
             return Ok(self.tat.load(Relaxed) as u64);
         }
-        let Some(cost) = n.checked_mul(self.t).filter(|&c| c <= self.tau) else {
+        let Some(cost) = n.checked_mul(t).filter(|&c| c <= tau) else {
             return Err(u64::MAX);
         };
         // Relaxed: dispatcher-only (the run flag orders one runner after the next).
         let new = (self.tat.load(Relaxed) as u64).max(now) + cost;
-        if new - now <= self.tau {
+        if new - now <= tau {
             Ok(new)
         } else {
-            Err(new - self.tau)
+            Err(new - tau)
         }
     }
+}
+
+/// `(t, tau)` of each of `rates` (validated): `(0, 0)` for none.
+pub(crate) fn rate_params_of(rates: &crate::config::classes::Rates) -> [(u64, u64); DIMS] {
+    [
+        Gcra::params_of(rates.requests.as_ref()),
+        Gcra::params_of(rates.units.as_ref()),
+    ]
+}
+
+/// Per rate, a setting at least as strict as both `a` and `b` (the larger interval and the
+/// smaller tolerance; where one of them has no such rate, the other), so a change installed
+/// through it never lets a request conform that neither setting would.
+pub(crate) fn stricter_rates(a: [(u64, u64); DIMS], b: [(u64, u64); DIMS]) -> [(u64, u64); DIMS] {
+    let one = |(ta, sa): (u64, u64), (tb, sb): (u64, u64)| match (ta, tb) {
+        (0, _) => (tb, sb),
+        (_, 0) => (ta, sa),
+        _ => (ta.max(tb), sa.min(sb)),
+    };
+    [one(a[0], b[0]), one(a[1], b[1])]
 }
 
 /// The class book. See the module docs.
@@ -178,7 +207,10 @@ pub(crate) struct ClassBook {
     cell_class: Box<[AtomicWord]>,
     /// Σ floors and the reserve, per dimension.
     floors: [Word; DIMS],
-    reserve: [Word; DIMS],
+    /// The priority reserve per dimension and the lowest priority that may take it (changed at
+    /// run time by `apply_limits`: `set_reserve`).
+    reserve: [AtomicWord; DIMS],
+    min_priority: AtomicWord,
     /// Σ max(0, held − floor) over the classes, per dimension.
     shared_used: [AtomicWord; DIMS],
     /// Lending (opt-in): a class beyond the shared units may borrow other classes' idle floor
@@ -191,8 +223,12 @@ pub(crate) struct ClassBook {
     /// admission id and its class index + 1 (0: none) — written by the pass before
     /// [`mark_won`](Self::mark_won), read once by the arrival for its `shed` event.
     victims: Box<[[AtomicWord; 2]]>,
-    /// The rate dimensions (requests, units), `None` where there is none.
-    rates: [Option<Gcra>; DIMS],
+    /// The rate dimensions (requests, units); `t == 0` where there is none.
+    rates: [Gcra; DIMS],
+    /// The rates' sequence lock: odd while `apply_limits` writes a `(t, tau)` pair.
+    rate_gen: AtomicWord,
+    /// Whether any rate is set (every decision then goes through the pass).
+    rated: AtomicWord,
     /// The earliest time (host clock, ns) a head held back by a rate conforms; 0: none.
     retry_at: AtomicWord,
     /// Live waiters plus no-wait cells on their way through a pass: while 0, a release has
@@ -252,7 +288,6 @@ impl ClassBook {
                     ],
                     held: [AtomicWord::new(0), AtomicWord::new(0)],
                     queued: AtomicWord::new(0),
-                    may_reserve: c.priority >= table.reserve.min_priority,
                 }
             })
             .collect();
@@ -262,7 +297,8 @@ impl ClassBook {
             rank_of,
             cell_class: (0..cells).map(|_| AtomicWord::new(0)).collect(),
             floors,
-            reserve,
+            reserve: [AtomicWord::new(reserve[0]), AtomicWord::new(reserve[1])],
+            min_priority: AtomicWord::new(Word::from(table.reserve.min_priority)),
             shared_used: [AtomicWord::new(0), AtomicWord::new(0)],
             lending: table.lending,
             shed: table.shed,
@@ -270,9 +306,13 @@ impl ClassBook {
                 .map(|_| [AtomicWord::new(0), AtomicWord::new(0)])
                 .collect(),
             rates: [
-                table.rates.requests.as_ref().map(Gcra::new),
-                table.rates.units.as_ref().map(Gcra::new),
+                Gcra::new(table.rates.requests.as_ref()),
+                Gcra::new(table.rates.units.as_ref()),
             ],
+            rate_gen: AtomicWord::new(0),
+            rated: AtomicWord::new(Word::from(
+                table.rates.requests.is_some() || table.rates.units.is_some(),
+            )),
             retry_at: AtomicWord::new(0),
             floor_used: [AtomicWord::new(0), AtomicWord::new(0)],
             pending: AtomicWord::new(0),
@@ -311,7 +351,45 @@ impl ClassBook {
 
     /// Σ floors + reserve of dimension `d`: the least limit the partition needs.
     pub(crate) fn partitioned(&self, d: usize) -> Word {
-        self.floors[d] + self.reserve[d]
+        self.floors[d] + self.reserve_of(d)
+    }
+
+    /// Σ floors of dimension `d`.
+    pub(crate) fn floors(&self, d: usize) -> Word {
+        self.floors[d]
+    }
+
+    /// The priority reserve of dimension `d` now.
+    #[inline]
+    fn reserve_of(&self, d: usize) -> Word {
+        // Acquire: pairs with `set_reserve`'s Release.
+        self.reserve[d].load(Acquire)
+    }
+
+    /// Whether rank `r` may take the priority reserve now (priority ≥ the reserve's minimum).
+    #[inline]
+    fn may_reserve(&self, r: usize) -> bool {
+        // Acquire: pairs with `set_reserve`'s Release.
+        Word::from(self.ranks[r].priority) >= self.min_priority.load(Acquire)
+    }
+
+    /// The reserve now: `(permits, budget, min_priority)`.
+    pub(crate) fn reserve_now(&self) -> (Word, Word, u8) {
+        (
+            self.reserve_of(0),
+            self.reserve_of(1),
+            self.min_priority.load(Acquire) as u8,
+        )
+    }
+
+    /// Installs a reserve (validated by the caller against the limits; docs/design.md §4.8):
+    /// one Release store per field. `apply_limits` installs a change in two steps — first the
+    /// larger amounts and the higher minimum (at least as strict as both settings), then the
+    /// new ones — so no admission in between sees a reserve looser than both.
+    pub(crate) fn set_reserve(&self, permits: Word, budget: Word, min_priority: u8) {
+        self.reserve[0].store(permits, Release);
+        self.reserve[1].store(budget, Release);
+        self.min_priority.store(Word::from(min_priority), Release);
     }
 
     /// The enqueuer of cell `cell` records its class (before its publish).
@@ -406,7 +484,11 @@ impl ClassBook {
     /// Reads `shared_used` (only the dispatcher adds to it: a lower bound of the room).
     fn fits_pool(&self, r: usize, d: usize, h: Word, n: Word, want: Word, limit: Word) -> bool {
         let rank = &self.ranks[r];
-        let reserve = if rank.may_reserve { 0 } else { self.reserve[d] };
+        let reserve = if self.may_reserve(r) {
+            0
+        } else {
+            self.reserve_of(d)
+        };
         let mut cap = limit.saturating_sub(self.floors[d] + reserve);
         if self.lending {
             // Idle floor units of the other classes once this take has filled its own floor
@@ -571,7 +653,7 @@ impl ClassBook {
     /// Whether, in dimension `d` under `limit`, the shared units are gone but the priority
     /// reserve is not, and rank `r` may not take it (a refusal's constraint is the reserve).
     pub(crate) fn only_reserve_left(&self, r: usize, d: usize, limit: Word) -> bool {
-        if self.ranks[r].may_reserve || self.reserve[d] == 0 {
+        if self.may_reserve(r) || self.reserve_of(d) == 0 {
             return false;
         }
         let with_reserve = limit.saturating_sub(self.floors[d]);
@@ -579,11 +661,53 @@ impl ClassBook {
         self.shared_used[d].load(SeqCst) < with_reserve
     }
 
-    /// Whether this bulkhead has a rate dimension (then every decision goes through the pass:
-    /// the fast floor path is off).
+    /// Whether this bulkhead has a rate dimension now (then every decision goes through the
+    /// pass: the fast floor path is off).
     #[inline]
     pub(crate) fn has_rates(&self) -> bool {
-        self.rates[0].is_some() || self.rates[1].is_some()
+        // Acquire: pairs with `set_rates`'s Release.
+        self.rated.load(Acquire) != 0
+    }
+
+    /// Rate `d`'s `(t, tau)`, one setting's pair (the sequence lock's read side: every access
+    /// SeqCst, so a pair read between the writer's two `rate_gen` steps is seen as torn).
+    fn rate_params(&self, d: usize) -> (u64, u64) {
+        let g = &self.rates[d];
+        loop {
+            let before = self.rate_gen.load(SeqCst);
+            let t = g.t.load(SeqCst) as u64;
+            let tau = g.tau.load(SeqCst) as u64;
+            if before & 1 == 0 && self.rate_gen.load(SeqCst) == before {
+                return (t, tau);
+            }
+            crate::sync::spin_wait();
+        }
+    }
+
+    /// Every rate's `(t, tau)` now (`(0, 0)`: none).
+    pub(crate) fn rate_params_now(&self) -> [(u64, u64); DIMS] {
+        [self.rate_params(0), self.rate_params(1)]
+    }
+
+    /// Installs each rate's `(t, tau)` (`(0, 0)`: none; validated by the caller, see
+    /// [`rate_params_of`]; docs/design.md §4.9). The caller holds the engine's run flag (the
+    /// one writer; no pass decides meanwhile). A rate keeps its TAT across a change; a rate
+    /// that goes forgets it, so one set again starts with its whole burst.
+    pub(crate) fn set_rate_params(&self, params: [(u64, u64); DIMS]) {
+        // SeqCst: the sequence lock's write side (see `rate_params`).
+        self.rate_gen.fetch_add(1, SeqCst);
+        for (g, (t, tau)) in self.rates.iter().zip(params) {
+            g.t.store(t as Word, SeqCst);
+            g.tau.store(tau as Word, SeqCst);
+            if t == 0 {
+                // Relaxed: dispatcher-only (the caller holds the run flag).
+                g.tat.store(0, Relaxed);
+            }
+        }
+        self.rate_gen.fetch_add(1, SeqCst);
+        let on = params.iter().any(|&(t, _)| t != 0);
+        // Release: see `has_rates`.
+        self.rated.store(Word::from(on), Release);
     }
 
     /// The rates' verdict for one request of cost `c` at `now` (dispatcher): `Ok` with the TATs
@@ -592,11 +716,13 @@ impl ClassBook {
         let mut tats = [0u64; DIMS];
         let mut retry = 0u64;
         for (d, n) in [1u64, c as u64].into_iter().enumerate() {
-            if let Some(g) = &self.rates[d] {
-                match g.check(n, now) {
-                    Ok(t) => tats[d] = t,
-                    Err(at) => retry = retry.max(at),
-                }
+            let p = self.rate_params(d);
+            if p.0 == 0 {
+                continue;
+            }
+            match self.rates[d].check(p, n, now) {
+                Ok(t) => tats[d] = t,
+                Err(at) => retry = retry.max(at),
             }
         }
         if retry == 0 { Ok(tats) } else { Err(retry) }
@@ -605,27 +731,19 @@ impl ClassBook {
     /// A granted request's rate charge (dispatcher, after the grant CAS won).
     pub(crate) fn rate_commit(&self, tats: [u64; DIMS]) {
         for (d, t) in tats.into_iter().enumerate() {
-            if let Some(g) = &self.rates[d] {
+            if self.rate_params(d).0 != 0 {
                 // Relaxed: dispatcher-only.
-                g.tat.store(t as Word, Relaxed);
+                self.rates[d].tat.store(t as Word, Relaxed);
             }
         }
     }
 
     /// Whether `c` units (and one request) can never conform: above a rate's burst.
     pub(crate) fn rate_never(&self, c: Word) -> bool {
-        matches!(self.rate_check_far(c), Some(u64::MAX))
-    }
-
-    fn rate_check_far(&self, c: Word) -> Option<u64> {
-        for (d, n) in [1u64, c as u64].into_iter().enumerate() {
-            if let Some(g) = &self.rates[d] {
-                if n != 0 && n.checked_mul(g.t).is_none_or(|x| x > g.tau) {
-                    return Some(u64::MAX);
-                }
-            }
-        }
-        None
+        [1u64, c as u64].into_iter().enumerate().any(|(d, n)| {
+            let (t, tau) = self.rate_params(d);
+            t != 0 && n != 0 && n.checked_mul(t).is_none_or(|x| x > tau)
+        })
     }
 
     /// The dispatcher records when the earliest rate-held head conforms (0: none).

@@ -416,6 +416,12 @@ impl<const N: usize> Engine<N> {
         self.permits.load() & CLOSED != 0
     }
 
+    /// Whether this engine reads a clock.
+    pub(crate) fn has_clock(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// The host clock now (ns; 0 without a clock).
     pub(crate) fn now_ns(&self) -> u64 {
         self.clock.now_ns()
     }

@@ -7,8 +7,10 @@
 use core::fmt;
 
 use crate::{
-    config::ConfigError, front::bulkhead::Bulkhead, front::class_ceilings::ClassLimits,
-    limits::MAX_REVISION, policy::state::Policies,
+    config::ConfigError,
+    front::{bulkhead::Bulkhead, class_ceilings::ClassLimits, class_table::ClassTableLimits},
+    limits::MAX_REVISION,
+    policy::state::Policies,
 };
 
 /// The limits one control-plane revision sets. A field left `None` keeps its current value.
@@ -189,6 +191,12 @@ impl<const N: usize> Bulkhead<N> {
     pub fn check_limits(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
         self.check_partition(snapshot.limit, snapshot.budget)
             .map_err(LimitsError::Config)?;
+        self.check_limits_unpartitioned(snapshot)
+    }
+
+    /// [`check_limits`](Self::check_limits) without the classes' partition (an install that
+    /// changes the reserve checks it against the new one).
+    fn check_limits_unpartitioned(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
         snapshot.check(
             self.has_budget(),
             self.policies().and_then(Policies::adaptive).is_some(),
@@ -252,12 +260,46 @@ impl<const N: usize> Bulkhead<N> {
         snapshot: &LimitsSnapshot,
         classes: &[ClassLimits],
     ) -> Result<(), LimitsError> {
+        self.apply_limits_with_table(
+            snapshot,
+            &ClassTableLimits {
+                classes,
+                ..ClassTableLimits::NONE
+            },
+        )
+    }
+
+    /// [`apply_limits`](Self::apply_limits) that also installs the run-time part of a class
+    /// table (docs/design.md §4.8, §4.9) under the same revision and install right: class
+    /// ceilings, the priority reserve and the rates ([`ClassTableLimits`]). Validated whole
+    /// with the snapshot first (the reserve against the limits this call installs; nothing
+    /// changes on an error); then the shrinks — lowered ceilings, a reserve and rates at least
+    /// as strict as both settings, the shrinking dimensions — then the growth — the growing
+    /// dimensions, raised ceilings, the new reserve and rates — then one pass, then the
+    /// revision: no admission in between sees a state more permissive than both the old and
+    /// the new table.
+    ///
+    /// # Errors
+    /// As [`apply_limits_with_classes`](Self::apply_limits_with_classes), plus
+    /// [`LimitsError::Class`] for a reserve or rates the table would refuse
+    /// ([`ClassError::Floors`](crate::config::classes::ClassError::Floors),
+    /// [`NoBudget`](crate::config::classes::ClassError::NoBudget),
+    /// [`Rate`](crate::config::classes::ClassError::Rate), rates without a clock, or either on a
+    /// bulkhead without classes).
+    pub fn apply_limits_with_table(
+        &self,
+        snapshot: &LimitsSnapshot,
+        table: &ClassTableLimits<'_>,
+    ) -> Result<(), LimitsError> {
         let s = snapshot;
-        self.check_limits(s)?;
-        for c in classes {
-            self.check_class_ceiling(c.class, c.ceiling, c.budget_ceiling)
-                .map_err(LimitsError::Class)?;
+        let classes = table.classes;
+        match table.reserve {
+            // The partition against the new reserve (checked in `check_table`).
+            Some(_) => self.check_limits_unpartitioned(s)?,
+            None => self.check_limits(s)?,
         }
+        self.check_table(s.limit, s.budget, table)
+            .map_err(LimitsError::Class)?;
         self.engine
             .begin_apply(s.revision)
             .map_err(|current| LimitsError::Stale { current })?;
@@ -275,6 +317,7 @@ impl<const N: usize> Bulkhead<N> {
         for grow in [false, true] {
             if !grow {
                 self.store_class_ceilings(classes, false);
+                self.install_table(table, true);
             }
             if let Some(l) = s.limit.filter(|&l| (l > limit) == grow && l != limit) {
                 if grow {
@@ -287,9 +330,11 @@ impl<const N: usize> Bulkhead<N> {
                 let _ = self.engine.apply_budget(b);
             }
         }
-        if !classes.is_empty() {
+        if !table.is_empty() {
             self.store_class_ceilings(classes, true);
-            // The raised ceilings' waiters (the resizes ran their passes before them).
+            self.install_table(table, false);
+            // The raised ceilings' and the looser reserve's waiters (the resizes and the
+            // rates ran their passes before them).
             self.rate_tick();
         }
         if let Some(q) = s.max_queue {

@@ -558,25 +558,38 @@ impl<const N: usize> Bulkhead<N> {
         limit: Option<u64>,
         budget: Option<u64>,
     ) -> Result<(), ConfigError> {
+        self.check_partition_with(limit, budget, None)
+            .map_err(ConfigError::Class)
+    }
+
+    /// [`check_partition`](Self::check_partition) with the reserve `reserve` (permits, budget)
+    /// in place of the one in force (an `apply_limits` that changes both).
+    pub(crate) fn check_partition_with(
+        &self,
+        limit: Option<u64>,
+        budget: Option<u64>,
+        reserve: Option<[u64; 2]>,
+    ) -> Result<(), crate::config::classes::ClassError> {
         #[cfg(feature = "alloc")]
         if let Some(book) = self.engine.classes() {
             for (d, (v, name)) in [(limit, "permits"), (budget, "budget")]
                 .into_iter()
                 .enumerate()
             {
-                let need = book.partitioned(d) as u64;
+                let need = match reserve {
+                    Some(r) => book.floors(d) as u64 + r[d],
+                    None => book.partitioned(d) as u64,
+                };
                 if let Some(v) = v.filter(|&v| v != 0 && v < need) {
-                    return Err(ConfigError::Class(
-                        crate::config::classes::ClassError::Floors {
-                            dimension: name,
-                            total: need,
-                            limit: v,
-                        },
-                    ));
+                    return Err(crate::config::classes::ClassError::Floors {
+                        dimension: name,
+                        total: need,
+                        limit: v,
+                    });
                 }
             }
         }
-        let _ = (limit, budget);
+        let _ = (limit, budget, reserve);
         Ok(())
     }
 

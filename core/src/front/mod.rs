@@ -7,8 +7,8 @@
 //! Dependencies point one way: `bulkhead` (the type and the guarded-call steps) ← `call`,
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
 //! `usage` (streaming settlement's answers) and `orphan` ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `emitter`
-//! (where events go) ← `bulkhead` ← `events` (the admission events' steps); `apply`
-//! (revisioned limits) uses `bulkhead`.
+//! (where events go) ← `bulkhead` ← `events` (the admission events' steps); `class_ceilings` ←
+//! `class_table` (a class table's run-time part) ← `apply` (revisioned limits), over `bulkhead`.
 
 pub mod acquire;
 pub mod admit;
@@ -18,6 +18,7 @@ pub mod blocking;
 pub mod bulkhead;
 pub mod call;
 pub mod class_ceilings;
+pub mod class_table;
 #[cfg(feature = "std")]
 pub mod drain;
 pub mod dry_run;

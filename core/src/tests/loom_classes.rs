@@ -510,3 +510,77 @@ fn loom_class_kill_switch_vs_release_with_a_waiter() {
         }
     });
 }
+
+/// A clock that never moves (rates in a loom model: nothing conforms by waiting).
+struct Frozen;
+impl crate::Clock for Frozen {
+    fn now_ns(&self) -> u64 {
+        1_000_000_000
+    }
+}
+
+#[test]
+fn loom_class_rate_removed_vs_a_racing_no_wait_request() {
+    // Limit 2, a requests rate of 1 per second: `a` spent the burst, `w` waits for the rate.
+    // One thread removes the rate (`apply_limits_with_table`, under the run flag, then a pass)
+    // while another asks without waiting: `w` is granted by the removal's pass — never
+    // stranded — and the no-wait request never barges past it (refused `rate_limit` before the
+    // removal, `concurrency_limit` behind `w` after it).
+    model_at_most(3, || {
+        use crate::config::{Rate, Rates};
+        let classes = [ClassSpec::DEFAULT];
+        let b = Arc::new(
+            Bulkhead::with_classes(
+                Config {
+                    max_concurrent: 2,
+                    max_queue: 2,
+                    ..Config::DEFAULT
+                },
+                &ClassTable {
+                    rates: Rates {
+                        requests: Some(Rate {
+                            amount: 1,
+                            per: core::time::Duration::from_secs(1),
+                            burst: 1,
+                        }),
+                        units: None,
+                    },
+                    ..ClassTable::new(&classes)
+                },
+                ClockSource::Shared(std::sync::Arc::new(Frozen)),
+            )
+            .unwrap(),
+        );
+        let a = match admit(&b, 0, true) {
+            Decision::Granted(c) => c,
+            other => panic!("{other:?}"),
+        };
+        let mut w = match admit(&b, 0, false) {
+            Decision::Queued(w) => w,
+            other => panic!("{other:?}"),
+        };
+        let b2 = b.clone();
+        let t = thread::spawn(move || {
+            let none = crate::ClassTableLimits {
+                rates: Some(Rates::default()),
+                ..crate::ClassTableLimits::NONE
+            };
+            b2.apply_limits_with_table(&crate::LimitsSnapshot::new(1), &none)
+                .unwrap();
+        });
+        let racer = admit(&b, 0, true);
+        t.join().unwrap();
+        assert!(
+            matches!(&racer, Decision::Rejected(e) if matches!(e.reason(),
+                Some(Reason::RateLimit | Reason::ConcurrencyLimit))),
+            "{racer:?}"
+        );
+        let g = match w.poll(None) {
+            core::task::Poll::Ready(Ok(c)) => c,
+            other => panic!("the waiter is stranded: {other:?}"),
+        };
+        drop((a, g, w, racer));
+        let s = b.stats();
+        assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
+    });
+}

@@ -12,6 +12,8 @@ mod breaker;
 mod budget;
 #[cfg(not(loom))]
 mod bulkhead;
+#[cfg(all(not(loom), feature = "std"))]
+mod class_table;
 #[cfg(not(loom))]
 mod classes;
 #[cfg(all(not(loom), feature = "std"))]
