@@ -31,12 +31,15 @@ use proptest::prelude::*;
 
 const MAX_CONCURRENT: u64 = 6;
 const MAX_QUEUE: u64 = 3;
+/// The budget (units) every table has: the second dimension (docs/design.md §4.5, §4.8).
+const BUDGET: u64 = 8;
 
 #[derive(Debug, Clone)]
 enum Op {
     Admit {
         class: u16,
         weight: u64,
+        cost: u64,
         wait: bool,
     },
     /// Releases the held call at this index (mod the number held).
@@ -45,6 +48,8 @@ enum Op {
     Cancel(usize),
     /// `apply_limits` with this limit (refused below the floors plus the reserve, except 0).
     Limit(u64),
+    /// `apply_limits` with this budget (likewise for the budget floors and reserve).
+    Budget(u64),
     /// The virtual clock moves on this many ms, then the host's rate timer runs a pass
     /// (`rate_tick`).
     Tick(u64),
@@ -61,34 +66,46 @@ struct Table {
 }
 
 fn table() -> impl Strategy<Value = Table> {
-    let class = (0u8..3, 0u64..=2, prop::option::of(1u64..=MAX_CONCURRENT)).prop_map(
-        |(priority, floor, ceiling)| ClassSpec {
-            priority,
-            floor,
-            ceiling: ceiling.map(|c| c.max(floor)),
-            ..ClassSpec::DEFAULT
-        },
-    );
+    let class = (
+        0u8..3,
+        0u64..=2,
+        prop::option::of(1u64..=MAX_CONCURRENT),
+        0u64..=3,
+        prop::option::of(1u64..=BUDGET),
+    )
+        .prop_map(
+            |(priority, floor, ceiling, budget_floor, budget_ceiling)| ClassSpec {
+                priority,
+                floor,
+                ceiling: ceiling.map(|c| c.max(floor)),
+                budget_floor,
+                budget_ceiling: budget_ceiling.map(|c| c.max(budget_floor)),
+            },
+        );
     (
         prop::collection::vec(class, 1..=4),
-        0u64..=1,
+        (0u64..=1, 0u64..=2),
         0u8..3,
         any::<bool>(),
         any::<bool>(),
         prop::option::of((1u64..=4, 1u64..=3)),
     )
         .prop_map(
-            |(mut classes, permits, min_priority, lending, shed, rate)| {
-                // Keep Σ floors + reserve within the limit.
+            |(mut classes, (permits, budget), min_priority, lending, shed, rate)| {
+                // Keep Σ floors + reserve within the limit, in each dimension.
                 while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
                     let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
                     c.floor -= 1;
+                }
+                while classes.iter().map(|c| c.budget_floor).sum::<u64>() + budget > BUDGET {
+                    let c = classes.iter_mut().find(|c| c.budget_floor > 0).unwrap();
+                    c.budget_floor -= 1;
                 }
                 Table {
                     classes,
                     reserve: PriorityReserve {
                         permits,
-                        budget: 0,
+                        budget,
                         min_priority,
                     },
                     lending,
@@ -101,26 +118,41 @@ fn table() -> impl Strategy<Value = Table> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u16..4, 1u64..=3, any::<bool>())
-            .prop_map(|(class, weight, wait)| Op::Admit { class, weight, wait }),
+        4 => (0u16..4, 1u64..=3, prop_oneof![2 => Just(0u64), 3 => 0u64..=5], any::<bool>())
+            .prop_map(|(class, weight, cost, wait)| Op::Admit { class, weight, cost, wait }),
         3 => any::<usize>().prop_map(Op::Release),
         1 => any::<usize>().prop_map(Op::Cancel),
         1 => (0u64..=MAX_CONCURRENT).prop_map(Op::Limit),
+        1 => (0u64..=BUDGET).prop_map(Op::Budget),
         2 => (0u64..=60).prop_map(Op::Tick),
     ]
 }
 
-/// How a head stands (the model's own copy of the rule).
+/// How a head stands (the model's own copy of the rule); `Ceiling` and `Pool` name the
+/// dimension that held it back (0 the permits, 1 the budget).
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 enum Verdict {
     Floor,
     Shared,
-    Ceiling,
-    Pool,
+    Ceiling(usize),
+    Pool(usize),
+}
+
+impl Verdict {
+    /// The reason a no-wait request with this verdict is refused (a barger that would fit:
+    /// `concurrency_limit`).
+    fn reason(self) -> Reason {
+        match self {
+            Verdict::Ceiling(1) | Verdict::Pool(1) => Reason::BudgetLimit,
+            _ => Reason::ConcurrencyLimit,
+        }
+    }
 }
 
 struct Model {
+    /// The permit limit and the budget.
     limit: u64,
+    budget: u64,
     spec: Vec<ClassSpec>,
     reserve: PriorityReserve,
     lending: bool,
@@ -130,9 +162,12 @@ struct Model {
     now: u64,
     /// Class indices by rank: priority descending, ties by index.
     order: Vec<usize>,
-    held: Vec<u64>,
-    /// Per class: (waiter id, weight).
-    queues: Vec<VecDeque<(u64, u64)>>,
+    /// Per class: [permits, units] held.
+    held: Vec<[u64; 2]>,
+    /// Per class: (waiter id, [weight, cost]).
+    queues: Vec<VecDeque<(u64, [u64; 2])>>,
+    /// Waiters the model refused, with the reason.
+    refusals: std::collections::HashMap<u64, Reason>,
 }
 
 impl Model {
@@ -141,6 +176,7 @@ impl Model {
         order.sort_by_key(|&i| std::cmp::Reverse(t.classes[i].priority));
         Model {
             limit: MAX_CONCURRENT,
+            budget: BUDGET,
             spec: t.classes.clone(),
             reserve: t.reserve,
             lending: t.lending,
@@ -148,63 +184,122 @@ impl Model {
             gcra: t.rate.map(|(n, b)| (100 * MS / n, 100 * MS / n * b, 0)),
             now: START,
             order,
-            held: vec![0; t.classes.len()],
+            held: vec![[0, 0]; t.classes.len()],
             queues: vec![VecDeque::new(); t.classes.len()],
+            refusals: Default::default(),
         }
     }
 
-    fn ceiling(&self, c: usize) -> u64 {
-        self.spec[c].ceiling.unwrap_or(MAX_CONCURRENT)
+    fn limits(&self) -> [u64; 2] {
+        [self.limit, self.budget]
     }
 
-    fn floors(&self) -> u64 {
-        self.spec.iter().map(|c| c.floor).sum()
+    fn floor(&self, c: usize, d: usize) -> u64 {
+        [self.spec[c].floor, self.spec[c].budget_floor][d]
     }
 
-    fn shared(&self) -> u64 {
+    fn ceiling(&self, c: usize, d: usize) -> u64 {
+        [
+            self.spec[c].ceiling.unwrap_or(MAX_CONCURRENT),
+            self.spec[c].budget_ceiling.unwrap_or(BUDGET),
+        ][d]
+    }
+
+    fn floors(&self, d: usize) -> u64 {
+        (0..self.spec.len()).map(|c| self.floor(c, d)).sum()
+    }
+
+    fn reserve(&self, d: usize) -> u64 {
+        [self.reserve.permits, self.reserve.budget][d]
+    }
+
+    fn shared(&self, d: usize) -> u64 {
         (0..self.spec.len())
-            .map(|c| self.held[c].saturating_sub(self.spec[c].floor))
+            .map(|c| self.held[c][d].saturating_sub(self.floor(c, d)))
             .sum()
     }
 
-    fn verdict(&self, c: usize, w: u64) -> Verdict {
-        let (h, f) = (self.held[c], self.spec[c].floor);
-        if h + w > self.ceiling(c) {
-            return Verdict::Ceiling;
+    fn total(&self, d: usize) -> u64 {
+        self.held.iter().map(|h| h[d]).sum()
+    }
+
+    /// Class `c` asking `n` = [permits, units]: each dimension's ceiling first, then wholly
+    /// inside the untouched floors, else each dimension's need beyond its floor against the
+    /// shared units (the reserve for a high priority; with lending, idle floors).
+    fn verdict(&self, c: usize, n: [u64; 2]) -> Verdict {
+        let mut need = [0; 2];
+        for d in 0..2 {
+            let (h, f) = (self.held[c][d], self.floor(c, d));
+            if h + n[d] > self.ceiling(c, d) {
+                return Verdict::Ceiling(d);
+            }
+            need[d] = (h + n[d]).saturating_sub(f) - h.saturating_sub(f);
         }
-        let need = (h + w).saturating_sub(f) - h.saturating_sub(f);
-        if need == 0 {
+        // With lending, a class that may not take the reserve takes its floor only while the
+        // classes that may not take it hold at most `limit − reserve` with it (its floor may be
+        // lent out: taking it back before the reclaim would eat the reserve).
+        for d in 0..2 {
+            let low = self.spec[c].priority < self.reserve.min_priority;
+            if need[d] == 0 && n[d] > 0 && self.lending && low && self.reserve(d) > 0 {
+                let held: u64 = (0..self.spec.len())
+                    .filter(|&k| self.spec[k].priority < self.reserve.min_priority)
+                    .map(|k| self.held[k][d])
+                    .sum();
+                if held + n[d] > self.limits()[d].saturating_sub(self.reserve(d)) {
+                    return Verdict::Pool(d);
+                }
+            }
+        }
+        if need == [0, 0] {
             return Verdict::Floor;
         }
-        let reserve = if self.spec[c].priority >= self.reserve.min_priority {
-            0
-        } else {
-            self.reserve.permits
-        };
-        let mut cap = self.limit.saturating_sub(self.floors() + reserve);
-        if self.lending {
-            // The other classes' idle floor units, once this take has filled its own floor.
-            let used: u64 = (0..self.spec.len())
-                .map(|k| self.held[k].min(self.spec[k].floor))
-                .sum();
-            cap += self
-                .floors()
-                .saturating_sub(used + w.min(f.saturating_sub(h)));
+        for d in 0..2 {
+            if need[d] == 0 {
+                continue;
+            }
+            let (h, f) = (self.held[c][d], self.floor(c, d));
+            let reserve = if self.spec[c].priority >= self.reserve.min_priority {
+                0
+            } else {
+                self.reserve(d)
+            };
+            let mut cap = self.limits()[d].saturating_sub(self.floors(d) + reserve);
+            if self.lending {
+                // The other classes' idle floor units, once this take has filled its own floor.
+                let used: u64 = (0..self.spec.len())
+                    .map(|k| self.held[k][d].min(self.floor(k, d)))
+                    .sum();
+                cap += self
+                    .floors(d)
+                    .saturating_sub(used + n[d].min(f.saturating_sub(h)));
+            }
+            if self.shared(d) + need[d] > cap {
+                return Verdict::Pool(d);
+            }
         }
-        if self.shared() + need > cap {
-            Verdict::Pool
+        Verdict::Shared
+    }
+
+    /// Why `n` can never be granted now: above the limit or the budget (the engine's
+    /// `never_fits`, permits first), else above the class's ceilings.
+    fn never_fits(&self, c: usize, n: [u64; 2]) -> Option<Reason> {
+        if n[0] > self.limit {
+            Some(Reason::ConcurrencyLimit)
+        } else if n[1] > self.budget {
+            Some(Reason::BudgetLimit)
+        } else if n[0] > self.ceiling(c, 0) {
+            Some(Reason::ConcurrencyLimit)
+        } else if n[1] > self.ceiling(c, 1) {
+            Some(Reason::BudgetLimit)
         } else {
-            Verdict::Shared
+            None
         }
     }
 
-    fn never_fits(&self, c: usize, w: u64) -> bool {
-        w > self.limit || w > self.ceiling(c)
-    }
-
-    /// One dispatch to quiescence: (granted, refused) waiter ids.
-    fn dispatch(&mut self) -> (Vec<u64>, Vec<u64>) {
-        let (mut granted, mut refused) = (vec![], vec![]);
+    /// One dispatch to quiescence: the granted waiter ids (the refused ones are recorded in
+    /// `refusals` with their reasons).
+    fn dispatch(&mut self) -> Vec<u64> {
+        let mut granted = vec![];
         // Classes whose floor head the limit itself held back: other floor heads may still
         // take their own floors, nobody takes shared units past it.
         let mut over_limit = vec![false; self.spec.len()];
@@ -230,11 +325,11 @@ impl Model {
                 }
                 // Heads that can never fit now are refused as the pass meets them.
                 while let Some(&(id, w)) = self.queues[c].front() {
-                    if !self.never_fits(c, w) {
+                    let Some(r) = self.never_fits(c, w) else {
                         break;
-                    }
+                    };
                     self.queues[c].pop_front();
-                    refused.push(id);
+                    self.refusals.insert(id, r);
                 }
                 let Some(&(id, w)) = self.queues[c].front() else {
                     continue;
@@ -246,8 +341,8 @@ impl Model {
                         break;
                     }
                     Verdict::Shared => true,
-                    Verdict::Pool => false,
-                    Verdict::Ceiling => continue,
+                    Verdict::Pool(_) => false,
+                    Verdict::Ceiling(_) => continue,
                 };
                 let p = self.spec[c].priority;
                 match group {
@@ -261,7 +356,7 @@ impl Model {
             }
             close(group, &mut pick, &mut pool_blocked);
             let Some((c, floor)) = pick else {
-                return (granted, refused);
+                return granted;
             };
             // The limit itself comes last (after a shrink, holders above it leave by
             // attrition; with lending, floors may be lent out).
@@ -273,17 +368,21 @@ impl Model {
             });
             if let Some((false, _)) = rated {
                 // A rate-held head stops the pass, floors included (no barging past it).
-                return (granted, refused);
+                return granted;
             }
-            if self.held.iter().sum::<u64>() + w > self.limit {
+            // A cost of 0 asks nothing of the budget, even an overdrawn one (docs/design.md §4.5).
+            if self.total(0) + w[0] > self.limit
+                || (w[1] != 0 && self.total(1) + w[1] > self.budget)
+            {
                 if floor {
                     over_limit[c] = true;
                     continue;
                 }
-                return (granted, refused);
+                return granted;
             }
             let (id, w) = self.queues[c].pop_front().unwrap();
-            self.held[c] += w;
+            self.held[c][0] += w[0];
+            self.held[c][1] += w[1];
             if let (Some(g), Some((true, new))) = (self.gcra.as_mut(), rated) {
                 g.2 = new;
             }
@@ -335,6 +434,7 @@ fn run(t: &Table, ops: &[Op]) {
         Config {
             max_concurrent: MAX_CONCURRENT,
             max_queue: MAX_QUEUE,
+            budget: Some(BUDGET),
             ..Config::DEFAULT
         },
         &ClassTable {
@@ -364,15 +464,16 @@ fn run(t: &Table, ops: &[Op]) {
     let mut shed_ids: Vec<u64> = vec![];
     let mut revision = 0u64;
     // The shared units and the low ranks' shared units after the previous step.
-    let mut prev = (0u64, 0u64, 0u64);
+    let mut prev = [(0u64, 0u64, 0u64); 2];
     for (step, op) in ops.iter().enumerate() {
         match *op {
             Op::Admit {
                 class,
                 weight,
+                cost,
                 wait,
             } => {
-                let r = Request::new(weight).class(class);
+                let r = Request::new(weight).cost(cost).class(class);
                 let r = if wait { r } else { r.no_wait() };
                 // The dry run first: it must answer what the admission then does, and change
                 // nothing the stats show.
@@ -405,11 +506,12 @@ fn run(t: &Table, ops: &[Op]) {
                 // dispatch), then the queue's own rules.
                 let id = next_id;
                 next_id += 1;
-                let expect = if m.limit == 0 || m.never_fits(c, weight) {
-                    Err(Reason::ConcurrencyLimit)
+                let ask = [weight, cost];
+                let expect = if let Some(r) = m.never_fits(c, ask) {
+                    Err(r)
                 } else {
-                    m.queues[c].push_back((id, weight));
-                    let (g, _) = m.dispatch();
+                    m.queues[c].push_back((id, ask));
+                    let g = m.dispatch();
                     if g.contains(&id) {
                         Ok(true)
                     } else {
@@ -422,7 +524,7 @@ fn run(t: &Table, ops: &[Op]) {
                             Err(if rated {
                                 Reason::RateLimit
                             } else {
-                                Reason::ConcurrencyLimit
+                                m.verdict(c, ask).reason()
                             })
                         } else if m.queued() >= MAX_QUEUE {
                             // Shedding: the youngest waiter of the lowest priority below the
@@ -430,14 +532,14 @@ fn run(t: &Table, ops: &[Op]) {
                             match m.victim(c) {
                                 Some(v) => {
                                     shed_ids.push(v);
-                                    m.queues[c].push_back((id, weight));
+                                    m.queues[c].push_back((id, ask));
                                     let _ = m.dispatch();
                                     Ok(false)
                                 }
                                 None => Err(Reason::QueueLimit),
                             }
                         } else {
-                            m.queues[c].push_back((id, weight));
+                            m.queues[c].push_back((id, ask));
                             Ok(false)
                         }
                     }
@@ -466,7 +568,8 @@ fn run(t: &Table, ops: &[Op]) {
                     continue;
                 }
                 let (c, call) = held.swap_remove(i % held.len());
-                m.held[c] -= call.weight();
+                m.held[c][0] -= call.weight();
+                m.held[c][1] -= call.cost();
                 drop(call);
                 let _ = m.dispatch();
             }
@@ -499,10 +602,22 @@ fn run(t: &Table, ops: &[Op]) {
             Op::Limit(l) => {
                 revision += 1;
                 let r = bh.apply_limits(&LimitsSnapshot::new(revision).limit(l));
-                let allowed = l == 0 || l >= m.floors() + m.reserve.permits;
+                let allowed = l == 0 || l >= m.floors(0) + m.reserve.permits;
                 assert_eq!(r.is_ok(), allowed, "step {step} {op:?}: {r:?}");
                 if allowed {
                     m.limit = l;
+                    let _ = m.dispatch();
+                } else {
+                    revision -= 1;
+                }
+            }
+            Op::Budget(b) => {
+                revision += 1;
+                let r = bh.apply_limits(&LimitsSnapshot::new(revision).budget(b));
+                let allowed = b == 0 || b >= m.floors(1) + m.reserve.budget;
+                assert_eq!(r.is_ok(), allowed, "step {step} {op:?}: {r:?}");
+                if allowed {
+                    m.budget = b;
                     let _ = m.dispatch();
                 } else {
                     revision -= 1;
@@ -536,7 +651,7 @@ fn run(t: &Table, ops: &[Op]) {
                     let want = if shed_ids.contains(&id) {
                         Reason::Shed
                     } else {
-                        Reason::ConcurrencyLimit
+                        m.refusals[&id]
                     };
                     assert_eq!(e.reason(), Some(want), "step {step}: waiter {id}");
                 }
@@ -545,69 +660,71 @@ fn run(t: &Table, ops: &[Op]) {
         waiting = still;
         // The model's holds are the test's.
         for c in 0..t.classes.len() {
-            let ours: u64 = held
+            let ours = held
                 .iter()
                 .filter(|(k, _)| *k == c)
-                .map(|(_, x)| x.weight())
-                .sum();
+                .fold([0, 0], |a, (_, x)| [a[0] + x.weight(), a[1] + x.cost()]);
             assert_eq!(m.held[c], ours, "step {step}: class {c} hold");
             let cs = bh.class_stats(c as u16).unwrap();
             assert_eq!(
-                (cs.in_flight, cs.queued),
-                (ours, m.queues[c].len() as u64),
+                (cs.in_flight, cs.budget_in_use, cs.queued),
+                (ours[0], ours[1], m.queues[c].len() as u64),
                 "step {step}: class {c}"
             );
-            assert!(cs.in_flight <= cs.ceiling);
+            assert!(cs.in_flight <= cs.ceiling && cs.budget_in_use <= cs.budget_ceiling);
         }
         let s = bh.stats();
-        let total: u64 = m.held.iter().sum();
         assert_eq!(
-            (s.active, s.queued),
-            (total, m.queued()),
+            (s.active, s.budget.unwrap().in_use, s.queued),
+            (m.total(0), m.total(1), m.queued()),
             "step {step}: {s}"
         );
         assert_eq!(
-            bh.class_shared_in_use().unwrap()[0],
-            m.shared(),
+            bh.class_shared_in_use().unwrap(),
+            [m.shared(0), m.shared(1)],
             "step {step}"
         );
-        // The partition: the shared units fit the limit less the floors, and the low ranks'
-        // fit that less the reserve — or, after a shrink left holders above it (attrition),
-        // they never grow until they fit again.
-        let low: u64 = (0..t.classes.len())
-            .filter(|&c| t.classes[c].priority < t.reserve.min_priority)
-            .map(|c| m.held[c].saturating_sub(t.classes[c].floor))
-            .sum();
-        let cap = m.limit.saturating_sub(m.floors());
-        let mut low_cap = cap.saturating_sub(t.reserve.permits);
-        if t.lending {
-            // Borrowed idle floor units count beyond their borrowers' floors.
-            let used: u64 = (0..t.classes.len())
-                .map(|k| m.held[k].min(t.classes[k].floor))
+        // The partition, per dimension: the shared units fit the limit less the floors, and
+        // the low ranks' fit that less the reserve — or, after a shrink left holders above it
+        // (attrition), they never grow until they fit again.
+        for (d, pr) in prev.iter_mut().enumerate() {
+            let low: u64 = (0..t.classes.len())
+                .filter(|&c| t.classes[c].priority < t.reserve.min_priority)
+                .map(|c| m.held[c][d].saturating_sub(m.floor(c, d)))
                 .sum();
-            low_cap += m.floors().saturating_sub(used);
+            let cap = m.limits()[d].saturating_sub(m.floors(d));
+            let mut low_cap = cap.saturating_sub(m.reserve(d));
+            if t.lending {
+                // Borrowed idle floor units count beyond their borrowers' floors.
+                let used: u64 = (0..t.classes.len())
+                    .map(|k| m.held[k][d].min(m.floor(k, d)))
+                    .sum();
+                low_cap += m.floors(d).saturating_sub(used);
+            }
+            let (p_shared, p_low, p_total) = *pr;
+            // With lending the shared units may pass it by design (borrowed idle floors); the
+            // limit still holds every unit.
+            assert!(
+                m.shared(d) <= cap || m.shared(d) <= p_shared || t.lending,
+                "step {step}: the shared units of dimension {d} grew past the limit less the floors"
+            );
+            assert!(
+                m.total(d) <= m.limits()[d] || m.total(d) <= p_total,
+                "step {step}: the holds of dimension {d} grew past the limit"
+            );
+            assert!(
+                low <= low_cap || low <= p_low,
+                "step {step}: the low ranks grew into the reserve of dimension {d}"
+            );
+            *pr = (m.shared(d), low, m.total(d));
         }
-        // With lending the shared units may pass it by design (borrowed idle floors); the
-        // limit still holds every unit.
-        assert!(
-            m.shared() <= cap || m.shared() <= prev.0 || t.lending,
-            "step {step}: the shared units grew past the limit less the floors"
-        );
-        assert!(
-            total <= m.limit || total <= prev.2,
-            "step {step}: the holds grew past the limit"
-        );
-        assert!(
-            low <= low_cap || low <= prev.1,
-            "step {step}: the low ranks grew into the reserve"
-        );
-        prev = (m.shared(), low, total);
     }
     drop(waiting);
     drop(held);
     let s = bh.stats();
     assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
     assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+    assert_eq!(s.budget.unwrap().in_use, 0, "{s}");
 }
 
 proptest! {

@@ -135,6 +135,7 @@ impl<const N: usize> Engine<N> {
         // refuses only past the limit: a shrink's attrition, the kill switch).
         if c == 0
             && !book.has_rates()
+            && book.floor_path_open(r)
             && book.ranks[r].queued.load(SeqCst) == 0
             && book.try_floor(r, w)
         {

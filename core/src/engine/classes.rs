@@ -462,6 +462,13 @@ impl ClassBook {
             }
             need[d] = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
         }
+        for d in 0..DIMS {
+            if need[d] == 0 && !self.floor_keeps_reserve(r, d, n[d], limits[d]) {
+                // Its floor is lent out and taking it now would eat the reserve: it waits for
+                // the reclaim, holding younger shared takes back (as a short pool does).
+                return Verdict::Pool(d);
+            }
+        }
         if need == [0, 0] {
             return Verdict::Floor;
         }
@@ -501,6 +508,36 @@ impl ClassBook {
         }
         // SeqCst: as in `verdict`.
         self.shared_used[d].load(SeqCst).saturating_add(want) <= cap
+    }
+
+    /// Whether rank `r` taking `n` units of dimension `d` inside its own floor keeps the
+    /// priority reserve whole (docs/design.md §4.8, lending). Without lending a floor is never
+    /// lent, so a floor take never reaches the reserve. With lending, a borrower may hold the
+    /// owner's idle floor units; the owner taking its floor back before they return would then
+    /// come out of the reserve — so a class that may not take the reserve takes its floor only
+    /// while the classes that may not take it hold at most `limit − reserve` with it (a scan
+    /// of the classes' holds: lending and a reserve together only).
+    pub(crate) fn floor_keeps_reserve(&self, r: usize, d: usize, n: Word, limit: Word) -> bool {
+        if !self.lending || n == 0 || self.may_reserve(r) {
+            return true;
+        }
+        let reserve = self.reserve_of(d);
+        if reserve == 0 {
+            return true;
+        }
+        let low: Word = (0..self.ranks.len())
+            .filter(|&k| !self.may_reserve(k))
+            // SeqCst: as in `verdict`.
+            .map(|k| self.ranks[k].held[d].load(SeqCst))
+            .sum();
+        low.saturating_add(n) <= limit.saturating_sub(reserve)
+    }
+
+    /// Whether the one-CAS floor path may decide for rank `r` (else the pass does): not while
+    /// lent floors could put its floor take into the reserve.
+    #[inline]
+    pub(crate) fn floor_path_open(&self, r: usize) -> bool {
+        !self.lending || self.may_reserve(r) || self.reserve_of(0) == 0
     }
 
     /// Rank `r`'s hold of dimension `d` moved from `prev` to `next` (one RMW or CAS of its
@@ -553,6 +590,7 @@ impl ClassBook {
                 if h + n[d] > rank.ceiling(d)
                     || (want != 0
                         && (floor_only || !self.fits_pool(r, d, h, n[d], want, limits[d])))
+                    || (want == 0 && !self.floor_keeps_reserve(r, d, n[d], limits[d]))
                 {
                     if d == 1 {
                         self.give(r, [n[0], 0]);

@@ -1006,3 +1006,58 @@ fn a_dry_run_sees_the_heads_the_dispatch_order_serves_first() {
     ));
     partition_holds(&bh);
 }
+
+#[test]
+fn a_lent_floor_taken_back_never_eats_the_priority_reserve() {
+    // Limit 4 = B's floor 1 + a reserve of 1 (priority ≥ 5) + 2 shared; lending on; A and B
+    // both priority 0. A borrows B's idle floor unit past the shared two. B's floor is then
+    // lent out: taking it back now would hold 4 units among the classes the reserve is not for,
+    // eating the reserve — B waits for the reclaim instead (the reference model found B
+    // granted when its floor take checked only the limit).
+    let classes = [
+        ClassSpec::DEFAULT,
+        ClassSpec {
+            floor: 1,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            priority: 10,
+            ..ClassSpec::DEFAULT
+        },
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 4,
+            max_queue: 8,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            lending: true,
+            reserve: PriorityReserve {
+                permits: 1,
+                budget: 0,
+                min_priority: 5,
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let a = granted(bh.admit(&now(0, 3), None));
+    assert_eq!(
+        refused(bh.admit(&now(1, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit),
+        "B's floor is lent out and the rest is the reserve"
+    );
+    let mut b = queued(bh.admit(&wait(1, 1), None));
+    // The reserve is still there for the high class.
+    let hi = granted(bh.admit(&now(2, 1), None));
+    drop(hi);
+    // A returns a unit: B's floor comes back to it first.
+    let mut a = a;
+    a.release_partial(1).unwrap();
+    let b = poll_granted(&mut b).expect("reclaimed");
+    assert_eq!(bh.class_stats(1).unwrap().in_flight, 1);
+    drop((a, b));
+    partition_holds(&bh);
+}
