@@ -1266,12 +1266,7 @@ fn events_fire_exactly_once_per_step_under_threads() {
 /// passes the limit); at the end the class counts are back at 0 and add up to the stats.
 #[test]
 fn classes_keep_their_partition_under_threads() {
-    use std::time::Instant;
-
-    use hullguard_core::{
-        Decision, Request,
-        config::{ClassSpec, ClassTable, PriorityReserve},
-    };
+    use hullguard_core::config::{ClassSpec, ClassTable, PriorityReserve};
     let classes = [
         ClassSpec {
             priority: 10,
@@ -1306,19 +1301,63 @@ fn classes_keep_their_partition_under_threads() {
         ClockSource::None,
     )
     .unwrap();
+    let (granted, refused) = hammer_classes(&bh, 3, false, |bh| {
+        // Only single-word figures are checked mid-run (a sum of racing reads is no
+        // invariant): the permit word's free count, each class's hold, the shared units.
+        let s = bh.stats();
+        assert!(s.available >= 0, "I1: {s}");
+        for c in 0..3u16 {
+            let cs = bh.class_stats(c).unwrap();
+            assert!(
+                cs.in_flight <= cs.ceiling,
+                "class {c} above its ceiling: {cs:?}"
+            );
+        }
+        let shared = bh.class_shared_in_use().unwrap()[0];
+        assert!(
+            shared <= 8 - 3,
+            "the shared units passed the limit less the floors: {shared}"
+        );
+    });
+    let s = bh.stats();
+    assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
+    assert_eq!(s.available, 8, "{s}");
+    for c in 0..3u16 {
+        let cs = bh.class_stats(c).unwrap();
+        assert_eq!((cs.in_flight, cs.queued), (0, 0), "{cs:?}");
+    }
+    assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
+    assert_eq!(s.admitted_total, granted, "{s}");
+    assert!(granted > 0 && refused > 0);
+}
+
+/// Four threads of random classed admissions on `bh` (classes `0 .. classes`, weights 1–2,
+/// with `cost` also costs 0–4 units; no-wait or queued with a short blocking wait), releases
+/// whole and partial; a fifth thread runs `check` until they are done. Returns (granted,
+/// refused).
+fn hammer_classes(
+    bh: &Bulkhead,
+    classes: u64,
+    cost: bool,
+    check: impl Fn(&Bulkhead) + Sync,
+) -> (u64, u64) {
+    use std::time::Instant;
+
+    use hullguard_core::{Decision, Request};
     let ops = ops_per_thread() / 4;
     let running = AtomicU64::new(4);
     let (granted, refused) = (AtomicU64::new(0), AtomicU64::new(0));
     thread::scope(|s| {
         for t in 0..4u64 {
-            let (bh, granted, refused, running) = (&bh, &granted, &refused, &running);
+            let (granted, refused, running) = (&granted, &refused, &running);
             s.spawn(move || {
                 let mut rng = Rng(0xc1a5 + t);
                 let mut held: Vec<hullguard_core::Call<&Bulkhead, 0>> = Vec::new();
                 for _ in 0..ops {
-                    let class = rng.below(3) as u16;
+                    let class = rng.below(classes) as u16;
                     let w = 1 + rng.below(2);
-                    let request = Request::new(w).class(class);
+                    let units = if cost { rng.below(5) } else { 0 };
+                    let request = Request::new(w).cost(units).class(class);
                     let decision = if rng.below(2) == 0 {
                         bh.admit(&request.no_wait(), None)
                     } else {
@@ -1362,39 +1401,87 @@ fn classes_keep_their_partition_under_threads() {
                 running.fetch_sub(1, SeqCst);
             });
         }
-        let (bh, running) = (&bh, &running);
+        let (running, check) = (&running, &check);
         s.spawn(move || {
             let mut checks = 0u64;
-            // Only single-word figures are checked mid-run (a sum of racing reads is no
-            // invariant): the permit word's free count, each class's hold, the shared units.
             while running.load(SeqCst) > 0 || checks == 0 {
                 checks += 1;
-                let s = bh.stats();
-                assert!(s.available >= 0, "I1: {s}");
-                for c in 0..3u16 {
-                    let cs = bh.class_stats(c).unwrap();
-                    assert!(
-                        cs.in_flight <= cs.ceiling,
-                        "class {c} above its ceiling: {cs:?}"
-                    );
-                }
-                let shared = bh.class_shared_in_use().unwrap()[0];
-                assert!(
-                    shared <= 8 - 3,
-                    "the shared units passed the limit less the floors: {shared}"
-                );
+                check(bh);
                 thread::yield_now();
             }
         });
     });
+    (granted.load(SeqCst), refused.load(SeqCst))
+}
+
+#[test]
+fn classes_with_a_budget_lending_and_a_reserve_keep_both_dimensions_under_threads() {
+    use hullguard_core::config::{ClassSpec, ClassTable, PriorityReserve};
+    // Both dimensions partitioned (floors and a reserve in each), lending on: the lent-floor
+    // reclaim, the reserve and the two-dimension takes all race here.
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 1,
+            budget_floor: 3,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            floor: 2,
+            budget_floor: 4,
+            budget_ceiling: Some(10),
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 8,
+            max_queue: 16,
+            budget: Some(16),
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            lending: true,
+            reserve: PriorityReserve {
+                permits: 1,
+                budget: 2,
+                min_priority: 5,
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    let (granted, refused) = hammer_classes(&bh, 3, true, |bh| {
+        let s = bh.stats();
+        assert!(s.available >= 0, "I1: {s}");
+        assert!(s.budget.unwrap().available >= 0, "I1 of the budget: {s}");
+        for c in 0..3u16 {
+            let cs = bh.class_stats(c).unwrap();
+            assert!(
+                cs.in_flight <= cs.ceiling && cs.budget_in_use <= cs.budget_ceiling,
+                "class {c} above a ceiling: {cs:?}"
+            );
+        }
+    });
     let s = bh.stats();
     assert_eq!((s.active, s.queued, s.granted_unclaimed), (0, 0, 0), "{s}");
-    assert_eq!(s.available, 8, "{s}");
+    let b = s.budget.unwrap();
+    assert_eq!(
+        (b.in_use, b.available, b.granted_unclaimed),
+        (0, 16, 0),
+        "{s}"
+    );
     for c in 0..3u16 {
         let cs = bh.class_stats(c).unwrap();
-        assert_eq!((cs.in_flight, cs.queued), (0, 0), "{cs:?}");
+        assert_eq!(
+            (cs.in_flight, cs.budget_in_use, cs.queued),
+            (0, 0, 0),
+            "{cs:?}"
+        );
     }
     assert_eq!(bh.class_shared_in_use(), Some([0, 0]));
-    assert_eq!(s.admitted_total, granted.load(SeqCst), "{s}");
-    assert!(granted.load(SeqCst) > 0 && refused.load(SeqCst) > 0);
+    assert_eq!(s.admitted_total, granted, "{s}");
+    assert!(granted > 0 && refused > 0);
 }
