@@ -48,6 +48,7 @@ impl<const N: usize> Bulkhead<N> {
         self.store_class_ceilings(&[c], true);
         // A raise may let waiters go (and a lowered one changes nothing a pass would do).
         self.rate_tick();
+        self.emit_reconfigure();
         Ok(())
     }
 

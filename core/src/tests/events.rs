@@ -613,3 +613,41 @@ fn a_shedding_arrival_reports_its_victim_and_the_victim_its_rejection() {
     drop(poll_granted(&mut c).unwrap());
     drop(poll_granted(&mut d).unwrap());
 }
+
+#[test]
+fn class_ceilings_and_the_class_table_at_run_time_are_reconfigurations() {
+    use crate::{
+        ClassTableLimits,
+        config::classes::{ClassSpec, ClassTable, PriorityReserve},
+    };
+    let classes = [ClassSpec::DEFAULT, ClassSpec::DEFAULT];
+    let log = Arc::new(Log::default());
+    let bh = Bulkhead::with_classes_and_observer(
+        Config {
+            max_concurrent: 4,
+            ..Config::DEFAULT
+        },
+        &ClassTable::new(&classes),
+        ClockSource::None,
+        Some(log.clone()),
+    )
+    .unwrap();
+    bh.set_class_ceiling(1, Some(2), None).unwrap();
+    let table = ClassTableLimits {
+        reserve: Some(PriorityReserve {
+            permits: 1,
+            budget: 0,
+            min_priority: 1,
+        }),
+        ..ClassTableLimits::NONE
+    };
+    bh.apply_limits_with_table(&LimitsSnapshot::new(3), &table)
+        .unwrap();
+    assert_eq!(
+        log.take(),
+        [
+            "reconfigure rev=0 limit=4 budget=None off",
+            "reconfigure rev=3 limit=4 budget=None off",
+        ]
+    );
+}
