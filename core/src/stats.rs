@@ -100,6 +100,11 @@ pub struct ClassStats {
     pub budget_in_use: u64,
     /// Its live waiters.
     pub queued: u64,
+    /// Which of its own ceilings it observes (docs/design.md §4.8).
+    pub observe: crate::observe::Observe,
+    /// Requests its observed ceilings would have refused: let through (also counted in the
+    /// bulkhead's `observed_by_reason`) or refused by another bound.
+    pub observed: u64,
 }
 
 /// The budget block of [`Stats`]: the second dimension, the same shape as the permits' fields.

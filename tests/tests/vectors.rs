@@ -344,6 +344,9 @@ impl Runner {
                     ceiling: n(k, "ceiling"),
                     budget_floor: n(k, "budget_floor").unwrap_or(0),
                     budget_ceiling: n(k, "budget_ceiling"),
+                    observe: k.get("observe").map_or(Observe::Off, |o| {
+                        Observe::parse(o.as_str().unwrap()).unwrap()
+                    }),
                 })
                 .collect();
             let table = ClassTable {
@@ -903,6 +906,7 @@ impl Runner {
                     "in_flight": c.in_flight,
                     "queued": c.queued,
                     "ceiling": c.ceiling,
+                    "observed": c.observed,
                 });
                 vectors::subset(&ctx, &step["expect"], &got);
             }

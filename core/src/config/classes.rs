@@ -38,6 +38,12 @@ pub struct ClassSpec {
     /// The most budget units this class may hold, `budget_floor ..= budget`; `None`: the
     /// budget.
     pub budget_ceiling: Option<u64>,
+    /// The class's own ceilings in observe (shadow) mode (docs/design.md §4.8): a request past
+    /// an observed ceiling is counted (`ClassStats::observed`; `observed_by_reason` when it is
+    /// let through) and decided by everything else — floors, the shared units, the reserve, the
+    /// limit and the budget stay enforced (C32). How a registry key under a global cap observes
+    /// its own limit. `Budget` and `All` need a budget. `Off` by default.
+    pub observe: crate::observe::Observe,
 }
 
 impl ClassSpec {
@@ -48,6 +54,7 @@ impl ClassSpec {
         ceiling: None,
         budget_floor: 0,
         budget_ceiling: None,
+        observe: crate::observe::Observe::Off,
     };
 }
 
@@ -244,7 +251,7 @@ impl fmt::Display for ClassError {
             ),
             ClassError::NoBudget { class: Some(c) } => write!(
                 f,
-                "classes[{c}]: a budget floor or ceiling needs a bulkhead with a budget"
+                "classes[{c}]: a budget floor, ceiling or observe needs a bulkhead with a budget"
             ),
             ClassError::NoBudget { class: None } => {
                 f.write_str("classes: a budget reserve needs a bulkhead with a budget")
@@ -334,7 +341,9 @@ impl<'a> ClassTable<'a> {
                     max: config.max_concurrent,
                 });
             }
-            if budget == 0 && (c.budget_floor != 0 || c.budget_ceiling.is_some()) {
+            if budget == 0
+                && (c.budget_floor != 0 || c.budget_ceiling.is_some() || c.observe.budget())
+            {
                 return Err(ClassError::NoBudget { class: Some(i) });
             }
             let bceiling = c.budget_ceiling.unwrap_or(budget);

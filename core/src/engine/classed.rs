@@ -96,10 +96,11 @@ impl<const N: usize> Engine<N> {
         if book.rate_never(c) {
             return Some(Reason::RateLimit);
         }
-        let rank = &book.ranks[book.rank(class)];
-        if w > rank.ceiling(0) {
+        let r = book.rank(class);
+        let rank = &book.ranks[r];
+        if w > rank.ceiling(0) && !book.observes(r, 0) {
             Some(Reason::ConcurrencyLimit)
-        } else if c > rank.ceiling(1) {
+        } else if c > rank.ceiling(1) && !book.observes(r, 1) {
             Some(Reason::BudgetLimit)
         } else {
             None
@@ -160,6 +161,17 @@ impl<const N: usize> Engine<N> {
         self.ring.publish(t);
         self.run_dispatcher();
         let answer = loop {
+            // Settled first (then it stays so: only this caller consumes it), so a grant's
+            // observed-ceiling bits are read while the cell is still this request's.
+            let past = match self.ring.stamp_of(t) {
+                Some((_, s)) if s.kind() == Kind::Waiting => {
+                    crate::sync::spin_wait();
+                    self.run_dispatcher();
+                    continue;
+                }
+                Some((_, s)) if s.kind() == Kind::Granted => self.ring.cell(t).bypass.load(Relaxed),
+                _ => 0,
+            };
             match self.poll_as(Ticket(t), None, false, true) {
                 Ok(Polled::Pending) => {
                     // Never wait for another thread's wakers: run the pass owed to this cell
@@ -167,7 +179,7 @@ impl<const N: usize> Engine<N> {
                     crate::sync::spin_wait();
                     self.run_dispatcher();
                 }
-                Ok(Polled::Granted { .. }) => break Ok(0),
+                Ok(Polled::Granted { .. }) => break Ok(past),
                 Ok(Polled::Rejected { rejection, .. }) => break Err(take_error(rejection.reason)),
                 // Nobody else holds this ticket.
                 Err(_) => break Err(TakeError::Busy),
@@ -221,6 +233,18 @@ impl<const N: usize> Engine<N> {
             bound,
             dimension: d as u8,
         });
+    }
+
+    /// A request of class `class` asking `w` and `c` was refused for good (not a queueing
+    /// request's first step): if its class's observed ceilings would have refused it too, the
+    /// class counts it (docs/design.md §4.8, C32 step 3).
+    pub(crate) fn count_class_refusal(&self, w: Word, c: Word, class: u16) {
+        if let Some(book) = self.classes() {
+            let r = book.rank(class);
+            if book.past_observed_ceiling(r, [w, c]) {
+                book.count_observed(r);
+            }
+        }
     }
 
     /// With rates: how long (ns on the bulkhead's clock) until one request of `c` units would
@@ -838,11 +862,11 @@ impl<const N: usize> Engine<N> {
             Reserve::Closed => return Grant::Done,
         }
         let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
-        if !book.try_take(head.rank, [w, c], limits, floor) {
+        let Some(past) = book.try_take(head.rank, [w, c], limits, floor) else {
             // A fast-path floor take raced the verdict: look again.
             self.permits.give(w, c);
             return Grant::Done;
-        }
+        };
         // Before the grant is visible, as the plain pass (the owner may claim it at once).
         self.counters.unclaimed.fetch_add(w, AcqRel);
         if c != 0 {
@@ -856,10 +880,20 @@ impl<const N: usize> Engine<N> {
         } else {
             0
         };
-        cell.bypass.store(0, Relaxed);
+        // The class's observed ceilings it went past (its `observe_bypass` event; the owner of
+        // a no-wait cell reads it before it takes the grant).
+        cell.bypass.store(past, Relaxed);
         if self.ring.settle(cell, s, Kind::Granted).is_ok() {
             if let Some(t) = tats {
                 book.rate_commit(t);
+            }
+            if past != 0 {
+                book.count_observed(head.rank);
+                self.counters.observe(if past & super::OBSERVE_CALLS != 0 {
+                    Reason::ConcurrencyLimit
+                } else {
+                    Reason::BudgetLimit
+                });
             }
             lists.unlink(head.cell);
             if !head.nowait {

@@ -53,6 +53,11 @@ pub(crate) struct Rank {
     pub(crate) held: [AtomicWord; DIMS],
     /// Live waiters of this class (a statistic and the dry run's `ahead`).
     pub(crate) queued: AtomicWord,
+    /// The dimensions whose ceiling this class observes (`OBSERVE_*` bits; docs/design.md
+    /// §4.8): past it a request is counted, not held back.
+    observe: AtomicWord,
+    /// Requests its observed ceilings would have refused (granted, or refused by another bound).
+    observed: AtomicWord,
 }
 
 impl Rank {
@@ -248,6 +253,23 @@ pub(crate) const SHED_BIT: Word = 1 << 17;
 /// Set by the pass that evicted a victim for it: the arrival holds the victim's place now.
 pub(crate) const WON_BIT: Word = 1 << 18;
 
+/// The `OBSERVE_*` bits of a class's observe mode.
+fn observe_bits(o: crate::observe::Observe) -> Word {
+    use super::permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
+    (if o.concurrency() { OBSERVE_CALLS } else { 0 })
+        | (if o.budget() { OBSERVE_BUDGET } else { 0 })
+}
+
+/// The `OBSERVE_*` bit of dimension `d`.
+const fn observe_bit(d: usize) -> Word {
+    use super::permit_word::{OBSERVE_BUDGET, OBSERVE_CALLS};
+    if d == 0 {
+        OBSERVE_CALLS
+    } else {
+        OBSERVE_BUDGET
+    }
+}
+
 /// `max(0, held − floor)`.
 #[inline]
 const fn over(held: Word, floor: Word) -> Word {
@@ -288,6 +310,8 @@ impl ClassBook {
                     ],
                     held: [AtomicWord::new(0), AtomicWord::new(0)],
                     queued: AtomicWord::new(0),
+                    observe: AtomicWord::new(observe_bits(c.observe)),
+                    observed: AtomicWord::new(0),
                 }
             })
             .collect();
@@ -457,7 +481,7 @@ impl ClassBook {
         for d in 0..DIMS {
             // SeqCst: with the releases' RMWs and `pending` (see `has_pending`).
             let h = rank.held[d].load(SeqCst);
-            if h.saturating_add(n[d]) > rank.ceiling(d) {
+            if h.saturating_add(n[d]) > rank.ceiling(d) && !self.observes(r, d) {
                 return Verdict::Ceiling(d);
             }
             need[d] = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
@@ -515,8 +539,9 @@ impl ClassBook {
     /// lent, so a floor take never reaches the reserve. With lending, a borrower may hold the
     /// owner's idle floor units; the owner taking its floor back before they return would then
     /// come out of the reserve — so a class that may not take the reserve takes its floor only
-    /// while the classes that may not take it hold at most `limit − reserve` with it (a scan
-    /// of the classes' holds: lending and a reserve together only).
+    /// while the holds of the classes that may not take it, plus every other class's floor
+    /// part, stay within `limit − reserve` with it (a scan of the classes' holds: lending and a
+    /// reserve together only).
     pub(crate) fn floor_keeps_reserve(&self, r: usize, d: usize, n: Word, limit: Word) -> bool {
         if !self.lending || n == 0 || self.may_reserve(r) {
             return true;
@@ -525,12 +550,20 @@ impl ClassBook {
         if reserve == 0 {
             return true;
         }
-        let low: Word = (0..self.ranks.len())
-            .filter(|&k| !self.may_reserve(k))
-            // SeqCst: as in `verdict`.
-            .map(|k| self.ranks[k].held[d].load(SeqCst))
+        // What the reserve must stay clear of: every hold of a class that may not take it, and
+        // every class's floor part (a floor is its owner's, whoever else may borrow it).
+        let outside: Word = (0..self.ranks.len())
+            .map(|k| {
+                // SeqCst: as in `verdict`.
+                let h = self.ranks[k].held[d].load(SeqCst);
+                if self.may_reserve(k) {
+                    h.min(self.ranks[k].floor[d])
+                } else {
+                    h
+                }
+            })
             .sum();
-        low.saturating_add(n) <= limit.saturating_sub(reserve)
+        outside.saturating_add(n) <= limit.saturating_sub(reserve)
     }
 
     /// Whether the one-CAS floor path may decide for rank `r` (else the pass does): not while
@@ -571,14 +604,16 @@ impl ClassBook {
     /// the room `limits` leave (a fast-path floor take may have raced the verdict). `false`,
     /// with nothing taken, if it no longer fits.
     /// `floor_only`: refuse a take that needs shared units (a head picked as a floor head).
+    /// `Some` with the `OBSERVE_*` bits of the dimensions it took past an observed ceiling.
     pub(crate) fn try_take(
         &self,
         r: usize,
         n: [Word; DIMS],
         limits: [Word; DIMS],
         floor_only: bool,
-    ) -> bool {
+    ) -> Option<Word> {
         let rank = &self.ranks[r];
+        let mut past = 0;
         for d in 0..DIMS {
             if n[d] == 0 {
                 continue;
@@ -587,7 +622,8 @@ impl ClassBook {
             let mut h = rank.held[d].load(SeqCst);
             loop {
                 let want = over(h + n[d], rank.floor[d]) - over(h, rank.floor[d]);
-                if h + n[d] > rank.ceiling(d)
+                let above = h + n[d] > rank.ceiling(d);
+                if (above && !self.observes(r, d))
                     || (want != 0
                         && (floor_only || !self.fits_pool(r, d, h, n[d], want, limits[d])))
                     || (want == 0 && !self.floor_keeps_reserve(r, d, n[d], limits[d]))
@@ -595,17 +631,55 @@ impl ClassBook {
                     if d == 1 {
                         self.give(r, [n[0], 0]);
                     }
-                    return false;
+                    return None;
                 }
                 // SeqCst: one order with the releases and the fast path's floor takes.
                 match rank.held[d].compare_exchange_weak(h, h + n[d], SeqCst, SeqCst) {
-                    Ok(_) => break,
+                    Ok(_) => {
+                        if above {
+                            past |= observe_bit(d);
+                        }
+                        break;
+                    }
                     Err(actual) => h = actual,
                 }
             }
             self.moved(r, d, h, h + n[d]);
         }
-        true
+        Some(past)
+    }
+
+    /// Whether rank `r` observes its ceiling of dimension `d` (docs/design.md §4.8).
+    #[inline]
+    pub(crate) fn observes(&self, r: usize, d: usize) -> bool {
+        // Relaxed: a setting (written before the class is used: at construction, or when a
+        // registry gives the idle class to a key).
+        self.ranks[r].observe.load(Relaxed) & observe_bit(d) != 0
+    }
+
+    /// Whether rank `r` asking `n` is past an observed ceiling now (a refusal its own
+    /// ceilings would have given, counted for the class).
+    pub(crate) fn past_observed_ceiling(&self, r: usize, n: [Word; DIMS]) -> bool {
+        let rank = &self.ranks[r];
+        (0..DIMS).any(|d| {
+            n[d] != 0
+                && self.observes(r, d)
+                // SeqCst: as in `verdict`.
+                && rank.held[d].load(SeqCst).saturating_add(n[d]) > rank.ceiling(d)
+        })
+    }
+
+    /// Counts a request of rank `r` its observed ceilings would have refused.
+    pub(crate) fn count_observed(&self, r: usize) {
+        self.ranks[r].observed.fetch_add(1, Relaxed);
+    }
+
+    /// Sets class `index`'s observe mode (an idle class: a registry key's, when it is given).
+    pub(crate) fn set_observe(&self, index: u16, observe: crate::observe::Observe) {
+        // Relaxed: see `observes`.
+        self.ranks[self.rank(index)]
+            .observe
+            .store(observe_bits(observe), Relaxed);
     }
 
     /// The fast path (docs/design.md §4.8): `w` permits (and no budget units) for rank `r`
@@ -833,6 +907,11 @@ impl ClassBook {
             budget_ceiling: r.ceiling(1) as u64,
             budget_in_use: r.held[1].load(Acquire) as u64,
             queued: (r.queued.load(Acquire) as crate::sync::SWord).max(0) as u64,
+            observe: {
+                let b = r.observe.load(Relaxed);
+                crate::observe::Observe::of(b & observe_bit(0) != 0, b & observe_bit(1) != 0)
+            },
+            observed: r.observed.load(Relaxed) as u64,
         })
     }
 

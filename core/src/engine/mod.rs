@@ -621,7 +621,10 @@ impl<const N: usize> Engine<N> {
             #[allow(unused_mut)]
             let mut r = self.refuse(e);
             #[cfg(feature = "alloc")]
-            self.name_class(&mut r, w, c, class);
+            {
+                self.name_class(&mut r, w, c, class);
+                self.count_class_refusal(w, c, class);
+            }
             r
         })
     }
@@ -764,6 +767,7 @@ impl<const N: usize> Engine<N> {
                 .enqueue_in(w, c, waker, call, observe, class, patience_ns)
                 .map_err(|mut r| {
                     self.name_class(&mut r, w, c, class);
+                    self.count_class_refusal(w, c, class);
                     r
                 });
         }

@@ -116,6 +116,15 @@ impl<const N: usize> Bulkhead<N> {
         let _ = (classes, raise);
     }
 
+    /// Stores class `class`'s observe mode (an idle class: a registry key's, when the key is
+    /// given the class under the registry's lock; docs/design.md §4.8).
+    #[cfg(feature = "std")]
+    pub(crate) fn store_class_observe(&self, class: u16, observe: crate::observe::Observe) {
+        if let Some(book) = self.engine.classes() {
+            book.set_observe(class, observe);
+        }
+    }
+
     /// Stores class `class`'s permit ceiling without a pass (validated by the caller: a class
     /// of this classed bulkhead, `≥` its floor): for a class nobody waits in (a registry slot
     /// being assigned under the registry's lock, where no waker may run).

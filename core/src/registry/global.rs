@@ -110,7 +110,8 @@ impl Global {
     /// [`MAX_GLOBAL_KEYS`]; per-key options a class cannot carry (a key takes only its own
     /// `max_concurrent`: an override differing from the defaults in anything else); options of
     /// the defaults that would silently become global (`breaker`, `start_limit`), and what a
-    /// classed bulkhead refuses (`observe`, `enabled = false`, `adaptive`, `max_reservations`).
+    /// classed bulkhead refuses (`enabled = false`, `adaptive`, `max_reservations`). A key's
+    /// `observe` observes its own limit (its class's ceiling) under the enforced cap.
     pub(crate) fn build(
         cap: GlobalCap,
         (defaults, overrides, max_keys): (&Config, &HashMap<String, Config>, usize),
@@ -149,6 +150,7 @@ impl Global {
         for (k, o) in overrides {
             let own = Config {
                 max_concurrent: d.max_concurrent,
+                observe: d.observe,
                 ..*o
             };
             if own != *d {
@@ -156,8 +158,8 @@ impl Global {
                     Some(k),
                     "overrides",
                     format!(
-                        "under a global cap a key takes only its own max_concurrent; every other \
-                         option comes from the defaults (key {k:?} differs)"
+                        "under a global cap a key takes only its own max_concurrent and observe; \
+                         every other option comes from the defaults (key {k:?} differs)"
                     ),
                 ));
             }
@@ -173,9 +175,12 @@ impl Global {
                 names: names.clone().expect("built with the observer"),
             })
         });
+        // A key's `observe` is its class's: it observes the key's own limit (its ceiling); the
+        // cap over all keys stays enforced (C32 step 3).
         let shared = Config {
             max_concurrent: cap.limit,
             max_queue: cap.max_queue,
+            observe: crate::observe::Observe::Off,
             ..*d
         };
         let bh =
@@ -208,15 +213,17 @@ impl Global {
         (1..self.classes as u16).find(|&c| !taken[c as usize])
     }
 
-    /// Gives class `class` to `key`, whose own limit is `limit` (the class is idle: nobody
-    /// waits in it, so no pass is needed and no waker runs under the registry's lock).
-    pub(crate) fn assign(&self, class: u16, key: &str, limit: u64) {
+    /// Gives class `class` to `key`, whose own limit is `limit`, observed per `observe` (the
+    /// class is idle: nobody waits in it, so no pass is needed and no waker runs under the
+    /// registry's lock).
+    pub(crate) fn assign(&self, class: u16, key: &str, limit: u64, observe: crate::Observe) {
         if let Some(n) = &self.names {
             *n.0[usize::from(class)]
                 .write()
                 .unwrap_or_else(|e| e.into_inner()) = Some(key.into());
         }
         self.bh.store_class_ceiling(class, limit);
+        self.bh.store_class_observe(class, observe);
     }
 
     /// Sets class `class`'s ceiling to a key's new limit (the key keeps its class).

@@ -559,7 +559,12 @@ impl Registry {
             .free_class(map.values().map(|e| e.class))
             .expect("fewer keys than classes");
         // The class is idle (never used, or its key was evicted idle): no pass is needed.
-        g.assign(class, key, self.key_limit(key));
+        g.assign(
+            class,
+            key,
+            self.key_limit(key),
+            self.config_for(key).observe,
+        );
         let entry = Entry {
             bh: g.bh.clone(),
             class,

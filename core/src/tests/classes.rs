@@ -1061,3 +1061,60 @@ fn a_lent_floor_taken_back_never_eats_the_priority_reserve() {
     drop((a, b));
     partition_holds(&bh);
 }
+
+#[test]
+fn a_class_observing_its_ceiling_counts_past_it_and_stays_inside_the_enforced_limit() {
+    // Class 0 observes its ceiling of 1; the limit of 3 is enforced (C32: an observed bound
+    // never switches the enforced ones off).
+    let classes = [
+        ClassSpec {
+            ceiling: Some(1),
+            observe: crate::Observe::Concurrency,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 3,
+            max_queue: 4,
+            ..Config::DEFAULT
+        },
+        &ClassTable::new(&classes),
+        ClockSource::None,
+    )
+    .unwrap();
+    let a = granted(bh.admit(&now(0, 1), None));
+    // Past its observed ceiling: let through, counted for the class and the bulkhead.
+    assert!(matches!(
+        bh.would_admit(&now(0, 1)),
+        crate::WouldAdmit::AdmitNow
+    ));
+    let b = granted(bh.admit(&now(0, 1), None));
+    let c = granted(bh.admit(&now(0, 1), None));
+    // The limit is enforced: refused, and counted as one its own ceiling would have refused.
+    assert_eq!(
+        refused(bh.admit(&now(0, 1), None)).reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    let cs = bh.class_stats(0).unwrap();
+    assert_eq!(
+        (cs.in_flight, cs.ceiling, cs.observe, cs.observed),
+        (3, 1, crate::Observe::Concurrency, 3)
+    );
+    let s = bh.stats();
+    assert_eq!(
+        (
+            s.observed_by_reason.get(Reason::ConcurrencyLimit),
+            s.rejected_by_reason.get(Reason::ConcurrencyLimit)
+        ),
+        (2, 1)
+    );
+    // A waiter past the observed ceiling is granted when the limit has room, counted then.
+    let mut w = queued(bh.admit(&wait(0, 1), None));
+    drop(a);
+    drop(poll_granted(&mut w).expect("granted past the observed ceiling"));
+    assert_eq!(bh.class_stats(0).unwrap().observed, 4);
+    drop((b, c));
+    partition_holds(&bh);
+}

@@ -353,14 +353,14 @@ fn what_a_global_cap_cannot_carry_is_refused_by_name() {
     assert_eq!(e.option, "start_limit");
     let e = build(
         Config {
-            observe: crate::Observe::All,
+            enabled: false,
             ..Config::DEFAULT
         },
         HashMap::new(),
         8,
     )
     .unwrap_err();
-    assert!(format!("{e}").contains("observe"), "{e}");
+    assert!(format!("{e}").contains("enabled"), "{e}");
     let e = Registry::new(RegistryConfig {
         global: Some(GlobalCap {
             limit: 0,
@@ -551,4 +551,64 @@ fn events_under_a_cap_name_the_key_and_carry_its_class() {
             named("b", "release"),
         ]
     );
+}
+
+#[test]
+fn c32_step3_a_key_observed_inside_an_enforced_global_cap() {
+    // Key K observes its own limit of 1; the registry's cap of 2 over every key is enforced.
+    // Three calls on K: two admitted; K records observed rejections for calls 2 and 3 (its own
+    // limit would have refused both); the cap really refuses call 3.
+    let reg = Registry::new(RegistryConfig {
+        defaults: Config {
+            max_concurrent: 4,
+            ..Config::DEFAULT
+        },
+        overrides: HashMap::from([(
+            "K".to_string(),
+            Config {
+                max_concurrent: 1,
+                observe: crate::Observe::Concurrency,
+                ..Config::DEFAULT
+            },
+        )]),
+        max_keys: 4,
+        global: Some(GlobalCap {
+            limit: 2,
+            max_queue: 4,
+        }),
+    })
+    .unwrap();
+    let c1 = reg.try_acquire("K", 1).unwrap();
+    let c2 = reg.try_acquire("K", 1).unwrap();
+    let e = reg.try_acquire("K", 1).unwrap_err();
+    assert_eq!(
+        e.reason(),
+        Some(Reason::ConcurrencyLimit),
+        "the cap is enforced"
+    );
+    let k = reg.key_stats("K").unwrap();
+    assert_eq!(
+        (k.in_flight, k.ceiling, k.observe, k.observed),
+        (2, 1, crate::Observe::Concurrency, 2),
+        "{k:?}"
+    );
+    let g = reg.global_stats().unwrap();
+    assert_eq!(
+        (
+            g.active,
+            g.observed_by_reason.get(Reason::ConcurrencyLimit),
+            g.rejected_by_reason.get(Reason::ConcurrencyLimit)
+        ),
+        (2, 1, 1),
+        "one grant let through past K's limit, one real refusal: {g}"
+    );
+    // Another key keeps its own enforced limit and the cap.
+    assert_eq!(
+        reason(reg.try_acquire("other", 1)),
+        Some(Reason::ConcurrencyLimit)
+    );
+    drop((c1, c2));
+    let k = reg.key_stats("K").unwrap();
+    assert_eq!((k.in_flight, k.queued), (0, 0));
+    assert_eq!(reg.global_stats().unwrap().active, 0);
 }
