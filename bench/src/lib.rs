@@ -431,16 +431,28 @@ fn enqueue(bh: &Bulkhead) -> Ticket {
 pub fn depth_cycle_hullguard(depth: usize, n: u64) -> Duration {
     let bh = depth_bulkhead();
     bh.try_acquire_units(1).expect("free");
-    let mut queue: VecDeque<Ticket> = (0..depth).map(|_| enqueue(&bh)).collect();
+    depth_cycle(&bh, depth, n, || bh.release_units(1), enqueue)
+}
+
+/// The timed loop of the depth-cycle rows: `depth` waiters queued by `enqueue`, then `n` times
+/// `release` the single permit, take the head's grant, queue a new waiter at the tail.
+fn depth_cycle(
+    bh: &Bulkhead,
+    depth: usize,
+    n: u64,
+    release: impl Fn(),
+    enqueue: impl Fn(&Bulkhead) -> Ticket,
+) -> Duration {
+    let mut queue: VecDeque<Ticket> = (0..depth).map(|_| enqueue(bh)).collect();
     let t0 = Instant::now();
     for _ in 0..n {
-        bh.release_units(1);
+        release();
         let head = queue.pop_front().expect("depth > 0");
         match bh.poll_ticket(head, None) {
             Ok(TicketPoll::Granted(1)) => {}
             other => panic!("expected the head to be granted, got {other:?}"),
         }
-        queue.push_back(enqueue(&bh));
+        queue.push_back(enqueue(bh));
     }
     t0.elapsed()
 }
@@ -480,18 +492,7 @@ pub fn depth_cycle_classed(depth: usize, n: u64) -> Duration {
         }
         other => panic!("expected a grant, got {other:?}"),
     }
-    let mut queue: VecDeque<Ticket> = (0..depth).map(|_| enqueue(&bh)).collect();
-    let t0 = Instant::now();
-    for _ in 0..n {
-        bh.release_units_of(1, 3);
-        let head = queue.pop_front().expect("depth > 0");
-        match bh.poll_ticket(head, None) {
-            Ok(TicketPoll::Granted(1)) => {}
-            other => panic!("expected the head to be granted, got {other:?}"),
-        }
-        queue.push_back(enqueue(&bh));
-    }
-    t0.elapsed()
+    depth_cycle(&bh, depth, n, || bh.release_units_of(1, 3), enqueue)
 }
 
 /// With the single permit held and `depth` waiters queued, `n` times: cancel the waiter in the

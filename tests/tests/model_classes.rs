@@ -636,28 +636,26 @@ fn run(t: &Table, ops: &[Op]) {
                 bh.rate_tick();
                 let _ = m.dispatch();
             }
-            Op::Limit(l) => {
-                revision += 1;
-                let r = bh.apply_limits(&LimitsSnapshot::new(revision).limit(l));
-                let allowed = l == 0 || l >= m.floors(0) + m.reserve.permits;
+            Op::Limit(v) | Op::Budget(v) => {
+                // One dimension's new limit: refused below its floors plus the reserve, but 0.
+                let d = usize::from(matches!(op, Op::Budget(_)));
+                let snap = LimitsSnapshot::new(revision + 1);
+                let snap = if d == 0 {
+                    snap.limit(v)
+                } else {
+                    snap.budget(v)
+                };
+                let r = bh.apply_limits(&snap);
+                let allowed = v == 0 || v >= m.floors(d) + m.reserve(d);
                 assert_eq!(r.is_ok(), allowed, "step {step} {op:?}: {r:?}");
                 if allowed {
-                    m.limit = l;
+                    revision += 1;
+                    if d == 0 {
+                        m.limit = v;
+                    } else {
+                        m.budget = v;
+                    }
                     let _ = m.dispatch();
-                } else {
-                    revision -= 1;
-                }
-            }
-            Op::Budget(b) => {
-                revision += 1;
-                let r = bh.apply_limits(&LimitsSnapshot::new(revision).budget(b));
-                let allowed = b == 0 || b >= m.floors(1) + m.reserve.budget;
-                assert_eq!(r.is_ok(), allowed, "step {step} {op:?}: {r:?}");
-                if allowed {
-                    m.budget = b;
-                    let _ = m.dispatch();
-                } else {
-                    revision -= 1;
                 }
             }
         }
@@ -776,6 +774,16 @@ proptest! {
     }
 }
 
+/// An admission step of a pinned case.
+fn admit(class: u16, weight: u64, cost: u64, wait: bool) -> Op {
+    Op::Admit {
+        class,
+        weight,
+        cost,
+        wait,
+    }
+}
+
 /// A shrunk case (1 in ~300 000): with lending and a reserve, a low class reclaiming its lent
 /// floor must count the high class's floor part too, or the last unit — the reserve — goes to
 /// the low classes (C2 borrowed C1's idle floor; C1's reclaim then took the reserve's unit).
@@ -796,12 +804,6 @@ fn replay_a_floor_reclaim_counts_every_floor_part_against_the_reserve() {
         lending: true,
         shed: false,
         rate: None,
-    };
-    let admit = |class, weight, cost, wait| Op::Admit {
-        class,
-        weight,
-        cost,
-        wait,
     };
     run(
         &t,
@@ -836,12 +838,6 @@ fn replay_a_lent_budget_floor_reclaim_never_eats_the_reserve() {
         lending: true,
         shed: false,
         rate: None,
-    };
-    let admit = |class, weight, cost, wait| Op::Admit {
-        class,
-        weight,
-        cost,
-        wait,
     };
     run(
         &t,

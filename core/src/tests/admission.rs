@@ -1,15 +1,15 @@
 //! The admission API (docs/design.md §5): `admit` → `Decision`, `Call`, `Waiter`.
 
 use core::{
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
+    sync::atomic::{AtomicUsize, Ordering::SeqCst},
     task::{Poll, Waker},
     time::Duration,
 };
 use std::{sync::Arc, task::Wake, vec::Vec};
 
 use crate::{
-    Bulkhead, Call, Cancelled, Clock, ClockSource, Config, Decision, Outcome, Reason, Request,
-    Resilience, Waiter,
+    Bulkhead, Call, Cancelled, ClockSource, Config, Decision, Outcome, Reason, Request, Resilience,
+    Waiter,
     adaptive::{AdaptiveConfig, Algorithm},
     breaker::BreakerConfig,
 };
@@ -22,13 +22,7 @@ impl Wake for Count {
     }
 }
 
-#[derive(Default)]
-struct VClock(AtomicU64);
-impl Clock for VClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(SeqCst)
-    }
-}
+use super::VClock;
 
 fn plain(max_concurrent: u64, max_queue: u64) -> Bulkhead {
     Bulkhead::new(Config {

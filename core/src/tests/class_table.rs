@@ -8,20 +8,14 @@ use core::{
 use std::sync::Arc;
 
 use crate::{
-    Bound, Bulkhead, ClassTableLimits, Clock, ClockSource, Config, LimitsError, LimitsSnapshot,
-    Reason, Request,
+    Bound, Bulkhead, ClassTableLimits, ClockSource, Config, LimitsError, LimitsSnapshot, Reason,
+    Request,
     config::classes::{ClassError, ClassSpec, ClassTable, PriorityReserve, Rate, Rates},
     engine::classes::stricter_rates,
     tests::budget::{granted, poll_granted, queued, refused},
 };
 
-#[derive(Default)]
-struct VClock(AtomicU64);
-impl Clock for VClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(SeqCst)
-    }
-}
+use super::VClock;
 
 const MS: u64 = 1_000_000;
 

@@ -3,26 +3,17 @@
 //! `model_budget.rs`; these pin the cases the models do not reach (policies, close, disabled)
 //! and async-bulkhead-llm's dry-run bug (ANCHORS-ADMISSION §4).
 
-use core::{
-    sync::atomic::{AtomicU64, Ordering::SeqCst},
-    time::Duration,
-};
+use core::{sync::atomic::Ordering::SeqCst, time::Duration};
 use std::sync::{Arc, Mutex};
 use std::vec::Vec;
 
 use super::budget::budgeted;
 use crate::{
-    Bulkhead, Clock, ClockSource, Config, Decision, Event, Observer, Outcome, Reason, Request,
-    Resilience, WouldAdmit, breaker::BreakerConfig,
+    Bulkhead, ClockSource, Config, Decision, Event, Observer, Outcome, Reason, Request, Resilience,
+    WouldAdmit, breaker::BreakerConfig,
 };
 
-#[derive(Default)]
-struct VClock(AtomicU64);
-impl Clock for VClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(SeqCst)
-    }
-}
+use super::VClock;
 
 #[derive(Default)]
 struct Events(Mutex<Vec<std::string::String>>);

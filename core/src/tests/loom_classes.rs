@@ -82,6 +82,20 @@ fn admit(b: &Arc<Classed>, class: u16, no_wait: bool) -> Decision<Arc<Classed>, 
     Bulkhead::admit_via(b.clone(), &r, Some(&noop_waker()))
 }
 
+/// Batch (class 1) holds a unit granted at once; interactive (class 0) waits.
+fn held_and_waiting(
+    b: &Arc<Classed>,
+) -> (crate::Call<Arc<Classed>, 0>, crate::Waiter<Arc<Classed>, 0>) {
+    let held = match admit(b, 1, true) {
+        Decision::Granted(c) => c,
+        other => panic!("{other:?}"),
+    };
+    match admit(b, 0, false) {
+        Decision::Queued(w) => (held, w),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Everything is back: no hold in any class, no waiter, every permit free.
 fn quiescent(b: &Classed) {
     let s = b.stats();
@@ -128,14 +142,7 @@ fn loom_class_release_hands_a_unit_to_the_higher_rank_not_a_racing_no_wait() {
     // interactive waits first), and interactive is granted.
     model_at_most(3, || {
         let b = two(1, 0);
-        let held = match admit(&b, 1, true) {
-            Decision::Granted(c) => c,
-            other => panic!("{other:?}"),
-        };
-        let mut w = match admit(&b, 0, false) {
-            Decision::Queued(w) => w,
-            other => panic!("{other:?}"),
-        };
+        let (held, mut w) = held_and_waiting(&b);
         let t = thread::spawn(move || drop(held));
         let racer = admit(&b, 1, true);
         t.join().unwrap();
@@ -158,14 +165,7 @@ fn loom_class_cancel_vs_grant_settles_once() {
     // exactly one wins, and the class counts return to 0 either way.
     model_at_most(3, || {
         let b = two(1, 0);
-        let held = match admit(&b, 1, true) {
-            Decision::Granted(c) => c,
-            other => panic!("{other:?}"),
-        };
-        let w = match admit(&b, 0, false) {
-            Decision::Queued(w) => w,
-            other => panic!("{other:?}"),
-        };
+        let (held, w) = held_and_waiting(&b);
         let t = thread::spawn(move || drop(held));
         let got = match w.cancel(Reason::Aborted) {
             Cancelled::Granted(c) => Some(c),
@@ -473,14 +473,7 @@ fn loom_class_kill_switch_vs_release_with_a_waiter() {
     // switch's pass — never left pending, and the class counts return to 0.
     model_at_most(3, || {
         let b = two(1, 0);
-        let held = match admit(&b, 1, true) {
-            Decision::Granted(c) => c,
-            other => panic!("{other:?}"),
-        };
-        let mut w = match admit(&b, 0, false) {
-            Decision::Queued(w) => w,
-            other => panic!("{other:?}"),
-        };
+        let (held, mut w) = held_and_waiting(&b);
         let kill = {
             let b = b.clone();
             thread::spawn(move || {

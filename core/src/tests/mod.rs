@@ -58,3 +58,15 @@ mod reserve;
 mod usage;
 #[cfg(all(not(loom), feature = "std"))]
 mod wait_stats;
+
+/// A virtual clock for the white-box tests: ns, moved by the test (`.0.fetch_add`).
+#[cfg(all(not(loom), feature = "std"))]
+#[derive(Default)]
+pub(super) struct VClock(pub(super) core::sync::atomic::AtomicU64);
+
+#[cfg(all(not(loom), feature = "std"))]
+impl crate::Clock for VClock {
+    fn now_ns(&self) -> u64 {
+        self.0.load(core::sync::atomic::Ordering::SeqCst)
+    }
+}

@@ -8,19 +8,12 @@ use core::{
 use std::sync::Arc;
 
 use crate::{
-    AcquireError, Bound, Bulkhead, Clock, ClockSource, Config, ConfigError, Decision, Reason,
-    Request,
+    AcquireError, Bound, Bulkhead, ClockSource, Config, ConfigError, Decision, Reason, Request,
     config::classes::{ClassError, ClassSpec, ClassTable, Rate, Rates},
     tests::budget::{granted, poll_granted, queued, refused},
 };
 
-#[derive(Default)]
-struct VClock(AtomicU64);
-impl Clock for VClock {
-    fn now_ns(&self) -> u64 {
-        self.0.load(SeqCst)
-    }
-}
+use super::VClock;
 
 const MS: u64 = 1_000_000;
 
