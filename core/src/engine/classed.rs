@@ -28,6 +28,18 @@ use crate::{
     sync::{Ordering::*, Word},
 };
 
+/// The dispatcher's run flag held by a caller that is not a pass (see
+/// [`Engine::hold_dispatch`]).
+pub(crate) struct DispatchHold<'a, const N: usize>(Option<&'a Engine<N>>);
+
+impl<const N: usize> Drop for DispatchHold<'_, N> {
+    fn drop(&mut self) {
+        if let Some(e) = self.0 {
+            e.leave_as_runner();
+        }
+    }
+}
+
 /// The take error of a pass's refusal reason.
 const fn take_error(reason: Reason) -> TakeError {
     match reason {
@@ -295,21 +307,30 @@ impl<const N: usize> Engine<N> {
         answer
     }
 
-    /// Installs rate settings `params` (`(t, tau)` per rate; docs/design.md §4.9) under the
-    /// run flag — so no pass decides with half of a change — then runs a pass (a looser rate
-    /// lets held heads go). Waits for a peer's pass in progress, as a no-wait admission does.
-    pub(crate) fn set_rate_params(&self, params: [(u64, u64); 2]) {
-        let Some(book) = self.classes() else {
-            return;
-        };
+    /// Takes the dispatcher's run flag on a classed bulkhead (nothing on a plain one, which
+    /// has no pass to keep out): waits for a peer's pass in progress, as a no-wait admission
+    /// does. The passes asked for while it is held are left pending; dropping the hold gives
+    /// the flag back and runs them (also when unwinding, so a panic never leaves it held).
+    pub(crate) fn hold_dispatch(&self) -> DispatchHold<'_, N> {
+        if self.classes().is_none() {
+            return DispatchHold(None);
+        }
         while !self.dispatch.try_enter_idle() {
             crate::sync::spin_wait();
         }
-        book.set_rate_params(params);
-        // The held head's conforming time is the next pass's to say.
-        book.set_retry_at(0);
-        self.leave_as_runner();
-        self.run_dispatcher();
+        DispatchHold(Some(self))
+    }
+
+    /// Installs rate settings `params` (`(t, tau)` per rate; docs/design.md §4.9). The caller
+    /// holds the run flag ([`hold_dispatch`](Self::hold_dispatch)), so no pass decides with
+    /// half of a change; its pass when it gives the flag back lets a looser rate's held heads
+    /// go.
+    pub(crate) fn install_rate_params(&self, params: [(u64, u64); 2]) {
+        if let Some(book) = self.classes() {
+            book.set_rate_params(params);
+            // The held head's conforming time is the next pass's to say.
+            book.set_retry_at(0);
+        }
     }
 
     /// Gives the run flag up as a runner does: a request left pending meanwhile is served.
@@ -338,7 +359,7 @@ impl<const N: usize> Engine<N> {
             Verdict::Ceiling(_) | Verdict::Pool(_) => false,
             // FIFO within its class: an older waiter of its class is served first.
             _ if self.listed_head(book, lists, r).is_some() => false,
-            Verdict::Floor => true,
+            Verdict::Floor => !self.floor_held_back(book, lists, r, limits),
             Verdict::Shared => !self.shared_held_back(book, lists, r, limits),
         } && (!book.has_rates() || book.rate_check(c, self.clock.now_ns()).is_ok())
             && self.permits.short(self.permits.load(), w, c).is_none();
@@ -379,6 +400,37 @@ impl<const N: usize> Engine<N> {
             }
             lists.unlink(head.cell);
         }
+    }
+
+    /// Whether a head of a higher rank keeps a new floor take of rank `r` waiting (run flag
+    /// held): the pass picks floor heads in rank order, and one a rate holds back stops it
+    /// (one the limit holds back does not).
+    fn floor_held_back(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        r: usize,
+        limits: [Word; 2],
+    ) -> bool {
+        if !book.has_rates() {
+            return false;
+        }
+        let mut mask = lists.nonempty() & ((1u64 << r) - 1);
+        while mask != 0 {
+            let o = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let Some(head) = self.listed_head(book, lists, o) else {
+                continue;
+            };
+            let (hw, hc) = self.cell_ask(head.ticket);
+            if !head.nowait
+                && book.verdict(o, [hw, hc], limits) == Verdict::Floor
+                && book.rate_check(hc, self.clock.now_ns()).is_err()
+            {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether a head of another rank keeps a new shared take of rank `r` waiting (run flag

@@ -189,18 +189,6 @@ pub(crate) fn rate_params_of(rates: &crate::config::classes::Rates) -> [(u64, u6
     ]
 }
 
-/// Per rate, a setting at least as strict as both `a` and `b` (the larger interval and the
-/// smaller tolerance; where one of them has no such rate, the other), so a change installed
-/// through it never lets a request conform that neither setting would.
-pub(crate) fn stricter_rates(a: [(u64, u64); DIMS], b: [(u64, u64); DIMS]) -> [(u64, u64); DIMS] {
-    let one = |(ta, sa): (u64, u64), (tb, sb): (u64, u64)| match (ta, tb) {
-        (0, _) => (tb, sb),
-        (_, 0) => (ta, sa),
-        _ => (ta.max(tb), sa.min(sb)),
-    };
-    [one(a[0], b[0]), one(a[1], b[1])]
-}
-
 /// The class book. See the module docs.
 #[derive(Debug)]
 pub(crate) struct ClassBook {
@@ -407,9 +395,8 @@ impl ClassBook {
     }
 
     /// Installs a reserve (validated by the caller against the limits; docs/design.md §4.8):
-    /// one Release store per field. `apply_limits` installs a change in two steps — first the
-    /// larger amounts and the higher minimum (at least as strict as both settings), then the
-    /// new ones — so no admission in between sees a reserve looser than both.
+    /// one Release store per field, while `apply_limits` holds the run flag (no pass sees part
+    /// of it).
     pub(crate) fn set_reserve(&self, permits: Word, budget: Word, min_priority: u8) {
         self.reserve[0].store(permits, Release);
         self.reserve[1].store(budget, Release);
@@ -674,12 +661,13 @@ impl ClassBook {
         self.ranks[r].observed.fetch_add(1, Relaxed);
     }
 
-    /// Sets class `index`'s observe mode (an idle class: a registry key's, when it is given).
+    /// Sets class `index`'s observe mode and starts its `observed` count afresh (an idle class
+    /// given to a registry key: the count is the new key's, not an evicted one's).
     pub(crate) fn set_observe(&self, index: u16, observe: crate::observe::Observe) {
+        let rank = &self.ranks[self.rank(index)];
         // Relaxed: see `observes`.
-        self.ranks[self.rank(index)]
-            .observe
-            .store(observe_bits(observe), Relaxed);
+        rank.observe.store(observe_bits(observe), Relaxed);
+        rank.observed.store(0, Relaxed);
     }
 
     /// The fast path (docs/design.md §4.8): `w` permits (and no budget units) for rank `r`

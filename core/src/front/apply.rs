@@ -273,11 +273,10 @@ impl<const N: usize> Bulkhead<N> {
     /// table (docs/design.md §4.8, §4.9) under the same revision and install right: class
     /// ceilings, the priority reserve and the rates ([`ClassTableLimits`]). Validated whole
     /// with the snapshot first (the reserve against the limits this call installs; nothing
-    /// changes on an error); then the shrinks — lowered ceilings, a reserve and rates at least
-    /// as strict as both settings, the shrinking dimensions — then the growth — the growing
-    /// dimensions, raised ceilings, the new reserve and rates — then one pass, then the
-    /// revision: no admission in between sees a state more permissive than both the old and
-    /// the new table.
+    /// changes on an error), and the partition again once the install right is held; then,
+    /// while this thread holds the dispatcher's run flag (no pass decides in between: every
+    /// decision sees the old table or the new one whole), the shrinks, the growth, the class
+    /// table's part; then the pass that grants what the new table lets go, then the revision.
     ///
     /// # Errors
     /// As [`apply_limits_with_classes`](Self::apply_limits_with_classes), plus
@@ -312,12 +311,29 @@ impl<const N: usize> Bulkhead<N> {
             }
         }
         let guard = Abandon(&self.engine);
+        // Checked again under the install right: a concurrent install (or `set_limit`) may
+        // have changed the limits or the reserve the checks above read.
+        if self.class_count() != 0 {
+            let reserve = table.reserve.map(|r| [r.permits, r.budget]);
+            let budget = s.budget.filter(|_| self.has_budget());
+            self.check_partition_with(s.limit, budget, reserve)
+                .map_err(|e| LimitsError::Config(crate::config::ConfigError::Class(e)))?;
+            if reserve.is_some() {
+                self.check_table(s.limit, s.budget, table)
+                    .map_err(LimitsError::Class)?;
+            }
+        }
+        // On a classed bulkhead no pass decides during the install: this thread holds the
+        // dispatcher's run flag (the passes the steps below ask for are left pending and run
+        // when it is given back), so every decision sees the old table or the new one whole.
+        #[cfg(feature = "alloc")]
+        let hold = self.engine.hold_dispatch();
         let (limit, budget) = (self.engine.limit(), self.engine.budget_limit());
-        // Shrinks first, then growth (validated above: these cannot fail).
+        // Shrinks first, then growth (validated above: these cannot fail) — for the paths that
+        // decide without a pass (a plain bulkhead's fast path, the one-CAS floor take).
         for grow in [false, true] {
             if !grow {
                 self.store_class_ceilings(classes, false);
-                self.install_table(table, true);
             }
             if let Some(l) = s.limit.filter(|&l| (l > limit) == grow && l != limit) {
                 if grow {
@@ -332,11 +348,13 @@ impl<const N: usize> Bulkhead<N> {
         }
         if !table.is_empty() {
             self.store_class_ceilings(classes, true);
-            self.install_table(table, false);
-            // The raised ceilings' and the looser reserve's waiters (the resizes and the
-            // rates ran their passes before them).
+            self.install_table(table);
+            // The raised ceilings', the looser reserve's and the rates' waiters.
             self.rate_tick();
         }
+        // The pass the steps above left pending runs now, on the new table.
+        #[cfg(feature = "alloc")]
+        drop(hold);
         if let Some(q) = s.max_queue {
             self.engine.set_max_queue(q);
         }

@@ -1,8 +1,8 @@
 //! A class table's run-time part (docs/design.md §4.8, §4.9): what
 //! [`Bulkhead::apply_limits_with_table`](crate::Bulkhead::apply_limits_with_table) installs
 //! beside a [`LimitsSnapshot`](crate::LimitsSnapshot) under one revision — class ceilings, the
-//! priority reserve and the rates — with its checks and its two-step install (a setting at
-//! least as strict as both, then the new one).
+//! priority reserve and the rates — with its checks and its install (under the dispatcher's
+//! run flag, so no pass sees part of it).
 //!
 //! Floors, priorities, lending and shedding stay as the bulkhead was built: they define the
 //! partition every limit is validated against.
@@ -152,34 +152,20 @@ impl<const N: usize> Bulkhead<N> {
         Ok(())
     }
 
-    /// Installs `table`'s reserve and rates (checked): `strict` the first step, a setting at
-    /// least as strict as both the one in force and the new one (the larger reserve and
-    /// minimum priority; per rate the larger interval and the smaller tolerance), else the
-    /// new setting. The rates are installed under the dispatcher's run flag, each step with
-    /// a pass.
-    pub(crate) fn install_table(&self, table: &ClassTableLimits<'_>, strict: bool) {
+    /// Installs `table`'s reserve and rates (checked; the caller holds the dispatcher's run
+    /// flag, so no pass sees one without the other).
+    pub(crate) fn install_table(&self, table: &ClassTableLimits<'_>) {
         #[cfg(feature = "alloc")]
         if let Some(book) = self.engine.classes() {
-            use crate::{engine::classes as cls, sync::Word};
             if let Some(r) = table.reserve {
-                let (p, b, m) = book.reserve_now();
-                let (np, nb, nm) = (r.permits as Word, r.budget as Word, r.min_priority);
-                if strict {
-                    book.set_reserve(p.max(np), b.max(nb), m.max(nm));
-                } else {
-                    book.set_reserve(np, nb, nm);
-                }
+                use crate::sync::Word;
+                book.set_reserve(r.permits as Word, r.budget as Word, r.min_priority);
             }
             if let Some(rates) = &table.rates {
-                let new = cls::rate_params_of(rates);
-                let params = if strict {
-                    cls::stricter_rates(book.rate_params_now(), new)
-                } else {
-                    new
-                };
-                self.engine.set_rate_params(params);
+                self.engine
+                    .install_rate_params(crate::engine::classes::rate_params_of(rates));
             }
         }
-        let _ = (table, strict);
+        let _ = table;
     }
 }

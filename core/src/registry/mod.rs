@@ -592,26 +592,36 @@ impl Registry {
     /// raised ceiling admits a heavier weight), built and dropped. Counts nothing.
     pub fn would_admit(&self, key: &str, request: &Request) -> WouldAdmit {
         let reject = |reason| WouldAdmit::Reject(self.key_error(key, reason).error);
-        {
+        let existing = {
             let map = self.read();
             if let Some(e) = map.get(key) {
-                return match self.global {
-                    Some(_) => e.bh.would_admit(&request.class(e.class)),
-                    None => e.bh.would_admit(request),
-                };
+                // The handle keeps the key (and under a cap its class) from eviction meanwhile.
+                Some((e.bh.clone(), e.class, e.handle.clone()))
+            } else {
+                if self.closed.load(Acquire) {
+                    return reject(Reason::Shutdown);
+                }
+                let evictable = || map.values().any(|e| e.evictable(self.global.as_ref()));
+                if map.len() >= self.max_keys && !evictable() {
+                    return reject(Reason::KeyLimit);
+                }
+                None
             }
-            if self.closed.load(Acquire) {
-                return reject(Reason::Shutdown);
-            }
-            let evictable = || map.values().any(|e| e.evictable(self.global.as_ref()));
-            if map.len() >= self.max_keys && !evictable() {
-                return reject(Reason::KeyLimit);
-            }
+        };
+        // Asked after the map's lock is dropped: a classed bulkhead's dry run may run a
+        // dispatcher pass owed to others, whose wakers must never run under this lock.
+        if let Some((bh, class, _handle)) = existing {
+            return match self.global {
+                Some(_) => bh.would_admit(&request.class(class)),
+                None => bh.would_admit(request),
+            };
         }
+        {}
         if let Some(g) = &self.global {
             // A new key gets an idle class with its limit as the ceiling: the spare class
-            // (idle, ceiling `MAX_PERMITS`) decides the rest exactly.
-            if request.weight > self.key_limit(key) {
+            // (idle, ceiling `MAX_PERMITS`) decides the rest exactly — unless the key observes
+            // its own limit, which then holds nothing back.
+            if request.weight > self.key_limit(key) && !self.config_for(key).observe.concurrency() {
                 return reject(Reason::ConcurrencyLimit);
             }
             return g.bh.would_admit(&request.class(global::SPARE));

@@ -11,7 +11,6 @@ use crate::{
     Bound, Bulkhead, ClassTableLimits, ClockSource, Config, LimitsError, LimitsSnapshot, Reason,
     Request,
     config::classes::{ClassError, ClassSpec, ClassTable, PriorityReserve, Rate, Rates},
-    engine::classes::stricter_rates,
     tests::budget::{granted, poll_granted, queued, refused},
 };
 
@@ -227,14 +226,53 @@ fn bad_rates_are_refused_by_name_and_need_a_clock() {
 }
 
 #[test]
-fn the_intermediate_rate_is_at_least_as_strict_as_both() {
-    // Per rate: the larger interval, the smaller tolerance; a side without the rate gives way.
-    assert_eq!(
-        stricter_rates([(10, 100), (0, 0)], [(20, 40), (5, 50)]),
-        [(20, 40), (5, 50)]
-    );
-    assert_eq!(
-        stricter_rates([(10, 100), (5, 50)], [(0, 0), (0, 0)]),
-        [(10, 100), (5, 50)]
-    );
+fn a_rate_change_never_refuses_a_waiter_both_settings_would_take() {
+    // A units rate of 100 a second with a burst of 10 becomes 1 000 a second with a burst of
+    // 20: a waiter of 5 units conforms under both, so the change must never refuse it (an
+    // intermediate "stricter than both" setting of the larger interval and the smaller
+    // tolerance allowed 2 units at most and refused it `rate_limit` — found in review).
+    let clock = Arc::new(VClock(AtomicU64::new(1_000 * MS)));
+    let classes = [ClassSpec::DEFAULT];
+    let slow = Rate {
+        amount: 100,
+        per: Duration::from_secs(1),
+        burst: 10,
+    };
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 8,
+            max_queue: 4,
+            budget: Some(100),
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            rates: Rates {
+                requests: None,
+                units: Some(slow),
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let a = granted(bh.admit(&Request::new(1).cost(10).no_wait(), None));
+    let mut w = queued(bh.admit(&Request::new(1).cost(5), None));
+    let fast = ClassTableLimits {
+        rates: Some(Rates {
+            requests: None,
+            units: Some(Rate {
+                amount: 1_000,
+                per: Duration::from_secs(1),
+                burst: 20,
+            }),
+        }),
+        ..ClassTableLimits::NONE
+    };
+    bh.apply_limits_with_table(&LimitsSnapshot::new(1), &fast)
+        .unwrap();
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::RateLimit), 0);
+    clock.0.fetch_add(100 * MS, SeqCst);
+    bh.rate_tick();
+    let b = poll_granted(&mut w).expect("granted once it conforms, never refused");
+    drop((a, b));
 }

@@ -318,3 +318,56 @@ fn a_rate_refusal_says_when_it_would_conform_and_a_wait_past_its_deadline_is_ref
     };
     assert_eq!(r.detail().retry_after, None);
 }
+
+#[test]
+fn a_dry_run_sees_a_higher_floor_head_the_rate_holds_back() {
+    // Interactive (rank 0, floor 4) waits for the units rate with 8 units; batch (floor 1)
+    // asks 1 unit, which conforms by itself — but the pass picks floor heads in rank order and
+    // stops at the rate-held one, so batch is refused, and its dry run says so.
+    let clock = Arc::new(VClock(AtomicU64::new(1_000 * MS)));
+    let classes = [
+        ClassSpec {
+            priority: 10,
+            floor: 4,
+            budget_floor: 20,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            floor: 1,
+            budget_floor: 10,
+            ..ClassSpec::DEFAULT
+        },
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 8,
+            max_queue: 4,
+            budget: Some(100),
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            rates: Rates {
+                requests: None,
+                units: Some(Rate {
+                    amount: 10,
+                    per: Duration::from_secs(1),
+                    burst: 10,
+                }),
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let a = granted(bh.admit(&Request::new(1).cost(5).class(0).no_wait(), None));
+    let mut w = queued(bh.admit(&Request::new(1).cost(8).class(0), None));
+    let ask = Request::new(1).cost(1).class(1).no_wait();
+    let dry = bh.would_admit(&ask);
+    let real = bh.admit(&ask, None);
+    assert!(matches!(real, Decision::Rejected(_)), "{real:?}");
+    assert_eq!(dry.reason(), Some(Reason::ConcurrencyLimit), "{dry:?}");
+    drop(a);
+    clock.0.fetch_add(1_000 * MS, SeqCst);
+    bh.rate_tick();
+    drop(poll_granted(&mut w).unwrap());
+}

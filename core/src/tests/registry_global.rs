@@ -611,4 +611,37 @@ fn c32_step3_a_key_observed_inside_an_enforced_global_cap() {
     let k = reg.key_stats("K").unwrap();
     assert_eq!((k.in_flight, k.queued), (0, 0));
     assert_eq!(reg.global_stats().unwrap().active, 0);
+    // A key not created yet that observes its own limit: the dry run lets a weight above it
+    // through, as the admission would (the cap decides).
+    assert_eq!(
+        reg.would_admit("K", &Request::new(2)),
+        WouldAdmit::AdmitNow,
+        "an existing key"
+    );
+    let fresh = Registry::new(RegistryConfig {
+        defaults: Config {
+            max_concurrent: 1,
+            observe: crate::Observe::Concurrency,
+            ..Config::DEFAULT
+        },
+        max_keys: 1,
+        global: Some(GlobalCap {
+            limit: 4,
+            max_queue: 4,
+        }),
+        ..RegistryConfig::default()
+    })
+    .unwrap();
+    assert_eq!(
+        fresh.would_admit("new", &Request::new(2)),
+        WouldAdmit::AdmitNow
+    );
+    let c = fresh.admit("new", &Request::new(2).no_wait(), None);
+    assert!(matches!(c, crate::Decision::Granted(_)), "{c:?}");
+    drop(c);
+    assert_eq!(fresh.key_stats("new").unwrap().observed, 1);
+    // Evicted and its class given to another key: the count starts afresh.
+    let d = fresh.admit("other", &Request::new(1).no_wait(), None);
+    assert!(matches!(d, crate::Decision::Granted(_)), "{d:?}");
+    assert_eq!(fresh.key_stats("other").unwrap().observed, 0);
 }
