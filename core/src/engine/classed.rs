@@ -95,6 +95,7 @@ impl<const N: usize> Engine<N> {
 
     /// Why `w` permits and `c` units of class `class` can never be granted now: the limits'
     /// rule ([`never_fits`](Self::never_fits)) or the class's ceilings.
+    #[inline(always)]
     pub(crate) fn classed_never_fits(
         &self,
         book: &ClassBook,

@@ -555,7 +555,7 @@ impl ClassBook {
 
     /// Whether the one-CAS floor path may decide for rank `r` (else the pass does): not while
     /// lent floors could put its floor take into the reserve.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn floor_path_open(&self, r: usize) -> bool {
         !self.lending || self.may_reserve(r) || self.reserve_of(0) == 0
     }
@@ -840,10 +840,11 @@ impl ClassBook {
 
     /// Whether `c` units (and one request) can never conform: above a rate's burst.
     pub(crate) fn rate_never(&self, c: Word) -> bool {
-        [1u64, c as u64].into_iter().enumerate().any(|(d, n)| {
-            let (t, tau) = self.rate_params(d);
-            t != 0 && n != 0 && n.checked_mul(t).is_none_or(|x| x > tau)
-        })
+        self.has_rates()
+            && [1u64, c as u64].into_iter().enumerate().any(|(d, n)| {
+                let (t, tau) = self.rate_params(d);
+                t != 0 && n != 0 && n.checked_mul(t).is_none_or(|x| x > tau)
+            })
     }
 
     /// The dispatcher records when the earliest rate-held head conforms (0: none).

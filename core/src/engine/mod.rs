@@ -640,6 +640,7 @@ impl<const N: usize> Engine<N> {
     /// limit (`concurrency_limit`), the cost above the current budget (`budget_limit`). The
     /// queue's own bound (`queue_limit`) comes after these. One rule for
     /// [`enqueue`](Self::enqueue) and [`would_admit`](Self::would_admit).
+    #[inline]
     fn queue_refusal(
         &self,
         w: Word,
@@ -751,6 +752,7 @@ impl<const N: usize> Engine<N> {
     /// rates, `rate_limit` when the request does not conform now and could not before
     /// `patience_ns()` (its queue timeout, computed only then) even with nobody ahead of it (docs/design.md §4.9).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn enqueue(
         &self,
         w: Word,

@@ -484,7 +484,9 @@ impl<const N: usize> Bulkhead<N> {
         class: u16,
         observe: crate::observe::Observe,
     ) -> Result<(), AcquireError> {
-        if class == 0 && matches!(observe, crate::observe::Observe::Off) {
+        if matches!(observe, crate::observe::Observe::Off)
+            && (class == 0 || (class as usize) < self.class_count())
+        {
             return Ok(());
         }
         self.check_class_slow(class, observe)
