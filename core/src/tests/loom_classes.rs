@@ -431,8 +431,9 @@ fn loom_class_two_dimensions_are_taken_whole_or_not_at_all() {
     // waiting; the main thread reads the class's counts while the other may still be deciding.
     // Exactly one is granted; no class ever holds units beyond the budget, and once both
     // settled the winner's permits and units are held together; everything returns. (Two
-    // threads: a third, reading, took 20 minutes at this bound.)
-    model_at_most(3, || {
+    // threads: a third, reading, took 20 minutes at bound 3. Bound 2 in `make loom`, 4 s;
+    // `make loom-deep` runs it at 3, 45 s.)
+    model_at_most(2, || {
         let b = budgeted();
         let ask = |b: &Arc<Classed>| {
             Bulkhead::admit_via(
@@ -518,8 +519,9 @@ fn loom_class_rate_removed_vs_a_racing_no_wait_request() {
     // One thread removes the rate (`apply_limits_with_table`, under the run flag, then a pass)
     // while another asks without waiting: `w` is granted by the removal's pass — never
     // stranded — and the no-wait request never barges past it (refused `rate_limit` before the
-    // removal, `concurrency_limit` behind `w` after it).
-    model_at_most(3, || {
+    // removal, `concurrency_limit` behind `w` after it). Bound 2 in `make loom` (5 s; 3 in
+    // `make loom-deep`, about a minute).
+    model_at_most(2, || {
         use crate::config::{Rate, Rates};
         let classes = [ClassSpec::DEFAULT];
         let b = Arc::new(
