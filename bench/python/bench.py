@@ -302,7 +302,7 @@ ROWS = [
     Row("try_acquire + release", "try/hullguard", "try/threading", 0.2),
     Row("1000 tasks / limit 10, overhead per task", "tasks/hullguard", "tasks/asyncio", 0.5, "tasks/none"),
     Row(
-        "  same, default queue_timeout (one timer per waiter)",
+        "  same, default queue_timeout (30 s deadlines)",
         "tasks/hullguard-timer",
         "tasks/asyncio",
         0.5,

@@ -35,8 +35,9 @@ use crate::{
     errors::acquire_err,
     permit::{CoreCall, Permit},
     policy::{ArmedCall, exit_block},
+    queue_timers,
     stats::drain_dict,
-    waiter::{QueueTimer, WaitTarget},
+    waiter::WaitTarget,
 };
 
 type CoreWaiter = Waiter<Arc<CoreBulkhead>, 0>;
@@ -98,33 +99,16 @@ fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
     }
 }
 
-/// Arms the queue-timeout timer of a waiter (`loop.call_later`), unless it has no deadline.
-fn queue_timer(
-    py: Python<'_>,
-    bh: &Arc<CoreBulkhead>,
-    w: &CoreWaiter,
-    target: &WaitTarget,
-) -> PyResult<Option<Py<PyAny>>> {
-    let timeout = w.queue_timeout();
-    if timeout == Duration::MAX {
-        return Ok(None);
-    }
-    let (bh, ticket) = (bh.clone(), w.ticket());
-    let cb = Py::new(py, QueueTimer { bh, ticket })?;
-    let args = (timeout.as_secs_f64(), cb);
-    let handle = target.event_loop(py).call_method1("call_later", args)?;
-    Ok(Some(handle.unbind()))
-}
-
 enum State {
     /// Not polled yet.
     Start(Arc<CoreBulkhead>, Request),
-    /// Queued: the core waiter, the asyncio target its wake-up resolves, the queue timer.
+    /// Queued: the core waiter, the asyncio target its wake-up resolves, and whether its
+    /// deadline is scheduled on the loop's shared queue timer (`queue_timers`).
     Queued {
         bh: Arc<CoreBulkhead>,
         waiter: CoreWaiter,
         target: Arc<WaitTarget>,
-        timer: Option<Py<PyAny>>,
+        scheduled: bool,
     },
     /// Raises this when awaited (a registry key that could not be created).
     Failed(PyErr),
@@ -200,21 +184,23 @@ impl AcquireContext {
         bh: Arc<CoreBulkhead>,
         mut waiter: CoreWaiter,
         target: Arc<WaitTarget>,
-        timer: Option<Py<PyAny>>,
+        scheduled: bool,
     ) -> Step {
         if let Poll::Ready(r) = waiter.poll(Some(&target.waker())) {
-            cancel_timer(py, timer);
             return self.settled(py, r);
         }
-        // Armed once, at the first wait (an error drops, i.e. abandons, the waiter).
-        let arm = || queue_timer(py, &bh, &waiter, &target);
-        let timer = timer.map_or_else(arm, |t| Ok(Some(t)))?;
+        // Scheduled once, at the first wait (an error drops, i.e. abandons, the waiter); a
+        // settled waiter's deadline is left to the shared timer, which finds it stale.
+        if !scheduled {
+            let timeout = waiter.queue_timeout();
+            queue_timers::schedule(py, target.event_loop(py), &bh, waiter.ticket(), timeout)?;
+        }
         let fut = target.future_to_yield(py)?;
         self.state = State::Queued {
             bh,
             waiter,
             target,
-            timer,
+            scheduled: true,
         };
         Ok(fut.unbind())
     }
@@ -225,7 +211,7 @@ impl AcquireContext {
                 Decision::Granted(call) => self.settled(py, Ok(call)),
                 Decision::Rejected(e) => self.settled(py, Err(e)),
                 // No running loop: the waiter is dropped (abandoned) before raising.
-                Decision::Queued(waiter) => self.wait(py, bh, waiter, WaitTarget::new(py)?, None),
+                Decision::Queued(waiter) => self.wait(py, bh, waiter, WaitTarget::new(py)?, false),
             },
             // Woken: take the outcome first; only a spurious wake-up (still pending) needs a
             // fresh future for the next wait.
@@ -233,15 +219,12 @@ impl AcquireContext {
                 bh,
                 mut waiter,
                 target,
-                timer,
+                scheduled,
             } => match waiter.poll(None) {
-                Poll::Ready(r) => {
-                    cancel_timer(py, timer);
-                    self.settled(py, r)
-                }
+                Poll::Ready(r) => self.settled(py, r),
                 Poll::Pending => {
                     target.renew(py)?;
-                    self.wait(py, bh, waiter, target, timer)
+                    self.wait(py, bh, waiter, target, scheduled)
                 }
             },
             State::Failed(e) => Err(e),
@@ -251,11 +234,10 @@ impl AcquireContext {
         }
     }
 
-    /// Gives a queued waiter up (cancellation, close, garbage collection).
-    fn abandon(&mut self, py: Python<'_>) {
-        if let State::Queued { timer, .. } = std::mem::replace(&mut self.state, State::Done) {
-            cancel_timer(py, timer);
-        }
+    /// Gives a queued waiter up (cancellation, close, garbage collection): dropping it
+    /// abandons the ticket (its deadline, if scheduled, finds it stale).
+    fn abandon(&mut self, _py: Python<'_>) {
+        self.state = State::Done;
     }
 }
 

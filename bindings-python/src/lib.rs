@@ -7,7 +7,8 @@
 //! | `options` | options and arguments, read by walking the core's option table |
 //! | `bulkhead` | `Bulkhead`: admission through the core's `Call` / `Waiter`, `async with bh:` |
 //! | `awaitable` | `AcquireContext` (awaitable + async context manager), `DrainAwaitable` |
-//! | `waiter` | the `Waker` that resolves an asyncio future; the queue-timeout timer |
+//! | `waiter` | the `Waker` that resolves an asyncio future |
+//! | `queue_timers` | queue deadlines: one loop timer per thread's loop for every waiter |
 //! | `permit` | `Permit`: one core `Call` |
 //! | `policy` | `on_state_change`, outcomes, the `call_timeout` timer of `async with` |
 //! | `registry` | `Registry`, `origin_key` |
@@ -20,6 +21,7 @@ mod guard;
 mod options;
 mod permit;
 mod policy;
+mod queue_timers;
 mod registry;
 mod stats;
 mod waiter;

@@ -1,6 +1,5 @@
-//! asyncio plumbing: the `Waker` that resolves a waiter's asyncio future, and the queue-timeout
-//! timer callback. No admission decision is made here: the core decides, this only wakes (and
-//! the timer only tells the core that the deadline passed).
+//! asyncio plumbing: the `Waker` that resolves a waiter's asyncio future (queue deadlines are
+//! `queue_timers`). No admission decision is made here: the core decides, this only wakes.
 //!
 //! A grant wakes the waiter from the thread that performed it. On the waiter's own loop thread
 //! the future is resolved directly (no extra loop turn); from any other thread through
@@ -12,7 +11,6 @@ use std::{
     thread::{self, ThreadId},
 };
 
-use hullguard_core::{Bulkhead as CoreBulkhead, Reason, Ticket};
 use pyo3::{prelude::*, sync::PyOnceLock, types::PyCFunction};
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -129,22 +127,5 @@ impl Wake for PyWake {
 
     fn wake_by_ref(self: &Arc<Self>) {
         Python::attach(|py| self.0.wake_now(py));
-    }
-}
-
-/// The queue-timeout callback (`loop.call_later(waiter.queue_timeout(), ...)`): settles the
-/// ticket as `timeout` for its owner (`Bulkhead::expire`), which wakes the waiting task; its next
-/// poll raises `BulkheadQueueTimeoutError`. A ticket that settled first (granted, rejected) is
-/// left as it is.
-#[pyclass(module = "hullguard._native", frozen)]
-pub(crate) struct QueueTimer {
-    pub(crate) bh: Arc<CoreBulkhead>,
-    pub(crate) ticket: Ticket,
-}
-
-#[pymethods]
-impl QueueTimer {
-    fn __call__(&self) {
-        let _settled_first = self.bh.expire(self.ticket, Reason::Timeout);
     }
 }

@@ -56,9 +56,11 @@ def test_explicit_timeout_overrides_queue_timeout(vloop: VirtualClockLoop) -> No
     short = vloop.create_task(_acquire(bh.acquire(timeout=0.2)))
     default = vloop.create_task(_acquire(bh.acquire()))
     vloop.run_until_quiet()
-    assert vloop.pending_timers() == [200_000_000, 30_000_000_000]
+    # One loop timer for every queued deadline, armed for the earliest; re-armed when it fires.
+    assert vloop.pending_timers() == [200_000_000]
     vloop.advance(200)
     assert outcome_of(short) == "timeout" and not default.done()
+    assert vloop.pending_timers() == [30_000_000_000]
     vloop.advance(29_799)
     assert not default.done()
     vloop.advance(1)
@@ -135,8 +137,11 @@ def test_grant_cancels_the_timer_and_queue_wait_is_virtual(vloop: VirtualClockLo
     holder.release()
     vloop.run_until_quiet()
     assert outcome_of(task) == "granted"
-    assert vloop.pending_timers() == []  # the queue timer was cancelled
+    # The shared queue timer stays armed for the deadline; when it fires it finds the ticket
+    # settled and counts nothing.
+    assert vloop.pending_timers() == [1_000_000_000]
     vloop.advance(5_000)
+    assert vloop.pending_timers() == []
     s = bh.stats()
     assert s["rejected_by_reason"]["timeout"] == 0
     assert (s["queue_wait_count"], s["queue_wait_sum_ns"], s["queue_wait_max_ns"]) == (1, 30_000_000, 30_000_000)

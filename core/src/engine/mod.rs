@@ -995,6 +995,11 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// Whether ticket `t` is a live waiter (its cell shows it waiting).
+    pub(crate) fn is_queued(&self, ticket: Ticket) -> bool {
+        matches!(self.ring.stamp_of(ticket.0), Some((_, s)) if s.kind() == Kind::Waiting)
+    }
+
     /// Settles a queued ticket as rejected with `reason` (counted) on behalf of its owner (a
     /// host timer that fired), and wakes the owner, whose next poll takes the rejection.
     pub(crate) fn expire(&self, ticket: Ticket, reason: Reason) -> Result<(), CancelError> {

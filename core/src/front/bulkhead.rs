@@ -877,6 +877,13 @@ impl<const N: usize> Bulkhead<N> {
         self.engine.expire(ticket, reason)
     }
 
+    /// Whether `ticket` still waits in the queue (not settled, cancelled or reused): a
+    /// snapshot, for a host's own bookkeeping (a binding dropping the deadlines of waiters that
+    /// settled). One load.
+    pub fn is_queued(&self, ticket: Ticket) -> bool {
+        self.engine.is_queued(ticket)
+    }
+
     /// The owner gives a ticket up (a dropped future, a finalized handle): cancels it as
     /// `aborted`, or, if it settled first, consumes it and passes granted permits on.
     pub fn abandon(&self, ticket: Ticket) {
