@@ -53,11 +53,30 @@ fn thrown(typ: &Bound<'_, PyAny>, value: Option<&Bound<'_, PyAny>>) -> PyResult<
     Ok(PyErr::from_value(exc))
 }
 
-/// What to yield to the task, or the final value (as `StopIteration`), or an error.
-type Step = PyResult<Py<PyAny>>;
+/// One step of an awaitable: `Some` to yield to the task; `None` finished with the value
+/// `None` — returned from `tp_iternext` as NULL with no exception set, which `await` reads as
+/// a return of `None`, so an admission granted at once (`async with bh:`) and every
+/// `__aexit__` finish without creating a `StopIteration`; any other final value as a raised
+/// `StopIteration`; or an error.
+type Step = PyResult<Option<Py<PyAny>>>;
 
-fn stop(value: Py<PyAny>) -> Step {
-    Err(PyStopIteration::new_err((value,)))
+/// Finishes with `value`.
+fn stop(py: Python<'_>, value: Py<PyAny>) -> Step {
+    if value.is_none(py) {
+        Ok(None)
+    } else {
+        Err(PyStopIteration::new_err((value,)))
+    }
+}
+
+/// A step as a `send()` method returns it: a method call has no "NULL without an exception"
+/// convention, so finishing with `None` raises `StopIteration()` there.
+fn sent(step: Step) -> PyResult<Py<PyAny>> {
+    match step {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err(PyStopIteration::new_err(())),
+        Err(e) => Err(e),
+    }
 }
 
 /// An already-finished awaitable of `None` (what every `__aexit__` returns: it never
@@ -84,12 +103,12 @@ impl Ready {
         slf
     }
     fn close(&self) {}
-    fn __next__(&self, py: Python<'_>) -> Step {
-        stop(py.None())
+    fn __next__(&self) -> Step {
+        Ok(None)
     }
     #[pyo3(signature = (_value=None))]
-    fn send(&self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> Step {
-        stop(py.None())
+    fn send(&self, _value: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        sent(Ok(None))
     }
 }
 
@@ -167,14 +186,14 @@ impl AcquireContext {
         let call = r.map_err(|e| acquire_err(py, &e, self.key.as_deref()))?;
         if let Some(bh) = &self.bare {
             bh.get().enter_block(py, call)?;
-            return stop(py.None());
+            return Ok(None);
         }
         let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
         if self.cm {
             self.armed = ArmedCall::arm(py, &permit);
         }
         self.permit = Some(permit.clone_ref(py));
-        stop(permit.into_any())
+        stop(py, permit.into_any())
     }
 
     /// Registers the wake-up and yields the future, unless the waiter settled meanwhile.
@@ -202,7 +221,7 @@ impl AcquireContext {
             target,
             scheduled: true,
         };
-        Ok(fut.unbind())
+        Ok(Some(fut.unbind()))
     }
 
     fn step(&mut self, py: Python<'_>) -> Step {
@@ -257,8 +276,8 @@ impl AcquireContext {
     }
 
     #[pyo3(signature = (_value=None))]
-    fn send(&mut self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> Step {
-        self.step(py)
+    fn send(&mut self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        sent(self.step(py))
     }
 
     /// The task was cancelled (or another exception thrown in) while waiting: give the place
@@ -270,7 +289,7 @@ impl AcquireContext {
         typ: &Bound<'_, PyAny>,
         value: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
-    ) -> Step {
+    ) -> PyResult<Py<PyAny>> {
         self.abandon(py);
         Err(thrown(typ, value)?)
     }
@@ -392,7 +411,7 @@ impl DrainAwaitable {
         let waker = target.waker();
         if let Poll::Ready(r) = self.drain.as_mut().poll(&mut Context::from_waker(&waker)) {
             self.close(py);
-            return stop(drain_dict(py, &r)?.into_any().unbind());
+            return stop(py, drain_dict(py, &r)?.into_any().unbind());
         }
         if self.timer.is_none() && self.timeout != Duration::MAX {
             let passed = self.passed.clone();
@@ -407,7 +426,7 @@ impl DrainAwaitable {
             let h = target.event_loop(py).call_method1("call_later", args)?;
             self.timer = Some(h.unbind());
         }
-        Ok(target.future_to_yield(py)?.unbind())
+        Ok(Some(target.future_to_yield(py)?.unbind()))
     }
 }
 
@@ -427,8 +446,8 @@ impl DrainAwaitable {
         self.step(py)
     }
     #[pyo3(signature = (_value=None))]
-    fn send(&mut self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> Step {
-        self.step(py)
+    fn send(&mut self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        sent(self.step(py))
     }
     #[pyo3(signature = (typ, value=None, _tb=None))]
     fn throw(
@@ -437,7 +456,7 @@ impl DrainAwaitable {
         typ: &Bound<'_, PyAny>,
         value: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
-    ) -> Step {
+    ) -> PyResult<Py<PyAny>> {
         self.close(py);
         Err(thrown(typ, value)?)
     }

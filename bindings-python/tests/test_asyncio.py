@@ -535,3 +535,29 @@ async def test_async_with_exit_while_its_permit_is_being_released(monkeypatch: p
     assert bh.stats()["released_twice_total"] == 0
     q.release()
     assert_idle(bh)
+
+
+def test_an_admission_granted_at_once_finishes_without_a_stop_iteration() -> None:
+    """`async with bh:` and every `__aexit__` finish with `None` the way C iterators do
+    (`tp_iternext` returns NULL with no exception), so no `StopIteration` is created on the
+    fast path; the protocol seen from Python is unchanged."""
+    bh = hullguard.Bulkhead(max_concurrent=1)
+    enter = bh.__aenter__().__await__()
+    with pytest.raises(StopIteration) as stopped:
+        next(enter)  # the builtin turns "NULL, no exception" into StopIteration()
+    assert stopped.value.value is None
+    assert bh.stats()["active"] == 1
+    leave = bh.__aexit__(None, None, None).__await__()
+    with pytest.raises(StopIteration) as stopped:
+        leave.send(None)  # a method call raises it, as a generator's send does
+    assert stopped.value.value is None
+    assert bh.stats()["active"] == 0
+
+    async def main() -> None:
+        async with bh:
+            assert bh.stats()["active"] == 1
+        permit = await bh.acquire()  # a value other than None still comes through
+        assert permit.weight == 1
+        permit.release()
+
+    asyncio.run(main())
