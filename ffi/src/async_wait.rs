@@ -74,7 +74,7 @@ unsafe impl Send for Callback {}
 impl Callback {
     /// Runs the callback with settlement `s` of a ticket of `bh`.
     fn deliver(self, bh: Arc<CoreBulkhead>, s: Settled) {
-        let (status, permit) = status_of(&bh, s);
+        let (status, permit) = status_of(s);
         drop(bh);
         self.call(status, permit);
     }
@@ -93,9 +93,9 @@ pub(crate) type Settled = Result<OwnedPermit, AcquireError>;
 
 /// A settlement as the callback's arguments: `HG_STATUS_OK` and a new permit, or the
 /// rejection's status and NULL.
-pub(crate) fn status_of(bh: &Arc<CoreBulkhead>, s: Settled) -> (hg_status, *mut hg_permit) {
+pub(crate) fn status_of(s: Settled) -> (hg_status, *mut hg_permit) {
     match s {
-        Ok(call) => (hg_status::HG_STATUS_OK, PermitBox::into_raw(bh, call)),
+        Ok(call) => (hg_status::HG_STATUS_OK, PermitBox::into_raw(call)),
         Err(e) => ((&e).into(), std::ptr::null_mut()),
     }
 }

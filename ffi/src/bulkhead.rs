@@ -192,12 +192,8 @@ pub extern "C" fn hg_bulkhead_free(bh: *const hg_bulkhead) {
 }
 
 /// A core acquire's result as a status and `*out` (a new permit holding the call).
-pub(crate) fn grant(
-    bh: &Arc<CoreBulkhead>,
-    r: Result<OwnedPermit, AcquireError>,
-    out: &mut *mut hg_permit,
-) -> hg_status {
-    let (status, permit) = status_of(bh, r);
+pub(crate) fn grant(r: Result<OwnedPermit, AcquireError>, out: &mut *mut hg_permit) -> hg_status {
+    let (status, permit) = status_of(r);
     if status == hg_status::HG_STATUS_OK {
         *out = permit;
     }
@@ -226,7 +222,7 @@ pub extern "C" fn hg_bulkhead_try_acquire(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        grant(core, core.try_acquire_owned(weight), out)
+        grant(core.try_acquire_owned(weight), out)
     })
 }
 
@@ -253,7 +249,7 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let r = core.acquire_blocking_owned(weight, wait_timeout(timeout_ms));
-        grant(core, r, out)
+        grant(r, out)
     })
 }
 
@@ -266,7 +262,7 @@ fn admit(
 ) -> Result<Waiter<Arc<CoreBulkhead>, 0>, hg_status> {
     match core.admit_owned(request, None) {
         Decision::Queued(w) => Ok(w),
-        Decision::Granted(call) => Err(grant(core, Ok(call), out)),
+        Decision::Granted(call) => Err(grant(Ok(call), out)),
         Decision::Rejected(e) => Err((&e).into()),
     }
 }
@@ -321,7 +317,7 @@ pub extern "C" fn hg_bulkhead_acquire_async(
         // The waker owns the callback from here on; its first registration is this thread's.
         let wake = CWake::new(core, waiter.into_ticket(), Callback { f, user_data });
         if let Some(settled) = wake.admit() {
-            return grant(core, settled, out);
+            return grant(settled, out);
         }
         async_wait::arm(core, wake.ticket(), timeout);
         *ticket = wake.ticket().to_raw() | ASYNC_TAG;
@@ -390,7 +386,7 @@ pub extern "C" fn hg_ticket_poll(
         if r.as_ref().err().and_then(AcquireError::reason) == Some(Reason::Aborted) {
             return hg_status::HG_STATUS_ALREADY_SETTLED;
         }
-        grant(core, r, out)
+        grant(r, out)
     })
 }
 

@@ -2,7 +2,11 @@
 //! `Castable`): `hg_bulkhead` / `hg_registry` are reference-counted (`Arc`), `hg_permit` is a
 //! box owned by the caller.
 
-use std::sync::{Arc, Weak};
+use std::{
+    cell::RefCell,
+    mem::MaybeUninit,
+    sync::{Arc, Weak},
+};
 
 use hullguard_core::{Bulkhead as CoreBulkhead, OwnedPermit, Registry as CoreRegistry};
 
@@ -51,23 +55,78 @@ impl Drop for RegistryHandle {
     }
 }
 
-/// What an `hg_permit*` points to: the core's call (its permits and its guarded call), until
-/// it is released, and a weak reference to its bulkhead that counts a release of an already
-/// released permit (`released_twice_total`).
+/// What an `hg_permit*` points to: the core's call (its permits and its guarded call) until it
+/// is released, then a weak reference to its bulkhead that counts a release of an already
+/// released permit (`released_twice_total`). Weak, taken at the release (not at the acquire):
+/// a released permit does not keep its bulkhead alive, nor a registry key from eviction.
 pub(crate) struct PermitBox {
     pub(crate) call: Option<OwnedPermit>,
-    pub(crate) weak: Weak<CoreBulkhead>,
+    pub(crate) released: Option<Weak<CoreBulkhead>>,
+}
+
+/// Permit boxes freed on this thread, kept for its next acquires: an acquire + release + free
+/// then costs no `malloc`/`free` pair (they were about 130 of the handle API's 470
+/// instructions). At most [`SPARE_BOXES`] per thread; the rest go back to the allocator, and
+/// a thread's spares when it exits.
+// The boxes are the point: each is a permit's allocation, kept to be handed out again.
+#[allow(clippy::vec_box)]
+struct SpareBoxes(Vec<Box<MaybeUninit<PermitBox>>>);
+
+const SPARE_BOXES: usize = 32;
+
+thread_local! {
+    static SPARE: RefCell<SpareBoxes> = const { RefCell::new(SpareBoxes(Vec::new())) };
 }
 
 impl PermitBox {
-    /// A new `hg_permit*` owning `call`, a call of `bh`.
-    pub(crate) fn into_raw(bh: &Arc<CoreBulkhead>, call: OwnedPermit) -> *mut hg_permit {
-        Box::into_raw(Box::new(PermitBox {
+    /// A new `hg_permit*` owning `call` (in a spare box of this thread's, or a new one).
+    pub(crate) fn into_raw(call: OwnedPermit) -> *mut hg_permit {
+        let value = PermitBox {
             call: Some(call),
-            weak: Arc::downgrade(bh),
-        }))
-        .cast()
+            released: None,
+        };
+        // `try_with`: a thread being torn down has no spares (and allocates).
+        let spare = SPARE
+            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.0.pop()))
+            .ok()
+            .flatten();
+        let filled: Box<PermitBox> = match spare {
+            Some(mut b) => {
+                b.write(value);
+                // SAFETY: written just above.
+                unsafe { b.assume_init() }
+            }
+            None => Box::new(value),
+        };
+        Box::into_raw(filled).cast()
     }
+}
+
+/// Frees a permit box: its value is dropped here, its allocation kept for this thread's next
+/// acquire (up to [`SPARE_BOXES`]) or returned to the allocator.
+///
+/// # Safety
+/// `p` is non-null, came from `PermitBox::into_raw` and is not freed; the caller gives up the
+/// permit.
+pub(crate) unsafe fn permit_free_box(p: *mut hg_permit) -> Option<OwnedPermit> {
+    // SAFETY: `p` came from `Box::into_raw` of a `Box<PermitBox>` (contract); the value is
+    // moved out once and the allocation reused as uninitialised.
+    let b: Box<MaybeUninit<PermitBox>> = unsafe { Box::from_raw(p.cast()) };
+    // SAFETY: initialised since `into_raw`; read exactly once. (Moving it out measured
+    // cheaper than dropping it in place: 396 against 415 instructions a permit.)
+    let value = unsafe { b.assume_init_read() };
+    let kept = SPARE.try_with(|s| match s.try_borrow_mut() {
+        Ok(mut s) if s.0.len() < SPARE_BOXES => {
+            s.0.push(b);
+            None
+        }
+        _ => Some(b),
+    });
+    // Not kept (a full cache, a thread being torn down): the allocation goes back now.
+    drop(kept);
+    let PermitBox { call, released } = value;
+    drop(released);
+    call
 }
 
 pub(crate) fn bulkhead_into_raw(h: BulkheadHandle) -> *mut hg_bulkhead {
@@ -130,13 +189,4 @@ pub(crate) unsafe fn registry_retain(p: *const hg_registry) {
 pub(crate) unsafe fn registry_release(p: *const hg_registry) {
     // SAFETY: as `bulkhead_release`.
     drop(unsafe { Arc::from_raw(p.cast::<RegistryHandle>()) })
-}
-
-/// Takes a permit box back (to free it).
-///
-/// # Safety
-/// As [`permit_mut`]; the caller gives up the permit.
-pub(crate) unsafe fn permit_take(p: *mut hg_permit) -> Box<PermitBox> {
-    // SAFETY: `p` came from `Box::into_raw` in `PermitBox::into_raw` (contract).
-    unsafe { Box::from_raw(p.cast::<PermitBox>()) }
 }

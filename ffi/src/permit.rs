@@ -1,11 +1,13 @@
 //! `hg_permit_*`: permits held by one acquire. Each `hg_permit` holds the core's `Call`: its
 //! permits and its guarded call, ended exactly once by the core (docs/design.md, "Call").
 
+use std::sync::{Arc, Weak};
+
 use hullguard_core::{Outcome, OwnedPermit};
 
 use crate::{
     boundary::{boundary, ok_or, try_val},
-    handle::{PermitBox, hg_permit, permit_mut, permit_take},
+    handle::{PermitBox, hg_permit, permit_free_box, permit_mut},
     status::{hg_outcome, hg_status},
 };
 
@@ -30,10 +32,13 @@ fn held(p: &mut PermitBox) -> Result<&mut OwnedPermit, hg_status> {
 /// Ends the call with `outcome` (it releases the permits), or reports a second release.
 fn release(p: &mut PermitBox, outcome: Outcome) -> hg_status {
     if let Some(call) = p.call.take() {
-        call.end(outcome);
+        // A weak reference to the call's bulkhead stays with the permit (to count a second
+        // release) without keeping it alive.
+        let bh = call.end_into_handle(outcome);
+        p.released = Some(Arc::downgrade(&bh));
         return hg_status::HG_STATUS_OK;
     }
-    if let Some(core) = p.weak.upgrade() {
+    if let Some(core) = p.released.as_ref().and_then(Weak::upgrade) {
         core.record_double_release();
     }
     hg_status::HG_STATUS_ALREADY_RELEASED
@@ -152,7 +157,7 @@ pub extern "C" fn hg_permit_free(permit: *mut hg_permit) {
             return;
         }
         // SAFETY: the caller gives up a live permit (contract).
-        if let Some(call) = unsafe { permit_take(permit) }.call {
+        if let Some(call) = unsafe { permit_free_box(permit) } {
             call.reclaim();
         }
     })

@@ -279,7 +279,7 @@ pub extern "C" fn hg_registry_try_acquire(
         let k = try_val!(unsafe { key_str(key, key_len) });
         let out = try_mut!(out);
         let bh = try_val!(entry(r, k));
-        grant(&bh, bh.try_acquire_owned(weight), out)
+        grant(bh.try_acquire_owned(weight), out)
     })
 }
 
@@ -307,7 +307,6 @@ pub extern "C" fn hg_registry_acquire_timeout(
         let out = try_mut!(out);
         let bh = try_val!(entry(r, k));
         grant(
-            &bh,
             bh.acquire_blocking_owned(weight, wait_timeout(timeout_ms)),
             out,
         )

@@ -127,6 +127,28 @@ where
         self.outcome = outcome;
     }
 
+    /// [`end`](Self::end), handing back the handle the call held (a binding that keeps it to
+    /// count a second release: no second reference per call).
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use hullguard_core::{Bulkhead, Config, Outcome};
+    /// let bh = Arc::new(Bulkhead::new(Config::default())?);
+    /// let call = bh.try_acquire_owned(1)?;
+    /// let back: Arc<Bulkhead> = call.end_into_handle(Outcome::Success);
+    /// assert_eq!((back.stats().active, Arc::strong_count(&back)), (0, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn end_into_handle(mut self, outcome: Outcome) -> B {
+        self.outcome = outcome;
+        self.end_now(None);
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so `bh` is moved out exactly once;
+        // the call ended above (its drop would only have ended it).
+        unsafe { core::ptr::read(&this.bh) }
+    }
+
     /// Releases now, recording `outcome` (the older name of [`end`](Self::end)).
     pub fn release_with(self, outcome: Outcome) {
         self.end(outcome);
