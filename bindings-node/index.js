@@ -46,6 +46,16 @@ function loadNative() {
 }
 
 const { NativeBulkhead, NativeRegistry, NativeDrain } = native
+/**
+ * The hot entry points on a handle's slot (raw N-API functions: numbers in, a number out;
+ * native fast.rs). Called through this object, so that tests can count them.
+ */
+const fast = native.fastEntryPoints()
+
+/** Where `fastTake` writes a queued admission's `[ticket, timeoutMs]` (see `takePlain`). */
+const scratch = new Float64Array(2)
+/** Where `fastGive` / `fastExpire` put the waiter ids they settled (they return the count). */
+const settledIds = new Uint32Array(64)
 
 const MAX_PERMITS = native.MAX_PERMITS
 const MAX_QUEUE = native.MAX_QUEUE
@@ -116,10 +126,31 @@ function emit(ev) {
   }
 }
 
+/**
+ * Waiters of the hot path (`takePlain`), by id − FAST_IDS: a dense table whose freed ids are
+ * reused (ids below FAST_IDS are the addon's, in `pending`).
+ */
+const FAST_IDS = 2 ** 31
+const fastWaiters = []
+const freeFastIds = []
+
+function settle(id) {
+  if (id >= FAST_IDS) fastWaiters[id - FAST_IDS]?.settled()
+  else pending.get(id)?.settled()
+}
+
 /** The addon's report at the end of a native call (see the header). */
 function onSettled(ids, events) {
-  for (const id of ids) pending.get(id)?.settled()
+  for (const id of ids) settle(id)
   for (const ev of events) emit(ev)
+}
+
+/** Settles the `n` ids a `fastGive` / `fastExpire` returned in `settledIds`. */
+function settleReturned(n) {
+  if (n === 0) return
+  if (n === 1) return settle(settledIds[0])
+  // Copied first: what a settle calls may refill the array.
+  for (const id of settledIds.slice(0, n)) settle(id)
 }
 
 function eventArg(event, listener) {
@@ -144,20 +175,33 @@ function removeListener(emitter, event, listener, key) {
 /** Node clamps setTimeout delays above 2^31-1 ms to 1 ms: long deadlines are armed in chunks. */
 const MAX_TIMER_MS = 2 ** 31 - 1
 
-/** An unref'd timer calling `fn` after `ms` (`null` for `Infinity`); cancel with `clearTimer`. */
-function unrefTimer(fn, ms) {
-  if (ms === Infinity) return null
-  const t = { id: null }
-  const arm = (left) => {
-    t.id = setTimeout(left > MAX_TIMER_MS ? () => arm(left - MAX_TIMER_MS) : fn, Math.min(left, MAX_TIMER_MS))
-    t.id.unref?.()
+/** A deadline beyond MAX_TIMER_MS: re-armed chunk by chunk, `id` the current chunk's timer. */
+class LongTimer {
+  constructor(fn, arg, ms) {
+    this.id = null
+    const arm = (left) => {
+      this.id = left > MAX_TIMER_MS ? setTimeout(arm, MAX_TIMER_MS, left - MAX_TIMER_MS) : setTimeout(fn, left, arg)
+      this.id.unref?.()
+    }
+    arm(ms)
   }
-  arm(ms)
+}
+
+/**
+ * An unref'd timer calling `fn(arg)` after `ms` (`null` for `Infinity`); cancel with
+ * `clearTimer`. Up to MAX_TIMER_MS it is the host's timer itself (no closure, no wrapper: a
+ * queued waiter arms one).
+ */
+function unrefTimer(fn, ms, arg) {
+  if (ms === Infinity) return null
+  if (ms > MAX_TIMER_MS) return new LongTimer(fn, arg, ms)
+  const t = setTimeout(fn, ms, arg)
+  t.unref?.()
   return t
 }
 
 function clearTimer(t) {
-  clearTimeout(t?.id)
+  clearTimeout(t instanceof LongTimer ? t.id : t)
 }
 
 function abortReason(signal) {
@@ -205,29 +249,43 @@ function unwatch(signal, party) {
 
 // ----- admission ------------------------------------------------------------------------------
 
+/** A queued waiter's deadline passed (its timer's callback). */
+function expireWaiter(w) {
+  w.expire(false)
+}
+
 /** One queued call: resolves with its granted call (a weight or a NativeCall). */
 class Waiter {
-  constructor(h, q, signal, resolve, reject) {
+  constructor(h, id, ticket, timeoutMs, signal, resolve, reject) {
     this.h = h
-    this.ticket = q.ticket
-    this.id = q.id
+    this.ticket = ticket
+    this.id = id
     this.signal = signal
     this.resolve = resolve
     this.reject = reject
-    this.timer = unrefTimer(() => h.nb.expire(q.ticket, 'timeout'), q.timeoutMs)
-    pending.set(q.id, this)
+    this.timer = unrefTimer(expireWaiter, timeoutMs, this)
+    if (id >= FAST_IDS) fastWaiters[id - FAST_IDS] = this
+    else pending.set(id, this)
     watch(signal, this)
   }
 
+  expire(aborted) {
+    const h = this.h
+    if (h.slot >= 0) settleReturned(fast.fastExpire(h.slot, this.ticket, aborted ? 1 : 0))
+    else h.nb.expire(this.ticket, aborted ? 'aborted' : 'timeout')
+  }
+
   aborted() {
-    this.h.nb.expire(this.ticket, 'aborted')
+    this.expire(true)
   }
 
   /** The addon reported the ticket settled: take the grant, or the rejection. */
   settled() {
+    const h = this.h
     let call
     try {
-      call = this.h.nb.pollTicket(this.ticket)
+      // A plain bulkhead's grant is its weight (0: still queued).
+      call = h.slot >= 0 ? fast.fastPoll(h.slot, this.ticket) || null : h.nb.pollTicket(this.ticket)
     } catch (e) {
       this.done()
       this.reject(e.reason === 'aborted' ? abortReason(this.signal) : e)
@@ -239,10 +297,40 @@ class Waiter {
   }
 
   done() {
-    pending.delete(this.id)
+    const id = this.id
+    if (id >= FAST_IDS) {
+      fastWaiters[id - FAST_IDS] = undefined
+      freeFastIds.push(id)
+    } else {
+      pending.delete(id)
+    }
     clearTimer(this.timer)
     unwatch(this.signal, this)
   }
+}
+
+/**
+ * The hot path of `admit`: no options, a bulkhead without policies (native `fastTake`). The
+ * weight granted now, or a Promise of it when it queues.
+ */
+function takePlain(h) {
+  const free = freeFastIds.length
+  const id = free > 0 ? freeFastIds[free - 1] : FAST_IDS + fastWaiters.length
+  const weight = fast.fastTake(h.slot, id)
+  if (weight !== 0) return weight
+  // Queued under `id`: it is taken now.
+  if (free > 0) freeFastIds.pop()
+  else fastWaiters.push(undefined)
+  const p = new Promise(capture)
+  new Waiter(h, id, scratch[0], scratch[1], undefined, captured.resolve, captured.reject)
+  return p
+}
+
+/** `new Promise(capture)` leaves its functions in `captured` (no closure per Promise). */
+const captured = { resolve: undefined, reject: undefined }
+function capture(resolve, reject) {
+  captured.resolve = resolve
+  captured.reject = reject
 }
 
 /**
@@ -255,9 +343,10 @@ function admit(h, opts, signal) {
     h.nb.abortedBeforeAdmission(opts)
     throw abortReason(signal)
   }
+  if (opts === undefined && h.slot >= 0) return takePlain(h)
   const r = h.nb.enqueue(opts)
   if (r.ticket === undefined) return r
-  return new Promise((resolve, reject) => new Waiter(h, r, signal, resolve, reject))
+  return new Promise((resolve, reject) => new Waiter(h, r.id, r.ticket, r.timeoutMs, signal, resolve, reject))
 }
 
 /**
@@ -266,7 +355,8 @@ function admit(h, opts, signal) {
  * `partial` returns the call that is left.
  */
 const PLAIN = {
-  end: (h, weight, outcome) => h.nb.release(weight, outcome),
+  // An outcome given is checked (a plain bulkhead records none): only `undefined` skips it.
+  end: (h, weight, outcome) => (outcome === undefined ? give(h, weight) : h.nb.release(weight, outcome)),
   partial: (h, weight, n) => h.nb.releasePartial(weight, n),
   reclaim: (h, weight) => h.nb.reclaim(weight),
   weight: (weight) => weight,
@@ -317,8 +407,45 @@ function callGuarded(fn, signal, end) {
 
 /** Runs `fn` holding `call`; ends it with fn's outcome when fn settles (or throws). */
 function runHeld(h, call, fn, signal) {
-  if (typeof call !== 'number' && h.callTimeoutMs !== Infinity) return runTimed(h, call, fn, signal)
+  if (typeof call === 'number') return runPlain(h, call, fn, signal)
+  if (h.callTimeoutMs !== Infinity) return runTimed(h, call, fn, signal)
   return callGuarded(fn, signal, (outcome) => finish(h, call, outcome))
+}
+
+/**
+ * `runHeld` on a bulkhead without policies: no outcome to record, so `fn`'s result only
+ * decides when the permits return (`fn` runs in the caller's turn, as an async function's
+ * body does).
+ */
+async function runPlain(h, weight, fn, signal) {
+  try {
+    return await fn(signal)
+  } finally {
+    give(h, weight)
+    h.unpin()
+  }
+}
+
+/** `runPlain` once a queued hot-path call is granted (`granted`: the Promise of its weight). */
+async function runQueued(h, granted, fn) {
+  let weight
+  try {
+    weight = await granted
+  } catch (e) {
+    h.unpin()
+    throw e
+  }
+  try {
+    return await fn(undefined)
+  } finally {
+    give(h, weight)
+    h.unpin()
+  }
+}
+
+/** Returns a plain bulkhead's `weight` permits (native `fastGive`) and settles whom it granted. */
+function give(h, weight) {
+  settleReturned(fast.fastGive(h.slot, weight))
 }
 
 /**
@@ -362,6 +489,7 @@ function acquireOn(h, key, opts) {
 }
 
 function runOn(h, fn, opts) {
+  if (opts === undefined && h.slot >= 0 && typeof fn === 'function') return runFast(h, fn)
   let r, signal
   try {
     if (typeof fn !== 'function') throw new TypeError(`fn must be a function, got ${typeof fn}`)
@@ -377,6 +505,18 @@ function runOn(h, fn, opts) {
     (call) => runHeld(h, call, fn, signal),
     (e) => failed(h, e),
   )
+}
+
+/** `runOn` without options on a bulkhead without policies (the hot path: `takePlain`). */
+function runFast(h, fn) {
+  let r
+  try {
+    r = takePlain(h)
+  } catch (e) {
+    return failed(h, e)
+  }
+  if (typeof r === 'number') return runPlain(h, r, fn, undefined)
+  return runQueued(h, r, fn)
 }
 
 function tryAcquireOn(h, key, opts) {
@@ -506,6 +646,7 @@ function handleOf(nb, unpin) {
   return {
     nb,
     unpin,
+    slot: nb.fastSlot,
     timeout: undefined,
     get callTimeoutMs() {
       return (this.timeout ??= nb.callTimeoutMs)
@@ -710,7 +851,7 @@ function originKey(url) {
   return native.originKey(url)
 }
 
-native.init(onSettled, BulkheadError)
+native.init(onSettled, BulkheadError, scratch, settledIds)
 
 module.exports = {
   Bulkhead,
@@ -722,6 +863,6 @@ module.exports = {
   MAX_QUEUE,
   REASONS,
   OUTCOMES,
-  __test: { kClock, VirtualClock: native.VirtualClock },
+  __test: { kClock, VirtualClock: native.VirtualClock, fast },
   ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
 }

@@ -87,6 +87,11 @@ export declare class NativeBulkhead {
   get closed(): boolean
   /** Drops this handle's reference (a registry may then evict its entry). */
   dispose(): void
+  /**
+   * This handle's slot for the hot entry points (`fastTake`, …), or `-1` when they do not
+   * serve it (a bulkhead with policies: its granted calls are `NativeCall`s).
+   */
+  get fastSlot(): number
 }
 
 /**
@@ -167,11 +172,18 @@ export interface DrainReport {
 }
 
 /**
+ * The hot entry points as raw N-API functions: `{fastTake(slot, id), fastGive(slot, weight),
+ * fastPoll(slot, ticket), fastExpire(slot, ticket, aborted: 0 | 1)}` (all numbers in and out).
+ */
+export declare function fastEntryPoints(): { fastTake(slot: number, id: number): number; fastGive(slot: number, weight: number): number; fastPoll(slot: number, ticket: number): number; fastExpire(slot: number, ticket: number, aborted: number): number }
+
+/**
  * Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
  * what a native call settled (the ids of queued waiters and drains, breaker transitions) at
- * its end; `BulkheadError` is the class the addon throws rejections as.
+ * its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
+ * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
  */
-export declare function init(onSettled: (arg0: Array<number>, arg1: Array<StateChange>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2?: string | undefined | null) => void): void
+export declare function init(onSettled: (arg0: Array<number>, arg1: Array<StateChange>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2?: string | undefined | null) => void, scratch: Float64Array, settledIds: Uint32Array): void
 
 /** `{active, queued, limit, available}` at a rejection (the facade adds `key`). */
 export interface JsSnapshot {

@@ -840,6 +840,7 @@ module.exports.NativeCall = nativeBinding.NativeCall
 module.exports.NativeDrain = nativeBinding.NativeDrain
 module.exports.NativeRegistry = nativeBinding.NativeRegistry
 module.exports.VirtualClock = nativeBinding.VirtualClock
+module.exports.fastEntryPoints = nativeBinding.fastEntryPoints
 module.exports.init = nativeBinding.init
 module.exports.MAX_PERMITS = nativeBinding.MAX_PERMITS
 module.exports.MAX_QUEUE = nativeBinding.MAX_QUEUE

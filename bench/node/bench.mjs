@@ -18,6 +18,11 @@
 // hullguard bulkhead (what the breaker adds). opossum runs with `timeout: false`: the composed
 // hullguard policy has no call timeout either (opossum would otherwise arm a timer per call).
 //
+// "floor: fn + 2 no-op native calls" is the physical floor of any native limiter (issue 15
+// item 6): the bare call and two crossings into the addon's cheapest export; the table "overhead
+// above the floor" sets hullguard's cost above it beside each JS anchor's cost above the bare
+// call.
+//
 // `fn` is `async () => {}` everywhere. p-limit (`pLimit(10)(fn)`) and async-sema are in every
 // table for reference; "no limiter" (`await fn()` / `Promise.all` of the bare calls) shows the
 // floor that every limiter pays. The task rows run hullguard with `queueTimeoutMs: Infinity`,
@@ -53,6 +58,8 @@ import { Sema } from 'async-sema'
 
 const require = createRequire(import.meta.url)
 const { Bulkhead } = require('../../bindings-node/index.js')
+/** The addon's cheapest export (a no-argument napi function): the physical floor of a crossing. */
+const { settledPending: nativeNoop } = require('../../bindings-node/native.js')
 
 const args = process.argv.slice(2)
 for (const a of args) {
@@ -125,6 +132,15 @@ const UNCONTENDED = {
     return sequential(call, UNCONTENDED_BATCH)
   },
   'no limiter': () => sequential(fn, UNCONTENDED_BATCH),
+  // The physical floor of a native limiter: the bare call plus two no-op native calls (take,
+  // release) and nothing else.
+  'floor: fn + 2 no-op native calls': () =>
+    sequential(() => {
+      nativeNoop()
+      const p = fn()
+      nativeNoop()
+      return p
+    }, UNCONTENDED_BATCH),
   // The composed policy: bulkhead + circuit breaker, one call at a time.
   'hullguard run(fn) + breaker': () => {
     const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: 100, resilience: { breaker: {} } })
@@ -174,6 +190,7 @@ const ROWS = [
   ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'cockatiel execute(fn)', 1.5],
   ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'p-limit limit(fn)', null],
   ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'async-sema acquire/release', null],
+  ['uncontended run(fn)', 'u', 'hullguard run(fn)', 'floor: fn + 2 no-op native calls', null],
   ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'async-sema acquire/release', 0.5],
   ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'cockatiel execute(fn)', 0.1],
   ['100 000 tasks, limit 10', 't', 'hullguard run(fn)', 'p-limit limit(fn)', null],
@@ -300,6 +317,23 @@ async function main() {
       fmtNs(median(reps.map((r) => r[`${group}:${anchor}`]))),
       verdict,
     )
+  }
+
+  // Issue 15 item 6: every ratio read against what is possible. hullguard's floor is the bare
+  // call plus two native crossings; a pure-JS anchor's floor is the bare call.
+  console.log()
+  console.log('== uncontended overhead above the floor (median per op; floor: hullguard = fn + 2 no-op native calls, JS anchors = fn) ==')
+  const med = (name) => median(reps.map((r) => r[`u:${name}`]))
+  const floorNative = med('floor: fn + 2 no-op native calls')
+  const floorJs = med('no limiter')
+  console.log(`  floors: fn ${fmtNs(floorJs)}, fn + 2 no-op native calls ${fmtNs(floorNative)}`)
+  for (const [name, floor] of [
+    ['hullguard run(fn)', floorNative],
+    ['cockatiel execute(fn)', floorJs],
+    ['async-sema acquire/release', floorJs],
+    ['p-limit limit(fn)', floorJs],
+  ]) {
+    console.log(`    ${name.padEnd(30)} ${fmtNs(med(name) - floor).padStart(10)} above its floor`)
   }
 
   console.log()

@@ -61,6 +61,27 @@ function assertIdle(s, msg = '') {
  * `{calls, restore}`: `calls` is the list of names called (`'get x'` for getters); pass the
  * `calls` of another spy to count several classes in one list.
  */
+/**
+ * Records the facade's calls of the hot entry points (`fastTake`, …: plain functions, not
+ * methods) into `calls`; `restore()` puts them back.
+ */
+function spyFast(calls = []) {
+  const { fast } = require('../index.js').__test
+  const saved = { ...fast }
+  for (const [name, orig] of Object.entries(saved)) {
+    fast[name] = (...args) => {
+      calls.push(name)
+      return orig(...args)
+    }
+  }
+  return {
+    calls,
+    restore() {
+      Object.assign(fast, saved)
+    },
+  }
+}
+
 function spyPrototype(proto, calls = []) {
   const saved = []
   for (const name of Object.getOwnPropertyNames(proto)) {
@@ -124,4 +145,4 @@ const STATS_KEYS = [
   'budget',
 ]
 
-module.exports = { turn, turns, deferred, track, assertConserved, assertIdle, spyPrototype, STATS_KEYS }
+module.exports = { turn, turns, deferred, track, assertConserved, assertIdle, spyPrototype, spyFast, STATS_KEYS }

@@ -35,6 +35,7 @@ use napi_derive::napi;
 
 use crate::{
     clock::{self, VirtualClock},
+    fast,
     marshal::{self, count_arg, ms, range_error, refused, string, type_error},
     options, settled, stats,
 };
@@ -78,12 +79,21 @@ pub struct NativeBulkhead {
     /// keeping it alive.
     weak: Weak<CoreBulkhead>,
     key: Option<Rc<str>>,
+    /// This handle's slot for the hot entry points (`fast`), freed with the handle.
+    slot: f64,
+}
+
+impl Drop for NativeBulkhead {
+    fn drop(&mut self) {
+        fast::free(self.slot);
+    }
 }
 
 impl NativeBulkhead {
     pub(crate) fn from_arc(bh: Arc<CoreBulkhead>, key: Option<Rc<str>>) -> Self {
         Self {
             weak: Arc::downgrade(&bh),
+            slot: fast::register(&bh, key.as_ref()),
             bh: Some(bh),
             key,
         }
@@ -363,6 +373,18 @@ impl NativeBulkhead {
     #[napi]
     pub fn dispose(&mut self) {
         self.bh = None;
+        fast::free(self.slot);
+    }
+
+    /// This handle's slot for the hot entry points (`fastTake`, …), or `-1` when they do not
+    /// serve it (a bulkhead with policies: its granted calls are `NativeCall`s).
+    #[napi(getter)]
+    pub fn fast_slot(&self) -> Result<f64> {
+        Ok(if self.bh()?.has_policies() {
+            -1.0
+        } else {
+            self.slot
+        })
     }
 }
 

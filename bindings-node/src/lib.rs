@@ -5,6 +5,7 @@
 //! | module | what |
 //! |---|---|
 //! | `bulkhead` | `NativeBulkhead` (admission, release, stats, drain), `NativeCall`, `NativeDrain` |
+//! | `fast` | the hot entry points on a handle's slot (`fastTake`, `fastGive`, `fastPoll`, `fastExpire`) |
 //! | `registry` | `NativeRegistry`, `originKey` |
 //! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
 //! | `settled` | the per-isolate queue of settled waiters / drains and breaker events |
@@ -18,6 +19,7 @@
 
 mod bulkhead;
 mod clock;
+mod fast;
 mod marshal;
 mod options;
 mod registry;
@@ -27,7 +29,7 @@ mod stats;
 use hullguard_core::{Outcome, Reason};
 use napi::{
     Env, Result,
-    bindgen_prelude::{FnArgs, Function, Object},
+    bindgen_prelude::{Float64Array, FnArgs, Function, Object, Uint32Array},
 };
 use napi_derive::napi;
 
@@ -47,14 +49,18 @@ pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
 
 /// Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
 /// what a native call settled (the ids of queued waiters and drains, breaker transitions) at
-/// its end; `BulkheadError` is the class the addon throws rejections as.
+/// its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
+/// and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
 // napi-derive reads the argument types literally (for native.d.ts): no type aliases here.
 #[allow(clippy::type_complexity)]
 #[napi]
 pub fn init(
     on_settled: Function<FnArgs<(Vec<u32>, Vec<StateChange>)>, ()>,
     bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>)>, ()>,
+    scratch: Float64Array,
+    settled_ids: Uint32Array,
 ) -> Result<()> {
+    fast::init(scratch, settled_ids)?;
     settled::init(&on_settled)?;
     marshal::init(&bulkhead_error)
 }

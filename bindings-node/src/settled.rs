@@ -43,7 +43,6 @@ pub(crate) type SettledArgs = FnArgs<(Vec<u32>, Vec<StateChange>)>;
 
 type OnSettled = FunctionRef<SettledArgs, ()>;
 
-#[derive(Default)]
 struct Queue {
     ids: Vec<u32>,
     events: Vec<StateChange>,
@@ -52,7 +51,14 @@ struct Queue {
 }
 
 thread_local! {
-    static QUEUE: RefCell<Queue> = RefCell::default();
+    static QUEUE: RefCell<Queue> = const {
+        RefCell::new(Queue {
+            ids: Vec::new(),
+            events: Vec::new(),
+            last_id: 0,
+            flushing: false,
+        })
+    };
     /// Never dropped: the reference lives as long as the isolate (a drop at thread exit would
     /// touch an environment that is gone).
     static ON_SETTLED: RefCell<Option<ManuallyDrop<OnSettled>>> = const { RefCell::new(None) };
@@ -102,6 +108,30 @@ fn deliver(env: &Env) -> Result<()> {
     }
 }
 
+/// The end of a hot entry point (`fast`): when this is no nested call and only waiter ids are
+/// queued, and they fit in `out`, they move there and their count is returned (the facade
+/// settles them when the call returns, as `onSettled` would have at its end); else
+/// [`flush`], and 0.
+///
+/// # Errors
+/// As [`flush`].
+pub(crate) fn flush_into(env: &Env, out: &mut [u32]) -> Result<usize> {
+    let moved = QUEUE.with(|q| {
+        let mut q = q.borrow_mut();
+        let fits = !q.flushing && q.events.is_empty() && q.ids.len() <= out.len();
+        fits.then(|| {
+            let n = q.ids.len();
+            out[..n].copy_from_slice(&q.ids);
+            q.ids.clear();
+            n
+        })
+    });
+    match moved {
+        Some(n) => Ok(n),
+        None => flush(env).map(|()| 0),
+    }
+}
+
 /// How many settled ids and events wait to be delivered (0 between native calls).
 pub(crate) fn pending() -> u32 {
     QUEUE.with(|q| {
@@ -122,14 +152,23 @@ impl Wake for IdWaker {
     }
 }
 
+/// Ids at or above this one are the facade's own (its dense table of hot-path waiters, given
+/// to `fastTake`); those below are made here ([`waker`]).
+pub(crate) const FACADE_IDS: u32 = 1 << 31;
+
 /// A fresh id (for the facade's map of waiters and drains) and the waker that reports it.
 pub(crate) fn waker() -> (u32, Waker) {
     let id = QUEUE.with(|q| {
         let mut q = q.borrow_mut();
-        q.last_id = q.last_id.wrapping_add(1);
+        q.last_id = q.last_id.wrapping_add(1) % FACADE_IDS;
         q.last_id
     });
-    (id, Waker::from(Arc::new(IdWaker(id))))
+    (id, waker_of(id))
+}
+
+/// The waker that reports `id`.
+pub(crate) fn waker_of(id: u32) -> Waker {
+    Waker::from(Arc::new(IdWaker(id)))
 }
 
 /// The observer of one facade emitter (a bulkhead, or every key of a registry): queues each
