@@ -26,6 +26,7 @@ use hullguard_core::{
 };
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
+    intern,
     prelude::*,
     sync::PyOnceLock,
 };
@@ -114,7 +115,7 @@ impl Ready {
 
 fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
     if let Some(t) = timer {
-        drop(t.bind(py).call_method0("cancel"));
+        drop(t.bind(py).call_method0(intern!(py, "cancel")));
     }
 }
 

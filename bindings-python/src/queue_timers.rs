@@ -21,7 +21,7 @@ use std::{
 };
 
 use hullguard_core::{Bulkhead as CoreBulkhead, Reason, Ticket};
-use pyo3::{prelude::*, types::PyCFunction};
+use pyo3::{intern, prelude::*, types::PyCFunction};
 
 /// One queued waiter's deadline.
 struct Deadline {
@@ -77,7 +77,7 @@ pub(crate) fn schedule(
     if timeout == Duration::MAX {
         return Ok(());
     }
-    let now: f64 = event_loop.call_method0("time")?.extract()?;
+    let now: f64 = event_loop.call_method0(intern!(py, "time"))?.extract()?;
     let at = now + timeout.as_secs_f64();
     TIMERS.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -88,7 +88,7 @@ pub(crate) fn schedule(
         {
             if let Some(old) = slot.take() {
                 if let Some((h, _)) = old.armed {
-                    drop(h.bind(py).call_method0("cancel"));
+                    drop(h.bind(py).call_method0(intern!(py, "cancel")));
                 }
             }
             *slot = Some(LoopTimers {
@@ -129,12 +129,15 @@ fn arm(py: Python<'_>, t: &mut LoopTimers) -> PyResult<()> {
         return Ok(());
     }
     if let Some((h, _)) = t.armed.take() {
-        drop(h.bind(py).call_method0("cancel"));
+        drop(h.bind(py).call_method0(intern!(py, "cancel")));
     }
     let fire = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<()> {
         fire(args.py(), at)
     })?;
-    let handle = t.event_loop.bind(py).call_method1("call_at", (at, fire))?;
+    let handle = t
+        .event_loop
+        .bind(py)
+        .call_method1(intern!(py, "call_at"), (at, fire))?;
     t.armed = Some((handle.unbind(), at));
     Ok(())
 }
@@ -154,7 +157,11 @@ fn fire(py: Python<'_>, armed_at: f64) -> PyResult<()> {
         if t.armed.as_ref().is_some_and(|(_, at)| *at == armed_at) {
             t.armed = None;
         }
-        let now: f64 = t.event_loop.bind(py).call_method0("time")?.extract()?;
+        let now: f64 = t
+            .event_loop
+            .bind(py)
+            .call_method0(intern!(py, "time"))?
+            .extract()?;
         let due_by = now.max(armed_at);
         let mut due = Vec::new();
         while t.heap.peek().is_some_and(|Reverse(d)| d.at <= due_by) {

@@ -11,7 +11,7 @@ use std::{
     thread::{self, ThreadId},
 };
 
-use pyo3::{prelude::*, sync::PyOnceLock, types::PyCFunction};
+use pyo3::{intern, prelude::*, sync::PyOnceLock, types::PyCFunction};
 
 static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static RESOLVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -30,8 +30,9 @@ pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 
 /// Resolves `fut` with `None` unless it is already done (cancelled, say).
 fn resolve_now(fut: &Bound<'_, PyAny>) -> PyResult<()> {
-    if !fut.call_method0("done")?.is_truthy()? {
-        fut.call_method1("set_result", (fut.py().None(),))?;
+    let py = fut.py();
+    if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+        fut.call_method1(intern!(py, "set_result"), (py.None(),))?;
     }
     Ok(())
 }
@@ -61,7 +62,7 @@ impl WaitTarget {
     /// A new future on the running loop. Must be called on the loop's thread.
     pub(crate) fn new(py: Python<'_>) -> PyResult<Arc<Self>> {
         let event_loop = running_loop(py)?;
-        let fut = event_loop.call_method0("create_future")?;
+        let fut = event_loop.call_method0(intern!(py, "create_future"))?;
         Ok(Arc::new(Self {
             fut: Mutex::new(fut.unbind()),
             event_loop: event_loop.unbind(),
@@ -71,7 +72,10 @@ impl WaitTarget {
 
     /// Replaces the future with a fresh one (after a spurious wake-up).
     pub(crate) fn renew(&self, py: Python<'_>) -> PyResult<()> {
-        let fut = self.event_loop.bind(py).call_method0("create_future")?;
+        let fut = self
+            .event_loop
+            .bind(py)
+            .call_method0(intern!(py, "create_future"))?;
         *self.fut.lock().unwrap_or_else(|e| e.into_inner()) = fut.unbind();
         Ok(())
     }
@@ -87,7 +91,7 @@ impl WaitTarget {
     /// The future, marked as awaited (what `Future.__await__` does before yielding it).
     pub(crate) fn future_to_yield<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let fut = self.current(py);
-        fut.setattr("_asyncio_future_blocking", true)?;
+        fut.setattr(intern!(py, "_asyncio_future_blocking"), true)?;
         Ok(fut)
     }
 
@@ -104,7 +108,7 @@ impl WaitTarget {
             resolver(py).and_then(|f| {
                 self.event_loop
                     .bind(py)
-                    .call_method1("call_soon_threadsafe", (f, fut))
+                    .call_method1(intern!(py, "call_soon_threadsafe"), (f, fut))
                     .map(drop)
             })
         };
