@@ -254,15 +254,21 @@ function expireWaiter(w) {
   w.expire(false)
 }
 
-/** One queued call: resolves with its granted call (a weight or a NativeCall). */
+/**
+ * One queued call: resolves with its granted call (a weight or a NativeCall), or — `asPermit`,
+ * a hot-path `acquire()` — with its `Permit` (of registry key `key`), letting go of the handle
+ * when rejected (no `.then` step between the grant and the caller).
+ */
 class Waiter {
-  constructor(h, id, ticket, timeoutMs, signal, resolve, reject) {
+  constructor(h, id, ticket, timeoutMs, signal, resolve, reject, asPermit = false, key = undefined) {
     this.h = h
     this.ticket = ticket
     this.id = id
     this.signal = signal
     this.resolve = resolve
     this.reject = reject
+    this.asPermit = asPermit
+    this.key = key
     this.timer = unrefTimer(expireWaiter, timeoutMs, this)
     if (id >= FAST_IDS) fastWaiters[id - FAST_IDS] = this
     else pending.set(id, this)
@@ -288,12 +294,13 @@ class Waiter {
       call = h.slot >= 0 ? fast.fastPoll(h.slot, this.ticket) || null : h.nb.pollTicket(this.ticket)
     } catch (e) {
       this.done()
+      if (this.asPermit) h.unpin()
       this.reject(e.reason === 'aborted' ? abortReason(this.signal) : e)
       return
     }
     if (call === null) return
     this.done()
-    this.resolve(call)
+    this.resolve(this.asPermit ? new Permit(kInternal, h, call, this.key) : call)
   }
 
   done() {
@@ -311,9 +318,10 @@ class Waiter {
 
 /**
  * The hot path of `admit`: no options, a bulkhead without policies (native `fastTake`). The
- * weight granted now, or a Promise of it when it queues.
+ * weight granted now, or a Promise of it — of its `Permit` (registry key `key`) when
+ * `asPermit` — when it queues.
  */
-function takePlain(h) {
+function takePlain(h, asPermit = false, key = undefined) {
   const free = freeFastIds.length
   const id = free > 0 ? freeFastIds[free - 1] : FAST_IDS + fastWaiters.length
   const weight = fast.fastTake(h.slot, id)
@@ -322,7 +330,9 @@ function takePlain(h) {
   if (free > 0) freeFastIds.pop()
   else fastWaiters.push(undefined)
   const p = new Promise(capture)
-  new Waiter(h, id, scratch[0], scratch[1], undefined, captured.resolve, captured.reject)
+  new Waiter(h, id, scratch[0], scratch[1], undefined, captured.resolve, captured.reject, asPermit, key)
+  // Not kept here: the promise (and what it resolves with) must be collectable.
+  captured.resolve = captured.reject = undefined
   return p
 }
 
@@ -477,6 +487,15 @@ function runTimed(h, call, fn, callerSignal) {
 
 function acquireOn(h, key, opts) {
   let r
+  if (opts === undefined && h.slot >= 0) {
+    // The hot path: a queued one resolves with its Permit itself.
+    try {
+      r = takePlain(h, true, key)
+    } catch (e) {
+      return failed(h, e)
+    }
+    return typeof r === 'number' ? Promise.resolve(new Permit(kInternal, h, r, key)) : r
+  }
   try {
     r = admit(h, opts, signalOf(opts))
   } catch (e) {

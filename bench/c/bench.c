@@ -18,6 +18,13 @@
  * its min-max. `bench.c --ir <variant> <ops>` runs one single-thread variant for callgrind
  * (bench/c/run.sh turns the instruction counts into the deterministic Ir/op ratios).
  *
+ * Cost curve (issue 15 item 7, after the table): one op at queue depth 10 / 1 000 / 100 000 on
+ * the handle API's polling form (the single permit held, D tickets queued by
+ * hg_bulkhead_enqueue; an op releases the permit, polls the head's ticket — now the holder — and
+ * queues a new ticket at the tail). sem_t has no queue to put beside it (a blocked sem_wait is a
+ * thread), so the curve is hullguard's alone, with its flatness; the thread axis is the table's
+ * 1-thread and 2-thread rows.
+ *
  * Usage: bench [ops-per-thread] [reps]
  *        bench --smoke [ops-per-thread]   every row and variant once (1 repetition, default 1000
  *                                         ops), the same table: proves it runs; measures nothing
@@ -210,6 +217,74 @@ static double maxv(const double *v, int n) {
     return m;
 }
 
+/* ---- cost curve by queue depth ----------------------------------------------------------- */
+
+/* ns per op at queue depth `depth` (see the header). */
+static double depth_cycle(long depth, long ops) {
+    hg_config c;
+    hg_config_default(&c);
+    c.max_concurrent = 1;
+    c.max_queue = (uint64_t)depth + 1;
+    hg_bulkhead *bh;
+    if (hg_bulkhead_new(&c, &bh) != HG_STATUS_OK) die("hg_bulkhead_new (depth)");
+    hg_permit *held;
+    if (hg_bulkhead_try_acquire(bh, 1, &held) != HG_STATUS_OK) die("depth: first permit");
+    hg_ticket *q = malloc(sizeof *q * (size_t)depth);
+    if (q == NULL) die("malloc");
+    for (long i = 0; i < depth; i++) {
+        hg_permit *p = NULL;
+        if (hg_bulkhead_enqueue(bh, 1, &p, &q[i]) != HG_STATUS_QUEUED) die("depth: enqueue");
+    }
+    long head = 0;
+    double t0 = 0;
+    for (long i = 0; i < ops + ops / 10; i++) {
+        if (i == ops / 10) t0 = now_ns(); /* the first tenth warms up */
+        if (hg_permit_release(held) != HG_STATUS_OK) die("depth: release");
+        hg_permit_free(held);
+        if (hg_ticket_poll(bh, q[head], &held) != HG_STATUS_OK) die("depth: head not granted");
+        hg_permit *p = NULL;
+        if (hg_bulkhead_enqueue(bh, 1, &p, &q[head]) != HG_STATUS_QUEUED) die("depth: requeue");
+        head = head + 1 == depth ? 0 : head + 1;
+    }
+    double per_op = (now_ns() - t0) / (double)ops;
+    /* Every ticket granted and released in turn: the bulkhead ends idle. */
+    for (long k = 0; k < depth; k++) {
+        hg_permit_release(held);
+        hg_permit_free(held);
+        if (hg_ticket_poll(bh, q[(head + k) % depth], &held) != HG_STATUS_OK) die("depth: drain");
+    }
+    hg_permit_release(held);
+    hg_permit_free(held);
+    struct hg_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    if (hg_bulkhead_stats(bh, &s) != HG_STATUS_OK || s.active != 0 || s.queued != 0)
+        die("depth: not idle at the end");
+    free(q);
+    hg_bulkhead_free(bh);
+    return per_op;
+}
+
+static void print_depth_curve(int smoke, int reps) {
+    static const long depths[] = {10, 1000, 100000};
+    int n = smoke ? 2 : 3;
+    long ops = smoke ? 1000 : 200000;
+    printf("\ncost curve: one op at queue depth D (handle API polling form; op = release + poll "
+           "the head + enqueue; median of %d x %ld ops)\n",
+           reps, ops);
+    printf("%10s %12s\n", "depth", "ns/op");
+    double first = 0, last = 0;
+    for (int i = 0; i < n; i++) {
+        long d = smoke && i == 1 ? 100 : depths[i];
+        double v[64];
+        for (int r = 0; r < reps; r++) v[r] = depth_cycle(d, ops);
+        last = median(v, reps);
+        if (i == 0) first = last;
+        printf("%10ld %12.1f\n", d, last);
+    }
+    printf("deepest / depth 10 (flat = 1.00): %.2f\n", last / first);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "--ir") == 0) {
         /* callgrind mode: one single-thread variant, `ops` pairs (0 = the fixed cost only). */
@@ -283,5 +358,6 @@ int main(int argc, char **argv) {
     }
     printf("\n2-thread rows: %s\n", parallel ? "valid (the control ran in parallel)"
                                              : "NOT valid (the control did not run in parallel)");
+    print_depth_curve(smoke, smoke ? 1 : 5);
     return 0;
 }

@@ -215,6 +215,85 @@ function checkRows() {
   }
 }
 
+// ----- cost curves (issue 15 item 7) ---------------------------------------------------------
+
+const DEPTHS = SMOKE ? [10, 100] : [10, 1_000, 100_000]
+const DEPTH_OPS = SMOKE ? 200 : 20_000
+const DEPTH_REPS = SMOKE ? 1 : 5
+
+/**
+ * One op at queue depth `depth`, in ns (median of DEPTH_REPS runs of DEPTH_OPS ops): the single
+ * permit held and `depth` waiters queued; an op releases it, awaits the head's grant (now the
+ * holder) and queues a new waiter at the tail, so the depth stays `depth`. `lim` adapts the
+ * limiter: `{hold(), take(), give(held)}`.
+ */
+async function depthCycle(make, depth) {
+  const runs = []
+  for (let r = 0; r < DEPTH_REPS; r++) {
+    const lim = make(depth)
+    let held = await lim.take()
+    const q = new Array(depth)
+    for (let i = 0; i < depth; i++) q[i] = lim.take()
+    let head = 0
+    const cycle = async (ops) => {
+      for (let i = 0; i < ops; i++) {
+        lim.give(held)
+        held = await q[head]
+        q[head] = lim.take()
+        head = head + 1 === depth ? 0 : head + 1
+      }
+    }
+    await cycle(Math.min(DEPTH_OPS, 1_000)) // warm-up
+    globalThis.gc?.()
+    const t0 = performance.now()
+    await cycle(DEPTH_OPS)
+    runs.push(((performance.now() - t0) * 1e6) / DEPTH_OPS)
+    // Every waiter granted and released in turn: the limiter ends idle.
+    for (let k = 0; k < depth; k++) {
+      lim.give(held)
+      held = await q[(head + k) % depth]
+    }
+    lim.give(held)
+  }
+  return median(runs)
+}
+
+const DEPTH_CASES = {
+  'hullguard acquire/release': (depth) => {
+    const bh = new Bulkhead({ maxConcurrent: 1, maxQueue: depth + 1 })
+    return { take: () => bh.acquire(), give: (p) => p.release() }
+  },
+  'async-sema acquire/release': () => {
+    const sema = new Sema(1)
+    return { take: () => sema.acquire(), give: () => sema.release() }
+  },
+}
+
+/** Runs the cost curves; returns the lines of their table (printed after the main tables). */
+async function costCurves() {
+  const lines = []
+  const console = { log: (line = '') => lines.push(line) }
+  console.log()
+  console.log(
+    `== cost curve: one op at queue depth D (limit 1, D waiters queued; op = release + the head's grant awaited + a new waiter; median of ${DEPTH_REPS} × ${DEPTH_OPS} ops) ==`,
+  )
+  const names = Object.keys(DEPTH_CASES)
+  console.log(`  ${'depth'.padStart(8)} ${names.map((n) => n.padStart(28)).join(' ')} ${'ratio'.padStart(7)}`)
+  const first = {}
+  for (const depth of DEPTHS) {
+    const ns = []
+    for (const name of names) ns.push(await depthCycle(DEPTH_CASES[name], depth))
+    names.forEach((n, i) => (first[n] ??= ns[i]))
+    console.log(`  ${String(depth).padStart(8)} ${ns.map((v) => fmtNs(v).padStart(28)).join(' ')} ${(ns[0] / ns[1]).toFixed(3).padStart(7)}`)
+    if (depth === DEPTHS[DEPTHS.length - 1]) {
+      const flat = names.map((n, i) => `${n} ${(ns[i] / first[n]).toFixed(2)}×`).join(', ')
+      console.log(`  depth ${depth} / depth ${DEPTHS[0]} (flat = 1.00): ${flat}`)
+    }
+  }
+  console.log('  threads: a Node bulkhead belongs to one isolate (one thread): there is no 2-thread row in this layer.')
+  return lines
+}
+
 // ----- running --------------------------------------------------------------------------------
 
 /** CPU jiffies: [machine busy, machine total] from /proc/stat, or null. */
@@ -293,6 +372,7 @@ async function main() {
     process.stdout.write(`  repetition ${rep + 1}/${REPS} done\r`)
   }
   process.stdout.write(' '.repeat(40) + '\r')
+  const curves = await costCurves()
   const wallS = (performance.now() - w0) / 1000
   const c1 = process.cpuUsage(c0)
   const t1 = machineTimes()
@@ -350,6 +430,8 @@ async function main() {
       )
     }
   }
+
+  for (const line of curves) console.log(line)
 
   if (t0 !== null && t1 !== null) {
     const hz = 100 // USER_HZ

@@ -14,6 +14,14 @@ Rows (hullguard / anchor, lower is better):
 Beside them, for reference (no target): ``bulklink.AsyncBulkhead`` (pure Python, PyPI), the
 closest pure-Python bulkhead; it is async-only, so it has no ``try_acquire`` row.
 
+Floors (issue 15 item 6): ``async with`` on an object whose ``__aenter__`` / ``__aexit__`` do
+nothing (the uncontended floor; the rows "overhead above the floor" subtract it from both sides),
+and a minimal deque+Future limiter (the task rows' floor). Cost curves (item 7, after the table):
+one op at queue depth 10 / 1 000 / 100 000 (``bh.acquire()`` beside
+``asyncio.Semaphore.acquire()``, each awaitable driven by ``send``), and ``try_acquire`` +
+``release`` from 1 and 2 threads on one limiter (beside ``threading.BoundedSemaphore``); flat is
+the target.
+
 Method:
 
 * **One process, interleaved.** A warm-up round calibrates each case to a batch of about 25 ms,
@@ -204,6 +212,19 @@ def _tasks(make: Optional[Callable[[], object]], form: str = "with") -> Runner:
     return _async(make if make is not None else (lambda: None), body)
 
 
+class NoopContext:
+    """The floor of ``async with`` itself (issue 15 item 6): ``__aenter__`` / ``__aexit__`` that
+    do nothing. Every uncontended row pays this much before any limiting."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
 class MinimalLimiter:
     """The floor of any asyncio limiter that suspends: a counter, a deque of Futures, FIFO
     handoff, nothing else (no cancellation safety, no timeout, no stats). Not a real limiter:
@@ -249,6 +270,7 @@ CASES: Dict[str, Tuple[str, Callable[[], Runner]]] = {
         lambda: _async(_hg(), _acquire_with),
     ),
     "with/bulklink": ("bulklink: async with b.slot()", lambda: _async(_bulklink, _slot_with)),
+    "with/floor": ("no-op async with (floor)", lambda: _async(NoopContext, _async_with)),
     "try/threading": ("threading.BoundedSemaphore", _sync_try_bounded),
     "try/hullguard": ("hullguard: try_acquire().release()", _sync_try_hullguard),
     "tasks/none": ("no limiter (baseline)", lambda: _tasks(None)),
@@ -299,6 +321,11 @@ ROWS = [
     Row("uncontended `async with bh`", "with/hullguard", "with/asyncio", 0.5),
     Row("uncontended `async with bh.acquire()`", "with/hullguard-acquire", "with/asyncio", 0.5),
     Row("uncontended, bulklink `async with slot()`", "with/bulklink", "with/asyncio", None),
+    Row("  floor: no-op `async with`", "with/floor", "with/asyncio", None),
+    Row("  `async with bh`, overhead above the floor", "with/hullguard", "with/asyncio", None,
+        "with/floor"),
+    Row("  `async with bh.acquire()`, overhead above the floor", "with/hullguard-acquire",
+        "with/asyncio", None, "with/floor"),
     Row("try_acquire + release", "try/hullguard", "try/threading", 0.2),
     Row("1000 tasks / limit 10, overhead per task", "tasks/hullguard", "tasks/asyncio", 0.5, "tasks/none"),
     Row(
@@ -600,6 +627,136 @@ def callgrind_rows(valgrind: str, smoke: bool = False) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# ----- cost curves (issue 15 item 7) ---------------------------------------------------------
+
+DEPTHS = (10, 1_000, 100_000)
+SMOKE_DEPTHS = (10, 100)
+
+
+def _depth_cycle(kind: str, depth: int, ops: int) -> float:
+    """Seconds per op at queue depth ``depth``: the single permit held and ``depth`` acquires
+    queued (each awaitable driven by ``send`` on the running loop, as a task would, without
+    the task); an op releases the permit, finishes the head's acquire (now the holder) and
+    queues a new one at the tail. ``kind``: ``hullguard`` (``bh.acquire()``) or ``asyncio``
+    (``asyncio.Semaphore.acquire()``)."""
+
+    async def body() -> float:
+        if kind == "hullguard":
+            bh = hullguard.Bulkhead(max_concurrent=1, max_queue=depth + 1)
+            held: Any = bh.try_acquire()
+            take: Callable[[], Any] = bh.acquire
+
+            def give(p: Any) -> None:
+                p.release()
+        else:
+            sem = asyncio.Semaphore(1)
+            held = await sem.acquire()
+            take = sem.acquire
+
+            def give(_p: Any) -> None:
+                sem.release()
+
+        def queue_one() -> Any:
+            aw = take()
+            aw.send(None)  # yields its future: queued
+            return aw
+
+        q = collections.deque(queue_one() for _ in range(depth))
+
+        def finish_head() -> Any:
+            try:
+                q.popleft().send(None)
+            except StopIteration as done:
+                return done.value
+            raise RuntimeError("the head was not granted")
+
+        def cycle(n: int) -> None:
+            nonlocal held
+            for _ in range(n):
+                give(held)
+                held = finish_head()
+                q.append(queue_one())
+
+        cycle(min(ops, 1_000))
+        gc.collect()
+        t0 = time.perf_counter()
+        cycle(ops)
+        dt = time.perf_counter() - t0
+        while q:  # every waiter granted and released in turn: the limiter ends idle
+            give(held)
+            held = finish_head()
+        give(held)
+        return dt / ops
+
+    return asyncio.run(body())
+
+
+def _threads_cycle(kind: str, threads: int, ops: int) -> float:
+    """Seconds per op (wall time / all ops) of ``try_acquire`` + ``release`` on one shared
+    limiter of limit 10 from ``threads`` threads: ``hullguard`` or ``threading``
+    (``BoundedSemaphore.acquire(blocking=False)``). The GIL runs them one at a time: flat is the
+    target, not a speed-up."""
+    if kind == "hullguard":
+        bh = hullguard.Bulkhead(max_concurrent=LIMIT)
+
+        def work() -> None:
+            start.wait()
+            for _ in range(ops):
+                bh.try_acquire().release()
+    else:
+        sem = threading.BoundedSemaphore(LIMIT)
+
+        def work() -> None:
+            start.wait()
+            for _ in range(ops):
+                sem.acquire(blocking=False)
+                sem.release()
+
+    start = threading.Barrier(threads + 1)
+    ts = [threading.Thread(target=work) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    t0 = time.perf_counter()
+    start.wait()
+    for t in ts:
+        t.join()
+    return (time.perf_counter() - t0) / (ops * threads)
+
+
+def print_curves(smoke: bool) -> None:
+    """The cost curves: per-op cost by queue depth and by thread count (median of 5 runs; 1 in
+    smoke mode), hullguard beside its anchor, with hullguard's flatness."""
+    runs = 1 if smoke else 5
+    med = statistics.median
+    depths = SMOKE_DEPTHS if smoke else DEPTHS
+    ops = 200 if smoke else 20_000
+    print(f"\n== cost curve: one op at queue depth D (limit 1, D acquires queued; op = release + "
+          f"the head's acquire finished + a new one queued; median of {runs} x {ops} ops) ==")
+    print(f"  {'depth':>8} {'hullguard bh.acquire()':>24} {'asyncio.Semaphore':>20} {'ratio':>7}")
+    first: Dict[str, float] = {}
+    for d in depths:
+        hg = med(_depth_cycle("hullguard", d, ops) for _ in range(runs))
+        an = med(_depth_cycle("asyncio", d, ops) for _ in range(runs))
+        first.setdefault("hg", hg)
+        first.setdefault("an", an)
+        print(f"  {d:>8} {hg * 1e9:>21.0f} ns {an * 1e9:>17.0f} ns {hg / an:>7.3f}")
+    print(f"  depth {depths[-1]} / depth {depths[0]} (flat = 1.00): hullguard "
+          f"{hg / first['hg']:.2f}x, asyncio.Semaphore {an / first['an']:.2f}x")
+    tops = 2_000 if smoke else 200_000
+    print(f"\n== cost curve: try_acquire + release on one shared limiter by thread count "
+          f"(wall time / all ops; median of {runs} x {tops} ops a thread) ==")
+    print(f"  {'threads':>8} {'hullguard':>24} {'threading.Bounded':>20} {'ratio':>7}")
+    base: Dict[str, float] = {}
+    for n in (1, 2):
+        hg = med(_threads_cycle("hullguard", n, tops) for _ in range(runs))
+        an = med(_threads_cycle("threading", n, tops) for _ in range(runs))
+        base.setdefault("hg", hg)
+        base.setdefault("an", an)
+        print(f"  {n:>8} {hg * 1e9:>21.0f} ns {an * 1e9:>17.0f} ns {hg / an:>7.3f}")
+    print(f"  2 threads / 1 thread (flat = 1.00): hullguard {hg / base['hg']:.2f}x, "
+          f"threading.BoundedSemaphore {an / base['an']:.2f}x")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(
         description="hullguard's Python benchmark (docs/design.md § Benchmarks)")
@@ -629,6 +786,7 @@ def main() -> int:
               "the composed-policy rows are left out")
     ns, seconds, shares = timed_rows(args.reps, args.smoke)
     print_timed(ns, args.reps, seconds, shares, args.smoke)
+    print_curves(args.smoke)
     valgrind = shutil.which("valgrind")
     if args.no_callgrind:
         pass
