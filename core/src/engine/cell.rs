@@ -16,6 +16,7 @@
 //!              claim the cell next; delta is 0)
 //!
 //!   FREE(L)   --claim by the ticket of lap L (before the tail passes it)-->  CLAIMED(L)
+//!   CLAIMED   --a dispatcher pass stops at it-->  CLAIMED + mark  (the enqueuer must pass)
 //!   CLAIMED   --its enqueuer writes weight, time, waker, then publishes-->    WAITING
 //!   WAITING   --dispatcher grants-->  GRANTED          --owner consumes-->  FREE(pos + 1)
 //!   WAITING   --dispatcher rejects (shutdown, limit) or a third party expires it (timeout)-->
@@ -35,6 +36,14 @@
 //! was skipped or is gone. The claim starts with the CAS `FREE(L) → CLAIMED(L)`, which also
 //! means no enqueuer that read an old tail can ever claim a ticket the tail has passed.
 //!
+//! The **mark** (the delta field's top bit) is set only on a CLAIMED cell, by a dispatcher pass
+//! that reached it and stopped there: the pass relies on the cell's enqueuer to run one after it
+//! publishes. The publish CAS replaces the mark (WAITING has none) and so tells its enqueuer,
+//! and both race on this one word: either the pass marks first (the enqueuer sees it and runs a
+//! pass) or the publish lands first (the mark CAS fails and the pass goes on with the waiter).
+//! So an enqueuer whose cell no pass stopped at may skip its own pass when a waiter was already
+//! queued ahead of it (docs/design.md §4.3). A skip carries the mark along.
+//!
 //! Every cell starts as FREE of lap 0, which lets a `static` ring be all zeroes.
 
 use crate::{
@@ -47,14 +56,17 @@ use crate::{
 pub(crate) const KIND_BITS: u32 = 4;
 const KIND_MASK: Word = (1 << KIND_BITS) - 1;
 
-/// Bits of the skip delta: how many laps one occupant can be skipped before the ring refuses
-/// (`queue_limit`; 2²⁴ laps with 64-bit atomics, 2¹⁰ on 32-bit targets).
+/// Bits of the skip delta field: its top bit is the mark (module docs), the rest count how many
+/// laps one occupant can be skipped before the ring refuses (`queue_limit`; 2²³ − 1 laps with
+/// 64-bit atomics, 2⁹ − 1 on 32-bit targets).
 #[cfg(target_has_atomic = "64")]
 pub(crate) const DELTA_BITS: u32 = 24;
-/// Bits of the skip delta (see the 64-bit docs).
+/// Bits of the skip delta field (see the 64-bit docs).
 #[cfg(not(target_has_atomic = "64"))]
 pub(crate) const DELTA_BITS: u32 = 10;
-const DELTA_MAX: Word = (1 << DELTA_BITS) - 1;
+const DELTA_MAX: Word = (1 << (DELTA_BITS - 1)) - 1;
+/// The mark: a pass stopped at this CLAIMED cell (module docs).
+const MARK: Word = 1 << (KIND_BITS + DELTA_BITS - 1);
 const POS_SHIFT: u32 = DELTA_BITS + KIND_BITS;
 /// Lap positions are kept modulo 2^(word bits − POS_SHIFT) (2³⁶ laps with 64-bit atomics).
 pub(crate) const POS_MASK: Word = Word::MAX >> POS_SHIFT;
@@ -179,10 +191,22 @@ impl Stamp {
         self.pos().wrapping_sub(self.delta()) & POS_MASK
     }
 
-    /// The same occupant and position in another state.
+    /// The same occupant and position in another state (without the mark).
     #[inline]
     pub(crate) const fn with(self, kind: Kind) -> Stamp {
-        Stamp(self.0 & !KIND_MASK | kind.bits())
+        Stamp(self.0 & !(KIND_MASK | MARK) | kind.bits())
+    }
+
+    /// This CLAIMED stamp with the mark: a pass stopped here (module docs).
+    #[inline]
+    pub(crate) const fn marked(self) -> Stamp {
+        Stamp(self.0 | MARK)
+    }
+
+    /// Whether a pass stopped at this cell while it was CLAIMED.
+    #[inline]
+    pub(crate) const fn is_marked(self) -> bool {
+        self.0 & MARK != 0
     }
 
     /// The occupant skipped by the tail for one more lap; `None` when the delta is exhausted.
@@ -193,7 +217,7 @@ impl Stamp {
         }
         let pos = (self.pos() + 1) & POS_MASK;
         Some(Stamp(
-            pos << POS_SHIFT | (self.delta() + 1) << KIND_BITS | (self.0 & KIND_MASK),
+            pos << POS_SHIFT | (self.delta() + 1) << KIND_BITS | (self.0 & (KIND_MASK | MARK)),
         ))
     }
 
@@ -304,6 +328,20 @@ mod tests {
         assert_eq!(prev_lap(0), top);
         let k = s.skipped().unwrap();
         assert_eq!((k.pos(), k.identity()), (0, top));
+    }
+
+    #[test]
+    fn the_mark_rides_skips_and_leaves_with_the_publish() {
+        let s = Stamp::claimed(3).marked();
+        assert!(s.is_marked());
+        assert_eq!((s.kind(), s.identity()), (Kind::Claimed, 3));
+        let k = s.skipped().unwrap();
+        assert!(k.is_marked());
+        assert_eq!((k.kind(), k.pos(), k.identity()), (Kind::Claimed, 4, 3));
+        let w = k.with(Kind::Waiting);
+        assert!(!w.is_marked());
+        assert_eq!((w.kind(), w.pos(), w.identity()), (Kind::Waiting, 4, 3));
+        assert!(!Stamp::claimed(3).is_marked());
     }
 
     #[test]

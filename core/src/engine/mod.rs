@@ -822,10 +822,21 @@ impl<const N: usize> Engine<N> {
         #[cfg(feature = "alloc")]
         self.classed_enqueued(t, class);
         // Release: the dispatcher's Acquire load of the stamp sees weight, call, time, waker.
-        self.ring.publish(t);
+        let stopped_here = self.ring.publish(t);
         // From here on the fast path fails (I6); the dispatcher decides.
-        self.permits.set_waiters();
-        self.run_dispatcher();
+        let queued_behind = self.permits.set_waiters() & WAITERS != 0;
+        // The RMW diet (issue 15): behind an earlier waiter, with no pass stopped at our cell,
+        // our own pass would stop before it. `WAITERS` was set, so the release, cancel,
+        // expiry, close or resize that changes that runs a pass, which reaches our published
+        // cell (or marked it while claimed, which we saw: `publish`). A classed bulkhead's
+        // dispatcher does not mark: it always passes here.
+        #[cfg(feature = "alloc")]
+        let classed = self.classes().is_some();
+        #[cfg(not(feature = "alloc"))]
+        let classed = false;
+        if stopped_here || !queued_behind || classed {
+            self.run_dispatcher();
+        }
         Ok(Admitted::Queued(Ticket(t)))
     }
 
@@ -1486,8 +1497,13 @@ impl<const N: usize> Engine<N> {
                 continue;
             }
             match s.kind() {
-                // Claimed, not yet published: its enqueuer dispatches after publishing.
-                Kind::Claimed => return false,
+                // Claimed, not yet published: its enqueuer dispatches after publishing, told
+                // by the mark (`WaiterRing::publish`); a lost mark CAS looks again.
+                Kind::Claimed => {
+                    if s.is_marked() || self.ring.mark_claimed(cell, s).is_ok() {
+                        return false;
+                    }
+                }
                 Kind::Waiting => {
                     let w = cell.weight.load(Relaxed) & WEIGHT_MASK;
                     let cw = cell.cost.load(Relaxed);

@@ -441,8 +441,9 @@ impl PermitWord {
     }
 
     /// Enqueuer, after publishing its cell: from now on the fast path fails (I6).
-    pub(crate) fn set_waiters(&self) {
-        self.state.fetch_or(WAITERS, SeqCst);
+    /// Returns the state before (its `WAITERS` bit: a waiter was queued before this one).
+    pub(crate) fn set_waiters(&self) -> Word {
+        self.state.fetch_or(WAITERS, SeqCst)
     }
 
     /// Dispatcher only: clears `WAITERS` after finding the ring empty. The caller must

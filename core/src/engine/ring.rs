@@ -495,20 +495,37 @@ impl<const N: usize> WaiterRing<N> {
     /// The enqueuer of ticket `t` publishes its claimed cell as `WAITING` (after writing the
     /// weight, time, call and waker): Release, for the dispatcher's Acquire of the stamp.
     #[inline]
-    pub(crate) fn publish(&self, t: Word) {
+    ///
+    /// Returns whether a dispatcher pass stopped at the cell while it was claimed (its mark, see
+    /// `cell`): the enqueuer must then run a pass.
+    pub(crate) fn publish(&self, t: Word) -> bool {
         let cell = self.cell(t);
         let mut s = Stamp(cell.stamp.load(Relaxed));
         loop {
             debug_assert!(s.kind() == Kind::Claimed && s.identity() == self.lap(t));
+            // AcqRel: Release publishes the cell's fields; Acquire pairs with the marking pass's
+            // Release (what it committed before it stopped here is seen by our pass).
             match cell
                 .stamp
-                .compare_exchange_weak(s.0, s.with(Kind::Waiting).0, Release, Relaxed)
+                .compare_exchange_weak(s.0, s.with(Kind::Waiting).0, AcqRel, Acquire)
             {
-                Ok(_) => return,
-                // Relabelled by a skip meanwhile: still ours.
+                Ok(_) => return s.is_marked(),
+                // Relabelled by a skip, or marked by a pass, meanwhile: still ours.
                 Err(actual) => s = Stamp(actual),
             }
         }
+    }
+
+    /// A dispatcher pass stops at claimed cell `cell` (stamp `s`, not yet marked): marks it,
+    /// so that its enqueuer runs a pass after publishing. `Err` with the stamp that won
+    /// (published, or relabelled by a skip): the pass looks again.
+    pub(crate) fn mark_claimed(&self, cell: &Cell, s: Stamp) -> Result<(), Stamp> {
+        // AcqRel: Release so the enqueuer's pass sees what this pass committed; Acquire so a
+        // lost CAS reads the published fields.
+        cell.stamp
+            .compare_exchange(s.0, s.marked().0, AcqRel, Acquire)
+            .map(drop)
+            .map_err(Stamp)
     }
 }
 

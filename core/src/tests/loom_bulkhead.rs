@@ -406,6 +406,67 @@ fn loom_close_vs_publishing_enqueue() {
 }
 
 #[test]
+fn loom_enqueue_behind_a_waiter_vs_a_release_that_reaches_it() {
+    // The RMW diet (issue 15): an enqueuer behind a queued waiter skips its own pass. Here the
+    // holder's release frees room for the head *and* the newcomer: a pass that meets the
+    // newcomer's cell still claimed marks it, and the newcomer, told by its publish, passes
+    // itself. Both end granted; never a waiter pending beside a free permit (I4).
+    loom::model(|| {
+        let b = bh(2, 2);
+        b.try_acquire_units(2).unwrap();
+        let head = enqueue(&b, 1);
+        let rel = {
+            let b = b.clone();
+            thread::spawn(move || b.release_units(2))
+        };
+        let second = b.enqueue(1, Some(&noop_waker())).unwrap();
+        rel.join().unwrap();
+        assert_eq!(b.poll_ticket(head, None), Ok(TicketPoll::Granted(1)));
+        match second {
+            Admission::Granted => {}
+            Admission::Queued(t) => assert_eq!(
+                b.poll_ticket(t, None),
+                Ok(TicketPoll::Granted(1)),
+                "I4: the newcomer left queued beside a free permit"
+            ),
+        }
+        b.release_units(2);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
+fn loom_close_vs_an_enqueue_behind_a_waiter() {
+    // I8 with the skip: close() sweeps while a newcomer publishes behind a queued waiter (so
+    // it may skip its own pass). Both are rejected `shutdown`; none is left pending.
+    loom::model(|| {
+        let b = bh(1, 2);
+        b.try_acquire_units(1).unwrap();
+        let head = enqueue(&b, 1);
+        let closer = {
+            let b = b.clone();
+            thread::spawn(move || b.close())
+        };
+        let r = b.enqueue(1, Some(&noop_waker()));
+        closer.join().unwrap();
+        match b.poll_ticket(head, None) {
+            Ok(TicketPoll::Rejected(rj)) => assert_eq!(rj.reason, Reason::Shutdown),
+            other => panic!("head not rejected after close: {other:?}"),
+        }
+        match r {
+            Err(e) => assert_eq!(e.reason(), Some(Reason::Shutdown)),
+            Ok(Admission::Queued(t)) => match b.poll_ticket(t, None) {
+                Ok(TicketPoll::Rejected(rj)) => assert_eq!(rj.reason, Reason::Shutdown),
+                other => panic!("newcomer not rejected after close: {other:?}"),
+            },
+            Ok(Admission::Granted) => panic!("admitted with no free permit"),
+        }
+        b.release_units(1);
+        assert_quiescent(&b);
+    });
+}
+
+#[test]
 fn loom_cancel_enqueue_release_three_way() {
     // Three parties: the head waiter is cancelled while a new waiter enqueues behind it and the
     // holder releases. Exactly one waiter ends up with the permit, the other settles, and the
