@@ -6,12 +6,17 @@
 //!
 //! ```text
 //! `WakerSlot::state`:
-//!   0            idle: nobody is touching `waker` / `ticket`
+//!   0 / HAS      idle: nobody is touching `waker` / `ticket`; HAS: `waker` holds a waker
 //!   REGISTERING  the owner is writing its waker
 //!   WAKING       the dispatcher is taking the waker out
 //!   both         a take arrived while the owner registered: the owner wakes its own waker
 //!                when it unlocks, so the wake is never lost
 //! ```
+//!
+//! `HAS` changes only under a claim (REGISTERING or WAKING) and says whether `waker` is `Some`,
+//! so an owner done with its cell (`clear`) reads one word and leaves when the slot is empty —
+//! the common case, where the dispatcher took the waker to wake it (issue 15's RMW diet: two
+//! CAS less a queued grant).
 //! Neither side ever waits for the other: a side that finds the other bit set hands the job
 //! over (the registerer wakes itself, the taker leaves), so the slot is lock-free.
 
@@ -21,6 +26,9 @@ use crate::sync::{AtomicWord, Ordering::*, UnsafeCell, Word};
 
 const REGISTERING: Word = 1;
 const WAKING: Word = 2;
+/// `waker` is `Some` (changed only under a claim).
+const HAS: Word = 4;
+const CLAIMS: Word = REGISTERING | WAKING;
 
 /// One cell's waker, tagged with its ticket.
 #[derive(Debug)]
@@ -40,6 +48,25 @@ unsafe impl Sync for WakerSlot {}
 unsafe impl Send for WakerSlot {}
 
 impl WakerSlot {
+    /// Claims an idle slot (state 0 or `HAS`) for `claim`, keeping `HAS`. `Err` when someone
+    /// holds a claim. Acquire: pairs with the Release that ended the previous claim.
+    #[inline]
+    fn claim_idle(&self, claim: Word) -> Result<Word, Word> {
+        let mut cur = self.state.load(Relaxed);
+        loop {
+            if cur & CLAIMS != 0 {
+                return Err(cur);
+            }
+            match self
+                .state
+                .compare_exchange_weak(cur, cur | claim, Acquire, Relaxed)
+            {
+                Ok(prev) => return Ok(prev),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     #[cfg(not(loom))]
     pub(crate) const fn new() -> Self {
         Self {
@@ -63,11 +90,8 @@ impl WakerSlot {
     /// the cell can never miss a grant.
     pub(crate) fn register(&self, t: Word, waker: &Waker) {
         // Acquire: pairs with the Release that ended the previous claim (its writes visible).
-        match self
-            .state
-            .compare_exchange(0, REGISTERING, Acquire, Acquire)
-        {
-            Ok(_) => {
+        match self.claim_idle(REGISTERING) {
+            Ok(idle) => {
                 // SAFETY: we hold REGISTERING; see the `Sync` impl.
                 let old = unsafe {
                     self.ticket.with_mut(|p| {
@@ -85,7 +109,10 @@ impl WakerSlot {
                 });
                 // AcqRel: Release publishes the waker to the next taker; Acquire (on failure)
                 // sees a concurrent taker's claim.
-                match self.state.compare_exchange(REGISTERING, 0, AcqRel, Acquire) {
+                match self
+                    .state
+                    .compare_exchange(idle | REGISTERING, HAS, AcqRel, Acquire)
+                {
                     Ok(_) => {}
                     Err(_) => {
                         // A take arrived while we registered; it left the waker to us.
@@ -113,18 +140,20 @@ impl WakerSlot {
         // AcqRel: Acquire pairs with the registerer's Release unlock (we see its waker);
         // Release orders our earlier stamp change before the owner's next claim.
         let prev = self.state.fetch_or(WAKING, AcqRel);
-        if prev != 0 {
+        if prev & CLAIMS != 0 {
             return None;
         }
-        // SAFETY: we moved the state from 0 to WAKING: exclusive access.
+        // SAFETY: we moved the state from idle to WAKING: exclusive access.
         let w = unsafe { self.ticket.with_mut(|p| *p == t) }
             .then(|| {
                 // SAFETY: as above.
                 self.waker.with_mut(|p| unsafe { (*p).take() })
             })
             .flatten();
-        // Release: hands the slot back; a registerer that failed meanwhile woke itself.
-        self.state.fetch_and(!WAKING, Release);
+        // Release: hands the slot back (empty if we took its waker); a registerer that failed
+        // meanwhile woke itself.
+        let done = if w.is_some() { WAKING | HAS } else { WAKING };
+        self.state.fetch_and(!done, Release);
         w
     }
 
@@ -137,13 +166,15 @@ impl WakerSlot {
     /// a take arrived meanwhile, this wakes whatever waker the slot holds (at worst a spurious
     /// wake-up, which every owner tolerates).
     pub(crate) fn clear(&self, t: Word) {
-        if self
-            .state
-            .compare_exchange(0, REGISTERING, Acquire, Relaxed)
-            .is_err()
-        {
+        // Empty (the dispatcher took the waker, or none was registered): nothing to drop. Our
+        // own registration set HAS before this load, and only a take that emptied the slot
+        // clears it.
+        if self.state.load(Acquire) & HAS == 0 {
             return;
         }
+        let Ok(idle) = self.claim_idle(REGISTERING) else {
+            return;
+        };
         // SAFETY: we hold REGISTERING.
         let mine = unsafe { self.ticket.with_mut(|p| *p == t) };
         // SAFETY: as above.
@@ -151,7 +182,16 @@ impl WakerSlot {
             .then(|| self.waker.with_mut(|p| unsafe { (*p).take() }))
             .flatten();
         // AcqRel: as in `register`. Failure means a take arrived and left the wake to us.
-        let orphan = match self.state.compare_exchange(REGISTERING, 0, AcqRel, Acquire) {
+        // SAFETY: we hold REGISTERING.
+        let left = if self.waker.with_mut(|p| unsafe { (*p).is_some() }) {
+            HAS
+        } else {
+            0
+        };
+        let orphan = match self
+            .state
+            .compare_exchange(idle | REGISTERING, left, AcqRel, Acquire)
+        {
             Ok(_) => None,
             Err(_) => {
                 // SAFETY: we still hold REGISTERING (the taker only set WAKING).

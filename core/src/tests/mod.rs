@@ -40,6 +40,8 @@ mod loom_observe;
 mod loom_orphan;
 #[cfg(all(loom, feature = "std"))]
 mod loom_reserve;
+#[cfg(all(loom, feature = "std"))]
+mod loom_waker_slot;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
 #[cfg(all(not(loom), feature = "std"))]
