@@ -151,9 +151,10 @@ impl WakerSlot {
             })
             .flatten();
         // Release: hands the slot back (empty if we took its waker); a registerer that failed
-        // meanwhile woke itself.
-        let done = if w.is_some() { WAKING | HAS } else { WAKING };
-        self.state.fetch_and(!done, Release);
+        // meanwhile woke itself. A store, not an RMW: while WAKING is held nobody else writes
+        // the state (a registration or a clear that meets a claim leaves without writing).
+        self.state
+            .store(if w.is_some() { 0 } else { prev }, Release);
         w
     }
 
