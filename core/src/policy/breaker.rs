@@ -30,7 +30,12 @@
 //! thread that was preempted across a whole round cannot write its old time into a later round;
 //! racers of the *same* round may leave the latest of their `now`s (they are concurrent).
 //!
-//! `buckets[i]` (error-rate window; bucket i holds epochs ≡ i mod error_rate_buckets):
+//! `buckets[i]` (error-rate window; bucket i holds epochs ≡ i mod P, P = error_rate_buckets
+//! rounded up to a power of two; the window counts the buckets whose epoch is among the last
+//! `error_rate_buckets`). An epoch is `⌊now_ns / bucket_ns⌋`, computed without a division:
+//! `q = ⌊now_ns · m / 2⁶⁴⌋` with `m = ⌊(2⁶⁴ − 1) / bucket_ns⌋` is the quotient or one less, and one
+//! compare corrects it (the invariant-divisor method of Granlund and Montgomery, 1994); a mask
+//! replaces the modulo:
 //!   bits 0..C        successes   (C = 20, 12 on 32-bit targets; at the top both counts halve,
 //!   bits C..2C       failures     which keeps the rate)
 //!   bits 2C..        epoch tag   - epoch mod 2^E (E = 24, 8 on 32-bit); a stale tag is reset by
@@ -339,6 +344,10 @@ pub struct Breaker {
     rate_ppm: u64,
     volume_threshold: u64,
     n_buckets: u64,
+    /// `P − 1`: the mask of a bucket index (module docs).
+    bucket_mask: u64,
+    /// `m`: epochs by multiplication (module docs).
+    epoch_factor: u64,
     bucket_ns: u64,
     open_ticks: Word,
     half_open_ticks: Word,
@@ -370,6 +379,16 @@ const fn next(w: Word, to: CircuitState, p: Word) -> Word {
 #[inline]
 const fn tick(now_ns: u64) -> Word {
     (now_ns >> TICK_SHIFT) as Word
+}
+
+/// `⌊n / d⌋` for `d ≥ 1` given `m = ⌊(2⁶⁴ − 1) / d⌋`: a multiply and a compare (Granlund and
+/// Montgomery, "Division by invariant integers using multiplication", PLDI 1994). The product's
+/// high word `q` satisfies `⌊n/d⌋ − 1 ≤ q ≤ ⌊n/d⌋`, so one correction makes it exact.
+#[inline]
+const fn div_by_factor(n: u64, m: u64, d: u64) -> u64 {
+    let q = ((n as u128 * m as u128) >> 64) as u64;
+    // `n − q·d < 2d`: no overflow.
+    q + ((n - q * d >= d) as u64)
 }
 
 /// Duration in stamp ticks, rounded up; validated ≤ MAX_DURATION so it fits.
@@ -415,6 +434,8 @@ impl Breaker {
             rate_ppm,
             volume_threshold: u64::from(config.volume_threshold),
             n_buckets: n,
+            bucket_mask: n.next_power_of_two() - 1,
+            epoch_factor: u64::MAX / (window_ns / n),
             bucket_ns: window_ns / n,
             open_ticks: ticks(config.open_duration),
             half_open_ticks: ticks(config.half_open_timeout),
@@ -651,7 +672,7 @@ impl Breaker {
 
     /// half_open(w) → closed, new generation; the window restarts at `floor`.
     fn close(&self, w: Word, now_ns: u64) -> Result<Transition, Word> {
-        let epoch_tag = (now_ns / self.bucket_ns) as Word & TAG_MASK;
+        let epoch_tag = self.epoch(now_ns) as Word & TAG_MASK;
         stamp(
             &self.floor,
             self.floor.load(Relaxed),
@@ -699,12 +720,19 @@ impl Breaker {
         }
     }
 
+    /// The window epoch of `now_ns`, `⌊now_ns / bucket_ns⌋` (module docs: a multiply and a
+    /// compare, not a division).
+    #[inline]
+    fn epoch(&self, now_ns: u64) -> u64 {
+        div_by_factor(now_ns, self.epoch_factor, self.bucket_ns)
+    }
+
     /// Adds one outcome to the bucket of `now_ns`, resetting it if its epoch is stale.
     /// Relaxed: counters only (see `count_consecutive`).
     fn count_window(&self, now_ns: u64, failure: bool) {
-        let epoch = now_ns / self.bucket_ns;
+        let epoch = self.epoch(now_ns);
         let tag = epoch as Word & TAG_MASK;
-        let b = &self.buckets[(epoch % self.n_buckets) as usize];
+        let b = &self.buckets[(epoch & self.bucket_mask) as usize];
         let mut cur = b.load(Relaxed);
         loop {
             let btag = cur >> (2 * COUNT_BITS);
@@ -737,7 +765,7 @@ impl Breaker {
     /// period's calls, so it is skipped whole: at most `window / buckets` of new calls go uncounted). Relaxed loads: a heuristic sum (the floor was published by the state
     /// CAS the caller's Acquire load saw).
     fn window(&self, now_ns: u64) -> (u64, u64) {
-        let now_tag = (now_ns / self.bucket_ns) as Word & TAG_MASK;
+        let now_tag = self.epoch(now_ns) as Word & TAG_MASK;
         let floor = self.floor.load(Relaxed);
         let since_floor = if floor & FLOOR_VALID != 0 {
             now_tag.wrapping_sub(floor & TAG_MASK) & TAG_MASK
@@ -745,7 +773,7 @@ impl Breaker {
             Word::MAX
         };
         let (mut requests, mut failures) = (0u64, 0u64);
-        for b in &self.buckets[..self.n_buckets as usize] {
+        for b in &self.buckets[..=self.bucket_mask as usize] {
             let v = b.load(Relaxed);
             let age = now_tag.wrapping_sub(v >> (2 * COUNT_BITS)) & TAG_MASK;
             if (age as u64) < self.n_buckets && age < since_floor {
@@ -826,6 +854,46 @@ impl Breaker {
             window_failures,
             opened_at_ns: (self.opened_at.load(Relaxed) as u64) << TICK_SHIFT,
             transition,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::div_by_factor;
+    extern crate std;
+    use std::vec;
+
+    #[test]
+    fn division_by_an_invariant_divisor_is_exact() {
+        let ds = [
+            1,
+            2,
+            3,
+            7,
+            10,
+            1 << 20,
+            100_000_000,
+            999_999_937,
+            u64::MAX / 3,
+            u64::MAX,
+        ];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for d in ds {
+            let m = u64::MAX / d;
+            let mut ns = vec![0, 1, d - 1, d, d.saturating_add(1), u64::MAX, u64::MAX - 1];
+            ns.extend((1..64u64).map(|k| (d.saturating_mul(k)).saturating_sub(1)));
+            for _ in 0..2_000 {
+                // xorshift64: a spread of numerators without a dependency.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ns.push(x);
+                ns.push(x % (d.saturating_mul(64)).max(1));
+            }
+            for n in ns {
+                assert_eq!(div_by_factor(n, m, d), n / d, "n = {n}, d = {d}");
+            }
         }
     }
 }
