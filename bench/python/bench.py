@@ -723,38 +723,38 @@ def _threads_cycle(kind: str, threads: int, ops: int) -> float:
     return (time.perf_counter() - t0) / (ops * threads)
 
 
+def _curve(title: str, axis: str, xs: Tuple[int, ...], anchor: Tuple[str, str],
+           measure: Callable[[str, int], float], runs: int) -> None:
+    """One cost-curve table: per x, the median seconds per op of hullguard and of the anchor
+    (``(kind, label)``), their ratio, and each side's last / first (flat = 1.00)."""
+    kind, label = anchor
+    print(f"\n== cost curve: {title} ==")
+    print(f"  {axis:>8} {'hullguard':>24} {label:>24} {'ratio':>7}")
+    rows = []
+    for x in xs:
+        hg = statistics.median(measure("hullguard", x) for _ in range(runs))
+        an = statistics.median(measure(kind, x) for _ in range(runs))
+        rows.append((hg, an))
+        print(f"  {x:>8} {hg * 1e9:>21.0f} ns {an * 1e9:>21.0f} ns {hg / an:>7.3f}")
+    (hg0, an0), (hg1, an1) = rows[0], rows[-1]
+    print(f"  {axis} {xs[-1]} / {axis} {xs[0]} (flat = 1.00): hullguard {hg1 / hg0:.2f}x, "
+          f"{label} {an1 / an0:.2f}x")
+
+
 def print_curves(smoke: bool) -> None:
     """The cost curves: per-op cost by queue depth and by thread count (median of 5 runs; 1 in
     smoke mode), hullguard beside its anchor, with hullguard's flatness."""
     runs = 1 if smoke else 5
-    med = statistics.median
-    depths = SMOKE_DEPTHS if smoke else DEPTHS
     ops = 200 if smoke else 20_000
-    print(f"\n== cost curve: one op at queue depth D (limit 1, D acquires queued; op = release + "
-          f"the head's acquire finished + a new one queued; median of {runs} x {ops} ops) ==")
-    print(f"  {'depth':>8} {'hullguard bh.acquire()':>24} {'asyncio.Semaphore':>20} {'ratio':>7}")
-    first: Dict[str, float] = {}
-    for d in depths:
-        hg = med(_depth_cycle("hullguard", d, ops) for _ in range(runs))
-        an = med(_depth_cycle("asyncio", d, ops) for _ in range(runs))
-        first.setdefault("hg", hg)
-        first.setdefault("an", an)
-        print(f"  {d:>8} {hg * 1e9:>21.0f} ns {an * 1e9:>17.0f} ns {hg / an:>7.3f}")
-    print(f"  depth {depths[-1]} / depth {depths[0]} (flat = 1.00): hullguard "
-          f"{hg / first['hg']:.2f}x, asyncio.Semaphore {an / first['an']:.2f}x")
+    _curve(f"one op at queue depth D (limit 1, D acquires queued; op = release + the head's "
+           f"acquire finished + a new one queued; median of {runs} x {ops} ops)",
+           "depth", SMOKE_DEPTHS if smoke else DEPTHS, ("asyncio", "asyncio.Semaphore"),
+           lambda kind, d: _depth_cycle(kind, d, ops), runs)
     tops = 2_000 if smoke else 200_000
-    print(f"\n== cost curve: try_acquire + release on one shared limiter by thread count "
-          f"(wall time / all ops; median of {runs} x {tops} ops a thread) ==")
-    print(f"  {'threads':>8} {'hullguard':>24} {'threading.Bounded':>20} {'ratio':>7}")
-    base: Dict[str, float] = {}
-    for n in (1, 2):
-        hg = med(_threads_cycle("hullguard", n, tops) for _ in range(runs))
-        an = med(_threads_cycle("threading", n, tops) for _ in range(runs))
-        base.setdefault("hg", hg)
-        base.setdefault("an", an)
-        print(f"  {n:>8} {hg * 1e9:>21.0f} ns {an * 1e9:>17.0f} ns {hg / an:>7.3f}")
-    print(f"  2 threads / 1 thread (flat = 1.00): hullguard {hg / base['hg']:.2f}x, "
-          f"threading.BoundedSemaphore {an / base['an']:.2f}x")
+    _curve(f"try_acquire + release on one shared limiter by thread count (wall time / all "
+           f"ops; median of {runs} x {tops} ops a thread)",
+           "threads", (1, 2), ("threading", "threading.BoundedSemaphore"),
+           lambda kind, n: _threads_cycle(kind, n, tops), runs)
 
 
 def main() -> int:

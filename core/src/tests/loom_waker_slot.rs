@@ -27,6 +27,22 @@ fn counting() -> (Arc<Counting>, std::task::Waker) {
     (c, w)
 }
 
+/// The dispatcher's side: commits ticket `t`'s grant (`granted`), then takes and wakes its
+/// waker, as a pass does.
+fn dispatcher(
+    slot: &Arc<WakerSlot>,
+    granted: &Arc<AtomicBool>,
+    t: crate::sync::Word,
+) -> thread::JoinHandle<()> {
+    let (slot, granted) = (slot.clone(), granted.clone());
+    thread::spawn(move || {
+        granted.store(true, SeqCst);
+        if let Some(w) = slot.take(t) {
+            w.wake();
+        }
+    })
+}
+
 #[test]
 fn loom_waker_slot_take_vs_clear_after_the_grant() {
     // The owner saw its grant and clears while the dispatcher takes: exactly one of them
@@ -36,14 +52,7 @@ fn loom_waker_slot_take_vs_clear_after_the_grant() {
         let (count, waker) = counting();
         slot.register(1, &waker);
         drop(waker);
-        let d = {
-            let slot = slot.clone();
-            thread::spawn(move || {
-                if let Some(w) = slot.take(1) {
-                    w.wake();
-                }
-            })
-        };
+        let d = dispatcher(&slot, &Arc::new(AtomicBool::new(false)), 1);
         slot.clear(1);
         d.join().unwrap();
         assert!(count.0.load(SeqCst) <= 1);
@@ -65,15 +74,7 @@ fn loom_waker_slot_register_vs_take_never_loses_the_wake() {
         let slot = Arc::new(WakerSlot::new());
         let granted = Arc::new(AtomicBool::new(false));
         let (count, waker) = counting();
-        let d = {
-            let (slot, granted) = (slot.clone(), granted.clone());
-            thread::spawn(move || {
-                granted.store(true, SeqCst);
-                if let Some(w) = slot.take(1) {
-                    w.wake();
-                }
-            })
-        };
+        let d = dispatcher(&slot, &granted, 1);
         slot.register(1, &waker);
         let saw = granted.load(SeqCst);
         d.join().unwrap();
@@ -101,15 +102,7 @@ fn loom_waker_slot_late_clear_vs_the_next_owner() {
         drop(w1);
         let granted = Arc::new(AtomicBool::new(false));
         let (second, w2) = counting();
-        let d = {
-            let (slot, granted) = (slot.clone(), granted.clone());
-            thread::spawn(move || {
-                granted.store(true, SeqCst);
-                if let Some(w) = slot.take(2) {
-                    w.wake();
-                }
-            })
-        };
+        let d = dispatcher(&slot, &granted, 2);
         let late = {
             let slot = slot.clone();
             thread::spawn(move || slot.clear(1))
