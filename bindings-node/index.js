@@ -23,6 +23,7 @@
 
 const native = loadNative()
 const { errorOutcome } = require('./outcome.js')
+const { armDeadline, cancelDeadline, DeadlineFifo } = require('./deadlines.js')
 
 /**
  * The generated loader, with a message that says what is missing when no addon loads (its own
@@ -269,7 +270,11 @@ class Waiter {
     this.reject = reject
     this.asPermit = asPermit
     this.key = key
-    this.timer = unrefTimer(expireWaiter, timeoutMs, this)
+    // Its queue deadline: on the shared FIFO of its timeout value (deadlines.js), or — on the
+    // test hook's virtual clock, or beyond the host timer's range — a host timer of its own.
+    this.due = -1
+    this.timer =
+      h.virtual || timeoutMs > MAX_TIMER_MS ? unrefTimer(expireWaiter, timeoutMs, this) : armDeadline(this, timeoutMs)
     if (id >= FAST_IDS) fastWaiters[id - FAST_IDS] = this
     else pending.set(id, this)
     watch(signal, this)
@@ -311,7 +316,8 @@ class Waiter {
     } else {
       pending.delete(id)
     }
-    clearTimer(this.timer)
+    if (this.timer instanceof DeadlineFifo) cancelDeadline(this.timer, this)
+    else clearTimer(this.timer)
     unwatch(this.signal, this)
   }
 }
@@ -661,11 +667,13 @@ function noop() {}
  * handle is disposed, so that its entry can be evicted). `callTimeoutMs` is read from the addon
  * once, when a call with policies first needs it.
  */
-function handleOf(nb, unpin) {
+function handleOf(nb, unpin, virtual) {
   return {
     nb,
     unpin,
     slot: nb.fastSlot,
+    // On the test hook's virtual clock: queue deadlines keep one host timer each.
+    virtual,
     timeout: undefined,
     get callTimeoutMs() {
       return (this.timeout ??= nb.callTimeoutMs)
@@ -691,7 +699,8 @@ class Bulkhead {
       return
     }
     this.#events = newEmitter()
-    this.#h = handleOf(new NativeBulkhead(opts, this.#events.id, opts?.[kClock]), noop)
+    const clock = opts?.[kClock]
+    this.#h = handleOf(new NativeBulkhead(opts, this.#events.id, clock), noop, clock !== undefined)
     void this.#h.callTimeoutMs // cached now: a call never reads it from the addon
     this.#key = undefined
   }
@@ -781,8 +790,10 @@ class Registry {
   #nr
   #overrides
   #events
+  #virtual
   constructor(opts) {
     this.#events = newEmitter()
+    this.#virtual = opts?.[kClock] !== undefined
     this.#nr = new NativeRegistry(opts, this.#events.id, opts?.[kClock])
     this.#overrides = Object.freeze({ ...opts?.overrides })
   }
@@ -805,7 +816,7 @@ class Registry {
   /** A per-call handle on `key`'s bulkhead, disposed when the call ends. */
   #callHandle(key) {
     const nb = this.#nr.get(key)
-    return handleOf(nb, () => nb.dispose())
+    return handleOf(nb, () => nb.dispose(), this.#virtual)
   }
 
   /**
@@ -813,7 +824,7 @@ class Registry {
    * hears this key's transitions.
    */
   get(key) {
-    const h = handleOf(this.#nr.get(key), noop)
+    const h = handleOf(this.#nr.get(key), noop, this.#virtual)
     return new Bulkhead(undefined, kInternal, h, key, this.#events)
   }
 
