@@ -606,6 +606,22 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// [`take`](Self::take) that refuses without counting (`None`): the caller then runs the
+    /// counting admission, which decides (`Bulkhead::take_now`).
+    #[inline]
+    pub(crate) fn take_quietly(&self, w: Word) -> Option<()> {
+        self.admit_now(w, 0, 0, 0).ok().map(drop)
+    }
+
+    /// Whether the bulkhead has classes (its admissions go through the class lists).
+    #[inline]
+    pub(crate) fn is_classed(&self) -> bool {
+        #[cfg(feature = "alloc")]
+        return self.classes().is_some();
+        #[cfg(not(feature = "alloc"))]
+        return false;
+    }
+
     /// [`take`](Self::take) of a request with its own observed dimensions (`observe`,
     /// `TAG_OBSERVE` bits); `Ok` carries the dimensions observe mode let through short.
     #[inline]

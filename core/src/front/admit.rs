@@ -181,6 +181,34 @@ impl<const N: usize> Bulkhead<N> {
         }
     }
 
+    /// The uncontended step of [`admit`](Self::admit) for a binding's hot path: `Some(call)`
+    /// when `admit(&Request::new(weight), _)` would grant at once and nothing else would run —
+    /// a bulkhead without policies, an observer or classes, with the permits free and nobody
+    /// queued (no barging). `None` otherwise, with nothing counted or changed: the caller then
+    /// runs `admit`, which decides (and counts a refusal). Same grant, same stats as `admit`'s
+    /// (docs/design.md §5); it skips only the steps a plain bulkhead does not have (the
+    /// request's class and observe checks, the events' call id and clock read). Lock-free.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, ..Config::default() })?;
+    /// let call = bh.take_now(1).expect("free");
+    /// assert!(bh.take_now(1).is_none()); // full: `admit` decides (queue or refuse)
+    /// assert_eq!(bh.stats().rejected_by_reason.total(), 0); // nothing counted
+    /// drop(call);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn take_now(&self, weight: u64) -> Option<Call<&Self, N>> {
+        if self.policies().is_some() || self.engine.is_classed() {
+            return None;
+        }
+        let w = self.engine.check_weight(weight).ok()?;
+        self.engine.take_quietly(w)?;
+        Some(Call::from_parts(self, weight, CallStart::NONE))
+    }
+
     /// A handle for a queued ticket its caller owns (see [`Waiter::from_ticket`]).
     pub fn waiter(&self, ticket: crate::engine::Ticket) -> Waiter<&Self, N> {
         Waiter::from_ticket(self, ticket)

@@ -443,3 +443,47 @@ fn a_waiter_is_a_future_of_its_call() {
     drop(call);
     assert_eq!(bh.stats().available, 1);
 }
+
+#[test]
+fn take_now_is_admits_uncontended_grant_and_never_counts_a_refusal() {
+    // A plain bulkhead: the same grant and stats as `admit`.
+    let bh = plain(2, 4);
+    let a = bh.take_now(1).expect("free");
+    let b = granted(bh.admit(&Request::new(1), None));
+    assert_eq!(bh.stats().admitted_total, 2);
+    // Full: `None`, nothing counted.
+    assert!(bh.take_now(1).is_none());
+    drop(b);
+    // One permit free, but a heavier waiter queued ahead: no barging.
+    let w = queued(bh.admit(&Request::new(2), None));
+    assert!(bh.take_now(1).is_none());
+    drop(w);
+    drop(a);
+    assert!(
+        bh.take_now(3).is_none(),
+        "a weight above the limit: `admit` refuses it"
+    );
+    assert!(bh.take_now(0).is_none());
+    bh.close();
+    assert!(bh.take_now(1).is_none());
+    let s = bh.stats();
+    assert_eq!(
+        s.rejected_by_reason.total(),
+        1,
+        "only the abandoned waiter: {s:?}"
+    );
+    assert_eq!((s.active, s.queued, s.admitted_total), (0, 0, 2));
+
+    // Anything with more to run than a take goes through `admit`.
+    let breaker = Bulkhead::new(Config {
+        max_concurrent: 2,
+        resilience: Resilience {
+            breaker: Some(BreakerConfig::default()),
+            ..Resilience::default()
+        },
+        ..Config::default()
+    })
+    .unwrap();
+    assert!(breaker.take_now(1).is_none());
+    assert_eq!(breaker.stats().admitted_total, 0);
+}
