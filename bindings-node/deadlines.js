@@ -30,6 +30,8 @@ class DeadlineFifo {
     this.head = 0
     this.live = 0
     this.timer = null
+    /** Inside `fire`: expiries may settle (cancel) other waiters of this FIFO meanwhile. */
+    this.firing = false
   }
 
   push(w) {
@@ -43,7 +45,8 @@ class DeadlineFifo {
   cancel(w) {
     w.due = -1
     this.live--
-    if (this.items.length - this.head - this.live > this.live + SLACK) this.compact()
+    // Never under a running `fire`, which walks `items` by `head` (it compacts at its end).
+    if (!this.firing && this.items.length - this.head - this.live > this.live + SLACK) this.compact()
   }
 
   compact() {
@@ -63,31 +66,45 @@ class DeadlineFifo {
 
   fire() {
     this.timer = null
-    const now = performance.now()
-    const items = this.items
-    while (this.head < items.length) {
-      const w = items[this.head]
-      if (w.due < 0) {
-        items[this.head++] = undefined
-        continue
+    this.firing = true
+    try {
+      const now = performance.now()
+      // `this.items` / `this.head` re-read every step: an expiry may push a new waiter.
+      while (this.head < this.items.length) {
+        const w = this.items[this.head]
+        if (w.due < 0) {
+          this.items[this.head++] = undefined
+          continue
+        }
+        if (w.due > now) break
+        this.items[this.head++] = undefined
+        this.live--
+        // Off the FIFO before the expiry settles it (its `done` then cancels nothing).
+        w.timer = null
+        w.due = -1
+        w.expire(false)
       }
-      if (w.due > now) {
-        this.arm(w.due - now)
-        break
-      }
-      items[this.head++] = undefined
-      this.live--
-      // Off the FIFO before the expiry settles it (its `done` then cancels nothing).
-      w.timer = null
-      w.due = -1
-      w.expire(false)
+    } finally {
+      // Also after an expiry that threw: the rest stay armed.
+      this.firing = false
+      this.settle()
     }
+  }
+
+  /** After a fire: drops settled heads, re-arms for the next deadline or is forgotten. */
+  settle() {
+    const items = this.items
+    while (this.head < items.length && items[this.head].due < 0) items[this.head++] = undefined
     if (this.head === items.length) {
       // Empty and unarmed: forgotten (a timeout value seen once does not stay in the map).
       this.items = []
       this.head = 0
-      if (fifos.get(this.ms) === this) fifos.delete(this.ms)
-    } else if (this.head > SLACK && this.head * 2 > items.length) {
+      if (this.timer === null && fifos.get(this.ms) === this) fifos.delete(this.ms)
+      return
+    }
+    if (this.timer === null) this.arm(items[this.head].due - performance.now())
+    if (this.items.length - this.head - this.live > this.live + SLACK) this.compact()
+    else if (this.head > SLACK && this.head * 2 > items.length) {
       this.items = items.slice(this.head)
       this.head = 0
     }

@@ -298,17 +298,31 @@ class Waiter {
       // A plain bulkhead's grant is its weight (0: still queued).
       call = h.slot >= 0 ? fast.fastPoll(h.slot, this.ticket) || null : h.nb.pollTicket(this.ticket)
     } catch (e) {
-      this.done()
+      const reject = this.done()
       if (this.asPermit) h.unpin()
-      this.reject(e.reason === 'aborted' ? abortReason(this.signal) : e)
+      reject(e.reason === 'aborted' ? abortReason(this.signal) : e)
       return
     }
     if (call === null) return
     this.done()
-    this.resolve(this.asPermit ? new Permit(kInternal, h, call, this.key) : call)
+    this.resolved(this.asPermit ? new Permit(kInternal, h, call, this.key) : call)
   }
 
+  /** Resolves its promise (once, after `done`). */
+  resolved(value) {
+    const resolve = this.resolve
+    this.resolve = this.reject = undefined
+    resolve(value)
+  }
+
+  /**
+   * It settled: off the tables, its deadline cancelled. Returns its `reject` and lets go of
+   * both functions (a settled waiter a deadline FIFO still lists for a while must not keep its
+   * promise, or what it resolved with, reachable).
+   */
   done() {
+    const reject = this.reject
+    this.reject = undefined
     const id = this.id
     if (id >= FAST_IDS) {
       fastWaiters[id - FAST_IDS] = undefined
@@ -319,6 +333,7 @@ class Waiter {
     if (this.timer instanceof DeadlineFifo) cancelDeadline(this.timer, this)
     else clearTimer(this.timer)
     unwatch(this.signal, this)
+    return reject
   }
 }
 
@@ -328,13 +343,20 @@ class Waiter {
  * `asPermit` — when it queues.
  */
 function takePlain(h, asPermit = false, key = undefined) {
-  const free = freeFastIds.length
-  const id = free > 0 ? freeFastIds[free - 1] : FAST_IDS + fastWaiters.length
-  const weight = fast.fastTake(h.slot, id)
-  if (weight !== 0) return weight
-  // Queued under `id`: it is taken now.
-  if (free > 0) freeFastIds.pop()
-  else fastWaiters.push(undefined)
+  // The id is taken before the native call (whatever that call's flush runs cannot hand it out
+  // again) and given back unless the call queued under it.
+  const id = freeFastIds.length > 0 ? freeFastIds.pop() : FAST_IDS + fastWaiters.push(undefined) - 1
+  let weight
+  try {
+    weight = fast.fastTake(h.slot, id)
+  } catch (e) {
+    freeFastIds.push(id)
+    throw e
+  }
+  if (weight !== 0) {
+    freeFastIds.push(id)
+    return weight
+  }
   const p = new Promise(capture)
   new Waiter(h, id, scratch[0], scratch[1], undefined, captured.resolve, captured.reject, asPermit, key)
   // Not kept here: the promise (and what it resolves with) must be collectable.

@@ -102,3 +102,26 @@ test('a registry key’s waiters use the FIFO too; an abort still settles at onc
   assert.equal(reg.stats().k.rejectedByReason.timeout, 1)
   assert.equal(reg.stats().k.rejectedByReason.aborted, 1)
 })
+
+test('an expiry that settles other waiters of its FIFO mid-walk (a review found a crash here)', async () => {
+  // The shared FIFO of one timeout value: [H, 64 settled entries, W1]. Heavy waiter H heads
+  // bulkhead `a`'s queue with W1 behind it (no barging); bulkhead `b`'s 64 waiters, queued in
+  // between and granted at once, left settled entries. H's expiry grants W1 while the timer walks
+  // the FIFO; W1's cancel tips the compaction rule and must not compact under the walk.
+  const a = new Bulkhead({ maxConcurrent: 2, maxQueue: 10, queueTimeoutMs: 40 })
+  const b = new Bulkhead({ maxConcurrent: 1, maxQueue: 1000, queueTimeoutMs: 40 })
+  const held = await a.acquire()
+  const heavy = a.acquire({ weight: 2 })
+  const bHeld = await b.acquire()
+  const churn = Array.from({ length: 64 }, () => b.run(() => 1))
+  bHeld.release()
+  await Promise.all(churn)
+  const w1 = a.acquire()
+  await assert.rejects(heavy, { code: 'BULKHEAD_QUEUE_TIMEOUT' })
+  ;(await w1).release() // H's expiry granted W1
+  held.release()
+  const s = a.stats()
+  assert.equal(s.active + s.queued + s.grantedUnclaimed, 0)
+  assert.equal(s.rejectedByReason.timeout, 1)
+  assert.equal(deadlineStats().live, 0)
+})
