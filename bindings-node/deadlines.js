@@ -46,7 +46,12 @@ class DeadlineFifo {
     w.due = -1
     this.live--
     // Never under a running `fire`, which walks `items` by `head` (it compacts at its end).
-    if (!this.firing && this.items.length - this.head - this.live > this.live + SLACK) this.compact()
+    if (!this.firing) this.maybeCompact()
+  }
+
+  /** Compacts once the dead entries outnumber the live ones (plus SLACK). */
+  maybeCompact() {
+    if (this.items.length - this.head - this.live > this.live + SLACK) this.compact()
   }
 
   compact() {
@@ -103,7 +108,7 @@ class DeadlineFifo {
       return
     }
     if (this.timer === null) this.arm(items[this.head].due - performance.now())
-    if (this.items.length - this.head - this.live > this.live + SLACK) this.compact()
+    if (this.items.length - this.head - this.live > this.live + SLACK) this.maybeCompact()
     else if (this.head > SLACK && this.head * 2 > items.length) {
       this.items = items.slice(this.head)
       this.head = 0

@@ -23,7 +23,7 @@
 
 const native = loadNative()
 const { errorOutcome } = require('./outcome.js')
-const { armDeadline, cancelDeadline, DeadlineFifo } = require('./deadlines.js')
+const { armDeadline, cancelDeadline, DeadlineFifo, MAX_TIMER_MS } = require('./deadlines.js')
 
 /**
  * The generated loader, with a message that says what is missing when no addon loads (its own
@@ -173,8 +173,8 @@ function removeListener(emitter, event, listener, key) {
 
 // ----- timers and abort signals ---------------------------------------------------------------
 
-/** Node clamps setTimeout delays above 2^31-1 ms to 1 ms: long deadlines are armed in chunks. */
-const MAX_TIMER_MS = 2 ** 31 - 1
+// Node clamps setTimeout delays above MAX_TIMER_MS (2^31-1) to 1 ms: long deadlines are armed
+// in chunks.
 
 /** A deadline beyond MAX_TIMER_MS: re-armed chunk by chunk, `id` the current chunk's timer. */
 class LongTimer {
