@@ -6,7 +6,10 @@
 //! | [`options`] | the option table: names, sections, kinds, ranges, defaults, spellings |
 //! | [`partial`] | [`PartialConfig`]: options as a layer passes them, merged key by key |
 //! | [`convert`] | a layer's numbers as option values: one rule for every layer |
+//! | [`class_options`] | the class table's options (classes, reserve, rates) and a builder |
 
+#[cfg(feature = "alloc")]
+pub mod class_options;
 pub mod classes;
 pub mod convert;
 pub mod options;

@@ -418,6 +418,17 @@ impl fmt::Display for RangeText {
     }
 }
 
+impl Kind {
+    /// The range in words, in the units of `spelling` (what [`OptionSpec::range`] renders; for
+    /// a table of other options, such as the class table's).
+    pub const fn range(self, spelling: Spelling) -> RangeText {
+        RangeText {
+            kind: self,
+            spelling,
+        }
+    }
+}
+
 impl OptionSpec {
     /// The name in `spelling`.
     pub const fn spelled(&'static self, spelling: Spelling) -> Spelled {
