@@ -266,6 +266,41 @@ pub enum Bound {
 }
 
 impl Bound {
+    /// Every bound, in declaration order: `ALL[b.index()] == b`. A C-style layer numbers
+    /// bounds by this index (the C ABI's `hg_bound`); new bounds are appended.
+    pub const ALL: [Bound; 16] = [
+        Bound::Limit,
+        Bound::KillSwitch,
+        Bound::Budget,
+        Bound::Queue,
+        Bound::QueuedCost,
+        Bound::Keys,
+        Bound::Deadline,
+        Bound::Cancelled,
+        Bound::Closed,
+        Bound::Breaker,
+        Bound::CallTimeout,
+        Bound::Shed,
+        Bound::Class,
+        Bound::Shared,
+        Bound::Reserve,
+        Bound::Rate,
+    ];
+
+    /// Its index in [`ALL`](Self::ALL) (stable: bounds are only ever appended).
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The bound of index `i` in [`ALL`](Self::ALL), if there is one.
+    pub const fn from_index(i: usize) -> Option<Bound> {
+        if i < Self::ALL.len() {
+            Some(Self::ALL[i])
+        } else {
+            None
+        }
+    }
+
     /// The name every layer spells (`"kill_switch"`, `"queued_cost"`, …).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -595,5 +630,23 @@ impl RejectedByReason {
     /// The sum over all reasons.
     pub fn total(&self) -> u64 {
         self.0.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod bound_index_tests {
+    use super::Bound;
+
+    #[test]
+    fn every_bound_round_trips_through_its_index_and_names_are_unique() {
+        for (i, b) in Bound::ALL.iter().enumerate() {
+            assert_eq!(b.index(), i);
+            assert_eq!(Bound::from_index(i), Some(*b));
+            for other in &Bound::ALL[..i] {
+                assert_ne!(other.as_str(), b.as_str());
+            }
+        }
+        assert_eq!(Bound::from_index(Bound::ALL.len()), None);
+        assert_eq!(Bound::from_index(usize::MAX), None);
     }
 }

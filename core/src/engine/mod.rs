@@ -579,7 +579,10 @@ impl<const N: usize> Engine<N> {
             Some(if m & MODE_DISABLED != 0 {
                 m
             } else {
-                observe_bits(observe)
+                // Only the observe bits change: a classed bulkhead stays classed (dropping
+                // `MODE_CLASSED` sent a classed bulkhead's admissions down the plain path,
+                // which refused every one: a review of the Python binding found it).
+                (m & !(OBSERVE_CALLS | OBSERVE_BUDGET)) | observe_bits(observe)
             })
         });
         self.run_dispatcher();

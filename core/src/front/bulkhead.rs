@@ -409,6 +409,13 @@ impl<const N: usize> Bulkhead<N> {
         self.queue_timeout.store(encode_timeout(timeout), Relaxed);
     }
 
+    /// `max_orphaned`: how many permits orphaned calls may hold together (0: orphaning is off;
+    /// docs/design.md §5.3). A binding that hands out a plain call as its weight alone keeps
+    /// the whole [`Call`](crate::Call) when this is not 0 (an orphaned call's state is in it).
+    pub fn max_orphaned(&self) -> u64 {
+        self.engine.max_orphaned()
+    }
+
     /// Whether admission is enforced.
     pub fn enabled(&self) -> bool {
         self.engine.enabled()

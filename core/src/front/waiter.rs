@@ -100,6 +100,16 @@ where
         self.bh.as_deref().expect("waiter used after it settled")
     }
 
+    /// The handle it reaches its bulkhead through (an `Arc` for an owned waiter): a host that
+    /// arms timers for the waiter (its queue deadline, a rate tick) keeps a clone of it — under
+    /// a registry's global cap that is the shared admission, not the key's bulkhead.
+    ///
+    /// # Panics
+    /// After the waiter settled (a `Ready` poll) or was given up.
+    pub fn handle(&self) -> &B {
+        self.bh.as_ref().expect("waiter used after it settled")
+    }
+
     /// Polls: `Pending` while queued (`waker`, if any, is woken when it settles); `Ready` with
     /// the [`Call`] (granted: its RTT clock starts now) or the rejection (`shutdown`,
     /// `concurrency_limit` after a shrink of the limit, `budget_limit` after a shrink of the

@@ -464,6 +464,20 @@ impl Registry {
         self.lookup(key).map(|(bh, ..)| bh)
     }
 
+    /// The bulkhead that decides `key`'s admissions (created on first use): the key's own, or
+    /// under a global cap the shared admission (docs/design.md §9.2) — whose class for `key`
+    /// only [`admit`](Self::admit) and [`would_admit`](Self::would_admit) supply, so admit
+    /// through those, never on this bulkhead directly. For a binding that polls and expires its
+    /// queued tickets on the deciding bulkhead (`Waiter::from_ticket`, `Bulkhead::expire`).
+    /// Unlike [`get`](Self::get) it works under a global cap; there the returned `Arc` does not
+    /// keep the key from eviction (a held call or a waiter of the key does).
+    ///
+    /// # Errors
+    /// `key_limit`, `shutdown` as [`get`](Self::get).
+    pub fn admission_of(&self, key: &str) -> Result<Arc<Bulkhead>, KeyedError> {
+        self.lookup(key).map(|(bh, ..)| bh)
+    }
+
     /// The admission of `key` (created on first use): its bulkhead, or the shared admission
     /// and its class under a global cap; and the handle that keeps it from eviction.
     fn lookup(&self, key: &str) -> Result<Lookup, KeyedError> {

@@ -487,3 +487,16 @@ fn take_now_is_admits_uncontended_grant_and_never_counts_a_refusal() {
     assert!(breaker.take_now(1).is_none());
     assert_eq!(breaker.stats().admitted_total, 0);
 }
+
+#[test]
+fn a_waiter_lends_its_handle_for_the_host_timers() {
+    let bh = Arc::new(plain(1, 4));
+    let held = bh.try_acquire_owned(1).unwrap();
+    let w = queued(bh.admit_owned(&Request::new(1), None));
+    // The same `Arc` the waiter was queued through (a host clones it for its deadline timer).
+    assert!(Arc::ptr_eq(w.handle(), &bh));
+    assert_eq!(w.handle().stats().queued, 1);
+    drop(w);
+    drop(held);
+    assert_eq!(bh.stats().queued, 0);
+}

@@ -1119,3 +1119,17 @@ fn a_class_observing_its_ceiling_counts_past_it_and_stays_inside_the_enforced_li
     drop((b, c));
     partition_holds(&bh);
 }
+
+/// `set_observe(Off)` on a classed bulkhead (the one mode it takes) leaves it classed: it used
+/// to rewrite the mode word without the classed bit, and every later admission took the plain
+/// path and was refused `concurrency_limit` (found by a review of the Python binding).
+#[test]
+fn set_observe_off_keeps_a_classed_bulkhead_classed() {
+    let bh = two(4, 1, 1, 0);
+    assert_eq!(bh.set_observe(crate::Observe::Off), Ok(()));
+    let a = granted(bh.admit(&now(0, 1), None));
+    let b = granted(bh.admit(&now(1, 2), None));
+    assert_eq!(bh.class_stats(1).unwrap().in_flight, 2);
+    drop((a, b));
+    assert_eq!(bh.stats().active, 0);
+}

@@ -153,3 +153,9 @@ fn the_handle_free_paths_end_an_orphan() {
         (0, 0, 2)
     );
 }
+
+#[test]
+fn max_orphaned_reads_back_the_configuration() {
+    assert_eq!(orphanable(2, 0).max_orphaned(), 0);
+    assert_eq!(orphanable(2, 3).max_orphaned(), 3);
+}

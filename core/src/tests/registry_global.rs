@@ -651,3 +651,28 @@ fn c32_step3_a_key_observed_inside_an_enforced_global_cap() {
     assert!(matches!(d, crate::Decision::Granted(_)), "{d:?}");
     assert_eq!(fresh.key_stats("other").unwrap().observed, 0);
 }
+
+#[test]
+fn admission_of_is_the_shared_admission_under_a_cap_and_the_key_s_own_without() {
+    let r = capped(1, 2, 4, 4);
+    let a = r.admission_of("a").unwrap();
+    let b = r.admission_of("b").unwrap();
+    assert!(Arc::ptr_eq(&a, &b), "one shared admission");
+    assert!(r.get("a").is_err(), "get refuses under a cap");
+    // Admissions of a key go through `admit` (its class); the ticket polls on the shared one.
+    let crate::Decision::Granted(call) = r.admit("a", &Request::new(1), None) else {
+        panic!()
+    };
+    assert!(Arc::ptr_eq(call.handle(), &a));
+    assert_eq!(r.key_stats("a").unwrap().in_flight, 1);
+    drop(call);
+    // Without a cap: the key's own bulkhead, the one `get` returns.
+    let plain = Registry::new(RegistryConfig::default()).unwrap();
+    let k = plain.admission_of("k").unwrap();
+    assert!(Arc::ptr_eq(&k, &plain.get("k").unwrap()));
+    plain.close();
+    assert_eq!(
+        plain.admission_of("new").unwrap_err().reason(),
+        Some(Reason::Shutdown)
+    );
+}
