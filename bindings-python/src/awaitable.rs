@@ -22,7 +22,8 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead as CoreBulkhead, Decision, Request, Waiter, drain::DrainOf,
+    AcquireError, Bulkhead as CoreBulkhead, Decision, Registry as CoreRegistry, Request, Waiter,
+    drain::DrainOf,
 };
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
@@ -34,6 +35,7 @@ use pyo3::{
 use crate::{
     bulkhead::Bulkhead,
     errors::acquire_err,
+    gateway,
     permit::{CoreCall, Permit},
     policy::{ArmedCall, exit_block},
     queue_timers,
@@ -113,15 +115,89 @@ impl Ready {
     }
 }
 
+/// An already-finished awaitable of a value (`async with permit:` enters with the permit).
+#[pyclass(module = "hullguard._native", name = "_Done")]
+pub(crate) struct Done(Option<Py<PyAny>>);
+
+impl Done {
+    pub(crate) fn new(value: Py<PyAny>) -> Self {
+        Done(Some(value))
+    }
+
+    fn finish(&mut self, py: Python<'_>) -> Step {
+        match self.0.take() {
+            Some(v) => stop(py, v),
+            None => Err(PyRuntimeError::new_err("already awaited")),
+        }
+    }
+}
+
+#[pymethods]
+impl Done {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+    fn close(&mut self) {
+        self.0 = None;
+    }
+    fn __next__(&mut self, py: Python<'_>) -> Step {
+        self.finish(py)
+    }
+    #[pyo3(signature = (_value=None))]
+    fn send(&mut self, py: Python<'_>, _value: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        sent(self.finish(py))
+    }
+}
+
 fn cancel_timer(py: Python<'_>, timer: Option<Py<PyAny>>) {
     if let Some(t) = timer {
         drop(t.bind(py).call_method0(intern!(py, "cancel")));
     }
 }
 
+/// Where an acquire is decided: a bulkhead, or a registry key (through `Registry::admit`, so
+/// a global cap decides: docs/design.md §9.2).
+pub(crate) enum Source {
+    Bulkhead(Arc<CoreBulkhead>),
+    Registry(Arc<CoreRegistry>, String),
+}
+
+impl Source {
+    pub(crate) fn decide(&self, request: &Request) -> Decision<Arc<CoreBulkhead>, 0> {
+        self.as_ref().decide(request)
+    }
+
+    pub(crate) fn as_ref(&self) -> SourceRef<'_> {
+        match self {
+            Source::Bulkhead(bh) => SourceRef::Bulkhead(bh),
+            Source::Registry(r, key) => SourceRef::Registry(r, key),
+        }
+    }
+}
+
+/// A [`Source`] borrowed, for a decision made within one call (`try_acquire`, `acquire_sync`):
+/// no `Arc` count and no key copy on the way.
+#[derive(Clone, Copy)]
+pub(crate) enum SourceRef<'a> {
+    Bulkhead(&'a Arc<CoreBulkhead>),
+    Registry(&'a Arc<CoreRegistry>, &'a str),
+}
+
+impl SourceRef<'_> {
+    pub(crate) fn decide(self, request: &Request) -> Decision<Arc<CoreBulkhead>, 0> {
+        match self {
+            SourceRef::Bulkhead(bh) => bh.admit_owned(request, None),
+            SourceRef::Registry(r, key) => r.admit(key, request, None),
+        }
+    }
+}
+
 enum State {
     /// Not polled yet.
-    Start(Arc<CoreBulkhead>, Request),
+    Start(Source, Request),
     /// Queued: the core waiter, the asyncio target its wake-up resolves, and whether its
     /// deadline is scheduled on the loop's shared queue timer (`queue_timers`).
     Queued {
@@ -130,8 +206,6 @@ enum State {
         target: Arc<WaitTarget>,
         scheduled: bool,
     },
-    /// Raises this when awaited (a registry key that could not be created).
-    Failed(PyErr),
     Done,
 }
 
@@ -152,6 +226,8 @@ pub(crate) struct AcquireContext {
     cm: bool,
     /// The `call_timeout` timer of the `async with` block.
     armed: Option<ArmedCall>,
+    /// `bh.admit()`: finishes with an `Admission` instead of raising a refusal.
+    admission: bool,
 }
 
 impl AcquireContext {
@@ -161,29 +237,51 @@ impl AcquireContext {
         request: Request,
         bare: Option<Py<Bulkhead>>,
     ) -> Self {
+        Self::from_source(Source::Bulkhead(bh), key, request, bare)
+    }
+
+    /// An acquire decided by `source`.
+    pub(crate) fn from_source(
+        source: Source,
+        key: Option<String>,
+        request: Request,
+        bare: Option<Py<Bulkhead>>,
+    ) -> Self {
         Self {
-            state: State::Start(bh, request),
+            state: State::Start(source, request),
             key,
             bare,
             permit: None,
             cm: false,
             armed: None,
+            admission: false,
         }
     }
 
-    /// An acquire that raises `err` when awaited.
-    pub(crate) fn failed(key: Option<String>, err: PyErr) -> Self {
-        Self {
-            state: State::Failed(err),
-            key,
-            bare: None,
-            permit: None,
-            cm: false,
-            armed: None,
-        }
+    /// The non-throwing form (`bh.admit()`): awaiting it gives an `Admission`.
+    pub(crate) fn non_throwing(mut self) -> Self {
+        self.admission = true;
+        self
     }
 
     fn settled(&mut self, py: Python<'_>, r: Result<CoreCall, AcquireError>) -> Step {
+        if self.admission {
+            let value = match r {
+                Ok(call) => {
+                    let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
+                    if self.cm {
+                        // `async with bh.admit() as a:` is one guarded call as `async with
+                        // bh.acquire()` is (its `call_timeout` armed at the grant); the exit
+                        // releases a granted permit.
+                        self.armed = ArmedCall::arm(py, &permit);
+                        self.permit = Some(permit.clone_ref(py));
+                    }
+                    gateway::admitted(py, permit.into_any())?
+                }
+                Err(e) => gateway::refused(py, &e, self.key.as_deref())?,
+            };
+            return stop(py, value);
+        }
         let call = r.map_err(|e| acquire_err(py, &e, self.key.as_deref()))?;
         if let Some(bh) = &self.bare {
             bh.get().enter_block(py, call)?;
@@ -215,6 +313,7 @@ impl AcquireContext {
             let timeout = waiter.queue_timeout();
             queue_timers::schedule(py, target.event_loop(py), &bh, waiter.ticket(), timeout)?;
         }
+        gateway::arm_rate_timer(py, Some(target.event_loop(py)), &bh);
         let fut = target.future_to_yield(py)?;
         self.state = State::Queued {
             bh,
@@ -227,11 +326,14 @@ impl AcquireContext {
 
     fn step(&mut self, py: Python<'_>) -> Step {
         match std::mem::replace(&mut self.state, State::Done) {
-            State::Start(bh, request) => match bh.admit_owned(&request, None) {
+            State::Start(source, request) => match source.decide(&request) {
                 Decision::Granted(call) => self.settled(py, Ok(call)),
                 Decision::Rejected(e) => self.settled(py, Err(e)),
                 // No running loop: the waiter is dropped (abandoned) before raising.
-                Decision::Queued(waiter) => self.wait(py, bh, waiter, WaitTarget::new(py)?, false),
+                Decision::Queued(waiter) => {
+                    let bh = waiter.handle().clone();
+                    self.wait(py, bh, waiter, WaitTarget::new(py)?, false)
+                }
             },
             // Woken: take the outcome first; only a spurious wake-up (still pending) needs a
             // fresh future for the next wait.
@@ -247,7 +349,6 @@ impl AcquireContext {
                     self.wait(py, bh, waiter, target, scheduled)
                 }
             },
-            State::Failed(e) => Err(e),
             State::Done => Err(PyRuntimeError::new_err(
                 "this acquire has already been awaited",
             )),

@@ -11,21 +11,25 @@ use std::{
 };
 
 use hullguard_core::{
-    Bulkhead as CoreBulkhead, Clock, ClockSource, Decision, Reason, Request, config::Section,
+    AcquireError, Bulkhead as CoreBulkhead, ClassStats, ClassTableLimits, Clock, ClockSource,
+    Decision, LimitsError, LimitsSnapshot, MAX_BUDGET, MAX_PERMITS, MAX_QUEUE, MAX_REVISION,
+    Observe, Reason, Rejection, Request, config::Section, event::SharedObserver,
 };
 use pyo3::{
-    exceptions::PyTypeError,
+    exceptions::{PyTypeError, PyValueError},
     prelude::*,
     sync::PyOnceLock,
     types::{PyDict, PyTuple},
 };
 
 use crate::{
-    awaitable::{AcquireContext, DrainAwaitable, Ready},
+    awaitable::{AcquireContext, DrainAwaitable, Ready, Source, SourceRef},
     errors::acquire_err,
+    events::PyObserver,
+    gateway::{self, ClassNames, Extra},
     options::{self, config_err, count_arg, timeout_arg},
     permit::{CoreCall, Permit},
-    policy::{ArmedCall, PyObserver, exit_block},
+    policy::{ArmedCall, exit_block},
     stats::{drain_dict, stats_dict},
 };
 
@@ -51,54 +55,115 @@ pub(crate) fn clock_source(clock: Option<Bound<'_, PyAny>>) -> ClockSource {
     })
 }
 
-/// One acquire's request: `weight` permits (default 1, `1..=max_concurrent`), queued at most
-/// `timeout` seconds (`None`: the bulkhead's `queue_timeout`).
-pub(crate) fn request_arg(
-    bh: &CoreBulkhead,
-    weight: Option<&Bound<'_, PyAny>>,
-    timeout: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Request> {
-    let max = bh.max_concurrent();
-    let weight = weight.map_or(Ok(1), |w| count_arg(w, "weight", 1, max))?;
-    let request = Request::new(weight);
-    Ok(timeout_arg(timeout)?.map_or(request, |t| request.queue_timeout(t)))
+/// Decides `request` without queueing (`Request::no_wait`): the call, or the refusal. A plain
+/// request (no cost, no class, no observe mode of its own) on a bulkhead without classes takes
+/// the core's plain path (`try_acquire_owned`), as before gateway admission.
+pub(crate) fn admit_now(source: SourceRef<'_>, request: Request) -> Result<CoreCall, AcquireError> {
+    if request.cost == 0 && request.class == 0 && request.observe == Observe::Off {
+        match source {
+            SourceRef::Bulkhead(bh) if bh.class_count() == 0 => {
+                return bh.try_acquire_owned(request.weight);
+            }
+            SourceRef::Registry(r, key) => {
+                return r.try_acquire(key, request.weight).map_err(|e| e.error);
+            }
+            SourceRef::Bulkhead(_) => {}
+        }
+    }
+    match source.decide(&request.no_wait()) {
+        Decision::Granted(call) => Ok(call),
+        Decision::Rejected(e) => Err(e),
+        // Not queued with a zero timeout; should it happen, the waiter is given up.
+        Decision::Queued(w) => {
+            let r = Rejection::new(Reason::Aborted, w.bulkhead().snapshot());
+            drop(w);
+            Err(AcquireError::Rejected(r))
+        }
+    }
 }
 
 /// `try_acquire`: a permit, `None` for `concurrency_limit`, any other reason raised.
 pub(crate) fn try_acquire_on(
     py: Python<'_>,
-    bh: &Arc<CoreBulkhead>,
+    source: SourceRef<'_>,
     key: Option<&str>,
-    weight: u64,
+    request: Request,
 ) -> PyResult<Option<Permit>> {
-    match bh.try_acquire_owned(weight) {
+    match admit_now(source, request) {
         Ok(call) => Ok(Some(Permit::new(call, key.map(str::to_owned)))),
         Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
         Err(e) => Err(acquire_err(py, &e, key)),
     }
 }
 
+/// `try_admit`: an `Admission` (a bad argument raises).
+pub(crate) fn try_admit_on(
+    py: Python<'_>,
+    source: SourceRef<'_>,
+    key: Option<&str>,
+    request: Request,
+) -> PyResult<Py<PyAny>> {
+    match admit_now(source, request) {
+        Ok(call) => {
+            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned)))?;
+            gateway::admitted(py, permit.into_any())
+        }
+        Err(e) => gateway::refused(py, &e, key),
+    }
+}
+
 /// `acquire_sync`: a queued acquire parks this thread in the core's blocking wait with the
 /// interpreter released, checking for signals every 100 ms (Ctrl-C raises promptly; the
 /// waiter is then abandoned, a grant that raced it passed on).
+///
+/// On a classed bulkhead with rates the waiting thread is also the host's rate timer: it ticks
+/// the bulkhead (`rate_tick`) at each slice, so a head a rate held back is granted within 100 ms
+/// of conforming.
 pub(crate) fn acquire_sync_on(
     py: Python<'_>,
-    bh: &Arc<CoreBulkhead>,
+    source: SourceRef<'_>,
     key: Option<&str>,
     request: Request,
 ) -> PyResult<Permit> {
-    let settled = match bh.admit_owned(&request, None) {
+    let call = settle_sync(py, source, request)?.map_err(|e| acquire_err(py, &e, key))?;
+    Ok(Permit::new(call, key.map(str::to_owned)))
+}
+
+/// `admit_sync`: an `Admission` (a bad argument, or a signal handler's exception, raises).
+pub(crate) fn admit_sync_on(
+    py: Python<'_>,
+    source: SourceRef<'_>,
+    key: Option<&str>,
+    request: Request,
+) -> PyResult<Py<PyAny>> {
+    match settle_sync(py, source, request)? {
+        Ok(call) => {
+            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned)))?;
+            gateway::admitted(py, permit.into_any())
+        }
+        Err(e) => gateway::refused(py, &e, key),
+    }
+}
+
+fn settle_sync(
+    py: Python<'_>,
+    source: SourceRef<'_>,
+    request: Request,
+) -> PyResult<Result<CoreCall, AcquireError>> {
+    Ok(match source.decide(&request) {
         Decision::Granted(call) => Ok(call),
         Decision::Rejected(e) => Err(e),
         Decision::Queued(w) => {
             // `Duration::MAX` (no deadline) overflows the instant: `None`.
             let deadline = Instant::now().checked_add(w.queue_timeout());
-            let signals = || Python::attach(|py| py.check_signals());
+            let bh = w.handle().clone();
+            let signals = || {
+                bh.rate_tick();
+                Python::attach(|py| py.check_signals())
+            };
             py.detach(|| w.wait_blocking_interruptible(deadline, SIGNAL_SLICE, signals))?
         }
-    };
-    let call = settled.map_err(|e| acquire_err(py, &e, key))?;
-    Ok(Permit::new(call, key.map(str::to_owned)))
+    })
 }
 
 /// `drain_sync`: parks in slices of the core's blocking drain, checking for signals.
@@ -160,7 +225,15 @@ pub(crate) struct Block {
 /// `call_timeout` bounds `guard`ed calls and `async with` blocks (`CallTimeoutError`).
 /// `on_state_change(key, old, new)` is called (with the GIL, on the thread that committed it;
 /// `key` is `None`) for each breaker transition between `"closed"`, `"open"` and
-/// `"half_open"`; its exceptions go to `sys.unraisablehook`.
+/// `"half_open"`; its exceptions go to `sys.unraisablehook` (counted in `listener_errors`).
+///
+/// Gateway admission (docs/design.md §4.5–4.9): `budget=` adds a second dimension (cost
+/// units: tokens, bytes) decided with the permits in one step (`acquire(cost=…)`, settled by
+/// `permit.release(usage=…)` / `report_usage` / `refund`); `classes=` (with `reserve`,
+/// `lending`, `shed`, `rates`) partitions it by priority; `apply_limits` installs a control
+/// plane's revisioned limits; `would_admit` is the dry run; `admit` / `admit_sync` /
+/// `try_admit` answer an `Admission` instead of raising; `events=True` with `on` / `off` /
+/// `events()` delivers the admission events.
 #[pyclass(module = "hullguard._native", name = "Bulkhead", subclass, frozen)]
 pub(crate) struct Bulkhead {
     pub(crate) bh: Arc<CoreBulkhead>,
@@ -171,6 +244,11 @@ pub(crate) struct Bulkhead {
     /// `async with bh:` on a bulkhead with policies: a `contextvars.ContextVar` holding the
     /// open blocks of each context as a tuple stack (each task finds its own block's call).
     blocks: Option<Py<PyAny>>,
+    /// The class names of a classed bulkhead, by index (empty otherwise).
+    pub(crate) names: ClassNames,
+    /// The observer of a bulkhead built here (`on`/`off`); `None` for a registry's key (the
+    /// registry has it).
+    observer: Option<Arc<PyObserver>>,
 }
 
 impl Bulkhead {
@@ -178,6 +256,16 @@ impl Bulkhead {
         py: Python<'_>,
         bh: Arc<CoreBulkhead>,
         key: Option<String>,
+    ) -> PyResult<Self> {
+        Self::wrap_with(py, bh, key, Arc::from([]), None)
+    }
+
+    fn wrap_with(
+        py: Python<'_>,
+        bh: Arc<CoreBulkhead>,
+        key: Option<String>,
+        names: ClassNames,
+        observer: Option<Arc<PyObserver>>,
     ) -> PyResult<Self> {
         let var = CONTEXT_VAR.import(py, "contextvars", "ContextVar")?;
         let new_var = || {
@@ -192,7 +280,44 @@ impl Bulkhead {
             key,
             held: AtomicU64::new(0),
             blocks,
+            names,
+            observer,
         })
+    }
+
+    fn source(&self) -> Source {
+        Source::Bulkhead(self.bh.clone())
+    }
+
+    fn source_ref(&self) -> SourceRef<'_> {
+        SourceRef::Bulkhead(&self.bh)
+    }
+
+    fn request(
+        &self,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        extra: Extra<'_, '_>,
+    ) -> PyResult<Request> {
+        gateway::request(
+            self.bh.max_concurrent(),
+            &self.names,
+            weight,
+            timeout,
+            extra,
+        )
+    }
+
+    fn observer(&self) -> PyResult<&Arc<PyObserver>> {
+        self.observer.as_ref().ok_or_else(|| {
+            PyValueError::new_err(
+                "this bulkhead belongs to a Registry: listen with Registry.on(event, callback)",
+            )
+        })
+    }
+
+    fn class_index(&self, class: &Bound<'_, PyAny>) -> PyResult<u16> {
+        gateway::class_arg(class, &self.names)
     }
 
     /// An `async with bh:` block was granted `call`.
@@ -258,36 +383,91 @@ impl Bulkhead {
     /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
     /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
     /// max_reservations=0, cancel_on_overrun=False,
-    /// resilience=None, on_state_change=None)`; see the class docs.
+    /// resilience=None, on_state_change=None, events=False, classes=None, reserve=None,
+    /// lending=False, shed=False, rates=None)`; see the class docs.
     /// `budget`: an in-flight ceiling of cost units beside the permits (`stats()["budget"]`);
     /// `observe`: the dimensions decided and counted but not enforced (`"off"`,
     /// `"concurrency"`, `"budget"`, `"all"`; `stats()["observed_by_reason"]`).
+    /// `events=True`: the admission events reach `on` / `events()` listeners (without it the
+    /// core builds none). A class table (docs/design.md §4.8, §4.9; read by walking the core's
+    /// class-option table): `classes=[{"name", "priority", "floor", "ceiling",
+    /// "budget_floor", "budget_ceiling", "observe"}, …]` (requests name a class by its `name`
+    /// or index), `reserve={"permits", "budget", "min_priority"}`, `lending`, `shed`,
+    /// `rates={"requests": {"amount", "per" (seconds), "burst"}, "units": {…}}`.
     #[new]
     #[pyo3(signature = (*args, **kwargs))]
     fn new(args: &Bound<'_, PyTuple>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let py = args.py();
         let d = options::arguments("Bulkhead", args, kwargs)?;
-        let observer = PyObserver::from_arg(options::take(&d, "on_state_change")?.as_ref())?;
+        let on_state_change = options::take(&d, "on_state_change")?;
+        let events = options::take(&d, "events")?;
+        let observer = PyObserver::from_args(on_state_change.as_ref(), events.as_ref())?;
         let clock = clock_source(options::take(&d, "_clock")?);
+        let table = gateway::class_table(&d)?;
         let partial = options::parse(&d, Section::Bulkhead, "", PyTypeError::new_err)?;
         let config = partial.to_config().map_err(config_err)?;
-        let bh = CoreBulkhead::with_observer(config, clock, observer, None).map_err(config_err)?;
-        Self::wrap(py, Arc::new(bh), None)
+        let shared: SharedObserver = observer.clone();
+        let (bh, names) = match table {
+            Some(mut b) => {
+                let names = gateway::names_of(&b);
+                let t = b.table();
+                let bh = CoreBulkhead::with_classes_and_observer(config, &t, clock, Some(shared));
+                (bh.map_err(config_err)?, names)
+            }
+            None => {
+                let bh = CoreBulkhead::with_observer(config, clock, Some(shared), None);
+                (bh.map_err(config_err)?, Arc::from([]))
+            }
+        };
+        observer.set_names(names.clone());
+        Self::wrap_with(py, Arc::new(bh), None, names, Some(observer))
     }
 
-    /// Waits for `weight` permits (at most `timeout` seconds queued; `None`: `queue_timeout`):
-    /// `await bh.acquire()` gives a `Permit` (release it yourself); `async with bh.acquire() as
-    /// permit:` releases on exit. Bad arguments raise `TypeError` / `ValueError` here; a
-    /// rejection raises when awaited.
-    #[pyo3(signature = (weight=None, timeout=None))]
+    /// Waits for `weight` permits (at most `timeout` seconds queued; `None`: `queue_timeout`)
+    /// and `cost` budget units, in `admission_class` (a class name or index of a classed
+    /// bulkhead), with the request's own `observe` mode (`"off"`, `"concurrency"`, `"budget"`,
+    /// `"all"`: those dimensions decided and counted, not enforced): `await bh.acquire()` gives
+    /// a `Permit` (release it yourself); `async with bh.acquire() as permit:` releases on exit.
+    /// Bad arguments raise `TypeError` / `ValueError` here, naming the argument; a rejection
+    /// raises when awaited (`.detail` says which bound refused).
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
     fn acquire(
         &self,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
-        let request = request_arg(&self.bh, weight, timeout)?;
-        let (bh, key) = (self.bh.clone(), self.key.clone());
-        Ok(AcquireContext::new(bh, key, request, None))
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, timeout, extra)?;
+        Ok(AcquireContext::from_source(
+            self.source(),
+            self.key.clone(),
+            request,
+            None,
+        ))
+    }
+
+    /// `acquire` that never raises a refusal: `await bh.admit(...)` gives an `Admission`
+    /// (`ok=True, permit=…` or `ok=False, reason=…, detail=…, error=<the exception acquire
+    /// would raise>`). Bad arguments still raise.
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    fn admit(
+        &self,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<AcquireContext> {
+        Ok(self
+            .acquire(weight, timeout, cost, admission_class, observe)?
+            .non_throwing())
     }
 
     /// `async with bh:` — one permit for the block.
@@ -315,54 +495,318 @@ impl Bulkhead {
     }
 
     /// Blocks this thread (GIL released) until admitted, at most `timeout` seconds queued
-    /// (`None`: `queue_timeout`; `math.inf`: no deadline; 0: do not queue). Raises the
-    /// rejection, or the exception of a signal handler (Ctrl-C: `KeyboardInterrupt`, within
-    /// 100 ms; the place is given up).
-    #[pyo3(signature = (weight=None, timeout=None))]
+    /// (`None`: `queue_timeout`; `math.inf`: no deadline; 0: do not queue); the other
+    /// arguments as `acquire`. Raises the rejection, or the exception of a signal handler
+    /// (Ctrl-C: `KeyboardInterrupt`, within 100 ms; the place is given up).
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
     fn acquire_sync(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
-        let request = request_arg(&self.bh, weight, timeout)?;
-        acquire_sync_on(py, &self.bh, self.key.as_deref(), request)
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, timeout, extra)?;
+        acquire_sync_on(py, self.source_ref(), self.key.as_deref(), request)
+    }
+
+    /// `acquire_sync` that never raises a refusal: an `Admission`.
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    fn admit_sync(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, timeout, extra)?;
+        admit_sync_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
     /// A permit now, or `None` (`concurrency_limit`, also while a waiter is queued: no
-    /// barging); other reasons raise (`BulkheadClosedError`, `CircuitOpenError`).
-    #[pyo3(signature = (weight=None))]
+    /// barging); other reasons raise (`BulkheadClosedError`, `CircuitOpenError`,
+    /// `BulkheadFullError` for `budget_limit` / `queue_limit`, `BulkheadRateLimitError`).
+    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None))]
     fn try_acquire(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Permit>> {
-        let weight = request_arg(&self.bh, weight, None)?.weight;
-        try_acquire_on(py, &self.bh, self.key.as_deref(), weight)
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, None, extra)?;
+        try_acquire_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
-    /// Decorator: every call of `fn` (sync or async) holds `weight` permits. `@bh.guard` or
-    /// `@bh.guard(weight=2, timeout=1.0)`.
-    #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None))]
+    /// `try_acquire` that never raises a refusal: an `Admission` (every reason, including
+    /// `concurrency_limit`, is `ok=False` with its `detail`).
+    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None))]
+    fn try_admit(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, None, extra)?;
+        try_admit_on(py, self.source_ref(), self.key.as_deref(), request)
+    }
+
+    /// The dry run (docs/design.md §5.6): what `acquire` with these arguments would answer now,
+    /// committing nothing (no count, no queue place, no breaker probe). A `WouldAdmit`:
+    /// `.decision` is `"admit_now"`, `"would_queue"` (`.position` in the queue, 1-based) or
+    /// the reason it would be refused (`.detail`). Bad arguments raise.
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    fn would_admit(
+        &self,
+        py: Python<'_>,
+        weight: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        let request = self.request(weight, timeout, extra)?;
+        gateway::would_admit(py, self.bh.would_admit(&request), self.key.as_deref())
+    }
+
+    /// Decorator: every call of `fn` (sync or async) holds `weight` permits (and `cost` units
+    /// in `admission_class`). `@bh.guard` or `@bh.guard(weight=2, timeout=1.0, cost=500)`.
+    #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None))]
     fn guard(
         slf: &Bound<'_, Self>,
         r#fn: Option<&Bound<'_, PyAny>>,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
+        cost: Option<&Bound<'_, PyAny>>,
+        admission_class: Option<&Bound<'_, PyAny>>,
+        observe: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        let bh = &slf.get().bh;
-        request_arg(bh, weight, timeout)?;
+        let me = slf.get();
+        let extra = Extra {
+            cost,
+            class: admission_class,
+            observe,
+        };
+        me.request(weight, timeout, extra)?;
         let acquire = slf.getattr("acquire")?;
         let acquire_sync = slf.getattr("acquire_sync")?;
-        let (args, call_timeout) = ((weight, timeout), bh.call_timeout());
-        crate::guard::decorator(slf.py(), &acquire, &acquire_sync, args, call_timeout, r#fn)
+        let (args, call_timeout) = ((weight, timeout), me.bh.call_timeout());
+        let kw = crate::guard::extra_kwargs(slf.py(), extra)?;
+        crate::guard::decorator(
+            slf.py(),
+            &acquire,
+            &acquire_sync,
+            args,
+            kw,
+            call_timeout,
+            r#fn,
+        )
+    }
+
+    /// Installs limits from a control plane (docs/design.md §4.6) if `revision` is above the
+    /// one in force: `limit` (0: the kill switch; above `max_concurrent` raises the ceiling),
+    /// `budget`, `max_queue` (at most the one it was built with), `queue_timeout` (seconds),
+    /// and on a classed bulkhead `reserve={"permits", "budget", "min_priority"}` and
+    /// `rates={"requests": {...}, "units": {...}}` (`{}` removes every rate). Validated whole:
+    /// nothing changes unless all of it is accepted. Raises `StaleRevision` (a `ValueError`,
+    /// `.current` the revision in force) or `ValueError` naming the bad value.
+    #[pyo3(signature = (revision, *, limit=None, budget=None, max_queue=None, queue_timeout=None, reserve=None, rates=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn apply_limits(
+        &self,
+        py: Python<'_>,
+        revision: &Bound<'_, PyAny>,
+        limit: Option<&Bound<'_, PyAny>>,
+        budget: Option<&Bound<'_, PyAny>>,
+        max_queue: Option<&Bound<'_, PyAny>>,
+        queue_timeout: Option<&Bound<'_, PyAny>>,
+        reserve: Option<&Bound<'_, PyAny>>,
+        rates: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let count = |v: Option<&Bound<'_, PyAny>>, name: &str, max: u64| {
+            v.filter(|v| !v.is_none())
+                .map(|v| count_arg(v, name, 0, max))
+                .transpose()
+        };
+        let mut snap = LimitsSnapshot::new(count_arg(revision, "revision", 0, MAX_REVISION)?);
+        snap.limit = count(limit, "limit", MAX_PERMITS)?;
+        snap.budget = count(budget, "budget", MAX_BUDGET)?;
+        snap.max_queue = count(max_queue, "max_queue", MAX_QUEUE)?;
+        snap.queue_timeout = options::named_timeout_arg(queue_timeout, "queue_timeout")?;
+        let (reserve, rates) = gateway::table_limits(reserve, rates)?;
+        if self.bh.class_count() == 0 {
+            // The core's message names `Bulkhead::with_classes`; this names the arguments.
+            for (name, given) in [("reserve", reserve.is_some()), ("rates", rates.is_some())] {
+                if given {
+                    return Err(PyValueError::new_err(format!(
+                        "{name}: this bulkhead has no classes (build it with \
+                         Bulkhead(classes=[...])); nothing was applied"
+                    )));
+                }
+            }
+        }
+        let table = ClassTableLimits {
+            reserve,
+            rates,
+            ..ClassTableLimits::NONE
+        };
+        let applied = self.bh.apply_limits_with_table(&snap, &table);
+        gateway::arm_rate_timer(py, None, &self.bh);
+        match applied {
+            Ok(()) => Ok(()),
+            Err(LimitsError::Stale { current }) => {
+                let c = current.into_pyobject(py)?.into_any().unbind();
+                let msg = LimitsError::Stale { current }.to_string();
+                Err(gateway::py_error(
+                    py,
+                    "StaleRevision",
+                    msg,
+                    &[("current", c)],
+                ))
+            }
+            Err(e) => Err(PyValueError::new_err(e.to_string())),
+        }
+    }
+
+    /// Changes the budget (units in flight, `0..=` the budget it was built with); never blocks,
+    /// never revokes. `ValueError` out of range or on a bulkhead without a budget.
+    fn set_budget(&self, py: Python<'_>, budget: &Bound<'_, PyAny>) -> PyResult<()> {
+        let n = count_arg(budget, "budget", 0, MAX_BUDGET)?;
+        let r = self.bh.set_budget(n).map_err(config_err);
+        gateway::arm_rate_timer(py, None, &self.bh);
+        r
+    }
+
+    /// Changes the observe mode (`"off"`, `"concurrency"`, `"budget"`, `"all"`; `"budget"`
+    /// and `"all"` need a budget for the budget part): the dimensions named are decided and
+    /// counted (`stats()["observed_by_reason"]`) but not enforced.
+    fn set_observe(&self, py: Python<'_>, mode: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mode = gateway::observe_arg(mode, "mode")?;
+        let r = self.bh.set_observe(mode).map_err(config_err);
+        gateway::arm_rate_timer(py, None, &self.bh);
+        r
+    }
+
+    /// One class's counts (a classed bulkhead, docs/design.md §4.8): `{"class", "name",
+    /// "priority", "floor", "ceiling", "in_flight", "budget_floor", "budget_ceiling",
+    /// "budget_in_use", "queued", "observe", "observed"}`. `ValueError` for a class it does
+    /// not have.
+    fn class_stats<'py>(
+        &self,
+        py: Python<'py>,
+        admission_class: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let i = self.class_index(admission_class)?;
+        let c = self.bh.class_stats(i).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "admission_class must be a class of this bulkhead (0..{}), got {i}",
+                self.bh.class_count()
+            ))
+        })?;
+        let name = self.names.get(usize::from(i)).cloned().flatten();
+        class_stats_dict(py, &c, name)
+    }
+
+    /// Shared units held now by classes beyond their floors, `(permits, budget units)`;
+    /// `None` without classes.
+    fn class_shared_in_use(&self) -> Option<(u64, u64)> {
+        self.bh.class_shared_in_use().map(|[p, b]| (p, b))
+    }
+
+    /// The class names, by index (`None` for an unnamed class); `()` without classes.
+    #[getter]
+    fn classes(&self) -> Vec<Option<String>> {
+        self.names.to_vec()
+    }
+
+    /// The revision of the limits in force (0 before any `apply_limits`).
+    #[getter]
+    fn revision(&self) -> u64 {
+        self.bh.revision()
+    }
+
+    /// Calls `callback(event)` for every event `name` (`"admit"`, `"reject"`, `"release"`,
+    /// `"usage"`, `"reconfigure"`, `"shed"`, `"observe_bypass"` — these need
+    /// `Bulkhead(events=True)`, else `ValueError` — or `"state_change"`). `event` is a dict:
+    /// `kind`, `key`, the admission `id`, `class` / `class_name`, and the kind's fields
+    /// (`weight`, `cost`, `reason`, `queued`, `decision` / `wait` in seconds, …). Runs on the
+    /// thread that committed the event, with the GIL; an exception goes to
+    /// `sys.unraisablehook` and is counted in `listener_errors`, never into the admission.
+    /// It must not block.
+    fn on(&self, event: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.observer()?.on(event, callback)
+    }
+
+    /// Removes one registration of `callback` for `event`; whether there was one.
+    fn off(&self, event: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.observer()?.off(event, callback)
+    }
+
+    /// An async iterator of this bulkhead's events (`async for e in bh.events(): …`) of the
+    /// kinds named (default: every admission event), buffered up to `maxsize`: when the buffer
+    /// is full an event is dropped and counted (`stream.dropped`), admission never blocks.
+    /// `aclose()` (or leaving `async with bh.events() as stream:`) unregisters it.
+    #[pyo3(signature = (*kinds, maxsize=None))]
+    fn events<'py>(
+        slf: &Bound<'py, Self>,
+        kinds: &Bound<'py, PyTuple>,
+        maxsize: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        slf.get().observer()?;
+        let py = slf.py();
+        let stream = py.import("hullguard._events")?.getattr("EventStream")?;
+        let kw = PyDict::new(py);
+        if let Some(m) = maxsize {
+            kw.set_item("maxsize", m)?;
+        }
+        stream.call((slf, kinds), Some(&kw))
+    }
+
+    /// Event callbacks (and `on_state_change` calls) that raised so far.
+    #[getter]
+    fn listener_errors(&self) -> u64 {
+        self.observer.as_ref().map_or(0, |o| o.errors())
     }
 
     /// Changes the limit (`1..=max_concurrent`, else `ValueError`); never blocks, never
     /// revokes: growing hands permits to waiters, shrinking waits for releases.
     fn set_limit(&self, limit: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = count_arg(limit, "limit", 1, self.bh.max_concurrent())?;
-        self.bh.set_limit(n).map_err(config_err)
+        let r = self.bh.set_limit(n).map_err(config_err);
+        gateway::arm_rate_timer(limit.py(), None, &self.bh);
+        r
     }
 
     /// The stats dict (docs/design.md §8.1); `adaptive` / `circuit` are dicts when those
@@ -452,4 +896,26 @@ pub(crate) fn seconds(d: Duration) -> f64 {
     } else {
         d.as_secs_f64()
     }
+}
+
+/// A class's counts as a dict (see `Bulkhead.class_stats`).
+pub(crate) fn class_stats_dict<'py>(
+    py: Python<'py>,
+    c: &ClassStats,
+    name: Option<String>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("class", c.class)?;
+    d.set_item("name", name)?;
+    d.set_item("priority", c.priority)?;
+    d.set_item("floor", c.floor)?;
+    d.set_item("ceiling", c.ceiling)?;
+    d.set_item("in_flight", c.in_flight)?;
+    d.set_item("budget_floor", c.budget_floor)?;
+    d.set_item("budget_ceiling", c.budget_ceiling)?;
+    d.set_item("budget_in_use", c.budget_in_use)?;
+    d.set_item("queued", c.queued)?;
+    d.set_item("observe", c.observe.as_str())?;
+    d.set_item("observed", c.observed)?;
+    Ok(d)
 }

@@ -57,6 +57,8 @@ pub(crate) fn rejection_err(py: Python<'_>, r: &Rejection, key: Option<&str>) ->
         kwargs.set_item("retryable", info.retryable)?;
         kwargs.set_item("category", info.category)?;
         kwargs.set_item("snapshot", snapshot_dict(py, r, key)?)?;
+        // Built when `.detail` is first read (a rejection nobody inspects builds no dict).
+        kwargs.set_item("detail", crate::gateway::LazyDetail::new(r.detail()))?;
         let message = key.map_or_else(|| r.to_string(), |k| format!("{r} (key {k:?})"));
         Ok(PyErr::from_value(cls.call((message,), Some(&kwargs))?))
     };
@@ -66,7 +68,13 @@ pub(crate) fn rejection_err(py: Python<'_>, r: &Rejection, key: Option<&str>) ->
 /// The exception for any acquire error: a rejection, or a `ValueError` naming the argument.
 pub(crate) fn acquire_err(py: Python<'_>, e: &AcquireError, key: Option<&str>) -> PyErr {
     e.rejection().map_or_else(
-        || PyValueError::new_err(e.to_string()),
+        || match e {
+            // The core's request field is `class`; Python's argument is `admission_class`.
+            AcquireError::InvalidClass { .. } => {
+                PyValueError::new_err(format!("admission_class: {e}"))
+            }
+            _ => PyValueError::new_err(e.to_string()),
+        },
         |r| rejection_err(py, r, key),
     )
 }

@@ -1,7 +1,31 @@
 //! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods and the
 //! bulkhead's `call_timeout`; the wrappers themselves live in `hullguard/_guard.py`.
 
-use pyo3::{prelude::*, types::PyCFunction};
+use pyo3::{
+    prelude::*,
+    types::{PyCFunction, PyDict},
+};
+
+use crate::gateway::Extra;
+
+/// The gateway arguments given (`cost`, `admission_class`, `observe`) as keyword arguments of
+/// every acquire the decorator makes.
+pub(crate) fn extra_kwargs<'py>(
+    py: Python<'py>,
+    extra: Extra<'_, 'py>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let kw = PyDict::new(py);
+    for (k, v) in [
+        ("cost", extra.cost),
+        ("admission_class", extra.class),
+        ("observe", extra.observe),
+    ] {
+        if let Some(v) = v.filter(|v| !v.is_none()) {
+            kw.set_item(k, v)?;
+        }
+    }
+    Ok(kw)
+}
 
 /// `fn` given: the wrapped function. `fn` omitted: a decorator that wraps its argument.
 pub(crate) fn decorator(
@@ -9,6 +33,7 @@ pub(crate) fn decorator(
     acquire: &Bound<'_, PyAny>,
     acquire_sync: &Bound<'_, PyAny>,
     (weight, timeout): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
+    kw: Bound<'_, PyDict>,
     call_timeout: Option<std::time::Duration>,
     r#fn: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
@@ -19,8 +44,9 @@ pub(crate) fn decorator(
         |w| Ok(w.clone()),
     )?;
     let timeout = timeout.map_or_else(|| py.None().into_bound(py), |t| t.clone());
-    let acquire = functools.call_method1("partial", (acquire, &weight, &timeout))?;
-    let acquire_sync = functools.call_method1("partial", (acquire_sync, &weight, &timeout))?;
+    let partial = functools.getattr("partial")?;
+    let acquire = partial.call((acquire, &weight, &timeout), Some(&kw))?;
+    let acquire_sync = partial.call((acquire_sync, &weight, &timeout), Some(&kw))?;
     let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
     if let Some(f) = r#fn {
         return Ok(wrap

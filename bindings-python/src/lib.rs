@@ -12,11 +12,15 @@
 //! | `permit` | `Permit`: one core `Call` |
 //! | `policy` | `on_state_change`, outcomes, the `call_timeout` timer of `async with` |
 //! | `registry` | `Registry`, `origin_key` |
+//! | `gateway` | gateway admission: request arguments, the class table, results, rate timer |
+//! | `events` | the observer: `on_state_change`, `on` / `off` listeners of the events |
 //! | `errors`, `stats`, `guard` | exceptions and `REASONS`; the stats / drain dicts; `guard` |
 
 mod awaitable;
 mod bulkhead;
 mod errors;
+mod events;
+mod gateway;
 mod guard;
 mod options;
 mod permit;
@@ -32,7 +36,7 @@ use pyo3::prelude::*;
 mod _native {
     #[pymodule_export]
     use crate::{
-        awaitable::{AcquireContext, DrainAwaitable, Ready},
+        awaitable::{AcquireContext, Done, DrainAwaitable, Ready},
         bulkhead::{Bulkhead, check_timeout},
         permit::Permit,
         policy::outcome_of_status,
@@ -45,6 +49,12 @@ mod _native {
         m.add("MAX_PERMITS", hullguard_core::MAX_PERMITS)?;
         m.add("MAX_QUEUE", hullguard_core::MAX_QUEUE)?;
         m.add("REASONS", crate::errors::reasons(m.py())?)?;
+        let kinds: Vec<&str> = hullguard_core::EventKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        m.add("EVENT_KINDS", kinds)?;
+        m.add("MAX_BUDGET", hullguard_core::MAX_BUDGET)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

@@ -108,7 +108,7 @@ fn duration(kind: Kind, v: &Bound<'_, PyAny>, name: &dyn Display) -> PyResult<Du
 }
 
 /// `v` as a value of an option of kind `kind`, called `name` in errors.
-fn value(kind: Kind, v: &Bound<'_, PyAny>, name: &dyn Display) -> PyResult<Value> {
+pub(crate) fn value(kind: Kind, v: &Bound<'_, PyAny>, name: &dyn Display) -> PyResult<Value> {
     match kind {
         Kind::Count { .. } => count(kind, v, name).map(Value::Count),
         Kind::Duration { .. } => duration(kind, v, name).map(Value::Duration),
@@ -134,9 +134,17 @@ pub(crate) fn count_arg(v: &Bound<'_, PyAny>, name: &str, min: u64, max: u64) ->
 /// `math.inf` = no deadline; a positive value below 1 ns is refused). `None` → `None`: not
 /// given, the bulkhead's `queue_timeout` (the core's null rule).
 pub(crate) fn timeout_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    named_timeout_arg(v, "timeout")
+}
+
+/// [`timeout_arg`] for an argument called `name` (`apply_limits`' `queue_timeout`).
+pub(crate) fn named_timeout_arg(
+    v: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Option<Duration>> {
     let kind = OptionId::QueueTimeout.spec().kind;
     v.filter(|v| !v.is_none())
-        .map(|v| duration(kind, v, &"timeout"))
+        .map(|v| duration(kind, v, &name))
         .transpose()
 }
 

@@ -1,14 +1,11 @@
-//! The policies as Python meets them (docs/design.md §6): the `on_state_change` observer,
-//! outcomes (`permit.release(outcome=...)`, the exception leaving `with` / `async with`, an
+//! The policies as Python meets them (docs/design.md §6; the `on_state_change` observer is
+//! `events`): outcomes (`permit.release(outcome=...)`, the exception leaving `with` / `async with`, an
 //! HTTP status) and the host timer of `call_timeout` for `async with` blocks. The rules are the
 //! core's; this wires them to Python.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, Ordering::SeqCst},
-};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
-use hullguard_core::{Event, Observer, Outcome, event::SharedObserver};
+use hullguard_core::Outcome;
 use pyo3::{
     exceptions::{PyTypeError, PyValueError},
     prelude::*,
@@ -17,52 +14,6 @@ use pyo3::{
 };
 
 use crate::{options::type_name, permit::Permit};
-
-// ----- observer ------------------------------------------------------------------------------
-
-/// `on_state_change(key, old, new)`: a Python callable, called with the GIL on the thread that
-/// committed each breaker transition, after the commit (the core holds no lock of its own then,
-/// so the callback may use the bulkhead or registry). Its exceptions go to
-/// `sys.unraisablehook`, never into the acquire, release or stats read that committed it.
-pub(crate) struct PyObserver {
-    callback: Py<PyAny>,
-}
-
-impl PyObserver {
-    /// The observer of an `on_state_change` argument (`None`: no observer); `TypeError` unless
-    /// callable.
-    pub(crate) fn from_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SharedObserver>> {
-        let Some(v) = v else { return Ok(None) };
-        if !v.is_callable() {
-            let t = type_name(v);
-            let msg = format!("on_state_change must be callable, not {t}");
-            return Err(PyTypeError::new_err(msg));
-        }
-        Ok(Some(Arc::new(PyObserver {
-            callback: v.clone().unbind(),
-        })))
-    }
-}
-
-impl Observer for PyObserver {
-    /// Breaker transitions only, until the bindings deliver admission events (issue 16): the
-    /// plain path stays plain.
-    fn admission_events(&self) -> bool {
-        false
-    }
-
-    fn on_event(&self, event: &Event<'_>) {
-        let Event::StateChange { key, old, new, .. } = *event else {
-            return;
-        };
-        Python::attach(|py| {
-            let cb = self.callback.bind(py);
-            if let Err(e) = cb.call1((key, old.as_str(), new.as_str())) {
-                e.write_unraisable(py, Some(cb));
-            }
-        });
-    }
-}
 
 // ----- outcomes ------------------------------------------------------------------------------
 

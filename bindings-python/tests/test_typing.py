@@ -55,3 +55,72 @@ def test_mypy_sees_that_with_blocks_never_swallow(tmp_path: Path) -> None:
     # reveal_type is reported as a note; nothing else may be.
     assert proc.returncode == 0, out
     assert out.count("error:") == 0, out
+
+
+GATEWAY = '''
+import hullguard
+
+bh = hullguard.Bulkhead(max_concurrent=8, budget=1000, events=True,
+                        classes=[{"name": "interactive", "priority": 10}, {"name": "batch"}])
+
+
+async def non_throwing() -> int:
+    if (a := await bh.admit(cost=500, admission_class="batch")).ok:
+        async with a.permit:
+            reveal_type(a.permit)
+            return 1
+    reveal_type(a.reason)
+    return len(a.reason) + len(a.detail)
+
+
+def sync_style() -> None:
+    r = bh.try_admit(cost=1)
+    if not r.ok:
+        raise r.error
+    p = r.permit
+    rep = p.report_usage(10, remaining=5)
+    change: str = rep.change
+    p.release(usage=12)
+    w = bh.would_admit(cost=3, observe="budget")
+    d: str = w.decision
+    bh.apply_limits(2, limit=4, budget=500, rates={"requests": {"amount": 10, "per": 1.0, "burst": 5}})
+    bh.on("admit", lambda e: None)
+    try:
+        bh.acquire_sync(cost=1)
+    except hullguard.BulkheadFullError as e:
+        bound: str = e.detail["bound"]
+    del change, d
+'''
+
+MUST_FAIL = [
+    "bh.acquire_sync(costs=1)",
+    "bh.try_admit(admission_class=1.5)",
+    "bh.on('admitted', print)",
+    "bh.set_observe('loud')",
+    "bh.apply_limits(1, limits=2)",
+    "bh.acquire_sync(observe='shadow')",
+]
+
+
+def _mypy(tmp_path: Path, code: str) -> "subprocess.CompletedProcess[str]":
+    src = tmp_path / "user_code.py"
+    src.write_text(textwrap.dedent(code))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / ".mypy_cache"), str(src)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )
+
+
+def test_mypy_reads_the_gateway_api(tmp_path: Path) -> None:
+    """The non-throwing style narrows on ``.ok`` (``Admitted`` / ``Refused``); the gateway
+    arguments and results type-check; each wrong option name or value is an error."""
+    proc = _mypy(tmp_path, GATEWAY)
+    out = proc.stdout + proc.stderr
+    assert 'Revealed type is "hullguard._native.Permit"' in out, out
+    assert 'Revealed type is "str"' in out or 'Revealed type is "builtins.str"' in out, out
+    assert proc.returncode == 0 and out.count("error:") == 0, out
+    bad = "import hullguard\nbh = hullguard.Bulkhead(budget=10)\n" + "\n".join(MUST_FAIL) + "\n"
+    proc = _mypy(tmp_path, bad)
+    out = proc.stdout + proc.stderr
+    for line in range(3, 3 + len(MUST_FAIL)):
+        assert f"user_code.py:{line}: error" in out, (MUST_FAIL[line - 3], out)

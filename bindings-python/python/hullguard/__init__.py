@@ -25,6 +25,19 @@ Policies (docs/design.md §6) around any bulkhead or registry::
     permit = await bh.acquire()          # CircuitOpenError while the breaker is open
     permit.release(outcome="failure")    # "success" (default), "failure", "ignored", "overload"
 
+Gateway admission (docs/design.md §4.5–4.9): calls and tokens in one decision::
+
+    bh = hullguard.Bulkhead(max_concurrent=8, budget=100_000, events=True,
+                            classes=[{"name": "interactive", "priority": 10},
+                                     {"name": "batch"}])
+    async with bh.acquire(cost=2_000, admission_class="interactive") as permit:
+        ...                                   # BulkheadFullError .detail names the bound
+        permit.report_usage(used=1_200, remaining=300)
+    if (a := await bh.admit(cost=500)).ok:   # the non-throwing style
+        async with a.permit:
+            ...
+    bh.on("reject", lambda e: log.info("refused %s", e["reason"]))
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
@@ -43,8 +56,13 @@ from ._errors import (
     BulkheadShedError,
     CallTimeoutError,
     CircuitOpenError,
+    StaleRevision,
+    UsageError,
 )
+from ._events import EventStream
 from ._native import (
+    EVENT_KINDS,
+    MAX_BUDGET,
     MAX_PERMITS,
     MAX_QUEUE,
     AcquireContext,
@@ -53,6 +71,9 @@ from ._native import (
     Registry,
     origin_key,
 )
+from ._results import Admission, Admitted, Refused, UsageReport, WouldAdmit
+from . import llm
+from .dedup import SingleFlight, UnshareableResultError
 
 __version__: str = _native.__version__
 
@@ -70,6 +91,19 @@ __all__ = [
     "BulkheadRateLimitError",
     "CircuitOpenError",
     "CallTimeoutError",
+    "StaleRevision",
+    "UsageError",
+    "Admission",
+    "Admitted",
+    "Refused",
+    "WouldAdmit",
+    "UsageReport",
+    "EventStream",
+    "SingleFlight",
+    "UnshareableResultError",
+    "llm",
+    "EVENT_KINDS",
+    "MAX_BUDGET",
     "MAX_PERMITS",
     "MAX_QUEUE",
     "__version__",

@@ -9,7 +9,7 @@ never wrapped: a cancelled task gets its own ``asyncio.CancelledError``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Type, Union
 
 __all__ = [
     "BulkheadError",
@@ -18,6 +18,8 @@ __all__ = [
     "BulkheadClosedError",
     "CircuitOpenError",
     "CallTimeoutError",
+    "StaleRevision",
+    "UsageError",
 ]
 
 
@@ -30,6 +32,12 @@ class BulkheadError(Exception):
         retryable: whether retrying later may succeed.
         category: the rejection category (``"resilience"`` for every reason).
         snapshot: ``{"active", "queued", "limit", "available", "key"}`` when it was rejected.
+        detail: the rejection's detail (docs/design.md §5.7): ``{"reason", "bound", "calls":
+            {"limit", "in_use", "available"}, "budget": {...} or None, "queued", "max_queue",
+            "queued_cost", "revision", "class": {"class", "bound", "dimension"} or None,
+            "retry_after": seconds or None}``; ``bound`` names the constraint that refused
+            (``"limit"``, ``"kill_switch"``, ``"budget"``, ``"queue"``, ``"class"``,
+            ``"reserve"``, ``"rate"``, ...). ``{}`` for an error built by hand.
     """
 
     code: str = "BULKHEAD_ERROR"
@@ -43,6 +51,7 @@ class BulkheadError(Exception):
         retryable: bool = True,
         category: str = "resilience",
         snapshot: Optional[Dict[str, Any]] = None,
+        detail: Union[Dict[str, Any], Callable[[], Dict[str, Any]], None] = None,
     ) -> None:
         super().__init__(message)
         if code is not None:
@@ -51,6 +60,22 @@ class BulkheadError(Exception):
         self.retryable = retryable
         self.category = category
         self.snapshot: Dict[str, Any] = snapshot if snapshot is not None else {}
+        # A dict, or (from the native module) a callable building it when first read: a
+        # rejection nobody inspects builds no detail (docs/design.md §5.7, "details on demand").
+        self._detail = detail
+
+    @property
+    def detail(self) -> Dict[str, Any]:
+        d = self._detail
+        if isinstance(d, dict):
+            return d
+        d = d() if d is not None else {}
+        self._detail = d
+        return d
+
+    @detail.setter
+    def detail(self, value: Dict[str, Any]) -> None:
+        self._detail = value
 
     def __reduce__(self) -> Any:
         # `reason` is keyword-only: rebuild through a helper so pickle / copy work (a
@@ -58,7 +83,7 @@ class BulkheadError(Exception):
         return (
             _rebuild,
             (type(self), str(self), self.reason, self.code, self.retryable, self.category,
-             self.snapshot),
+             self.snapshot, self.detail),
         )
 
 
@@ -70,9 +95,11 @@ def _rebuild(
     retryable: bool,
     category: str,
     snapshot: Dict[str, Any],
+    detail: Optional[Dict[str, Any]] = None,
 ) -> BulkheadError:
     return cls(  # type: ignore[no-any-return]
-        message, reason=reason, code=code, retryable=retryable, category=category, snapshot=snapshot
+        message, reason=reason, code=code, retryable=retryable, category=category,
+        snapshot=snapshot, detail=detail,
     )
 
 
@@ -122,6 +149,39 @@ class BulkheadRateLimitError(BulkheadError):
     (``rate_limit``; docs/design.md §4.9). Retryable."""
 
     code = "BULKHEAD_RATE_LIMITED"
+
+
+class StaleRevision(ValueError):
+    """``apply_limits`` refused a revision not above the one in force (a stale or repeated
+    control-plane update); nothing was applied. ``current`` is the revision in force."""
+
+    def __init__(self, message: str, *, current: int) -> None:
+        super().__init__(message)
+        self.current = current
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_stale, (str(self), self.current))
+
+
+def _rebuild_stale(message: str, current: int) -> "StaleRevision":
+    return StaleRevision(message, current=current)
+
+
+class UsageError(ValueError):
+    """``permit.report_usage`` refused; nothing changed. ``kind``: ``"decreased"`` (usage is
+    cumulative: ``used`` below an earlier report), ``"too_large"`` (``used + remaining`` above
+    ``MAX_BUDGET``) or ``"released"`` (the permit holds no permits any more)."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_usage, (str(self), self.kind))
+
+
+def _rebuild_usage(message: str, kind: str) -> "UsageError":
+    return UsageError(message, kind=kind)
 
 
 def _class_for(code: str) -> Type[BulkheadError]:

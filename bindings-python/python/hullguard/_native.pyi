@@ -21,10 +21,14 @@ from typing import (
 
 from typing_extensions import disjoint_base
 
+from hullguard._events import EventStream
+from hullguard._results import Admitted, Refused, UsageReport, WouldAdmit
+
 __all__ = [
     "AcquireContext",
     "DrainAwaitable",
     "_Ready",
+    "_Done",
     "Bulkhead",
     "Permit",
     "Registry",
@@ -33,7 +37,9 @@ __all__ = [
     "_check_timeout",
     "MAX_PERMITS",
     "MAX_QUEUE",
+    "MAX_BUDGET",
     "REASONS",
+    "EVENT_KINDS",
     "__version__",
 ]
 
@@ -44,6 +50,13 @@ MAX_PERMITS: int
 
 MAX_QUEUE: int
 """2**20: the largest `max_queue`."""
+
+MAX_BUDGET: int
+"""The largest `budget` / `cost` / usage figure (budget units)."""
+
+EVENT_KINDS: List[str]
+"""The event names of `bh.on(name, callback)`, in the core's code order: `"state_change"`,
+`"admit"`, `"reject"`, `"observe_bypass"`, `"release"`, `"usage"`, `"reconfigure"`, `"shed"`."""
 
 REASONS: Tuple[Dict[str, Any], ...]
 """The core's reason table, in `hg_reason` order: one dict per reason, `{"name": str, "code":
@@ -76,8 +89,30 @@ _Resilience = Mapping[str, Any]
 # "half_open".
 _OnStateChange = Callable[[Optional[str], str, str], Any]
 
+# The non-throwing style's answer: narrowed by `.ok`.
+_Admission = Union[Admitted, Refused]
+
 # The outcome of a guarded call.
 _Outcome = str
+
+# An admission class: its name (`classes=[{"name": ...}]`) or its index.
+_Class = Union[str, int]
+
+# The event names of `on` / `off` / `events()`.
+_EventName = Literal[
+    "state_change", "admit", "reject", "observe_bypass", "release", "usage", "reconfigure", "shed"
+]
+
+# An event dict: "kind", "key", "id", "class", "class_name" and the kind's fields (docs/design.md
+# §8.2; times in seconds).
+_Event = Dict[str, Any]
+
+# `classes=[{"name", "priority", "floor", "ceiling", "budget_floor", "budget_ceiling", "observe"}]`,
+# `reserve={"permits", "budget", "min_priority"}`, `rates={"requests"|"units": {"amount", "per"
+# (seconds), "burst"}}` (docs/design.md §4.8, §4.9).
+_ClassSpec = Mapping[str, Any]
+_Reserve = Mapping[str, int]
+_Rates = Mapping[str, Mapping[str, Union[int, float]]]
 
 @final
 class _Ready:
@@ -94,10 +129,21 @@ class _Ready:
 class Permit:
     """Permits held by one acquire."""
 
-    def release(self, outcome: Optional[_Outcome] = None) -> bool: ...
+    def release(
+        self, outcome: Optional[_Outcome] = None, usage: Optional[int] = None
+    ) -> bool: ...
     def _finish(self, outcome: _Outcome) -> bool: ...
     def _call_timed_out(self) -> Any: ...
     def release_partial(self, n: int) -> None: ...
+    def refund(self, n: int) -> None: ...
+    def report_usage(self, used: int, remaining: Optional[int] = None) -> UsageReport: ...
+    def orphan(self) -> bool: ...
+    @property
+    def cost(self) -> int: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def cancel_requested(self) -> bool: ...
     @property
     def weight(self) -> int: ...
     @property
@@ -108,6 +154,20 @@ class Permit:
     def __exit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> None: ...
+    def __aenter__(self) -> _Done[Permit]: ...
+    def __aexit__(
+        self, exc_type: object = None, _exc: object = None, _tb: object = None
+    ) -> _Ready: ...
+
+@final
+class _Done(Generic[_T_co]):
+    """An already-finished awaitable of a value (what `Permit.__aenter__` returns)."""
+
+    def __await__(self) -> Generator[Any, Any, _T_co]: ...
+    def __iter__(self) -> _Done[_T_co]: ...
+    def __next__(self) -> Any: ...
+    def send(self, _value: Any = None) -> Any: ...
+    def close(self) -> None: ...
 
 @final
 class AcquireContext(Generic[_T_co]):
@@ -153,32 +213,130 @@ class Bulkhead:
         cancel_on_overrun: Optional[bool] = None,
         resilience: Optional[_Resilience] = None,
         on_state_change: Optional[_OnStateChange] = None,
+        events: Optional[bool] = None,
+        classes: Optional[List[_ClassSpec]] = None,
+        reserve: Optional[_Reserve] = None,
+        lending: Optional[bool] = None,
+        shed: Optional[bool] = None,
+        rates: Optional[_Rates] = None,
         _clock: Optional[Callable[[], int]] = None,
     ) -> Bulkhead: ...
     def acquire(
-        self, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
     ) -> AcquireContext[Permit]: ...
+    def admit(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
+    ) -> AcquireContext[_Admission]: ...
     def __aenter__(self) -> AcquireContext[None]: ...
     def __aexit__(
         self, exc_type: object = None, _exc: object = None, _tb: object = None
     ) -> _Ready: ...
     def acquire_sync(
-        self, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
     ) -> Permit: ...
-    def try_acquire(self, weight: Optional[int] = None) -> Optional[Permit]: ...
+    def admit_sync(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
+    ) -> _Admission: ...
+    def try_acquire(
+        self,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
+    ) -> Optional[Permit]: ...
+    def try_admit(
+        self,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
+    ) -> _Admission: ...
+    def would_admit(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
+    ) -> WouldAdmit: ...
     @overload
     def guard(
-        self, fn: None = None, *, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        fn: None = None,
+        *,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
     ) -> Callable[[_F], _F]: ...
     @overload
     def guard(
-        self, fn: _F, *, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        fn: _F,
+        *,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[_Observe] = None,
     ) -> _F: ...
+    def apply_limits(
+        self,
+        revision: int,
+        *,
+        limit: Optional[int] = None,
+        budget: Optional[int] = None,
+        max_queue: Optional[int] = None,
+        queue_timeout: Optional[_Seconds] = None,
+        reserve: Optional[_Reserve] = None,
+        rates: Optional[_Rates] = None,
+    ) -> None: ...
+    def set_budget(self, budget: int) -> None: ...
+    def set_observe(self, mode: _Observe) -> None: ...
+    def class_stats(self, admission_class: _Class) -> Dict[str, Any]: ...
+    def class_shared_in_use(self) -> Optional[Tuple[int, int]]: ...
+    def on(self, event: _EventName, callback: Callable[[_Event], Any]) -> None: ...
+    def off(self, event: _EventName, callback: Callable[[_Event], Any]) -> bool: ...
+    def events(self, *kinds: _EventName, maxsize: Optional[int] = None) -> EventStream: ...
     def set_limit(self, limit: int) -> None: ...
     def stats(self) -> _Stats: ...
     def close(self) -> None: ...
     def drain(self, timeout: Optional[_Seconds] = None) -> DrainAwaitable: ...
     def drain_sync(self, timeout: Optional[_Seconds] = None) -> Dict[str, Any]: ...
+    @property
+    def classes(self) -> List[Optional[str]]: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def listener_errors(self) -> int: ...
     @property
     def max_concurrent(self) -> int: ...
     @property
@@ -218,24 +376,110 @@ class Registry:
         overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
         max_keys: Optional[int] = None,
         on_state_change: Optional[_OnStateChange] = None,
+        events: Optional[bool] = None,
+        global_cap: Optional[Mapping[str, int]] = None,
         _clock: Optional[Callable[[], int]] = None,
     ) -> Registry: ...
     def get(self, key: str) -> Bulkhead: ...
     def acquire(
-        self, key: str, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
     ) -> AcquireContext[Permit]: ...
+    def admit(
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
+    ) -> AcquireContext[_Admission]: ...
     def guard(
-        self, key: str, *, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        key: str,
+        *,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
     ) -> Callable[[_F], _F]: ...
     def acquire_sync(
-        self, key: str, weight: Optional[int] = None, timeout: Optional[_Seconds] = None
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
     ) -> Permit: ...
-    def try_acquire(self, key: str, weight: Optional[int] = None) -> Optional[Permit]: ...
+    def admit_sync(
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
+    ) -> _Admission: ...
+    def try_acquire(
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
+    ) -> Optional[Permit]: ...
+    def try_admit(
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
+    ) -> _Admission: ...
+    def would_admit(
+        self,
+        key: str,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[int] = None,
+        observe: Optional[_Observe] = None,
+    ) -> WouldAdmit: ...
+    def apply_limits(
+        self,
+        revision: int,
+        *,
+        defaults: Optional[Mapping[str, Any]] = None,
+        overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        global_cap: Optional[Mapping[str, Any]] = None,
+    ) -> None: ...
+    @property
+    def revision(self) -> int: ...
+    def key_stats(self, key: str) -> Optional[Dict[str, Any]]: ...
+    def global_stats(self) -> Optional[_Stats]: ...
+    def on(self, event: _EventName, callback: Callable[[_Event], Any]) -> None: ...
+    def off(self, event: _EventName, callback: Callable[[_Event], Any]) -> bool: ...
     def set_limit(self, key: str, limit: int) -> None: ...
     def stats(self) -> Dict[str, _Stats]: ...
     def keys(self) -> List[str]: ...
     def close(self) -> None: ...
     def __len__(self) -> int: ...
+    @property
+    def listener_errors(self) -> int: ...
     @property
     def max_keys(self) -> int: ...
     @property
