@@ -102,8 +102,9 @@ export type CircuitState = 'closed' | 'open' | 'half_open'
 
 /**
  * The stable error code of a rejection, the same in every binding:
- * `BULKHEAD_FULL` (`concurrency_limit`, `queue_limit`, `key_limit`), `BULKHEAD_QUEUE_TIMEOUT`
- * (`timeout`), `BULKHEAD_CLOSED` (`shutdown`), `CIRCUIT_OPEN`, `BULKHEAD_CALL_TIMEOUT`.
+ * `BULKHEAD_FULL` (`concurrency_limit`, `queue_limit`, `key_limit`, `budget_limit`),
+ * `BULKHEAD_QUEUE_TIMEOUT` (`timeout`), `BULKHEAD_CLOSED` (`shutdown`), `CIRCUIT_OPEN`,
+ * `BULKHEAD_CALL_TIMEOUT`, `BULKHEAD_SHED` (`shed`), `BULKHEAD_RATE_LIMITED` (`rate_limit`).
  * (`ABORTED` is never thrown: a cancelled call rejects with `signal.reason`.)
  */
 export type BulkheadErrorCode =
@@ -112,6 +113,8 @@ export type BulkheadErrorCode =
   | 'BULKHEAD_CLOSED'
   | 'CIRCUIT_OPEN'
   | 'BULKHEAD_CALL_TIMEOUT'
+  | 'BULKHEAD_SHED'
+  | 'BULKHEAD_RATE_LIMITED'
   | 'ABORTED'
 
 /** The bulkhead's state at a rejection. */
@@ -142,6 +145,7 @@ export declare class BulkheadError extends Error {
     reason: Reason,
     snapshot: { active: number; queued: number; limit: number; available: number },
     key?: string | null,
+    detail?: RejectionDetail,
   )
   readonly name: 'BulkheadError'
   /** Stable across layers, e.g. `'BULKHEAD_FULL'`. */
@@ -154,6 +158,75 @@ export declare class BulkheadError extends Error {
   readonly category: 'resilience'
   /** The state at the rejection. */
   readonly snapshot: BulkheadSnapshot
+  /** The core's detail of the rejection (docs/design.md §5.7); `null` only if built by hand. */
+  readonly detail: RejectionDetail | null
+}
+
+/** Which constraint refused (docs/design.md §5.7). */
+export type Bound =
+  | 'limit'
+  | 'kill_switch'
+  | 'budget'
+  | 'queue'
+  | 'queued_cost'
+  | 'keys'
+  | 'deadline'
+  | 'cancelled'
+  | 'closed'
+  | 'breaker'
+  | 'call_timeout'
+  | 'shed'
+  | 'class'
+  | 'shared'
+  | 'reserve'
+  | 'rate'
+
+/** One dimension's counts at a rejection. */
+export interface DimensionSnapshot {
+  /** The ceiling in force. */
+  limit: number
+  /** Held by claimed grants. */
+  inUse: number
+  /** Free (negative after a shrink). */
+  available: number
+}
+
+/**
+ * A rejection's detail, computed by the core from the counters at the rejection (stale as soon
+ * as it returns under concurrency).
+ */
+export interface RejectionDetail {
+  reason: Reason
+  /** Which constraint bound. */
+  bound: Bound
+  /** The permits. */
+  calls: DimensionSnapshot
+  /** The budget units; `null` without a budget. */
+  budget: DimensionSnapshot | null
+  /** Live waiters, `maxQueue`, and the total cost of the waiters. */
+  queued: number
+  maxQueue: number
+  queuedCost: number
+  /** The revision of the limits in force. */
+  revision: number
+  /** A classed bulkhead's refusal of one class: its index, what held it back, the short dimension. */
+  class: { class: number; bound: Bound; dimension: 'permits' | 'budget' } | null
+  /** For `rate_limit`: ms until the request would conform; else `null`. */
+  retryAfterMs: number | null
+}
+
+/**
+ * `applyLimits()` with a revision older than the one in force: nothing changed. `current` is
+ * the revision in force.
+ */
+export declare class StaleRevisionError extends Error {
+  private constructor()
+  readonly name: 'StaleRevisionError'
+  readonly code: 'BULKHEAD_STALE_REVISION'
+  /** The revision that was refused. */
+  readonly revision: number
+  /** The revision in force. */
+  readonly current: number
 }
 
 // ----- options ----------------------------------------------------------------------------------
@@ -242,8 +315,8 @@ export interface BulkheadOptions {
   enabled?: boolean | null
   /**
    * An in-flight ceiling of cost units (tokens, bytes) beside the permits: 1 … 2^40 − 1, with
-   * `maxConcurrent` at most 2^18 − 1. Default none. Its state is `stats().budget`; per-call
-   * costs come with the bindings' gateway admission (until then every call costs 0).
+   * `maxConcurrent` at most 2^18 − 1. Default none. Its state is `stats().budget`; a call
+   * holds its `cost` (default 0) with its permits.
    */
   budget?: number | null
   /**
@@ -258,7 +331,7 @@ export interface BulkheadOptions {
   observe?: ObserveMode | null
   /**
    * Permits calls may hand back while their work goes on (orphaning, docs/design.md §5.3):
-   * 0 … 2^60 − 1, default 0 (off); orphaning from Node comes with the gateway admission.
+   * 0 … 2^60 − 1, default 0 (off); `permit.orphan()`.
    */
   maxOrphaned?: number | null
   /**
@@ -273,18 +346,77 @@ export interface BulkheadOptions {
   maxReservations?: number | null
   /**
    * A streaming call whose hold must grow past the budget is asked to cancel its work
-   * (docs/design.md §4.5; default false: held as overrun). Streaming from Node comes with the
-   * gateway admission.
+   * (docs/design.md §4.5; default false: held as overrun): `permit.reportUsage()` answers
+   * `cancel: true` and `permit.cancelRequested` turns true.
    */
   cancelOnOverrun?: boolean | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
 }
 
+/** One admission class of `classes` (docs/design.md §4.8); counts are safe integers. */
+export interface ClassOptions {
+  /** The name requests use (`admissionClass: 'interactive'`); unique. */
+  name?: string | null
+  /** 0 … 255: served first for the shared units when higher (FIFO within one). Default 0. */
+  priority?: number | null
+  /** Permits protected for this class. Default 0. */
+  floor?: number | null
+  /** The most permits this class may hold. Default the limit. */
+  ceiling?: number | null
+  /** Budget units protected for this class. Default 0. */
+  budgetFloor?: number | null
+  /** The most budget units this class may hold. Default the budget. */
+  budgetCeiling?: number | null
+  /** This class's own ceilings observed, not enforced. Default `'off'`. */
+  observe?: ObserveMode | null
+}
+
+/** `reserve`: units kept for classes of priority ≥ `minPriority`. */
+export interface ReserveOptions {
+  permits?: number | null
+  budget?: number | null
+  minPriority?: number | null
+}
+
+/** One rate of `rates` (GCRA): `amount` per `perMs`, at most `burst` at once after an idle spell. */
+export interface RateOptions {
+  amount?: number | null
+  perMs?: number | null
+  burst?: number | null
+}
+
+/** `rates`: of requests, and of budget units (the cost). */
+export interface RatesOptions {
+  requests?: RateOptions | null
+  units?: RateOptions | null
+}
+
+/** Options of a `Bulkhead` with admission classes and admission events. */
+export interface GatewayOptions {
+  /** Admission classes (index = class); requests name one with `admissionClass`. */
+  classes?: ClassOptions[] | null
+  /** Units kept for high-priority classes. */
+  reserve?: ReserveOptions | null
+  /** Idle floor units lent to other classes, reclaimed first. Default false. */
+  lending?: boolean | null
+  /** A full queue evicts its youngest lowest-priority waiter for a higher arrival. Default false. */
+  shed?: boolean | null
+  /** Rates of requests and units (the facade runs the host's rate timer). */
+  rates?: RatesOptions | null
+  /**
+   * Admission events (`on('admit' | 'reject' | …)`). Default false: without it the bulkhead
+   * builds no event and its plain path stays plain (no listener = no cost).
+   */
+  events?: boolean | null
+}
+
 /** Options of `permit.release()` (any other key is a `TypeError`). */
 export interface ReleaseOptions {
   /** How the call ended, reported to the policies. Default `'success'`. */
   outcome?: Outcome
+  /** Budget units the call used in all: the rest of its hold is refunded, use beyond it counted as overrun. */
+  usage?: number | null
 }
 
 /** A `stateChange` listener: `key` is `null` outside a registry. */
@@ -308,13 +440,133 @@ export interface AcquireOptions {
    * admitted at once).
    */
   queueTimeoutMs?: number | null
+  /** Budget units (tokens, bytes) the call holds with its permits: 0 … the budget. Default 0. */
+  cost?: number | null
+  /** The admission class: a name of `classes`, or its index. Default class 0. */
+  admissionClass?: string | number | null
+  /** This call's own observe (shadow) mode, on top of the bulkhead's. Default `'off'`. */
+  observe?: ObserveMode | null
+}
+
+/** Options of `run()`: `acquire`'s plus `getUsage`. */
+export interface RunOptions<T = unknown> extends AcquireOptions {
+  /**
+   * The budget units the call used, from `fn`'s result: the permit is released with that usage
+   * (the rest of `cost` refunded), as async-bulkhead-llm's `getUsage`. A `getUsage` that
+   * throws still releases (the whole cost charged) and `run()` rejects with its error;
+   * `undefined` / `null` means no usage is known (the whole cost charged).
+   */
+  getUsage?: ((result: T) => number | null | undefined) | null
 }
 
 /** Options of `tryAcquire()` (any other key is a `TypeError`). */
 export interface TryAcquireOptions {
   /** Permits to take: 1 … `maxConcurrent`. Default 1. */
   weight?: number
+  /** Budget units: 0 … the budget. Default 0. */
+  cost?: number | null
+  /** The admission class: a name of `classes`, or its index. */
+  admissionClass?: string | number | null
+  /** This call's own observe (shadow) mode. */
+  observe?: ObserveMode | null
 }
+
+/** The non-throwing style's answer (`admit()` / `tryAdmit()`), as async-bulkhead-llm's `acquire()`. */
+export type AdmitResult =
+  | { ok: true; permit: Permit }
+  | { ok: false; reason: Reason; detail: RejectionDetail | null; error: unknown }
+
+/** What `wouldAdmit()` predicts. */
+export interface WouldAdmitResult {
+  /** `'admit_now'`, `'would_queue'`, or the reason it would be refused. */
+  decision: 'admit_now' | 'would_queue' | Reason
+  /** For `'would_queue'`: the place it would take (1 = next); else `null`. */
+  position: number | null
+  /** For a refusal: its detail; else `null`. */
+  detail: RejectionDetail | null
+}
+
+/** A revisioned limits snapshot for `applyLimits()` (every other field optional). */
+export interface LimitsOptions {
+  /** Must not be older than the revision in force. */
+  revision: number
+  /** The call limit (0 = the kill switch; above `maxConcurrent` raises the ceiling). */
+  limit?: number | null
+  budget?: number | null
+  maxQueue?: number | null
+  queueTimeoutMs?: number | null
+  /** A classed bulkhead's new reserve. */
+  reserve?: ReserveOptions | null
+  /** A classed bulkhead's new rates (`{}` removes them). */
+  rates?: RatesOptions | null
+}
+
+/** What `permit.reportUsage()` did to the hold. */
+export interface UsageReport {
+  change: 'unchanged' | 'shrank' | 'grew' | 'overran'
+  /** Units the hold changed by. */
+  by: number
+  /** The host is asked to cancel the call's work (`cancelOnOverrun`). */
+  cancel: boolean
+  used: number
+  held: number
+  overrun: number
+}
+
+/** One class's counts (`classStats()`, a registry's `keyStats()`). */
+export interface ClassStats {
+  class: number
+  priority: number
+  floor: number
+  ceiling: number
+  inFlight: number
+  budgetFloor: number
+  budgetCeiling: number
+  budgetInUse: number
+  queued: number
+  observe: ObserveMode
+  observed: number
+}
+
+/** The admission events (`events: true`). */
+export type AdmissionEventName = 'admit' | 'reject' | 'release' | 'usage' | 'reconfigure' | 'shed' | 'observeBypass'
+
+/** The admission event names, in a list. */
+export declare const ADMISSION_EVENTS: readonly AdmissionEventName[]
+
+/**
+ * An admission event (docs/design.md §8.2); `id` joins the events of one admission. Times in
+ * ns. Fields not of its type are absent.
+ */
+export interface AdmissionEvent {
+  type: AdmissionEventName
+  /** The registry key, or `null`. */
+  key: string | null
+  id?: number
+  class?: number
+  revision?: number
+  weight?: number
+  cost?: number
+  queued?: boolean
+  decisionNs?: number
+  waitNs?: number
+  reason?: Reason
+  held?: number
+  used?: number
+  ended?: boolean
+  overrun?: number
+  change?: UsageReport['change']
+  by?: number
+  cancel?: boolean
+  victim?: number
+  victimClass?: number
+  limit?: number
+  budget?: number
+  observe?: ObserveMode
+}
+
+/** A listener of an admission event. */
+export type AdmissionListener = (event: AdmissionEvent) => void
 
 /** Options of `drain()` (any other key is a `TypeError`). */
 export interface DrainOptions {
@@ -335,6 +587,14 @@ export interface DrainResult {
 
 /** Options of a `Registry`: the defaults of every key plus the registry's own. */
 export interface RegistryOptions extends BulkheadOptions {
+  /** Admission events of every key (`on('admit', …)`); default false. */
+  events?: boolean | null
+  /**
+   * One cap over every key (docs/design.md §9.2): each key is a class of one admission, so
+   * `maxKeys` must then be 1 … 63 (give it: its default, 1024, is refused), and a key's
+   * override may set only its `maxConcurrent` and `observe`.
+   */
+  global?: { limit: number; maxQueue?: number } | null
   /** Per-key options, merged option by option over the defaults (keys unchanged). */
   overrides?: Record<string, BulkheadOptions> | null
   /** Most entries at once: 1 … 2³²−1. Default 1024. */
@@ -390,7 +650,7 @@ export interface BulkheadStats {
   queueWaitHistogram: Record<string, number>
   /**
    * The revision of the limits in force (docs/design.md §4.6): 0 until the first
-   * `apply_limits` (applied from Node with the bindings' gateway admission).
+   * `applyLimits()`.
    */
   revision: number
   /** The dimensions observe mode lets through (the `observe` option). */
@@ -503,6 +763,26 @@ export declare class Permit implements Disposable {
    * @throws {RangeError} `n` is not a safe integer in 1 … `weight`, or the permit was released.
    */
   releasePartial(n: number): void
+  /**
+   * Reports the cumulative units used so far and those still expected: the hold becomes
+   * `used + remaining` (shrunk at once; grown through admission, else held past the budget).
+   * @throws {RangeError} a usage below an earlier report (`code` `'ERR_USAGE_DECREASED'`), too
+   *   large (`'ERR_USAGE_TOO_LARGE'`), or after the permits returned (`'ERR_USAGE_RELEASED'`).
+   */
+  reportUsage(used: number, remaining?: number): UsageReport
+  /** Returns `n` budget units now. @throws {RangeError} more than held, or no budget. */
+  refund(n: number): void
+  /**
+   * Hands the permits back while the work goes on (`maxOrphaned`): `true` if it did.
+   * @throws {RangeError} `maxOrphaned` reached, or a bulkhead that cannot orphan.
+   */
+  orphan(): boolean
+  /** Budget units charged now. */
+  readonly cost: number
+  /** Whether a usage report asked to cancel the work (`cancelOnOverrun`). */
+  readonly cancelRequested: boolean
+  /** The revision of the limits the call was admitted under (0 on a plain bulkhead and once released). */
+  readonly revision: number
   /** Releases if still held, silently (never counted as a double release). */
   [Symbol.dispose](): void
 }
@@ -533,7 +813,7 @@ export declare class Bulkhead {
    * @throws {RangeError} an option out of range (not a safe integer, NaN, negative, above
    *   `MAX_PERMITS` / `MAX_QUEUE`), naming it and showing its range.
    */
-  constructor(options?: BulkheadOptions)
+  constructor(options?: BulkheadOptions & GatewayOptions)
 
   /**
    * Resolves with a `Permit` once admitted (release it yourself, or `using`).
@@ -549,7 +829,7 @@ export declare class Bulkhead {
    * result; rejects with its error, a `BulkheadError`, `signal.reason` (then `fn` never ran) or
    * an argument error. Never throws synchronously.
    */
-  run<T>(fn: Guarded<T>, options?: AcquireOptions): Promise<Awaited<T>>
+  run<T>(fn: Guarded<T>, options?: RunOptions<Awaited<T>>): Promise<Awaited<T>>
 
   /**
    * A `Permit` now, or `null` when not admitted at once (`concurrency_limit`, counted).
@@ -557,6 +837,37 @@ export declare class Bulkhead {
    * @throws {TypeError|RangeError} a bad `weight`.
    */
   tryAcquire(options?: TryAcquireOptions): Permit | null
+
+  /**
+   * `acquire()` that resolves `{ok: true, permit}` or, for a refusal, `{ok: false, reason,
+   * detail, error}` (an aborted signal too: `reason` `'aborted'`). Bad options reject.
+   */
+  admit(options?: AcquireOptions): Promise<AdmitResult>
+
+  /** `tryAcquire()` as `{ok: true, permit}` / `{ok: false, …}`. @throws {TypeError|RangeError} bad options. */
+  tryAdmit(options?: TryAcquireOptions): AdmitResult
+
+  /** What `acquire(options)` would decide now, counting nothing. @throws {RangeError} an invalid request. */
+  wouldAdmit(options?: AcquireOptions): WouldAdmitResult
+
+  /**
+   * Applies a revisioned limits snapshot at once, validated whole.
+   * @throws {StaleRevisionError} an older revision (`.current`); nothing changed.
+   * @throws {RangeError|TypeError} a value the core refuses or a bad option; nothing changed.
+   */
+  applyLimits(limits: LimitsOptions): void
+
+  /** Changes the budget (a bulkhead built with `budget`). @throws {RangeError} */
+  setBudget(budget: number): void
+
+  /** Sets the observe (shadow) mode. @throws {RangeError} */
+  setObserve(mode: ObserveMode): void
+
+  /** One class's counts, by name or index. @throws {RangeError} no such class. */
+  classStats(admissionClass: string | number): ClassStats
+
+  /** How many event listeners threw (each reported with `process.emitWarning`). */
+  readonly listenerErrors: number
 
   /**
    * Changes the limit (1 … `maxConcurrent`). Never blocks, never revokes: growing grants
@@ -568,7 +879,10 @@ export declare class Bulkhead {
   /** A fresh stats object. */
   stats(): BulkheadStats
 
-  /** Stops admission; queued callers are rejected `BULKHEAD_CLOSED`; in-flight work completes. */
+  /**
+   * Stops admission; queued callers are rejected `BULKHEAD_CLOSED`; in-flight work completes.
+   * @throws {TypeError} on a key of a registry with a global cap (it has no bulkhead of its own).
+   */
   close(): void
 
   /**
@@ -592,12 +906,19 @@ export declare class Bulkhead {
   /**
    * Listens to the breaker's transitions (`key` is `null` outside a registry; a registry's
    * `get(key)` bulkhead hears its key's). Listeners run on the JS thread after the native call
-   * that committed the transition; one that throws is reported as an uncaught exception and
-   * never breaks that call.
+   * that committed the transition; one that throws is reported with `process.emitWarning`,
+   * counted in `listenerErrors`, and never breaks that call.
    */
   on(event: 'stateChange', listener: StateChangeListener): this
+  /**
+   * Listens to admission events (needs `events: true`, else a `TypeError`). A listener that
+   * throws is reported with `process.emitWarning`, counted in `listenerErrors`, and never
+   * breaks admission.
+   */
+  on(event: AdmissionEventName, listener: AdmissionListener): this
   /** Removes a listener added with `on`. */
   off(event: 'stateChange', listener: StateChangeListener): this
+  off(event: AdmissionEventName, listener: AdmissionListener): this
 }
 
 // ----- Registry ---------------------------------------------------------------------------------
@@ -618,11 +939,18 @@ export declare class Registry {
    */
   constructor(options?: RegistryOptions)
 
-  /** The bulkhead of `key`; while the returned object lives the entry is not evicted. */
+  /**
+   * The bulkhead of `key`; while the returned object lives the entry is not evicted (except
+   * under a global cap: there only a held permit or a waiter of the key keeps it, so the key's
+   * own `setLimit` is lost when an idle key is evicted). Under a global cap the key has no
+   * bulkhead of its own: its `setLimit` sets the key's own limit, and `applyLimits`,
+   * `setBudget`, `setObserve` and `close` (which would change the shared admission of every
+   * key) throw a `TypeError`.
+   */
   get(key: string): Bulkhead
 
   /** `run()` on `key`'s bulkhead (a `key_limit` or closed registry rejects the promise). */
-  run<T>(key: string, fn: Guarded<T>, options?: AcquireOptions): Promise<Awaited<T>>
+  run<T>(key: string, fn: Guarded<T>, options?: RunOptions<Awaited<T>>): Promise<Awaited<T>>
 
   /** `acquire()` on `key`'s bulkhead; the permit's `key` is `key`. */
   acquire(key: string, options?: AcquireOptions): Promise<Permit>
@@ -633,6 +961,21 @@ export declare class Registry {
    * @throws {TypeError|RangeError} a bad key or weight.
    */
   tryAcquire(key: string, options?: TryAcquireOptions): Permit | null
+
+  /** `acquire()` on `key` as `{ok: true, permit}` / `{ok: false, …}`. */
+  admit(key: string, options?: AcquireOptions): Promise<AdmitResult>
+
+  /** `tryAcquire()` on `key` as `{ok: true, permit}` / `{ok: false, …}`. */
+  tryAdmit(key: string, options?: TryAcquireOptions): AdmitResult
+
+  /** What `acquire(key, options)` would decide now, without creating the key. */
+  wouldAdmit(key: string, options?: AcquireOptions): WouldAdmitResult
+
+  /** Under a global cap: `key`'s counts (`ceiling` its limit); else `null`. */
+  keyStats(key: string): ClassStats | null
+
+  /** Under a global cap: the shared admission's stats (`limit` is the cap); else `null`. */
+  globalStats(): BulkheadStats | null
 
   /** `{key: stats}` for every live entry (keys unchanged). */
   stats(): Record<string, BulkheadStats>
@@ -651,8 +994,13 @@ export declare class Registry {
 
   /** Listens to the breaker transitions of every key (`(key, old, new)`). */
   on(event: 'stateChange', listener: StateChangeListener): this
+  /** Listens to the admission events of every key (needs `events: true`). */
+  on(event: AdmissionEventName, listener: AdmissionListener): this
   /** Removes a listener added with `on`. */
   off(event: 'stateChange', listener: StateChangeListener): this
+  off(event: AdmissionEventName, listener: AdmissionListener): this
+  /** How many event listeners threw (each reported with `process.emitWarning`). */
+  readonly listenerErrors: number
 }
 
 /**
@@ -707,6 +1055,7 @@ export declare const BulkheadAgent: new (options: { registry: Registry; [option:
  */
 export declare const __test: {
   readonly kClock: symbol
+  readonly kNative: symbol
   readonly VirtualClock: {
     new (): { advance(ms: number): void; nowMs(): number }
   }

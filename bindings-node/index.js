@@ -17,6 +17,14 @@
  * through `onSettled` (on the JS thread, never re-entered). A settled waiter polls its ticket;
  * its queue timer and abort signal settle it through `expire(ticket, reason)`.
  *
+ * Gateway admission (docs/design.md §4.5–4.9): per-call `cost` / `admissionClass` / `observe`
+ * are parsed by the addon; a bulkhead with a budget, classes, events or `maxOrphaned` hands out
+ * `NativeCall`s (its calls carry a cost, a class or state). Here only: `run()`'s `getUsage`
+ * (the release's usage), the non-throwing style (`admit` / `tryAdmit`), `StaleRevisionError`,
+ * the host's rate timer of a classed bulkhead (`armRate`: the core arms none), and admission
+ * events (`events: true`) delivered to listeners with `onSettled` — a listener that throws is
+ * reported with `process.emitWarning` and counted (`listenerErrors`).
+ *
  * Units: counts are Numbers that must be safe integers; durations are milliseconds.
  * A Bulkhead belongs to one isolate (one thread).
  */
@@ -71,6 +79,8 @@ const OUTCOMES = Object.freeze(native.outcomes())
 const kClock = Symbol.for('hullguard.test.clock')
 /** Only the facade makes Permits and registry-bound Bulkheads. */
 const kInternal = Symbol('hullguard.internal')
+/** The test hook: a Bulkhead's native handle. */
+const kNative = Symbol('hullguard.test.native')
 
 /**
  * A rejection by a bulkhead. `code` is stable across layers (`BULKHEAD_FULL`,
@@ -79,7 +89,7 @@ const kInternal = Symbol('hullguard.internal')
  * throws these itself; `code`, `retryable` and `category` come from the core's reason table.
  */
 class BulkheadError extends Error {
-  constructor(reason, snapshot, key) {
+  constructor(reason, snapshot, key, detail) {
     const s = { ...snapshot, key: key ?? null }
     super(
       `bulkhead rejected the call: ${reason} (active=${s.active}, queued=${s.queued}, ` +
@@ -92,6 +102,34 @@ class BulkheadError extends Error {
     this.retryable = row?.retryable ?? true
     this.category = row?.category ?? 'resilience'
     this.snapshot = s
+    /**
+     * The core's rejection detail (docs/design.md §5.7): `{reason, bound, calls: {limit,
+     * inUse, available}, budget: {…} | null, queued, maxQueue, queuedCost, revision, class:
+     * {class, bound, dimension} | null, retryAfterMs: number | null}`.
+     */
+    this.detail = detail === undefined ? null : normalDetail(detail)
+  }
+}
+
+/** A detail from the addon with its absent parts `null`. */
+function normalDetail(d) {
+  d.budget ??= null
+  d.class ??= null
+  d.retryAfterMs ??= null
+  return d
+}
+
+/**
+ * `applyLimits({revision, …})` with a revision older than the one in force: nothing changed.
+ * `current` is the revision in force.
+ */
+class StaleRevisionError extends Error {
+  constructor(revision, current) {
+    super(`stale limits revision ${revision}: revision ${current} is in force (nothing changed)`)
+    this.name = 'StaleRevisionError'
+    this.code = 'BULKHEAD_STALE_REVISION'
+    this.revision = revision
+    this.current = current
   }
 }
 
@@ -100,30 +138,64 @@ class BulkheadError extends Error {
 /** Queued waiters and pending drains of this isolate, by the id the addon reports. */
 const pending = new Map()
 
-/** Emitter id → WeakRef of its listener list (`{listeners: [{fn, key}]}`). */
+/** Emitter id → WeakRef of its listener list (`{listeners: [{fn, key, event}]}`). */
 const emitters = new Map()
 let nextEmitterId = 1
 const emitterGone = new FinalizationRegistry((id) => emitters.delete(id))
 
-function newEmitter() {
-  const e = { id: nextEmitterId++, listeners: [] }
+/** `events`: admission events were asked for (`events: true`). */
+function newEmitter(events = false) {
+  const e = { id: nextEmitterId++, listeners: [], events, listenerErrors: 0 }
   emitters.set(e.id, new WeakRef(e))
   emitterGone.register(e, e.id)
   return e
 }
 
-/** Calls the `stateChange` listeners of one transition; a throwing listener breaks nothing. */
+/** The admission events (docs/design.md §8.2), by their Node names. */
+const ADMISSION_EVENTS = Object.freeze(['admit', 'reject', 'release', 'usage', 'reconfigure', 'shed', 'observeBypass'])
+const EVENTS = new Set(['stateChange', ...ADMISSION_EVENTS])
+
+/** An admission event as listeners get it: its defined fields, `key` `null` outside a registry. */
+function eventObject(ev) {
+  const o = { type: ev.kind, key: ev.key ?? null }
+  for (const k in ev) {
+    if (k !== 'emitter' && k !== 'kind' && k !== 'key' && ev[k] !== undefined) o[k] = ev[k]
+  }
+  return o
+}
+
+/**
+ * Calls the listeners of one event (`stateChange`: `(key, old, new)`; an admission event:
+ * `(event)`). A listener that throws breaks nothing: the error is reported with
+ * `process.emitWarning` and counted in the emitter's `listenerErrors`.
+ */
 function emit(ev) {
+  const e = emitters.get(ev.emitter)?.deref()
+  if (e === undefined || e.listeners.length === 0) return
   const key = ev.key ?? null
-  for (const l of emitters.get(ev.emitter)?.deref()?.listeners.slice() ?? []) {
+  const kind = ev.kind
+  let arg
+  for (const l of e.listeners.slice()) {
+    if (l.event !== kind) continue
     if (l.key !== undefined && l.key !== key) continue
     try {
-      l.fn(key, ev.old, ev.new)
+      if (kind === 'stateChange') l.fn(key, ev.old, ev.new)
+      else l.fn((arg ??= eventObject(ev)))
     } catch (err) {
-      queueMicrotask(() => {
-        throw err
-      })
+      e.listenerErrors++
+      listenerThrew(kind, err)
     }
+  }
+}
+
+function listenerThrew(kind, err) {
+  try {
+    const w = new Error(`hullguard: a '${kind}' listener threw: ${err && err.stack ? err.stack : err}`)
+    w.name = 'HullguardListenerWarning'
+    w.cause = err
+    process.emitWarning(w)
+  } catch {
+    // emitWarning itself failed: the count above still records it.
   }
 }
 
@@ -154,20 +226,25 @@ function settleReturned(n) {
   for (const id of settledIds.slice(0, n)) settle(id)
 }
 
-function eventArg(event, listener) {
-  if (event !== 'stateChange') throw new TypeError(`unknown event ${JSON.stringify(event)} (only 'stateChange')`)
+function eventArg(emitter, event, listener) {
+  if (!EVENTS.has(event)) {
+    throw new TypeError(`unknown event ${JSON.stringify(event)} (known: ${[...EVENTS].map((e) => `'${e}'`).join(', ')})`)
+  }
   if (typeof listener !== 'function') throw new TypeError('listener must be a function')
+  if (event !== 'stateChange' && !emitter.events) {
+    throw new TypeError(`the '${event}' event needs the option events: true when the bulkhead is built`)
+  }
 }
 
 function addListener(emitter, event, listener, key) {
-  eventArg(event, listener)
-  emitter.listeners.push({ fn: listener, key })
+  eventArg(emitter, event, listener)
+  emitter.listeners.push({ fn: listener, key, event })
 }
 
 function removeListener(emitter, event, listener, key) {
-  eventArg(event, listener)
+  eventArg(emitter, event, listener)
   const ls = emitter.listeners
-  const i = ls.findLastIndex((l) => l.fn === listener && l.key === key)
+  const i = ls.findLastIndex((l) => l.fn === listener && l.key === key && l.event === event)
   if (i >= 0) ls.splice(i, 1)
 }
 
@@ -207,6 +284,16 @@ function clearTimer(t) {
 
 function abortReason(signal) {
   return signal.reason !== undefined ? signal.reason : new DOMException('This operation was aborted', 'AbortError')
+}
+
+/**
+ * Whether `e` is what a call of `signal` rejected with for its abort: `signal.reason`, or — a
+ * signal without a reason (a polyfill) — the AbortError `abortReason` made for it.
+ */
+function isAbortOf(signal, e) {
+  if (signal === undefined || signal === null || !signal.aborted) return false
+  if (signal.reason !== undefined) return e === signal.reason
+  return e instanceof DOMException && e.name === 'AbortError'
 }
 
 /** The `signal` of per-call options (`undefined` for none); a TypeError if it is no AbortSignal. */
@@ -299,12 +386,15 @@ class Waiter {
       call = h.slot >= 0 ? fast.fastPoll(h.slot, this.ticket) || null : h.nb.pollTicket(this.ticket)
     } catch (e) {
       const reject = this.done()
+      // The waiter left the queue: the one behind it may be held back by a rate now.
+      if (h.classed) armRate(h)
       if (this.asPermit) h.unpin()
       reject(e.reason === 'aborted' ? abortReason(this.signal) : e)
       return
     }
     if (call === null) return
     this.done()
+    if (h.classed) armRate(h)
     this.resolved(this.asPermit ? new Permit(kInternal, h, call, this.key) : call)
   }
 
@@ -374,17 +464,46 @@ function capture(resolve, reject) {
 /**
  * Admits one call on handle `h`: its granted call now (a weight, or a NativeCall), or a Promise
  * of it when it queues. Throws argument errors, the BulkheadError of a refusal and, for an
- * already aborted signal, its reason (counted `aborted` by the core).
+ * already aborted signal, its reason (counted `aborted` by the core). `run`: `opts` are
+ * `run()`'s (they may hold `getUsage`).
  */
-function admit(h, opts, signal) {
+function admit(h, opts, signal, run = false) {
   if (signal?.aborted) {
-    h.nb.abortedBeforeAdmission(opts)
+    h.nb.abortedBeforeAdmission(opts, run)
     throw abortReason(signal)
   }
   if (opts === undefined && h.slot >= 0) return takePlain(h)
-  const r = h.nb.enqueue(opts)
+  const r = h.nb.enqueue(opts, run)
   if (r.ticket === undefined) return r
-  return new Promise((resolve, reject) => new Waiter(h, r.id, r.ticket, r.timeoutMs, signal, resolve, reject))
+  const p = new Promise((resolve, reject) => new Waiter(h, r.id, r.ticket, r.timeoutMs, signal, resolve, reject))
+  if (h.classed) armRate(h)
+  return p
+}
+
+/**
+ * The host's rate timer of a classed bulkhead (docs/design.md §4.9): the core arms none, so
+ * while a queued head is held back by a rate, one unref'd timer per handle calls `rateTick()`
+ * when it conforms (then re-arms for the next). Checked after everything that can change the
+ * head or free units: a call queues, a waiter is granted or leaves the queue, a call ends, is
+ * reclaimed, returns part of its hold (`releasePartial`, `refund`, `reportUsage`, `orphan`),
+ * and a limit changes (`setLimit`, `applyLimits`, `setBudget`, `setObserve`) — on classed
+ * bulkheads only.
+ */
+function armRate(h) {
+  const ms = h.nb.rateRetryAfterMs
+  if (ms === null || ms === undefined) return
+  if (h.rateTimer !== null) {
+    if (h.rateDue <= ms) return
+    clearTimer(h.rateTimer)
+  }
+  h.rateDue = ms
+  h.rateTimer = unrefTimer(rateFired, Math.max(0, Math.ceil(ms)), h)
+}
+
+function rateFired(h) {
+  h.rateTimer = null
+  h.nb.rateTick()
+  armRate(h)
 }
 
 /**
@@ -413,7 +532,38 @@ const kindOf = (call) => (typeof call === 'number' ? PLAIN : GUARDED)
 /** Ends a granted call with `outcome` (an outcome name or the user's release options). */
 function finish(h, call, outcome) {
   kindOf(call).end(h, call, outcome)
+  if (h.classed) armRate(h)
   h.unpin()
+}
+
+/**
+ * `finish` with `getUsage(result)`'s units (a `run()` with `getUsage`): the call ends with that
+ * usage, the rest refunded (`undefined` / `null`: no usage known, the whole cost charged). A `getUsage` that throws, or a usage the addon refuses, still ends
+ * the call (charged its whole cost), and the error is thrown.
+ */
+function finishWithUsage(h, call, getUsage, value) {
+  let usage
+  try {
+    usage = getUsage(value)
+  } catch (e) {
+    finish(h, call, 'success')
+    throw e
+  }
+  try {
+    kindOf(call).end(h, call, { outcome: 'success', usage })
+  } catch (e) {
+    finish(h, call, 'success')
+    throw e
+  }
+  if (h.classed) armRate(h)
+  h.unpin()
+}
+
+/** The `getUsage` of run options (`undefined` for none); a TypeError if it is no function. */
+function getUsageOf(opts) {
+  const g = opts?.getUsage ?? undefined
+  if (g !== undefined && typeof g !== 'function') throw new TypeError(`getUsage must be a function, got ${typeof g}`)
+  return g
 }
 
 /** Lets go of `h` after a failed call and passes the error on as a rejected Promise. */
@@ -423,7 +573,7 @@ function failed(h, e) {
 }
 
 /** `fn(signal)`, with `end(outcome)` called once when it settles (or throws synchronously). */
-function callGuarded(fn, signal, end) {
+function callGuarded(fn, signal, end, succeeded) {
   let p
   try {
     p = fn(signal)
@@ -433,7 +583,8 @@ function callGuarded(fn, signal, end) {
   }
   return Promise.resolve(p).then(
     (v) => {
-      end('success')
+      if (succeeded === undefined) end('success')
+      else succeeded(v)
       return v
     },
     (e) => {
@@ -444,10 +595,12 @@ function callGuarded(fn, signal, end) {
 }
 
 /** Runs `fn` holding `call`; ends it with fn's outcome when fn settles (or throws). */
-function runHeld(h, call, fn, signal) {
-  if (typeof call === 'number') return runPlain(h, call, fn, signal)
-  if (h.callTimeoutMs !== Infinity) return runTimed(h, call, fn, signal)
-  return callGuarded(fn, signal, (outcome) => finish(h, call, outcome))
+function runHeld(h, call, fn, signal, getUsage) {
+  if (typeof call === 'number' && getUsage === undefined) return runPlain(h, call, fn, signal)
+  if (typeof call !== 'number' && h.callTimeoutMs !== Infinity) return runTimed(h, call, fn, signal, getUsage)
+  // With `getUsage`: ended with the usage of its result (the rest refunded).
+  const succeeded = getUsage === undefined ? undefined : (v) => finishWithUsage(h, call, getUsage, v)
+  return callGuarded(fn, signal, (outcome) => finish(h, call, outcome), succeeded)
 }
 
 /**
@@ -493,7 +646,7 @@ function give(h, weight) {
  * BULKHEAD_CALL_TIMEOUT at once; the permits stay held until fn's promise settles, and that
  * release records nothing more.
  */
-function runTimed(h, call, fn, callerSignal) {
+function runTimed(h, call, fn, callerSignal, getUsage) {
   const ac = new AbortController()
   const forward = { aborted: () => ac.abort(callerSignal.reason) }
   watch(callerSignal, forward)
@@ -508,8 +661,16 @@ function runTimed(h, call, fn, callerSignal) {
       unwatch(callerSignal, forward)
       finish(h, call, outcome)
     }
+    const succeeded =
+      getUsage === undefined
+        ? undefined
+        : (v) => {
+            clearTimer(timer)
+            unwatch(callerSignal, forward)
+            finishWithUsage(h, call, getUsage, v)
+          }
     // After the deadline the promise has settled: fn's own result is ignored.
-    callGuarded(fn, ac.signal, end).then(resolve, reject)
+    callGuarded(fn, ac.signal, end, succeeded).then(resolve, reject)
   })
 }
 
@@ -537,19 +698,20 @@ function acquireOn(h, key, opts) {
 
 function runOn(h, fn, opts) {
   if (opts === undefined && h.slot >= 0 && typeof fn === 'function') return runFast(h, fn)
-  let r, signal
+  let r, signal, getUsage
   try {
     if (typeof fn !== 'function') throw new TypeError(`fn must be a function, got ${typeof fn}`)
     signal = signalOf(opts)
-    r = admit(h, opts, signal)
+    getUsage = getUsageOf(opts)
+    r = admit(h, opts, signal, true)
   } catch (e) {
     return failed(h, e)
   }
   // Granted at once: `fn` runs in the caller's turn. Queued: `.then` keeps the caller's
   // AsyncLocalStorage context for `fn`.
-  if (!(r instanceof Promise)) return runHeld(h, r, fn, signal)
+  if (!(r instanceof Promise)) return runHeld(h, r, fn, signal, getUsage)
   return r.then(
-    (call) => runHeld(h, call, fn, signal),
+    (call) => runHeld(h, call, fn, signal, getUsage),
     (e) => failed(h, e),
   )
 }
@@ -566,10 +728,11 @@ function runFast(h, fn) {
   return runQueued(h, r, fn)
 }
 
-function tryAcquireOn(h, key, opts) {
+/** `throwAll`: a `concurrency_limit` refusal throws too (for `tryAdmit`). */
+function tryAcquireOn(h, key, opts, throwAll = false) {
   let call
   try {
-    call = h.nb.tryTake(opts)
+    call = h.nb.tryTake(opts, throwAll)
   } catch (e) {
     h.unpin()
     throw e
@@ -577,6 +740,30 @@ function tryAcquireOn(h, key, opts) {
   if (call !== null) return new Permit(kInternal, h, call, key)
   h.unpin()
   return null
+}
+
+/** A refusal as the non-throwing style's result; anything else (a bad option) is rethrown. */
+function refusal(e, opts) {
+  if (e instanceof BulkheadError) return { ok: false, reason: e.reason, detail: e.detail, error: e }
+  if (isAbortOf(opts?.signal, e)) return { ok: false, reason: 'aborted', detail: null, error: e }
+  throw e
+}
+
+/** `admit(opts)`: `acquire` that resolves `{ok: true, permit}` or `{ok: false, reason, …}`. */
+function admitOn(h, key, opts) {
+  return acquireOn(h, key, opts).then(
+    (permit) => ({ ok: true, permit }),
+    (e) => refusal(e, opts),
+  )
+}
+
+/** `tryAdmit(opts)`: `tryAcquire` as `{ok: true, permit}` or `{ok: false, reason, …}`. */
+function tryAdmitOn(h, key, opts) {
+  try {
+    return { ok: true, permit: tryAcquireOn(h, key, opts, true) }
+  } catch (e) {
+    return refusal(e, opts)
+  }
 }
 
 function drainOn(nb, opts) {
@@ -605,6 +792,7 @@ const leaks = new FinalizationRegistry((s) => {
   if (!s.held) return
   s.held = false
   kindOf(s.call).reclaim(s.h, s.call)
+  if (s.h.classed) armRate(s.h)
   s.h.unpin()
 })
 
@@ -670,6 +858,76 @@ class Permit {
     const s = this.#s
     if (!s.held) throw new RangeError('permit already released')
     s.call = kindOf(s.call).partial(s.h, s.call, n)
+    if (s.h.classed) armRate(s.h)
+  }
+
+  /** The call of a bulkhead with a budget, classes or policies (a plain one holds a number). */
+  #guarded(what) {
+    const s = this.#s
+    if (!s.held) {
+      const e = new RangeError(`${what}: permit already released`)
+      // As the addon's refusal of a usage report after the permits returned.
+      if (what === 'reportUsage') e.code = 'ERR_USAGE_RELEASED'
+      throw e
+    }
+    if (typeof s.call === 'number') {
+      // A plain bulkhead: no budget, classes, policies, events, nor maxOrphaned.
+      const lacks = what === 'orphan' ? 'orphaning is off (maxOrphaned is 0)' : 'this bulkhead has no budget'
+      throw new RangeError(
+        `${what}: ${lacks} (a plain bulkhead's call holds permits only: no budget, ` +
+          'classes, policies, events or maxOrphaned)',
+      )
+    }
+    return s.call
+  }
+
+  /**
+   * Reports the cumulative units `used` so far and the units still expected (`remaining`,
+   * default 0): the hold becomes `used + remaining` — shrunk at once, or grown through
+   * admission, else held past the budget (`'overran'`). Returns `{change: 'unchanged' |
+   * 'shrank' | 'grew' | 'overran', by, cancel, used, held, overrun}`; `cancel` asks you to stop
+   * the work (`cancelOnOverrun`). Throws RangeError for a usage below an earlier report.
+   */
+  reportUsage(used, remaining) {
+    const s = this.#s
+    if (s.held && typeof s.call === 'number') return s.h.nb.reportUsagePlain(s.call, used, remaining)
+    const r = this.#guarded('reportUsage').reportUsage(used, remaining)
+    if (s.h.classed) armRate(s.h)
+    return r
+  }
+
+  /** Returns `n` of the budget units held now (the part held past the budget first). */
+  refund(n) {
+    this.#guarded('refund').refund(n)
+    if (this.#s.h.classed) armRate(this.#s.h)
+  }
+
+  /**
+   * Hands the permits back while the work goes on (its budget units stay held until
+   * `release`): `true` if it did. Throws RangeError when `maxOrphaned` is reached.
+   */
+  orphan() {
+    const r = this.#guarded('orphan').orphan()
+    if (this.#s.h.classed) armRate(this.#s.h)
+    return r
+  }
+
+  /** Budget units charged now (0 without a budget or once released). */
+  get cost() {
+    const s = this.#s
+    return s.held && typeof s.call !== 'number' ? s.call.cost : 0
+  }
+
+  /** Whether the core asked to cancel this call's work (`cancelOnOverrun`). */
+  get cancelRequested() {
+    const s = this.#s
+    return s.held && typeof s.call !== 'number' ? s.call.cancelRequested : false
+  }
+
+  /** The revision of the limits the call was admitted under (0 on a plain bulkhead and once released). */
+  get revision() {
+    const s = this.#s
+    return s.held && typeof s.call !== 'number' ? s.call.revision : 0
   }
 
   [Symbol.for('nodejs.dispose')]() {
@@ -690,10 +948,15 @@ function noop() {}
  * once, when a call with policies first needs it.
  */
 function handleOf(nb, unpin, virtual) {
+  const slot = nb.fastSlot
   return {
     nb,
     unpin,
-    slot: nb.fastSlot,
+    slot,
+    // A classed bulkhead (slot -2) runs the host's rate timer (`armRate`).
+    classed: slot === -2,
+    rateTimer: null,
+    rateDue: 0,
     // On the test hook's virtual clock: queue deadlines keep one host timer each.
     virtual,
     timeout: undefined,
@@ -723,6 +986,7 @@ class Bulkhead {
     this.#events = newEmitter()
     const clock = opts?.[kClock]
     this.#h = handleOf(new NativeBulkhead(opts, this.#events.id, clock), noop, clock !== undefined)
+    this.#events.events = this.#h.nb.events
     void this.#h.callTimeoutMs // cached now: a call never reads it from the addon
     this.#key = undefined
   }
@@ -730,7 +994,11 @@ class Bulkhead {
   /**
    * `on('stateChange', (key, old, new) => …)`: the breaker's transitions (`key` is `null`
    * outside a registry; states `'closed'`, `'open'`, `'half_open'`), called on the JS thread
-   * at the end of the native call that committed them. Returns `this`.
+   * at the end of the native call that committed them. With `events: true` at construction
+   * also `on('admit' | 'reject' | 'release' | 'usage' | 'reconfigure' | 'shed' |
+   * 'observeBypass', (event) => …)` (else a TypeError naming the option). A listener that
+   * throws is reported with `process.emitWarning` and counted in `listenerErrors`; it never
+   * breaks admission. Returns `this`.
    */
   on(event, listener) {
     addListener(this.#events, event, listener, this.#key)
@@ -758,9 +1026,71 @@ class Bulkhead {
     return tryAcquireOn(this.#h, this.#key, opts)
   }
 
+  /**
+   * `acquire` without throwing for a refusal: resolves `{ok: true, permit}` or `{ok: false,
+   * reason, detail, error}` (as async-bulkhead-llm's `acquire()`). Bad options still throw.
+   */
+  admit(opts) {
+    return admitOn(this.#h, this.#key, opts)
+  }
+
+  /** `tryAcquire` without throwing for a refusal: `{ok: true, permit}` or `{ok: false, …}`. */
+  tryAdmit(opts) {
+    return tryAdmitOn(this.#h, this.#key, opts)
+  }
+
+  /**
+   * What an `acquire(opts)` would decide now, counting nothing: `{decision: 'admit_now' |
+   * 'would_queue' | <reason>, position, detail}` (`position` 1 = next, for `would_queue`).
+   */
+  wouldAdmit(opts) {
+    signalOf(opts) // checked as acquire's (a dry run never waits on it)
+    const r = this.#h.nb.wouldAdmit(opts)
+    return { decision: r.decision, position: r.position ?? null, detail: r.detail ? normalDetail(r.detail) : null }
+  }
+
+  /**
+   * Applies a revisioned limits snapshot `{revision, limit, budget, maxQueue, queueTimeoutMs,
+   * reserve, rates}` at once (a limit of 0 is the kill switch). Throws StaleRevisionError
+   * (`.current`) for a revision older than the one in force, RangeError for a value the core
+   * refuses; either way nothing changed.
+   */
+  applyLimits(limits) {
+    const current = this.#h.nb.applyLimits(limits)
+    if (current !== null) throw new StaleRevisionError(limits.revision, current)
+    if (this.#h.classed) armRate(this.#h)
+  }
+
+  /** Changes the budget (a bulkhead built with `budget` only). */
+  setBudget(n) {
+    this.#h.nb.setBudget(n)
+    if (this.#h.classed) armRate(this.#h)
+  }
+
+  /** The observe (shadow) mode: `'off' | 'concurrency' | 'budget' | 'all'`. */
+  setObserve(mode) {
+    this.#h.nb.setObserve(mode)
+    if (this.#h.classed) armRate(this.#h)
+  }
+
+  /** One admission class's counts, by name or index. */
+  classStats(cls) {
+    return this.#h.nb.classStats(cls)
+  }
+
+  /** How many listeners threw (each reported with `process.emitWarning`). */
+  get listenerErrors() {
+    return this.#events.listenerErrors
+  }
+
+  get [kNative]() {
+    return this.#h.nb
+  }
+
   /** Changes the limit (1..maxConcurrent); never blocks, never revokes. */
   setLimit(limit) {
     this.#h.nb.setLimit(limit)
+    if (this.#h.classed) armRate(this.#h)
   }
 
   /** A fresh stats object (reading it commits a due open → half-open transition). */
@@ -817,12 +1147,14 @@ class Registry {
     this.#events = newEmitter()
     this.#virtual = opts?.[kClock] !== undefined
     this.#nr = new NativeRegistry(opts, this.#events.id, opts?.[kClock])
+    this.#events.events = this.#nr.events
     this.#overrides = Object.freeze({ ...opts?.overrides })
   }
 
   /**
    * `on('stateChange', (key, old, new) => …)`: the breaker transitions of every key, called
-   * on the JS thread at the end of the native call that committed them. Returns `this`.
+   * on the JS thread at the end of the native call that committed them; with `events: true`
+   * the admission events of every key too (as `Bulkhead.on`). Returns `this`.
    */
   on(event, listener) {
     addListener(this.#events, event, listener, undefined)
@@ -874,6 +1206,45 @@ class Registry {
     return tryAcquireOn(this.#callHandle(key), key, opts)
   }
 
+  /** `acquire(key, opts)` as `{ok: true, permit}` or `{ok: false, reason, detail, error}`. */
+  admit(key, opts) {
+    let h
+    try {
+      h = this.#callHandle(key)
+    } catch (e) {
+      return Promise.resolve().then(() => refusal(e, opts))
+    }
+    return admitOn(h, key, opts)
+  }
+
+  /** `tryAcquire(key, opts)` as `{ok: true, permit}` or `{ok: false, …}`. */
+  tryAdmit(key, opts) {
+    let h
+    try {
+      h = this.#callHandle(key)
+    } catch (e) {
+      return refusal(e, opts)
+    }
+    return tryAdmitOn(h, key, opts)
+  }
+
+  /** What an `acquire(key, opts)` would decide now, without creating the key. */
+  wouldAdmit(key, opts) {
+    signalOf(opts) // checked as acquire's (a dry run never waits on it)
+    const r = this.#nr.wouldAdmit(key, opts)
+    return { decision: r.decision, position: r.position ?? null, detail: r.detail ? normalDetail(r.detail) : null }
+  }
+
+  /** Under a global cap: `key`'s own counts (`{inFlight, queued, ceiling, observed, …}`), else `null`. */
+  keyStats(key) {
+    return this.#nr.keyStats(key)
+  }
+
+  /** Under a global cap: the shared admission's stats (its `limit` is the cap), else `null`. */
+  globalStats() {
+    return this.#nr.globalStats()
+  }
+
   /** `{key: stats}` (keys unchanged). */
   stats() {
     return this.#nr.stats()
@@ -893,6 +1264,10 @@ class Registry {
   get maxKeys() {
     return this.#nr.maxKeys
   }
+  /** How many event listeners threw (each reported with `process.emitWarning`). */
+  get listenerErrors() {
+    return this.#events.listenerErrors
+  }
   get overrides() {
     return this.#overrides
   }
@@ -910,11 +1285,13 @@ module.exports = {
   Registry,
   Permit,
   BulkheadError,
+  StaleRevisionError,
   originKey,
   MAX_PERMITS,
   MAX_QUEUE,
   REASONS,
   OUTCOMES,
-  __test: { kClock, VirtualClock: native.VirtualClock, fast },
+  ADMISSION_EVENTS,
+  __test: { kClock, kNative, VirtualClock: native.VirtualClock, fast },
   ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
 }

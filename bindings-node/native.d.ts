@@ -21,21 +21,23 @@ export declare class NativeBulkhead {
    */
   constructor(options: unknown, emitter: number, clock?: VirtualClock | undefined | null)
   /**
-   * Admits one `acquire()` / `run()` (`options`: `{weight, signal, queueTimeoutMs}`): the
-   * granted call, or `Queued`. Throws `BulkheadError` when refused (the call ended
-   * `ignored`), `TypeError` / `RangeError` for a bad option.
+   * Admits one `acquire()` / `run()` (`options`: `{weight, cost, admissionClass, observe,
+   * signal, queueTimeoutMs}`, and `getUsage` when `run`): the granted call, or `Queued`.
+   * Throws `BulkheadError` when refused (the call ended `ignored`), `TypeError` /
+   * `RangeError` for a bad option.
    */
-  enqueue(options: unknown): number | NativeCall | Queued
+  enqueue(options: unknown, run?: boolean | undefined | null): number | NativeCall | Queued
   /**
-   * `tryAcquire()` (`options`: `{weight}`): the granted call, or `null` when not admitted
-   * at once (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason.
+   * `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe}`): the granted
+   * call, or `null` when not admitted at once (`concurrency_limit`, counted). Throws
+   * `BulkheadError` for any other reason; with `throwAll`, for `concurrency_limit` too.
    */
-  tryTake(options: unknown): number | NativeCall | null
+  tryTake(options: unknown, throwAll?: boolean | undefined | null): number | NativeCall | null
   /**
    * An `acquire()` / `run()` whose signal was aborted before it asked: checks `options`
    * (throws like `enqueue`) and counts one `aborted`, so that every call shows in the stats.
    */
-  abortedBeforeAdmission(options: unknown): void
+  abortedBeforeAdmission(options: unknown, run?: boolean | undefined | null): void
   /**
    * A queued ticket after its id was reported: the granted call, `null` while still queued;
    * throws the `BulkheadError` of its rejection (`aborted` after `expire(t, 'aborted')`).
@@ -88,10 +90,56 @@ export declare class NativeBulkhead {
   /** Drops this handle's reference (a registry may then evict its entry). */
   dispose(): void
   /**
-   * This handle's slot for the hot entry points (`fastTake`, …), or `-1` when they do not
-   * serve it (a bulkhead with policies: its granted calls are `NativeCall`s).
+   * This handle's slot for the hot entry points (`fastTake`, …), or negative when they do
+   * not serve it (a bulkhead whose granted calls are `NativeCall`s, see [`plain`]): `-2` for
+   * a classed bulkhead (the facade then runs the host's rate timer), else `-1`. One getter,
+   * so that a registry's per-call handle asks once.
    */
   get fastSlot(): number
+  /**
+   * `applyLimits(limits)` (see `options::limits`): `null` when applied, the revision in force
+   * when `revision` is stale (nothing changed). Throws `RangeError` for a value the core
+   * refuses (nothing changed), `TypeError` for a bad or unknown option.
+   */
+  applyLimits(limits: unknown): number | null
+  /**
+   * `wouldAdmit(options)` (the `acquire` options): what an admission would decide now,
+   * counting nothing.
+   */
+  wouldAdmit(options: unknown): JsWouldAdmit
+  /**
+   * `setBudget(n)`: the budget's new limit (the core's range; a bulkhead without a budget
+   * refuses).
+   */
+  setBudget(limit: unknown): void
+  /** `setObserve(mode)`: `'off' | 'concurrency' | 'budget' | 'all'`. */
+  setObserve(mode: unknown): void
+  /**
+   * `classStats(nameOrIndex)`: one class's counts (see `class_stats_object`). Throws a
+   * `RangeError` for a class this bulkhead does not have.
+   */
+  classStats(class: unknown): Record<string, unknown>
+  /**
+   * The shared units held beyond the floors, `[permits, budget units]`; `null` without
+   * classes.
+   */
+  classSharedInUse(): Array<number> | null
+  /** The class names (index = class; `null` for an unnamed one). */
+  get classNames(): Array<string | undefined | null>
+  /** Whether admission events were asked for at construction (`events: true`). */
+  get events(): boolean
+  /**
+   * `reportUsage(used, remaining)` of a plain bulkhead's call of `weight` permits (no
+   * budget: the core records the usage and holds nothing); see `NativeCall.reportUsage`.
+   */
+  reportUsagePlain(weight: number, used: unknown, remaining?: unknown | undefined | null): JsUsageReport
+  /**
+   * ms until the earliest waiter held back by a rate conforms (0: due now), `null` when none
+   * is: the host's rate timer then calls `rateTick()`.
+   */
+  get rateRetryAfterMs(): number | null
+  /** The host's rate timer fired: grants the waiters that conform now. */
+  rateTick(): void
 }
 
 /**
@@ -121,6 +169,32 @@ export declare class NativeCall {
   reclaim(): void
   /** The permits still held (0 once ended). */
   get weight(): number
+  /**
+   * Returns `n` budget units now (the part held past the budget first): a safe integer in
+   * `1 ..= held units`; the core refuses more than the call holds (`RangeError`).
+   */
+  refund(n: unknown): void
+  /**
+   * `reportUsage(used, remaining)`: the cumulative units used and the units still expected;
+   * the hold becomes `used + remaining` (grown through admission, else held past the
+   * budget). Throws `RangeError` for a usage below an earlier report, too large, or after
+   * the permits returned.
+   */
+  reportUsage(used: unknown, remaining?: unknown | undefined | null): JsUsageReport
+  /**
+   * Hands the permits back while the work goes on (its units stay held until it ends):
+   * `true` if it did, `false` if it held none. Throws `RangeError` when the core refuses
+   * (`maxOrphaned` reached).
+   */
+  orphan(): boolean
+  /** Whether the core asked the host to cancel this call's work (`cancelOnOverrun`). */
+  get cancelRequested(): boolean
+  /** The revision of the limits the call was admitted under. */
+  get revision(): number
+  /** Budget units charged now (0 once ended). */
+  get cost(): number
+  /** Units held past the budget now. */
+  get overrun(): number
 }
 
 /** A pending drain: the core's drain future, polled with a waker that reports `id`. */
@@ -146,12 +220,26 @@ export declare class NativeRegistry {
    * (`key_limit`, `shutdown`), or a `TypeError` for a key that is not a string.
    */
   get(key: unknown): NativeBulkhead
+  /**
+   * Under a global cap, `key`'s own counts (`{inFlight, queued, ceiling, observed, …}`),
+   * else `null`; `null` for a key that does not exist (it is not created).
+   */
+  keyStats(key: unknown): Record<string, unknown> | null
+  /** Under a global cap, the shared admission's stats (`limit` is the cap); else `null`. */
+  globalStats(): Record<string, unknown> | null
+  /**
+   * What an admission on `key` would decide now, without creating the key (see
+   * `NativeBulkhead.wouldAdmit`; the registry's default class names: none).
+   */
+  wouldAdmit(key: unknown, options: unknown): JsWouldAdmit
   /** `{key: stats}` (keys unchanged). */
   stats(): Record<string, Record<string, unknown>>
   /** The live keys, sorted. */
   keys(): Array<string>
   close(): void
   get size(): number
+  /** Whether admission events were asked for (`events: true`). */
+  get events(): boolean
   get maxKeys(): number
 }
 
@@ -183,7 +271,45 @@ export declare function fastEntryPoints(): { fastTake(slot: number, id: number):
  * its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
  * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
  */
-export declare function init(onSettled: (arg0: Array<number>, arg1: Array<StateChange>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2?: string | undefined | null) => void, scratch: Float64Array, settledIds: Uint32Array): void
+export declare function init(onSettled: (arg0: Array<number>, arg1: Array<NativeEvent>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2: string | undefined | null, arg3: JsDetail) => void, scratch: Float64Array, settledIds: Uint32Array): void
+
+/**
+ * A classed bulkhead's refusal of one class: its index, the constraint that held it back
+ * (`'class'`, `'shared'`, `'reserve'`, `'limit'`, …) and the short dimension.
+ */
+export interface JsClassRefusal {
+  class: number
+  bound: string
+  /** `'permits'` or `'budget'`. */
+  dimension: string
+}
+
+/**
+ * A rejection's detail (the core's `RejectionDetail`, docs/design.md §5.7): which constraint
+ * bound (`bound`: `'limit'`, `'kill_switch'`, `'budget'`, `'queue'`, `'queued_cost'`, …), per
+ * dimension `{limit, inUse, available}` (`budget` absent without a budget), the queue, the
+ * revision, a classed refusal's class part, and for `rate_limit` the ms until it conforms.
+ */
+export interface JsDetail {
+  reason: string
+  bound: string
+  calls: JsDimension
+  budget?: JsDimension
+  queued: number
+  maxQueue: number
+  queuedCost: number
+  revision: number
+  class?: JsClassRefusal
+  retryAfterMs?: number
+}
+
+/** One dimension's counts at a rejection: `{limit, inUse, available}`. */
+export interface JsDimension {
+  limit: number
+  inUse: number
+  /** Free (negative after a shrink). */
+  available: number
+}
 
 /** `{active, queued, limit, available}` at a rejection (the facade adds `key`). */
 export interface JsSnapshot {
@@ -193,11 +319,84 @@ export interface JsSnapshot {
   available: number
 }
 
+/**
+ * What `reportUsage` did: `change` (`'unchanged' | 'shrank' | 'grew' | 'overran'`), `by`
+ * (units), `cancel` (the host is asked to cancel the call's work), and the hold now.
+ */
+export interface JsUsageReport {
+  change: string
+  by: number
+  cancel: boolean
+  used: number
+  held: number
+  overrun: number
+}
+
+/**
+ * What `wouldAdmit` found: `decision` is `'admit_now'`, `'would_queue'` (with `position`,
+ * 1 = next) or the reason it would be refused (with `detail`).
+ */
+export interface JsWouldAdmit {
+  decision: string
+  position?: number
+  detail?: JsDetail
+}
+
 /** Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`. */
 export declare const MAX_PERMITS: number
 
 /** Largest `maxQueue`. */
 export declare const MAX_QUEUE: number
+
+/**
+ * One event for the facade's emitter `emitter` (docs/design.md §8.2): a breaker transition
+ * (`kind` `'stateChange'`, `old` / `new`), or — on a bulkhead built with `events: true` — an
+ * admission event (`'admit'`, `'reject'`, `'observeBypass'`, `'release'`, `'usage'`,
+ * `'reconfigure'`, `'shed'`) with the fields of its kind (the others `undefined`). Counts are
+ * numbers (exact to 2^53), times ns.
+ */
+export interface NativeEvent {
+  emitter: number
+  /** The event's name, camel-cased from the core's (`observe_bypass` → `observeBypass`). */
+  kind: string
+  /** The registry key, or `undefined` outside a registry. */
+  key?: string
+  /** `'closed'`, `'open'` or `'half_open'` (`stateChange`). */
+  old?: string
+  new?: string
+  /** The admission id. */
+  id?: number
+  /** The admission class (index). */
+  class?: number
+  /** The revision of the limits in force. */
+  revision?: number
+  weight?: number
+  cost?: number
+  /** Whether it waited in the queue first. */
+  queued?: boolean
+  decisionNs?: number
+  waitNs?: number
+  /** The reason (`reject`; `observeBypass`: what enforcing would have answered). */
+  reason?: string
+  /** Units held (before a `release` step; after a `usage` report). */
+  held?: number
+  /** Units used in all (`release` with a usage; `usage`: cumulative). */
+  used?: number
+  ended?: boolean
+  overrun?: number
+  /** `'unchanged' | 'shrank' | 'grew' | 'overran'` (`usage`), and by how many units. */
+  change?: string
+  by?: number
+  /** The host is asked to cancel the call's work (`usage`). */
+  cancel?: boolean
+  /** The shed waiter's admission id and class (`shed`). */
+  victim?: number
+  victimClass?: number
+  /** The limits now (`reconfigure`). */
+  limit?: number
+  budget?: number
+  observe?: string
+}
 
 /**
  * The canonical origin key of `url` (`scheme://host:port`; docs/design.md §9). Throws a
@@ -238,13 +437,3 @@ export declare function reasons(): Array<ReasonRow>
 
 /** How many settled ids and events wait to be delivered (0 between native calls; for tests). */
 export declare function settledPending(): number
-
-/** One breaker transition, for the facade's emitter `emitter`. */
-export interface StateChange {
-  emitter: number
-  /** The registry key, or `undefined` outside a registry. */
-  key?: string
-  /** `'closed'`, `'open'` or `'half_open'`. */
-  old: string
-  new: string
-}

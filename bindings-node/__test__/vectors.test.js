@@ -1,8 +1,18 @@
 'use strict'
-// The Node runner of the scenario vectors in tests/vectors/*.json and the policy vectors in
-// tests/vectors/policies/*.json (docs/design.md, scenario vectors; schema tests/vectors/schema.json). It mirrors the
-// Rust runner (tests/tests/vectors.rs): every step runs to quiescence, then exactly the acquires
-// that settled during the step are compared with its `settles`; I2 is checked after every step.
+// The Node runner of the scenario vectors in tests/vectors/*.json, the policy vectors in
+// tests/vectors/policies/*.json and the admission vectors in tests/vectors/admission/*.json
+// (docs/design.md §11; schema tests/vectors/schema.json) — every one of them, none skipped. It
+// mirrors the Rust runner (tests/tests/vectors.rs): every step runs to quiescence, then exactly
+// the acquires that settled during the step are compared with its `settles`; I2 and the
+// budget's counts (in use, overrun held, queued cost, the settlement identity) are checked
+// against the runner's own records after every step.
+// Admission: `cost` / `class` become `acquire({cost, admissionClass})` (a class by index),
+// `try_acquire` runs through the non-throwing `tryAdmit`, a refusal's `bound` /
+// `retry_after_ms` are read from its `detail`, `used` is `release({usage})`, and
+// `refund` / `report_usage` / `orphan` / `apply_limits` / `would_admit` / `set_budget` /
+// `set_observe` / `class_stats` / `key_stats` call the facade's methods. `advance_clock` also
+// stops where a rate-held head conforms and ticks the rate there (the Rust runner's host rate
+// timer), before a queue deadline of the same time.
 // Field names of stats expectations are camel-cased (the top level, and inside `circuit` /
 // `adaptive`): reason keys, reason / state / algorithm strings and registry keys never are.
 // Policies: `config.resilience` becomes the facade's `resilience` (camelCase, `…Ms`); a
@@ -20,8 +30,8 @@ const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const path = require('node:path')
 
-const { Bulkhead, Registry, BulkheadError, __test } = require('../index.js')
-const { kClock, VirtualClock } = __test
+const { Bulkhead, Registry, BulkheadError, StaleRevisionError, __test } = require('../index.js')
+const { kClock, kNative, VirtualClock } = __test
 
 const VECTORS = path.resolve(__dirname, '..', '..', 'tests', 'vectors')
 const POLICY_VECTORS = path.join(VECTORS, 'policies')
@@ -64,14 +74,48 @@ function checkShape(v, file) {
 /** snake_case → camelCase, for field names only. */
 const camel = (k) => k.replace(/_([a-z])/g, (_, c) => c.toUpperCase())
 
-/** A vector config → the facade's options. */
+/**
+ * A vector config → the facade's options: every key camel-cased (`…_ms` → `…Ms`, `"infinite"`
+ * → `Infinity`), `resilience` two levels deep. Unknown keys reach the addon, which refuses them.
+ */
 function options(c = {}) {
   const o = {}
-  if (c.max_concurrent !== undefined) o.maxConcurrent = c.max_concurrent
-  if (c.max_queue !== undefined) o.maxQueue = c.max_queue
-  if (c.queue_timeout_ms !== undefined) o.queueTimeoutMs = ms(c.queue_timeout_ms)
-  if (c.enabled !== undefined) o.enabled = c.enabled
-  if (c.resilience !== undefined) o.resilience = camelKeys(c.resilience, 2)
+  for (const [k, v] of Object.entries(c)) {
+    if (k === 'resilience') o.resilience = camelKeys(v, 2)
+    else o[camel(k)] = k.endsWith('_ms') ? ms(v) : v
+  }
+  return o
+}
+
+/** A vector's class table → the facade's options `{classes, reserve, lending, shed, rates}`. */
+function classTable(t) {
+  if (t === undefined) return {}
+  const o = { classes: t.classes.map((c) => camelKeys(c, 1)) }
+  if (t.reserve !== undefined) o.reserve = camelKeys(t.reserve, 1)
+  if (t.lending !== undefined) o.lending = t.lending
+  if (t.shed !== undefined) o.shed = t.shed
+  if (t.rates !== undefined) o.rates = camelKeys(t.rates, 2)
+  return o
+}
+
+/** An apply_limits step → `applyLimits` options (values as the step gives them). */
+function limitsOf(step) {
+  const o = {}
+  for (const k of ['revision', 'limit', 'budget', 'max_queue', 'queue_timeout_ms']) {
+    if (step[k] !== undefined) o[camel(k)] = k.endsWith('_ms') ? ms(step[k]) : step[k]
+  }
+  if (step.reserve !== undefined) o.reserve = camelKeys(step.reserve, 1)
+  if (step.rates !== undefined) o.rates = camelKeys(step.rates, 2)
+  return o
+}
+
+/** A step's request → `acquire` / `wouldAdmit` options. */
+function requestOf(step) {
+  const o = {}
+  if (step.weight !== undefined) o.weight = step.weight
+  if (step.cost !== undefined) o.cost = step.cost
+  if (step.class !== undefined) o.admissionClass = step.class
+  if (step.timeout_ms !== undefined) o.queueTimeoutMs = ms(step.timeout_ms)
   return o
 }
 
@@ -84,10 +128,16 @@ function camelKeys(v, depth) {
   return Object.fromEntries(Object.entries(v).map(([k, x]) => [camel(k), camelKeys(x, depth - 1)]))
 }
 
-/** A stats expectation → camelCase field names (top level; inside circuit / adaptive). */
+/**
+ * A stats expectation → camelCase field names (top level; inside circuit / adaptive / budget;
+ * the reason keys of rejected_by_reason / observed_by_reason kept).
+ */
 function statsExpect(e) {
   return Object.fromEntries(
-    Object.entries(e).map(([k, v]) => [camel(k), k === 'circuit' || k === 'adaptive' ? camelKeys(v, 1) : v]),
+    Object.entries(e).map(([k, v]) => [
+      camel(k),
+      k === 'circuit' || k === 'adaptive' || k === 'budget' ? camelKeys(v, 1) : v,
+    ]),
   )
 }
 const ms = (t) => (t === 'infinite' ? Infinity : t)
@@ -126,10 +176,12 @@ class Runner {
         ...options(r.defaults),
         overrides,
         ...(r.max_keys !== undefined ? { maxKeys: r.max_keys } : {}),
+        ...(r.global !== undefined ? { global: camelKeys(r.global, 1) } : {}),
         [kClock]: this.clock,
       })
+      this.global = r.global !== undefined
     } else {
-      this.bh = new Bulkhead({ ...options(v.config), [kClock]: this.clock })
+      this.bh = new Bulkhead({ ...options(v.config), ...classTable(v.classes), [kClock]: this.clock })
     }
     /** The breaker transitions heard since the last `expect_events`. */
     this.events = []
@@ -171,6 +223,7 @@ class Runner {
   /** The per-call default queue timeout of `key` (Node merges overrides over the defaults). */
   defaultTimeout(key) {
     if (!this.reg) return this.bh.queueTimeoutMs
+    if (key !== undefined && !this.global) return this.reg.get(key).queueTimeoutMs
     const r = this.v.registry
     const o = r.overrides?.[key]?.queue_timeout_ms ?? r.defaults?.queue_timeout_ms
     return o === undefined ? 30_000 : ms(o)
@@ -190,6 +243,18 @@ class Runner {
     throw e
   }
 
+  /** A refusal's detail against the step's `bound` / `retry_after_ms` (docs/design.md §5.7). */
+  checkDetail(ctx, step, rec) {
+    if (step.bound === undefined && step.retry_after_ms === undefined) return
+    const d = rec.error?.detail
+    assert.ok(d, `${ctx}: ${step.id} has no rejection detail (${rec.outcome})`)
+    if (step.bound !== undefined) assert.equal(d.bound, step.bound, `${ctx}: the bound of ${step.id}`)
+    if (step.retry_after_ms !== undefined) {
+      const got = d.retryAfterMs === null ? null : Math.floor(d.retryAfterMs)
+      assert.equal(got, step.retry_after_ms, `${ctx}: the retry time of ${step.id}`)
+    }
+  }
+
   track(id, rec, promise) {
     promise.then(
       (permit) => {
@@ -202,6 +267,7 @@ class Runner {
       (e) => {
         assert.equal(rec.state, 'pending', `${this.name}: ${id} settled twice`)
         rec.state = 'rejected'
+        rec.error = e
         try {
           rec.outcome = this.outcomeOf(e, rec)
         } catch (err) {
@@ -216,12 +282,23 @@ class Runner {
     const { id, key } = step
     // `key` and `weight` are the runner's own records (what it asked for, less what
     // releasePartial returned), never read back from the addon.
-    const rec = { state: 'pending', permit: null, outcome: null, ac: new AbortController(), immediate: true, key: key ?? null, weight: step.weight ?? 1 }
+    // `cost` / `overrun` / `reported`: the budget units it holds by the same rule (the step's
+    // cost, less refunds, plus usage growth), as the Rust runner keeps them.
+    const rec = {
+      state: 'pending',
+      permit: null,
+      outcome: null,
+      ac: new AbortController(),
+      immediate: true,
+      key: key ?? null,
+      weight: step.weight ?? 1,
+      cost: typeof step.cost === 'number' ? step.cost : 0,
+      overrun: 0,
+      reported: 0,
+    }
     this.acquires.set(id, rec)
     if (queue) {
-      const opts = { signal: rec.ac.signal }
-      if (step.weight !== undefined) opts.weight = step.weight
-      if (step.timeout_ms !== undefined) opts.queueTimeoutMs = ms(step.timeout_ms)
+      const opts = { signal: rec.ac.signal, ...requestOf(step) }
       const p = this.reg ? this.reg.acquire(key, opts) : this.bulkhead(key).acquire(opts)
       assert.ok(p instanceof Promise)
       this.track(id, rec, p)
@@ -235,20 +312,30 @@ class Runner {
       return rec.outcome
     }
     rec.immediate = false
-    const opts = step.weight !== undefined ? { weight: step.weight } : undefined
+    const opts = requestOf(step)
+    // The non-throwing style: a refusal is `{ok: false, reason, detail}`.
     try {
-      const permit = this.reg ? this.reg.tryAcquire(key, opts) : this.bulkhead(key).tryAcquire(opts)
-      if (permit === null) {
+      const r = this.reg ? this.reg.tryAdmit(key, opts) : this.bulkhead(key).tryAdmit(opts)
+      if (!r.ok) {
+        assert.ok(r.error instanceof BulkheadError && r.detail === r.error.detail)
         rec.state = 'rejected'
-        return (rec.outcome = 'concurrency_limit')
+        rec.error = r.error
+        return (rec.outcome = r.reason)
       }
       rec.state = 'held'
-      rec.permit = permit
+      rec.permit = r.permit
       return (rec.outcome = 'granted')
     } catch (e) {
       rec.state = 'rejected'
       return (rec.outcome = this.outcomeOf(e))
     }
+  }
+
+  /** When (virtual ms) a head held back by a rate conforms, or `null`. */
+  rateDue() {
+    if (!this.bh) return null
+    const ms = this.bh[kNative].rateRetryAfterMs
+    return ms === null || ms === undefined ? null : this.now + Math.ceil(ms)
   }
 
   /** Moves the virtual clock and the mock timers forward together. */
@@ -268,16 +355,166 @@ class Runner {
       case 'try_acquire': {
         const got = await this.acquire(step, op === 'acquire')
         assert.equal(got, step.expect, ctx)
+        this.checkDetail(ctx, step, this.acquires.get(step.id))
         break
       }
       case 'release':
       case 'record_outcome': {
         const rec = this.acquires.get(step.id)
         assert.ok(rec && rec.permit, `${ctx}: ${step.id} holds no permit`)
-        const got = step.outcome === undefined ? rec.permit.release() : rec.permit.release({ outcome: step.outcome })
+        const opts = {}
+        if (step.outcome !== undefined) opts.outcome = step.outcome
+        // Usage reported: the unused rest refunded, the excess overrun.
+        if (step.used !== undefined) opts.usage = step.used
+        const got = Object.keys(opts).length === 0 ? rec.permit.release() : rec.permit.release(opts)
         assert.equal(got, step.expect ?? true, ctx)
         assert.equal(got, rec.state === 'held', `${ctx}: a release returns true exactly once`)
         rec.state = 'released'
+        break
+      }
+      case 'orphan': {
+        const rec = this.acquires.get(step.id)
+        assert.ok(rec && rec.state === 'held', `${ctx}: ${step.id} holds no permit`)
+        let got
+        try {
+          got = rec.permit.orphan() ? 'ok' : 'none'
+          // The runner holds none of its permits from here on.
+          if (got === 'ok') rec.weight = 0
+        } catch (e) {
+          assert.ok(e instanceof RangeError, `${ctx}: ${e}`)
+          got = 'refused'
+        }
+        assert.equal(got, step.expect, ctx)
+        break
+      }
+      case 'refund': {
+        const rec = this.acquires.get(step.id)
+        assert.ok(rec && rec.state === 'held', `${ctx}: ${step.id} holds no permit`)
+        let got = 'ok'
+        try {
+          rec.permit.refund(step.n)
+          // The part held past the budget goes first.
+          const over = Math.min(step.n, rec.overrun)
+          rec.overrun -= over
+          rec.cost -= step.n - over
+        } catch (e) {
+          got = this.outcomeOf(e)
+        }
+        assert.equal(got, step.expect ?? 'ok', ctx)
+        break
+      }
+      case 'report_usage': {
+        const rec = this.acquires.get(step.id)
+        assert.ok(rec && rec.state === 'held', `${ctx}: ${step.id} holds no permit`)
+        let got
+        try {
+          const r = rec.permit.reportUsage(step.used, step.remaining ?? 0)
+          got = r.change
+          assert.equal(r.cancel, step.cancel ?? false, `${ctx}: cancel`)
+          assert.equal(rec.permit.cancelRequested || r.cancel, rec.permit.cancelRequested, ctx)
+          if (step.by !== undefined) assert.equal(r.by, step.by, `${ctx}: the change`)
+        } catch (e) {
+          const codes = { ERR_USAGE_DECREASED: 'decreased', ERR_USAGE_TOO_LARGE: 'invalid', ERR_USAGE_RELEASED: 'released' }
+          assert.ok(e instanceof RangeError && e.code in codes, `${ctx}: ${e}`)
+          got = codes[e.code]
+        }
+        assert.equal(got, step.expect, ctx)
+        if (rec.weight > 0) {
+          assert.equal(got === 'decreased', step.used < rec.reported, `${ctx}: cumulative usage`)
+        }
+        // The runner's own record: the hold becomes used + remaining; a shrink takes the part
+        // past the budget first; a growth is charged or held past the budget as expected.
+        if (['unchanged', 'shrank', 'grew', 'overran'].includes(got) && rec.weight > 0) {
+          rec.reported = step.used
+          const target = step.used + (step.remaining ?? 0)
+          const held = rec.cost + rec.overrun
+          if (target < held) {
+            const over = Math.min(held - target, rec.overrun)
+            rec.overrun -= over
+            rec.cost -= held - target - over
+          } else if (got === 'grew') {
+            rec.cost += target - held
+          } else if (got === 'overran') {
+            rec.overrun += target - held
+          }
+        }
+        break
+      }
+      case 'apply_limits': {
+        const bh = this.bulkhead(key)
+        const before = this.stats(key)
+        let got = 'ok'
+        try {
+          bh.applyLimits(limitsOf(step))
+        } catch (e) {
+          if (e instanceof StaleRevisionError) {
+            got = 'stale'
+            if (step.current !== undefined) assert.equal(e.current, step.current, `${ctx}: current`)
+          } else {
+            got = this.outcomeOf(e)
+          }
+        }
+        if (got !== 'ok') {
+          const after = this.stats(key)
+          const pick = (s) => [s.revision, s.limit, s.budget?.limit]
+          assert.deepEqual(pick(after), pick(before), `${ctx}: a refused applyLimits changes nothing`)
+        }
+        assert.equal(got, step.expect ?? 'ok', ctx)
+        break
+      }
+      case 'would_admit': {
+        // In a registry through the registry: a dry run never creates the key.
+        const opts = requestOf(step)
+        const before = JSON.stringify(this.reg ? this.reg.stats() : this.bh.stats())
+        let got, position
+        try {
+          const r = this.reg ? this.reg.wouldAdmit(key, opts) : this.bh.wouldAdmit(opts)
+          got = r.decision
+          position = r.position
+          if (got !== 'admit_now' && got !== 'would_queue') {
+            assert.ok(r.detail && r.detail.reason === got, `${ctx}: detail`)
+          }
+        } catch (e) {
+          got = this.outcomeOf(e)
+        }
+        const after = JSON.stringify(this.reg ? this.reg.stats() : this.bh.stats())
+        assert.equal(after, before, `${ctx}: a dry run changes nothing`)
+        assert.equal(got, step.expect, ctx)
+        if (step.position !== undefined) assert.equal(position, step.position, `${ctx}: position`)
+        break
+      }
+      case 'set_observe': {
+        let got = 'ok'
+        try {
+          this.bulkhead(key).setObserve(step.mode)
+        } catch (e) {
+          got = this.outcomeOf(e)
+        }
+        assert.equal(got, step.expect ?? 'ok', ctx)
+        break
+      }
+      case 'set_budget': {
+        let got = 'ok'
+        try {
+          this.bulkhead(key).setBudget(step.limit)
+        } catch (e) {
+          got = this.outcomeOf(e)
+        }
+        assert.equal(got, step.expect ?? 'ok', ctx)
+        break
+      }
+      case 'class_stats': {
+        const bh = this.bulkhead(undefined)
+        const c = bh.classStats(step.class)
+        const got = { in_flight: c.inFlight, queued: c.queued, shared_in_use: bh[kNative].classSharedInUse()[0] }
+        subset(ctx, step.expect, got)
+        break
+      }
+      case 'key_stats': {
+        assert.ok(this.reg, `${ctx}: not a registry`)
+        const c = this.reg.keyStats(key)
+        assert.ok(c, `${ctx}: no key stats (no global cap, or no key)`)
+        subset(ctx, step.expect, { in_flight: c.inFlight, queued: c.queued, ceiling: c.ceiling, observed: c.observed })
         break
       }
       case 'expect_state': {
@@ -299,6 +536,8 @@ class Runner {
         try {
           rec.permit.releasePartial(step.n)
           rec.weight -= step.n
+          // Units return with the last permit (docs/design.md §4.5).
+          if (rec.weight === 0) rec.cost = rec.overrun = 0
         } catch (e) {
           got = this.outcomeOf(e)
         }
@@ -331,12 +570,24 @@ class Runner {
         break
       case 'advance_clock': {
         const to = this.now + step.ms
-        const due = [...new Set(this.deadlines.filter((d) => d > this.now && d <= to))].sort((a, b) => a - b)
-        for (const d of due) {
-          this.advance(d - this.now)
+        // Stop at every queue deadline and every time a rate-held head conforms, in order
+        // (the host's rate timer ticks before a queue deadline of the same time, as in the
+        // Rust runner); bounded.
+        for (let n = 0; n < 10_000; n++) {
+          const next = Math.min(to, ...this.deadlines.filter((d) => d > this.now))
+          const rate = this.rateDue()
+          if (rate !== null && rate <= next) {
+            this.advance(rate - this.now)
+            this.bh[kNative].rateTick()
+            await this.settle()
+            continue
+          }
+          if (next >= to) break
+          this.advance(next - this.now)
           await this.settle()
         }
         this.advance(to - this.now)
+        await this.settle()
         break
       }
       case 'drain': {
@@ -372,11 +623,39 @@ class Runner {
   checkInvariants(ctx) {
     const held = new Map()
     const queued = new Map()
+    const units = new Map()
+    const over = new Map()
+    const queuedCost = new Map()
+    const add = (m, k, n) => m.set(k, (m.get(k) ?? 0) + n)
     for (const rec of this.acquires.values()) {
-      if (rec.state === 'held') held.set(rec.key, (held.get(rec.key) ?? 0) + rec.weight)
-      if (rec.state === 'pending') queued.set(rec.key, (queued.get(rec.key) ?? 0) + 1)
+      if (rec.state === 'held') {
+        add(held, rec.key, rec.weight)
+        add(units, rec.key, rec.cost)
+        add(over, rec.key, rec.overrun)
+      }
+      if (rec.state === 'pending') {
+        add(queued, rec.key, 1)
+        add(queuedCost, rec.key, rec.cost)
+      }
     }
-    const all = this.reg ? Object.entries(this.reg.stats()) : [[null, this.bh.stats()]]
+    let all = this.reg ? Object.entries(this.reg.stats()) : [[null, this.bh.stats()]]
+    if (this.global) {
+      // Under a global cap (docs/design.md §9.2): each key's class holds what the runner holds
+      // of it, and the one admission holds what all keys hold.
+      for (const [key] of all) {
+        const c = this.reg.keyStats(key)
+        const want = [held.get(key) ?? 0, queued.get(key) ?? 0]
+        assert.deepEqual([c.inFlight, c.queued], want, `${ctx}: key ${key}: ${JSON.stringify(c)}`)
+      }
+      const sum = (m) => [...m.values()].reduce((a, b) => a + b, 0)
+      for (const m of [held, queued, units, over, queuedCost]) {
+        const total = sum(m)
+        m.clear()
+        m.set(null, total)
+      }
+      all = [[null, this.reg.globalStats()]]
+    }
+    for (const [key, s] of all) this.checkBudget(ctx, key, s, units.get(key) ?? 0, over.get(key) ?? 0, queuedCost.get(key) ?? 0)
     for (const [key, s] of all) {
       const h = held.get(key) ?? 0
       const q = queued.get(key) ?? 0
@@ -390,6 +669,26 @@ class Runner {
     }
     const left = [...held].filter(([, w]) => w > 0).concat([...queued])
     assert.deepEqual(left, [], `${ctx}: permits or waiters in bulkheads missing from the stats`)
+  }
+
+  /** The budget of one bulkhead against the units the runner holds (the Rust runner's check). */
+  checkBudget(ctx, key, s, units, over, queuedCost) {
+    const at = `${ctx}: ${JSON.stringify(key)} ${JSON.stringify(s.budget)}`
+    const b = s.budget
+    if (b === null) {
+      assert.deepEqual([units, over], [0, 0], `${at}: no budget but the runner holds ${units} (+${over}) units`)
+      return
+    }
+    assert.equal(b.queuedCost, queuedCost, `${at}: queuedCost vs the runner's queued costs`)
+    assert.equal(b.overrunHeld, over, `${at}: overrunHeld vs the ${over} units held past the budget`)
+    assert.equal(b.inUse, units, `${at}: budget inUse vs the ${units} units held`)
+    assert.equal(b.grantedUnclaimed, 0, `${at}: unclaimed units`)
+    assert.equal(b.available + units, b.limit, `${at}: the budget's I2 with the runner's count`)
+    assert.equal(
+      b.reservedTotal + b.overrunTotal,
+      b.consumedTotal + b.refundedTotal + b.inUse + b.overrunHeld,
+      `${at}: the C30 settlement identity`,
+    )
   }
 
   async run() {
@@ -407,11 +706,13 @@ const vectorFiles = (dir) =>
         .sort()
         .map((f) => path.join(dir, f))
     : []
-const files = [...vectorFiles(VECTORS), ...vectorFiles(POLICY_VECTORS)]
+const ADMISSION_VECTORS = path.join(VECTORS, 'admission')
+const files = [...vectorFiles(VECTORS), ...vectorFiles(POLICY_VECTORS), ...vectorFiles(ADMISSION_VECTORS)]
 const policyFiles = vectorFiles(POLICY_VECTORS)
+const admissionFiles = vectorFiles(ADMISSION_VECTORS)
 const ran = new Set()
 
-describe('scenario vectors (tests/vectors/*.json, tests/vectors/policies/*.json)', () => {
+describe('scenario vectors (tests/vectors/*.json, policies/*.json, admission/*.json)', () => {
   const names = new Set()
   for (const file of files) {
     const f = file
@@ -432,8 +733,10 @@ describe('scenario vectors (tests/vectors/*.json, tests/vectors/policies/*.json)
   }
 
   test('every vector file ran', () => {
-    assert.ok(files.length - policyFiles.length >= 25, `only ${files.length} vectors in ${VECTORS}`)
+    const top = files.length - policyFiles.length - admissionFiles.length
+    assert.ok(top >= 25, `only ${top} vectors in ${VECTORS}`)
     assert.ok(policyFiles.length >= 10, `only ${policyFiles.length} policy vectors in ${POLICY_VECTORS}`)
+    assert.ok(admissionFiles.length >= 99, `only ${admissionFiles.length} admission vectors in ${ADMISSION_VECTORS}`)
     assert.deepEqual([...ran].sort(), [...files].sort())
   })
 })
@@ -507,6 +810,43 @@ describe('the runner can fail', () => {
         { op: 'expect_state', state: 'open' },
         { op: 'expect_events', events: [['closed', 'open']] },
         { op: 'try_acquire', id: 'c', expect: 'circuit_open' },
+      ],
+    })
+  })
+
+  test('wrong admission expectations fail the runner (budget stats, a refused refund, a bound, a reason)', async (t) => {
+    const budget = { max_concurrent: 2, budget: 10 }
+    const granted = { op: 'acquire', id: 'a', cost: 5, expect: 'granted' }
+    for (const steps of [
+      [granted, { op: 'stats', expect: { budget: { in_use: 4 } } }],
+      [granted, { op: 'refund', id: 'a', n: 6 }],
+      [{ op: 'acquire', id: 'a', cost: 11, expect: 'budget_limit' }],
+      [granted, { op: 'release', id: 'a', used: 2 }, { op: 'stats', expect: { budget: { refunded_total: 2 } } }],
+      [granted, { op: 'report_usage', id: 'a', used: 1, expect: 'grew' }],
+      [granted, { op: 'would_admit', cost: 6, expect: 'admit_now' }],
+      [{ op: 'apply_limits', revision: 1, limit: 1, expect: 'stale' }],
+    ]) {
+      await assert.rejects(runs(t, { name: 'b', config: budget, steps }), JSON.stringify(steps))
+    }
+    const wrongBound = {
+      name: 'wb',
+      config: { max_concurrent: 1, max_queue: 0 },
+      steps: [
+        { op: 'acquire', id: 'a', expect: 'granted' },
+        { op: 'acquire', id: 'b', expect: 'concurrency_limit', bound: 'kill_switch' },
+      ],
+    }
+    await assert.rejects(runs(t, wrongBound), /bound/)
+    // …and the right ones pass.
+    await runs(t, {
+      name: 'r',
+      config: budget,
+      steps: [
+        granted,
+        { op: 'would_admit', cost: 6, expect: 'would_queue', position: 1 },
+        { op: 'report_usage', id: 'a', used: 1, expect: 'shrank', by: 4 },
+        { op: 'release', id: 'a', used: 2 },
+        { op: 'stats', expect: { budget: { in_use: 0, consumed_total: 2, refunded_total: 4, overrun_total: 1 } } },
       ],
     })
   })

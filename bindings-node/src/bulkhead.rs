@@ -24,8 +24,9 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead as CoreBulkhead, Call, CallStart, Decision, DrainResult, OwnedPermit,
-    Reason, Rejection, Ticket, Waiter, config::Spelling, drain::DrainOf,
+    AcquireError, Bulkhead as CoreBulkhead, Call, CallStart, Cancelled, Decision, DrainResult,
+    OwnedPermit, Reason, Registry as CoreRegistry, Rejection, Request, Ticket, Waiter,
+    config::Spelling, drain::DrainOf,
 };
 use napi::{
     Env, Error, Result, Status,
@@ -74,13 +75,20 @@ fn report(r: DrainResult) -> DrainReport {
 /// the facade's `BulkheadError` (with this handle's registry key).
 #[napi]
 pub struct NativeBulkhead {
-    bh: Option<Arc<CoreBulkhead>>,
+    pub(crate) bh: Option<Arc<CoreBulkhead>>,
     /// Still reaches the bulkhead after `dispose()` (to count a double release), without
     /// keeping it alive.
     weak: Weak<CoreBulkhead>,
-    key: Option<Rc<str>>,
+    pub(crate) key: Option<Rc<str>>,
     /// This handle's slot for the hot entry points (`fast`), freed with the handle.
     slot: f64,
+    /// The class names of its class table (index = class; empty without classes).
+    pub(crate) names: Rc<[Option<String>]>,
+    /// Under a registry's global cap: the registry, whose `admit` supplies the key's class
+    /// (the bulkhead is the shared admission).
+    pub(crate) via: Option<Arc<CoreRegistry>>,
+    /// Whether admission events were asked for (`events: true`).
+    pub(crate) events: bool,
 }
 
 impl Drop for NativeBulkhead {
@@ -96,17 +104,20 @@ impl NativeBulkhead {
             slot: fast::register(&bh, key.as_ref()),
             bh: Some(bh),
             key,
+            names: Rc::from(Vec::new()),
+            via: None,
+            events: false,
         }
     }
 
-    fn bh(&self) -> Result<&Arc<CoreBulkhead>> {
+    pub(crate) fn bh(&self) -> Result<&Arc<CoreBulkhead>> {
         self.bh
             .as_ref()
             .ok_or_else(|| Error::new(Status::GenericFailure, "bulkhead handle disposed"))
     }
 
-    fn granted(&self, call: OwnedPermit) -> Granted {
-        if call.bulkhead().has_policies() {
+    pub(crate) fn granted(&self, call: OwnedPermit) -> Granted {
+        if !plain(call.bulkhead()) {
             Either::B(NativeCall {
                 call: RefCell::new(Some(call)),
                 key: self.key.clone(),
@@ -117,8 +128,43 @@ impl NativeBulkhead {
         }
     }
 
-    fn refused(&self, env: &Env, e: &AcquireError) -> Error {
+    pub(crate) fn refused(&self, env: &Env, e: &AcquireError) -> Error {
         refused(env, e, self.key.as_deref())
+    }
+
+    /// The bulkhead, for `what` (a method that changes the whole bulkhead): under a registry's
+    /// global cap a key has no bulkhead of its own (the core's `Registry::get` refuses it):
+    /// its handle is the shared admission, which `what` would change for every key — a
+    /// `TypeError` naming `what`.
+    pub(crate) fn own(&self, env: &Env, what: &str) -> Result<&Arc<CoreBulkhead>> {
+        match (&self.via, &self.key) {
+            (Some(_), Some(key)) => Err(type_error(
+                env,
+                format_args!(
+                    "{what}: key {key:?} of a registry with a global cap has no bulkhead of its own \
+                 ({what} would change the shared admission of every key; setLimit sets the \
+                 key's own limit)"
+                ),
+            )),
+            _ => self.bh(),
+        }
+    }
+
+    /// How requests on this handle are read.
+    pub(crate) fn ctx(&self) -> Result<options::RequestCtx<'_>> {
+        Ok(options::RequestCtx {
+            max_concurrent: self.bh()?.max_concurrent(),
+            names: &self.names,
+        })
+    }
+
+    /// The core's decision on `request`: the bulkhead's, or under a global cap the registry's
+    /// (the key's class).
+    pub(crate) fn decide(&self, request: &Request) -> Result<Decision<Arc<CoreBulkhead>, 0>> {
+        Ok(match (&self.via, &self.key) {
+            (Some(reg), Some(key)) => reg.admit(key, request, None),
+            _ => self.bh()?.admit_owned(request, None),
+        })
     }
 
     /// Polls a queued waiter: its grant, or `None` while it is queued (the handle then gives
@@ -138,7 +184,7 @@ impl NativeBulkhead {
     }
 
     /// A queued waiter, with the waker of a fresh id registered (it may have settled first).
-    fn queued(
+    pub(crate) fn queued(
         &self,
         w: Waiter<Arc<CoreBulkhead>, 0>,
     ) -> std::result::Result<Either<Granted, Queued>, AcquireError> {
@@ -164,25 +210,47 @@ impl NativeBulkhead {
         emitter: u32,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
-        let config = options::bulkhead(&env, options)?;
-        let observer = Arc::new(settled::Emitter(emitter));
-        let bh = CoreBulkhead::with_observer(config, clock::source(clock), Some(observer), None)
-            .map_err(|e| range_error(&env, e.spelled(Spelling::Node)))?;
-        Ok(Self::from_arc(Arc::new(bh), None))
+        let o = options::bulkhead(&env, options)?;
+        let observer = Arc::new(settled::Emitter {
+            id: emitter,
+            events: o.events,
+        });
+        let source = clock::source(clock);
+        let (bh, names) = match o.table {
+            None => (
+                CoreBulkhead::with_observer(o.config, source, Some(observer), None),
+                Vec::new(),
+            ),
+            Some(mut b) => {
+                let names = (0..b.len())
+                    .map(|i| b.name_of(i as u16).map(str::to_owned))
+                    .collect();
+                let t = b.table();
+                let bh =
+                    CoreBulkhead::with_classes_and_observer(o.config, &t, source, Some(observer));
+                (bh, names)
+            }
+        };
+        let bh = bh.map_err(|e| range_error(&env, e.spelled(Spelling::Node)))?;
+        let mut nb = Self::from_arc(Arc::new(bh), None);
+        nb.names = Rc::from(names);
+        nb.events = o.events;
+        Ok(nb)
     }
 
-    /// Admits one `acquire()` / `run()` (`options`: `{weight, signal, queueTimeoutMs}`): the
-    /// granted call, or `Queued`. Throws `BulkheadError` when refused (the call ended
-    /// `ignored`), `TypeError` / `RangeError` for a bad option.
+    /// Admits one `acquire()` / `run()` (`options`: `{weight, cost, admissionClass, observe,
+    /// signal, queueTimeoutMs}`, and `getUsage` when `run`): the granted call, or `Queued`.
+    /// Throws `BulkheadError` when refused (the call ended `ignored`), `TypeError` /
+    /// `RangeError` for a bad option.
     #[napi]
     pub fn enqueue(
         &self,
         env: &Env,
         options: Unknown,
+        run: Option<bool>,
     ) -> Result<Either<Either<f64, NativeCall>, Queued>> {
-        let bh = self.bh()?;
-        let request = options::acquire(env, options, bh.max_concurrent())?;
-        let decision = bh.admit_owned(&request, None);
+        let request = options::acquire(env, options, &self.ctx()?, run == Some(true))?;
+        let decision = self.decide(&request)?;
         // Transitions the breaker's check committed, before a waker is registered (a grant
         // during the flush is then seen by the waiter's first poll, never lost).
         settled::flush(env)?;
@@ -194,17 +262,32 @@ impl NativeBulkhead {
         admitted.map_err(|e| self.refused(env, &e))
     }
 
-    /// `tryAcquire()` (`options`: `{weight}`): the granted call, or `null` when not admitted
-    /// at once (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason.
+    /// `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe}`): the granted
+    /// call, or `null` when not admitted at once (`concurrency_limit`, counted). Throws
+    /// `BulkheadError` for any other reason; with `throwAll`, for `concurrency_limit` too.
     #[napi]
-    pub fn try_take(&self, env: &Env, options: Unknown) -> Result<Option<Either<f64, NativeCall>>> {
-        let bh = self.bh()?;
-        let weight = options::try_acquire(env, options, bh.max_concurrent())?;
-        let r = bh.try_acquire_owned(weight);
+    pub fn try_take(
+        &self,
+        env: &Env,
+        options: Unknown,
+        throw_all: Option<bool>,
+    ) -> Result<Option<Either<f64, NativeCall>>> {
+        let request = options::try_acquire(env, options, &self.ctx()?)?;
+        let r = match self.decide(&request)? {
+            Decision::Granted(call) => Ok(call),
+            Decision::Rejected(e) => Err(e),
+            // A no-wait request never queues (if it did, it would give its place back).
+            Decision::Queued(w) => match w.cancel(Reason::ConcurrencyLimit) {
+                Cancelled::Granted(call) => Ok(call),
+                Cancelled::Cancelled(r) | Cancelled::Rejected(r) => Err(AcquireError::Rejected(r)),
+            },
+        };
         settled::flush(env)?;
         match r {
             Ok(call) => Ok(Some(self.granted(call))),
-            Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
+            Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) && throw_all != Some(true) => {
+                Ok(None)
+            }
             Err(e) => Err(self.refused(env, &e)),
         }
     }
@@ -212,10 +295,14 @@ impl NativeBulkhead {
     /// An `acquire()` / `run()` whose signal was aborted before it asked: checks `options`
     /// (throws like `enqueue`) and counts one `aborted`, so that every call shows in the stats.
     #[napi]
-    pub fn aborted_before_admission(&self, env: &Env, options: Unknown) -> Result<()> {
-        let bh = self.bh()?;
-        options::acquire(env, options, bh.max_concurrent())?;
-        bh.aborted_before_admission();
+    pub fn aborted_before_admission(
+        &self,
+        env: &Env,
+        options: Unknown,
+        run: Option<bool>,
+    ) -> Result<()> {
+        options::acquire(env, options, &self.ctx()?, run == Some(true))?;
+        self.bh()?.aborted_before_admission();
         Ok(())
     }
 
@@ -248,13 +335,13 @@ impl NativeBulkhead {
     /// outcome name or `{outcome}`; a plain bulkhead records none).
     #[napi]
     pub fn release(&self, env: &Env, weight: f64, outcome: Unknown) -> Result<()> {
-        options::outcome(env, outcome)?;
+        let (outcome, usage) = options::release(env, outcome)?;
         // The call rebuilt from its parts ends (a plain bulkhead's token is inert).
-        drop(Call::from_parts(
-            &**self.bh()?,
-            weight as u64,
-            CallStart::NONE,
-        ));
+        let call = Call::from_parts(&**self.bh()?, weight as u64, CallStart::NONE);
+        match usage {
+            Some(used) => call.end_with_usage(outcome, used),
+            None => drop(call),
+        }
         settled::flush(env)
     }
 
@@ -293,6 +380,12 @@ impl NativeBulkhead {
     pub fn set_limit(&self, env: &Env, limit: Unknown) -> Result<()> {
         let bh = self.bh()?;
         let limit = count_arg(env, limit, "limit", bh.max_concurrent(), "maxConcurrent")?;
+        // Under a global cap: the key's own limit (its class's ceiling), by the registry.
+        if let (Some(reg), Some(key)) = (&self.via, &self.key) {
+            let set = reg.set_limit(key, limit);
+            settled::flush(env)?;
+            return set.map_err(|e| refused(env, &e.error, Some(&e.key)));
+        }
         let set = bh.set_limit(limit);
         settled::flush(env)?;
         set.map_err(|e| range_error(env, e.spelled(Spelling::Node)))
@@ -300,6 +393,7 @@ impl NativeBulkhead {
 
     #[napi]
     pub fn close(&self, env: &Env) -> Result<()> {
+        self.own(env, "close")?;
         self.bh()?.close();
         settled::flush(env)
     }
@@ -376,11 +470,16 @@ impl NativeBulkhead {
         fast::free(self.slot);
     }
 
-    /// This handle's slot for the hot entry points (`fastTake`, …), or `-1` when they do not
-    /// serve it (a bulkhead with policies: its granted calls are `NativeCall`s).
+    /// This handle's slot for the hot entry points (`fastTake`, …), or negative when they do
+    /// not serve it (a bulkhead whose granted calls are `NativeCall`s, see [`plain`]): `-2` for
+    /// a classed bulkhead (the facade then runs the host's rate timer), else `-1`. One getter,
+    /// so that a registry's per-call handle asks once.
     #[napi(getter)]
     pub fn fast_slot(&self) -> Result<f64> {
-        Ok(if self.bh()?.has_policies() {
+        let bh = self.bh()?;
+        Ok(if bh.class_count() > 0 {
+            -2.0
+        } else if !plain(bh) {
             -1.0
         } else {
             self.slot
@@ -388,13 +487,20 @@ impl NativeBulkhead {
     }
 }
 
+/// Whether a bulkhead's granted call is only its weight: no policies, events or
+/// reservations, no budget (a call's cost), no classes (a call's class), no orphaning (a
+/// call's orphaned state).
+pub(crate) fn plain(bh: &CoreBulkhead) -> bool {
+    !bh.has_policies() && !bh.has_budget() && bh.class_count() == 0 && bh.max_orphaned() == 0
+}
+
 /// One granted call of a bulkhead with policies: owns the core `Call` — its permits and the
 /// state of its guarded call — until it ends (once: later calls do nothing). Made only by
 /// `NativeBulkhead` (no JS constructor).
 #[napi]
 pub struct NativeCall {
-    call: RefCell<Option<OwnedPermit>>,
-    key: Option<Rc<str>>,
+    pub(crate) call: RefCell<Option<OwnedPermit>>,
+    pub(crate) key: Option<Rc<str>>,
 }
 
 #[napi]
@@ -404,10 +510,12 @@ impl NativeCall {
     /// After `timedOut()` the outcome was recorded already: this only releases.
     #[napi]
     pub fn release(&self, env: &Env, outcome: Unknown) -> Result<()> {
-        let outcome = options::outcome(env, outcome)?;
+        let (outcome, usage) = options::release(env, outcome)?;
         let call = self.call.take();
-        if let Some(call) = call {
-            call.end(outcome);
+        match (call, usage) {
+            (Some(call), Some(used)) => call.end_with_usage(outcome, used),
+            (Some(call), None) => call.end(outcome),
+            (None, _) => {}
         }
         settled::flush(env)
     }

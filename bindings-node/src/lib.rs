@@ -20,6 +20,7 @@
 mod bulkhead;
 mod clock;
 mod fast;
+mod gateway;
 mod marshal;
 mod options;
 mod registry;
@@ -33,7 +34,10 @@ use napi::{
 };
 use napi_derive::napi;
 
-use crate::{marshal::JsSnapshot, settled::StateChange};
+use crate::{
+    marshal::{JsDetail, JsSnapshot},
+    settled::NativeEvent,
+};
 
 /// Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`.
 #[napi]
@@ -55,8 +59,8 @@ pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
 #[allow(clippy::type_complexity)]
 #[napi]
 pub fn init(
-    on_settled: Function<FnArgs<(Vec<u32>, Vec<StateChange>)>, ()>,
-    bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>)>, ()>,
+    on_settled: Function<FnArgs<(Vec<u32>, Vec<NativeEvent>)>, ()>,
+    bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>, JsDetail)>, ()>,
     scratch: Float64Array,
     settled_ids: Uint32Array,
 ) -> Result<()> {

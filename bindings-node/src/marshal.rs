@@ -14,7 +14,7 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Rejection, Snapshot,
+    AcquireError, Rejection, RejectionDetail, Snapshot,
     config::{
         convert::{Problem, count_from_f64},
         options::Kind,
@@ -46,8 +46,76 @@ impl From<Snapshot> for JsSnapshot {
     }
 }
 
-/// The arguments of `new BulkheadError(reason, snapshot, key)`.
-pub(crate) type ErrorArgs = FnArgs<(&'static str, JsSnapshot, Option<String>)>;
+/// One dimension's counts at a rejection: `{limit, inUse, available}`.
+#[napi(object)]
+pub struct JsDimension {
+    pub limit: f64,
+    pub in_use: f64,
+    /// Free (negative after a shrink).
+    pub available: f64,
+}
+
+/// A classed bulkhead's refusal of one class: its index, the constraint that held it back
+/// (`'class'`, `'shared'`, `'reserve'`, `'limit'`, …) and the short dimension.
+#[napi(object)]
+pub struct JsClassRefusal {
+    pub class: u32,
+    pub bound: String,
+    /// `'permits'` or `'budget'`.
+    pub dimension: String,
+}
+
+/// A rejection's detail (the core's `RejectionDetail`, docs/design.md §5.7): which constraint
+/// bound (`bound`: `'limit'`, `'kill_switch'`, `'budget'`, `'queue'`, `'queued_cost'`, …), per
+/// dimension `{limit, inUse, available}` (`budget` absent without a budget), the queue, the
+/// revision, a classed refusal's class part, and for `rate_limit` the ms until it conforms.
+#[napi(object)]
+pub struct JsDetail {
+    pub reason: String,
+    pub bound: String,
+    pub calls: JsDimension,
+    pub budget: Option<JsDimension>,
+    pub queued: f64,
+    pub max_queue: f64,
+    pub queued_cost: f64,
+    pub revision: f64,
+    pub class: Option<JsClassRefusal>,
+    pub retry_after_ms: Option<f64>,
+}
+
+impl From<RejectionDetail> for JsDetail {
+    fn from(d: RejectionDetail) -> Self {
+        let dim = |x: hullguard_core::reason::DimensionSnapshot| JsDimension {
+            limit: x.limit as f64,
+            in_use: x.in_use as f64,
+            available: x.available as f64,
+        };
+        JsDetail {
+            reason: d.reason.as_str().to_owned(),
+            bound: d.bound.as_str().to_owned(),
+            calls: dim(d.calls),
+            budget: d.budget.map(dim),
+            queued: d.queued as f64,
+            max_queue: d.max_queue as f64,
+            queued_cost: d.queued_cost as f64,
+            revision: d.revision as f64,
+            class: d.class.map(|c| JsClassRefusal {
+                class: c.class.into(),
+                bound: c.bound.as_str().to_owned(),
+                dimension: if c.dimension == 0 {
+                    "permits"
+                } else {
+                    "budget"
+                }
+                .to_owned(),
+            }),
+            retry_after_ms: d.retry_after.map(ms),
+        }
+    }
+}
+
+/// The arguments of `new BulkheadError(reason, snapshot, key, detail)`.
+pub(crate) type ErrorArgs = FnArgs<(&'static str, JsSnapshot, Option<String>, JsDetail)>;
 
 /// The facade's `BulkheadError` class, registered by `init`.
 type ErrorClass = FunctionRef<ErrorArgs, ()>;
@@ -75,7 +143,7 @@ impl<F: Fn(&mut fmt::Formatter<'_>) -> fmt::Result> Display for Lazy<F> {
 }
 
 /// The error a native method returns once it threw: napi-rs leaves the pending exception.
-fn thrown(r: Result<()>) -> Error {
+pub(crate) fn thrown(r: Result<()>) -> Error {
     r.err()
         .unwrap_or_else(|| Error::new(Status::PendingException, "thrown"))
 }
@@ -103,6 +171,7 @@ pub(crate) fn bulkhead_error<'e>(
         rejection.reason.as_str(),
         JsSnapshot::from(rejection.snapshot),
         key.map(str::to_owned),
+        JsDetail::from(rejection.detail()),
     );
     class.new_instance(args.into())
 }
@@ -111,7 +180,30 @@ pub(crate) fn bulkhead_error<'e>(
 /// weight above `maxConcurrent`, a ring that could not be allocated).
 pub(crate) fn refused(env: &Env, error: &AcquireError, key: Option<&str>) -> Error {
     error.rejection().map_or_else(
-        || range_error(env, error),
+        || match *error {
+            // The core's message in the Node spelling (the per-call option names).
+            AcquireError::InvalidClass { class, classes } if classes > 0 => range_error(
+                env,
+                format_args!(
+                    "admissionClass must be in 0..={} (the class table), got {class}",
+                    classes - 1
+                ),
+            ),
+            AcquireError::InvalidClass { class, .. } => range_error(
+                env,
+                format_args!("admissionClass must be 0 on a bulkhead without classes, got {class}"),
+            ),
+            AcquireError::InvalidWeight {
+                weight,
+                max_concurrent,
+            } => range_error(
+                env,
+                format_args!(
+                    "weight must be an integer in 1..={max_concurrent} (maxConcurrent), got {weight}"
+                ),
+            ),
+            _ => range_error(env, error),
+        },
         |r| thrown(bulkhead_error(env, r, key).and_then(|e| env.throw(e))),
     )
 }

@@ -20,9 +20,13 @@ use std::{
 };
 
 use hullguard_core::{
-    Config, ConfigError, Outcome, RegistryConfig, RegistryConfigError, Request,
+    Config, ConfigError, GlobalCap, LimitsSnapshot, MAX_BUDGET, MAX_PERMITS, MAX_QUEUE, Observe,
+    Outcome, RegistryConfig, RegistryConfigError, Request,
     config::{
-        Part, PartialConfig, Value,
+        Part, PartialConfig, PriorityReserve, Rates, Value,
+        class_options::{
+            self, ClassOptionSpec, ClassSection, ClassTableBuilder, RATE_KEYS, TABLE_KEYS,
+        },
         convert::{count_from_f64, duration_from_millis},
         options::{Kind, OptionId, OptionSpec, Section, Spelling, find, find_part, known_names},
     },
@@ -33,7 +37,7 @@ use napi::{
 };
 
 use crate::marshal::{
-    Lazy, count_arg, expect, js_string, number, range_error, type_error, type_name,
+    Lazy, count_arg, expect, js_string, number, range_error, string, type_error, type_name,
 };
 
 const NODE: Spelling = Spelling::Node;
@@ -77,21 +81,239 @@ fn unknown(env: &Env, at: &str, key: &str, known: impl Display) -> Error {
 
 // ----- construction options -------------------------------------------------------------------
 
+/// What `new Bulkhead(options)` takes: the core's configuration, the class table when any of
+/// its keys is given (`classes`, `reserve`, `rates`, `lending`, `shed`: walked by the core's
+/// class-option table, `config::class_options`), and `events` (admission events wanted).
+pub(crate) struct BulkheadOptions {
+    pub config: Config,
+    pub table: Option<ClassTableBuilder>,
+    pub events: bool,
+}
+
+/// The keys a `Bulkhead`'s options take besides the core's option table, for the "unknown
+/// option" message.
+const BULKHEAD_EXTRA: &str =
+    ", \"classes\", \"reserve\", \"rates\", \"lending\", \"shed\", \"events\"";
+
 /// The configuration of `new Bulkhead(options)`.
-pub(crate) fn bulkhead(env: &Env, opts: Unknown) -> Result<Config> {
+pub(crate) fn bulkhead(env: &Env, opts: Unknown) -> Result<BulkheadOptions> {
     let mut p = PartialConfig::new();
     let top = entries(env, opts, "options must be an object")?;
-    walk(env, &top, Section::Bulkhead, "", "", &mut p)?;
-    p.to_config().map_err(|e| range_error(env, e.spelled(NODE)))
+    let mut table: Option<ClassTableBuilder> = None;
+    let mut events = false;
+    let mut rest = Vec::new();
+    for (key, v) in top {
+        if key == "events" {
+            if let Some(v) = not_null(v)? {
+                let b = expect(env, v, ValueType::Boolean, "events must be a boolean")?;
+                events = b.coerce_to_bool()?;
+            }
+        } else if is_table_key(&key) {
+            if let Some(v) = not_null(v)? {
+                table_option(
+                    env,
+                    table.get_or_insert_with(ClassTableBuilder::new),
+                    &key,
+                    v,
+                )?;
+            }
+        } else {
+            rest.push((key, v));
+        }
+    }
+    walk_with(
+        env,
+        &rest,
+        Section::Bulkhead,
+        "",
+        "",
+        BULKHEAD_EXTRA,
+        &mut p,
+    )?;
+    let config = p
+        .to_config()
+        .map_err(|e| range_error(env, e.spelled(NODE)))?;
+    Ok(BulkheadOptions {
+        config,
+        table,
+        events,
+    })
+}
+
+/// Whether `key` belongs to the class table (its structural keys or its own flags).
+fn is_table_key(key: &str) -> bool {
+    TABLE_KEYS.contains(&key) || class_options::find(ClassSection::Table, NODE, key).is_some()
+}
+
+/// One class-table key of the bulkhead's options into `b`.
+fn table_option(env: &Env, b: &mut ClassTableBuilder, key: &str, v: Unknown) -> Result<()> {
+    match key {
+        "classes" => {
+            let what = "classes must be an array of class objects";
+            let v = expect(env, v, ValueType::Object, what)?;
+            if !v.is_array()? {
+                return Err(type_error(env, format_args!("{what}, got object")));
+            }
+            let arr = v.coerce_to_object()?;
+            for i in 0..arr.get_array_length()? {
+                let c: Unknown = arr.get_element(i)?;
+                let at = format!("classes[{i}].");
+                let given = entries(env, c, format_args!("classes[{i}] must be an object"))?;
+                let i = i as usize;
+                b.ensure_class(i).map_err(|e| range_error(env, e))?;
+                for (k, x) in given {
+                    let Some(x) = not_null(x)? else { continue };
+                    if k == "name" {
+                        let name = string(env, x, &format!("{at}name"))?;
+                        b.set_name(i, &name).map_err(|e| range_error(env, e))?;
+                        continue;
+                    }
+                    let label = format!("classes[{i}]: ");
+                    let spec = class_spec(env, ClassSection::Class, &k, &label)?;
+                    let value = class_value(env, spec, x, &at)?;
+                    b.set(i, spec.id, value).map_err(|e| range_error(env, e))?;
+                }
+            }
+            Ok(())
+        }
+        "reserve" => {
+            for (k, x) in entries(env, v, "reserve must be an object")? {
+                let Some(x) = not_null(x)? else { continue };
+                let spec = class_spec(env, ClassSection::Reserve, &k, "reserve: ")?;
+                let value = class_value(env, spec, x, "reserve.")?;
+                b.set_table(spec.id, value)
+                    .map_err(|e| range_error(env, e))?;
+            }
+            Ok(())
+        }
+        "rates" => {
+            for (rate, r) in entries(env, v, "rates must be an object")? {
+                if !RATE_KEYS.contains(&rate.as_str()) {
+                    return Err(unknown(env, "rates: ", &rate, "\"requests\", \"units\""));
+                }
+                let Some(r) = not_null(r)? else { continue };
+                let at = format!("rates.{rate}.");
+                let given = entries(env, r, format_args!("rates.{rate} must be an object"))?;
+                for (k, x) in given {
+                    let Some(x) = not_null(x)? else { continue };
+                    let label = format!("rates.{rate}: ");
+                    let spec = class_spec(env, ClassSection::Rate, &k, &label)?;
+                    let value = class_value(env, spec, x, &at)?;
+                    b.set_rate(&rate, spec.id, value)
+                        .map_err(|e| range_error(env, e))?;
+                }
+            }
+            Ok(())
+        }
+        _ => {
+            let spec = class_spec(env, ClassSection::Table, key, "")?;
+            let value = class_value(env, spec, v, "")?;
+            b.set_table(spec.id, value).map_err(|e| range_error(env, e))
+        }
+    }
+}
+
+/// The class-table option `key` of `section` (an unknown one is a `TypeError` listing the
+/// known names).
+fn class_spec(
+    env: &Env,
+    section: ClassSection,
+    key: &str,
+    at: &str,
+) -> Result<&'static ClassOptionSpec> {
+    class_options::find(section, NODE, key).ok_or_else(|| {
+        let known = class_options::known_names(section, NODE);
+        unknown(env, at, key, known)
+    })
+}
+
+/// One class-table option's value, converted by its kind with the core's rules.
+fn class_value(env: &Env, spec: &ClassOptionSpec, v: Unknown, at: &str) -> Result<Value> {
+    let name = spec.spelled(NODE);
+    let what =
+        Lazy(|f: &mut fmt::Formatter<'_>| write!(f, "{at}{name} must be {}", spec.range(NODE)));
+    let x = || v.coerce_to_number()?.get_double();
+    let value = match (spec.kind, v.get_type()?) {
+        (Kind::Count { .. }, ValueType::Number) => {
+            count_from_f64(x()?, spec.kind).ok().map(Value::Count)
+        }
+        (Kind::Duration { .. }, ValueType::Number) => duration_from_millis(x()?, spec.kind)
+            .ok()
+            .map(Value::Duration),
+        (Kind::Number { .. }, ValueType::Number) => Some(Value::Number(x()?)),
+        (Kind::Bool, ValueType::Boolean) => Some(Value::Bool(v.coerce_to_bool()?)),
+        (Kind::Choice(choices), ValueType::String) => {
+            let s = js_string(&v)?;
+            choices.iter().find(|c| **c == s).map(|c| Value::Choice(c))
+        }
+        _ => {
+            return Err(type_error(
+                env,
+                format_args!("{what}, got {}", type_name(&v)?),
+            ));
+        }
+    };
+    value.ok_or_else(|| {
+        range_error(
+            env,
+            format_args!("{what}, got {}", js_string(&v).unwrap_or_default()),
+        )
+    })
 }
 
 /// The configuration of `new Registry(options)`: its defaults (with `maxKeys`) and one partial
 /// configuration per `overrides` key, which the core merges key by key over the defaults (and
 /// whose URL-shaped keys it canonicalises with `origin_key`).
-pub(crate) fn registry(env: &Env, opts: Unknown) -> Result<RegistryConfig> {
-    let top = entries(env, opts, "options must be an object")?;
+pub(crate) fn registry(env: &Env, opts: Unknown) -> Result<(RegistryConfig, bool)> {
+    let mut top = entries(env, opts, "options must be an object")?;
+    // `events: true`: admission events of every key.
+    let mut events = false;
+    if let Some(i) = top.iter().position(|(k, _)| k == "events") {
+        let (_, v) = top.remove(i);
+        if let Some(v) = not_null(v)? {
+            let b = expect(env, v, ValueType::Boolean, "events must be a boolean")?;
+            events = b.coerce_to_bool()?;
+        }
+    }
+    // `global: {limit, maxQueue}`: one cap over every key (docs/design.md §9.2).
+    let mut global = None;
+    if let Some(i) = top.iter().position(|(k, _)| k == "global") {
+        let (_, g) = top.remove(i);
+        if let Some(g) = not_null(g)? {
+            let mut cap = GlobalCap {
+                limit: 0,
+                max_queue: 0,
+            };
+            let mut limit = None;
+            for (k, x) in entries(env, g, "global must be an object")? {
+                match k.as_str() {
+                    "limit" => {
+                        limit = Some(count_arg(
+                            env,
+                            x,
+                            "global.limit",
+                            MAX_PERMITS,
+                            "MAX_PERMITS",
+                        )?)
+                    }
+                    "maxQueue" => cap.max_queue = count0(env, x, "global.maxQueue", MAX_QUEUE)?,
+                    _ => return Err(unknown(env, "global: ", &k, "\"limit\", \"maxQueue\"")),
+                }
+            }
+            cap.limit = limit.ok_or_else(|| type_error(env, "global.limit is required"))?;
+            global = Some(cap);
+        }
+    }
     let mut defaults = PartialConfig::new();
-    walk(env, &top, Section::Registry, "", "", &mut defaults)?;
+    walk_with(
+        env,
+        &top,
+        Section::Registry,
+        "",
+        "",
+        ", \"overrides\", \"global\", \"events\"",
+        &mut defaults,
+    )?;
     let mut overrides = Vec::new();
     // `null` (the core's null rule): no overrides, or an override that sets nothing.
     let given = top.iter().filter(|(k, _)| k == "overrides");
@@ -107,7 +329,10 @@ pub(crate) fn registry(env: &Env, opts: Unknown) -> Result<RegistryConfig> {
             overrides.push((key, p));
         }
     }
-    RegistryConfig::from_partial(&defaults, overrides).map_err(|e| registry_error(env, e))
+    let mut rc =
+        RegistryConfig::from_partial(&defaults, overrides).map_err(|e| registry_error(env, e))?;
+    rc.global = global;
+    Ok((rc, events))
 }
 
 fn registry_error(env: &Env, e: RegistryConfigError) -> Error {
@@ -140,6 +365,20 @@ fn walk(
     label: &str,
     p: &mut PartialConfig,
 ) -> Result<()> {
+    walk_with(env, given, section, at, label, "", p)
+}
+
+/// [`walk`], with `extra` appended to the known names of an "unknown option" message (the
+/// keys the caller took out before walking).
+fn walk_with(
+    env: &Env,
+    given: &Entries,
+    section: Section,
+    at: &str,
+    label: &str,
+    extra: &str,
+    p: &mut PartialConfig,
+) -> Result<()> {
     for (key, v) in given {
         // A registry's own object also holds the bulkhead options (its defaults).
         let defaults =
@@ -163,6 +402,7 @@ fn walk(
             walk(env, &inner, part, at, &label, p)?;
         } else if !(section == Section::Registry && key == "overrides") {
             let known = known_names(section, NODE);
+            let known = format_args!("{known}{extra}");
             return Err(unknown(env, &format!("{at}{label}"), key, known));
         }
     }
@@ -237,35 +477,235 @@ fn deadline(env: &Env, v: Unknown, name: impl Display) -> Result<Duration> {
     })
 }
 
-/// `acquire()` / `run()` options: `{weight, signal, queueTimeoutMs}`. `signal` is the facade's;
-/// `queueTimeoutMs` `null` (like `undefined`) is the bulkhead's own.
-pub(crate) fn acquire(env: &Env, opts: Unknown, max_concurrent: u64) -> Result<Request> {
+/// How a bulkhead reads a request's class and checks its weight: `maxConcurrent`, and the
+/// class names of its class table (index = the core's class index).
+pub(crate) struct RequestCtx<'a> {
+    pub max_concurrent: u64,
+    pub names: &'a [Option<String>],
+}
+
+/// The per-call keys of `acquire()` / `wouldAdmit()`, for "unknown option".
+const ACQUIRE_KEYS: &str =
+    "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\"";
+/// The per-call keys of `run()`: `acquire()`'s and `getUsage`.
+const RUN_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\", \"getUsage\"";
+/// The per-call keys of `tryAcquire()` (it never queues).
+const TRY_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\"";
+
+/// Which call's options a request is read from (they differ in the keys they take).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    /// `tryAcquire()`: no `signal`, `queueTimeoutMs` or `getUsage`.
+    Try,
+    /// `acquire()` / `admit()` / `wouldAdmit()`: no `getUsage` (only `run()` settles with it).
+    Acquire,
+    /// `run()`.
+    Run,
+}
+
+/// `acquire()` options (`run`: `run()`'s, which take `getUsage` too): `{weight, cost,
+/// admissionClass, observe, signal, queueTimeoutMs}` (`signal` and `getUsage` are the
+/// facade's). `null` (like `undefined`) is not given: one permit, no cost, class 0, the
+/// bulkhead's own timeout.
+pub(crate) fn acquire(env: &Env, opts: Unknown, ctx: &RequestCtx, run: bool) -> Result<Request> {
+    let keys = if run { Keys::Run } else { Keys::Acquire };
+    request(env, opts, ctx, keys)
+}
+
+/// `tryAcquire()` options: `{weight, cost, admissionClass, observe}`; a request that does not
+/// queue.
+pub(crate) fn try_acquire(env: &Env, opts: Unknown, ctx: &RequestCtx) -> Result<Request> {
+    request(env, opts, ctx, Keys::Try).map(Request::no_wait)
+}
+
+fn request(env: &Env, opts: Unknown, ctx: &RequestCtx, keys: Keys) -> Result<Request> {
     let mut r = Request::new(1);
     let timeout = OptionId::QueueTimeout.spec().spelled(NODE);
+    let queue = keys != Keys::Try;
     for (key, v) in entries(env, opts, "options must be an object")? {
+        let given = not_null(v)?;
         match key.as_str() {
-            // `null`: not given (the core's null rule), one permit.
             "weight" => {
-                if let Some(v) = not_null(v)? {
-                    r.weight = count_arg(env, v, "weight", max_concurrent, "maxConcurrent")?;
+                if let Some(v) = given {
+                    let max = ctx.max_concurrent;
+                    r.weight = count_arg(env, v, "weight", max, "maxConcurrent")?;
                 }
             }
-            "signal" => {}
-            k if timeout.is(k) => {
-                let given = not_null(v)?;
+            // The core judges the cost against the budget (`invalid` above its ceiling).
+            "cost" => {
+                if let Some(v) = given {
+                    r.cost = count0(env, v, "cost", MAX_BUDGET)?;
+                }
+            }
+            "admissionClass" => {
+                if let Some(v) = given {
+                    r.class = class_arg(env, v, ctx.names)?;
+                }
+            }
+            "observe" => {
+                if let Some(v) = given {
+                    r.observe = observe_arg(env, v, "observe")?;
+                }
+            }
+            "signal" if queue => {}
+            "getUsage" if keys == Keys::Run => {}
+            k if queue && timeout.is(k) => {
                 r.queue_timeout = given.map(|v| deadline(env, v, timeout)).transpose()?;
+            }
+            k => {
+                let known = match keys {
+                    Keys::Try => TRY_KEYS,
+                    Keys::Acquire => ACQUIRE_KEYS,
+                    Keys::Run => RUN_KEYS,
+                };
+                return Err(unknown(env, "", k, known));
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// A count that may be 0 (`cost`, `usage`, `remaining`): a safe integer in `0 ..= max`.
+pub(crate) fn count0(env: &Env, v: Unknown, name: &str, max: u64) -> Result<u64> {
+    let what =
+        Lazy(|f: &mut fmt::Formatter<'_>| write!(f, "{name} must be an integer in 0..={max}"));
+    let x = number(env, v, &what)?;
+    count_from_f64(x, Kind::Count { min: 0, max }).map_err(|_| {
+        range_error(
+            env,
+            format_args!("{what}, got {}", js_string(&v).unwrap_or_default()),
+        )
+    })
+}
+
+/// An admission class: a name of the class table, or an index (the core refuses one the
+/// bulkhead does not have).
+pub(crate) fn class_arg(env: &Env, v: Unknown, names: &[Option<String>]) -> Result<u16> {
+    let known = || {
+        let n: Vec<String> = names.iter().flatten().map(|n| format!("{n:?}")).collect();
+        if n.is_empty() {
+            "none".to_owned()
+        } else {
+            n.join(", ")
+        }
+    };
+    match v.get_type()? {
+        ValueType::String => {
+            let s = js_string(&v)?;
+            let i = names.iter().position(|n| n.as_deref() == Some(s.as_str()));
+            i.map(|i| i as u16).ok_or_else(|| {
+                range_error(
+                    env,
+                    format_args!(
+                        "admissionClass must be a class name ({}) or index, got {s:?}",
+                        known()
+                    ),
+                )
+            })
+        }
+        ValueType::Number => {
+            let x = v.coerce_to_number()?.get_double()?;
+            let n = count_from_f64(
+                x,
+                Kind::Count {
+                    min: 0,
+                    max: u64::from(u16::MAX),
+                },
+            );
+            n.map(|n| n as u16).map_err(|_| {
+                range_error(
+                    env,
+                    format_args!(
+                        "admissionClass must be a class index in 0..={}, got {x}",
+                        u16::MAX
+                    ),
+                )
+            })
+        }
+        _ => Err(type_error(
+            env,
+            format_args!(
+                "admissionClass must be a class name ({}) or index, got {}",
+                known(),
+                type_name(&v)?
+            ),
+        )),
+    }
+}
+
+/// An observe mode: `'off' | 'concurrency' | 'budget' | 'all'`.
+pub(crate) fn observe_arg(env: &Env, v: Unknown, name: &str) -> Result<Observe> {
+    let what = Lazy(|f: &mut fmt::Formatter<'_>| {
+        let c: Vec<String> = Observe::CHOICES.iter().map(|c| format!("'{c}'")).collect();
+        write!(f, "{name} must be one of {}", c.join(", "))
+    });
+    let s = js_string(&expect(env, v, ValueType::String, &what)?)?;
+    Observe::parse(&s).ok_or_else(|| range_error(env, format_args!("{what}, got {s:?}")))
+}
+
+/// `applyLimits(options)`: `{revision, limit, budget, maxQueue, queueTimeoutMs, reserve,
+/// rates}` as the core's snapshot (`revision` required) and the class table's run-time part
+/// (`reserve`, `rates`: the class-option table's). The core judges every value.
+pub(crate) fn limits(
+    env: &Env,
+    opts: Unknown,
+) -> Result<(LimitsSnapshot, Option<PriorityReserve>, Option<Rates>)> {
+    let mut snap = LimitsSnapshot::new(0);
+    let mut revision = None;
+    let (mut reserve, mut rates) = (None, None);
+    let big = u64::MAX >> 11; // any safe integer: the core names what is out of range
+    for (key, v) in entries(env, opts, "options must be an object")? {
+        let Some(v) = not_null(v)? else { continue };
+        match key.as_str() {
+            "revision" => revision = Some(count0(env, v, "revision", big)?),
+            "limit" => snap.limit = Some(count0(env, v, "limit", big)?),
+            "budget" => snap.budget = Some(count0(env, v, "budget", big)?),
+            "maxQueue" => snap.max_queue = Some(count0(env, v, "maxQueue", big)?),
+            "queueTimeoutMs" => snap.queue_timeout = Some(deadline(env, v, "queueTimeoutMs")?),
+            "reserve" => {
+                let mut b = ClassTableBuilder::new();
+                table_option(env, &mut b, &key, v)?;
+                reserve = Some(b.reserve());
+            }
+            "rates" => {
+                let mut b = ClassTableBuilder::new();
+                table_option(env, &mut b, &key, v)?;
+                rates = Some(b.rates());
             }
             k => {
                 return Err(unknown(
                     env,
                     "",
                     k,
-                    format_args!("\"weight\", \"signal\", \"{timeout}\""),
+                    "\"revision\", \"limit\", \"budget\", \"maxQueue\", \"queueTimeoutMs\", \"reserve\", \"rates\"",
                 ));
             }
         }
     }
-    Ok(r)
+    snap.revision =
+        revision.ok_or_else(|| type_error(env, "revision is required (an integer >= 0)"))?;
+    Ok((snap, reserve, rates))
+}
+
+/// `release()` options: `undefined`, an outcome name, or `{outcome, usage}` (`usage`: the
+/// budget units the call used in all; the core refunds the rest).
+pub(crate) fn release(env: &Env, v: Unknown) -> Result<(Outcome, Option<u64>)> {
+    if matches!(v.get_type()?, ValueType::String | ValueType::Undefined) {
+        return Ok((outcome(env, v)?, None));
+    }
+    let mut out = (Outcome::Success, None);
+    for (key, x) in entries(env, v, "options must be an object")? {
+        match key.as_str() {
+            "outcome" => out.0 = outcome(env, x)?,
+            "usage" => {
+                out.1 = not_null(x)?
+                    .map(|x| count0(env, x, "usage", MAX_BUDGET))
+                    .transpose()?
+            }
+            k => return Err(unknown(env, "", k, "\"outcome\", \"usage\"")),
+        }
+    }
+    Ok(out)
 }
 
 /// The value of the one key an options object may have, if given.
@@ -278,17 +718,6 @@ fn only<'e>(env: &Env, opts: Unknown<'e>, name: &str) -> Result<Option<Unknown<'
         value = Some(v);
     }
     Ok(value)
-}
-
-/// `tryAcquire()` options: `{weight}`.
-pub(crate) fn try_acquire(env: &Env, opts: Unknown, max_concurrent: u64) -> Result<u64> {
-    let given = only(env, opts, "weight")?
-        .map(not_null)
-        .transpose()?
-        .flatten();
-    given.map_or(Ok(1), |v| {
-        count_arg(env, v, "weight", max_concurrent, "maxConcurrent")
-    })
 }
 
 /// `drain()` options: `{timeoutMs}`; `undefined`, `null` or `Infinity` wait until idle.

@@ -3,7 +3,11 @@
 
 use std::{rc::Rc, sync::Arc};
 
-use hullguard_core::{Registry as CoreRegistry, origin_key as core_origin_key};
+use hullguard_core::{
+    Registry as CoreRegistry,
+    config::options::{Section, Spelling, find},
+    origin_key as core_origin_key,
+};
 use napi::{
     Env, Result,
     bindgen_prelude::{Object, Unknown},
@@ -20,7 +24,12 @@ use crate::{
 /// A registry. Errors as `NativeBulkhead`'s; an override's start with `overrides["key"]: `.
 #[napi]
 pub struct NativeRegistry {
-    reg: CoreRegistry,
+    reg: Arc<CoreRegistry>,
+    /// Whether admission events were asked for (`events: true`).
+    events: bool,
+    /// Whether it has a global cap (read once: `global_stats()` builds the shared admission's
+    /// whole stats, and `get` runs for every call).
+    global: bool,
 }
 
 #[napi]
@@ -34,11 +43,19 @@ impl NativeRegistry {
         emitter: u32,
         clock: Option<&VirtualClock>,
     ) -> Result<Self> {
-        let config = options::registry(&env, options)?;
-        let observer = Arc::new(settled::Emitter(emitter));
+        let (config, events) = options::registry(&env, options)?;
+        let global = config.global.is_some();
+        let observer = Arc::new(settled::Emitter {
+            id: emitter,
+            events,
+        });
         let reg = CoreRegistry::with_observer(config, clock::source(clock), Some(observer))
-            .map_err(|e| range_error(&env, e))?;
-        Ok(Self { reg })
+            .map_err(|e| range_error(&env, node_names(&e.to_string())))?;
+        Ok(Self {
+            reg: Arc::new(reg),
+            events,
+            global,
+        })
     }
 
     /// A handle on `key`'s bulkhead (created on first use). Throws `BulkheadError`
@@ -46,10 +63,61 @@ impl NativeRegistry {
     #[napi]
     pub fn get(&self, env: &Env, key: Unknown) -> Result<NativeBulkhead> {
         let key = string(env, key, "key")?;
-        self.reg
-            .get(&key)
+        // Under a global cap the key decides through the registry (its class of the shared
+        // admission), whose tickets poll on the shared admission.
+        let global = self.global;
+        let bh = if global {
+            self.reg.admission_of(&key)
+        } else {
+            self.reg.get(&key)
+        };
+        let mut nb = bh
             .map(|bh| NativeBulkhead::from_arc(bh, Some(Rc::from(key.as_str()))))
-            .map_err(|e| refused(env, &e.error, Some(&e.key)))
+            .map_err(|e| refused(env, &e.error, Some(&e.key)))?;
+        if global {
+            nb.via = Some(self.reg.clone());
+        }
+        nb.events = self.events;
+        Ok(nb)
+    }
+
+    /// Under a global cap, `key`'s own counts (`{inFlight, queued, ceiling, observed, …}`),
+    /// else `null`; `null` for a key that does not exist (it is not created).
+    #[napi(ts_return_type = "Record<string, unknown> | null")]
+    pub fn key_stats<'e>(&self, env: &'e Env, key: Unknown) -> Result<Option<Object<'e>>> {
+        let key = string(env, key, "key")?;
+        self.reg
+            .key_stats(&key)
+            .map(|c| crate::gateway::class_stats_object(env, &c))
+            .transpose()
+    }
+
+    /// Under a global cap, the shared admission's stats (`limit` is the cap); else `null`.
+    #[napi(ts_return_type = "Record<string, unknown> | null")]
+    pub fn global_stats<'e>(&self, env: &'e Env) -> Result<Option<Object<'e>>> {
+        let s = self.reg.global_stats();
+        settled::flush(env)?;
+        s.map(|s| stats::object(env, &s)).transpose()
+    }
+
+    /// What an admission on `key` would decide now, without creating the key (see
+    /// `NativeBulkhead.wouldAdmit`; the registry's default class names: none).
+    #[napi]
+    pub fn would_admit(
+        &self,
+        env: &Env,
+        key: Unknown,
+        options: Unknown,
+    ) -> Result<crate::gateway::JsWouldAdmit> {
+        let key = string(env, key, "key")?;
+        let ctx = options::RequestCtx {
+            max_concurrent: hullguard_core::MAX_PERMITS,
+            names: &[],
+        };
+        let request = options::acquire(env, options, &ctx, false)?;
+        let got = self.reg.would_admit(&key, &request);
+        settled::flush(env)?;
+        crate::gateway::would_admit_js(env, got, Some(&key))
     }
 
     /// `{key: stats}` (keys unchanged).
@@ -79,6 +147,12 @@ impl NativeRegistry {
         self.reg.len() as u32
     }
 
+    /// Whether admission events were asked for (`events: true`).
+    #[napi(getter)]
+    pub fn events(&self) -> bool {
+        self.events
+    }
+
     #[napi(getter)]
     pub fn max_keys(&self) -> f64 {
         self.reg.max_keys() as f64
@@ -91,4 +165,36 @@ impl NativeRegistry {
 pub fn origin_key(env: &Env, url: Unknown) -> Result<String> {
     let url = string(env, url, "url")?;
     core_origin_key(&url).map_err(|e| type_error(env, e))
+}
+
+/// A core message with its option names (`max_keys`, `start_limit`, …: the core's spelling,
+/// which the global cap's refusals use in their prose) in the Node spelling (`maxKeys`,
+/// `startLimit`); quoted parts (keys) are left as they are.
+fn node_names(message: &str) -> String {
+    fn spelled(word: &str) -> Option<String> {
+        if !word.contains('_') {
+            return None;
+        }
+        let spec = find(Section::Registry, Spelling::Python, word)
+            .or_else(|| find(Section::Bulkhead, Spelling::Python, word))?;
+        Some(spec.spelled(Spelling::Node).to_string())
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut word = String::new();
+    let mut quoted = false;
+    for c in message.chars().chain(std::iter::once('\0')) {
+        if !quoted && (c.is_ascii_alphanumeric() || c == '_') {
+            word.push(c);
+            continue;
+        }
+        out.push_str(&spelled(&word).unwrap_or_else(|| std::mem::take(&mut word)));
+        word.clear();
+        if c == '"' {
+            quoted = !quoted;
+        }
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    out
 }

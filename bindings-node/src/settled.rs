@@ -20,32 +20,213 @@ use std::{
     task::{Wake, Waker},
 };
 
-use hullguard_core::{Event, Observer};
+use hullguard_core::{Event, HoldChange, Observer};
 use napi::{
     Env, Result,
     bindgen_prelude::{FnArgs, Function, FunctionRef},
 };
 use napi_derive::napi;
 
-/// One breaker transition, for the facade's emitter `emitter`.
+/// One event for the facade's emitter `emitter` (docs/design.md §8.2): a breaker transition
+/// (`kind` `'stateChange'`, `old` / `new`), or — on a bulkhead built with `events: true` — an
+/// admission event (`'admit'`, `'reject'`, `'observeBypass'`, `'release'`, `'usage'`,
+/// `'reconfigure'`, `'shed'`) with the fields of its kind (the others `undefined`). Counts are
+/// numbers (exact to 2^53), times ns.
 #[napi(object)]
-pub struct StateChange {
+#[derive(Default)]
+pub struct NativeEvent {
     pub emitter: u32,
+    /// The event's name, camel-cased from the core's (`observe_bypass` → `observeBypass`).
+    pub kind: String,
     /// The registry key, or `undefined` outside a registry.
     pub key: Option<String>,
-    /// `'closed'`, `'open'` or `'half_open'`.
-    pub old: String,
-    pub new: String,
+    /// `'closed'`, `'open'` or `'half_open'` (`stateChange`).
+    pub old: Option<String>,
+    pub new: Option<String>,
+    /// The admission id.
+    pub id: Option<f64>,
+    /// The admission class (index).
+    pub class: Option<u32>,
+    /// The revision of the limits in force.
+    pub revision: Option<f64>,
+    pub weight: Option<f64>,
+    pub cost: Option<f64>,
+    /// Whether it waited in the queue first.
+    pub queued: Option<bool>,
+    pub decision_ns: Option<f64>,
+    pub wait_ns: Option<f64>,
+    /// The reason (`reject`; `observeBypass`: what enforcing would have answered).
+    pub reason: Option<String>,
+    /// Units held (before a `release` step; after a `usage` report).
+    pub held: Option<f64>,
+    /// Units used in all (`release` with a usage; `usage`: cumulative).
+    pub used: Option<f64>,
+    pub ended: Option<bool>,
+    pub overrun: Option<f64>,
+    /// `'unchanged' | 'shrank' | 'grew' | 'overran'` (`usage`), and by how many units.
+    pub change: Option<String>,
+    pub by: Option<f64>,
+    /// The host is asked to cancel the call's work (`usage`).
+    pub cancel: Option<bool>,
+    /// The shed waiter's admission id and class (`shed`).
+    pub victim: Option<f64>,
+    pub victim_class: Option<u32>,
+    /// The limits now (`reconfigure`).
+    pub limit: Option<f64>,
+    pub budget: Option<f64>,
+    pub observe: Option<String>,
+}
+
+/// `snake_case` → `camelCase` (an event's name).
+fn camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut up = false;
+    for c in name.chars() {
+        match c {
+            '_' => up = true,
+            c if up => {
+                out.push(c.to_ascii_uppercase());
+                up = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl NativeEvent {
+    /// The event `e` for emitter `emitter`.
+    fn of(emitter: u32, e: &Event<'_>) -> Self {
+        let n = |x: u64| Some(x as f64);
+        let mut out = NativeEvent {
+            emitter,
+            kind: camel(e.name()),
+            key: e.key().map(str::to_owned),
+            ..NativeEvent::default()
+        };
+        match *e {
+            Event::StateChange { old, new, .. } => {
+                out.old = Some(old.as_str().to_owned());
+                out.new = Some(new.as_str().to_owned());
+            }
+            Event::Admit {
+                id,
+                class,
+                revision,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                (out.weight, out.cost, out.queued) = (n(weight), n(cost), Some(queued));
+                (out.decision_ns, out.wait_ns) = (n(decision_ns), n(wait_ns));
+            }
+            Event::Reject {
+                id,
+                class,
+                revision,
+                reason,
+                weight,
+                cost,
+                queued,
+                decision_ns,
+                wait_ns,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                (out.weight, out.cost, out.queued) = (n(weight), n(cost), Some(queued));
+                (out.decision_ns, out.wait_ns) = (n(decision_ns), n(wait_ns));
+                out.reason = Some(reason.as_str().to_owned());
+            }
+            Event::ObserveBypass {
+                id,
+                class,
+                revision,
+                reason,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                out.reason = Some(reason.as_str().to_owned());
+            }
+            Event::Release {
+                id,
+                class,
+                revision,
+                weight,
+                held,
+                used,
+                ended,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                (out.weight, out.held, out.ended) = (n(weight), n(held), Some(ended));
+                out.used = used.and_then(n);
+            }
+            Event::Usage {
+                id,
+                class,
+                revision,
+                used,
+                held,
+                overrun,
+                change,
+                cancel,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                (out.used, out.held, out.overrun) = (n(used), n(held), n(overrun));
+                let (name, by) = hold_change(change);
+                (out.change, out.by, out.cancel) = (Some(name.to_owned()), n(by), Some(cancel));
+            }
+            Event::Shed {
+                id,
+                class,
+                revision,
+                victim,
+                victim_class,
+                ..
+            } => {
+                (out.id, out.class, out.revision) = (n(id), Some(class.into()), n(revision));
+                (out.victim, out.victim_class) = (n(victim), Some(victim_class.into()));
+            }
+            Event::Reconfigure {
+                revision,
+                limit,
+                budget,
+                observe,
+                ..
+            } => {
+                (out.revision, out.limit) = (n(revision), n(limit));
+                out.budget = budget.and_then(n);
+                out.observe = Some(observe.as_str().to_owned());
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+/// A usage report's change as its name and size (`'shrank'`, 3).
+pub(crate) fn hold_change(c: HoldChange) -> (&'static str, u64) {
+    match c {
+        HoldChange::Unchanged => ("unchanged", 0),
+        HoldChange::Shrank(n) => ("shrank", n),
+        HoldChange::Grew(n) => ("grew", n),
+        HoldChange::Overran(n) => ("overran", n),
+    }
 }
 
 /// The arguments of the facade's `onSettled(ids, events)`.
-pub(crate) type SettledArgs = FnArgs<(Vec<u32>, Vec<StateChange>)>;
+pub(crate) type SettledArgs = FnArgs<(Vec<u32>, Vec<NativeEvent>)>;
 
 type OnSettled = FunctionRef<SettledArgs, ()>;
 
 struct Queue {
     ids: Vec<u32>,
-    events: Vec<StateChange>,
+    events: Vec<NativeEvent>,
     last_id: u32,
     flushing: bool,
 }
@@ -172,25 +353,20 @@ pub(crate) fn waker_of(id: u32) -> Waker {
 }
 
 /// The observer of one facade emitter (a bulkhead, or every key of a registry): queues each
-/// event for `onSettled`.
-pub(crate) struct Emitter(pub(crate) u32);
+/// event for `onSettled`. Admission events only when `events` (asked for at construction: the
+/// core reads `admission_events` once, so without it the plain path stays plain).
+pub(crate) struct Emitter {
+    pub(crate) id: u32,
+    pub(crate) events: bool,
+}
 
 impl Observer for Emitter {
-    /// Breaker transitions only, until the bindings deliver admission events (issue 16): the
-    /// plain path stays plain.
     fn admission_events(&self) -> bool {
-        false
+        self.events
     }
 
     fn on_event(&self, event: &Event<'_>) {
-        if let Event::StateChange { key, old, new, .. } = *event {
-            let change = StateChange {
-                emitter: self.0,
-                key: key.map(str::to_owned),
-                old: old.as_str().to_owned(),
-                new: new.as_str().to_owned(),
-            };
-            QUEUE.with(|q| q.borrow_mut().events.push(change));
-        }
+        let e = NativeEvent::of(self.id, event);
+        QUEUE.with(|q| q.borrow_mut().events.push(e));
     }
 }
