@@ -39,11 +39,22 @@
 #define HG_MAX_QUEUE 1048576
 
 /**
+ * Largest budget (`hg_config.budget`, costs, usage): 2^40 - 1.
+ */
+#define HG_MAX_BUDGET 1099511627775
+
+/**
+ * "Not set / leave as it is" in a `uint64_t` field that has no other spare value:
+ * `hg_config.start_limit`, the fields of `hg_limits`, the ceilings of `hg_class`. The same
+ * number as `HG_TIMEOUT_DEFAULT`.
+ */
+#define HG_UNSET (UINT64_MAX - 1)
+
+/**
  * The result of every fallible `hg_*` call.
  *
- * `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason, declared from the
- * start (2008–2010 are reserved for the reasons the next versions add: not returned by this
- * version).
+ * `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason (2011–2015 are
+ * reserved for the reasons later versions add: not returned by this version).
  */
 enum hg_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -85,6 +96,22 @@ enum hg_status
    */
   HG_STATUS_OUT_OF_MEMORY = 1005,
   /**
+   * `hg_bulkhead_apply_limits()`: the revision is not above the one in force (a stale or
+   * repeated update); nothing changed. `hg_limits.current_revision` (if not NULL) receives
+   * the revision in force.
+   */
+  HG_STATUS_STALE = 1006,
+  /**
+   * `hg_permit_report_usage()`: `used` is below the usage reported before (it is
+   * cumulative); nothing changed.
+   */
+  HG_STATUS_USAGE_DECREASED = 1007,
+  /**
+   * `hg_permit_orphan()`: the permits would pass the bulkhead's `max_orphaned` (0: orphaning
+   * is off); nothing changed.
+   */
+  HG_STATUS_ORPHAN_LIMIT = 1008,
+  /**
    * Rejected `concurrency_limit`.
    */
   HG_STATUS_CONCURRENCY_LIMIT = 2000,
@@ -117,18 +144,17 @@ enum hg_status
    */
   HG_STATUS_CALL_TIMEOUT = 2007,
   /**
-   * Rejected `budget_limit` (a budget dimension refused). Named by this version; not
-   * returned yet, as a C bulkhead cannot be given a budget before the next version.
+   * Rejected `budget_limit` (the budget, or a class's budget share, refused the cost).
    */
   HG_STATUS_BUDGET_LIMIT = 2008,
   /**
-   * Rejected `shed` (evicted from a full queue for a higher-priority arrival). Named by this
-   * version; not returned yet, as a C bulkhead cannot be given classes before the next one.
+   * Rejected `shed` (a queued waiter evicted from a full queue for a higher-priority
+   * arrival; classes with `shed`).
    */
   HG_STATUS_SHED = 2009,
   /**
-   * Rejected `rate_limit` (a rate limit refused). Named by this version; not returned yet,
-   * as a C bulkhead cannot be given rates before the next one.
+   * Rejected `rate_limit` (a class table's rate refused; `hg_rejection.retry_after_ms`
+   * says when it would conform).
    */
   HG_STATUS_RATE_LIMIT = 2010,
 };
@@ -196,10 +222,8 @@ typedef uint32_t hg_circuit_state;
 #endif // __cplusplus
 
 /**
- * Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
- *
- * 8 (`budget_limit`), 9 (`shed`) and 10 (`rate_limit`) are named; a C bulkhead cannot be given
- * a budget, classes or rates before the next version, so they are not returned yet.
+ * Why an acquire was rejected: the index of `hg_stats.rejected` and `hg_stats.observed`
+ * (11–15 reserved).
  */
 enum hg_reason
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -215,15 +239,15 @@ enum hg_reason
   HG_REASON_CIRCUIT_OPEN = 6,
   HG_REASON_CALL_TIMEOUT = 7,
   /**
-   * A budget refused (named; not returned before a C bulkhead can have a budget).
+   * A budget refused the cost.
    */
   HG_REASON_BUDGET_LIMIT = 8,
   /**
-   * Evicted from a full queue (named; not returned before a C bulkhead can have classes).
+   * Evicted from a full queue for a higher-priority arrival.
    */
   HG_REASON_SHED = 9,
   /**
-   * A rate refused (named; not returned before a C bulkhead can have rates).
+   * A rate refused.
    */
   HG_REASON_RATE_LIMIT = 10,
 };
@@ -283,12 +307,224 @@ enum hg_event_kind
    * generation): the transition `on_state_change` also reports.
    */
   HG_EVENT_STATE_CHANGE = 0,
+  /**
+   * An admission was granted (`id`, `class_index`, `revision`, `weight`, `cost`, `queued`,
+   * `decision_ns`, `wait_ns`).
+   */
+  HG_EVENT_ADMIT = 1,
+  /**
+   * An admission was refused, at once or after queueing (`reason`, `id`, `class_index`,
+   * `revision`, `weight`, `cost` asked for, `queued`, `decision_ns`, `wait_ns`).
+   */
+  HG_EVENT_REJECT = 2,
+  /**
+   * Observe mode let an admission through that enforcing would have refused with `reason`
+   * (`id`, `class_index`, `revision`); its `HG_EVENT_ADMIT` follows.
+   */
+  HG_EVENT_OBSERVE_BYPASS = 3,
+  /**
+   * A call returned permits or units (`weight` returned now, `held` units held before,
+   * `used` if `used_present`, `ended`).
+   */
+  HG_EVENT_RELEASE = 4,
+  /**
+   * A usage report (`used`, `held`, `overrun`, `change` / `change_by`, `cancel`).
+   */
+  HG_EVENT_USAGE = 5,
+  /**
+   * The limits changed (`revision`, `limit`, `budget` if `budget_present`, `observe`).
+   */
+  HG_EVENT_RECONFIGURE = 6,
+  /**
+   * An arrival took a full queue's place of a lower-priority waiter (`id`, `class_index`
+   * of the arrival; `victim`, `victim_class`).
+   */
+  HG_EVENT_SHED = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
 typedef enum hg_event_kind hg_event_kind;
 #else
 typedef uint32_t hg_event_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Which constraint refused (docs/design.md §5.7): `hg_rejection.bound` and
+ * `hg_rejection.class_bound`. The numbers are the core's `Bound::ALL` order; new bounds are
+ * appended (read it as a `uint32_t`; `hg_bound_name()` names any number this library knows).
+ */
+enum hg_bound
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The permit limit (`concurrency_limit`), or older waiters ahead (no barging).
+   */
+  HG_BOUND_LIMIT = 0,
+  /**
+   * The kill switch: a limit of 0.
+   */
+  HG_BOUND_KILL_SWITCH = 1,
+  /**
+   * The budget (`budget_limit`).
+   */
+  HG_BOUND_BUDGET = 2,
+  /**
+   * `max_queue` live waiters (`queue_limit`).
+   */
+  HG_BOUND_QUEUE = 3,
+  /**
+   * `max_queued_cost` (`queue_limit`).
+   */
+  HG_BOUND_QUEUED_COST = 4,
+  /**
+   * A registry's `max_keys` (`key_limit`).
+   */
+  HG_BOUND_KEYS = 5,
+  /**
+   * The queue deadline (`timeout`).
+   */
+  HG_BOUND_DEADLINE = 6,
+  /**
+   * The caller cancelled (`aborted`).
+   */
+  HG_BOUND_CANCELLED = 7,
+  /**
+   * Closed (`shutdown`).
+   */
+  HG_BOUND_CLOSED = 8,
+  /**
+   * The circuit breaker (`circuit_open`).
+   */
+  HG_BOUND_BREAKER = 9,
+  /**
+   * The per-call timeout (`call_timeout`).
+   */
+  HG_BOUND_CALL_TIMEOUT = 10,
+  /**
+   * Evicted for a higher-priority arrival (`shed`).
+   */
+  HG_BOUND_SHED = 11,
+  /**
+   * A class's own ceiling.
+   */
+  HG_BOUND_CLASS = 12,
+  /**
+   * The shared units of a classed bulkhead.
+   */
+  HG_BOUND_SHARED = 13,
+  /**
+   * Only the priority reserve is left, and the class may not take it.
+   */
+  HG_BOUND_RESERVE = 14,
+  /**
+   * A rate (`rate_limit`).
+   */
+  HG_BOUND_RATE = 15,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_bound hg_bound;
+#else
+typedef uint32_t hg_bound;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Observe (shadow) mode: which dimensions are decided and counted but not enforced
+ * (docs/design.md §4.7). The numbers are the core's `Observe::CHOICES` order.
+ */
+enum hg_observe
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Every dimension is enforced (the default).
+   */
+  HG_OBSERVE_OFF = 0,
+  /**
+   * The permit limit is observed; the budget, if any, is enforced.
+   */
+  HG_OBSERVE_CONCURRENCY = 1,
+  /**
+   * The budget is observed; the permit limit is enforced (needs a budget).
+   */
+  HG_OBSERVE_BUDGET = 2,
+  /**
+   * Every dimension is observed (the kill switch and close still hold).
+   */
+  HG_OBSERVE_ALL = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_observe hg_observe;
+#else
+typedef uint32_t hg_observe;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * What `hg_bulkhead_would_admit()` predicts (`hg_would_admit.decision`).
+ */
+enum hg_would_admit_decision
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Granted at once.
+   */
+  HG_WOULD_ADMIT_NOW = 0,
+  /**
+   * Queued at `position` (`ahead` live waiters in front).
+   */
+  HG_WOULD_QUEUE = 1,
+  /**
+   * Refused with `status`.
+   */
+  HG_WOULD_REJECT = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_would_admit_decision hg_would_admit_decision;
+#else
+typedef uint32_t hg_would_admit_decision;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * How a usage report changed a call's budget hold (`hg_usage_report.change`).
+ */
+enum hg_hold_change
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The hold stays (also: a bulkhead without a budget).
+   */
+  HG_HOLD_UNCHANGED = 0,
+  /**
+   * Units returned (`by` of them), waking whoever fits.
+   */
+  HG_HOLD_SHRANK = 1,
+  /**
+   * More units taken through admission (`by`).
+   */
+  HG_HOLD_GREW = 2,
+  /**
+   * The growth did not fit: held past the budget (`by`), taking from nobody.
+   */
+  HG_HOLD_OVERRAN = 3,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_hold_change hg_hold_change;
+#else
+typedef uint32_t hg_hold_change;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -309,6 +545,316 @@ typedef struct hg_permit hg_permit;
  * A registry of bulkheads, one per key. Reference-counted like `hg_bulkhead`. Thread-safe.
  */
 typedef struct hg_registry hg_registry;
+
+/**
+ * A refusal's detail (docs/design.md §5.7): which constraint bound, and the counts at the
+ * moment of the refusal (stale as soon as it returns under concurrency). Output only: set
+ * `struct_size = sizeof(hg_rejection)` first; the library writes at most that many bytes.
+ */
+typedef struct hg_rejection {
+  /**
+   * On return: the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * The `hg_reason`.
+   */
+  uint32_t reason;
+  /**
+   * The `hg_bound` that refused.
+   */
+  uint32_t bound;
+  /**
+   * Whether a class of a classed bulkhead was refused (`class_*` are 0 otherwise).
+   */
+  bool class_present;
+  /**
+   * The class.
+   */
+  uint32_t class_index;
+  /**
+   * The `hg_bound` that held the class back (`HG_BOUND_CLASS`, `HG_BOUND_SHARED`,
+   * `HG_BOUND_RESERVE`, `HG_BOUND_LIMIT`, or a queue bound).
+   */
+  uint32_t class_bound;
+  /**
+   * The dimension that was short: 0 the permits, 1 the budget.
+   */
+  uint32_t class_dimension;
+  /**
+   * `rate_limit`: ms until the request would conform (rounded down);
+   * `HG_TIMEOUT_INFINITE` for other reasons and for a request above a rate's burst.
+   */
+  uint64_t retry_after_ms;
+  /**
+   * The same in ns of the bulkhead's clock (`HG_TIMEOUT_INFINITE`: none).
+   */
+  uint64_t retry_after_ns;
+  /**
+   * The permits: the limit in force, held, free (negative after a shrink).
+   */
+  uint64_t calls_limit;
+  uint64_t calls_in_use;
+  int64_t calls_available;
+  /**
+   * Whether the bulkhead has a budget (`budget_*` are 0 otherwise).
+   */
+  bool budget_present;
+  uint64_t budget_limit;
+  uint64_t budget_in_use;
+  int64_t budget_available;
+  /**
+   * Live waiters, `max_queue`, and the total cost of the waiters.
+   */
+  uint64_t queued;
+  uint64_t max_queue;
+  uint64_t queued_cost;
+  /**
+   * The revision of the limits in force.
+   */
+  uint64_t revision;
+} hg_rejection;
+
+/**
+ * One admission request (docs/design.md §5): fill it with `hg_request_default()`, then change
+ * fields. Size-versioned (`struct_size` first; later fields are appended).
+ */
+typedef struct hg_request {
+  /**
+   * `sizeof(hg_request)` as the caller compiled it (set by `hg_request_default()`).
+   */
+  uint32_t struct_size;
+  /**
+   * Permits, `1 .. max_concurrent` (default 1).
+   */
+  uint64_t weight;
+  /**
+   * Budget units, `0 .. the budget` (default 0; a cost above 0 needs a budget).
+   */
+  uint64_t cost;
+  /**
+   * The admission class, `0 .. classes - 1` of a classed bulkhead (default 0).
+   */
+  uint32_t class_index;
+  /**
+   * This call's own observe mode, an `hg_observe` (default `HG_OBSERVE_OFF`: the
+   * bulkhead's mode).
+   */
+  uint32_t observe;
+  /**
+   * Queue deadline in ms: `HG_TIMEOUT_DEFAULT` (the default) uses the configured
+   * `queue_timeout_ms`, `HG_TIMEOUT_INFINITE` waits without one, 0 does not queue. The
+   * try-acquire functions never queue, whatever it says.
+   */
+  uint64_t timeout_ms;
+  /**
+   * NULL, or where a refusal decided by the call writes its detail (its `struct_size` set
+   * first: one below 4 is refused `HG_STATUS_INVALID_ARGUMENT` before the admission). A
+   * later settlement of a queued acquire (timeout, shed, close) is reported by status only.
+   * A `struct_size` that ends inside this field (neither before nor after it) is refused.
+   */
+  struct hg_rejection *detail;
+} hg_request;
+
+/**
+ * The callback of a queued `hg_bulkhead_acquire_async`: runs exactly once, with
+ * `HG_STATUS_OK` and a permit (now owned by the callee) on a grant, otherwise the rejection
+ * status and NULL. It runs on the thread that settled the ticket and must not block or free
+ * the owning bulkhead; it may call any non-blocking `hg_*` function, including releasing its
+ * permit. `user_data` is passed back untouched (the callback releases it).
+ */
+typedef void (*hg_acquire_callback)(hg_status status, struct hg_permit *permit, void *user_data);
+
+/**
+ * A queued acquire's handle, for `hg_ticket_poll()` / `hg_ticket_cancel()`.
+ *
+ * Tickets are opaque: pass back exactly the value an acquire returned, to the bulkhead that
+ * returned it. (A ticket from `hg_bulkhead_acquire_async` has its top bit set, one from
+ * `hg_bulkhead_enqueue` does not: that is how the cancel functions tell them apart.)
+ */
+typedef uint64_t hg_ticket;
+
+/**
+ * A dry run's answer. Output only: set `struct_size` first.
+ */
+typedef struct hg_would_admit {
+  /**
+   * On return: the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * An `hg_would_admit_decision`.
+   */
+  uint32_t decision;
+  /**
+   * `HG_STATUS_OK` (admit now), `HG_STATUS_QUEUED`, or the refusal's status (a reason's,
+   * or `HG_STATUS_INVALID_ARGUMENT` for a request the admission would refuse as invalid).
+   */
+  uint32_t status;
+  /**
+   * `HG_WOULD_QUEUE`: its place in the queue, from 1 (0 otherwise).
+   */
+  uint64_t position;
+  /**
+   * `HG_WOULD_QUEUE`: live waiters ahead of it (`position - 1`).
+   */
+  uint64_t ahead;
+} hg_would_admit;
+
+/**
+ * One rate of a class table (docs/design.md §4.9): `amount` units per `per_ms`, at most
+ * `burst` at once after an idle spell. `amount` 0 = no such rate.
+ */
+typedef struct hg_rate {
+  /**
+   * Units per interval, `1 ..` (0 = no rate: `per_ms` and `burst` are not read).
+   */
+  uint64_t amount;
+  /**
+   * The interval in ms, `1 .. 2^32 - 1` seconds' worth.
+   */
+  uint64_t per_ms;
+  /**
+   * The most units at once, `1 ..`.
+   */
+  uint64_t burst;
+} hg_rate;
+
+/**
+ * One class's ceilings for `hg_limits.classes` (docs/design.md §4.8). Size-versioned; in an
+ * array every element has the same `struct_size` (the array's stride).
+ */
+typedef struct hg_class_limits {
+  /**
+   * `sizeof(hg_class_limits)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * The class.
+   */
+  uint32_t class_index;
+  /**
+   * Its permit ceiling, `floor .. HG_MAX_PERMITS` (`HG_UNSET`: as it is).
+   */
+  uint64_t ceiling;
+  /**
+   * Its budget ceiling, `budget_floor .. HG_MAX_BUDGET` (`HG_UNSET`: as it is).
+   */
+  uint64_t budget_ceiling;
+} hg_class_limits;
+
+/**
+ * Revisioned run-time limits (docs/design.md §4.6): fill with `hg_limits_default()` (every
+ * field `HG_UNSET`: left as it is), set `revision` and what changes. Size-versioned (the
+ * fields from `current_revision` on are optional: an older struct reads them as NULL / 0; a
+ * `struct_size` that ends inside one of them is refused).
+ */
+typedef struct hg_limits {
+  /**
+   * `sizeof(hg_limits)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * Must be above the revision in force, `1 .. 2^53 - 1`.
+   */
+  uint64_t revision;
+  /**
+   * The limit, `0 .. max_concurrent` (0 = the kill switch; `HG_UNSET` = as it is).
+   */
+  uint64_t limit;
+  /**
+   * The budget, `0 .. the configured budget` (`HG_UNSET` = as it is; needs a budget).
+   */
+  uint64_t budget;
+  /**
+   * `max_queue`, `0 .. the configured max_queue` (`HG_UNSET` = as it is).
+   */
+  uint64_t max_queue;
+  /**
+   * The default queue deadline in ms (`HG_TIMEOUT_INFINITE` = none; `HG_UNSET` (=
+   * `HG_TIMEOUT_DEFAULT`) = as it is).
+   */
+  uint64_t queue_timeout_ms;
+  /**
+   * Non-zero: replace a classed bulkhead's priority reserve with the `reserve_*` fields.
+   */
+  uint8_t has_reserve;
+  /**
+   * Non-zero: replace a classed bulkhead's rates with `requests` and `units`.
+   */
+  uint8_t has_rates;
+  /**
+   * The reserve's lowest priority, `0 .. 255`.
+   */
+  uint32_t reserve_min_priority;
+  /**
+   * Permits of the reserve.
+   */
+  uint64_t reserve_permits;
+  /**
+   * Budget units of the reserve.
+   */
+  uint64_t reserve_budget;
+  /**
+   * The request rate (`amount` 0: none).
+   */
+  struct hg_rate requests;
+  /**
+   * The unit rate (`amount` 0: none; needs a budget).
+   */
+  struct hg_rate units;
+  /**
+   * NULL, or receives the revision in force on `HG_STATUS_STALE`.
+   */
+  uint64_t *current_revision;
+  /**
+   * A classed bulkhead's class ceilings to change (`classes_len` size-versioned elements;
+   * NULL / 0: none).
+   */
+  const struct hg_class_limits *classes;
+  size_t classes_len;
+} hg_limits;
+
+/**
+ * One admission class (docs/design.md §4.8): fill with `hg_class_default()`. Size-versioned;
+ * in an array every element has the same `struct_size` (the array's stride).
+ */
+typedef struct hg_class {
+  /**
+   * `sizeof(hg_class)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * `0 .. 255`: served first for the shared units when higher (FIFO within one).
+   */
+  uint32_t priority;
+  /**
+   * Permits protected for this class.
+   */
+  uint64_t floor;
+  /**
+   * The most permits it may hold (`HG_UNSET`: the limit).
+   */
+  uint64_t ceiling;
+  /**
+   * Budget units protected for it.
+   */
+  uint64_t budget_floor;
+  /**
+   * The most budget units it may hold (`HG_UNSET`: the budget).
+   */
+  uint64_t budget_ceiling;
+  /**
+   * Its own ceilings observed, not enforced: an `hg_observe`.
+   */
+  uint32_t observe;
+  /**
+   * Reserved: 0. (The struct's last 4 bytes, named so that they are never tail padding: a
+   * later version's field here, set by a newer caller, is refused by this library instead
+   * of ignored.)
+   */
+  uint32_t reserved;
+} hg_class;
 
 /**
  * A breaker state-change callback (`hg_config.on_state_change`, docs/design.md "State-change
@@ -376,14 +922,105 @@ typedef struct hg_event {
    * `HG_EVENT_STATE_CHANGE`: the breaker generation the transition started.
    */
   uint64_t generation;
+  /**
+   * Appended with the admission events (issue 16; absent for a `struct_size` that ends
+   * before them). The admission id (0 for `HG_EVENT_STATE_CHANGE` / `HG_EVENT_RECONFIGURE`).
+   */
+  uint64_t id;
+  /**
+   * The admission class (0 without classes; a registry key's class under a global cap).
+   */
+  uint32_t class_index;
+  /**
+   * `HG_EVENT_REJECT` / `HG_EVENT_OBSERVE_BYPASS`: the `hg_reason`.
+   */
+  uint32_t reason;
+  /**
+   * The revision of the limits in force.
+   */
+  uint64_t revision;
+  /**
+   * `ADMIT`: permits granted; `REJECT`: asked for; `RELEASE`: returned by this step.
+   */
+  uint64_t weight;
+  /**
+   * `ADMIT`: budget units granted; `REJECT`: asked for.
+   */
+  uint64_t cost;
+  /**
+   * `ADMIT` / `REJECT`: whether it waited in the queue first.
+   */
+  bool queued;
+  /**
+   * `ADMIT` / `REJECT`: the core's work in the deciding call, ns.
+   */
+  uint64_t decision_ns;
+  /**
+   * `ADMIT` / `REJECT`: time queued, ns (0 if it never queued).
+   */
+  uint64_t wait_ns;
+  /**
+   * `RELEASE`: units held before this step; `USAGE`: units held now.
+   */
+  uint64_t held;
+  /**
+   * `RELEASE`: units used in all (when `used_present`); `USAGE`: cumulative units used.
+   */
+  uint64_t used;
+  /**
+   * `RELEASE`: whether `used` is given (the call ended with a usage or a plain end).
+   */
+  bool used_present;
+  /**
+   * `RELEASE`: whether the call ended with this step.
+   */
+  bool ended;
+  /**
+   * `USAGE`: the part of `held` past the budget.
+   */
+  uint64_t overrun;
+  /**
+   * `USAGE`: an `hg_hold_change`, and by how many units (`change_by`).
+   */
+  uint32_t change;
+  uint64_t change_by;
+  /**
+   * `USAGE`: the host is asked to cancel the call's work.
+   */
+  bool cancel;
+  /**
+   * `SHED`: the evicted waiter's admission id and class.
+   */
+  uint64_t victim;
+  uint32_t victim_class;
+  /**
+   * `RECONFIGURE`: the limit now.
+   */
+  uint64_t limit;
+  /**
+   * `RECONFIGURE`: the budget now (when `budget_present`).
+   */
+  uint64_t budget;
+  bool budget_present;
+  /**
+   * `RECONFIGURE`: the observe mode now (an `hg_observe`).
+   */
+  uint32_t observe;
 } hg_event;
 
 /**
- * An event callback (`hg_config.on_event`): called once per event, after the state commit it
- * reports, on the thread that committed it, with `on_event_user_data` and the event (valid
- * only during the call; copy what you keep). Where it runs and what is safe inside it: as
- * `hg_state_change_fn`. When both callbacks are set, `on_state_change` runs first, then
- * `on_event`, for the same transition.
+ * An event callback (`hg_config.on_event`): called once per event — every `hg_event_kind`:
+ * breaker transitions and the admission events (admit, reject, observe bypass, release, usage,
+ * reconfigure, shed) — after the state commit it reports, on the thread that committed it,
+ * with `on_event_user_data` and the event (valid only during the call; copy what you keep).
+ * Where it runs and what is safe inside it: as `hg_state_change_fn`. When both callbacks are
+ * set, `on_state_change` runs first, then `on_event`, for the same transition. Setting it
+ * turns the admission events on for the bulkhead (each admission gets an id and its timings
+ * are measured); with `on_event` NULL none of that work is done.
+ *
+ * It must not unwind (no C++ exception, no `longjmp` out of it): that is undefined behaviour
+ * (out of contract). A panic inside the library's own adapter never crosses into C: it is
+ * caught and counted in `hg_stats.observer_panics`, and the admission goes on.
  */
 typedef void (*hg_event_fn)(void *user_data, const struct hg_event *event);
 
@@ -405,6 +1042,13 @@ typedef void (*hg_event_fn)(void *user_data, const struct hg_event *event);
  *
  * Events: `on_event` / `on_event_user_data` were appended after `on_state_change_user_data`;
  * a `struct_size` that ends before them means "no `on_event`".
+ *
+ * Gateway admission (docs/design.md §4.5–4.7): `budget` … `cancel_on_overrun` were appended
+ * after `on_event_user_data`; a `struct_size` that ends before `cancel_on_overrun` means none
+ * of them is read (no budget, observe off, the start limit `max_concurrent`, no orphaning). In
+ * each, 0 (`HG_UNSET` for `start_limit`) means "not set": the default, or in a registry
+ * override the defaults' value (so an override cannot switch the defaults' `observe` or
+ * `cancel_on_overrun` back off: give such a key no override of them, or a registry without).
  */
 typedef struct hg_config {
   /**
@@ -544,7 +1188,91 @@ typedef struct hg_config {
    * Passed to `on_event`; must stay valid while the bulkhead or registry lives.
    */
   void *on_event_user_data;
+  /**
+   * An in-flight ceiling of cost units beside the permits, `1 .. HG_MAX_BUDGET` (0 = none:
+   * every cost must be 0). With a budget, `max_concurrent` is at most 2^18 - 1.
+   */
+  uint64_t budget;
+  /**
+   * A bound on the total cost of queued requests, `1 .. HG_MAX_BUDGET` (0 = none:
+   * `max_queue` only). Needs a budget.
+   */
+  uint64_t max_queued_cost;
+  /**
+   * An `hg_observe` (default `HG_OBSERVE_OFF`; another number is invalid).
+   */
+  uint32_t observe;
+  /**
+   * The limit at construction, `0 .. max_concurrent` (`HG_UNSET` = `max_concurrent`, the
+   * default; 0 = a fail-closed start: the kill switch until `hg_bulkhead_apply_limits()`
+   * raises it).
+   */
+  uint64_t start_limit;
+  /**
+   * Permits that calls may hand back while their work goes on (`hg_permit_orphan()`),
+   * `0 .. HG_MAX_PERMITS` (0 = off, the default).
+   */
+  uint64_t max_orphaned;
+  /**
+   * A streaming call whose hold must grow past the budget is asked to cancel
+   * (`hg_usage_report.cancel`); default false (the growth is held as overrun). Read as a
+   * byte.
+   */
+  bool cancel_on_overrun;
+  /**
+   * Reserved: all 0 (`hg_config_default()` zeroes them). The struct's last 7 bytes, named
+   * so that they are never tail padding — a later field goes after them, never into bytes an
+   * older caller may have left unset (the `adaptive_enabled` lesson) — and refused when not
+   * 0 (a newer caller's setting this library cannot honour).
+   */
+  uint8_t reserved[7];
 } hg_config;
+
+/**
+ * A class table for `hg_bulkhead_new_with_classes()`: the classes, the priority reserve, the
+ * rates, lending and shedding (docs/design.md §4.8, §4.9). Size-versioned; all zeroes (with
+ * `struct_size` and `classes`) is a table with no reserve, rates, lending or shedding.
+ */
+typedef struct hg_class_table {
+  /**
+   * `sizeof(hg_class_table)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * `classes_len` classes (1 .. 64); class `i` is `hg_request.class_index` `i`.
+   */
+  const struct hg_class *classes;
+  size_t classes_len;
+  /**
+   * Non-zero: idle floor units are lent to other classes, reclaimed first.
+   */
+  uint8_t lending;
+  /**
+   * Non-zero: a full queue evicts its youngest lowest-priority waiter for a higher arrival
+   * (`HG_STATUS_SHED` through its callback).
+   */
+  uint8_t shed;
+  /**
+   * The reserve's lowest priority, `0 .. 255`.
+   */
+  uint32_t reserve_min_priority;
+  /**
+   * Permits kept for classes of priority `>= reserve_min_priority`.
+   */
+  uint64_t reserve_permits;
+  /**
+   * Budget units kept for them.
+   */
+  uint64_t reserve_budget;
+  /**
+   * The request rate (`amount` 0: none).
+   */
+  struct hg_rate requests;
+  /**
+   * The unit rate (`amount` 0: none; needs a budget).
+   */
+  struct hg_rate units;
+} hg_class_table;
 
 /**
  * A host clock: returns monotonic nanoseconds from an arbitrary origin (it must never go
@@ -553,22 +1281,82 @@ typedef struct hg_config {
 typedef uint64_t (*hg_now_ns_fn)(void *user_data);
 
 /**
- * The callback of a queued `hg_bulkhead_acquire_async`: runs exactly once, with
- * `HG_STATUS_OK` and a permit (now owned by the callee) on a grant, otherwise the rejection
- * status and NULL. It runs on the thread that settled the ticket and must not block or free
- * the owning bulkhead; it may call any non-blocking `hg_*` function, including releasing its
- * permit. `user_data` is passed back untouched (the callback releases it).
+ * One class's counts (`hg_bulkhead_class_stats()`), or a registry key's under a global cap
+ * (`hg_registry_key_stats()`). Output only: set `struct_size` first.
  */
-typedef void (*hg_acquire_callback)(hg_status status, struct hg_permit *permit, void *user_data);
+typedef struct hg_class_stats {
+  /**
+   * On return: the bytes written.
+   */
+  uint32_t struct_size;
+  uint32_t class_index;
+  uint32_t priority;
+  /**
+   * An `hg_observe`.
+   */
+  uint32_t observe;
+  uint64_t floor;
+  /**
+   * Its permit ceiling (a registry key: its own limit).
+   */
+  uint64_t ceiling;
+  /**
+   * Permits it holds.
+   */
+  uint64_t in_flight;
+  uint64_t budget_floor;
+  uint64_t budget_ceiling;
+  uint64_t budget_in_use;
+  /**
+   * Its live waiters.
+   */
+  uint64_t queued;
+  /**
+   * Would-be refusals its observed ceilings let through.
+   */
+  uint64_t observed;
+  /**
+   * The bulkhead's shared units held beyond the floors, all classes together: permits and
+   * budget units (0 for a registry key).
+   */
+  uint64_t shared_permits_in_use;
+  uint64_t shared_budget_in_use;
+} hg_class_stats;
 
 /**
- * A queued acquire's handle, for `hg_ticket_poll()` / `hg_ticket_cancel()`.
- *
- * Tickets are opaque: pass back exactly the value an acquire returned, to the bulkhead that
- * returned it. (A ticket from `hg_bulkhead_acquire_async` has its top bit set, one from
- * `hg_bulkhead_enqueue` does not: that is how the cancel functions tell them apart.)
+ * What `hg_permit_report_usage()` did. Output only: set `struct_size` first.
  */
-typedef uint64_t hg_ticket;
+typedef struct hg_usage_report {
+  /**
+   * On return: the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * An `hg_hold_change`.
+   */
+  uint32_t change;
+  /**
+   * Whether the host is asked to cancel the call's work (`cancel_on_overrun`); sticky
+   * (`hg_permit_cancel_requested()`).
+   */
+  bool cancel;
+  /**
+   * The cumulative usage reported.
+   */
+  uint64_t used;
+  /**
+   * The hold now: `used + remaining`.
+   */
+  uint64_t held;
+  /**
+   * The part of the hold past the budget.
+   */
+  uint64_t overrun;
+  /**
+   * How many units the hold changed by.
+   */
+  uint64_t by;
+} hg_usage_report;
 
 /**
  * What `hg_bulkhead_drain()` found.
@@ -674,6 +1462,80 @@ typedef struct hg_stats {
    * Gradient2's long-term RTT average, ns (0 for AIMD or before any success).
    */
   uint64_t adaptive_long_rtt_ns;
+  /**
+   * Appended with gateway admission (absent when an older caller's `struct_size` ends
+   * before them): the revision of the limits in force (`hg_bulkhead_apply_limits()`; 0
+   * before any).
+   */
+  uint64_t revision;
+  /**
+   * Permits of orphaned calls whose work goes on (`hg_permit_orphan()`).
+   */
+  uint64_t orphaned_in_flight;
+  /**
+   * Calls orphaned so far.
+   */
+  uint64_t orphaned_total;
+  /**
+   * The observe mode in force (an `hg_observe`).
+   */
+  uint32_t observe;
+  /**
+   * Would-be rejections an observed dimension let through, indexed by `hg_reason`.
+   */
+  uint64_t observed[16];
+  /**
+   * Panics caught in the event adapter (never crossing into C; docs/design.md §8).
+   */
+  uint64_t observer_panics;
+  /**
+   * Whether the bulkhead has a budget; the `budget_*` fields are 0 otherwise.
+   */
+  bool budget_present;
+  /**
+   * The budget in force (0 is the kill switch of the budget).
+   */
+  uint64_t budget_limit;
+  /**
+   * The configured budget (the ceiling of `budget_limit`).
+   */
+  uint64_t budget_max;
+  /**
+   * Units held by claimed grants.
+   */
+  uint64_t budget_in_use;
+  /**
+   * Units free now; negative after a shrink.
+   */
+  int64_t budget_available;
+  /**
+   * Units granted to queued waiters not yet claimed.
+   */
+  uint64_t budget_granted_unclaimed;
+  /**
+   * Units reserved by admissions so far.
+   */
+  uint64_t budget_reserved_total;
+  /**
+   * Units consumed by calls that ended (used).
+   */
+  uint64_t budget_consumed_total;
+  /**
+   * Units returned before the end (refunds, shrinking holds, unused rest).
+   */
+  uint64_t budget_refunded_total;
+  /**
+   * Units used past the hold (overrun) so far.
+   */
+  uint64_t budget_overrun_total;
+  /**
+   * Units held past the budget now (streaming growth that did not fit).
+   */
+  uint64_t budget_overrun_held;
+  /**
+   * The total cost of the live waiters.
+   */
+  uint64_t budget_queued_cost;
 } hg_stats;
 
 /**
@@ -691,9 +1553,327 @@ typedef struct hg_registry_override {
   const struct hg_config *config;
 } hg_registry_override;
 
+/**
+ * Options of `hg_registry_new_with_options()`. Size-versioned; all zeroes (with
+ * `struct_size`) but `max_keys` is a registry without a global cap on the system clock.
+ */
+typedef struct hg_registry_options {
+  /**
+   * `sizeof(hg_registry_options)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * Keys that may exist at once, `1 .. 2^32 - 1` (under a global cap at most 63).
+   */
+  uint64_t max_keys;
+  /**
+   * One cap over every key (docs/design.md §9.2), `1 .. HG_MAX_PERMITS`; 0 = none. Under
+   * it every key is a class of one admission, its own `max_concurrent` its ceiling; waiters
+   * of all keys are served oldest first. Read a key's counts with
+   * `hg_registry_key_stats()`, the cap's with `hg_registry_global_stats()`;
+   * `hg_registry_get()` is refused (`HG_STATUS_INVALID_ARGUMENT`: a key has no bulkhead of
+   * its own).
+   */
+  uint64_t global_limit;
+  /**
+   * Live waiters across all keys under the global cap, `0 .. HG_MAX_QUEUE`.
+   */
+  uint64_t global_max_queue;
+  /**
+   * NULL for the system's monotonic clock, or a host clock (as
+   * `hg_registry_new_with_clock()`).
+   */
+  hg_now_ns_fn now_ns;
+  /**
+   * Passed to `now_ns`.
+   */
+  void *now_ns_user_data;
+} hg_registry_options;
+
+/**
+ * One key's limits for `hg_registry_apply_limits()`. Size-versioned.
+ */
+typedef struct hg_registry_key_limits {
+  /**
+   * `sizeof(hg_registry_key_limits)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * The key's bytes (UTF-8, not NUL-terminated; URL-shaped keys are canonicalised).
+   */
+  const char *key;
+  size_t key_len;
+  /**
+   * Its limits (`HG_UNSET` fields: the defaults'; `revision` is not read).
+   */
+  const struct hg_limits *limits;
+} hg_registry_key_limits;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Fills `*request` with the defaults (weight 1, cost 0, class 0, `HG_OBSERVE_OFF`,
+ * `HG_TIMEOUT_DEFAULT`, no detail) and its `struct_size`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ */
+hg_status hg_request_default(struct hg_request *request);
+
+/**
+ * Admits `request` now or refuses it, without waiting (its `timeout_ms` is not read): the
+ * core's admission — weight, class, cost, breaker, rates, budget, the queue's order.
+ *
+ * Parameters:
+ *   request: from `hg_request_default()`, then edited. out: receives the permit on
+ *   `HG_STATUS_OK`.
+ *
+ * Returns: `HG_STATUS_OK` with `*out`; a rejection status (`HG_STATUS_CONCURRENCY_LIMIT`,
+ *   `HG_STATUS_BUDGET_LIMIT`, `HG_STATUS_RATE_LIMIT`, `HG_STATUS_CIRCUIT_OPEN`,
+ *   `HG_STATUS_SHUTDOWN`, …; `request->detail` filled); `HG_STATUS_INVALID_ARGUMENT` (a
+ *   weight of 0 or above `max_concurrent`, a cost without a budget or above it, an unknown
+ *   class, a bad `struct_size`); `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Memory and lifetimes: the caller owns `*out`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_try_acquire_request(const struct hg_bulkhead *bh,
+                                          const struct hg_request *request,
+                                          struct hg_permit **out);
+
+/**
+ * Waits on this thread for `request` (its `timeout_ms`: `HG_TIMEOUT_DEFAULT` the configured
+ * one, `HG_TIMEOUT_INFINITE` none, 0 do not queue). A waiter held back by a rate is granted
+ * when it conforms (this thread keeps the rate's time).
+ *
+ * Returns: as `hg_bulkhead_try_acquire_request()`, plus `HG_STATUS_TIMEOUT`,
+ *   `HG_STATUS_QUEUE_LIMIT`, `HG_STATUS_SHED` (a settlement after the wait has no detail).
+ * Thread-safety: any thread; blocks the calling thread (never call it from a callback).
+ */
+hg_status hg_bulkhead_acquire_request(const struct hg_bulkhead *bh,
+                                      const struct hg_request *request,
+                                      struct hg_permit **out);
+
+/**
+ * `request` without blocking: a permit now, or a queued ticket whose callback runs exactly
+ * once — as `hg_bulkhead_acquire_async()` (same callback contract, same cancel functions;
+ * the deadline is armed on the library's timer thread).
+ *
+ * A waiter held back by a class table's rate is granted when a release, a reconfiguration or
+ * the host's `hg_bulkhead_rate_tick()` finds it conforming: a host with rates arms a timer for
+ * `hg_bulkhead_rate_retry_after_ns()` (the library arms none for rates).
+ *
+ * Returns: as `hg_bulkhead_acquire_async()`, plus the refusals of
+ *   `hg_bulkhead_try_acquire_request()` (with detail).
+ * Thread-safety: any thread; never blocks.
+ */
+hg_status hg_bulkhead_acquire_async_request(const struct hg_bulkhead *bh,
+                                            const struct hg_request *request,
+                                            hg_acquire_callback callback,
+                                            void *user_data,
+                                            struct hg_permit **out,
+                                            hg_ticket *ticket);
+
+/**
+ * The polling API with a request (as `hg_bulkhead_enqueue()`): a permit now, or a ticket to
+ * poll with `hg_ticket_poll()` — no callback, no thread, no timer. The library arms no
+ * deadline: the caller owns the ticket's timing and enforces `timeout_ms` itself with
+ * `hg_ticket_cancel_reason(…, HG_REASON_TIMEOUT)`. The admission still reads `timeout_ms`:
+ * 0 does not queue, and a request held back by a rate whose conforming time lies past the
+ * deadline is refused `HG_STATUS_RATE_LIMIT` at once. A host with rates calls
+ * `hg_bulkhead_rate_tick()` when `hg_bulkhead_rate_retry_after_ns()` comes due.
+ *
+ * Returns: as `hg_bulkhead_enqueue()`, plus the refusals of
+ *   `hg_bulkhead_try_acquire_request()` (with detail).
+ * Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_enqueue_request(const struct hg_bulkhead *bh,
+                                      const struct hg_request *request,
+                                      struct hg_permit **out,
+                                      hg_ticket *ticket);
+
+/**
+ * The dry run (docs/design.md §5.6): what an acquire of `request` would decide now, by the
+ * same check order, without counting, queueing or granting anything.
+ *
+ * Parameters:
+ *   request: as for an acquire (its `detail`, if set, is filled for a predicted refusal).
+ *   out: receives the prediction (set its `struct_size` first).
+ *
+ * Returns: `HG_STATUS_OK` with `*out` (the prediction's own status is in `out->status`);
+ *   `HG_STATUS_INVALID_ARGUMENT` for a bad `struct_size`, class index or observe number;
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits; changes nothing.
+ */
+hg_status hg_bulkhead_would_admit(const struct hg_bulkhead *bh,
+                                  const struct hg_request *request,
+                                  struct hg_would_admit *out);
+
+/**
+ * Fills `*limits` with "change nothing" (`revision` 0, every field `HG_UNSET`, no reserve,
+ * no rates, no `current_revision`) and its `struct_size`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ */
+hg_status hg_limits_default(struct hg_limits *limits);
+
+/**
+ * Installs revisioned limits (docs/design.md §4.6): validated whole, then installed at once,
+ * only if `limits->revision` is above the revision in force (a delayed update never undoes a
+ * newer one). A limit of 0 is the kill switch (reversible, unlike close). Growth grants queued
+ * waiters in this call (their callbacks run on this thread); a shrink never revokes (holders
+ * keep their permits) but rejects queued waiters that can no longer fit.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_STALE` (nothing changed; `*limits->current_revision`
+ *   receives the revision in force); `HG_STATUS_INVALID_ARGUMENT` (a value out of range, a
+ *   budget on a bulkhead without one, a reserve or rates on one without classes, a partition
+ *   that no longer fits the floors, a bad `struct_size`: nothing changed);
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_apply_limits(const struct hg_bulkhead *bh, const struct hg_limits *limits);
+
+/**
+ * Sets the budget in force, `0 .. the configured budget` (0: the budget's kill switch): growth
+ * grants waiters (callbacks on this thread), a shrink is by attrition (holders keep their
+ * units) and rejects queued waiters that can no longer fit.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (out of range, or no budget);
+ *   `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_set_budget(const struct hg_bulkhead *bh, uint64_t budget);
+
+/**
+ * Switches observe (shadow) mode, an `hg_observe` (docs/design.md §4.7): an observed dimension
+ * is decided and counted (`hg_stats.observed`) but lets the call through; switching back to
+ * enforcing refuses newcomers and preempts nobody; switching to observing grants the waiters
+ * of that dimension (callbacks on this thread).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (an unknown number, or
+ *   `HG_OBSERVE_BUDGET` without a budget); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_set_observe(const struct hg_bulkhead *bh, uint32_t observe);
+
+/**
+ * Fills `*class` with the defaults (priority 0, no floors, no ceilings: `HG_UNSET`, observe
+ * off) and its `struct_size`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ */
+hg_status hg_class_default(struct hg_class *class_);
+
+/**
+ * Creates a classed bulkhead (docs/design.md §4.8, §4.9): `config` as for `hg_bulkhead_new()`,
+ * and a class table — its classes (a request names one by `class_index`), the priority
+ * reserve, the rates, lending and shedding. The core validates the partition (the floors and
+ * the reserve fit the limit and the budget, ceilings fit, rates need what they charge).
+ *
+ * Parameters:
+ *   config, table: required (their `struct_size` set). now_ns: NULL for the system's
+ *   monotonic clock, or a host clock as for `hg_bulkhead_new_with_clock()` (with
+ *   `user_data`). out: receives the bulkhead.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad config or class table: 0 or
+ *   more than 64 classes, a priority above 255, a floor or reserve that does not fit, a bad
+ *   `struct_size` or array stride); `HG_STATUS_OUT_OF_MEMORY`; `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Memory and lifetimes, thread-safety: as `hg_bulkhead_new()`.
+ */
+hg_status hg_bulkhead_new_with_classes(const struct hg_config *config,
+                                       const struct hg_class_table *table,
+                                       hg_now_ns_fn now_ns,
+                                       void *user_data,
+                                       struct hg_bulkhead **out);
+
+/**
+ * Class `class_index`'s floors, ceilings, holds and waiters now.
+ *
+ * Returns: `HG_STATUS_OK` with `*out` (set its `struct_size` first);
+ *   `HG_STATUS_INVALID_ARGUMENT` for a class the bulkhead does not have (or a bulkhead without
+ *   classes); `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_class_stats(const struct hg_bulkhead *bh,
+                                  uint32_t class_index,
+                                  struct hg_class_stats *out);
+
+/**
+ * How long, in ns of the bulkhead's clock, until the earliest waiter held back by a rate
+ * conforms (0: due now); `HG_TIMEOUT_INFINITE` when none is (no rates, no such waiter, or
+ * NULL). A host with rates arms a timer for it, then calls `hg_bulkhead_rate_tick()`.
+ *
+ * Thread-safety: any thread; never waits.
+ */
+uint64_t hg_bulkhead_rate_retry_after_ns(const struct hg_bulkhead *bh);
+
+/**
+ * The host's rate timer fired: grants the waiters that conform now (their callbacks run on
+ * this thread). A no-op without classes.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ */
+hg_status hg_bulkhead_rate_tick(const struct hg_bulkhead *bh);
+
+/**
+ * `hg_permit_release_outcome()` reporting that the call `used` budget units in all (at least
+ * its last `hg_permit_report_usage()`): the unused rest of its hold is refunded
+ * (`budget_refunded_total`), use beyond it counted as overrun (docs/design.md §4.5). On a
+ * bulkhead without a budget `used` is only recorded.
+ *
+ * Returns: as `hg_permit_release_outcome()`. Thread-safety: as `hg_permit_release()`.
+ */
+hg_status hg_permit_release_usage(struct hg_permit *permit, uint32_t outcome, uint64_t used);
+
+/**
+ * Reports a streaming call's cumulative usage: `used` units so far and at most `remaining`
+ * more expected, so its budget hold becomes `used + remaining` (docs/design.md §4.5). A
+ * shrink returns units at once (waking whoever fits); a growth goes through admission (never
+ * past a queued waiter) and what does not fit is held past the budget as overrun (on a
+ * bulkhead with `cancel_on_overrun` the host is asked to cancel).
+ *
+ * Parameters: out: NULL, or receives what changed (set its `struct_size` first).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_USAGE_DECREASED` (`used` below the last report);
+ *   `HG_STATUS_INVALID_ARGUMENT` (`used + remaining` above `HG_MAX_BUDGET`, or an `out` whose
+ *   `struct_size` is below 4);
+ *   `HG_STATUS_ALREADY_RELEASED` (released, or every permit returned); nothing changes on an
+ *   error. `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: as `hg_permit_release()`.
+ */
+hg_status hg_permit_report_usage(struct hg_permit *permit,
+                                 uint64_t used,
+                                 uint64_t remaining,
+                                 struct hg_usage_report *out);
+
+/**
+ * Whether a usage report asked the host to cancel this call's work (sticky); false for a
+ * released permit or NULL. Thread-safety: as `hg_permit_release()`; only reads.
+ */
+bool hg_permit_cancel_requested(const struct hg_permit *permit);
+
+/**
+ * Returns `n` of the held budget units now (`1 .. held`; the part held past the budget goes
+ * first), waking whoever fits; counted in `budget_refunded_total`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (`n` 0 or above the units held:
+ *   nothing changes); `HG_STATUS_ALREADY_RELEASED`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: as `hg_permit_release()`.
+ */
+hg_status hg_permit_refund(struct hg_permit *permit, uint64_t n);
+
+/**
+ * Hands the call's permits back now while its work goes on (docs/design.md §5.3: a call past
+ * its deadline whose upstream request cannot be recalled): they return at once (waking
+ * waiters) and count in `hg_stats.orphaned_in_flight` until the permit is released; its budget
+ * units, usage reports and outcome stay with it. Bounded by the bulkhead's `max_orphaned`.
+ *
+ * Returns: `HG_STATUS_OK` when orphaned now; `HG_STATUS_ALREADY_SETTLED` when there is nothing
+ *   to orphan (orphaned already, or no permits left); `HG_STATUS_ORPHAN_LIMIT` (past
+ *   `max_orphaned`, 0 by default: nothing changes); `HG_STATUS_ALREADY_RELEASED`;
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: as `hg_permit_release()`.
+ */
+hg_status hg_permit_orphan(struct hg_permit *permit);
 
 /**
  * Creates a bulkhead.
@@ -988,7 +2168,8 @@ hg_status hg_config_check(const struct hg_config *config, const char **bad_field
 
 /**
  * Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled, no policies, no
- * callbacks) and its `struct_size`.
+ * callbacks, no budget, observe off, `start_limit` `HG_UNSET`, no orphaning) and its
+ * `struct_size`.
  *
  * Parameters:
  *   config: where to write. NULL → `HG_STATUS_NULL_PARAMETER`.
@@ -1234,10 +2415,149 @@ hg_status hg_origin_key(const char *url,
                         size_t *out_len);
 
 /**
+ * `hg_registry_new()` with options: a global cap over every key and the host clock.
+ *
+ * Returns: as `hg_registry_new()` (also `HG_STATUS_INVALID_ARGUMENT` for a global cap out of
+ *   range, more than 63 keys under one, or a bad `struct_size`). Thread-safety: any thread.
+ */
+hg_status hg_registry_new_with_options(const struct hg_config *defaults,
+                                       const struct hg_registry_override *overrides,
+                                       size_t overrides_len,
+                                       const struct hg_registry_options *options,
+                                       struct hg_registry **out);
+
+/**
+ * `hg_bulkhead_try_acquire_request()` on `key` (created on first use; under a global cap in
+ * the key's class, whose index the registry sets: `class_index` is not read).
+ *
+ * Returns: as `hg_bulkhead_try_acquire_request()`, plus `HG_STATUS_KEY_LIMIT`,
+ *   `HG_STATUS_SHUTDOWN` after close, `HG_STATUS_INVALID_ARGUMENT` for a non-UTF-8 key.
+ * Thread-safety: any thread; never waits (a new key takes the registry's key-map lock).
+ */
+hg_status hg_registry_try_acquire_request(const struct hg_registry *reg,
+                                          const char *key,
+                                          size_t key_len,
+                                          const struct hg_request *request,
+                                          struct hg_permit **out);
+
+/**
+ * `hg_bulkhead_acquire_async_request()` on `key` (created on first use; under a global cap in
+ * the key's class). The key is not evicted while the acquire waits or its permit is held.
+ *
+ * Parameters: queue: receives, on `HG_STATUS_QUEUED`, a new reference to the bulkhead the
+ *   ticket waits in (the key's, or under a global cap the shared admission): pass it to
+ *   `hg_ticket_cancel()` / `hg_ticket_cancel_reason()` / `hg_bulkhead_rate_tick()` and free it
+ *   with `hg_bulkhead_free()` (freeing it never closes anything).
+ *
+ * Returns: as `hg_bulkhead_acquire_async_request()`, plus the key errors of
+ *   `hg_registry_try_acquire_request()`.
+ * Thread-safety: any thread; never blocks.
+ */
+hg_status hg_registry_acquire_async_request(const struct hg_registry *reg,
+                                            const char *key,
+                                            size_t key_len,
+                                            const struct hg_request *request,
+                                            hg_acquire_callback callback,
+                                            void *user_data,
+                                            struct hg_permit **out,
+                                            struct hg_bulkhead **queue,
+                                            hg_ticket *ticket);
+
+/**
+ * `hg_bulkhead_acquire_request()` on `key` (created on first use; under a global cap in the
+ * key's class): waits on this thread. The key is not evicted while it waits.
+ *
+ * Returns: as `hg_bulkhead_acquire_request()`, plus the key errors of
+ *   `hg_registry_try_acquire_request()`.
+ * Thread-safety: any thread; blocks the calling thread (never call it from a callback).
+ */
+hg_status hg_registry_acquire_request(const struct hg_registry *reg,
+                                      const char *key,
+                                      size_t key_len,
+                                      const struct hg_request *request,
+                                      struct hg_permit **out);
+
+/**
+ * `hg_bulkhead_enqueue_request()` on `key` (created on first use; under a global cap in the
+ * key's class): a permit now, or a polling ticket (the caller owns its timing).
+ *
+ * Parameters: queue: receives, on `HG_STATUS_QUEUED`, a new reference to the bulkhead the
+ *   ticket waits in, for `hg_ticket_poll()` and the cancel functions (as
+ *   `hg_registry_acquire_async_request()`); free it with `hg_bulkhead_free()`.
+ *
+ * Returns: as `hg_bulkhead_enqueue_request()`, plus the key errors of
+ *   `hg_registry_try_acquire_request()`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_registry_enqueue_request(const struct hg_registry *reg,
+                                      const char *key,
+                                      size_t key_len,
+                                      const struct hg_request *request,
+                                      struct hg_permit **out,
+                                      struct hg_bulkhead **queue,
+                                      hg_ticket *ticket);
+
+/**
+ * The dry run on `key` (docs/design.md §5.6): an existing key answers through its admission;
+ * a key that does not exist is neither created nor touched (`HG_STATUS_KEY_LIMIT` /
+ * `HG_STATUS_SHUTDOWN` as creating it would be refused, else the answer of the bulkhead it
+ * would get).
+ *
+ * Returns: as `hg_bulkhead_would_admit()`, plus `HG_STATUS_INVALID_ARGUMENT` for a non-UTF-8
+ *   key. Thread-safety: any thread; never waits; changes nothing.
+ */
+hg_status hg_registry_would_admit(const struct hg_registry *reg,
+                                  const char *key,
+                                  size_t key_len,
+                                  const struct hg_request *request,
+                                  struct hg_would_admit *out);
+
+/**
+ * Under a global cap, `key`'s own counts (its class in the shared admission: `ceiling` its
+ * limit, `in_flight` what it holds, `queued` its waiters, `observed` what its observed limit
+ * let through). Does not create the key.
+ *
+ * Returns: `HG_STATUS_OK` with `*out` (set its `struct_size` first);
+ *   `HG_STATUS_INVALID_ARGUMENT` (no global cap, no such key, a non-UTF-8 key);
+ *   `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_registry_key_stats(const struct hg_registry *reg,
+                                const char *key,
+                                size_t key_len,
+                                struct hg_class_stats *out);
+
+/**
+ * Under a global cap, the shared admission's stats (`limit` the cap, `active` what all keys
+ * hold together), written as `hg_bulkhead_stats()` writes them.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` without a global cap (or a
+ *   `struct_size` below 4); `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ */
+hg_status hg_registry_global_stats(const struct hg_registry *reg, struct hg_stats *out);
+
+/**
+ * Installs revisioned limits for every key of the registry, those that exist and those
+ * created later (docs/design.md §9), all or nothing: `defaults` for every key (its `revision`
+ * is the update's), each override for its key, and `global` for a global cap (NULL: none).
+ * Only the plain fields of `hg_limits` apply (`limit`, `budget`, `max_queue`,
+ * `queue_timeout_ms`); a reserve, rates or class ceilings are refused.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_STALE` (`*defaults->current_revision`, if set,
+ *   receives the registry's revision); `HG_STATUS_INVALID_ARGUMENT` (a value some key cannot
+ *   take, a bad key, `global` without a global cap, a bad `struct_size`: nothing changed);
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits (growth grants waiters: their callbacks run on this
+ * thread).
+ */
+hg_status hg_registry_apply_limits(const struct hg_registry *reg,
+                                   const struct hg_limits *defaults,
+                                   const struct hg_registry_key_limits *overrides,
+                                   size_t overrides_len,
+                                   const struct hg_limits *global);
+
+/**
  * A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
- * rejection (the core's message), `"reserved: not returned by this version"` for a declared
- * status no reason of this version has (2009–2010), `"unknown status"` for numbers this
- * version does not define.
+ * rejection (the core's message), `"unknown status"` for numbers this version does not
+ * define.
  *
  * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
  * waits.
@@ -1246,7 +2566,7 @@ const char *hg_status_message(uint32_t status);
 
 /**
  * The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it (the
- * core's reason table); NULL for a number this version does not return (the reserved 8–10
+ * core's reason table); NULL for a number this version does not return (the reserved 11–15
  * included).
  *
  * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
@@ -1261,6 +2581,15 @@ const char *hg_reason_name(uint32_t reason);
  * waits.
  */
 const char *hg_version(void);
+
+/**
+ * The snake_case name of `bound` (`"limit"`, `"kill_switch"`, …), as every layer spells it;
+ * NULL for a number this version does not know.
+ *
+ * Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+ * waits.
+ */
+const char *hg_bound_name(uint32_t bound);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -8,7 +8,7 @@ use hullguard_core::{
 };
 
 use crate::{
-    async_wait::{self, ASYNC_TAG, CWake, Callback, hg_acquire_callback, status_of, untag},
+    async_wait::{self, Callback, hg_acquire_callback, status_of, untag},
     boundary::{boundary, non_null, ok_or, try_mut, try_val},
     config::{
         HG_TIMEOUT_INFINITE, hg_config, hg_drain_result, hg_stats, read_config, wait_timeout,
@@ -312,16 +312,9 @@ pub extern "C" fn hg_bulkhead_acquire_async(
         };
         let out = try_mut!(out);
         let ticket = try_mut!(ticket);
-        let waiter = try_val!(admit(core, &request(weight, timeout_ms), out));
-        let timeout = waiter.queue_timeout();
-        // The waker owns the callback from here on; its first registration is this thread's.
-        let wake = CWake::new(core, waiter.into_ticket(), Callback { f, user_data });
-        if let Some(settled) = wake.admit() {
-            return grant(settled, out);
-        }
-        async_wait::arm(core, wake.ticket(), timeout);
-        *ticket = wake.ticket().to_raw() | ASYNC_TAG;
-        hg_status::HG_STATUS_QUEUED
+        let d = core.admit_owned(&request(weight, timeout_ms), None);
+        let callback = Callback { f, user_data };
+        crate::admission::acquire_async(d, std::ptr::null_mut(), callback, out, ticket, None)
     })
 }
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use hullguard_core::{
-    Config, ConfigError, PartialConfig, Stats,
+    Config, ConfigError, Observe, PartialConfig, Stats,
     adaptive::Algorithm,
     config::{OptionId, Part, Section, Value, convert::duration_from_millis},
 };
@@ -32,9 +32,51 @@ pub const HG_TIMEOUT_INFINITE: u64 = u64::MAX;
 pub const HG_MAX_PERMITS: u64 = 1_152_921_504_606_846_975;
 /// Largest `hg_config.max_queue`: 2^20.
 pub const HG_MAX_QUEUE: u64 = 1_048_576;
+/// Largest budget (`hg_config.budget`, costs, usage): 2^40 - 1.
+pub const HG_MAX_BUDGET: u64 = 1_099_511_627_775;
+/// "Not set / leave as it is" in a `uint64_t` field that has no other spare value:
+/// `hg_config.start_limit`, the fields of `hg_limits`, the ceilings of `hg_class`. The same
+/// number as `HG_TIMEOUT_DEFAULT`.
+pub const HG_UNSET: u64 = u64::MAX - 1;
 // Literals so that cbindgen can print them; pinned to the core's values here.
 const _: () = assert!(HG_MAX_PERMITS == hullguard_core::MAX_PERMITS);
 const _: () = assert!(HG_MAX_QUEUE == hullguard_core::MAX_QUEUE);
+const _: () = assert!(HG_MAX_BUDGET == hullguard_core::MAX_BUDGET);
+const _: () = assert!(HG_UNSET == HG_TIMEOUT_DEFAULT);
+
+/// Observe (shadow) mode: which dimensions are decided and counted but not enforced
+/// (docs/design.md §4.7). The numbers are the core's `Observe::CHOICES` order.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[allow(non_camel_case_types, clippy::enum_variant_names)]
+pub enum hg_observe {
+    /// Every dimension is enforced (the default).
+    #[default]
+    HG_OBSERVE_OFF = 0,
+    /// The permit limit is observed; the budget, if any, is enforced.
+    HG_OBSERVE_CONCURRENCY = 1,
+    /// The budget is observed; the permit limit is enforced (needs a budget).
+    HG_OBSERVE_BUDGET = 2,
+    /// Every dimension is observed (the kill switch and close still hold).
+    HG_OBSERVE_ALL = 3,
+}
+
+/// The core's observe mode of C number `n` (its index in `Observe::CHOICES`).
+pub(crate) fn observe_of(n: u32) -> Option<Observe> {
+    Observe::CHOICES
+        .get(n as usize)
+        .and_then(|name| Observe::parse(name))
+}
+
+/// The C number of an observe mode (its index in `Observe::CHOICES`).
+pub(crate) fn observe_number(o: Observe) -> u32 {
+    Observe::CHOICES
+        .iter()
+        .position(|c| *c == o.as_str())
+        .unwrap_or(0) as u32
+}
+
+const _: () = assert!(Observe::CHOICES.len() == 4);
 
 /// The adaptive-limit algorithm of `hg_config.adaptive_algorithm` (docs/design.md).
 #[repr(u32)]
@@ -74,6 +116,13 @@ impl From<Algorithm> for hg_adaptive_algorithm {
 ///
 /// Events: `on_event` / `on_event_user_data` were appended after `on_state_change_user_data`;
 /// a `struct_size` that ends before them means "no `on_event`".
+///
+/// Gateway admission (docs/design.md §4.5–4.7): `budget` … `cancel_on_overrun` were appended
+/// after `on_event_user_data`; a `struct_size` that ends before `cancel_on_overrun` means none
+/// of them is read (no budget, observe off, the start limit `max_concurrent`, no orphaning). In
+/// each, 0 (`HG_UNSET` for `start_limit`) means "not set": the default, or in a registry
+/// override the defaults' value (so an override cannot switch the defaults' `observe` or
+/// `cancel_on_overrun` back off: give such a key no override of them, or a registry without).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct hg_config {
@@ -152,6 +201,30 @@ pub struct hg_config {
     pub on_event: hg_event_fn,
     /// Passed to `on_event`; must stay valid while the bulkhead or registry lives.
     pub on_event_user_data: *mut c_void,
+    /// An in-flight ceiling of cost units beside the permits, `1 .. HG_MAX_BUDGET` (0 = none:
+    /// every cost must be 0). With a budget, `max_concurrent` is at most 2^18 - 1.
+    pub budget: u64,
+    /// A bound on the total cost of queued requests, `1 .. HG_MAX_BUDGET` (0 = none:
+    /// `max_queue` only). Needs a budget.
+    pub max_queued_cost: u64,
+    /// An `hg_observe` (default `HG_OBSERVE_OFF`; another number is invalid).
+    pub observe: u32,
+    /// The limit at construction, `0 .. max_concurrent` (`HG_UNSET` = `max_concurrent`, the
+    /// default; 0 = a fail-closed start: the kill switch until `hg_bulkhead_apply_limits()`
+    /// raises it).
+    pub start_limit: u64,
+    /// Permits that calls may hand back while their work goes on (`hg_permit_orphan()`),
+    /// `0 .. HG_MAX_PERMITS` (0 = off, the default).
+    pub max_orphaned: u64,
+    /// A streaming call whose hold must grow past the budget is asked to cancel
+    /// (`hg_usage_report.cancel`); default false (the growth is held as overrun). Read as a
+    /// byte.
+    pub cancel_on_overrun: bool,
+    /// Reserved: all 0 (`hg_config_default()` zeroes them). The struct's last 7 bytes, named
+    /// so that they are never tail padding — a later field goes after them, never into bytes an
+    /// older caller may have left unset (the `adaptive_enabled` lesson) — and refused when not
+    /// 0 (a newer caller's setting this library cannot honour).
+    pub reserved: [u8; 7],
 }
 
 impl hg_config {
@@ -187,6 +260,13 @@ impl hg_config {
         on_state_change_user_data: std::ptr::null_mut(),
         on_event: None,
         on_event_user_data: std::ptr::null_mut(),
+        budget: 0,
+        max_queued_cost: 0,
+        observe: hg_observe::HG_OBSERVE_OFF as u32,
+        start_limit: HG_UNSET,
+        max_orphaned: 0,
+        cancel_on_overrun: false,
+        reserved: [0; 7],
     };
 }
 
@@ -205,6 +285,14 @@ const BASE_END: usize = at!(enabled) + 1;
 /// fields it does not cover are never read — not even those that lie in the older struct's
 /// tail padding (`adaptive_enabled`, `adaptive_algorithm`), which an old caller never set.
 const POLICY_FIELDS_END: usize = at!(on_state_change_user_data) + size_of::<*mut c_void>();
+
+/// The smallest `struct_size` that carries the admission fields (`budget` …
+/// `cancel_on_overrun`); a smaller one reads none of them.
+const ADMISSION_FIELDS_END: usize = at!(cancel_on_overrun) + 1;
+
+/// The end of `reserved` (the end of the struct: no tail padding).
+const RESERVED_END: usize = at!(reserved) + 7;
+const _: () = assert!(RESERVED_END == size_of::<hg_config>());
 
 /// How one policy field holds its option's value; 0 in any of them means "not set".
 #[derive(Clone, Copy)]
@@ -393,6 +481,37 @@ impl Bytes {
         Ok(())
     }
 
+    /// The admission options (appended with gateway admission), in struct order: each only
+    /// when set (0, `HG_UNSET` for `start_limit`, is "not set").
+    fn admission(&self, p: &mut PartialConfig) -> Result<(), ConfigError> {
+        for (id, off) in [
+            (OptionId::Budget, at!(budget)),
+            (OptionId::MaxQueuedCost, at!(max_queued_cost)),
+        ] {
+            let n = self.u64(off);
+            if n != 0 {
+                p.set(id, Value::Count(n))?;
+            }
+        }
+        let observe = u32::from_ne_bytes(self.at(at!(observe)));
+        if observe != 0 {
+            let o = observe_of(observe).ok_or(ConfigError::Option(OptionId::Observe))?;
+            p.set(OptionId::Observe, Value::Choice(o.as_str()))?;
+        }
+        let start = self.u64(at!(start_limit));
+        if start != HG_UNSET {
+            p.set(OptionId::StartLimit, Value::Count(start))?;
+        }
+        let orphaned = self.u64(at!(max_orphaned));
+        if orphaned != 0 {
+            p.set(OptionId::MaxOrphaned, Value::Count(orphaned))?;
+        }
+        if self.flag(at!(cancel_on_overrun)) {
+            p.set(OptionId::CancelOnOverrun, Value::Bool(true))?;
+        }
+        Ok(())
+    }
+
     /// The two callbacks (each NULL when its bytes are 0).
     fn observer(&self) -> CObserver {
         // SAFETY: a non-zero word is a function pointer of the field's type (the caller's
@@ -447,6 +566,15 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     if declared < BASE_END {
         return Err(c"struct_size");
     }
+    // A size that ends inside a pointer would make a truncated pointer (a callback called
+    // through half an address): an older struct always ends at a field boundary.
+    let word = size_of::<usize>();
+    if [at!(on_event), at!(on_event_user_data)]
+        .iter()
+        .any(|&f| f < declared && declared < f + word)
+    {
+        return Err(c"struct_size");
+    }
     let mut partial = PartialConfig::new();
     let mut n = declared.min(size_of::<hg_config>());
     if declared < POLICY_FIELDS_END {
@@ -459,6 +587,12 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     // buffer has room for `size_of::<hg_config>() >= n` bytes; the regions do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), bytes.0.as_mut_ptr(), n) };
     bytes.options(&mut partial).map_err(field_of)?;
+    if declared >= ADMISSION_FIELDS_END {
+        bytes.admission(&mut partial).map_err(field_of)?;
+    }
+    if declared >= RESERVED_END && bytes.0[at!(reserved)..RESERVED_END].iter().any(|b| *b != 0) {
+        return Err(c"reserved");
+    }
     Ok(ReadConfig {
         partial,
         observer: bytes.observer(),
@@ -503,7 +637,8 @@ pub(crate) fn wait_timeout(ms: u64) -> Option<Duration> {
 }
 
 /// Fills `*config` with the defaults (10 / 100 / 30000 ms / enabled, no policies, no
-/// callbacks) and its `struct_size`.
+/// callbacks, no budget, observe off, `start_limit` `HG_UNSET`, no orphaning) and its
+/// `struct_size`.
 ///
 /// Parameters:
 ///   config: where to write. NULL → `HG_STATUS_NULL_PARAMETER`.
@@ -575,6 +710,44 @@ pub struct hg_stats {
     pub adaptive_last_rtt_ns: u64,
     /// Gradient2's long-term RTT average, ns (0 for AIMD or before any success).
     pub adaptive_long_rtt_ns: u64,
+    /// Appended with gateway admission (absent when an older caller's `struct_size` ends
+    /// before them): the revision of the limits in force (`hg_bulkhead_apply_limits()`; 0
+    /// before any).
+    pub revision: u64,
+    /// Permits of orphaned calls whose work goes on (`hg_permit_orphan()`).
+    pub orphaned_in_flight: u64,
+    /// Calls orphaned so far.
+    pub orphaned_total: u64,
+    /// The observe mode in force (an `hg_observe`).
+    pub observe: u32,
+    /// Would-be rejections an observed dimension let through, indexed by `hg_reason`.
+    pub observed: [u64; 16],
+    /// Panics caught in the event adapter (never crossing into C; docs/design.md §8).
+    pub observer_panics: u64,
+    /// Whether the bulkhead has a budget; the `budget_*` fields are 0 otherwise.
+    pub budget_present: bool,
+    /// The budget in force (0 is the kill switch of the budget).
+    pub budget_limit: u64,
+    /// The configured budget (the ceiling of `budget_limit`).
+    pub budget_max: u64,
+    /// Units held by claimed grants.
+    pub budget_in_use: u64,
+    /// Units free now; negative after a shrink.
+    pub budget_available: i64,
+    /// Units granted to queued waiters not yet claimed.
+    pub budget_granted_unclaimed: u64,
+    /// Units reserved by admissions so far.
+    pub budget_reserved_total: u64,
+    /// Units consumed by calls that ended (used).
+    pub budget_consumed_total: u64,
+    /// Units returned before the end (refunds, shrinking holds, unused rest).
+    pub budget_refunded_total: u64,
+    /// Units used past the hold (overrun) so far.
+    pub budget_overrun_total: u64,
+    /// Units held past the budget now (streaming growth that did not fit).
+    pub budget_overrun_held: u64,
+    /// The total cost of the live waiters.
+    pub budget_queued_cost: u64,
 }
 
 impl From<&Stats> for hg_stats {
@@ -584,8 +757,13 @@ impl From<&Stats> for hg_stats {
         for (reason, n) in s.rejected_by_reason.iter() {
             rejected[reason.index()] = n;
         }
+        let mut observed = [0u64; 16];
+        for (reason, n) in s.observed_by_reason.iter() {
+            observed[reason.index()] = n;
+        }
         let c = s.circuit.as_ref();
         let a = s.adaptive.as_ref();
+        let b = s.budget.as_ref();
         hg_stats {
             struct_size: size_of::<hg_stats>() as u32,
             active: s.active,
@@ -618,6 +796,24 @@ impl From<&Stats> for hg_stats {
             adaptive_decreases_total: a.map_or(0, |a| a.decreases_total),
             adaptive_last_rtt_ns: a.map_or(0, |a| a.last_rtt_ns),
             adaptive_long_rtt_ns: a.map_or(0, |a| a.long_rtt_ns),
+            revision: s.revision,
+            orphaned_in_flight: s.orphaned_in_flight,
+            orphaned_total: s.orphaned_total,
+            observe: observe_number(s.observe),
+            observed,
+            observer_panics: s.observer_panics,
+            budget_present: b.is_some(),
+            budget_limit: b.map_or(0, |b| b.limit),
+            budget_max: b.map_or(0, |b| b.max_budget),
+            budget_in_use: b.map_or(0, |b| b.in_use),
+            budget_available: b.map_or(0, |b| b.available),
+            budget_granted_unclaimed: b.map_or(0, |b| b.granted_unclaimed),
+            budget_reserved_total: b.map_or(0, |b| b.reserved_total),
+            budget_consumed_total: b.map_or(0, |b| b.consumed_total),
+            budget_refunded_total: b.map_or(0, |b| b.refunded_total),
+            budget_overrun_total: b.map_or(0, |b| b.overrun_total),
+            budget_overrun_held: b.map_or(0, |b| b.overrun_held),
+            budget_queued_cost: b.map_or(0, |b| b.queued_cost),
         }
     }
 }

@@ -17,6 +17,8 @@
 //! | `async_wait` | queued async acquires: the waker that owns the callback, and the timer thread |
 //! | `permit` | `hg_permit_*` |
 //! | `registry` | `hg_registry_*`, `hg_origin_key` |
+//! | `admission` | gateway admission: `hg_request`, `hg_rejection`, `hg_would_admit`, usage, `hg_limits`, classes, rates |
+//! | `sized` | reading and writing size-versioned structs |
 //! | `boundary` | the panic boundary and pointer checks |
 
 #![allow(non_camel_case_types)]
@@ -24,6 +26,7 @@
 // them `unsafe fn` would change nothing for C callers (rustls-ffi makes the same choice).
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod admission;
 mod async_wait;
 mod boundary;
 mod bulkhead;
@@ -32,9 +35,11 @@ mod event;
 mod handle;
 mod permit;
 mod registry;
+mod sized;
 mod status;
 
 pub use crate::{
+    admission::*,
     async_wait::hg_acquire_callback,
     bulkhead::*,
     config::*,

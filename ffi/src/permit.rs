@@ -31,10 +31,19 @@ fn held(p: &mut PermitBox) -> Result<&mut OwnedPermit, hg_status> {
 
 /// Ends the call with `outcome` (it releases the permits), or reports a second release.
 fn release(p: &mut PermitBox, outcome: Outcome) -> hg_status {
+    release_with(p, |call| call.end_into_handle(outcome))
+}
+
+/// Ends the call with `end` (which releases the permits and returns the call's bulkhead), or
+/// reports a second release.
+pub(crate) fn release_with(
+    p: &mut PermitBox,
+    end: impl FnOnce(OwnedPermit) -> Arc<hullguard_core::Bulkhead>,
+) -> hg_status {
     if let Some(call) = p.call.take() {
         // A weak reference to the call's bulkhead stays with the permit (to count a second
         // release) without keeping it alive.
-        let bh = call.end_into_handle(outcome);
+        let bh = end(call);
         p.released = Some(Arc::downgrade(&bh));
         return hg_status::HG_STATUS_OK;
     }

@@ -2,15 +2,17 @@
 //! renumber or reuse one. Reason names and rejection messages come from the core's reason table
 //! (`Reason::info()`); this file only declares the C numbers.
 
-use std::ffi::c_char;
+use std::{
+    ffi::{CStr, CString, c_char},
+    sync::LazyLock,
+};
 
-use hullguard_core::{AcquireError, Reason};
+use hullguard_core::{AcquireError, Bound, Reason};
 
 /// The result of every fallible `hg_*` call.
 ///
-/// `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason, declared from the
-/// start (2008–2010 are reserved for the reasons the next versions add: not returned by this
-/// version).
+/// `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason (2011–2015 are
+/// reserved for the reasons later versions add: not returned by this version).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -33,6 +35,16 @@ pub enum hg_status {
     HG_STATUS_ALREADY_SETTLED = 1004,
     /// Memory (the waiter ring) could not be allocated.
     HG_STATUS_OUT_OF_MEMORY = 1005,
+    /// `hg_bulkhead_apply_limits()`: the revision is not above the one in force (a stale or
+    /// repeated update); nothing changed. `hg_limits.current_revision` (if not NULL) receives
+    /// the revision in force.
+    HG_STATUS_STALE = 1006,
+    /// `hg_permit_report_usage()`: `used` is below the usage reported before (it is
+    /// cumulative); nothing changed.
+    HG_STATUS_USAGE_DECREASED = 1007,
+    /// `hg_permit_orphan()`: the permits would pass the bulkhead's `max_orphaned` (0: orphaning
+    /// is off); nothing changed.
+    HG_STATUS_ORPHAN_LIMIT = 1008,
     /// Rejected `concurrency_limit`.
     HG_STATUS_CONCURRENCY_LIMIT = 2000,
     /// Rejected `queue_limit`.
@@ -49,14 +61,13 @@ pub enum hg_status {
     HG_STATUS_CIRCUIT_OPEN = 2006,
     /// Rejected `call_timeout`.
     HG_STATUS_CALL_TIMEOUT = 2007,
-    /// Rejected `budget_limit` (a budget dimension refused). Named by this version; not
-    /// returned yet, as a C bulkhead cannot be given a budget before the next version.
+    /// Rejected `budget_limit` (the budget, or a class's budget share, refused the cost).
     HG_STATUS_BUDGET_LIMIT = 2008,
-    /// Rejected `shed` (evicted from a full queue for a higher-priority arrival). Named by this
-    /// version; not returned yet, as a C bulkhead cannot be given classes before the next one.
+    /// Rejected `shed` (a queued waiter evicted from a full queue for a higher-priority
+    /// arrival; classes with `shed`).
     HG_STATUS_SHED = 2009,
-    /// Rejected `rate_limit` (a rate limit refused). Named by this version; not returned yet,
-    /// as a C bulkhead cannot be given rates before the next one.
+    /// Rejected `rate_limit` (a class table's rate refused; `hg_rejection.retry_after_ms`
+    /// says when it would conform).
     HG_STATUS_RATE_LIMIT = 2010,
 }
 
@@ -103,10 +114,8 @@ impl From<&AcquireError> for hg_status {
     }
 }
 
-/// Why an acquire was rejected: the index of `hg_stats.rejected` (11–15 reserved).
-///
-/// 8 (`budget_limit`), 9 (`shed`) and 10 (`rate_limit`) are named; a C bulkhead cannot be given
-/// a budget, classes or rates before the next version, so they are not returned yet.
+/// Why an acquire was rejected: the index of `hg_stats.rejected` and `hg_stats.observed`
+/// (11–15 reserved).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(non_camel_case_types, clippy::enum_variant_names)]
@@ -119,11 +128,11 @@ pub enum hg_reason {
     HG_REASON_SHUTDOWN = 5,
     HG_REASON_CIRCUIT_OPEN = 6,
     HG_REASON_CALL_TIMEOUT = 7,
-    /// A budget refused (named; not returned before a C bulkhead can have a budget).
+    /// A budget refused the cost.
     HG_REASON_BUDGET_LIMIT = 8,
-    /// Evicted from a full queue (named; not returned before a C bulkhead can have classes).
+    /// Evicted from a full queue for a higher-priority arrival.
     HG_REASON_SHED = 9,
-    /// A rate refused (named; not returned before a C bulkhead can have rates).
+    /// A rate refused.
     HG_REASON_RATE_LIMIT = 10,
 }
 
@@ -144,9 +153,8 @@ pub enum hg_outcome {
 }
 
 /// A static, NUL-terminated English description of `status`: `"rejected: <reason>"` for a
-/// rejection (the core's message), `"reserved: not returned by this version"` for a declared
-/// status no reason of this version has (2009–2010), `"unknown status"` for numbers this
-/// version does not define.
+/// rejection (the core's message), `"unknown status"` for numbers this version does not
+/// define.
 ///
 /// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
 /// waits.
@@ -161,6 +169,9 @@ pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
         1003 => c"the permit was already released",
         1004 => c"the ticket was already settled",
         1005 => c"out of memory",
+        1006 => c"stale revision: the limits in force have this revision or a newer one",
+        1007 => c"usage is cumulative and must not decrease",
+        1008 => c"orphaning refused: the permits would pass max_orphaned",
         s if (REJECTED..=hg_status::HG_STATUS_RATE_LIMIT as u32).contains(&s) => {
             Reason::from_index((s - REJECTED) as usize)
                 .map_or(c"reserved: not returned by this version", |r| {
@@ -173,7 +184,7 @@ pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
 }
 
 /// The snake_case name of `reason` (`"concurrency_limit"`, ...), as every layer spells it (the
-/// core's reason table); NULL for a number this version does not return (the reserved 8–10
+/// core's reason table); NULL for a number this version does not return (the reserved 11–15
 /// included).
 ///
 /// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
@@ -190,4 +201,81 @@ pub extern "C" fn hg_reason_name(reason: u32) -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// Which constraint refused (docs/design.md §5.7): `hg_rejection.bound` and
+/// `hg_rejection.class_bound`. The numbers are the core's `Bound::ALL` order; new bounds are
+/// appended (read it as a `uint32_t`; `hg_bound_name()` names any number this library knows).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types, clippy::enum_variant_names)]
+pub enum hg_bound {
+    /// The permit limit (`concurrency_limit`), or older waiters ahead (no barging).
+    HG_BOUND_LIMIT = 0,
+    /// The kill switch: a limit of 0.
+    HG_BOUND_KILL_SWITCH = 1,
+    /// The budget (`budget_limit`).
+    HG_BOUND_BUDGET = 2,
+    /// `max_queue` live waiters (`queue_limit`).
+    HG_BOUND_QUEUE = 3,
+    /// `max_queued_cost` (`queue_limit`).
+    HG_BOUND_QUEUED_COST = 4,
+    /// A registry's `max_keys` (`key_limit`).
+    HG_BOUND_KEYS = 5,
+    /// The queue deadline (`timeout`).
+    HG_BOUND_DEADLINE = 6,
+    /// The caller cancelled (`aborted`).
+    HG_BOUND_CANCELLED = 7,
+    /// Closed (`shutdown`).
+    HG_BOUND_CLOSED = 8,
+    /// The circuit breaker (`circuit_open`).
+    HG_BOUND_BREAKER = 9,
+    /// The per-call timeout (`call_timeout`).
+    HG_BOUND_CALL_TIMEOUT = 10,
+    /// Evicted for a higher-priority arrival (`shed`).
+    HG_BOUND_SHED = 11,
+    /// A class's own ceiling.
+    HG_BOUND_CLASS = 12,
+    /// The shared units of a classed bulkhead.
+    HG_BOUND_SHARED = 13,
+    /// Only the priority reserve is left, and the class may not take it.
+    HG_BOUND_RESERVE = 14,
+    /// A rate (`rate_limit`).
+    HG_BOUND_RATE = 15,
+}
+
+// Every `hg_bound` is the core's bound of that index.
+const _: () = {
+    let mut i = 0;
+    while i < Bound::ALL.len() {
+        assert!(Bound::ALL[i].index() == i);
+        i += 1;
+    }
+    assert!(hg_bound::HG_BOUND_RATE as usize == Bound::Rate.index());
+    assert!(hg_bound::HG_BOUND_KILL_SWITCH as usize == Bound::KillSwitch.index());
+    assert!(hg_bound::HG_BOUND_SHARED as usize == Bound::Shared.index());
+    assert!(Bound::ALL.len() == 16);
+};
+
+/// The snake_case name of `bound` (`"limit"`, `"kill_switch"`, …), as every layer spells it;
+/// NULL for a number this version does not know.
+///
+/// Memory and lifetimes: the string is static; never free it. Thread-safety: any thread; never
+/// waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bound_name(bound: u32) -> *const c_char {
+    crate::boundary::boundary(|| {
+        Bound::from_index(bound as usize).map_or(std::ptr::null(), |b| bound_cstr(b).as_ptr())
+    })
+}
+
+/// A bound's name as a static C string (the core's `as_str` with a NUL).
+fn bound_cstr(b: Bound) -> &'static CStr {
+    static NAMES: LazyLock<Vec<CString>> = LazyLock::new(|| {
+        Bound::ALL
+            .iter()
+            .map(|b| CString::new(b.as_str()).unwrap_or_default())
+            .collect()
+    });
+    NAMES.get(b.index()).map_or(c"", |s| s.as_c_str())
 }

@@ -2,12 +2,14 @@
 # The C tests of hullguard's C ABI (`make c-test`):
 #
 #   1. tests/c/*.c (policies.c: the policies, C21/C22/C24; core_api.c: what the port to the core
-#      admission API changed or added) with gcc -std=c11 -Wall -Wextra -Werror: plain, under AddressSanitizer +
-#      UndefinedBehaviorSanitizer (leak detection on), and under valgrind --leak-check=full;
+#      admission API changed or added; admission.c: gateway admission, issue 16) with gcc
+#      -std=c11 -Wall -Wextra -Werror: plain, under AddressSanitizer + UndefinedBehaviorSanitizer
+#      (leak detection on), and under valgrind --leak-check=full;
 #      threaded.c runs 10^6 operations under ASan and 10^4 under valgrind.
 #   2. the C++17 example (examples/cpp) with g++ -std=c++17 -Wall -Wextra -Werror, plain and
 #      under ASan + UBSan.
-#   3. the scenario vectors through the ABI (cargo test -p hullguard-ffi: ffi/tests/vectors.rs).
+#   3. the scenario vectors through the ABI (cargo test -p hullguard-ffi: ffi/tests/vectors.rs),
+#      and the admission ABI's edge cases from Rust (ffi/tests/admission_edges.rs).
 #   4. `make install` into a temporary prefix, then smoke.c built against the installed files
 #      with `pkg-config --cflags --libs` (shared) and against libhullguard.a (static), and run.
 #
@@ -37,13 +39,13 @@ cargo build --quiet --release -p hullguard-ffi
 mkdir -p "$OUT"
 
 step "C tests: plain"
-for t in smoke bad_input cases threaded bugs policies core_api; do
+for t in smoke bad_input cases threaded bugs policies core_api admission; do
     "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t"
     "$OUT/$t"
 done
 
 step "C tests: AddressSanitizer + UBSan (detect_leaks=1)"
-for t in smoke bad_input cases bugs policies core_api; do
+for t in smoke bad_input cases bugs policies core_api admission; do
     "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t-asan"
     "$OUT/$t-asan"
 done
@@ -54,7 +56,7 @@ done
 if command -v valgrind >/dev/null; then
     step "C tests: valgrind --leak-check=full"
     export HG_UNDER_VALGRIND=1
-    for t in smoke bad_input cases policies core_api; do
+    for t in smoke bad_input cases policies core_api admission; do
         "${VALGRIND[@]}" "$OUT/$t"
     done
     "$CC" "${CFLAGS[@]}" -DHG_OPS=10000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \
@@ -73,8 +75,9 @@ step "C++17 example (examples/cpp): plain and ASan + UBSan"
     -o "$OUT/cpp-example-asan"
 "$OUT/cpp-example-asan"
 
-step "scenario vectors through the C ABI (ffi/tests/vectors.rs)"
+step "scenario vectors through the C ABI (ffi/tests/vectors.rs); admission edge cases (ffi/tests/admission_edges.rs)"
 cargo test --quiet -p hullguard-ffi --test vectors
+cargo test --quiet -p hullguard-ffi --test admission_edges
 # Again, to print which vectors ran and which an ABI gap skips.
 cargo test --quiet -p hullguard-ffi --test vectors -- --exact scenario_vectors_through_the_c_abi \
     --nocapture 2>&1 | grep -E '^ *(C ABI vectors|SKIPPED)'
