@@ -1095,8 +1095,8 @@ fn scenario_vectors() {
     let n = vectors::for_each(&dir.join("policies"), &validator, &mut names, run);
     assert!(n >= 10, "only {n} policy vectors");
     // The admission vectors (docs/design.md §4.5, §4.8, §11): the budget dimension and classes
-    // (`classes_*`, with a class table and `class_stats`); the Rust runner
-    // only, until the bindings expose `cost`.
+    // (`classes_*`, with a class table and `class_stats`); every layer's runner runs them
+    // (Python, Node and the C ABI too, since issue 16).
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
     assert!(n >= 88, "only {n} admission vectors");
 }
