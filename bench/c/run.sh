@@ -51,13 +51,15 @@ echo
 [ "$SMOKE" = 1 ] && echo "SMOKE RUN (--smoke): callgrind at N = $N; the counts below mean nothing"
 echo "callgrind, 1 thread: instructions per acquire+release pair ((Ir($N) - Ir(0)) / $N)"
 declare -A per
-for v in "sem_t" "raw pair" "handle API"; do
+for v in "sem_t" "raw pair" "handle API" "handle+events"; do
     a=$(ir "$v" "$N")
     b=$(ir "$v" 0)
     per[$v]=$(awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN { printf "%.1f", (a - b) / n }')
 done
-for v in "sem_t" "raw pair" "handle API"; do
+for v in "sem_t" "raw pair" "handle API" "handle+events"; do
     ratio=$(awk -v x="${per[$v]}" -v s="${per[sem_t]}" 'BEGIN { printf "%.2fx", x / s }')
     [ "$v" = "sem_t" ] && ratio="(anchor)"
-    printf '  %-11s %8s Ir/op  %s\n' "$v" "${per[$v]}" "$ratio"
+    printf '  %-13s %8s Ir/op  %s\n' "$v" "${per[$v]}" "$ratio"
 done
+awk -v e="${per[handle+events]}" -v h="${per[handle API]}" \
+    'BEGIN { printf "  handle+events / handle API: %.2fx (target <= 1.3x)\n", e / h }'

@@ -56,6 +56,7 @@ import { bulkhead, circuitBreaker, ConsecutiveBreaker, handleAll, wrap } from 'c
 import CircuitBreaker from 'opossum'
 import pLimit from 'p-limit'
 import { Sema } from 'async-sema'
+import { createLLMBulkhead } from 'async-bulkhead-llm'
 
 const require = createRequire(import.meta.url)
 const { Bulkhead } = require('../../bindings-node/index.js')
@@ -81,6 +82,20 @@ const U_ITERATIONS = SMOKE ? 2 : 15
 const U_WARMUP = SMOKE ? 1 : 20
 
 const fn = async () => {}
+
+// Gateway admission (issue 16): calls + tokens in one decision. async-bulkhead-llm estimates
+// each request's reservation; its cheapest estimator (a constant) stands beside hullguard's
+// `cost` option, the same 200 units a call against a budget that never binds.
+const BUDGET = 1_000_000_000
+const COST = 200
+const LLM_REQUEST = { messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 }
+const llmBulkhead = (maxQueue) =>
+  createLLMBulkhead({
+    model: 'bench',
+    maxConcurrent: LIMIT,
+    maxQueue,
+    tokenBudget: { budget: BUDGET, estimator: () => ({ input: 100, maxOutput: 100 }) },
+  })
 
 // ----- the cases: each returns an async function running one batch, resolving its ms ----------
 
@@ -160,6 +175,30 @@ const UNCONTENDED = {
     const breaker = new CircuitBreaker(fn, { timeout: false })
     return sequential(() => breaker.fire(), UNCONTENDED_BATCH)
   },
+  // Events (issue 16): admission events on, one `admit` listener that does nothing; beside it
+  // what one call of such a listener costs JavaScript itself.
+  'hullguard run(fn), admit listener': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: 100, events: true })
+    bh.on('admit', () => {})
+    return sequential(() => bh.run(fn), UNCONTENDED_BATCH)
+  },
+  'fn + one JS listener call': () => {
+    const listener = (event) => event
+    const event = { kind: 'admit' }
+    return sequential(() => {
+      listener(event)
+      return fn()
+    }, UNCONTENDED_BATCH)
+  },
+  'hullguard run(fn, {cost})': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: 100, budget: BUDGET })
+    const opts = { cost: COST }
+    return sequential(() => bh.run(fn, opts), UNCONTENDED_BATCH)
+  },
+  'async-bulkhead-llm run(req, fn)': () => {
+    const bh = llmBulkhead(100)
+    return sequential(() => bh.run(LLM_REQUEST, fn), UNCONTENDED_BATCH)
+  },
 }
 
 const TASK_CASES = {
@@ -185,6 +224,15 @@ const TASK_CASES = {
     return burst(call, TASKS)
   },
   'no limiter': () => burst(fn, TASKS),
+  'hullguard run(fn, {cost})': () => {
+    const bh = new Bulkhead({ maxConcurrent: LIMIT, maxQueue: TASKS, budget: BUDGET })
+    const opts = { cost: COST }
+    return burst(() => bh.run(fn, opts), TASKS)
+  },
+  'async-bulkhead-llm run(req, fn)': () => {
+    const bh = llmBulkhead(TASKS)
+    return burst(() => bh.run(LLM_REQUEST, fn), TASKS)
+  },
 }
 
 /** [label, ours, anchor, target ratio or null]. */
@@ -201,6 +249,11 @@ const ROWS = [
   ['composed: bulkhead + breaker', 'u', 'hullguard run(fn) + breaker', 'cockatiel wrap(bulkhead, breaker)', null],
   ['composed: bulkhead + breaker', 'u', 'hullguard run(fn) + breaker', 'opossum alone', null],
   ['composed: what the breaker adds', 'u', 'hullguard run(fn) + breaker', 'hullguard run(fn)', null],
+  ['gateway: calls + tokens', 'u', 'hullguard run(fn, {cost})', 'async-bulkhead-llm run(req, fn)', 0.5],
+  ['gateway: 100 000 tasks, limit 10', 't', 'hullguard run(fn, {cost})', 'async-bulkhead-llm run(req, fn)', 0.5],
+  ['gateway: what the budget adds', 'u', 'hullguard run(fn, {cost})', 'hullguard run(fn)', null],
+  ['events: an admit listener attached', 'u', 'hullguard run(fn), admit listener', 'hullguard run(fn)', null],
+  ['events: a listener call, in JS', 'u', 'fn + one JS listener call', 'no limiter', null],
 ]
 
 /** Every row names a group and two known cases of it: a gap fails here, before anything runs. */
@@ -354,7 +407,7 @@ async function main() {
   const version = (pkg) =>
     JSON.parse(readFileSync(new URL(`node_modules/${pkg}/package.json`, import.meta.url), 'utf8')).version
   console.log(
-    `  ${['cockatiel', 'opossum', 'p-limit', 'async-sema', 'tinybench'].map((p) => `${p} ${version(p)}`).join(', ')} (bench/node/package-lock.json)`,
+    `  ${['cockatiel', 'opossum', 'p-limit', 'async-sema', 'async-bulkhead-llm', 'tinybench'].map((p) => `${p} ${version(p)}`).join(', ')} (bench/node/package-lock.json)`,
   )
   console.log(
     `  ${REPS} interleaved repetitions; uncontended: batches of ${UNCONTENDED_BATCH} sequential ops; tasks: ${TASKS} at once through limit ${LIMIT}`,
@@ -417,6 +470,12 @@ async function main() {
   ]) {
     console.log(`    ${name.padEnd(30)} ${fmtNs(med(name) - floor).padStart(10)} above its floor`)
   }
+
+  // Issue 16: what one delivered event costs hullguard beside what one listener call costs JS.
+  console.log(
+    `  events: ${fmtNs(med('hullguard run(fn), admit listener') - med('hullguard run(fn)'))} per delivered event` +
+      ` (events on, one admit listener); one JS listener call: ${fmtNs(med('fn + one JS listener call') - floorJs)}`,
+  )
 
   console.log()
   console.log('== per op (median over repetitions) ==')

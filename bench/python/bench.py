@@ -9,6 +9,7 @@ Rows (hullguard / anchor, lower is better):
 | uncontended ``async with`` | ``async with bh:`` / ``async with bh.acquire():`` (limit 10, nothing else running) | ``async with asyncio.Semaphore(10)`` | ≤ 0.5 |
 | ``try_acquire`` + ``release`` | ``bh.try_acquire().release()`` | ``threading.BoundedSemaphore.acquire(blocking=False)`` + ``release()`` | ≤ 0.2 |
 | composed policy | ``async with bh:`` on a bulkhead with ``resilience={"breaker": {}}`` around an empty function | ``async with asyncio.Semaphore(10): pybreaker.CircuitBreaker().call(f)`` | ≤ 1.0 |
+| gateway: calls + tokens (issue 16) | ``async with bh.acquire(cost=200):`` on a bulkhead with ``budget=10**9`` | ``asyncio.Semaphore(10)`` for the calls, then a token count under an ``asyncio.Condition`` (``TwoSemaphores``) | ≤ 0.7 |
 | 1000 tasks through limit 10 | 1000 tasks, each ``async with lim: await asyncio.sleep(0)``, gathered; the limiter's cost per task = time per task minus the same tasks without a limiter | ``asyncio.Semaphore(10)`` | ≤ 0.5 |
 
 Beside them, for reference (no target): ``bulklink.AsyncBulkhead`` (pure Python, PyPI), the
@@ -57,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import gc
 import math
 import os
@@ -69,7 +71,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Deque, Dict, List, Optional, Tuple
 
 import hullguard
 
@@ -86,7 +88,7 @@ except ImportError:  # pragma: no cover - bench/python/requirements.txt installs
 
 TASKS = 1000
 LIMIT = 10
-BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1, "policy/": 0.025}
+BATCH_SECONDS = {"with/": 0.025, "try/": 0.025, "tasks/": 0.1, "policy/": 0.025, "gateway/": 0.025}
 BUSY = 0.05
 # --smoke: ops per batch, and tasks per gathered group (TASKS is set to it: task batches are
 # one or two groups; still more tasks than the limit, so they queue).
@@ -225,6 +227,61 @@ class NoopContext:
         return None
 
 
+class TwoSemaphores:
+    """The calls + tokens baseline of a hand-rolled asyncio gateway (issue 16): an
+    ``asyncio.Semaphore`` for the calls and a token count under an ``asyncio.Condition`` for the
+    budget (``asyncio.Semaphore`` cannot take ``n`` units at once), taken one after the other —
+    what a Python worker writes today before it has a two-dimension limiter. ``acquire(cost)`` is
+    an async context manager."""
+
+    def __init__(self, limit: int, budget: int) -> None:
+        self.calls = asyncio.Semaphore(limit)
+        self.tokens = asyncio.Condition()
+        self.budget = budget
+        self.used = 0
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, cost: int) -> AsyncIterator[None]:
+        async with self.calls:
+            async with self.tokens:
+                await self.tokens.wait_for(lambda: self.used + cost <= self.budget)
+                self.used += cost
+            try:
+                yield
+            finally:
+                async with self.tokens:
+                    self.used -= cost
+                    self.tokens.notify_all()
+
+
+GATEWAY_BUDGET = 1_000_000_000
+GATEWAY_COST = 200
+
+
+def _hg_listening() -> object:
+    """A bulkhead with admission events and one ``admit`` listener that does nothing."""
+    bh = hullguard.Bulkhead(max_concurrent=LIMIT, events=True)
+    bh.on("admit", lambda event: None)
+    return bh
+
+
+async def _callback_with(lim: object, n: int) -> None:
+    """The floor plus one Python call of a one-argument callback per op: what a listener call
+    costs the runtime itself, beside the cost per event of hullguard's events."""
+    cb = lambda event: None  # noqa: E731
+    event = {"kind": "admit"}
+    for _ in range(n):
+        async with lim:  # type: ignore[attr-defined]
+            cb(event)
+
+
+async def _cost_with(lim: object, n: int) -> None:
+    acquire = lim.acquire  # type: ignore[attr-defined]
+    for _ in range(n):
+        async with acquire(cost=GATEWAY_COST):
+            pass
+
+
 class MinimalLimiter:
     """The floor of any asyncio limiter that suspends: a counter, a deque of Futures, FIFO
     handoff, nothing else (no cancellation safety, no timeout, no stats). Not a real limiter:
@@ -300,6 +357,19 @@ CASES: Dict[str, Tuple[str, Callable[[], Runner]]] = {
         lambda: _async(_hg(resilience={"breaker": {}, "adaptive": {}}), _guarded_with),
     ),
     "tasks/floor": ("minimal deque+Future limiter", lambda: _tasks(lambda: MinimalLimiter(LIMIT))),
+    "gateway/two-semaphores": (
+        "Semaphore + token Condition",
+        lambda: _async(lambda: TwoSemaphores(LIMIT, GATEWAY_BUDGET), _cost_with),
+    ),
+    "gateway/events": (
+        "hullguard: async with bh.acquire(), events + an admit listener",
+        lambda: _async(_hg_listening, _acquire_with),
+    ),
+    "gateway/callback": ("no-op with + one callback", lambda: _async(NoopContext, _callback_with)),
+    "gateway/hullguard": (
+        "hullguard: async with bh.acquire(cost=…)",
+        lambda: _async(_hg(budget=GATEWAY_BUDGET), _cost_with),
+    ),
 }
 ALL_CASES = tuple(CASES)  # before the optional anchors are left out (for the table check)
 if bulklink is None:
@@ -315,6 +385,11 @@ class Row:
     anchor: str
     target: Optional[float]  # None: information only
     baseline: Optional[str] = None  # subtracted from both sides (per-task overhead rows)
+    # subtracted from the anchor instead of `baseline` (a row comparing two increments)
+    anchor_baseline: Optional[str] = None
+
+    def anchor_base(self) -> Optional[str]:
+        return self.anchor_baseline if self.anchor_baseline is not None else self.baseline
 
 
 ROWS = [
@@ -348,6 +423,13 @@ ROWS = [
     Row("composed policy: breaker + bulkhead, per call", "policy/hullguard-breaker",
         "policy/anchor", 1.0),
     Row("  + adaptive limit (gradient2)", "policy/hullguard-both", "policy/anchor", None),
+    Row("gateway: calls + tokens, `acquire(cost=…)`", "gateway/hullguard",
+        "gateway/two-semaphores", 0.7),
+    Row("  what the budget adds", "gateway/hullguard", "with/hullguard-acquire", None),
+    Row("events: an `admit` listener attached", "gateway/events", "with/hullguard-acquire", None),
+    # hullguard's cost per delivered event beside what one Python call of the listener costs.
+    Row("  per event vs one Python callback call", "gateway/events", "gateway/callback", None,
+        "with/hullguard-acquire", "with/floor"),
 ]
 ALL_ROWS = tuple(ROWS)
 ROWS = [r for r in ROWS if r.hg in CASES and r.anchor in CASES]
@@ -482,9 +564,9 @@ def print_timed(
     for r in ROWS:
         hg, an = ns[r.hg], ns[r.anchor]
         if r.baseline is not None:
-            base = ns[r.baseline]
-            hg = [h - b for h, b in zip(hg, base)]
-            an = [a - b for a, b in zip(an, base)]
+            hg = [h - b for h, b in zip(hg, ns[r.baseline])]
+        if r.anchor_base() is not None:
+            an = [a - b for a, b in zip(an, ns[r.anchor_base()])]
         ratios = [ratio(h, a) for h, a in zip(hg, an)]
         med, lo, hi = med_min_max(ratios)
         if r.target is None:
@@ -529,6 +611,7 @@ CG_SIZES = {
     "try/": (2_000, 12_000),
     "tasks/": (1_000, 3_000),
     "policy/": (1_000, 4_000),
+    "gateway/": (1_000, 4_000),
 }
 CG_SIZES_SLOW = {"with/bulklink": (200, 800), "tasks/bulklink": (1_000, 2_000)}
 
@@ -553,7 +636,7 @@ def check_tables() -> None:
     errors += [f"CG_SIZES_SLOW names an unknown case {n!r}"
                for n in CG_SIZES_SLOW if n not in ALL_CASES]
     for r in ALL_ROWS:
-        for case in (r.hg, r.anchor, r.baseline):
+        for case in (r.hg, r.anchor, r.baseline, r.anchor_baseline):
             if case is not None and case not in ALL_CASES:
                 errors.append(f"row {r.label.strip()!r} names an unknown case {case!r}")
     used = {c for r in ALL_ROWS for c in (r.hg, r.anchor, r.baseline)}
@@ -621,7 +704,9 @@ def callgrind_rows(valgrind: str, smoke: bool = False) -> None:
     for r in ROWS:
         hg, an = per_op[r.hg], per_op[r.anchor]
         if r.baseline is not None:
-            hg, an = hg - per_op[r.baseline], an - per_op[r.baseline]
+            hg -= per_op[r.baseline]
+        if r.anchor_base() is not None:
+            an -= per_op[r.anchor_base()]
         print(f"{r.label:<52} {CASES[r.anchor][0]:<27} {hg:>12.0f} {an:>10.0f}  {ratio(hg, an):.2f}")
     print(f"({time.perf_counter() - started:.0f} s under valgrind)")
 
