@@ -130,36 +130,69 @@ function guardBody(res, done) {
   return out
 }
 
+/** `withBulkhead`'s options: `undefined`, `null` or `{admission}`; any other key is a `TypeError`. */
+function fetchOptionsArg(options) {
+  if (options === undefined || options === null) return undefined
+  if (typeof options !== 'object') throw new TypeError('withBulkhead options must be an object')
+  for (const k of Object.keys(options)) {
+    if (k !== 'admission') throw new TypeError(`withBulkhead: unknown option ${JSON.stringify(k)} (known: "admission")`)
+  }
+  const { admission } = options
+  if (admission !== undefined && admission !== null && typeof admission !== 'function') {
+    throw new TypeError('withBulkhead: admission must be a function (input, init) => acquire options')
+  }
+  return admission ?? undefined
+}
+
 /**
  * A fetch-compatible function that runs every request inside the bulkhead of its origin
- * (`registry`, keyed by `originKey(url)`).
+ * (`limiter` a `Registry`, keyed by `originKey(url)`), or inside one bulkhead (`limiter` a
+ * `Bulkhead`: one dependency, e.g. an LLM provider's account with a token budget and classes).
  *
  * The caller's `signal` (`init.signal`, or the `Request`'s) bounds both the wait for a permit
  * and the fetch itself. The permit is held until the response body is fully read, cancelled or
  * errors (see the module notes), so `response.body` is a wrapper stream over the original
  * (`url`, `redirected` and `type` are kept; `clone()` works, but a clone's `url` is empty).
  *
+ * Gateway admission (issue 16): `options.admission(input, init)` returns the request's acquire
+ * options (`cost`, `admissionClass`, `observe`, `queueTimeoutMs`; `undefined` for none), and a
+ * response with a body carries its permit as `response.permit` (not enumerable), so a streaming
+ * caller can `reportUsage(used, remaining)` as tokens arrive and `release({usage})` once the
+ * usage is final — before the body ends, e.g. on the stream's usage event (the rest of the
+ * reservation is refunded; the body's end then releases nothing more). A permit the caller
+ * has not released when the body ends is released then, with no usage (its whole hold
+ * consumed); a release after that is a double release (counted, nothing returned twice).
+ *
  * Rejects with a `BulkheadError` when the bulkhead rejects the call (`BULKHEAD_FULL`,
- * `BULKHEAD_QUEUE_TIMEOUT`, `BULKHEAD_CLOSED`), with `signal.reason` when aborted while
- * waiting, with a `TypeError` for a URL without an origin (`data:`, `file:`, a bad URL), and
- * otherwise as `fetch` does.
+ * `BULKHEAD_QUEUE_TIMEOUT`, `BULKHEAD_CLOSED`, a budget's `budget_limit`…), with `signal.reason`
+ * when aborted while waiting, with a `TypeError` for a URL without an origin (`data:`, `file:`,
+ * a bad URL) or bad acquire options, with what `admission` throws, and otherwise as `fetch`
+ * does.
  *
  * @param {typeof fetch} fetchImpl  usually the global `fetch`
- * @param {Registry} registry
+ * @param {Registry | Bulkhead} limiter
+ * @param {{admission?: (input: any, init: any) => object | undefined} | undefined} options
  * @returns {typeof fetch}
  */
-function withBulkhead(fetchImpl, registry) {
+function withBulkhead(fetchImpl, limiter, options) {
   if (typeof fetchImpl !== 'function') throw new TypeError('fetch must be a function')
-  registryArg(registry)
+  const { Bulkhead, Registry } = hullguard()
+  const one = limiter instanceof Bulkhead
+  if (!one && !(limiter instanceof Registry)) {
+    throw new TypeError('withBulkhead needs a hullguard Registry (a bulkhead per origin) or a Bulkhead (one for every request)')
+  }
+  const admission = fetchOptionsArg(options)
   return async function fetchWithBulkhead(input, init) {
+    // The key first: a URL without an origin is refused before any admission.
     const key = originKey(urlOf(input))
     const signal = signalOf(input, init)
-    const permit = await registry.acquire(key, signal === undefined ? undefined : { signal })
-    let released = false
+    const asked = admission === undefined ? undefined : admission(input, init)
+    let opts = asked ?? undefined
+    if (signal !== undefined) opts = opts === undefined ? { signal } : { ...opts, signal }
+    const permit = await (one ? limiter.acquire(opts) : limiter.acquire(key, opts))
+    // The caller may have released it already (`response.permit.release({usage})`).
     const release = (outcome) => {
-      if (released) return
-      released = true
-      permit.release({ outcome })
+      if (!permit.released) permit.release({ outcome })
     }
     let res
     try {
@@ -173,12 +206,15 @@ function withBulkhead(fetchImpl, registry) {
       release(outcome)
       return res
     }
+    let out
     try {
-      return guardBody(res, (err) => release(err === undefined ? outcome : errorOutcome(err, signal)))
+      out = guardBody(res, (err) => release(err === undefined ? outcome : errorOutcome(err, signal)))
     } catch (e) {
       release(errorOutcome(e, signal))
       throw e
     }
+    Object.defineProperty(out, 'permit', { value: permit })
+    return out
   }
 }
 

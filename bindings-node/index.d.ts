@@ -1015,16 +1015,31 @@ export declare function originKey(url: string): string
 
 /**
  * A fetch-compatible function that runs every request inside the bulkhead of its origin
- * (`registry`, keyed by `originKey(url)`). The permit is held until the response body is fully
- * read, cancelled or errors. Rejects with a `BulkheadError` when the bulkhead rejects the call,
+ * (`limiter` a `Registry`, keyed by `originKey(url)`) or inside one `Bulkhead`. The permit is held until the response body is fully
+ * read, cancelled or errors (or the caller releases `response.permit` itself). Rejects with a `BulkheadError` when the bulkhead rejects the call,
  * with `signal.reason` when aborted while waiting, with a `TypeError` for a URL without an
  * origin, and otherwise as `fetchImpl` does.
- * @throws {TypeError} `fetchImpl` is not a function or `registry` not a `Registry`.
+ * @throws {TypeError} `fetchImpl` is not a function, `limiter` neither a `Registry` nor a
+ *   `Bulkhead`, or `options` has an unknown key.
  */
 export declare function withBulkhead<F extends (input: any, init?: any) => Promise<any>>(
   fetchImpl: F,
-  registry: Registry,
+  limiter: Registry | Bulkhead,
+  options?: WithBulkheadOptions | null,
 ): F
+
+/** Options of `withBulkhead` (any other key is a `TypeError`). */
+export interface WithBulkheadOptions {
+  /**
+   * The acquire options of one request (gateway admission): its `cost`, `admissionClass`,
+   * `observe`, `queueTimeoutMs`; `undefined` for the defaults. The request's own `signal` is
+   * added. A response with a body then carries its permit as `response.permit` (not
+   * enumerable): report usage while streaming and `release({usage})` once it is final, before
+   * the body ends (then the body's end releases nothing more; otherwise it releases with no
+   * usage, the whole hold consumed).
+   */
+  admission?: ((input: any, init?: any) => AcquireOptions | undefined) | null
+}
 
 /** Options of a guarded agent class: the agent's own plus the `registry` (required). */
 export type GuardedAgentOptions<O> = (O extends undefined ? {} : O) & { registry: Registry }
