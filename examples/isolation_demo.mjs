@@ -47,8 +47,14 @@
 // healthy origin's p99 latency with hullguard is at most a fifth of its p99 without, and with
 // hullguard no healthy request waited behind a degraded one for the shared budget.
 //
+// Then the LLM-gateway phase runs (examples/llm_gateway_demo.mjs; `--no-llm` skips it): a fake
+// streaming LLM provider with a concurrent-token ceiling, an interactive and a batch class
+// through one client, without a bulkhead, through `withBulkhead(fetch)` with a count-only
+// registry, and with calls and tokens in one decision (refunds, classes). Its checks count in
+// the exit code.
+//
 // Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
-// deadline. The whole demo takes about 21 s. Smaller runs (bindings-node/__test__/demo.test.js):
+// deadline. The whole demo takes about 43 s (21 s with `--no-llm`). Smaller runs (bindings-node/__test__/demo.test.js):
 //   node examples/isolation_demo.mjs --budget 4 --seconds 3 --degraded-min 1 --degraded-max 1.5
 // `--json` prints one more line, `RESULT {...}`, with the figures the checks use; `--help` lists
 // every flag.
@@ -58,6 +64,7 @@ import { once } from 'node:events'
 import { performance } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads'
+import { gatewayPhase, phaseFlags, phaseOptions } from './llm_gateway_demo.mjs'
 
 const HEALTHY = 0
 const DEGRADED = 1
@@ -124,6 +131,8 @@ function options() {
       'degraded-slice': { type: 'string' },
       'pool-timeout': { type: 'string', default: '2.0' },
       json: { type: 'boolean', default: false },
+      'no-llm': { type: 'boolean', default: false },
+      ...phaseFlags('llm-'),
       help: { type: 'boolean', short: 'h', default: false },
     },
   })
@@ -141,7 +150,9 @@ function options() {
                         Connection: close on every response; 0: never)
   --degraded-slice M    the degraded bulkhead's maxConcurrent (default max(1, N/4)); healthy gets N - M
   --pool-timeout S      give up on a request with no socket after S (default 2.0)
-  --json                also print RESULT {json} at the end`)
+  --json                also print RESULT {json} at the end
+  --no-llm              skip the LLM-gateway phase (examples/llm_gateway_demo.mjs; its flags
+                        prefixed with --llm-, e.g. --llm-seconds 4)`)
     process.exit(0)
   }
   const num = (name, min) => {
@@ -173,6 +184,7 @@ function options() {
     healthySlice: budget - degradedSlice,
     poolTimeoutMs: num('pool-timeout', 0.01) * 1000,
     json: values.json,
+    llm: values['no-llm'] ? null : phaseOptions(values, 'llm-'),
   }
   if (o.degradedMaxMs < o.degradedMinMs) o.degradedMaxMs = o.degradedMinMs
   // A safety net on one exchange once it has a socket: never reached here.
@@ -508,6 +520,8 @@ async function main() {
     `check: healthy requests that waited behind a degraded one for the shared budget, with hullguard: ` +
       `${withHg.healthyWaitedBehindDegraded} (want 0; waited at all: ${withHg.healthyWaited}): ${isolated ? 'PASS' : 'FAIL'}`,
   )
+  // The LLM-gateway phase (examples/llm_gateway_demo.mjs): its own provider process and checks.
+  const llmOk = o.llm === null || (await gatewayPhase(o.llm)).ok
   if (o.json) {
     console.log(
       `RESULT ${JSON.stringify({
@@ -518,7 +532,7 @@ async function main() {
       })}`,
     )
   }
-  return p99Ok && isolated ? 0 : 1
+  return p99Ok && isolated && llmOk ? 0 : 1
 }
 
 // The entry point (at the end: every declaration above is initialized by then).

@@ -46,8 +46,13 @@ the upstream), with ``C`` stepped 16 → 4 → 16 (``--phase-seconds`` each), on
 ``--algorithms``: the limit must track ``C`` within a stated band while the upstream's own
 queueing delay stays under one service time.
 
+Then the LLM-gateway phase runs (``llm_gateway_demo.py``; ``--no-llm`` skips it, ``--llm-*``
+options scale it): a fake streaming LLM provider with a concurrent-token ceiling, an interactive
+and a batch class through one client, without a bulkhead, with a count-only one and with calls
+and tokens in one decision (refunds, classes).
+
 Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
-deadline. The whole demo takes about 70 s. Smaller runs: ``--budget 4 --seconds 3
+deadline. The whole demo takes about 90 s. Smaller runs: ``--budget 4 --seconds 3
 --degraded-min 1.0 --phase-seconds 1.5``; ``--report-only`` prints the checks but exits 0
 whatever they say.
 """
@@ -75,6 +80,7 @@ from hullguard.httpx import BulkheadTransport
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
+import llm_gateway_demo  # noqa: E402  (the LLM-gateway phase, next to this file)
 from demo_phases import percentile  # noqa: E402
 
 HEALTHY, DEGRADED = 0, 1
@@ -628,6 +634,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="adaptive phase: seconds per capacity step (16 → 4 → 16)")
     p.add_argument("--algorithms", default="gradient2,aimd",
                    help="adaptive phase: the algorithms to run, comma-separated")
+    p.add_argument("--no-llm", action="store_true", help="skip the LLM-gateway phase")
+    llm_gateway_demo.add_arguments(p, prefix="llm-")
     p.add_argument("--report-only", action="store_true",
                    help="print every check but exit 0 whatever they say (make test's scaled-down "
                         "run: the timing-dependent checks belong to make demo)")
@@ -686,6 +694,9 @@ async def amain(args: argparse.Namespace) -> int:
                 phases_ok &= await demo_phases.adaptive_phase(
                     up.pool_url, algorithm, args.service_ms / 1000.0, args.phase_seconds
                 )
+        if not args.no_llm:
+            llm_ok, _ = await llm_gateway_demo.gateway_phase(llm_gateway_demo.phase_args(args))
+            phases_ok &= llm_ok
     finally:
         up.close()
 

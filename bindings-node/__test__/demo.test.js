@@ -37,6 +37,7 @@ test('demo (scaled down): hullguard isolates the healthy origin', { timeout: 50_
     '--degraded-max',
     '1.5',
     '--json',
+    '--no-llm', // the LLM-gateway phase has its own test (llm-demo.test.js)
   ])
   const line = out.split('\n').find((l) => l.startsWith('RESULT '))
   assert.ok(line, `no RESULT line; exit ${code}\n${out}\n${err}`)

@@ -6,7 +6,8 @@ with ``--report-only``: the demo prints every check but its exit code says only 
 This test asserts what the demo does *deterministically* — it runs, prints every section, and
 isolates the healthy origin by count (structural properties of the set-up, not of timing).
 Latency figures and the adaptive limit's band are the demo's own checks, in ``make demo``; the
-adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``.
+adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``. The LLM-gateway
+phase is skipped here (``--no-llm``): ``test_llm_demo.py`` runs it on its own, scaled down.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "isolation_demo.py"
 def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out),
-            "--phase-seconds", "1.5", "--report-only"]
+            "--phase-seconds", "1.5", "--no-llm", "--report-only"]
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args],
         capture_output=True,
