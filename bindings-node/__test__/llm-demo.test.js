@@ -1,6 +1,6 @@
 'use strict'
 // The LLM-gateway phase of the Node demo (examples/llm_gateway_demo.mjs, docs/design.md §13),
-// scaled down: 1 s of load per run, a fast provider stream, short queue timeouts, --report-only.
+// scaled down: 0.5 s of load per run, a fast provider stream, short queue timeouts, --report-only.
 // The fake provider is examples/fake_llm_provider.py (standard-library Python, run with
 // `python3`, or $PYTHON).
 //
@@ -38,7 +38,7 @@ function runDemo(args) {
 test('LLM-gateway demo phase (scaled down): four runs, budget runs never see a 429', { timeout: 50_000 }, async () => {
   const { code, out, err } = await runDemo([
     '--seconds',
-    '1',
+    '0.5',
     '--tokens-per-second',
     '4000',
     '--chunk-ms',
@@ -76,7 +76,7 @@ test('LLM-gateway demo phase (scaled down): four runs, budget runs never see a 4
   for (const mode of MODES) {
     const run = r[mode]
     // The schedule: an interactive call every 50 ms and a batch call every 25 ms.
-    assert.deepEqual(run.requests, { interactive: 20, batch: 40 }, mode)
+    assert.deepEqual(run.requests, { interactive: 10, batch: 20 }, mode) // 0.5 s at 50 / 25 ms
     for (const cls of ['interactive', 'batch']) {
       const refused = Object.values(run.refused[cls]).reduce((a, b) => a + b, 0)
       const settled = run.ok[cls] + run.provider429[cls] + refused

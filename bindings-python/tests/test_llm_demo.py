@@ -23,7 +23,7 @@ MODES = ("none", "count", "tokens", "tokens_no_refund")
 
 def test_scaled_down_llm_gateway_phase(tmp_path: Path) -> None:
     out = tmp_path / "llm.json"
-    args = ["--seconds", "1", "--tokens-per-second", "4000", "--chunk-ms", "20",
+    args = ["--seconds", "0.5", "--tokens-per-second", "4000", "--chunk-ms", "20",
             "--batch-timeout", "0.5", "--interactive-timeout", "0.5", "--json", str(out),
             "--report-only"]
     proc = subprocess.run(
@@ -55,7 +55,7 @@ def test_scaled_down_llm_gateway_phase(tmp_path: Path) -> None:
     for mode in MODES:
         run = result[mode]
         # The schedule: one interactive call every 50 ms and one batch call every 25 ms.
-        assert run["requests"] == {"interactive": 20, "batch": 40}
+        assert run["requests"] == {"interactive": 10, "batch": 20}  # 0.5 s at 50 / 25 ms
         for cls, sent in run["requests"].items():
             settled = (run["ok"][cls] + run["provider_429"][cls]
                        + sum(run["refused"][cls].values()))
