@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List
 import pytest
 
 import hullguard
-from _support import assert_idle
+from _support import VirtualClockLoop, assert_idle
 
 
 def _events_bh(**kw: Any) -> hullguard.Bulkhead:
@@ -288,14 +288,14 @@ def test_a_release_on_another_thread_arms_the_rate_timer_on_the_waiters_loop() -
     try:
         a = bh.try_acquire()
         assert a is not None
-        time.sleep(0.35)  # a token again
+        time.sleep(0.35)  # a token again (a lower bound: any longer sleep is the same)
         fb = asyncio.run_coroutine_threadsafe(_acquire(bh), loop)  # held by the permits
-        time.sleep(0.05)
+        _until_queued(bh)
         a.release()
         b = fb.result(5)
         fc = asyncio.run_coroutine_threadsafe(_acquire(bh), loop)  # held by the permits
-        time.sleep(0.05)
-        b.release()  # on this thread: c is the head now, held by the rate for ~0.25 s
+        _until_queued(bh)
+        b.release()  # on this thread: c is the head now, held by the rate for ~0.3 s
         c = fc.result(3)
         c.release()
         assert_idle(bh)
@@ -305,28 +305,42 @@ def test_a_release_on_another_thread_arms_the_rate_timer_on_the_waiters_loop() -
         loop.close()
 
 
+def _until_queued(bh: hullguard.Bulkhead) -> None:
+    """Waits (bounded) until a waiter is queued: sequencing, not a time bound."""
+    for _ in range(10_000):
+        if bh.stats()["queued"] == 1:
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"never queued: {bh.stats()}")
+
+
 def test_a_rate_timer_left_on_a_closed_loop_does_not_stop_the_next_loop() -> None:
     # The first loop closed with its rate timer pending: the bulkhead stayed "armed" forever,
     # so no later loop got a timer and its rate-held heads waited for their queue timeout.
-    import asyncio
-
-    bh = _rated(0.3, max_concurrent=4)
+    # Virtual time: two virtual loops, the bulkhead on the clock of the one in use.
+    first, second = VirtualClockLoop(), VirtualClockLoop()
+    current = [first]
+    bh = _rated(0.3, max_concurrent=4, _clock=lambda: current[0].clock())
     bh.try_acquire().release()  # type: ignore[union-attr]  # the token is spent
+    held = first.create_task(_acquire(bh))
+    first.run_until_quiet()
+    assert not held.done() and first.pending_timers(), "held by the rate: a timer is armed"
+    held.cancel()
+    first.run_until_quiet()
+    first.shutdown()  # closed with its rate timer pending
 
-    async def first() -> None:
-        with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(bh.acquire(), 0.05)  # held by the rate: a timer is armed
-
-    asyncio.run(first())
-    time.sleep(0.35)
-
-    async def second() -> None:
-        p = bh.try_acquire()  # the token
-        q: Any = await asyncio.wait_for(bh.acquire(), 3)  # held by the rate until ~0.3 s
-        q.release()
-        p.release()  # type: ignore[union-attr]
-
-    asyncio.run(second())
+    second.now_ns = first.now_ns + 300_000_000  # the token is back
+    current[0] = second
+    p = bh.try_acquire()  # takes it
+    assert p is not None
+    task = second.create_task(_acquire(bh))
+    second.run_until_quiet()
+    assert not task.done() and second.pending_timers(), "the next loop gets its own rate timer"
+    second.advance(300)
+    assert task.done()
+    task.result().release()
+    p.release()
+    second.shutdown()
     assert_idle(bh)
 
 
