@@ -536,8 +536,9 @@ typedef struct hg_bulkhead hg_bulkhead;
 
 /**
  * Permits held by one acquire. Owned by the caller: release with `hg_permit_release*()`,
- * free with `hg_permit_free()` (which releases first if still held). A permit keeps its
- * bulkhead alive, so the bulkhead may be freed first.
+ * free with `hg_permit_free()` (which releases first if still held). A held permit keeps its
+ * bulkhead alive, so the bulkhead may be freed first; a released one keeps a standalone
+ * bulkhead's memory until it is freed (a registry key's only weakly: it never pins the key).
  */
 typedef struct hg_permit hg_permit;
 

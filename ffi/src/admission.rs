@@ -29,7 +29,7 @@ use crate::{
     config::{HG_TIMEOUT_INFINITE, HG_UNSET, hg_config, observe_number, observe_of, read_config},
     handle::{
         BulkheadHandle, PermitBox, bulkhead_into_raw, bulkhead_ref, hg_bulkhead, hg_permit,
-        permit_mut,
+        permit_mut, pin_on,
     },
     sized::{self, Output, Plain},
     status::hg_status,
@@ -610,10 +610,12 @@ pub extern "C" fn hg_bulkhead_try_acquire_request(
         let r = try_val!(unsafe { read_request(request) });
         let out = try_mut!(out);
         let d = core.admit_owned(&r.request.no_wait(), None);
-        match decided(d, r.detail, out) {
+        let status = match decided(d, r.detail, out) {
             Err(s) => s,
             Ok(_) => unreachable!("a no-wait request never queues"),
-        }
+        };
+        // SAFETY: `bh` is live (contract); on OK `*out` is the new permit.
+        unsafe { pin_on(bh, status, out) }
     })
 }
 
@@ -636,8 +638,12 @@ pub extern "C" fn hg_bulkhead_acquire_request(
         // SAFETY: contract.
         let r = try_val!(unsafe { read_request(request) });
         let out = try_mut!(out);
-        let waiter = try_val!(decided(core.admit_owned(&r.request, None), r.detail, out));
-        wait_blocking(waiter, out)
+        let status = match decided(core.admit_owned(&r.request, None), r.detail, out) {
+            Ok(waiter) => wait_blocking(waiter, out),
+            Err(status) => status,
+        };
+        // SAFETY: `bh` is live (contract); on OK `*out` is the new permit.
+        unsafe { pin_on(bh, status, out) }
     })
 }
 

@@ -16,7 +16,7 @@ use crate::{
     },
     handle::{
         BulkheadHandle, bulkhead_into_raw, bulkhead_ref, bulkhead_release, bulkhead_retain,
-        hg_bulkhead, hg_permit,
+        hg_bulkhead, hg_permit, pin_on,
     },
     status::hg_status,
 };
@@ -222,7 +222,9 @@ pub extern "C" fn hg_bulkhead_try_acquire(
     boundary(|| {
         let core = try_core!(bh);
         let out = try_mut!(out);
-        grant(core.try_acquire_owned(weight), out)
+        let status = grant(core.try_acquire_owned(weight), out);
+        // SAFETY: `bh` is live (contract); on OK `*out` is the new permit.
+        unsafe { pin_on(bh, status, out) }
     })
 }
 
@@ -249,7 +251,9 @@ pub extern "C" fn hg_bulkhead_acquire_timeout(
         let core = try_core!(bh);
         let out = try_mut!(out);
         let r = core.acquire_blocking_owned(weight, wait_timeout(timeout_ms));
-        grant(r, out)
+        let status = grant(r, out);
+        // SAFETY: `bh` is live (contract); on OK `*out` is the new permit.
+        unsafe { pin_on(bh, status, out) }
     })
 }
 
@@ -379,7 +383,9 @@ pub extern "C" fn hg_ticket_poll(
         if r.as_ref().err().and_then(AcquireError::reason) == Some(Reason::Aborted) {
             return hg_status::HG_STATUS_ALREADY_SETTLED;
         }
-        grant(r, out)
+        let status = grant(r, out);
+        // SAFETY: `bh` is live (contract); on OK `*out` is the new permit.
+        unsafe { pin_on(bh, status, out) }
     })
 }
 

@@ -10,6 +10,8 @@ use std::{
 
 use hullguard_core::{Bulkhead as CoreBulkhead, OwnedPermit, Registry as CoreRegistry};
 
+use crate::status::hg_status;
+
 /// A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
 /// `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
 pub struct hg_bulkhead {
@@ -22,8 +24,9 @@ pub struct hg_registry {
 }
 
 /// Permits held by one acquire. Owned by the caller: release with `hg_permit_release*()`,
-/// free with `hg_permit_free()` (which releases first if still held). A permit keeps its
-/// bulkhead alive, so the bulkhead may be freed first.
+/// free with `hg_permit_free()` (which releases first if still held). A held permit keeps its
+/// bulkhead alive, so the bulkhead may be freed first; a released one keeps a standalone
+/// bulkhead's memory until it is freed (a registry key's only weakly: it never pins the key).
 pub struct hg_permit {
     _private: [u8; 0],
 }
@@ -56,12 +59,38 @@ impl Drop for RegistryHandle {
 }
 
 /// What an `hg_permit*` points to: the core's call (its permits and its guarded call) until it
-/// is released, then a weak reference to its bulkhead that counts a release of an already
-/// released permit (`released_twice_total`). Weak, taken at the release (not at the acquire):
-/// a released permit does not keep its bulkhead alive, nor a registry key from eviction.
+/// is released, then a reference to its bulkhead that counts a release of an already released
+/// permit (`released_twice_total`).
 pub(crate) struct PermitBox {
     pub(crate) call: Option<OwnedPermit>,
-    pub(crate) released: Option<Weak<CoreBulkhead>>,
+    pub(crate) released: Option<Released>,
+    /// The permit came through a standalone bulkhead's own handle (`hg_bulkhead_new`; set by
+    /// [`pin_on`]): at the release it keeps the call's strong reference (see [`Released`]).
+    pub(crate) pinned: bool,
+}
+
+/// The bulkhead reference a released permit keeps until it is freed.
+///
+/// * `Pinned`: the call's own strong reference, kept — the release then touches no reference
+///   count, and the free drops it (one shared-counter RMW a permit: the acquire's clone and
+///   this drop; the weak reference cost two more). For standalone bulkheads, whose lifetime
+///   nothing else observes.
+/// * `Unpinned`: a weak reference, taken at the release — a released, unfreed permit must not
+///   pin a registry key against eviction (docs/design.md §7, the cross-layer vector
+///   `registry_key_limit_and_lru_eviction`).
+pub(crate) enum Released {
+    Pinned(Arc<CoreBulkhead>),
+    Unpinned(Weak<CoreBulkhead>),
+}
+
+impl Released {
+    /// The bulkhead, if it still lives.
+    pub(crate) fn bulkhead(&self) -> Option<Arc<CoreBulkhead>> {
+        match self {
+            Released::Pinned(bh) => Some(bh.clone()),
+            Released::Unpinned(w) => w.upgrade(),
+        }
+    }
 }
 
 /// Permit boxes freed on this thread, kept for its next acquires: an acquire + release + free
@@ -79,11 +108,13 @@ thread_local! {
 }
 
 impl PermitBox {
-    /// A new `hg_permit*` owning `call` (in a spare box of this thread's, or a new one).
+    /// A new, unpinned `hg_permit*` owning `call` (in a spare box of this thread's, or a new
+    /// one).
     pub(crate) fn into_raw(call: OwnedPermit) -> *mut hg_permit {
         let value = PermitBox {
             call: Some(call),
             released: None,
+            pinned: false,
         };
         // `try_with`: a thread being torn down has no spares (and allocates).
         let spare = SPARE
@@ -124,9 +155,32 @@ pub(crate) unsafe fn permit_free_box(p: *mut hg_permit) -> Option<OwnedPermit> {
     });
     // Not kept (a full cache, a thread being torn down): the allocation goes back now.
     drop(kept);
-    let PermitBox { call, released } = value;
+    let PermitBox { call, released, .. } = value;
     drop(released);
     call
+}
+
+/// After a synchronous acquire through the handle `bh` answered `status`: the new permit in
+/// `*out` is pinned if `bh` is a standalone bulkhead's own handle (see [`Released`]). Returns
+/// `status`. (A permit handed to an async callback stays unpinned: the callback knows no
+/// handle.)
+///
+/// # Safety
+/// `bh` is a live handle (as [`bulkhead_ref`]); on `HG_STATUS_OK`, `*out` is the permit the
+/// acquire just made.
+pub(crate) unsafe fn pin_on(
+    bh: *const hg_bulkhead,
+    status: hg_status,
+    out: &*mut hg_permit,
+) -> hg_status {
+    if status == hg_status::HG_STATUS_OK {
+        // SAFETY: contract.
+        if unsafe { bulkhead_ref(bh) }.owned {
+            // SAFETY: contract: a live permit nobody else uses yet.
+            unsafe { permit_mut(*out) }.pinned = true;
+        }
+    }
+    status
 }
 
 pub(crate) fn bulkhead_into_raw(h: BulkheadHandle) -> *mut hg_bulkhead {

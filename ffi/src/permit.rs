@@ -1,13 +1,13 @@
 //! `hg_permit_*`: permits held by one acquire. Each `hg_permit` holds the core's `Call`: its
 //! permits and its guarded call, ended exactly once by the core (docs/design.md, "Call").
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use hullguard_core::{Outcome, OwnedPermit};
 
 use crate::{
     boundary::{boundary, ok_or, try_val},
-    handle::{PermitBox, hg_permit, permit_free_box, permit_mut},
+    handle::{PermitBox, Released, hg_permit, permit_free_box, permit_mut},
     status::{hg_outcome, hg_status},
 };
 
@@ -41,13 +41,17 @@ pub(crate) fn release_with(
     end: impl FnOnce(OwnedPermit) -> Arc<hullguard_core::Bulkhead>,
 ) -> hg_status {
     if let Some(call) = p.call.take() {
-        // A weak reference to the call's bulkhead stays with the permit (to count a second
-        // release) without keeping it alive.
+        // A reference to the call's bulkhead stays with the permit, to count a second release:
+        // the call's own (pinned) or a weak one (see `Released`).
         let bh = end(call);
-        p.released = Some(Arc::downgrade(&bh));
+        p.released = Some(if p.pinned {
+            Released::Pinned(bh)
+        } else {
+            Released::Unpinned(Arc::downgrade(&bh))
+        });
         return hg_status::HG_STATUS_OK;
     }
-    if let Some(core) = p.released.as_ref().and_then(Weak::upgrade) {
+    if let Some(core) = p.released.as_ref().and_then(Released::bulkhead) {
         core.record_double_release();
     }
     hg_status::HG_STATUS_ALREADY_RELEASED
