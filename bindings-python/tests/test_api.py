@@ -987,7 +987,7 @@ def test_unknown_options_are_refused_with_the_known_names() -> None:
     # A keyword argument: TypeError (as Python refuses one), listing the options.
     with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
         hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
-    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "max_queued_cost", "observe", "max_orphaned", "start_limit", "max_reservations", "cancel_on_overrun", "resilience"' in str(e.value)
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "max_queued_cost", "observe", "max_orphaned", "start_limit", "max_reservations", "cancel_on_overrun", "min_service_time", "queue_delay_target", "queue_delay_interval", "adaptive_lifo", "resilience"' in str(e.value)
     with pytest.raises(TypeError, match='"max_keys", "overrides"'):
         hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match='unknown option "max_keys"'):

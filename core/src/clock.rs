@@ -83,6 +83,17 @@ impl HostClock {
         #[cfg(not(unix))]
         return u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     }
+
+    /// Now on the clock's absolute scale, in ns: `CLOCK_MONOTONIC` itself on Unix (what C's
+    /// `clock_gettime(CLOCK_MONOTONIC)` and Python's `time.monotonic_ns()` read); elsewhere
+    /// the ns since this clock's origin. The scale of [`Deadline::Ns`](crate::Deadline::Ns).
+    #[inline]
+    pub fn absolute_ns(&self) -> u64 {
+        #[cfg(unix)]
+        return Self::raw_ns();
+        #[cfg(not(unix))]
+        return self.now_ns();
+    }
 }
 
 #[cfg(feature = "std")]
@@ -116,6 +127,21 @@ impl ClockSource {
             ClockSource::Shared(c) => c.now_ns(),
             #[cfg(feature = "std")]
             ClockSource::Monotonic(c) => c.now_ns(),
+        }
+    }
+}
+
+impl ClockSource {
+    /// Now on the clock's absolute scale, in ns — the scale a [`Deadline::Ns`](crate::Deadline::Ns)
+    /// is given on: the host clock's is `CLOCK_MONOTONIC` ([`HostClock::absolute_ns`]); an
+    /// injected clock's is its own [`now_ns`](Clock::now_ns) (a test's virtual time); 0
+    /// without a clock.
+    #[inline]
+    pub fn absolute_ns(&self) -> u64 {
+        match self {
+            #[cfg(feature = "std")]
+            ClockSource::Monotonic(c) => c.absolute_ns(),
+            other => other.now_ns(),
         }
     }
 }

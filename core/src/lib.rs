@@ -10,7 +10,7 @@
 //! | layer | module | what |
 //! |---|---|---|
 //! | L0 | `sync`, `run_flag` | the atomics backend (core, `portable-atomic`, loom); a run flag |
-//! | L0 | [`limits`], [`clock`], [`outcome`], [`circuit`], [`observe`] | shared limits; the host clock; how a call ended; breaker states; observe mode's dimensions |
+//! | L0 | [`limits`], [`clock`], [`deadline`], [`outcome`], [`circuit`], [`observe`] | shared limits; the host clock; absolute deadlines; how a call ended; breaker states; observe mode's dimensions |
 //! | L1 | [`event`] | the one event stream and its [`Observer`] |
 //! | L2 | [`policy`] | [`breaker`], [`adaptive`], [`resilience`]; one bulkhead's policy state and call token |
 //! | L3 | [`config`], [`reason`] | options, their table and [`PartialConfig`]; reasons, their table, rejections |
@@ -68,6 +68,7 @@ mod sync;
 pub mod circuit;
 pub mod clock;
 pub mod config;
+pub mod deadline;
 pub mod event;
 pub mod limits;
 pub mod observe;
@@ -120,8 +121,9 @@ pub use crate::{
     clock::{Clock, ClockSource},
     config::{
         Config, ConfigError, MAX_BUDGET, MAX_CONCURRENT_WITH_BUDGET, MAX_PERMITS, MAX_QUEUE,
-        PartialConfig,
+        PartialConfig, QueueDelay,
     },
+    deadline::Deadline,
     event::{Event, EventKind, Observer},
     front::{
         admit::Decision,

@@ -18,6 +18,11 @@
 
 
 /**
+ * `deadline_ns` meaning none.
+ */
+#define HG_DEADLINE_NONE UINT64_MAX
+
+/**
  * "Use the configured `queue_timeout`" as a per-call timeout; in an `hg_config` duration
  * field, "not set" (the default).
  */
@@ -655,6 +660,24 @@ typedef struct hg_request {
    * A `struct_size` that ends inside this field (neither before nor after it) is refused.
    */
   struct hg_rejection *detail;
+  /**
+   * The request's absolute deadline in ns (docs/design.md §5.9), read when `has_deadline`
+   * is 1: `CLOCK_MONOTONIC` (`clock_gettime`) for a bulkhead on the host clock, the
+   * bulkhead's own `now_ns` clock otherwise; `HG_DEADLINE_NONE` (`UINT64_MAX`) is none. A
+   * deadline that has passed (or is now) is refused `HG_STATUS_TIMEOUT` at once, with no
+   * ticket — never an argument error; a queued request waits at most until the deadline
+   * (less the bulkhead's `min_service_time_ms`), whatever `timeout_ms` says.
+   */
+  uint64_t deadline_ns;
+  /**
+   * 0 (the default, and an older caller's zero tail): no deadline; 1: `deadline_ns` is one;
+   * any other value is refused `HG_STATUS_INVALID_ARGUMENT`.
+   */
+  uint32_t has_deadline;
+  /**
+   * Reserved: 0.
+   */
+  uint32_t reserved;
 } hg_request;
 
 /**
@@ -814,6 +837,31 @@ typedef struct hg_limits {
    */
   const struct hg_class_limits *classes;
   size_t classes_len;
+  /**
+   * Non-zero: replace the queue-delay options (docs/design.md §4.10) with the three below —
+   * only on a bulkhead built with `queue_delay_target_ms` or classes.
+   */
+  uint32_t has_queue_delay;
+  /**
+   * Reserved: 0.
+   */
+  uint32_t reserved;
+  /**
+   * The queue-delay target in ms (0: shedding and LIFO off).
+   */
+  uint64_t queue_delay_target_ms;
+  /**
+   * The interval in ms (0: the default, 100).
+   */
+  uint64_t queue_delay_interval_ms;
+  /**
+   * Adaptive LIFO: 0 or 1 (needs a target).
+   */
+  uint32_t adaptive_lifo;
+  /**
+   * Reserved: 0.
+   */
+  uint32_t reserved2;
 } hg_limits;
 
 /**
@@ -1227,6 +1275,32 @@ typedef struct hg_config {
    * 0 (a newer caller's setting this library cannot honour).
    */
   uint8_t reserved[7];
+  /**
+   * Deadlines (docs/design.md §5.9): the least time a request's work needs before its
+   * deadline, in ms (0 = none, the default): a queued request with a deadline waits at most
+   * until `deadline − min_service_time_ms` and is refused `HG_STATUS_TIMEOUT` then (or at
+   * once, if it would have to queue with less left).
+   */
+  uint64_t min_service_time_ms;
+  /**
+   * Queue-delay shedding, CoDel (docs/design.md §4.10): the acceptable standing queue delay
+   * in ms (0 = off, the default). Needs a clock; the bulkhead then dispatches through the
+   * class lists (a one-class table if it has none).
+   */
+  uint64_t queue_delay_target_ms;
+  /**
+   * Queue-delay shedding: the interval in ms (0 = the default, 100).
+   */
+  uint64_t queue_delay_interval_ms;
+  /**
+   * Adaptive LIFO: newest waiter first while the oldest has queued past
+   * `queue_delay_target_ms` (needs it); default false. Read as a byte.
+   */
+  bool adaptive_lifo;
+  /**
+   * Reserved: all 0, as `reserved`.
+   */
+  uint8_t reserved2[7];
 } hg_config;
 
 /**
@@ -1616,7 +1690,7 @@ extern "C" {
 
 /**
  * Fills `*request` with the defaults (weight 1, cost 0, class 0, `HG_OBSERVE_OFF`,
- * `HG_TIMEOUT_DEFAULT`, no detail) and its `struct_size`.
+ * `HG_TIMEOUT_DEFAULT`, no detail, no deadline) and its `struct_size`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
  */
@@ -1709,6 +1783,23 @@ hg_status hg_bulkhead_enqueue_request(const struct hg_bulkhead *bh,
 hg_status hg_bulkhead_would_admit(const struct hg_bulkhead *bh,
                                   const struct hg_request *request,
                                   struct hg_would_admit *out);
+
+/**
+ * How long `request`, queued now, may wait (docs/design.md §5.9): its `timeout_ms` (or the
+ * configured `queue_timeout_ms`) capped by the time left until its deadline less the
+ * bulkhead's `min_service_time_ms`. What a host of the polling API
+ * (`hg_bulkhead_enqueue_request()`) arms for the ticket; the async and blocking APIs arm it
+ * themselves.
+ *
+ * Parameters: out_ms: receives the wait in ms (`HG_TIMEOUT_INFINITE`: no bound; 0: it would
+ * not queue).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad request); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_queue_wait_ms(const struct hg_bulkhead *bh,
+                                    const struct hg_request *request,
+                                    uint64_t *out_ms);
 
 /**
  * Fills `*limits` with "change nothing" (`revision` 0, every field `HG_UNSET`, no reserve,
@@ -2139,6 +2230,16 @@ hg_status hg_bulkhead_try_acquire_units(const struct hg_bulkhead *bh, uint64_t w
  * Thread-safety: any thread. Lock-free; never waits (a grant may run a callback here).
  */
 hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weight);
+
+/**
+ * What to arm for the work of a call of a request with the absolute deadline `deadline_ns`
+ * (as `hg_request.deadline_ns`; `HG_DEADLINE_NONE`: none): the bulkhead's `call_timeout_ms`
+ * capped by the time left until the deadline, in ms (docs/design.md §5.9);
+ * `HG_TIMEOUT_INFINITE` when neither bounds it, or for NULL; 0 once the deadline has passed.
+ *
+ * Thread-safety: any thread; never waits.
+ */
+uint64_t hg_bulkhead_call_timeout_within_ms(const struct hg_bulkhead *bh, uint64_t deadline_ns);
 
 /**
  * The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library

@@ -16,8 +16,8 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Bulkhead as CoreBulkhead, ClassLimits, ClassTableLimits, ClockSource,
-    ConfigError, Decision, HoldChange, LimitsError, LimitsSnapshot, Outcome, Request, UsageError,
-    WouldAdmit,
+    ConfigError, Deadline, Decision, HoldChange, LimitsError, LimitsSnapshot, Outcome, Request,
+    UsageError, WouldAdmit,
     config::{ClassSpec, ClassTable, MAX_CLASSES, PriorityReserve, Rate, Rates},
     stats::ClassStats,
 };
@@ -75,7 +75,22 @@ pub struct hg_request {
     /// later settlement of a queued acquire (timeout, shed, close) is reported by status only.
     /// A `struct_size` that ends inside this field (neither before nor after it) is refused.
     pub detail: *mut hg_rejection,
+    /// The request's absolute deadline in ns (docs/design.md §5.9), read when `has_deadline`
+    /// is 1: `CLOCK_MONOTONIC` (`clock_gettime`) for a bulkhead on the host clock, the
+    /// bulkhead's own `now_ns` clock otherwise; `HG_DEADLINE_NONE` (`UINT64_MAX`) is none. A
+    /// deadline that has passed (or is now) is refused `HG_STATUS_TIMEOUT` at once, with no
+    /// ticket — never an argument error; a queued request waits at most until the deadline
+    /// (less the bulkhead's `min_service_time_ms`), whatever `timeout_ms` says.
+    pub deadline_ns: u64,
+    /// 0 (the default, and an older caller's zero tail): no deadline; 1: `deadline_ns` is one;
+    /// any other value is refused `HG_STATUS_INVALID_ARGUMENT`.
+    pub has_deadline: u32,
+    /// Reserved: 0.
+    pub reserved: u32,
 }
+
+/// `deadline_ns` meaning none.
+pub const HG_DEADLINE_NONE: u64 = u64::MAX;
 
 /// `hg_request` up to and including `timeout_ms`: the smallest `struct_size` accepted.
 const REQUEST_MIN: usize = std::mem::offset_of!(hg_request, timeout_ms) + size_of::<u64>();
@@ -229,6 +244,19 @@ pub struct hg_limits {
     /// NULL / 0: none).
     pub classes: *const hg_class_limits,
     pub classes_len: usize,
+    /// Non-zero: replace the queue-delay options (docs/design.md §4.10) with the three below —
+    /// only on a bulkhead built with `queue_delay_target_ms` or classes.
+    pub has_queue_delay: u32,
+    /// Reserved: 0.
+    pub reserved: u32,
+    /// The queue-delay target in ms (0: shedding and LIFO off).
+    pub queue_delay_target_ms: u64,
+    /// The interval in ms (0: the default, 100).
+    pub queue_delay_interval_ms: u64,
+    /// Adaptive LIFO: 0 or 1 (needs a target).
+    pub adaptive_lifo: u32,
+    /// Reserved: 0.
+    pub reserved2: u32,
 }
 
 /// One class's ceilings for `hg_limits.classes` (docs/design.md §4.8). Size-versioned; in an
@@ -371,6 +399,10 @@ unsafe fn read_limits(p: *const hg_limits) -> Result<hg_limits, hg_status> {
         field!(hg_limits, current_revision, *mut u64),
         field!(hg_limits, classes, *const hg_class_limits),
         field!(hg_limits, classes_len, usize),
+        field!(hg_limits, has_queue_delay, u32),
+        field!(hg_limits, queue_delay_target_ms, u64),
+        field!(hg_limits, queue_delay_interval_ms, u64),
+        field!(hg_limits, adaptive_lifo, u32),
     ];
     // SAFETY: per the contract.
     unsafe { sized::read_whole(p, LIMITS_MIN, &whole) }
@@ -393,9 +425,18 @@ pub(crate) unsafe fn read_request(p: *const hg_request) -> Result<ReadRequest, h
         sized::read_whole(
             p,
             REQUEST_MIN,
-            &[field!(hg_request, detail, *mut hg_rejection)],
+            &[
+                field!(hg_request, detail, *mut hg_rejection),
+                field!(hg_request, deadline_ns, u64),
+                field!(hg_request, has_deadline, u32),
+            ],
         )
     }?;
+    let deadline = match (r.has_deadline, r.reserved) {
+        (0, 0) => Deadline::NONE,
+        (1, 0) => Deadline::Ns(r.deadline_ns),
+        _ => return Err(hg_status::HG_STATUS_INVALID_ARGUMENT),
+    };
     if !r.detail.is_null() {
         // A detail that cannot be written is a bad argument, refused before the admission (a
         // refusal would otherwise be counted with its detail silently lost).
@@ -407,7 +448,8 @@ pub(crate) unsafe fn read_request(p: *const hg_request) -> Result<ReadRequest, h
     let mut request = Request::new(r.weight)
         .cost(r.cost)
         .class(class)
-        .observe(observe);
+        .observe(observe)
+        .deadline(deadline);
     request.queue_timeout = crate::config::wait_timeout(r.timeout_ms);
     Ok(ReadRequest {
         request,
@@ -563,7 +605,7 @@ unsafe fn core_of<'a>(bh: *const hg_bulkhead) -> Result<&'a Arc<CoreBulkhead>, h
 }
 
 /// Fills `*request` with the defaults (weight 1, cost 0, class 0, `HG_OBSERVE_OFF`,
-/// `HG_TIMEOUT_DEFAULT`, no detail) and its `struct_size`.
+/// `HG_TIMEOUT_DEFAULT`, no detail, no deadline) and its `struct_size`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
 #[unsafe(no_mangle)]
@@ -578,6 +620,9 @@ pub extern "C" fn hg_request_default(request: *mut hg_request) -> hg_status {
             observe: 0,
             timeout_ms: crate::config::HG_TIMEOUT_DEFAULT,
             detail: std::ptr::null_mut(),
+            deadline_ns: HG_DEADLINE_NONE,
+            has_deadline: 0,
+            reserved: 0,
         };
         hg_status::HG_STATUS_OK
     })
@@ -739,6 +784,39 @@ pub extern "C" fn hg_bulkhead_would_admit(
     })
 }
 
+/// How long `request`, queued now, may wait (docs/design.md §5.9): its `timeout_ms` (or the
+/// configured `queue_timeout_ms`) capped by the time left until its deadline less the
+/// bulkhead's `min_service_time_ms`. What a host of the polling API
+/// (`hg_bulkhead_enqueue_request()`) arms for the ticket; the async and blocking APIs arm it
+/// themselves.
+///
+/// Parameters: out_ms: receives the wait in ms (`HG_TIMEOUT_INFINITE`: no bound; 0: it would
+/// not queue).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad request); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_queue_wait_ms(
+    bh: *const hg_bulkhead,
+    request: *const hg_request,
+    out_ms: *mut u64,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let core = try_val!(unsafe { core_of(bh) });
+        // SAFETY: contract.
+        let r = try_val!(unsafe { read_request(request) });
+        let out = try_mut!(out_ms);
+        let d = core.queue_wait(&r.request);
+        *out = if d == Duration::MAX {
+            HG_TIMEOUT_INFINITE
+        } else {
+            u64::try_from(d.as_millis()).unwrap_or(HG_TIMEOUT_INFINITE - 2)
+        };
+        hg_status::HG_STATUS_OK
+    })
+}
+
 /// Waits on this thread for a queued waiter until its queue timeout (the blocking acquires).
 pub(crate) fn wait_blocking(
     waiter: hullguard_core::Waiter<Arc<CoreBulkhead>, 0>,
@@ -795,6 +873,12 @@ pub extern "C" fn hg_limits_default(limits: *mut hg_limits) -> hg_status {
             current_revision: std::ptr::null_mut(),
             classes: std::ptr::null(),
             classes_len: 0,
+            has_queue_delay: 0,
+            reserved: 0,
+            queue_delay_target_ms: 0,
+            queue_delay_interval_ms: 0,
+            adaptive_lifo: 0,
+            reserved2: 0,
         };
         hg_status::HG_STATUS_OK
     })
@@ -827,6 +911,7 @@ pub extern "C" fn hg_bulkhead_apply_limits(
         snap.budget = unset(l.budget);
         snap.max_queue = unset(l.max_queue);
         snap.queue_timeout = crate::config::wait_timeout(l.queue_timeout_ms);
+        snap.queue_delay = try_val!(queue_delay_of(&l));
         let reserve = if l.has_reserve != 0 {
             Some(PriorityReserve {
                 permits: l.reserve_permits,
@@ -1301,6 +1386,31 @@ pub extern "C" fn hg_permit_orphan(permit: *mut hg_permit) -> hg_status {
     })
 }
 
+/// An `hg_limits`'s queue-delay options, if it sets them (a bad value, a set reserved field:
+/// `HG_STATUS_INVALID_ARGUMENT`; ranges and the rule that LIFO needs a target are the core's).
+fn queue_delay_of(l: &hg_limits) -> Result<Option<hullguard_core::QueueDelay>, hg_status> {
+    if l.reserved != 0 || l.reserved2 != 0 || l.adaptive_lifo > 1 {
+        return Err(hg_status::HG_STATUS_INVALID_ARGUMENT);
+    }
+    if l.has_queue_delay == 0 {
+        return Ok(None);
+    }
+    let ms = |id: hullguard_core::config::OptionId, v: u64| -> Result<Duration, hg_status> {
+        let d = hullguard_core::config::convert::duration_from_millis(v as f64, id.spec().kind);
+        d.map_err(|_| hg_status::HG_STATUS_INVALID_ARGUMENT)
+    };
+    use hullguard_core::config::OptionId as O;
+    let default = hullguard_core::Config::DEFAULT.queue_delay();
+    Ok(Some(hullguard_core::QueueDelay {
+        target: ms(O::QueueDelayTarget, l.queue_delay_target_ms)?,
+        interval: match l.queue_delay_interval_ms {
+            0 => default.interval,
+            v => ms(O::QueueDelayInterval, v)?,
+        },
+        lifo: l.adaptive_lifo == 1,
+    }))
+}
+
 /// An `hg_limits` as a registry key's limits (docs/design.md §9): the class-table parts
 /// (reserve, rates, class ceilings) are refused, a registry key has no class table.
 ///
@@ -1311,7 +1421,7 @@ pub(crate) unsafe fn key_limits(
 ) -> Result<(u64, hullguard_core::KeyLimits), hg_status> {
     // SAFETY: per the contract.
     let l = unsafe { read_limits(p) }?;
-    if l.has_reserve != 0 || l.has_rates != 0 || l.classes_len != 0 {
+    if l.has_reserve != 0 || l.has_rates != 0 || l.classes_len != 0 || l.has_queue_delay != 0 {
         return Err(hg_status::HG_STATUS_INVALID_ARGUMENT);
     }
     let k = hullguard_core::KeyLimits {

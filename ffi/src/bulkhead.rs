@@ -562,6 +562,29 @@ pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64)
     })
 }
 
+/// What to arm for the work of a call of a request with the absolute deadline `deadline_ns`
+/// (as `hg_request.deadline_ns`; `HG_DEADLINE_NONE`: none): the bulkhead's `call_timeout_ms`
+/// capped by the time left until the deadline, in ms (docs/design.md §5.9);
+/// `HG_TIMEOUT_INFINITE` when neither bounds it, or for NULL; 0 once the deadline has passed.
+///
+/// Thread-safety: any thread; never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_call_timeout_within_ms(
+    bh: *const hg_bulkhead,
+    deadline_ns: u64,
+) -> u64 {
+    boundary(|| {
+        // SAFETY: NULL or a live handle (contract).
+        let Some(core) = (unsafe { core(bh) }) else {
+            return HG_TIMEOUT_INFINITE;
+        };
+        core.call_timeout_within(&hullguard_core::Deadline::Ns(deadline_ns))
+            .map_or(HG_TIMEOUT_INFINITE, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(HG_TIMEOUT_INFINITE - 2)
+            })
+    })
+}
+
 /// The bulkhead's `call_timeout_ms` (`HG_TIMEOUT_INFINITE` when off, or for NULL). The library
 /// arms no timer for it (docs/design.md "call timeout"): a C host that wants it arms its own timer per call and, on
 /// overrun, calls `hg_permit_call_timed_out()` (then releases the permit when the work really

@@ -225,6 +225,22 @@ pub struct hg_config {
     /// older caller may have left unset (the `adaptive_enabled` lesson) — and refused when not
     /// 0 (a newer caller's setting this library cannot honour).
     pub reserved: [u8; 7],
+    /// Deadlines (docs/design.md §5.9): the least time a request's work needs before its
+    /// deadline, in ms (0 = none, the default): a queued request with a deadline waits at most
+    /// until `deadline − min_service_time_ms` and is refused `HG_STATUS_TIMEOUT` then (or at
+    /// once, if it would have to queue with less left).
+    pub min_service_time_ms: u64,
+    /// Queue-delay shedding, CoDel (docs/design.md §4.10): the acceptable standing queue delay
+    /// in ms (0 = off, the default). Needs a clock; the bulkhead then dispatches through the
+    /// class lists (a one-class table if it has none).
+    pub queue_delay_target_ms: u64,
+    /// Queue-delay shedding: the interval in ms (0 = the default, 100).
+    pub queue_delay_interval_ms: u64,
+    /// Adaptive LIFO: newest waiter first while the oldest has queued past
+    /// `queue_delay_target_ms` (needs it); default false. Read as a byte.
+    pub adaptive_lifo: bool,
+    /// Reserved: all 0, as `reserved`.
+    pub reserved2: [u8; 7],
 }
 
 impl hg_config {
@@ -267,6 +283,11 @@ impl hg_config {
         max_orphaned: 0,
         cancel_on_overrun: false,
         reserved: [0; 7],
+        min_service_time_ms: 0,
+        queue_delay_target_ms: 0,
+        queue_delay_interval_ms: 0,
+        adaptive_lifo: false,
+        reserved2: [0; 7],
     };
 }
 
@@ -290,9 +311,16 @@ const POLICY_FIELDS_END: usize = at!(on_state_change_user_data) + size_of::<*mut
 /// `cancel_on_overrun`); a smaller one reads none of them.
 const ADMISSION_FIELDS_END: usize = at!(cancel_on_overrun) + 1;
 
-/// The end of `reserved` (the end of the struct: no tail padding).
+/// The end of `reserved`.
 const RESERVED_END: usize = at!(reserved) + 7;
-const _: () = assert!(RESERVED_END == size_of::<hg_config>());
+
+/// The smallest `struct_size` that carries the deadline and queue-delay fields
+/// (`min_service_time_ms` … `adaptive_lifo`); a smaller one reads none of them.
+const DEADLINE_FIELDS_END: usize = at!(adaptive_lifo) + 1;
+
+/// The end of `reserved2` (the end of the struct: no tail padding).
+const RESERVED2_END: usize = at!(reserved2) + 7;
+const _: () = assert!(RESERVED2_END == size_of::<hg_config>());
 
 /// How one policy field holds its option's value; 0 in any of them means "not set".
 #[derive(Clone, Copy)]
@@ -512,6 +540,26 @@ impl Bytes {
         Ok(())
     }
 
+    /// The deadline and queue-delay fields (docs/design.md §5.9, §4.10): 0 is "not set".
+    fn deadline(&self, p: &mut PartialConfig) -> Result<(), ConfigError> {
+        for (id, off) in [
+            (OptionId::MinServiceTime, at!(min_service_time_ms)),
+            (OptionId::QueueDelayTarget, at!(queue_delay_target_ms)),
+            (OptionId::QueueDelayInterval, at!(queue_delay_interval_ms)),
+        ] {
+            let ms = self.u64(off);
+            if ms != 0 {
+                if let Some(d) = millis(id, ms)? {
+                    p.set(id, Value::Duration(d))?;
+                }
+            }
+        }
+        if self.flag(at!(adaptive_lifo)) {
+            p.set(OptionId::AdaptiveLifo, Value::Bool(true))?;
+        }
+        Ok(())
+    }
+
     /// The two callbacks (each NULL when its bytes are 0).
     fn observer(&self) -> CObserver {
         // SAFETY: a non-zero word is a function pointer of the field's type (the caller's
@@ -592,6 +640,16 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     }
     if declared >= RESERVED_END && bytes.0[at!(reserved)..RESERVED_END].iter().any(|b| *b != 0) {
         return Err(c"reserved");
+    }
+    if declared >= DEADLINE_FIELDS_END {
+        bytes.deadline(&mut partial).map_err(field_of)?;
+    }
+    if declared >= RESERVED2_END
+        && bytes.0[at!(reserved2)..RESERVED2_END]
+            .iter()
+            .any(|b| *b != 0)
+    {
+        return Err(c"reserved2");
     }
     Ok(ReadConfig {
         partial,

@@ -334,6 +334,10 @@ fn config(v: Option<&Value>, events: &EventLog) -> (hg_config, Option<u64>) {
                 "start_limit" => c.start_limit = u(),
                 "max_orphaned" => c.max_orphaned = u(),
                 "cancel_on_overrun" => c.cancel_on_overrun = x.as_bool().unwrap(),
+                "min_service_time_ms" => c.min_service_time_ms = u(),
+                "queue_delay_target_ms" => c.queue_delay_target_ms = u(),
+                "queue_delay_interval_ms" => c.queue_delay_interval_ms = u(),
+                "adaptive_lifo" => c.adaptive_lifo = x.as_bool().unwrap(),
                 other => panic!("unknown config option {other:?}"),
             }
         }
@@ -639,6 +643,14 @@ impl Runner {
         req.cost = cost;
         req.class_index = class;
         req.detail = &raw mut detail;
+        // An absolute deadline on the virtual clock (docs/design.md §5.9).
+        match step.get("deadline_ms") {
+            None | Some(Value::String(_)) => {}
+            Some(d) => {
+                req.has_deadline = 1;
+                req.deadline_ns = d.as_u64().unwrap().saturating_mul(1_000_000);
+            }
+        }
         let mut permit = ptr::null_mut();
         let s = if !queue {
             let s = match (&self.target, key) {
@@ -783,13 +795,31 @@ impl Runner {
                 self.name
             ),
         };
+        // A deadline caps the wait: the host arms what the library says
+        // (`hg_bulkhead_queue_wait_ms`, read before the admission, on the same clock reading).
+        let timeout = if req.has_deadline == 0 {
+            timeout
+        } else {
+            let mut ms = 0;
+            let b = match (&self.target, key) {
+                (Target::Single(b), None) => b.0,
+                _ => panic!("{}: deadlines on a single bulkhead only", self.name),
+            };
+            assert_eq!(
+                hullguard::hg_bulkhead_queue_wait_ms(b, &req, &mut ms),
+                hg_status::HG_STATUS_OK
+            );
+            (ms != HG_TIMEOUT_INFINITE).then_some(ms)
+        };
         if s == hg_status::HG_STATUS_QUEUED {
             assert!(
                 !queue_bh.is_null(),
                 "{}: no queue handle for {id}",
                 self.name
             );
-            if let Some(ms) = timeout.filter(|_| req.timeout_ms != HG_TIMEOUT_INFINITE) {
+            if let Some(ms) =
+                timeout.filter(|_| req.timeout_ms != HG_TIMEOUT_INFINITE || req.has_deadline != 0)
+            {
                 self.seq += 1;
                 self.timers
                     .insert((self.now_ns + ms * 1_000_000, self.seq), id.to_string());
@@ -1730,6 +1760,10 @@ fn scenario_vectors_through_the_c_abi() {
     let (an, afull, askipped) = run_dir(&dir.join("admission"), &validator, &mut names, true);
     assert!(an >= 99, "only {an} admission vectors");
     skipped.extend(askipped);
+    // The deadline vectors (docs/design.md §5.9, §4.10), through the polling API likewise.
+    let (dn, dfull, dskipped) = run_dir(&dir.join("deadline"), &validator, &mut names, true);
+    assert!(dn >= 9, "only {dn} deadline vectors");
+    assert_eq!(dfull, dn, "deadline vectors: {dskipped:?}");
     // And the plain and policy vectors again through the polling API.
     let mut again = HashSet::new();
     for d in [dir.clone(), dir.join("policies")] {

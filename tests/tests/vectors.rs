@@ -28,8 +28,8 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Bulkhead, Call, Cancelled, ClassTableLimits, Clock, ClockSource, Config,
-    Decision, HoldChange, LimitsError, LimitsSnapshot, Observe, Outcome, Reason, Registry,
-    RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
+    Deadline, Decision, HoldChange, LimitsError, LimitsSnapshot, Observe, Outcome, Reason,
+    Registry, RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Rate, Rates,
@@ -269,7 +269,15 @@ fn request_of(step: &Value, queue: bool) -> Request {
         .get("cost")
         .map_or(0, |c| c.as_u64().unwrap_or(u64::MAX));
     let class = step.get("class").map_or(0, |c| c.as_u64().unwrap() as u16);
-    let request = Request::new(weight).cost(cost).class(class);
+    // An absolute deadline on the runner's virtual clock (ms from 0), or "infinite" (none).
+    let deadline = match step.get("deadline_ms") {
+        None | Some(Value::String(_)) => Deadline::NONE,
+        Some(d) => Deadline::Ns(d.as_u64().unwrap().saturating_mul(1_000_000)),
+    };
+    let request = Request::new(weight)
+        .cost(cost)
+        .class(class)
+        .deadline(deadline);
     match step.get("timeout_ms") {
         _ if !queue => request.no_wait(),
         None => request,
@@ -1099,6 +1107,10 @@ fn scenario_vectors() {
     // (Python, Node and the C ABI too, since issue 16).
     let n = vectors::for_each(&dir.join("admission"), &validator, &mut names, run);
     assert!(n >= 88, "only {n} admission vectors");
+    // The deadline vectors (docs/design.md §5.9, §4.10): deadlines, early refusal, CoDel and
+    // adaptive LIFO.
+    let n = vectors::for_each(&dir.join("deadline"), &validator, &mut names, run);
+    assert!(n >= 8, "only {n} deadline vectors");
 }
 
 #[test]

@@ -93,6 +93,58 @@ pub struct Config {
     /// cancel signal on it. `false` (the default): the growth is held past the budget as
     /// overrun and the work goes on.
     pub cancel_on_overrun: bool,
+    /// Deadlines (docs/design.md §5.9): the least time a request's work needs once granted.
+    /// A request with a [`deadline`](crate::Request::deadline) waits in the queue at most
+    /// until `deadline − min_service_time` and is refused `timeout` then (or at once, if it
+    /// would have to queue with less than this left) — not granted to fail. `ZERO` (the
+    /// default): a waiter may wait until its deadline itself.
+    pub min_service_time: Duration,
+    /// Queue-delay shedding (docs/design.md §4.10, CoDel — Nichols and Jacobson, "Controlling
+    /// Queue Delay", ACM Queue 2012; RFC 8289): the acceptable standing queue delay. When the
+    /// waiters the dispatcher grants have all waited at least this long for a whole
+    /// [`queue_delay_interval`](Self::queue_delay_interval), it sheds the head instead of
+    /// granting it (`shed`), then sheds again at intervals shrinking as `interval / √count`
+    /// while the delay stays above the target. `ZERO` (the default): off. Needs `alloc` and a
+    /// clock; a bulkhead with it dispatches through the class lists.
+    pub queue_delay_target: Duration,
+    /// Queue-delay shedding: the interval (see [`queue_delay_target`](Self::queue_delay_target));
+    /// 100 ms by default, as CoDel's.
+    pub queue_delay_interval: Duration,
+    /// Adaptive LIFO (docs/design.md §4.10; Facebook, "Fail at Scale", ACM Queue 2015): while
+    /// the oldest waiter has waited at least [`queue_delay_target`](Self::queue_delay_target),
+    /// grant the newest waiter first — it still has time to be served — and FIFO otherwise.
+    /// Needs `queue_delay_target`. `false` (the default): always FIFO.
+    pub adaptive_lifo: bool,
+}
+
+/// The queue-delay dispatch options (docs/design.md §4.10): [`Config::queue_delay_target`],
+/// [`Config::queue_delay_interval`] and [`Config::adaptive_lifo`], as `apply_limits` changes
+/// them together ([`LimitsSnapshot::queue_delay`](crate::LimitsSnapshot::queue_delay)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDelay {
+    /// The acceptable standing queue delay; `ZERO`: no shedding (and no LIFO).
+    pub target: Duration,
+    /// How long the delay must stay above the target before shedding starts; not zero.
+    pub interval: Duration,
+    /// Adaptive LIFO; needs a target.
+    pub lifo: bool,
+}
+
+impl QueueDelay {
+    /// Checks the options together.
+    ///
+    /// # Errors
+    /// [`ConfigError::Option`] naming `queue_delay_interval` (zero) or `adaptive_lifo`
+    /// (without a target).
+    pub const fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval.is_zero() {
+            return Err(ConfigError::Option(OptionId::QueueDelayInterval));
+        }
+        if self.lifo && self.target.is_zero() {
+            return Err(ConfigError::Option(OptionId::AdaptiveLifo));
+        }
+        Ok(())
+    }
 }
 
 impl Config {
@@ -110,6 +162,10 @@ impl Config {
         start_limit: None,
         max_reservations: 0,
         cancel_on_overrun: false,
+        min_service_time: Duration::ZERO,
+        queue_delay_target: Duration::ZERO,
+        queue_delay_interval: Duration::from_millis(100),
+        adaptive_lifo: false,
     };
 
     /// Checks every option, naming the first bad one.
@@ -160,7 +216,25 @@ impl Config {
         if self.observe.budget() && self.budget.is_none() && !self.observe.concurrency() {
             return Err(ConfigError::Observe);
         }
+        if let Err(e) = self.queue_delay().validate() {
+            return Err(e);
+        }
         Ok(())
+    }
+
+    /// Whether the queue's dispatch policy needs the class lists (queue-delay shedding, adaptive
+    /// LIFO): such a bulkhead without a class table gets a one-class table.
+    pub const fn needs_dispatch_lists(&self) -> bool {
+        !self.queue_delay_target.is_zero()
+    }
+
+    /// The queue-delay dispatch options together.
+    pub const fn queue_delay(&self) -> QueueDelay {
+        QueueDelay {
+            target: self.queue_delay_target,
+            interval: self.queue_delay_interval,
+            lifo: self.adaptive_lifo,
+        }
     }
 
     /// The limit in force at construction: `start_limit`, else `max_concurrent`.
@@ -407,6 +481,18 @@ impl fmt::Display for SpelledError {
                     o.range(s)
                 )
             }
+            ConfigError::Option(OptionId::AdaptiveLifo) => write!(
+                f,
+                "{} needs a {} above 0",
+                OptionId::AdaptiveLifo.spec().path(s),
+                OptionId::QueueDelayTarget.spec().spelled(s),
+            ),
+            ConfigError::Option(OptionId::QueueDelayTarget) => write!(
+                f,
+                "{} needs a runtime-sized bulkhead with a clock (and, to change it with \
+                 apply_limits, one built with it or with classes)",
+                OptionId::QueueDelayTarget.spec().path(s),
+            ),
             e => match e.option_id() {
                 Some(id) => write!(f, "{} must be {}", id.spec().path(s), id.spec().range(s)),
                 None => f.write_str("invalid configuration"),

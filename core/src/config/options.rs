@@ -188,11 +188,15 @@ pub enum OptionId {
     BreakerHalfOpenMaxCalls,
     BreakerHalfOpenTimeout,
     CallTimeout,
+    MinServiceTime,
+    QueueDelayTarget,
+    QueueDelayInterval,
+    AdaptiveLifo,
 }
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 32;
+    pub const COUNT: usize = 36;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -871,6 +875,50 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "none",
         doc: "bounds the work of one guarded call",
         c_name: c"call_timeout_ms",
+    },
+    OptionSpec {
+        id: OptionId::MinServiceTime,
+        section: Section::Bulkhead,
+        name: "min_service_time",
+        kind: Kind::Duration {
+            zero: true,
+            max: MAX_DURATION,
+            infinite: false,
+        },
+        default: "0",
+        doc: "the least time a request's work needs before its deadline: a queued request is refused `timeout` once less than this is left",
+        c_name: c"min_service_time_ms",
+    },
+    OptionSpec {
+        id: OptionId::QueueDelayTarget,
+        section: Section::Bulkhead,
+        name: "queue_delay_target",
+        kind: Kind::Duration {
+            zero: true,
+            max: MAX_DURATION,
+            infinite: false,
+        },
+        default: "0",
+        doc: "queue-delay shedding (CoDel): the acceptable standing queue delay; 0: off",
+        c_name: c"queue_delay_target_ms",
+    },
+    OptionSpec {
+        id: OptionId::QueueDelayInterval,
+        section: Section::Bulkhead,
+        name: "queue_delay_interval",
+        kind: positive_duration(),
+        default: "100 ms",
+        doc: "queue-delay shedding (CoDel): how long the delay must stay above the target before shedding starts",
+        c_name: c"queue_delay_interval_ms",
+    },
+    OptionSpec {
+        id: OptionId::AdaptiveLifo,
+        section: Section::Bulkhead,
+        name: "adaptive_lifo",
+        kind: Kind::Bool,
+        default: "false",
+        doc: "newest waiter first while the oldest has waited past queue_delay_target (FIFO otherwise); needs queue_delay_target",
+        c_name: c"adaptive_lifo",
     },
 ];
 

@@ -71,13 +71,19 @@ pub enum Part {
 /// assert_eq!(b.open_duration, Duration::from_secs(5));
 /// # Ok::<(), hullguard_core::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PartialConfig {
     values: [Option<Value>; OptionId::COUNT],
     adaptive: Part,
     breaker: Part,
     /// `resilience` itself set to "none" in this layer.
     resilience_off: bool,
+}
+
+impl Default for PartialConfig {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl PartialConfig {
@@ -280,6 +286,18 @@ impl PartialConfig {
         }
         if let Some(Value::Bool(b)) = self.get(O::CancelOnOverrun) {
             c.cancel_on_overrun = b;
+        }
+        if let Some(d) = self.duration(O::MinServiceTime) {
+            c.min_service_time = d;
+        }
+        if let Some(d) = self.duration(O::QueueDelayTarget) {
+            c.queue_delay_target = d;
+        }
+        if let Some(d) = self.duration(O::QueueDelayInterval) {
+            c.queue_delay_interval = d;
+        }
+        if let Some(Value::Bool(b)) = self.get(O::AdaptiveLifo) {
+            c.adaptive_lifo = b;
         }
         if let Some(n) = self.count(O::MaxQueuedCost) {
             c.max_queued_cost = Some(n);

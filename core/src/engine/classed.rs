@@ -334,6 +334,19 @@ impl<const N: usize> Engine<N> {
         }
     }
 
+    /// Installs queue-delay options `q` (docs/design.md §4.10) under the run flag; CoDel's
+    /// state starts over.
+    pub(crate) fn install_queue_delay(&self, q: crate::config::QueueDelay) {
+        let Some(book) = self.classes() else {
+            return;
+        };
+        let hold = self.hold_dispatch();
+        let params = super::queue_delay::QueueDelayParams::of(&q);
+        // SAFETY: `hold` holds the run flag.
+        unsafe { book.with_lists(|lists| lists.codel = super::queue_delay::CoDel::new(params)) };
+        drop(hold);
+    }
+
     /// Gives the run flag up as a runner does: a request left pending meanwhile is served.
     fn leave_as_runner(&self) {
         if !self.dispatch.try_leave() {
@@ -765,6 +778,15 @@ impl<const N: usize> Engine<N> {
         let mut over_limit: u64 = 0;
         loop {
             let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
+            // Adaptive LIFO (docs/design.md §4.10): newest first while the oldest waiter has
+            // queued past the target.
+            let lifo = if lists.codel.params.lifo {
+                self.lifo_now(book, lists, batch)?
+            } else {
+                false
+            };
+            // Whether head `a` goes before head `b` of the same priority.
+            let first = |a: Word, b: Word| if lifo { older(b, a) } else { older(a, b) };
             let mut pick: Option<(Head, Stamp, bool)> = None;
             let mut pool_blocked = over_limit != 0;
             // The oldest head of the priority group being scanned that wants shared units:
@@ -787,7 +809,7 @@ impl<const N: usize> Engine<N> {
             while mask != 0 {
                 let r = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
-                let Some((head, s)) = self.live_head(book, lists, r, batch) else {
+                let Some((head, s)) = self.live_head(book, lists, r, batch, lifo) else {
                     if batch.is_full() {
                         return Some(true);
                     }
@@ -806,8 +828,9 @@ impl<const N: usize> Engine<N> {
                 };
                 let p = book.ranks[r].priority;
                 match group {
-                    // Same priority, older head: it keeps the group's turn.
-                    Some((gp, g, _, _)) if gp == p && older(g.ticket, head.ticket) => {}
+                    // Same priority, the head that goes first keeps the group's turn (the
+                    // older one; the younger one under LIFO).
+                    Some((gp, g, _, _)) if gp == p && first(g.ticket, head.ticket) => {}
                     Some((gp, ..)) if gp == p => group = Some((p, head, s, fits)),
                     _ => {
                         close(group.take(), &mut pick, &mut pool_blocked);
@@ -816,7 +839,16 @@ impl<const N: usize> Engine<N> {
                 }
             }
             close(group, &mut pick, &mut pool_blocked);
+            if pick.is_none() && lists.nonempty() == 0 {
+                lists.codel.queue_empty();
+            }
             let (head, s, floor) = pick?;
+            if lists.codel.on() && !head.nowait && self.shed_by_delay(book, lists, head, s, batch) {
+                if batch.is_full() {
+                    return Some(true);
+                }
+                continue;
+            }
             match self.grant(book, lists, head, s, floor, batch) {
                 Grant::Done if batch.is_full() => return Some(true),
                 Grant::Done => {}
@@ -824,6 +856,62 @@ impl<const N: usize> Engine<N> {
                 Grant::Blocked | Grant::RateHeld => return Some(false),
             }
         }
+    }
+
+    /// Whether the dispatcher grants newest first now (adaptive LIFO): the oldest live waiter
+    /// has queued at least the target. `None`: the wake batch filled while stale heads were
+    /// refused.
+    fn lifo_now(&self, book: &ClassBook, lists: &mut Lists, batch: &mut WakeBatch) -> Option<bool> {
+        let now = self.clock.now_ns() as Word;
+        let mut oldest: Word = 0;
+        let mut mask = lists.nonempty();
+        while mask != 0 {
+            let r = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            match self.live_head(book, lists, r, batch, false) {
+                Some((head, _)) if !head.nowait => {
+                    let cell = self.ring.cell(head.ticket);
+                    // Relaxed: ordered by the stamp's Acquire that showed it waiting.
+                    oldest = oldest.max(now.wrapping_sub(cell.enqueued_ns.load(Relaxed)));
+                }
+                Some(_) => {}
+                None if batch.is_full() => return None,
+                None => {}
+            }
+        }
+        Some(lists.codel.lifo(oldest as u64))
+    }
+
+    /// CoDel's dequeue step for `head` (state `s`), the waiter about to be granted: `true` if
+    /// it was shed instead (rejected `shed`, counted, its waker in `batch`) or lost to a
+    /// cancel meanwhile — pick again; `false`: grant it.
+    fn shed_by_delay(
+        &self,
+        book: &ClassBook,
+        lists: &mut Lists,
+        head: Head,
+        s: Stamp,
+        batch: &mut WakeBatch,
+    ) -> bool {
+        let now = self.clock.now_ns();
+        let cell = self.ring.cell(head.ticket);
+        // Relaxed: ordered by the stamp's Acquire that showed it waiting.
+        let sojourn = (now as Word).wrapping_sub(cell.enqueued_ns.load(Relaxed));
+        if !lists.codel.shed(now, sojourn as u64) {
+            return false;
+        }
+        // Exactly one winner against a cancel or a timer: the settle CAS.
+        if self
+            .ring
+            .settle(cell, s, Kind::Rejected(Reason::Shed))
+            .is_ok()
+        {
+            lists.unlink(head.cell);
+            self.counters.reject(Reason::Shed);
+            book.left(head.rank, true);
+            batch.push(cell.waker.take(head.ticket));
+        }
+        true
     }
 
     /// Ticket `t`'s weight and cost (its cell published).
@@ -836,18 +924,19 @@ impl<const N: usize> Engine<N> {
         )
     }
 
-    /// Rank `r`'s head if it still waits, after taking stale entries off the list and
-    /// refusing a head that can no longer be granted (`shutdown` after `close`, a limit shrunk
-    /// below it).
+    /// Rank `r`'s head — its youngest entry under `lifo` — if it still waits, after taking
+    /// stale entries off the list and refusing a head that can no longer be granted
+    /// (`shutdown` after `close`, a limit shrunk below it).
     fn live_head(
         &self,
         book: &ClassBook,
         lists: &mut Lists,
         r: usize,
         batch: &mut WakeBatch,
+        lifo: bool,
     ) -> Option<(Head, Stamp)> {
         loop {
-            let head = lists.head(r)?;
+            let head = if lifo { lists.tail(r) } else { lists.head(r) }?;
             let cell = self.ring.cell(head.ticket);
             // Acquire: as in `thread`.
             let s = Stamp(cell.stamp.load(Acquire));

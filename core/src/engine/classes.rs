@@ -28,6 +28,7 @@
 
 use alloc::{boxed::Box, vec::Vec};
 
+use super::queue_delay::{CoDel, QueueDelayParams};
 use crate::{
     config::classes::ClassTable,
     sync::{AtomicWord, Ordering::*, UnsafeCell, Word},
@@ -106,6 +107,8 @@ pub(crate) struct Lists {
     nonempty: u64,
     /// The no-wait entries not decided yet.
     nowait: u32,
+    /// Queue-delay shedding and adaptive LIFO (docs/design.md §4.10).
+    pub(crate) codel: CoDel,
 }
 
 /// How a head stands against its class and the shared pool.
@@ -265,12 +268,14 @@ const fn over(held: Word, floor: Word) -> Word {
 }
 
 impl ClassBook {
-    /// The book of `table` (validated) over a ring of `cells` cells.
+    /// The book of `table` (validated) over a ring of `cells` cells, dispatching with the
+    /// queue-delay policy `queue_delay`.
     pub(crate) fn new(
         table: &ClassTable<'_>,
         max_concurrent: u64,
         budget: u64,
         cells: usize,
+        queue_delay: QueueDelayParams,
     ) -> Self {
         let mut order: Vec<usize> = (0..table.classes.len()).collect();
         // Stable: ties keep their index order.
@@ -333,6 +338,7 @@ impl ClassBook {
                 links: alloc::vec![UNLINKED; cells].into_boxed_slice(),
                 nonempty: 0,
                 nowait: NIL,
+                codel: CoDel::new(queue_delay),
             }),
         }
     }

@@ -46,6 +46,8 @@ pub(crate) mod dispatch;
 #[cfg(feature = "std")]
 pub(crate) mod idle;
 pub(crate) mod permit_word;
+#[cfg(feature = "alloc")]
+pub(crate) mod queue_delay;
 pub(crate) mod ring;
 pub(crate) mod waker_slot;
 
@@ -607,6 +609,28 @@ impl<const N: usize> Engine<N> {
             Ok(_) => Ok(()),
             Err(e) => Err(self.refuse(e)),
         }
+    }
+
+    /// [`take`](Self::take) of a request whose deadline leaves it no time to wait
+    /// (docs/design.md §5.9): admitted now, or refused `timeout` (counted; `shutdown` after
+    /// close) whatever held it back.
+    pub(crate) fn take_or_time_out(
+        &self,
+        w: Word,
+        c: Word,
+        observe: Word,
+        class: u16,
+    ) -> Result<Word, Rejection> {
+        self.admit_now(w, c, observe, class).map_err(|e| match e {
+            TakeError::Closed => self.refuse(e),
+            _ => self.reject(Reason::Timeout),
+        })
+    }
+
+    /// The clock the engine reads.
+    #[inline]
+    pub(crate) fn clock(&self) -> &ClockSource {
+        &self.clock
     }
 
     /// [`take`](Self::take) that refuses without counting (`None`): the caller then runs the

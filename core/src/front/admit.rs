@@ -4,7 +4,7 @@
 //! front end and binding admits through here: the futures, the blocking waits, `try_acquire`,
 //! and the Python, Node and C layers, which store these handles and nothing else.
 
-use core::{ops::Deref, task::Waker};
+use core::{ops::Deref, task::Waker, time::Duration};
 
 use crate::{
     engine::{Admitted, observe_bits},
@@ -17,7 +17,7 @@ use crate::{
     },
     outcome::Outcome,
     policy::state::CallStart,
-    reason::AcquireError,
+    reason::{AcquireError, Reason},
 };
 
 /// What one admission decided.
@@ -103,9 +103,20 @@ impl<const N: usize> Bulkhead<N> {
             Some(t) => t.is_zero(),
             None => bh.queue_timeout_is_zero(),
         };
-        let admitted = if no_wait {
+        // A deadline (docs/design.md §5.9): the time left, read only when one is given.
+        let left = bh.time_left(&request.deadline);
+        let wait = || bh.queue_wait_within(request, left);
+        let admitted = if left == Some(Duration::ZERO) {
+            // Passed: refused `timeout` now, never queued (C36).
+            Err(bh.engine.reject(Reason::Timeout))
+        } else if no_wait {
             bh.engine
                 .take_observing(w, c, observe, request.class)
+                .map(Admitted::Now)
+        } else if left.is_some() && wait().is_zero() {
+            // Too little left to wait for a grant and still do the work.
+            bh.engine
+                .take_or_time_out(w, c, observe, request.class)
                 .map(Admitted::Now)
         } else {
             bh.engine.enqueue(
@@ -116,10 +127,7 @@ impl<const N: usize> Bulkhead<N> {
                 observe,
                 request.class,
                 // Read only for a request a rate holds back (docs/design.md §4.9).
-                || {
-                    let t = request.queue_timeout.unwrap_or_else(|| bh.queue_timeout());
-                    u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
-                },
+                || u64::try_from(wait().as_nanos()).unwrap_or(u64::MAX),
             )
         };
         if call.id != 0 && admitted.is_ok() {
@@ -135,7 +143,7 @@ impl<const N: usize> Bulkhead<N> {
                 call,
             )),
             Ok(Admitted::Queued(t)) => {
-                let timeout = request.queue_timeout.unwrap_or_else(|| bh.queue_timeout());
+                let timeout = wait();
                 Decision::Queued(Waiter::new(bh, t, timeout))
             }
             Err(rejection) => {

@@ -32,6 +32,10 @@ pub struct LimitsSnapshot {
     /// The default queue timeout (`Duration::MAX`: none), for admissions from now on; queued
     /// waiters keep the deadline their host armed.
     pub queue_timeout: Option<core::time::Duration>,
+    /// New queue-delay dispatch options (docs/design.md §4.10), only on a bulkhead built with
+    /// queue-delay shedding (its dispatcher keeps the lists it needs); a target of zero turns
+    /// shedding and LIFO off. The shedding state starts over.
+    pub queue_delay: Option<crate::config::QueueDelay>,
 }
 
 impl LimitsSnapshot {
@@ -43,7 +47,14 @@ impl LimitsSnapshot {
             budget: None,
             max_queue: None,
             queue_timeout: None,
+            queue_delay: None,
         }
+    }
+
+    /// With the queue-delay dispatch options `queue_delay`.
+    pub const fn queue_delay(mut self, queue_delay: crate::config::QueueDelay) -> Self {
+        self.queue_delay = Some(queue_delay);
+        self
     }
 
     /// With the permit limit `limit` (0: the kill switch).
@@ -111,6 +122,9 @@ impl LimitsSnapshot {
             return Err(LimitsError::MaxQueue {
                 max: max_queue_ceiling,
             });
+        }
+        if let Some(q) = &self.queue_delay {
+            q.validate().map_err(LimitsError::Config)?;
         }
         Ok(())
     }
@@ -197,6 +211,13 @@ impl<const N: usize> Bulkhead<N> {
     /// [`check_limits`](Self::check_limits) without the classes' partition (an install that
     /// changes the reserve checks it against the new one).
     fn check_limits_unpartitioned(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
+        if snapshot.queue_delay.is_some() && !self.engine.is_classed() {
+            // Its dispatcher has no lists to shed from (docs/design.md §4.10): only a bulkhead
+            // built with queue-delay shedding or classes.
+            return Err(LimitsError::Config(ConfigError::Option(
+                crate::config::OptionId::QueueDelayTarget,
+            )));
+        }
         snapshot.check(
             self.has_budget(),
             self.policies().and_then(Policies::adaptive).is_some(),
@@ -361,10 +382,22 @@ impl<const N: usize> Bulkhead<N> {
         if let Some(t) = s.queue_timeout {
             self.set_queue_timeout(t);
         }
+        if let Some(q) = s.queue_delay {
+            self.set_queue_delay(q);
+        }
         core::mem::forget(guard);
         self.engine.end_apply(s.revision);
         self.emit_reconfigure();
         Ok(())
+    }
+
+    /// Installs new queue-delay options (validated; a classed bulkhead) under the dispatcher's
+    /// run flag: no pass decides with half of them. The shedding state starts over.
+    fn set_queue_delay(&self, q: crate::config::QueueDelay) {
+        #[cfg(feature = "alloc")]
+        self.engine.install_queue_delay(q);
+        #[cfg(not(feature = "alloc"))]
+        let _ = q;
     }
 
     /// The revision of the limits in force: 0 until the first

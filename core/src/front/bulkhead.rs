@@ -90,6 +90,8 @@ pub struct Bulkhead<const N: usize = 0> {
     reservations: Option<TableBox>,
     /// `cancel_on_overrun`.
     cancel_on_overrun: bool,
+    /// `min_service_time` (docs/design.md §5.9).
+    min_service_time: core::time::Duration,
 }
 
 /// A bulkhead is shared by reference between threads (checked, not asserted).
@@ -197,6 +199,20 @@ impl Bulkhead<0> {
         classes: Option<&crate::config::classes::ClassTable<'_>>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
+        // Queue-delay shedding dispatches through the class lists: a one-class table if none
+        // was given (docs/design.md §4.10). It reads the clock.
+        static ONE_CLASS: [crate::config::classes::ClassSpec; 1] =
+            [crate::config::classes::ClassSpec::DEFAULT];
+        let one_class = crate::config::classes::ClassTable::new(&ONE_CLASS);
+        let classes = match classes {
+            None if config.needs_dispatch_lists() => Some(&one_class),
+            other => other,
+        };
+        if config.needs_dispatch_lists() && !clock.is_some() {
+            return Err(ConfigError::Option(
+                crate::config::OptionId::QueueDelayTarget,
+            ));
+        }
         if let Some(t) = classes {
             t.validate(&config).map_err(ConfigError::Class)?;
             if (t.rates.requests.is_some() || t.rates.units.is_some()) && !clock.is_some() {
@@ -227,6 +243,7 @@ impl Bulkhead<0> {
                 config.max_concurrent,
                 config.budget.unwrap_or(0),
                 cells,
+                crate::engine::queue_delay::QueueDelayParams::of(&config.queue_delay()),
             );
             engine = engine.with_classes(alloc::boxed::Box::new(book));
         }
@@ -239,6 +256,7 @@ impl Bulkhead<0> {
                 alloc::boxed::Box::new(ReservationTable::new(config.max_reservations as usize))
             }),
             cancel_on_overrun: config.cancel_on_overrun,
+            min_service_time: config.min_service_time,
         };
         if let Some(limit) = initial_limit {
             // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
@@ -270,6 +288,7 @@ impl<const N: usize> Bulkhead<N> {
         if config.validate_base().is_err()
             || !config.resilience.is_off()
             || config.max_reservations != 0
+            || config.needs_dispatch_lists()
             || config.max_queue > N as u64
         {
             panic!("invalid hullguard Config for Bulkhead::new_static");
@@ -291,6 +310,7 @@ impl<const N: usize> Bulkhead<N> {
             emitter: None,
             reservations: None,
             cancel_on_overrun: config.cancel_on_overrun,
+            min_service_time: config.min_service_time,
         }
     }
 
@@ -311,6 +331,12 @@ impl<const N: usize> Bulkhead<N> {
             // The table is allocated at construction: not in a `static`.
             return Err(ConfigError::Option(
                 crate::config::OptionId::MaxReservations,
+            ));
+        }
+        if config.needs_dispatch_lists() {
+            // The class lists are allocated, and a static bulkhead reads no clock.
+            return Err(ConfigError::Option(
+                crate::config::OptionId::QueueDelayTarget,
             ));
         }
         if config.max_queue > N as u64 {
@@ -338,6 +364,7 @@ impl<const N: usize> Bulkhead<N> {
             emitter: None,
             reservations: None,
             cancel_on_overrun: config.cancel_on_overrun,
+            min_service_time: config.min_service_time,
         })
     }
 
@@ -395,6 +422,49 @@ impl<const N: usize> Bulkhead<N> {
     pub fn queue_timeout(&self) -> Duration {
         // Relaxed: a setting read for one decision.
         decode_timeout(self.queue_timeout.load(Relaxed))
+    }
+
+    /// The time left until `deadline` on this bulkhead's clock (docs/design.md §5.9): `None`
+    /// for no deadline, `Some(ZERO)` once it has passed.
+    #[inline]
+    pub fn time_left(&self, deadline: &crate::deadline::Deadline) -> Option<Duration> {
+        if *deadline == crate::deadline::Deadline::NONE {
+            return None;
+        }
+        deadline.time_left(self.engine.clock())
+    }
+
+    /// `min_service_time` (docs/design.md §5.9).
+    pub fn min_service_time(&self) -> Duration {
+        self.min_service_time
+    }
+
+    /// How long `request`, queued now, may wait (docs/design.md §5.9): its queue timeout (or
+    /// the bulkhead's) capped by the time left until its deadline less `min_service_time`;
+    /// `Duration::MAX`: no bound. What [`Waiter::queue_timeout`](crate::Waiter::queue_timeout)
+    /// reports for it — for a host that arms the timer of a ticket it holds.
+    pub fn queue_wait(&self, request: &crate::Request) -> Duration {
+        self.queue_wait_within(request, self.time_left(&request.deadline))
+    }
+
+    /// [`queue_wait`](Self::queue_wait) with the time `left` until the deadline read already.
+    #[inline]
+    pub(crate) fn queue_wait_within(
+        &self,
+        request: &crate::Request,
+        left: Option<Duration>,
+    ) -> Duration {
+        let t = request
+            .queue_timeout
+            .unwrap_or_else(|| self.queue_timeout());
+        crate::deadline::queue_wait(t, left, self.min_service_time)
+    }
+
+    /// The call timeout to arm for a call of a request with `deadline`: the configured
+    /// [`call_timeout`](Self::call_timeout) capped by the time left until the deadline
+    /// (docs/design.md §5.9); `None` when neither bounds the work. The core arms no timer.
+    pub fn call_timeout_within(&self, deadline: &crate::deadline::Deadline) -> Option<Duration> {
+        crate::deadline::cap_call_timeout(self.call_timeout(), self.time_left(deadline))
     }
 
     /// Whether the default queue deadline is zero ("do not queue"), without building it.

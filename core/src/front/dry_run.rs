@@ -81,7 +81,13 @@ impl<const N: usize> Bulkhead<N> {
                 return self.would_reject(Reason::CircuitOpen);
             }
         }
-        let timeout = request.queue_timeout.unwrap_or(self.queue_timeout());
+        // A deadline as the admission reads it (docs/design.md §5.9).
+        let left = self.time_left(&request.deadline);
+        if left == Some(core::time::Duration::ZERO) {
+            return self.would_reject(Reason::Timeout);
+        }
+        let asked = request.queue_timeout.unwrap_or(self.queue_timeout());
+        let timeout = self.queue_wait_within(request, left);
         let queue = !timeout.is_zero();
         match self.engine.would_admit(
             w,
@@ -96,6 +102,10 @@ impl<const N: usize> Bulkhead<N> {
                 position: ahead + 1,
                 ahead,
             },
+            // A deadline too close to wait for: the admission refuses `timeout`.
+            Err(r) if !asked.is_zero() && !queue && r != Reason::Shutdown => {
+                self.would_reject(Reason::Timeout)
+            }
             Err(reason) => {
                 #[allow(unused_mut)]
                 let mut r = self.engine.rejection(reason);

@@ -2,7 +2,7 @@
 
 use core::time::Duration;
 
-use crate::observe::Observe;
+use crate::{deadline::Deadline, observe::Observe};
 
 /// One admission request: `weight` permits, `cost` budget units, and how long it may queue.
 ///
@@ -40,6 +40,13 @@ pub struct Request {
     /// The admission class (docs/design.md §4.8): an index into the bulkhead's class table,
     /// `0 .. class_count()`; 0 (the default) on a bulkhead without classes.
     pub class: u16,
+    /// The request's absolute deadline (docs/design.md §5.9), [`Deadline::NONE`] by default:
+    /// refused `timeout` at once (no ticket) once it has passed; queued, it waits at most until
+    /// the deadline less the bulkhead's `min_service_time` — the shorter of that and
+    /// [`queue_timeout`](Self::queue_timeout) is what [`Waiter::queue_timeout`](crate::Waiter::queue_timeout)
+    /// tells the host to arm; a request that may not wait at all is refused `timeout` if not
+    /// admitted at once.
+    pub deadline: Deadline,
 }
 
 impl Request {
@@ -51,7 +58,15 @@ impl Request {
             queue_timeout: None,
             observe: Observe::Off,
             class: 0,
+            deadline: Deadline::NONE,
         }
+    }
+
+    /// The same request with an absolute deadline (see the field).
+    #[must_use]
+    pub const fn deadline(mut self, deadline: Deadline) -> Self {
+        self.deadline = deadline;
+        self
     }
 
     /// The same request in admission class `class` (see the field).

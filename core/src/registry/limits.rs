@@ -61,6 +61,7 @@ impl RegistryLimits {
             queue_timeout: o
                 .and_then(|o| o.queue_timeout)
                 .or(self.defaults.queue_timeout),
+            queue_delay: None,
         }
     }
 
@@ -73,6 +74,7 @@ impl RegistryLimits {
             budget: g.budget,
             max_queue: g.max_queue,
             queue_timeout: g.queue_timeout,
+            queue_delay: None,
         }
     }
 

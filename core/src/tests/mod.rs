@@ -17,6 +17,8 @@ mod class_table;
 #[cfg(not(loom))]
 mod classes;
 #[cfg(all(not(loom), feature = "std"))]
+mod deadline;
+#[cfg(all(not(loom), feature = "std"))]
 mod detail;
 #[cfg(all(not(loom), feature = "std"))]
 mod dry_run;
@@ -39,6 +41,8 @@ mod loom_observe;
 #[cfg(all(loom, feature = "std"))]
 mod loom_orphan;
 #[cfg(all(loom, feature = "std"))]
+mod loom_queue_delay;
+#[cfg(all(loom, feature = "std"))]
 mod loom_reserve;
 #[cfg(all(loom, feature = "std"))]
 mod loom_waker_slot;
@@ -46,6 +50,8 @@ mod loom_waker_slot;
 mod observe;
 #[cfg(all(not(loom), feature = "std"))]
 mod orphan;
+#[cfg(all(not(loom), feature = "std"))]
+mod queue_delay;
 #[cfg(all(not(loom), feature = "std"))]
 mod queued_cost;
 #[cfg(all(not(loom), feature = "std"))]

@@ -1,0 +1,252 @@
+//! Queue-delay shedding (CoDel) and adaptive LIFO (docs/design.md §4.10) on a virtual clock:
+//! the dispatcher's decisions as the grants and sheds the waiters see, and what they count.
+
+use core::{
+    sync::atomic::{AtomicU64, Ordering::SeqCst},
+    task::Poll,
+    time::Duration,
+};
+use std::{sync::Arc, vec::Vec};
+
+use crate::{
+    Bulkhead, Call, ClockSource, Config, Reason, Request, Waiter,
+    config::classes::{ClassSpec, ClassTable},
+    tests::budget::{granted, queued},
+};
+
+use super::VClock;
+
+const MS: u64 = 1_000_000;
+
+fn bulkhead(target_ms: u64, lifo: bool) -> (Bulkhead, Arc<VClock>) {
+    let clock = Arc::new(VClock(AtomicU64::new(0)));
+    let bh = Bulkhead::with_clock(
+        Config {
+            max_concurrent: 1,
+            max_queue: 16,
+            queue_timeout: Duration::MAX,
+            queue_delay_target: Duration::from_millis(target_ms),
+            queue_delay_interval: Duration::from_millis(100),
+            adaptive_lifo: lifo,
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    (bh, clock)
+}
+
+type W<'a> = Waiter<&'a Bulkhead, 0>;
+
+/// Polls every waiter once: index → granted call or shed.
+fn settle<'a>(ws: &mut [Option<W<'a>>]) -> Vec<(usize, Result<Call<&'a Bulkhead, 0>, Reason>)> {
+    let mut out = Vec::new();
+    for (i, slot) in ws.iter_mut().enumerate() {
+        let Some(w) = slot else { continue };
+        match w.poll(None) {
+            Poll::Pending => {}
+            Poll::Ready(r) => {
+                out.push((i, r.map_err(|e| e.reason().unwrap())));
+                *slot = None;
+            }
+        }
+    }
+    out
+}
+
+fn at(clock: &VClock, ms: u64) {
+    clock.0.store(ms * MS, SeqCst);
+}
+
+#[test]
+fn codel_sheds_a_standing_queue_after_an_interval_then_faster() {
+    let (bh, clock) = bulkhead(10, false);
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..6)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    // t = 150: W0 queued 150 ms (above the 10 ms target): the first such grant starts the
+    // interval (first_above = 250) and is granted.
+    at(&clock, 150);
+    drop(h);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(0, Ok(_))]), "{s:?}");
+    // t = 260: past first_above: W1 is shed, W2 granted (next shed due at 360).
+    at(&clock, 260);
+    drop(s);
+    let s = settle(&mut ws);
+    let got: Vec<_> = s
+        .iter()
+        .map(|(i, r)| (*i, r.as_ref().err().copied()))
+        .collect();
+    assert_eq!(got, [(1, Some(Reason::Shed)), (2, None)]);
+    // t = 370: W3 shed (count 2, next due 360 + 100/√2 ≈ 430.7), W4 granted.
+    at(&clock, 370);
+    drop(s);
+    let s = settle(&mut ws);
+    let got: Vec<_> = s
+        .iter()
+        .map(|(i, r)| (*i, r.as_ref().err().copied()))
+        .collect();
+    assert_eq!(got, [(3, Some(Reason::Shed)), (4, None)]);
+    // t = 371: not due yet: W5 granted.
+    at(&clock, 371);
+    drop(s);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(5, Ok(_))]), "{s:?}");
+    let st = bh.stats();
+    assert_eq!(st.rejected_by_reason.get(Reason::Shed), 2);
+    assert_eq!((st.queued, st.active), (0, 1));
+}
+
+#[test]
+fn codel_never_sheds_below_target() {
+    let (bh, clock) = bulkhead(10, false);
+    let mut held = Some(granted(bh.admit(&Request::new(1), None)));
+    for t in 1..50u64 {
+        let mut w = [Some(queued(bh.admit(&Request::new(1), None)))];
+        at(&clock, t * 100 + 5);
+        drop(held.take());
+        let s = settle(&mut w);
+        assert_eq!(s.len(), 1);
+        let (_, r) = s.into_iter().next().unwrap();
+        held = Some(r.unwrap_or_else(|e| panic!("shed at {t}: {e:?}")));
+        at(&clock, t * 100 + 6);
+    }
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 0);
+}
+
+#[test]
+fn adaptive_lifo_grants_newest_first_only_past_the_target() {
+    let (bh, clock) = bulkhead(10, true);
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..3)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    // t = 5: the oldest queued 5 ms < 10: FIFO, W0.
+    at(&clock, 5);
+    drop(h);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(0, Ok(_))]), "{s:?}");
+    ws.push(Some(queued(bh.admit(&Request::new(1), None)))); // W3 at t = 5
+    // t = 20: the oldest (W1) queued 20 ms ≥ 10: newest first, W3.
+    at(&clock, 20);
+    drop(s);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(3, Ok(_))]), "{s:?}");
+    // Still past the target: W2 (the newest left), then W1.
+    at(&clock, 21);
+    drop(s);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(2, Ok(_))]), "{s:?}");
+    drop(s);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(1, Ok(_))]), "{s:?}");
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 0);
+}
+
+#[test]
+fn lifo_keeps_priorities_and_a_cancel_beats_a_shed() {
+    // Two classes: under LIFO the higher priority still goes first, newest within it.
+    let clock = Arc::new(VClock(AtomicU64::new(0)));
+    let classes = [
+        ClassSpec {
+            priority: 2,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec::DEFAULT,
+    ];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 1,
+            max_queue: 8,
+            queue_timeout: Duration::MAX,
+            queue_delay_target: Duration::from_millis(10),
+            adaptive_lifo: true,
+            ..Config::DEFAULT
+        },
+        &ClassTable::new(&classes),
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = [1u16, 0, 0, 1]
+        .iter()
+        .map(|&c| Some(queued(bh.admit(&Request::new(1).class(c), None))))
+        .collect();
+    at(&clock, 50);
+    // W2 (class 0, newest of the high class) is cancelled by its owner first.
+    let w2 = ws[2].take().unwrap();
+    assert!(matches!(
+        w2.cancel(Reason::Aborted),
+        crate::Cancelled::Cancelled(_)
+    ));
+    drop(h);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(1, Ok(_))]), "{s:?}");
+    drop(s);
+    let s = settle(&mut ws);
+    assert!(
+        matches!(&s[..], [(3, Ok(_))]),
+        "newest of the low class: {s:?}"
+    );
+}
+
+#[test]
+fn apply_limits_changes_the_queue_delay_options() {
+    use crate::{ConfigError, LimitsError, LimitsSnapshot, QueueDelay, config::OptionId};
+    let (bh, clock) = bulkhead(10, false);
+    // Turn LIFO on (and keep shedding) under revision 1.
+    let lifo = QueueDelay {
+        target: Duration::from_millis(10),
+        interval: Duration::from_secs(1),
+        lifo: true,
+    };
+    bh.apply_limits(&LimitsSnapshot::new(1).queue_delay(lifo))
+        .unwrap();
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..2)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    at(&clock, 50);
+    drop(h);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(1, Ok(_))]), "newest first: {s:?}");
+    drop(s);
+    // Bad options change nothing and name the option; a plain bulkhead has no lists.
+    let bad = QueueDelay {
+        lifo: true,
+        target: Duration::ZERO,
+        ..lifo
+    };
+    assert_eq!(
+        bh.apply_limits(&LimitsSnapshot::new(2).queue_delay(bad)),
+        Err(LimitsError::Config(ConfigError::Option(
+            OptionId::AdaptiveLifo
+        )))
+    );
+    assert_eq!(bh.revision(), 1);
+    let plain = Bulkhead::new(Config::DEFAULT).unwrap();
+    assert_eq!(
+        plain.apply_limits(&LimitsSnapshot::new(1).queue_delay(lifo)),
+        Err(LimitsError::Config(ConfigError::Option(
+            OptionId::QueueDelayTarget
+        )))
+    );
+    // Off: FIFO again, no shedding however old the queue.
+    let off = QueueDelay {
+        target: Duration::ZERO,
+        lifo: false,
+        ..lifo
+    };
+    bh.apply_limits(&LimitsSnapshot::new(3).queue_delay(off))
+        .unwrap();
+    let mut more: Vec<Option<W>> = (0..2)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    at(&clock, 10_000);
+    drop(settle(&mut ws));
+    let s = settle(&mut more);
+    assert!(matches!(&s[..], [(0, Ok(_))]), "FIFO: {s:?}");
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 0);
+}
