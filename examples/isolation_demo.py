@@ -51,6 +51,11 @@ options scale it): a fake streaming LLM provider with a concurrent-token ceiling
 and a batch class through one client, without a bulkhead, with a count-only one and with calls
 and tokens in one decision (refunds, classes).
 
+Then the deadline phase runs (``deadline_demo.py``; ``--no-deadline`` skips it,
+``--deadline-*`` options scale it): a request budget across two sequential upstream calls (the
+second sees what the first left), with and without the budget, and CoDel shedding with adaptive
+LIFO under a burst, against FIFO with a queue timeout.
+
 Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
 deadline. The whole demo takes about 90 s. Smaller runs: ``--budget 4 --seconds 3
 --degraded-min 1.0 --phase-seconds 1.5``; ``--report-only`` prints the checks but exits 0
@@ -80,6 +85,7 @@ from hullguard.httpx import BulkheadTransport
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
+import deadline_demo  # noqa: E402  (the deadline phase, next to this file)
 import llm_gateway_demo  # noqa: E402  (the LLM-gateway phase, next to this file)
 from demo_phases import percentile  # noqa: E402
 
@@ -636,6 +642,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="adaptive phase: the algorithms to run, comma-separated")
     p.add_argument("--no-llm", action="store_true", help="skip the LLM-gateway phase")
     llm_gateway_demo.add_arguments(p, prefix="llm-")
+    p.add_argument("--no-deadline", action="store_true", help="skip the deadline phase")
+    deadline_demo.add_arguments(p, prefix="deadline-")
     p.add_argument("--report-only", action="store_true",
                    help="print every check but exit 0 whatever they say (make test's scaled-down "
                         "run: the timing-dependent checks belong to make demo)")
@@ -697,6 +705,9 @@ async def amain(args: argparse.Namespace) -> int:
         if not args.no_llm:
             llm_ok, _ = await llm_gateway_demo.gateway_phase(llm_gateway_demo.phase_args(args))
             phases_ok &= llm_ok
+        if not args.no_deadline:
+            deadline_ok, _ = await deadline_demo.deadline_phase(deadline_demo.phase_args(args))
+            phases_ok &= deadline_ok
     finally:
         up.close()
 

@@ -22,8 +22,8 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, Bulkhead as CoreBulkhead, Decision, Registry as CoreRegistry, Request, Waiter,
-    drain::DrainOf,
+    AcquireError, Bulkhead as CoreBulkhead, Deadline as CoreDeadline, Decision,
+    Registry as CoreRegistry, Request, Waiter, drain::DrainOf,
 };
 use pyo3::{
     exceptions::{PyRuntimeError, PyStopIteration},
@@ -228,6 +228,8 @@ pub(crate) struct AcquireContext {
     armed: Option<ArmedCall>,
     /// `bh.admit()`: finishes with an `Admission` instead of raising a refusal.
     admission: bool,
+    /// The request's deadline (docs/design.md §5.9), for the call timeout of its permit.
+    deadline: CoreDeadline,
 }
 
 impl AcquireContext {
@@ -248,6 +250,7 @@ impl AcquireContext {
         bare: Option<Py<Bulkhead>>,
     ) -> Self {
         Self {
+            deadline: request.deadline,
             state: State::Start(source, request),
             key,
             bare,
@@ -268,7 +271,7 @@ impl AcquireContext {
         if self.admission {
             let value = match r {
                 Ok(call) => {
-                    let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
+                    let permit = Py::new(py, Permit::new(call, self.key.clone(), self.deadline))?;
                     if self.cm {
                         // `async with bh.admit() as a:` is one guarded call as `async with
                         // bh.acquire()` is (its `call_timeout` armed at the grant); the exit
@@ -284,10 +287,10 @@ impl AcquireContext {
         }
         let call = r.map_err(|e| acquire_err(py, &e, self.key.as_deref()))?;
         if let Some(bh) = &self.bare {
-            bh.get().enter_block(py, call)?;
+            bh.get().enter_block(py, call, self.deadline)?;
             return Ok(None);
         }
-        let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
+        let permit = Py::new(py, Permit::new(call, self.key.clone(), self.deadline))?;
         if self.cm {
             self.armed = ArmedCall::arm(py, &permit);
         }

@@ -12,8 +12,10 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Bulkhead as CoreBulkhead, ClassStats, ClassTableLimits, Clock, ClockSource,
-    Decision, LimitsError, LimitsSnapshot, MAX_BUDGET, MAX_PERMITS, MAX_QUEUE, MAX_REVISION,
-    Observe, Reason, Rejection, Request, config::Section, event::SharedObserver,
+    Config, Deadline, Decision, LimitsError, LimitsSnapshot, MAX_BUDGET, MAX_PERMITS, MAX_QUEUE,
+    MAX_REVISION, Observe, QueueDelay, Reason, Rejection, Request,
+    config::{OptionId, Section, Value},
+    event::SharedObserver,
 };
 use pyo3::{
     exceptions::{PyTypeError, PyValueError},
@@ -59,7 +61,11 @@ pub(crate) fn clock_source(clock: Option<Bound<'_, PyAny>>) -> ClockSource {
 /// request (no cost, no class, no observe mode of its own) on a bulkhead without classes takes
 /// the core's plain path (`try_acquire_owned`), as before gateway admission.
 pub(crate) fn admit_now(source: SourceRef<'_>, request: Request) -> Result<CoreCall, AcquireError> {
-    if request.cost == 0 && request.class == 0 && request.observe == Observe::Off {
+    if request.cost == 0
+        && request.class == 0
+        && request.observe == Observe::Off
+        && request.deadline == Deadline::NONE
+    {
         match source {
             SourceRef::Bulkhead(bh) if bh.class_count() == 0 => {
                 return bh.try_acquire_owned(request.weight);
@@ -89,8 +95,9 @@ pub(crate) fn try_acquire_on(
     key: Option<&str>,
     request: Request,
 ) -> PyResult<Option<Permit>> {
+    let deadline = request.deadline;
     match admit_now(source, request) {
-        Ok(call) => Ok(Some(Permit::new(call, key.map(str::to_owned)))),
+        Ok(call) => Ok(Some(Permit::new(call, key.map(str::to_owned), deadline))),
         Err(e) if e.reason() == Some(Reason::ConcurrencyLimit) => Ok(None),
         Err(e) => Err(acquire_err(py, &e, key)),
     }
@@ -103,9 +110,10 @@ pub(crate) fn try_admit_on(
     key: Option<&str>,
     request: Request,
 ) -> PyResult<Py<PyAny>> {
+    let deadline = request.deadline;
     match admit_now(source, request) {
         Ok(call) => {
-            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned)))?;
+            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned), deadline))?;
             gateway::admitted(py, permit.into_any())
         }
         Err(e) => gateway::refused(py, &e, key),
@@ -125,8 +133,9 @@ pub(crate) fn acquire_sync_on(
     key: Option<&str>,
     request: Request,
 ) -> PyResult<Permit> {
+    let deadline = request.deadline;
     let call = settle_sync(py, source, request)?.map_err(|e| acquire_err(py, &e, key))?;
-    Ok(Permit::new(call, key.map(str::to_owned)))
+    Ok(Permit::new(call, key.map(str::to_owned), deadline))
 }
 
 /// `admit_sync`: an `Admission` (a bad argument, or a signal handler's exception, raises).
@@ -136,9 +145,10 @@ pub(crate) fn admit_sync_on(
     key: Option<&str>,
     request: Request,
 ) -> PyResult<Py<PyAny>> {
+    let deadline = request.deadline;
     match settle_sync(py, source, request)? {
         Ok(call) => {
-            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned)))?;
+            let permit = Py::new(py, Permit::new(call, key.map(str::to_owned), deadline))?;
             gateway::admitted(py, permit.into_any())
         }
         Err(e) => gateway::refused(py, &e, key),
@@ -223,6 +233,13 @@ pub(crate) struct Block {
 /// before admission; the outcome (`permit.release(outcome=)`, or the exception leaving `with` /
 /// `async with` / a `guard`ed function) feeds the breaker and the adaptive limit.
 /// `call_timeout` bounds `guard`ed calls and `async with` blocks (`CallTimeoutError`).
+///
+/// Deadlines (docs/design.md §5.9, §4.10): every acquire takes `deadline=` (absolute seconds on
+/// the `time.monotonic()` scale, or the `_clock` hook's scale) and the ambient budget of
+/// `hullguard.deadline(seconds)`; `min_service_time=` (seconds) refuses a waiter once less is
+/// left; `queue_delay_target=` / `queue_delay_interval=` shed a standing queue (CoDel:
+/// `BulkheadShedError`, reason `shed`) and `adaptive_lifo=True` serves the newest waiter first
+/// while the oldest has waited past the target.
 /// `on_state_change(key, old, new)` is called (with the GIL, on the thread that committed it;
 /// `key` is `None`) for each breaker transition between `"closed"`, `"open"` and
 /// `"half_open"`; its exceptions go to `sys.unraisablehook` (counted in `listener_errors`).
@@ -241,9 +258,12 @@ pub(crate) struct Bulkhead {
     /// `async with bh:` on a bulkhead without policies: the units this object's blocks hold
     /// (a stray `__aexit__` can never return more than was taken).
     held: AtomicU64,
-    /// `async with bh:` on a bulkhead with policies: a `contextvars.ContextVar` holding the
-    /// open blocks of each context as a tuple stack (each task finds its own block's call).
-    blocks: Option<Py<PyAny>>,
+    /// `async with bh:` blocks that hold a `Permit` — every block on a bulkhead with policies
+    /// (an outcome to record), a block with a deadline on any bulkhead (its work is bounded by
+    /// the deadline: `Bulkhead::call_timeout_within`) — on a `contextvars.ContextVar` holding
+    /// the open blocks of each context as a tuple stack (each task finds its own block's
+    /// call). Built with the bulkhead when it has policies, else at its first such block.
+    blocks: PyOnceLock<Py<PyAny>>,
     /// The class names of a classed bulkhead, by index (empty otherwise).
     pub(crate) names: ClassNames,
     /// The observer of a bulkhead built here (`on`/`off`); `None` for a registry's key (the
@@ -267,22 +287,30 @@ impl Bulkhead {
         names: ClassNames,
         observer: Option<Arc<PyObserver>>,
     ) -> PyResult<Self> {
-        let var = CONTEXT_VAR.import(py, "contextvars", "ContextVar")?;
-        let new_var = || {
-            let kwargs = PyDict::new(py);
-            kwargs.set_item("default", PyTuple::empty(py))?;
-            var.call(("hullguard.blocks",), Some(&kwargs))
-                .map(Bound::unbind)
-        };
-        let blocks = bh.has_policies().then(new_var).transpose()?;
-        Ok(Self {
+        let me = Self {
             bh,
             key,
             held: AtomicU64::new(0),
-            blocks,
+            blocks: PyOnceLock::new(),
             names,
             observer,
-        })
+        };
+        if me.bh.has_policies() {
+            me.blocks_var(py)?;
+        }
+        Ok(me)
+    }
+
+    /// The stack of open `async with bh:` blocks that hold a permit (see `blocks`).
+    fn blocks_var<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyAny>> {
+        let var = self.blocks.get_or_try_init(py, || {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item("default", PyTuple::empty(py))?;
+            let var = CONTEXT_VAR.import(py, "contextvars", "ContextVar")?;
+            var.call(("hullguard.blocks",), Some(&kwargs))
+                .map(Bound::unbind)
+        })?;
+        Ok(var.bind(py))
     }
 
     fn source(&self) -> Source {
@@ -295,11 +323,13 @@ impl Bulkhead {
 
     fn request(
         &self,
+        py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         extra: Extra<'_, '_>,
     ) -> PyResult<Request> {
         gateway::request(
+            py,
             self.bh.max_concurrent(),
             &self.names,
             weight,
@@ -320,15 +350,21 @@ impl Bulkhead {
         gateway::class_arg(class, &self.names)
     }
 
-    /// An `async with bh:` block was granted `call`.
-    pub(crate) fn enter_block(&self, py: Python<'_>, call: CoreCall) -> PyResult<()> {
-        let Some(var) = &self.blocks else {
-            // No policies, so no outcome to record: only the unit is kept.
+    /// An `async with bh:` block of a request with `deadline` was granted `call`.
+    pub(crate) fn enter_block(
+        &self,
+        py: Python<'_>,
+        call: CoreCall,
+        deadline: Deadline,
+    ) -> PyResult<()> {
+        if !self.bh.has_policies() && deadline == Deadline::NONE {
+            // No policies, so no outcome to record, and no deadline to bound the work: only
+            // the unit is kept.
             call.forget();
             self.held.fetch_add(1, SeqCst);
             return Ok(());
-        };
-        let permit = Py::new(py, Permit::new(call, self.key.clone()))?;
+        }
+        let permit = Py::new(py, Permit::new(call, self.key.clone(), deadline))?;
         let armed = ArmedCall::arm(py, &permit);
         let token = PyOnceLock::new();
         let block = Py::new(
@@ -339,7 +375,7 @@ impl Bulkhead {
                 token,
             },
         )?;
-        let var = var.bind(py);
+        let var = self.blocks_var(py)?;
         let stack = var.call_method0("get")?.cast_into::<PyTuple>()?;
         let pushed = stack.add(PyTuple::new(py, [&block])?)?;
         let token = var.call_method1("set", (pushed,))?;
@@ -349,32 +385,51 @@ impl Bulkhead {
 
     /// An `async with bh:` block exits: its call ends as `exc_type` says. A stray exit (no
     /// block of this context open) returns nothing and is counted in `released_twice_total`.
+    ///
+    /// Without policies a block holds a permit only when it had a deadline: the innermost
+    /// block of this context on the stack is this exit's if its push can be undone here (a
+    /// block without a deadline cannot be nested in one with a deadline of the same context:
+    /// the ambient budget only narrows inside it); otherwise the block kept only its unit.
     fn exit_block(&self, py: Python<'_>, exc_type: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let Some(var) = &self.blocks else {
-            let took = self.held.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
-            took.map_or_else(
-                |_| self.bh.record_double_release(),
-                |_| self.bh.release_units(1),
-            );
-            return Ok(());
+        let policies = self.bh.has_policies();
+        let var = match self.blocks.get(py) {
+            Some(v) => Some(v.bind(py)),
+            None if policies => Some(self.blocks_var(py)?),
+            None => None,
         };
-        let var = var.bind(py);
-        let stack = var.call_method0("get")?.cast_into::<PyTuple>()?;
-        let top = stack
-            .iter()
-            .last()
-            .map(|b| b.cast_into::<Block>())
-            .transpose()?;
-        let popped = top.filter(|b| {
-            let token = b.get().token.get(py);
-            token.is_some_and(|t| var.call_method1("reset", (t,)).is_ok())
-        });
-        let Some(block) = popped else {
-            self.bh.record_double_release();
-            return Ok(());
+        let popped = match var {
+            None => None,
+            Some(var) => {
+                let stack = var.call_method0("get")?.cast_into::<PyTuple>()?;
+                let top = stack
+                    .iter()
+                    .last()
+                    .map(|b| b.cast_into::<Block>())
+                    .transpose()?;
+                top.filter(|b| {
+                    let token = b.get().token.get(py);
+                    token.is_some_and(|t| var.call_method1("reset", (t,)).is_ok())
+                })
+            }
         };
-        let block = block.get();
-        exit_block(py, block.permit.get(), block.armed.as_ref(), exc_type)
+        match popped {
+            Some(block) => {
+                let block = block.get();
+                exit_block(py, block.permit.get(), block.armed.as_ref(), exc_type)
+            }
+            None if policies => {
+                self.bh.record_double_release();
+                Ok(())
+            }
+            None => {
+                let took = self.held.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+                took.map_or_else(
+                    |_| self.bh.record_double_release(),
+                    |_| self.bh.release_units(1),
+                );
+                Ok(())
+            }
+        }
     }
 }
 
@@ -382,7 +437,8 @@ impl Bulkhead {
 impl Bulkhead {
     /// `Bulkhead(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
     /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
-    /// max_reservations=0, cancel_on_overrun=False,
+    /// max_reservations=0, cancel_on_overrun=False, min_service_time=0, queue_delay_target=0,
+    /// queue_delay_interval=0.1, adaptive_lifo=False,
     /// resilience=None, on_state_change=None, events=False, classes=None, reserve=None,
     /// lending=False, shed=False, rates=None)`; see the class docs.
     /// `budget`: an in-flight ceiling of cost units beside the permits (`stats()["budget"]`);
@@ -428,23 +484,34 @@ impl Bulkhead {
     /// bulkhead), with the request's own `observe` mode (`"off"`, `"concurrency"`, `"budget"`,
     /// `"all"`: those dimensions decided and counted, not enforced): `await bh.acquire()` gives
     /// a `Permit` (release it yourself); `async with bh.acquire() as permit:` releases on exit.
+    /// `deadline`: the request's absolute deadline in seconds on the `time.monotonic()` scale
+    /// (docs/design.md §5.9; `None` / `math.inf`: none), min'd with the ambient one of
+    /// `hullguard.deadline(...)`: one that has passed raises `BulkheadQueueTimeoutError`
+    /// (`timeout`, `.detail["bound"] == "deadline"`) at once — never a `ValueError` — and a
+    /// queued acquire waits at most until it (less `min_service_time`); the `call_timeout` of
+    /// an `async with` block is capped by the time left (a block still running at the
+    /// deadline raises `CallTimeoutError`, also without `call_timeout`).
     /// Bad arguments raise `TypeError` / `ValueError` here, naming the argument; a rejection
     /// raises when awaited (`.detail` says which bound refused).
-    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
+        py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, timeout, extra)?;
+        let request = self.request(py, weight, timeout, extra)?;
         Ok(AcquireContext::from_source(
             self.source(),
             self.key.clone(),
@@ -456,25 +523,43 @@ impl Bulkhead {
     /// `acquire` that never raises a refusal: `await bh.admit(...)` gives an `Admission`
     /// (`ok=True, permit=…` or `ok=False, reason=…, detail=…, error=<the exception acquire
     /// would raise>`). Bad arguments still raise.
-    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
+        py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
         Ok(self
-            .acquire(weight, timeout, cost, admission_class, observe)?
+            .acquire(
+                py,
+                weight,
+                timeout,
+                cost,
+                admission_class,
+                observe,
+                deadline,
+            )?
             .non_throwing())
     }
 
-    /// `async with bh:` — one permit for the block.
-    fn __aenter__(slf: &Bound<'_, Self>) -> AcquireContext {
+    /// `async with bh:` — one permit for the block, by the ambient deadline of
+    /// `hullguard.deadline` if one is set (its queue wait and the block's work bounded by it).
+    fn __aenter__(slf: &Bound<'_, Self>) -> PyResult<AcquireContext> {
         let me = slf.get();
         let (bh, key) = (me.bh.clone(), me.key.clone());
-        AcquireContext::new(bh, key, Request::new(1), Some(slf.clone().unbind()))
+        let request = Request::new(1).deadline(crate::deadline::ambient_deadline(slf.py())?);
+        Ok(AcquireContext::new(
+            bh,
+            key,
+            request,
+            Some(slf.clone().unbind()),
+        ))
     }
 
     /// Returns the unit of this task's innermost `async with bh:` block (a stray call returns
@@ -498,7 +583,8 @@ impl Bulkhead {
     /// (`None`: `queue_timeout`; `math.inf`: no deadline; 0: do not queue); the other
     /// arguments as `acquire`. Raises the rejection, or the exception of a signal handler
     /// (Ctrl-C: `KeyboardInterrupt`, within 100 ms; the place is given up).
-    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn acquire_sync(
         &self,
         py: Python<'_>,
@@ -507,18 +593,21 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, timeout, extra)?;
+        let request = self.request(py, weight, timeout, extra)?;
         acquire_sync_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
     /// `acquire_sync` that never raises a refusal: an `Admission`.
-    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn admit_sync(
         &self,
         py: Python<'_>,
@@ -527,20 +616,23 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, timeout, extra)?;
+        let request = self.request(py, weight, timeout, extra)?;
         admit_sync_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
     /// A permit now, or `None` (`concurrency_limit`, also while a waiter is queued: no
     /// barging); other reasons raise (`BulkheadClosedError`, `CircuitOpenError`,
-    /// `BulkheadFullError` for `budget_limit` / `queue_limit`, `BulkheadRateLimitError`).
-    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None))]
+    /// `BulkheadFullError` for `budget_limit` / `queue_limit`, `BulkheadRateLimitError`,
+    /// `BulkheadQueueTimeoutError` for a `deadline` that has passed).
+    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -548,19 +640,21 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Permit>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, None, extra)?;
+        let request = self.request(py, weight, None, extra)?;
         try_acquire_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
     /// `try_acquire` that never raises a refusal: an `Admission` (every reason, including
     /// `concurrency_limit`, is `ok=False` with its `detail`).
-    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     fn try_admit(
         &self,
         py: Python<'_>,
@@ -568,13 +662,15 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, None, extra)?;
+        let request = self.request(py, weight, None, extra)?;
         try_admit_on(py, self.source_ref(), self.key.as_deref(), request)
     }
 
@@ -582,7 +678,8 @@ impl Bulkhead {
     /// committing nothing (no count, no queue place, no breaker probe). A `WouldAdmit`:
     /// `.decision` is `"admit_now"`, `"would_queue"` (`.position` in the queue, 1-based) or
     /// the reason it would be refused (`.detail`). Bad arguments raise.
-    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn would_admit(
         &self,
         py: Python<'_>,
@@ -591,19 +688,22 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(weight, timeout, extra)?;
+        let request = self.request(py, weight, timeout, extra)?;
         gateway::would_admit(py, self.bh.would_admit(&request), self.key.as_deref())
     }
 
     /// Decorator: every call of `fn` (sync or async) holds `weight` permits (and `cost` units
     /// in `admission_class`). `@bh.guard` or `@bh.guard(weight=2, timeout=1.0, cost=500)`.
-    #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn guard(
         slf: &Bound<'_, Self>,
         r#fn: Option<&Bound<'_, PyAny>>,
@@ -612,25 +712,25 @@ impl Bulkhead {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let me = slf.get();
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        me.request(weight, timeout, extra)?;
+        me.request(slf.py(), weight, timeout, extra)?;
         let acquire = slf.getattr("acquire")?;
         let acquire_sync = slf.getattr("acquire_sync")?;
-        let (args, call_timeout) = ((weight, timeout), me.bh.call_timeout());
         let kw = crate::guard::extra_kwargs(slf.py(), extra)?;
         crate::guard::decorator(
             slf.py(),
             &acquire,
             &acquire_sync,
-            args,
+            (weight, timeout),
             kw,
-            call_timeout,
             r#fn,
         )
     }
@@ -638,11 +738,15 @@ impl Bulkhead {
     /// Installs limits from a control plane (docs/design.md §4.6) if `revision` is above the
     /// one in force: `limit` (0: the kill switch; above `max_concurrent` raises the ceiling),
     /// `budget`, `max_queue` (at most the one it was built with), `queue_timeout` (seconds),
-    /// and on a classed bulkhead `reserve={"permits", "budget", "min_priority"}` and
-    /// `rates={"requests": {...}, "units": {...}}` (`{}` removes every rate). Validated whole:
+    /// on a classed bulkhead `reserve={"permits", "budget", "min_priority"}` and
+    /// `rates={"requests": {...}, "units": {...}}` (`{}` removes every rate), and on a
+    /// bulkhead built with `queue_delay_target` or classes `queue_delay={"target": seconds,
+    /// "interval": seconds, "lifo": bool}` (docs/design.md §4.10: the three together, an
+    /// omitted key its default — target 0 (off), interval 0.1, lifo `False`; CoDel's state
+    /// starts over). Validated whole:
     /// nothing changes unless all of it is accepted. Raises `StaleRevision` (a `ValueError`,
     /// `.current` the revision in force) or `ValueError` naming the bad value.
-    #[pyo3(signature = (revision, *, limit=None, budget=None, max_queue=None, queue_timeout=None, reserve=None, rates=None))]
+    #[pyo3(signature = (revision, *, limit=None, budget=None, max_queue=None, queue_timeout=None, reserve=None, rates=None, queue_delay=None))]
     #[allow(clippy::too_many_arguments)]
     fn apply_limits(
         &self,
@@ -654,6 +758,7 @@ impl Bulkhead {
         queue_timeout: Option<&Bound<'_, PyAny>>,
         reserve: Option<&Bound<'_, PyAny>>,
         rates: Option<&Bound<'_, PyAny>>,
+        queue_delay: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let count = |v: Option<&Bound<'_, PyAny>>, name: &str, max: u64| {
             v.filter(|v| !v.is_none())
@@ -665,6 +770,10 @@ impl Bulkhead {
         snap.budget = count(budget, "budget", MAX_BUDGET)?;
         snap.max_queue = count(max_queue, "max_queue", MAX_QUEUE)?;
         snap.queue_timeout = options::named_timeout_arg(queue_timeout, "queue_timeout")?;
+        snap.queue_delay = queue_delay
+            .filter(|q| !q.is_none())
+            .map(queue_delay_arg)
+            .transpose()?;
         let (reserve, rates) = gateway::table_limits(reserve, rates)?;
         if self.bh.class_count() == 0 {
             // The core's message names `Bulkhead::with_classes`; this names the arguments.
@@ -887,6 +996,46 @@ impl Bulkhead {
         let key = key.unwrap_or_default();
         format!("<Bulkhead limit={limit} active={active} queued={queued}{key}>")
     }
+}
+
+/// `apply_limits`' `queue_delay={"target", "interval", "lifo"}` (docs/design.md §4.10): each
+/// key by its option row (`queue_delay_target`, `queue_delay_interval`, `adaptive_lifo`), an
+/// omitted one its default; an unknown key is refused, naming it and the known ones.
+fn queue_delay_arg(v: &Bound<'_, PyAny>) -> PyResult<QueueDelay> {
+    let d = v.cast::<PyDict>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "queue_delay must be a dict {{\"target\", \"interval\", \"lifo\"}} or None, not {}",
+            options::type_name(v)
+        ))
+    })?;
+    let mut q = Config::DEFAULT.queue_delay();
+    for (k, x) in d.iter() {
+        let k: String = k
+            .extract()
+            .map_err(|_| PyTypeError::new_err("queue_delay: option names must be str"))?;
+        let id = match k.as_str() {
+            "target" => OptionId::QueueDelayTarget,
+            "interval" => OptionId::QueueDelayInterval,
+            "lifo" => OptionId::AdaptiveLifo,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "queue_delay: unknown option {other:?} (known: \"target\", \"interval\", \"lifo\"); nothing was applied"
+                )));
+            }
+        };
+        if x.is_none() {
+            continue; // not given: the default
+        }
+        let name = format!("queue_delay.{k}");
+        match options::value(id.spec().kind, &x, &name)? {
+            Value::Duration(t) if id == OptionId::QueueDelayTarget => q.target = t,
+            Value::Duration(t) => q.interval = t,
+            Value::Bool(b) => q.lifo = b,
+            _ => unreachable!("the kinds of the three rows"),
+        }
+    }
+    q.validate().map_err(config_err)?;
+    Ok(q)
 }
 
 /// A duration in float seconds (`Duration::MAX`, "none": `math.inf`).

@@ -46,6 +46,8 @@ pub(crate) struct Extra<'a, 'py> {
     pub(crate) cost: Option<&'a Bound<'py, PyAny>>,
     pub(crate) class: Option<&'a Bound<'py, PyAny>>,
     pub(crate) observe: Option<&'a Bound<'py, PyAny>>,
+    /// `deadline=`: absolute seconds on the `time.monotonic()` scale (docs/design.md §5.9).
+    pub(crate) deadline: Option<&'a Bound<'py, PyAny>>,
 }
 
 /// An `observe=` argument (`"off"`, `"concurrency"`, `"budget"`, `"all"`: the core's names).
@@ -92,8 +94,10 @@ pub(crate) fn class_arg(v: &Bound<'_, PyAny>, names: &[Option<String>]) -> PyRes
 /// One acquire's request: `weight` permits (default 1, `1..=max_concurrent`), `cost` budget
 /// units (default 0, `0..=MAX_BUDGET`; the core refuses a cost above the budget or without
 /// one), its class and own observe mode, queued at most `timeout` seconds (`None`: the
-/// bulkhead's `queue_timeout`).
+/// bulkhead's `queue_timeout`), by its deadline: `deadline=` min'd with the ambient one of
+/// `hullguard.deadline` (docs/design.md §5.9).
 pub(crate) fn request(
+    py: Python<'_>,
     max_concurrent: u64,
     names: &[Option<String>],
     weight: Option<&Bound<'_, PyAny>>,
@@ -111,6 +115,7 @@ pub(crate) fn request(
     if let Some(o) = extra.observe.filter(|o| !o.is_none()) {
         r = r.observe(observe_arg(o, "observe")?);
     }
+    r = r.deadline(crate::deadline::request_deadline(py, extra.deadline)?);
     Ok(timeout_arg(timeout)?.map_or(r, |t| r.queue_timeout(t)))
 }
 

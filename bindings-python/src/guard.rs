@@ -1,5 +1,6 @@
-//! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods and the
-//! bulkhead's `call_timeout`; the wrappers themselves live in `hullguard/_guard.py`.
+//! `guard`: builds the decorator from the bound `acquire` / `acquire_sync` methods; the
+//! wrappers themselves live in `hullguard/_guard.py` (each call's `call_timeout`, capped by its
+//! deadline, is asked of its permit: `Permit._call_timeout`).
 
 use pyo3::{
     prelude::*,
@@ -8,8 +9,8 @@ use pyo3::{
 
 use crate::gateway::Extra;
 
-/// The gateway arguments given (`cost`, `admission_class`, `observe`) as keyword arguments of
-/// every acquire the decorator makes.
+/// The gateway arguments given (`cost`, `admission_class`, `observe`, `deadline`) as keyword
+/// arguments of every acquire the decorator makes.
 pub(crate) fn extra_kwargs<'py>(
     py: Python<'py>,
     extra: Extra<'_, 'py>,
@@ -19,6 +20,7 @@ pub(crate) fn extra_kwargs<'py>(
         ("cost", extra.cost),
         ("admission_class", extra.class),
         ("observe", extra.observe),
+        ("deadline", extra.deadline),
     ] {
         if let Some(v) = v.filter(|v| !v.is_none()) {
             kw.set_item(k, v)?;
@@ -34,10 +36,8 @@ pub(crate) fn decorator(
     acquire_sync: &Bound<'_, PyAny>,
     (weight, timeout): (Option<&Bound<'_, PyAny>>, Option<&Bound<'_, PyAny>>),
     kw: Bound<'_, PyDict>,
-    call_timeout: Option<std::time::Duration>,
     r#fn: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let call_timeout = call_timeout.map(|d| d.as_secs_f64());
     let functools = py.import("functools")?;
     let weight = weight.map_or_else(
         || 1u64.into_pyobject(py).map(|v| v.into_any()),
@@ -49,9 +49,7 @@ pub(crate) fn decorator(
     let acquire_sync = partial.call((acquire_sync, &weight, &timeout), Some(&kw))?;
     let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
     if let Some(f) = r#fn {
-        return Ok(wrap
-            .call1((acquire, acquire_sync, f, call_timeout))?
-            .unbind());
+        return Ok(wrap.call1((acquire, acquire_sync, f))?.unbind());
     }
     let (acquire, acquire_sync) = (acquire.unbind(), acquire_sync.unbind());
     let deco = PyCFunction::new_closure(
@@ -63,7 +61,7 @@ pub(crate) fn decorator(
             let f = args.get_item(0)?;
             let wrap = py.import("hullguard._guard")?.getattr("wrap")?;
             Ok(wrap
-                .call1((acquire.bind(py), acquire_sync.bind(py), f, call_timeout))?
+                .call1((acquire.bind(py), acquire_sync.bind(py), f))?
                 .unbind())
         },
     )?;

@@ -9,6 +9,7 @@
 //! | `awaitable` | `AcquireContext` (awaitable + async context manager), `DrainAwaitable` |
 //! | `waiter` | the `Waker` that resolves an asyncio future |
 //! | `queue_timers` | queue deadlines: one loop timer per thread's loop for every waiter |
+//! | `deadline` | request deadlines: `deadline=`, the ambient `hullguard.deadline` budget |
 //! | `permit` | `Permit`: one core `Call` |
 //! | `policy` | `on_state_change`, outcomes, the `call_timeout` timer of `async with` |
 //! | `registry` | `Registry`, `origin_key` |
@@ -18,6 +19,7 @@
 
 mod awaitable;
 mod bulkhead;
+mod deadline;
 mod errors;
 mod events;
 mod gateway;
@@ -38,6 +40,7 @@ mod _native {
     use crate::{
         awaitable::{AcquireContext, Done, DrainAwaitable, Ready},
         bulkhead::{Bulkhead, check_timeout},
+        deadline::{check_deadline, enable_ambient_deadline},
         permit::Permit,
         policy::outcome_of_status,
         registry::{Registry, origin_key},

@@ -20,7 +20,8 @@ use std::{
 };
 
 use hullguard_core::{
-    Bulkhead as CoreBulkhead, MAX_BUDGET, Outcome, OwnedPermit, Reason, Rejection, UsageError,
+    Bulkhead as CoreBulkhead, Deadline, MAX_BUDGET, Outcome, OwnedPermit, Reason, Rejection,
+    UsageError,
 };
 use pyo3::{exceptions::PyValueError, prelude::*, sync::MutexExt};
 
@@ -53,6 +54,8 @@ pub(crate) struct Permit {
     /// out call.
     weak: Weak<CoreBulkhead>,
     key: Option<String>,
+    /// The request's deadline (docs/design.md §5.9): caps the call timeout armed for its work.
+    deadline: Deadline,
 }
 
 /// The permit's call, and the step that has it out.
@@ -96,8 +99,10 @@ fn finish(call: CoreCall, outcome: Outcome, used: Option<u64>) {
 }
 
 impl Permit {
-    pub(crate) fn new(call: CoreCall, key: Option<String>) -> Self {
+    /// The permit of `call`, granted to a request with `deadline` (`Deadline::NONE`: none).
+    pub(crate) fn new(call: CoreCall, key: Option<String>, deadline: Deadline) -> Self {
         Self {
+            deadline,
             weak: Arc::downgrade(call.handle()),
             slot: Mutex::new(Slot {
                 call: Some(call),
@@ -206,9 +211,16 @@ impl Permit {
         self.with_call(py, CoreCall::timed_out).unwrap_or(false)
     }
 
-    /// How long the host lets the work run (`None`: no `call_timeout`, or released).
+    /// How long the host lets the work run from now: the bulkhead's `call_timeout` capped by
+    /// the time left until the request's deadline (`Bulkhead::call_timeout_within`,
+    /// docs/design.md §5.9); `None`: neither bounds it, or released.
     pub(crate) fn call_timeout(&self, py: Python<'_>) -> Option<Duration> {
-        self.lock(py).call.as_ref().and_then(CoreCall::call_timeout)
+        let slot = self.lock(py);
+        let call = slot.call.as_ref()?;
+        if self.deadline == Deadline::NONE {
+            return call.call_timeout();
+        }
+        call.bulkhead().call_timeout_within(&self.deadline)
     }
 
     /// The `CallTimeoutError` of this permit's call.
@@ -265,6 +277,13 @@ impl Permit {
     fn _call_timed_out(&self, py: Python<'_>) -> Py<PyAny> {
         self.timed_out(py);
         self.call_timeout_err(py).into_value(py).into_any()
+    }
+
+    /// The seconds a guarded call of this permit may run from now (for hullguard's `guard`):
+    /// `resilience.call_timeout` capped by the time left until the request's deadline; `None`
+    /// when neither bounds it (or released).
+    fn _call_timeout(&self, py: Python<'_>) -> Option<f64> {
+        self.call_timeout(py).map(|d| d.as_secs_f64())
     }
 
     /// Returns `n` of the held permits now (a refund once actual usage is known); the rest stay

@@ -113,6 +113,7 @@ impl Registry {
     /// the request's class (the core sets it): an `admission_class` is refused, not ignored.
     fn request(
         &self,
+        py: Python<'_>,
         key: &str,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
@@ -127,7 +128,7 @@ impl Registry {
         // The key's configuration is looked up only to bound a weight given (the default 1
         // needs none: the plain path copies no configuration).
         let max = weight.map_or(u64::MAX, |_| self.reg.config_for(key).max_concurrent);
-        gateway::request(max, &[], weight, timeout, extra)
+        gateway::request(py, max, &[], weight, timeout, extra)
     }
 }
 
@@ -192,7 +193,8 @@ fn key_limits(v: &Bound<'_, PyAny>, what: &str) -> PyResult<KeyLimits> {
 impl Registry {
     /// `Registry(max_concurrent=10, max_queue=100, queue_timeout=30.0, enabled=True, *,
     /// budget=None, max_queued_cost=None, observe="off", max_orphaned=0, start_limit=None,
-    /// max_reservations=0, cancel_on_overrun=False,
+    /// max_reservations=0, cancel_on_overrun=False, min_service_time=0, queue_delay_target=0,
+    /// queue_delay_interval=0.1, adaptive_lifo=False,
     /// resilience=None, overrides=None, max_keys=1024, on_state_change=None, events=False,
     /// global_cap=None)`; see the class docs. `global_cap={"limit": n, "max_queue": m}`: one
     /// admission over every key (docs/design.md §9.2): at most `n` permits held by all keys
@@ -239,23 +241,26 @@ impl Registry {
     /// `bh.acquire()` on `key`'s bulkhead (under a global cap, the shared admission):
     /// awaitable and async context manager; the arguments as `Bulkhead.acquire`. A key that
     /// cannot be created (`key_limit`, `shutdown`) raises when awaited.
-    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
+        py: Python<'_>,
         key: &str,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, timeout, extra)?;
+        let request = self.request(py, key, weight, timeout, extra)?;
         let key_s = Some(key.to_owned());
         Ok(AcquireContext::from_source(
             self.source(key),
@@ -266,25 +271,36 @@ impl Registry {
     }
 
     /// `acquire` that never raises a refusal: awaiting it gives an `Admission`.
-    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &self,
+        py: Python<'_>,
         key: &str,
         weight: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<AcquireContext> {
         Ok(self
-            .acquire(key, weight, timeout, cost, admission_class, observe)?
+            .acquire(
+                py,
+                key,
+                weight,
+                timeout,
+                cost,
+                admission_class,
+                observe,
+                deadline,
+            )?
             .non_throwing())
     }
 
     /// Decorator: every call of the function holds `weight` permits of `key`'s bulkhead (its
     /// `call_timeout` is the key's).
-    #[pyo3(signature = (key, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn guard(
         slf: &Bound<'_, Self>,
@@ -294,26 +310,27 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
         // The weight is checked when called (the key's bulkhead may not exist yet).
-        slf.get().request(key, None, timeout, extra)?;
+        slf.get().request(py, key, None, timeout, extra)?;
         let functools = py.import("functools")?;
         let acquire = functools.call_method1("partial", (slf.getattr("acquire")?, key))?;
         let acquire_sync =
             functools.call_method1("partial", (slf.getattr("acquire_sync")?, key))?;
-        let call_timeout = slf.get().reg.config_for(key).resilience.call_timeout;
         let args = (weight, timeout);
         let kw = crate::guard::extra_kwargs(py, extra)?;
-        crate::guard::decorator(py, &acquire, &acquire_sync, args, kw, call_timeout, None)
+        crate::guard::decorator(py, &acquire, &acquire_sync, args, kw, None)
     }
 
-    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire_sync(
         &self,
@@ -324,18 +341,20 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Permit> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, timeout, extra)?;
+        let request = self.request(py, key, weight, timeout, extra)?;
         acquire_sync_on(py, self.source_ref(key), Some(key), request)
     }
 
     /// `acquire_sync` that never raises a refusal: an `Admission`.
-    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn admit_sync(
         &self,
@@ -346,19 +365,22 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, timeout, extra)?;
+        let request = self.request(py, key, weight, timeout, extra)?;
         admit_sync_on(py, self.source_ref(key), Some(key), request)
     }
 
     /// A permit of `key`'s bulkhead now, or `None` (`concurrency_limit`). Leaves no outside
     /// handle behind once the permit is released.
-    #[pyo3(signature = (key, weight=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn try_acquire(
         &self,
         py: Python<'_>,
@@ -367,18 +389,21 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<Permit>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, None, extra)?;
+        let request = self.request(py, key, weight, None, extra)?;
         try_acquire_on(py, self.source_ref(key), Some(key), request)
     }
 
     /// `try_acquire` that never raises a refusal: an `Admission`.
-    #[pyo3(signature = (key, weight=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
+    #[allow(clippy::too_many_arguments)]
     fn try_admit(
         &self,
         py: Python<'_>,
@@ -387,18 +412,20 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, None, extra)?;
+        let request = self.request(py, key, weight, None, extra)?;
         try_admit_on(py, self.source_ref(key), Some(key), request)
     }
 
     /// The dry run on `key` (see `Bulkhead.would_admit`); never creates the key.
-    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None))]
+    #[pyo3(signature = (key, weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn would_admit(
         &self,
@@ -409,13 +436,15 @@ impl Registry {
         cost: Option<&Bound<'_, PyAny>>,
         admission_class: Option<&Bound<'_, PyAny>>,
         observe: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let extra = Extra {
             cost,
             class: admission_class,
             observe,
+            deadline,
         };
-        let request = self.request(key, weight, timeout, extra)?;
+        let request = self.request(py, key, weight, timeout, extra)?;
         gateway::would_admit(py, self.reg.would_admit(key, &request), Some(key))
     }
 

@@ -124,3 +124,57 @@ def test_mypy_reads_the_gateway_api(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     for line in range(3, 3 + len(MUST_FAIL)):
         assert f"user_code.py:{line}: error" in out, (MUST_FAIL[line - 3], out)
+
+
+DEADLINES = '''
+import math
+import time
+from typing import Optional
+
+import hullguard
+from hullguard.httpx import BulkheadTransport
+
+bh = hullguard.Bulkhead(max_concurrent=2, min_service_time=0.1, queue_delay_target=0.01,
+                        queue_delay_interval=0.1, adaptive_lifo=True)
+reg = hullguard.Registry(min_service_time=0.1)
+transport = BulkheadTransport(registry=reg, deadline_header="grpc-timeout")
+
+
+async def budget() -> float:
+    async with hullguard.deadline(1.5) as at:
+        reveal_type(at)
+        async with bh.acquire(deadline=time.monotonic() + 1):
+            pass
+        await reg.acquire("k", deadline=math.inf)
+    with hullguard.deadline_at(None):
+        bh.try_acquire(deadline=None)
+    scope: hullguard.DeadlineScope = hullguard.deadline(2)
+    with scope:
+        bh.acquire_sync(deadline=10)
+    left: Optional[float] = hullguard.remaining()
+    d: Optional[float] = hullguard.current_deadline()
+    bh.apply_limits(1, queue_delay={"target": 0.01, "interval": 0.1, "lifo": True})
+    return (left or 0.0) + (d or 0.0)
+'''
+
+DEADLINE_MUST_FAIL = [
+    'bh.acquire_sync(deadline="soon")',
+    'hullguard.deadline("1s")',
+    'bh.try_acquire(deadlines=1.0)',
+    'hullguard.Bulkhead(adaptive_lifo=1.0)',
+]
+
+
+def test_mypy_reads_the_deadline_api(tmp_path: Path) -> None:
+    """``deadline=`` on the acquires, the ambient budget's functions and scope, the queue-delay
+    options and ``apply_limits(queue_delay=...)`` type-check; wrong spellings are errors."""
+    proc = _mypy(tmp_path, DEADLINES)
+    out = proc.stdout + proc.stderr
+    assert any(f'Revealed type is "{t}"' in out for t in (
+        "Union[builtins.float, None]", "builtins.float | None", "float | None")), out
+    assert proc.returncode == 0 and out.count("error:") == 0, out
+    bad = "import hullguard\nbh = hullguard.Bulkhead()\n" + "\n".join(DEADLINE_MUST_FAIL) + "\n"
+    proc = _mypy(tmp_path, bad)
+    out = proc.stdout + proc.stderr
+    for line in range(3, 3 + len(DEADLINE_MUST_FAIL)):
+        assert f"user_code.py:{line}: error" in out, (DEADLINE_MUST_FAIL[line - 3], out)

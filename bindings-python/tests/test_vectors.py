@@ -8,6 +8,11 @@ the binding's seconds), ``release`` / ``record_outcome`` with an ``outcome``, ``
 check: ``[old, new]``, or ``[key, old, new]`` in a registry) and the ``circuit`` / ``adaptive``
 stats.
 
+The deadline vectors ``tests/vectors/deadline/*.json`` (docs/design.md §5.9, §4.10) add an
+acquire's ``deadline_ms`` (``deadline=``: absolute seconds on the virtual clock) and the config's
+``min_service_time_ms``, ``queue_delay_target_ms``, ``queue_delay_interval_ms``,
+``adaptive_lifo``; they run in both styles too.
+
 The admission vectors ``tests/vectors/admission/*.json`` (docs/design.md §4.5–4.9, §5, §9.2)
 add the gateway steps: ``cost`` / ``class`` (an index) on acquires, the refusal's ``bound`` and
 ``retry_after_ms`` (read from the exception's or the non-throwing ``Admission``'s ``detail``:
@@ -48,6 +53,7 @@ from _support import STATS_KEYS, VirtualClockLoop, outcome_of
 VECTORS = Path(__file__).resolve().parents[2] / "tests" / "vectors"
 POLICY_VECTORS = VECTORS / "policies"
 ADMISSION_VECTORS = VECTORS / "admission"
+DEADLINE_VECTORS = VECTORS / "deadline"
 
 
 def _files(folder: Path) -> List[Path]:
@@ -59,6 +65,7 @@ def _files(folder: Path) -> List[Path]:
 FILES = _files(VECTORS)
 POLICY_FILES = _files(POLICY_VECTORS)
 ADMISSION_FILES = _files(ADMISSION_VECTORS)
+DEADLINE_FILES = _files(DEADLINE_VECTORS)
 
 
 def _or_missing(files: List[Path], folder: Path) -> List[Path]:
@@ -207,6 +214,10 @@ class Runner:
             kwargs["cost"] = step["cost"]
         if "class" in step:
             kwargs["admission_class"] = step["class"]  # the vectors name classes by index
+        if "deadline_ms" in step:
+            # An absolute deadline on the virtual clock (ms from 0; "infinite": none), as
+            # absolute seconds on the same clock: the bulkhead's `_clock` is the loop's.
+            kwargs["deadline"] = _seconds(step["deadline_ms"])
         return kwargs
 
     def check_refusal(self, ctx: str, step: Dict[str, Any], detail: Dict[str, Any]) -> None:
@@ -699,6 +710,32 @@ def test_admission_vector(path: Path, style: str, vloop: VirtualClockLoop) -> No
     Runner(vector, vloop, style).run(vector)
 
 
+def test_deadline_vector_files() -> None:
+    """The deadline vectors (docs/design.md §5.9, §4.10; issue 17): at least the 9 of the core's
+    step, unique names = file names, none shared with the other folders. Without any this test
+    fails."""
+    assert len(DEADLINE_FILES) >= 9, f"deadline vectors in {DEADLINE_VECTORS}: {DEADLINE_FILES}"
+    names = [json.loads(f.read_text())["name"] for f in DEADLINE_FILES]
+    assert len(set(names)) == len(names)
+    assert [f.stem for f in DEADLINE_FILES] == names
+    others = {f.stem for f in FILES} | {f.stem for f in POLICY_FILES} | {f.stem for f in ADMISSION_FILES}
+    assert not others & set(names)
+
+
+@pytest.mark.parametrize("style", ["raise", "admission"])
+@pytest.mark.parametrize(
+    "path", _or_missing(DEADLINE_FILES, DEADLINE_VECTORS), ids=lambda p: f"deadline/{p.stem}"
+)
+def test_deadline_vector(path: Path, style: str, vloop: VirtualClockLoop) -> None:
+    """Every deadline vector in both styles: ``deadline_ms`` becomes ``deadline=`` (absolute
+    seconds on the loop's virtual clock, which the bulkhead reads through ``_clock``); the
+    queue timer the binding arms is the waiter's capped wait (``Waiter::queue_timeout``)."""
+    assert path.is_file(), f"no deadline vector files in {DEADLINE_VECTORS}"
+    vector = json.loads(path.read_text())
+    _check_shape(vector, f"deadline/{path.name}")
+    Runner(vector, vloop, style).run(vector)
+
+
 BROKEN = {
     "unknown_op": {"name": "u", "steps": [{"op": "frobnicate"}]},
     "missing_op": {"name": "m", "steps": [{"id": "a"}]},
@@ -816,6 +853,16 @@ BROKEN = {
             {"op": "would_admit", "expect": "would_queue", "position": 2},
         ],
     },
+    # a deadline (issue 17): the waiter leaves at its deadline, not at its queue timeout
+    "deadline_not_the_queue_timeout": {
+        "name": "dq",
+        "config": {"max_concurrent": 1, "queue_timeout_ms": 60000},
+        "steps": [
+            {"op": "acquire", "id": "a", "expect": "granted"},
+            {"op": "acquire", "id": "b", "deadline_ms": 100, "expect": "queued"},
+            {"op": "advance_clock", "ms": 100},
+        ],
+    },
     "timer_not_due": {
         "name": "d",
         "config": {"max_concurrent": 1, "queue_timeout_ms": 100},
@@ -851,6 +898,7 @@ def test_missing_vector_folders_fail_the_run(tmp_path: Path, layout: str) -> Non
     if layout == "empty_folders":
         (tmp_path / "tests" / "vectors" / "policies").mkdir(parents=True)
         (tmp_path / "tests" / "vectors" / "admission").mkdir(parents=True)
+        (tmp_path / "tests" / "vectors" / "deadline").mkdir(parents=True)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
          "-k", "not missing_vector_folders", str(copy)],
@@ -862,5 +910,6 @@ def test_missing_vector_folders_fail_the_run(tmp_path: Path, layout: str) -> Non
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     for name in ("test_every_vector_file_is_collected", "test_vector[", "test_policy_vector_files",
                  "test_policy_vector[policies/", "test_admission_vector_files",
-                 "test_admission_vector[admission/"):
+                 "test_admission_vector[admission/", "test_deadline_vector_files",
+                 "test_deadline_vector[deadline/"):
         assert any(f"::{name}" in line for line in failed), (name, out)

@@ -38,6 +38,16 @@ Gateway admission (docs/design.md §4.5–4.9): calls and tokens in one decision
             ...
     bh.on("reject", lambda e: log.info("refused %s", e["reason"]))
 
+Deadlines (docs/design.md §5.9): a request's whole budget, absolute on the
+``time.monotonic()`` scale, honoured by every acquire inside it::
+
+    with hullguard.deadline(1.5):                  # also `async with`; nested budgets narrow
+        async with bh.acquire():                   # queues at most what is left
+            ...
+    await bh.acquire(deadline=time.monotonic() + 0.2)   # or per call (min'd with the ambient)
+
+A deadline that has passed is refused ``timeout`` (``BulkheadQueueTimeoutError``) at once.
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
@@ -59,6 +69,7 @@ from ._errors import (
     StaleRevision,
     UsageError,
 )
+from ._deadline import DeadlineScope, current_deadline, deadline, deadline_at, remaining
 from ._events import EventStream
 from ._native import (
     EVENT_KINDS,
@@ -99,6 +110,11 @@ __all__ = [
     "WouldAdmit",
     "UsageReport",
     "EventStream",
+    "deadline",
+    "deadline_at",
+    "current_deadline",
+    "remaining",
+    "DeadlineScope",
     "SingleFlight",
     "UnshareableResultError",
     "llm",

@@ -5,7 +5,10 @@ and the admission happen in ``acquire`` / ``acquire_sync``; the outcome is recor
 permit is released: returned → ``success``, ``asyncio.CancelledError`` → ``ignored``, any other
 exception → ``failure``.
 
-``call_timeout`` (the bulkhead's ``resilience["call_timeout"]``, seconds or ``None``):
+``call_timeout``: each call's own, asked of its permit when it is granted
+(``permit._call_timeout()``, seconds or ``None``): the bulkhead's ``resilience["call_timeout"]``
+capped by the time left until the request's deadline (``deadline=`` / ``hullguard.deadline``,
+docs/design.md §5.9; ``Bulkhead::call_timeout_within`` in the core):
 
 * coroutine functions run as their own task (``asyncio.ensure_future``: they see a copy of the
   caller's ``contextvars`` context). At the deadline the caller gets :class:`CallTimeoutError`
@@ -27,7 +30,7 @@ import asyncio
 import functools
 import inspect
 import time
-from typing import Any, Callable, Optional, Set, TypeVar
+from typing import Any, Callable, Set, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,7 +56,6 @@ def wrap(
     acquire: Callable[[], Any],
     acquire_sync: Callable[[], Any],
     fn: F,
-    call_timeout: Optional[float] = None,
 ) -> F:
     """Each call of ``fn`` holds a permit: ``acquire()`` for coroutine functions,
     ``acquire_sync()`` (blocking this thread) for plain callables; see the module docs."""
@@ -62,19 +64,14 @@ def wrap(
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)
     ):
-        if call_timeout is None:
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                permit = await acquire()
-                with permit:  # classifies the exception leaving the block
-                    return await fn(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(fn)
-        async def async_timed_wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             permit = await acquire()
+            call_timeout = permit._call_timeout()
+            if call_timeout is None:
+                with permit:  # classifies the exception leaving the block
+                    return await fn(*args, **kwargs)
             try:
                 task = asyncio.ensure_future(fn(*args, **kwargs))
             except BaseException:
@@ -95,11 +92,12 @@ def wrap(
             with permit:  # the task's own outcome: result, CancelledError or exception
                 return task.result()
 
-        return async_timed_wrapper  # type: ignore[return-value]
+        return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
         with acquire_sync() as permit:
+            call_timeout = permit._call_timeout()
             if call_timeout is None:
                 return fn(*args, **kwargs)
             start = time.monotonic()

@@ -19,6 +19,8 @@ from typing import (
     overload,
 )
 
+from contextvars import ContextVar
+
 from typing_extensions import disjoint_base
 
 from hullguard._events import EventStream
@@ -35,6 +37,8 @@ __all__ = [
     "origin_key",
     "outcome_of_status",
     "_check_timeout",
+    "_check_deadline",
+    "_enable_ambient_deadline",
     "MAX_PERMITS",
     "MAX_QUEUE",
     "MAX_BUDGET",
@@ -71,6 +75,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # registry override, the defaults' value; a per-call timeout, the bulkhead's queue_timeout),
 # never "no deadline".
 _Seconds = Union[int, float]
+
+# A deadline (docs/design.md §5.9): absolute seconds on the time.monotonic() scale (an int or a
+# float); None, math.inf or anything >= 2**63/1e9 is none. Min'd with the ambient deadline of
+# hullguard.deadline(...); one that has passed is refused "timeout" (BulkheadQueueTimeoutError).
+_Deadline = Union[int, float]
+
+# apply_limits(queue_delay={"target": seconds, "interval": seconds, "lifo": bool}) (§4.10).
+_QueueDelay = Mapping[str, Union[int, float, bool]]
 
 # Observe (shadow) mode (docs/design.md §4.7): the dimensions decided and counted but not enforced.
 _Observe = Literal["off", "concurrency", "budget", "all"]
@@ -134,6 +146,7 @@ class Permit:
     ) -> bool: ...
     def _finish(self, outcome: _Outcome) -> bool: ...
     def _call_timed_out(self) -> Any: ...
+    def _call_timeout(self) -> Optional[float]: ...
     def release_partial(self, n: int) -> None: ...
     def refund(self, n: int) -> None: ...
     def report_usage(self, used: int, remaining: Optional[int] = None) -> UsageReport: ...
@@ -211,6 +224,10 @@ class Bulkhead:
         start_limit: Optional[int] = None,
         max_reservations: Optional[int] = None,
         cancel_on_overrun: Optional[bool] = None,
+        min_service_time: Optional[_Seconds] = None,
+        queue_delay_target: Optional[_Seconds] = None,
+        queue_delay_interval: Optional[_Seconds] = None,
+        adaptive_lifo: Optional[bool] = None,
         resilience: Optional[_Resilience] = None,
         on_state_change: Optional[_OnStateChange] = None,
         events: Optional[bool] = None,
@@ -229,6 +246,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> AcquireContext[Permit]: ...
     def admit(
         self,
@@ -238,6 +256,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> AcquireContext[_Admission]: ...
     def __aenter__(self) -> AcquireContext[None]: ...
     def __aexit__(
@@ -251,6 +270,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Permit: ...
     def admit_sync(
         self,
@@ -260,6 +280,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> _Admission: ...
     def try_acquire(
         self,
@@ -268,6 +289,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Optional[Permit]: ...
     def try_admit(
         self,
@@ -276,6 +298,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> _Admission: ...
     def would_admit(
         self,
@@ -285,6 +308,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> WouldAdmit: ...
     @overload
     def guard(
@@ -296,6 +320,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Callable[[_F], _F]: ...
     @overload
     def guard(
@@ -307,6 +332,7 @@ class Bulkhead:
         cost: Optional[int] = None,
         admission_class: Optional[_Class] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> _F: ...
     def apply_limits(
         self,
@@ -318,6 +344,7 @@ class Bulkhead:
         queue_timeout: Optional[_Seconds] = None,
         reserve: Optional[_Reserve] = None,
         rates: Optional[_Rates] = None,
+        queue_delay: Optional[_QueueDelay] = None,
     ) -> None: ...
     def set_budget(self, budget: int) -> None: ...
     def set_observe(self, mode: _Observe) -> None: ...
@@ -372,6 +399,10 @@ class Registry:
         start_limit: Optional[int] = None,
         max_reservations: Optional[int] = None,
         cancel_on_overrun: Optional[bool] = None,
+        min_service_time: Optional[_Seconds] = None,
+        queue_delay_target: Optional[_Seconds] = None,
+        queue_delay_interval: Optional[_Seconds] = None,
+        adaptive_lifo: Optional[bool] = None,
         resilience: Optional[_Resilience] = None,
         overrides: Optional[Mapping[str, Mapping[str, Any]]] = None,
         max_keys: Optional[int] = None,
@@ -390,6 +421,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> AcquireContext[Permit]: ...
     def admit(
         self,
@@ -400,6 +432,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> AcquireContext[_Admission]: ...
     def guard(
         self,
@@ -410,6 +443,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Callable[[_F], _F]: ...
     def acquire_sync(
         self,
@@ -420,6 +454,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Permit: ...
     def admit_sync(
         self,
@@ -430,6 +465,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> _Admission: ...
     def try_acquire(
         self,
@@ -439,6 +475,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> Optional[Permit]: ...
     def try_admit(
         self,
@@ -448,6 +485,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> _Admission: ...
     def would_admit(
         self,
@@ -458,6 +496,7 @@ class Registry:
         cost: Optional[int] = None,
         admission_class: Optional[int] = None,
         observe: Optional[_Observe] = None,
+        deadline: Optional[_Deadline] = None,
     ) -> WouldAdmit: ...
     def apply_limits(
         self,
@@ -489,4 +528,6 @@ class Registry:
 
 def origin_key(url: str) -> str: ...
 def _check_timeout(timeout: Optional[_Seconds]) -> Optional[float]: ...
+def _check_deadline(deadline: Optional[_Deadline], name: str = "deadline") -> Optional[float]: ...
+def _enable_ambient_deadline(var: ContextVar[Optional[float]]) -> None: ...
 def outcome_of_status(status_code: int) -> _Outcome: ...

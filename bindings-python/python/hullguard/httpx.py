@@ -45,6 +45,19 @@ body is closed. An open breaker raises :class:`hullguard.CircuitOpenError` befor
 is sent.
 
 Redirects are separate requests: each hop is admitted by the bulkhead of its own origin.
+
+Deadlines (docs/design.md §5.9): a request sent inside ``hullguard.deadline(seconds)`` (or
+``deadline_at``) is admitted by that deadline — one that has passed is refused
+:class:`hullguard.BulkheadQueueTimeoutError` (reason ``timeout``) before anything is sent, and a
+queued one waits at most until it. Once admitted, the time left becomes the request's timeout:
+each of httpx's ``connect`` / ``read`` / ``write`` / ``pool`` timeouts (the ``"timeout"`` request
+extension) is lowered to it, never raised. With ``deadline_header=`` (off by default) the time
+left also goes downstream in that header in the ``grpc-timeout`` format (:func:`grpc_timeout`),
+e.g. ``deadline_header="grpc-timeout"``; the header replaces one the request carries already.
+
+    with hullguard.deadline(1.5):
+        r = await client.get(url)   # BulkheadQueueTimeoutError or httpx.TimeoutException
+                                    # once the 1.5 s are spent
 """
 
 from __future__ import annotations
@@ -55,9 +68,61 @@ from typing import Any, AsyncIterator, Iterator, Optional
 
 import httpx
 
+from . import _deadline
 from ._native import Permit, Registry, _check_timeout, origin_key, outcome_of_status
 
-__all__ = ["BulkheadTransport", "SyncBulkheadTransport", "outcome_of_status", "outcome_of_error"]
+__all__ = [
+    "BulkheadTransport",
+    "SyncBulkheadTransport",
+    "outcome_of_status",
+    "outcome_of_error",
+    "grpc_timeout",
+]
+
+# gRPC's TimeoutValue: at most 8 digits; the units from the finest (docs: PROTOCOL-HTTP2.md).
+_GRPC_MAX = 99_999_999
+_GRPC_UNITS = (("n", 1), ("u", 1_000), ("m", 1_000_000), ("S", 10**9), ("M", 60 * 10**9), ("H", 3600 * 10**9))
+
+
+def grpc_timeout(seconds: float) -> str:
+    """``seconds`` (a time left, ``>= 0``) as a ``grpc-timeout`` header value: at most 8 digits
+    and a unit (``H``, ``M``, ``S``, ``m``, ``u``, ``n``). The finest unit whose value fits in 8
+    digits, rounded down (a deadline is never extended); a value that is a whole number of a
+    coarser unit is written in the coarsest such unit (1.5 s → ``"1500m"``, 2 s → ``"2S"``).
+    0 (or less) is ``"0n"``; more than 99 999 999 hours is capped there."""
+    ns = round(seconds * 1e9) if seconds > 0 else 0
+    if ns <= 0:
+        return "0n"
+    for i, (_, size) in enumerate(_GRPC_UNITS):
+        if ns // size <= _GRPC_MAX:
+            break
+    else:
+        return f"{_GRPC_MAX}H"
+    ns -= ns % _GRPC_UNITS[i][1]  # rounded down to the unit that fits
+    while i + 1 < len(_GRPC_UNITS) and ns % _GRPC_UNITS[i + 1][1] == 0:
+        i += 1
+    unit, size = _GRPC_UNITS[i]
+    return f"{ns // size}{unit}"
+
+
+_TIMEOUT_KEYS = ("connect", "read", "write", "pool")
+
+
+def _bound_by_deadline(request: httpx.Request, header: Optional[str]) -> None:
+    """An admitted request inside a budget: its timeouts lowered to the time left, and the
+    time left in ``header`` if one is configured. Nothing outside every budget."""
+    d = _deadline._DEADLINE.get()
+    if d is None:
+        return
+    left = max(0.0, d - _deadline._now())
+    given = request.extensions.get("timeout")
+    timeout = dict(given) if isinstance(given, dict) else {}
+    for k in _TIMEOUT_KEYS:
+        v = timeout.get(k)
+        timeout[k] = left if v is None else min(float(v), left)
+    request.extensions["timeout"] = timeout
+    if header is not None:
+        request.headers[header] = grpc_timeout(left)
 
 
 def _release(permit: Permit, outcome: str) -> None:
@@ -147,9 +212,15 @@ class _Base:
     not at the first request: ``timeout`` by the rule of every acquire's ``timeout``.
     """
 
-    def __init__(self, transport: Any, base: type, registry: Any, timeout: Any) -> None:
+    def __init__(self, transport: Any, base: type, registry: Any, timeout: Any, deadline_header: Any) -> None:
         _checked(transport, "transport", base, f"an httpx.{base.__name__}")
         _checked(registry, "registry", Registry, "a hullguard.Registry")
+        _checked(deadline_header, "deadline_header", str, "a header name (str)")
+        if deadline_header is not None and (
+            not deadline_header or any(c in deadline_header for c in " \t\r\n:")
+        ):
+            raise ValueError(f"deadline_header must be a header name, got {deadline_header!r}")
+        self._deadline_header: Optional[str] = deadline_header
         self._timeout = _check_timeout(timeout)
         self._registry: Registry = registry if registry is not None else Registry()
 
@@ -176,11 +247,15 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
             ``hullguard.origin_key(url)`` for per-origin settings.
         timeout: the queue timeout in seconds for every request (``None``: each bulkhead's own
             ``queue_timeout``; ``0``: never queue; ``math.inf``: no deadline).
+        deadline_header: a header to carry the time left until the ambient deadline
+            downstream, in the ``grpc-timeout`` format (e.g. ``"grpc-timeout"``); ``None`` (the
+            default): none is sent. Either way the time left bounds the request's timeouts.
 
     Raises:
         TypeError: ``transport`` is not an ``httpx.AsyncBaseTransport``, ``registry`` not a
-            ``hullguard.Registry``, ``timeout`` not a number.
-        ValueError: ``timeout`` is negative, NaN, or a positive value below 1 ns.
+            ``hullguard.Registry``, ``timeout`` not a number, ``deadline_header`` not a str.
+        ValueError: ``timeout`` is negative, NaN, or a positive value below 1 ns;
+            ``deadline_header`` is empty or no header name.
 
     Thread-safe as the registry is; one transport may serve several clients and loops.
     """
@@ -191,8 +266,9 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
         *,
         registry: Optional[Registry] = None,
         timeout: Optional[float] = None,
+        deadline_header: Optional[str] = None,
     ) -> None:
-        super().__init__(transport, httpx.AsyncBaseTransport, registry, timeout)
+        super().__init__(transport, httpx.AsyncBaseTransport, registry, timeout, deadline_header)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     @property
@@ -202,8 +278,11 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         key = self.key_of(request)
+        # The ambient deadline (hullguard.deadline) is the acquire's: a passed one is refused
+        # `timeout` here, before anything is sent.
         permit: Permit = await self._registry.acquire(key, timeout=self._timeout)
         try:
+            _bound_by_deadline(request, self._deadline_header)
             response = await self._transport.handle_async_request(request)
         except BaseException as e:
             _release(permit, outcome_of_error(e))
@@ -243,8 +322,9 @@ class SyncBulkheadTransport(_Base, httpx.BaseTransport):
         *,
         registry: Optional[Registry] = None,
         timeout: Optional[float] = None,
+        deadline_header: Optional[str] = None,
     ) -> None:
-        super().__init__(transport, httpx.BaseTransport, registry, timeout)
+        super().__init__(transport, httpx.BaseTransport, registry, timeout, deadline_header)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
 
     @property
@@ -256,6 +336,7 @@ class SyncBulkheadTransport(_Base, httpx.BaseTransport):
         key = self.key_of(request)
         permit = self._registry.acquire_sync(key, timeout=self._timeout)
         try:
+            _bound_by_deadline(request, self._deadline_header)
             response = self._transport.handle_request(request)
         except BaseException as e:
             _release(permit, outcome_of_error(e))

@@ -843,11 +843,26 @@ impl<const N: usize> Engine<N> {
                 lists.codel.queue_empty();
             }
             let (head, s, floor) = pick?;
-            if lists.codel.on() && !head.nowait && self.shed_by_delay(book, lists, head, s, batch) {
-                if batch.is_full() {
-                    return Some(true);
+            if lists.codel.on() && !head.nowait {
+                // CoDel judges — and sheds — the oldest waiter of the pick's class: the pick
+                // itself, unless LIFO picked the newest (docs/design.md §4.10).
+                let oldest = if lifo {
+                    self.live_head(book, lists, head.rank, batch, false)
+                } else {
+                    Some((head, s))
+                };
+                match oldest {
+                    Some((o, os)) if !o.nowait && self.shed_by_delay(book, lists, o, os, batch) => {
+                        if batch.is_full() {
+                            return Some(true);
+                        }
+                        continue;
+                    }
+                    None if batch.is_full() => return Some(true),
+                    // Its oldest went meanwhile (refused): pick again.
+                    None => continue,
+                    Some(_) => {}
                 }
-                continue;
             }
             match self.grant(book, lists, head, s, floor, batch) {
                 Grant::Done if batch.is_full() => return Some(true),

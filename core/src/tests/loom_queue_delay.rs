@@ -131,3 +131,49 @@ fn loom_lifo_grant_of_the_newest_vs_its_cancel_settles_once() {
         quiescent(&b);
     });
 }
+
+#[test]
+fn loom_codel_with_lifo_sheds_the_oldest_vs_its_cancel() {
+    // LIFO on: H's release grants W3 (the newest) while CoDel judges W1 (the oldest) and starts
+    // its interval. W3's release then sheds W1 — the oldest, not the pick — while W1's owner
+    // cancels it: exactly one wins, W1 is never granted, and W2 settles either way.
+    model_at_most(3, || {
+        let b = bulkhead(Duration::from_millis(1), true);
+        let h = granted(Bulkhead::admit_via(b.clone(), &Request::new(1), None));
+        let w1 = queued(&b);
+        let mut w2 = queued(&b);
+        let mut w3 = queued(&b);
+        drop(h);
+        let c3 = match w3.poll(None) {
+            Poll::Ready(Ok(c)) => c,
+            other => panic!("W3 (the newest) not granted: {other:?}"),
+        };
+        let t = thread::spawn(move || drop(c3));
+        let shed_first = match w1.cancel(Reason::Aborted) {
+            Cancelled::Cancelled(_) => false,
+            Cancelled::Rejected(r) => {
+                assert_eq!(r.reason, Reason::Shed);
+                true
+            }
+            Cancelled::Granted(c) => panic!("the oldest granted under LIFO: {c:?}"),
+        };
+        t.join().unwrap();
+        // W2 is settled either way: granted, or shed too (the stepping clock makes the next
+        // shed due at once).
+        let w2_shed = match w2.poll(None) {
+            Poll::Ready(Ok(c)) => {
+                drop(c);
+                false
+            }
+            Poll::Ready(Err(e)) if e.reason() == Some(Reason::Shed) => true,
+            other => panic!("W2 left waiting: {other:?}"),
+        };
+        let r = b.stats().rejected_by_reason;
+        assert_eq!(
+            r.get(Reason::Shed),
+            u64::from(shed_first) + u64::from(w2_shed)
+        );
+        assert_eq!(r.get(Reason::Aborted), u64::from(!shed_first));
+        quiescent(&b);
+    });
+}

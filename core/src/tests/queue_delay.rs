@@ -250,3 +250,37 @@ fn apply_limits_changes_the_queue_delay_options() {
     assert!(matches!(&s[..], [(0, Ok(_))]), "FIFO: {s:?}");
     assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 0);
 }
+
+#[test]
+fn codel_with_lifo_sheds_the_oldest_and_serves_the_newest() {
+    let (bh, clock) = bulkhead(10, true);
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..4)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    // t = 150: LIFO (the oldest queued 150 ms) grants W3; CoDel judged W0 (the oldest) and
+    // started its interval.
+    at(&clock, 150);
+    drop(h);
+    let s = settle(&mut ws);
+    assert!(matches!(&s[..], [(3, Ok(_))]), "{s:?}");
+    // t = 260: W0, the oldest, is shed; W2, the newest, is granted.
+    at(&clock, 260);
+    drop(s);
+    let s = settle(&mut ws);
+    let got: Vec<_> = s
+        .iter()
+        .map(|(i, r)| (*i, r.as_ref().err().copied()))
+        .collect();
+    assert_eq!(got, [(0, Some(Reason::Shed)), (2, None)]);
+    // t = 370: the shed is due again: W1, the last, is shed.
+    at(&clock, 370);
+    drop(s);
+    let s = settle(&mut ws);
+    let got: Vec<_> = s
+        .iter()
+        .map(|(i, r)| (*i, r.as_ref().err().copied()))
+        .collect();
+    assert_eq!(got, [(1, Some(Reason::Shed))]);
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 2);
+}
