@@ -34,12 +34,21 @@
  * request emits `'error'` and no socket is ever taken). Cancellation surfaces as the caller's
  * own: fetch rejects with `signal.reason`; a destroyed request emits what `req.destroy(err)` or
  * its `signal` gave it.
+ *
+ * Deadlines (issue 17, docs/design.md §5.9): the admission takes the request's deadline (the
+ * `deadline` of its admission options, min'd with the ambient one of `withDeadline`); a passed
+ * one is refused `timeout` before anything is sent. fetch: the time left once admitted becomes
+ * the request's timeout (`AbortSignal.timeout`, combined with the caller's signal), and with
+ * `deadlineHeader` it is sent downstream in that header, in the grpc-timeout format. The
+ * agent's admission takes the ambient deadline of the context that made the request.
  */
 
 const http = require('node:http')
 const { errorMonitor } = require('node:events')
 const { errorOutcome } = require('./outcome.js')
 const native = require('./native.js')
+const { ambient, deadlineOf, nowMs } = require('./ambient.js')
+const { MAX_TIMER_MS } = require('./deadlines.js')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
 let facade = null
@@ -130,18 +139,96 @@ function guardBody(res, done) {
   return out
 }
 
-/** `withBulkhead`'s options: `undefined`, `null` or `{admission}`; any other key is a `TypeError`. */
+/** An HTTP header name (RFC 9110 token). */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+/**
+ * `withBulkhead`'s options: `undefined`, `null` or `{admission, deadlineHeader}`; any other key
+ * is a `TypeError`. Returns `{admission, header}` (each `undefined` when not given).
+ */
 function fetchOptionsArg(options) {
-  if (options === undefined || options === null) return undefined
+  if (options === undefined || options === null) return {}
   if (typeof options !== 'object') throw new TypeError('withBulkhead options must be an object')
   for (const k of Object.keys(options)) {
-    if (k !== 'admission') throw new TypeError(`withBulkhead: unknown option ${JSON.stringify(k)} (known: "admission")`)
+    if (k !== 'admission' && k !== 'deadlineHeader') {
+      throw new TypeError(`withBulkhead: unknown option ${JSON.stringify(k)} (known: "admission", "deadlineHeader")`)
+    }
   }
-  const { admission } = options
+  const { admission, deadlineHeader } = options
   if (admission !== undefined && admission !== null && typeof admission !== 'function') {
     throw new TypeError('withBulkhead: admission must be a function (input, init) => acquire options')
   }
-  return admission ?? undefined
+  const off = deadlineHeader === undefined || deadlineHeader === null || deadlineHeader === false
+  if (!off && (typeof deadlineHeader !== 'string' || !TOKEN.test(deadlineHeader))) {
+    throw new TypeError(
+      `withBulkhead: deadlineHeader must be a header name (e.g. 'grpc-timeout'), or false / null for none, got ${JSON.stringify(deadlineHeader)}`,
+    )
+  }
+  return { admission: admission ?? undefined, header: off ? undefined : deadlineHeader }
+}
+
+/** The largest value of a grpc-timeout (8 digits). */
+const GRPC_MAX = 99_999_999
+/** grpc-timeout units from the finest used here (ms: the resolution of Node's timers). */
+const GRPC_UNITS = [
+  ['m', 1],
+  ['S', 1_000],
+  ['M', 60_000],
+  ['H', 3_600_000],
+]
+
+/**
+ * `ms` (≥ 1) in the grpc-timeout format (gRPC over HTTP/2: at most 8 digits and a unit of
+ * `H M S m u n`): whole ms rounded down — the downstream never gets a later deadline than
+ * ours — in the finest unit that fits, each coarser unit rounded down too (1500 → `'1500m'`,
+ * 123 456 789 → `'123456S'`).
+ */
+function grpcTimeout(ms) {
+  const whole = Math.floor(ms)
+  for (const [unit, per] of GRPC_UNITS) {
+    const n = Math.floor(whole / per)
+    if (n <= GRPC_MAX) return `${n}${unit}`
+  }
+  return `${GRPC_MAX}H`
+}
+
+/** A signal that aborts with the first of `signals` (`AbortSignal.any`, Node ≥ 20.3). */
+function anySignal(signals) {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
+  const ac = new AbortController()
+  for (const s of signals) {
+    if (s.aborted) {
+      ac.abort(s.reason)
+      break
+    }
+    s.addEventListener('abort', () => ac.abort(s.reason), { once: true })
+  }
+  return ac.signal
+}
+
+/** Whether fetch's `input` is a `Request` (its headers are the request's unless init has some). */
+function isRequestLike(input) {
+  return input !== null && typeof input === 'object' && !(input instanceof URL) && typeof input.url === 'string'
+}
+
+/**
+ * The fetch `init` of a request with `left` ms until its deadline: its signal also aborts then
+ * (`AbortSignal.timeout`, a `TimeoutError`; none beyond the host timer's range), combined with
+ * the caller's `signal`; with `header`, the time left in it (grpc-timeout format).
+ */
+function deadlineInit(input, init, signal, left, header) {
+  const out = { ...init }
+  if (left <= MAX_TIMER_MS) {
+    // Whole ms, rounded up: the request is never cut before the deadline.
+    const timeout = AbortSignal.timeout(Math.ceil(left))
+    out.signal = signal === undefined ? timeout : anySignal([signal, timeout])
+  }
+  if (header !== undefined) {
+    const headers = new Headers(init?.headers ?? (isRequestLike(input) ? input.headers : undefined))
+    headers.set(header, grpcTimeout(left))
+    out.headers = headers
+  }
+  return out
 }
 
 /**
@@ -163,6 +250,16 @@ function fetchOptionsArg(options) {
  * has not released when the body ends is released then, with no usage (its whole hold
  * consumed); a release after that is a double release (counted, nothing returned twice).
  *
+ * Deadlines (issue 17): a request's deadline is its admission options' `deadline` (absolute ms
+ * on the `performance.now()` scale) min'd with the ambient one (`withDeadline`). The admission
+ * refuses a passed one `timeout` (nothing is sent) and queues at most until it; once admitted,
+ * the time left becomes the request's timeout — its signal aborts then with a `TimeoutError`
+ * (an outcome `failure`), combined with the caller's signal (`AbortSignal.any`) — and with
+ * `options.deadlineHeader` (a header name, e.g. `'grpc-timeout'`; off by default) the time left
+ * is sent downstream in that header in the grpc-timeout format (whole ms rounded down, the
+ * finest unit that fits 8 digits: `'1500m'`). Less than 1 ms left once admitted: rejected with a
+ * `TimeoutError` before sending (the permit is released `ignored`).
+ *
  * Rejects with a `BulkheadError` when the bulkhead rejects the call (`BULKHEAD_FULL`,
  * `BULKHEAD_QUEUE_TIMEOUT`, `BULKHEAD_CLOSED`, a budget's `budget_limit`…), with `signal.reason`
  * when aborted while waiting, with a `TypeError` for a URL without an origin (`data:`, `file:`,
@@ -171,7 +268,7 @@ function fetchOptionsArg(options) {
  *
  * @param {typeof fetch} fetchImpl  usually the global `fetch`
  * @param {Registry | Bulkhead} limiter
- * @param {{admission?: (input: any, init: any) => object | undefined} | undefined} options
+ * @param {{admission?: (input: any, init: any) => object | undefined, deadlineHeader?: string | false | null} | undefined} options
  * @returns {typeof fetch}
  */
 function withBulkhead(fetchImpl, limiter, options) {
@@ -181,7 +278,7 @@ function withBulkhead(fetchImpl, limiter, options) {
   if (!one && !(limiter instanceof Registry)) {
     throw new TypeError('withBulkhead needs a hullguard Registry (a bulkhead per origin) or a Bulkhead (one for every request)')
   }
-  const admission = fetchOptionsArg(options)
+  const { admission, header } = fetchOptionsArg(options)
   return async function fetchWithBulkhead(input, init) {
     // The key first: a URL without an origin is refused before any admission.
     const key = originKey(urlOf(input))
@@ -189,14 +286,27 @@ function withBulkhead(fetchImpl, limiter, options) {
     const asked = admission === undefined ? undefined : admission(input, init)
     let opts = asked ?? undefined
     if (signal !== undefined) opts = opts === undefined ? { signal } : { ...opts, signal }
+    // The ambient deadline of the caller's context (the admission reads it too).
+    const amb = ambient()
     const permit = await (one ? limiter.acquire(opts) : limiter.acquire(key, opts))
     // The caller may have released it already (`response.permit.release({usage})`).
     const release = (outcome) => {
       if (!permit.released) permit.release({ outcome })
     }
+    // The request's deadline (its `deadline` was checked by the admission).
+    const at = deadlineOf(opts, amb)
+    let sent = init
+    if (at !== Infinity) {
+      const left = at - nowMs()
+      if (left < 1) {
+        release('ignored')
+        throw new DOMException('the deadline passed before the request was sent', 'TimeoutError')
+      }
+      sent = deadlineInit(input, init, signal, left, header)
+    }
     let res
     try {
-      res = await fetchImpl(input, init)
+      res = await fetchImpl(input, sent)
     } catch (e) {
       release(errorOutcome(e, signal))
       throw e
@@ -348,3 +458,5 @@ function guardAgent(Base) {
 const BulkheadAgent = guardAgent(http.Agent)
 
 module.exports = { withBulkhead, guardAgent, BulkheadAgent }
+// For tests: the grpc-timeout format (not re-exported by the facade).
+Object.defineProperty(module.exports, 'grpcTimeout', { value: grpcTimeout, enumerable: false })

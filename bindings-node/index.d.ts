@@ -17,6 +17,11 @@
  *   `Number.MAX_SAFE_INTEGER`, NaN, fractions) is a `RangeError`.
  * - **durations** are milliseconds (`…Ms`); `Infinity` means "no deadline", `0` means "do not queue";
  *   NaN or negative is a `RangeError`, a non-number a `TypeError`.
+ * - **deadlines** (`deadline`, `withDeadlineAt`, `currentDeadline()`) are absolute times in ms on
+ *   the `performance.now()` scale; `Infinity` (and anything at or past 2^63 ns, e.g.
+ *   `Number.MAX_VALUE`) is none; a deadline that has passed is refused `timeout`
+ *   (`BULKHEAD_QUEUE_TIMEOUT`), never an argument error (C36); NaN or `-Infinity` is a
+ *   `RangeError`, a non-number a `TypeError`.
  * - `acquire()`, `run()` and `drain()` always return Promises: argument errors reject them,
  *   they never throw synchronously. `tryAcquire()`, `setLimit()` and the constructors throw.
  * - `stats()` field names are camelCase; the keys of `rejectedByReason`, `reason` values and
@@ -352,6 +357,25 @@ export interface BulkheadOptions {
   cancelOnOverrun?: boolean | null
   /** The adaptive limit, circuit breaker and call timeout; omitted / `null` = a plain bulkhead. */
   resilience?: ResilienceOptions | null
+  /**
+   * The least time (ms) a request's work needs once granted (docs/design.md §5.9; default 0):
+   * a queued request with a `deadline` waits at most until `deadline − minServiceTimeMs` and
+   * is refused `timeout` then; one that would have to queue with less left is refused at once.
+   */
+  minServiceTimeMs?: number | null
+  /**
+   * Queue-delay shedding, CoDel (docs/design.md §4.10), ms: when the waiters granted have
+   * queued at least this long for a whole `queueDelayIntervalMs`, the waiter about to be
+   * granted is shed instead (rejected `shed`, `BULKHEAD_SHED`, retryable). Default 0 (off).
+   */
+  queueDelayTargetMs?: number | null
+  /** How long (ms, > 0) the queue delay must stay above the target before shedding. Default 100. */
+  queueDelayIntervalMs?: number | null
+  /**
+   * Adaptive LIFO: the newest waiter first while the oldest has queued at least
+   * `queueDelayTargetMs` (FIFO otherwise; needs a target). Default false.
+   */
+  adaptiveLifo?: boolean | null
 }
 
 /** One admission class of `classes` (docs/design.md §4.8); counts are safe integers. */
@@ -446,6 +470,15 @@ export interface AcquireOptions {
   admissionClass?: string | number | null
   /** This call's own observe (shadow) mode, on top of the bulkhead's. Default `'off'`. */
   observe?: ObserveMode | null
+  /**
+   * The request's absolute deadline: ms on the `performance.now()` scale (e.g.
+   * `performance.now() + 1500`, or `currentDeadline()` from upstream). Min'd with the ambient
+   * deadline of `withDeadline`. A passed one is refused `timeout` at once (never queued, never
+   * an argument error); a queued call waits at most until it (less `minServiceTimeMs`) and
+   * `run()`'s `fn` gets a signal that aborts at it (the call timeout capped by the deadline).
+   * `undefined` / `null` = the ambient one or none; `Infinity`, `Number.MAX_VALUE` = none.
+   */
+  deadline?: number | null
 }
 
 /** Options of `run()`: `acquire`'s plus `getUsage`. */
@@ -469,6 +502,8 @@ export interface TryAcquireOptions {
   admissionClass?: string | number | null
   /** This call's own observe (shadow) mode. */
   observe?: ObserveMode | null
+  /** The absolute deadline (ms, `performance.now()` scale): a passed one throws `timeout`. */
+  deadline?: number | null
 }
 
 /** The non-throwing style's answer (`admit()` / `tryAdmit()`), as async-bulkhead-llm's `acquire()`. */
@@ -499,6 +534,21 @@ export interface LimitsOptions {
   reserve?: ReserveOptions | null
   /** A classed bulkhead's new rates (`{}` removes them). */
   rates?: RatesOptions | null
+  /**
+   * New queue-delay dispatch options, replaced together (a bulkhead built with
+   * `queueDelayTargetMs` or classes; CoDel's state starts over).
+   */
+  queueDelay?: QueueDelayOptions | null
+}
+
+/** `applyLimits({queueDelay})` (any other key is a `TypeError` naming it). */
+export interface QueueDelayOptions {
+  /** The CoDel target in ms (required; 0 turns shedding and adaptive LIFO off). */
+  targetMs: number
+  /** The interval in ms (> 0). Default 100. */
+  intervalMs?: number | null
+  /** Adaptive LIFO (needs a target above 0). Default false. */
+  lifo?: boolean | null
 }
 
 /** What `permit.reportUsage()` did to the hold. */
@@ -791,7 +841,9 @@ export declare class Permit implements Disposable {
 
 /**
  * The function `run()` guards; it receives the call's signal (or `undefined`): the caller's
- * `signal`, or with `callTimeoutMs` a signal of its own that also aborts at the deadline.
+ * `signal`, or with `callTimeoutMs` or a request deadline (`deadline`, `withDeadline`) a signal
+ * of its own that also aborts at the call timeout capped by the deadline (the promise then
+ * rejects `BULKHEAD_CALL_TIMEOUT`).
  * Its outcome: resolves → success; rejects with that signal's reason or an error named
  * "AbortError" → ignored; any other error → failure.
  */
@@ -1031,6 +1083,14 @@ export declare function withBulkhead<F extends (input: any, init?: any) => Promi
 /** Options of `withBulkhead` (any other key is a `TypeError`). */
 export interface WithBulkheadOptions {
   /**
+   * Sends the request's time left downstream in this header (e.g. `'grpc-timeout'`), in the
+   * grpc-timeout format: whole ms rounded down, the finest unit that fits 8 digits (`'1500m'`).
+   * Only when a deadline is in effect (`withDeadline`, or `deadline` from `admission`). Off by
+   * default (`undefined` / `null` / `false`). Whether or not it is sent, the time left is the
+   * request's timeout (its signal aborts with a `TimeoutError`).
+   */
+  deadlineHeader?: string | false | null
+  /**
    * The acquire options of one request (gateway admission): its `cost`, `admissionClass`,
    * `observe`, `queueTimeoutMs`; `undefined` for the defaults. The request's own `signal` is
    * added. A response with a body then carries its permit as `response.permit` (not
@@ -1063,9 +1123,44 @@ export declare function guardAgent<B extends new (options?: any) => any>(Base: B
  */
 export declare const BulkheadAgent: new (options: { registry: Registry; [option: string]: unknown }) => any
 
+// ----- deadlines (ambient time budgets) ---------------------------------------------------------
+
+/**
+ * Runs `fn()` with a time budget of `ms` from now (an `AsyncLocalStorage` scope that follows its
+ * async continuations): every admission inside it without a `deadline` takes the deadline
+ * `performance.now() + ms` (an explicit one is min'd with it) — refused `timeout` once it has
+ * passed, queued at most until it, `run()`'s `fn` signal aborting at it — and
+ * `withBulkhead`'s fetch gets the time left as its timeout. Nested scopes take the earlier
+ * deadline. A negative `ms` is a spent budget (admissions are refused `timeout`), `Infinity`
+ * adds no bound. Returns what `fn` returns.
+ *
+ * @example
+ * await withDeadline(1500, async () => {
+ *   const user = await db.run(() => getUser(id))          // queues at most until the deadline
+ *   return api.run((signal) => fetch(url, { signal }))     // aborts at what is left of it
+ * })
+ * @throws {TypeError} `ms` not a number or `fn` not a function. @throws {RangeError} `ms` NaN or -Infinity.
+ */
+export declare function withDeadline<T>(ms: number, fn: () => T): T
+
+/**
+ * `withDeadline` with an absolute deadline `at` (ms on the `performance.now()` scale, e.g.
+ * `currentDeadline()` or a deadline received from upstream); `Infinity` adds no bound.
+ * @throws {TypeError} `at` not a number or `fn` not a function. @throws {RangeError} `at` NaN or -Infinity.
+ */
+export declare function withDeadlineAt<T>(at: number, fn: () => T): T
+
+/** The deadline in effect here: absolute ms on the `performance.now()` scale, or `undefined`. */
+export declare function currentDeadline(): number | undefined
+
+/** The ms left until the deadline in effect (0 once it has passed, never negative), or `undefined`. */
+export declare function remainingMs(): number | undefined
+
 /**
  * Private test hook (not part of the public API): pass a `VirtualClock` as
- * `options[__test.kClock]` to `Bulkhead` / `Registry` to replace the stats clock.
+ * `options[__test.kClock]` to `Bulkhead` / `Registry` to replace the stats clock (a
+ * `deadline` is then ms on that clock), and `setNow(() => clock.nowMs())` so that
+ * `withDeadline` / `remainingMs` read it (`setNow(undefined)` restores `performance.now()`).
  * @internal
  */
 export declare const __test: {
@@ -1074,4 +1169,5 @@ export declare const __test: {
   readonly VirtualClock: {
     new (): { advance(ms: number): void; nowMs(): number }
   }
+  setNow(now: (() => number) | undefined): void
 }

@@ -25,6 +25,14 @@
  * events (`events: true`) delivered to listeners with `onSettled` — a listener that throws is
  * reported with `process.emitWarning` and counted (`listenerErrors`).
  *
+ * Deadlines (issue 17, docs/design.md §5.9): a request's absolute `deadline` (ms on the
+ * `performance.now()` scale; on the test hook's virtual clock, ms on it) and the ambient one of
+ * `withDeadline` (ambient.js) go to the addon with the request, which converts them to the
+ * core's ns and min's them; the core refuses a passed one `timeout` and caps the queue wait
+ * (the waiter's reported timeout is what the facade arms). `run()` arms the core's
+ * `call_timeout_within` (the call timeout capped by the deadline) for `fn`'s signal. An
+ * admission without options and with no ambient deadline in effect keeps the hot path.
+ *
  * Units: counts are Numbers that must be safe integers; durations are milliseconds.
  * A Bulkhead belongs to one isolate (one thread).
  */
@@ -32,6 +40,8 @@
 const native = loadNative()
 const { errorOutcome } = require('./outcome.js')
 const { armDeadline, cancelDeadline, DeadlineFifo, MAX_TIMER_MS } = require('./deadlines.js')
+const ambientDeadlines = require('./ambient.js')
+const { ambient, deadlineOf } = ambientDeadlines
 
 /**
  * The generated loader, with a message that says what is missing when no addon loads (its own
@@ -465,15 +475,15 @@ function capture(resolve, reject) {
  * Admits one call on handle `h`: its granted call now (a weight, or a NativeCall), or a Promise
  * of it when it queues. Throws argument errors, the BulkheadError of a refusal and, for an
  * already aborted signal, its reason (counted `aborted` by the core). `run`: `opts` are
- * `run()`'s (they may hold `getUsage`).
+ * `run()`'s (they may hold `getUsage`). `amb`: the ambient deadline in effect (ms), if any.
  */
-function admit(h, opts, signal, run = false) {
+function admit(h, opts, signal, run, amb) {
   if (signal?.aborted) {
     h.nb.abortedBeforeAdmission(opts, run)
     throw abortReason(signal)
   }
-  if (opts === undefined && h.slot >= 0) return takePlain(h)
-  const r = h.nb.enqueue(opts, run)
+  if (opts === undefined && h.slot >= 0 && amb === undefined) return takePlain(h)
+  const r = h.nb.enqueue(opts, run, amb)
   if (r.ticket === undefined) return r
   const p = new Promise((resolve, reject) => new Waiter(h, r.id, r.ticket, r.timeoutMs, signal, resolve, reject))
   if (h.classed) armRate(h)
@@ -594,10 +604,16 @@ function callGuarded(fn, signal, end, succeeded) {
   )
 }
 
-/** Runs `fn` holding `call`; ends it with fn's outcome when fn settles (or throws). */
-function runHeld(h, call, fn, signal, getUsage) {
-  if (typeof call === 'number' && getUsage === undefined) return runPlain(h, call, fn, signal)
-  if (typeof call !== 'number' && h.callTimeoutMs !== Infinity) return runTimed(h, call, fn, signal, getUsage)
+/**
+ * Runs `fn` holding `call`; ends it with fn's outcome when fn settles (or throws). `at`: the
+ * request's absolute deadline (ms; `Infinity`: none), which caps the call timeout armed
+ * (the core's `call_timeout_within`, read now that the call starts).
+ */
+function runHeld(h, call, fn, signal, getUsage, at) {
+  const plain = typeof call === 'number'
+  const ms = at !== Infinity ? h.nb.callTimeoutWithinMs(at) : plain ? Infinity : h.callTimeoutMs
+  if (ms !== Infinity) return runTimed(h, call, fn, signal, getUsage, ms)
+  if (plain && getUsage === undefined) return runPlain(h, call, fn, signal)
   // With `getUsage`: ended with the usage of its result (the rest refunded).
   const succeeded = getUsage === undefined ? undefined : (v) => finishWithUsage(h, call, getUsage, v)
   return callGuarded(fn, signal, (outcome) => finish(h, call, outcome), succeeded)
@@ -640,22 +656,23 @@ function give(h, weight) {
 }
 
 /**
- * `runHeld` bounded by `callTimeoutMs`: `fn` gets a signal of its own that aborts at the
- * deadline (or with the caller's signal). At the deadline the core's call-timeout rule runs
- * (`call.timedOut()`: counted, a failure now) and the promise rejects with its
+ * `runHeld` bounded by a call timeout of `ms` (`callTimeoutMs`, capped by the request's
+ * deadline): `fn` gets a signal of its own that aborts then (or with the caller's signal). At
+ * the timeout the core's call-timeout rule runs (`call.timedOut()`, or on a plain bulkhead
+ * `timedOutPlain`: counted, a failure now) and the promise rejects with its
  * BULKHEAD_CALL_TIMEOUT at once; the permits stay held until fn's promise settles, and that
  * release records nothing more.
  */
-function runTimed(h, call, fn, callerSignal, getUsage) {
+function runTimed(h, call, fn, callerSignal, getUsage, ms) {
   const ac = new AbortController()
   const forward = { aborted: () => ac.abort(callerSignal.reason) }
   watch(callerSignal, forward)
   return new Promise((resolve, reject) => {
     const timer = unrefTimer(() => {
-      const err = call.timedOut()
+      const err = typeof call === 'number' ? h.nb.timedOutPlain(call) : call.timedOut()
       ac.abort(err)
       reject(err)
-    }, h.callTimeoutMs)
+    }, ms)
     const end = (outcome) => {
       clearTimer(timer)
       unwatch(callerSignal, forward)
@@ -676,7 +693,8 @@ function runTimed(h, call, fn, callerSignal, getUsage) {
 
 function acquireOn(h, key, opts) {
   let r
-  if (opts === undefined && h.slot >= 0) {
+  const amb = ambient()
+  if (opts === undefined && h.slot >= 0 && amb === undefined) {
     // The hot path: a queued one resolves with its Permit itself.
     try {
       r = takePlain(h, true, key)
@@ -686,7 +704,7 @@ function acquireOn(h, key, opts) {
     return typeof r === 'number' ? Promise.resolve(new Permit(kInternal, h, r, key)) : r
   }
   try {
-    r = admit(h, opts, signalOf(opts))
+    r = admit(h, opts, signalOf(opts), false, amb)
   } catch (e) {
     return failed(h, e)
   }
@@ -697,21 +715,24 @@ function acquireOn(h, key, opts) {
 }
 
 function runOn(h, fn, opts) {
-  if (opts === undefined && h.slot >= 0 && typeof fn === 'function') return runFast(h, fn)
+  const amb = ambient()
+  if (opts === undefined && h.slot >= 0 && amb === undefined && typeof fn === 'function') return runFast(h, fn)
   let r, signal, getUsage
   try {
     if (typeof fn !== 'function') throw new TypeError(`fn must be a function, got ${typeof fn}`)
     signal = signalOf(opts)
     getUsage = getUsageOf(opts)
-    r = admit(h, opts, signal, true)
+    r = admit(h, opts, signal, true, amb)
   } catch (e) {
     return failed(h, e)
   }
+  // The request's deadline (checked by the addon above): it caps the call timeout.
+  const at = deadlineOf(opts, amb)
   // Granted at once: `fn` runs in the caller's turn. Queued: `.then` keeps the caller's
   // AsyncLocalStorage context for `fn`.
-  if (!(r instanceof Promise)) return runHeld(h, r, fn, signal, getUsage)
+  if (!(r instanceof Promise)) return runHeld(h, r, fn, signal, getUsage, at)
   return r.then(
-    (call) => runHeld(h, call, fn, signal, getUsage),
+    (call) => runHeld(h, call, fn, signal, getUsage, at),
     (e) => failed(h, e),
   )
 }
@@ -732,7 +753,7 @@ function runFast(h, fn) {
 function tryAcquireOn(h, key, opts, throwAll = false) {
   let call
   try {
-    call = h.nb.tryTake(opts, throwAll)
+    call = h.nb.tryTake(opts, throwAll, ambient())
   } catch (e) {
     h.unpin()
     throw e
@@ -1011,12 +1032,19 @@ class Bulkhead {
     return this
   }
 
-  /** Resolves with a `Permit` (release it yourself, or `using`). */
+  /**
+   * Resolves with a `Permit` (release it yourself, or `using`). `opts.deadline`: the request's
+   * absolute deadline (ms, `performance.now()` scale), min'd with the ambient one of
+   * `withDeadline`; a passed one rejects `timeout` at once.
+   */
   acquire(opts) {
     return acquireOn(this.#h, this.#key, opts)
   }
 
-  /** Runs `fn(signal)` holding the permits; they are released when it settles. */
+  /**
+   * Runs `fn(signal)` holding the permits; they are released when it settles. With a deadline
+   * (`opts.deadline` or `withDeadline`) `signal` aborts at the call timeout capped by it.
+   */
   run(fn, opts) {
     return runOn(this.#h, fn, opts)
   }
@@ -1045,15 +1073,15 @@ class Bulkhead {
    */
   wouldAdmit(opts) {
     signalOf(opts) // checked as acquire's (a dry run never waits on it)
-    const r = this.#h.nb.wouldAdmit(opts)
+    const r = this.#h.nb.wouldAdmit(opts, ambient())
     return { decision: r.decision, position: r.position ?? null, detail: r.detail ? normalDetail(r.detail) : null }
   }
 
   /**
    * Applies a revisioned limits snapshot `{revision, limit, budget, maxQueue, queueTimeoutMs,
-   * reserve, rates}` at once (a limit of 0 is the kill switch). Throws StaleRevisionError
-   * (`.current`) for a revision older than the one in force, RangeError for a value the core
-   * refuses; either way nothing changed.
+   * reserve, rates, queueDelay: {targetMs, intervalMs, lifo}}` at once (a limit of 0 is the
+   * kill switch). Throws StaleRevisionError (`.current`) for a revision older than the one in
+   * force, RangeError for a value the core refuses; either way nothing changed.
    */
   applyLimits(limits) {
     const current = this.#h.nb.applyLimits(limits)
@@ -1231,7 +1259,7 @@ class Registry {
   /** What an `acquire(key, opts)` would decide now, without creating the key. */
   wouldAdmit(key, opts) {
     signalOf(opts) // checked as acquire's (a dry run never waits on it)
-    const r = this.#nr.wouldAdmit(key, opts)
+    const r = this.#nr.wouldAdmit(key, opts, ambient())
     return { decision: r.decision, position: r.position ?? null, detail: r.detail ? normalDetail(r.detail) : null }
   }
 
@@ -1278,7 +1306,8 @@ function originKey(url) {
   return native.originKey(url)
 }
 
-native.init(onSettled, BulkheadError, scratch, settledIds)
+// `performance.now()` read for the addon to measure its offset from the core's host clock.
+native.init(onSettled, BulkheadError, scratch, settledIds, performance.now())
 
 module.exports = {
   Bulkhead,
@@ -1292,6 +1321,10 @@ module.exports = {
   REASONS,
   OUTCOMES,
   ADMISSION_EVENTS,
-  __test: { kClock, kNative, VirtualClock: native.VirtualClock, fast },
+  withDeadline: ambientDeadlines.withDeadline,
+  withDeadlineAt: ambientDeadlines.withDeadlineAt,
+  currentDeadline: ambientDeadlines.currentDeadline,
+  remainingMs: ambientDeadlines.remainingMs,
+  __test: { kClock, kNative, VirtualClock: native.VirtualClock, fast, setNow: ambientDeadlines.setNow },
   ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
 }

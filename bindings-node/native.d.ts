@@ -22,17 +22,20 @@ export declare class NativeBulkhead {
   constructor(options: unknown, emitter: number, clock?: VirtualClock | undefined | null)
   /**
    * Admits one `acquire()` / `run()` (`options`: `{weight, cost, admissionClass, observe,
-   * signal, queueTimeoutMs}`, and `getUsage` when `run`): the granted call, or `Queued`.
-   * Throws `BulkheadError` when refused (the call ended `ignored`), `TypeError` /
-   * `RangeError` for a bad option.
+   * signal, queueTimeoutMs, deadline}`, and `getUsage` when `run`): the granted call, or
+   * `Queued` (its `timeoutMs` the core's capped wait, `Waiter::queue_timeout`). `ambient`:
+   * the ambient deadline (ms, `withDeadline`), min'd with `deadline`. Throws
+   * `BulkheadError` when refused (the call ended `ignored`; a passed deadline `timeout`),
+   * `TypeError` / `RangeError` for a bad option.
    */
-  enqueue(options: unknown, run?: boolean | undefined | null): number | NativeCall | Queued
+  enqueue(options: unknown, run?: boolean | undefined | null, ambient?: number | undefined | null): number | NativeCall | Queued
   /**
-   * `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe}`): the granted
-   * call, or `null` when not admitted at once (`concurrency_limit`, counted). Throws
-   * `BulkheadError` for any other reason; with `throwAll`, for `concurrency_limit` too.
+   * `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe, deadline}`; `ambient`
+   * as `enqueue`'s): the granted call, or `null` when not admitted at once
+   * (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason (a passed
+   * deadline: `timeout`); with `throwAll`, for `concurrency_limit` too.
    */
-  tryTake(options: unknown, throwAll?: boolean | undefined | null): number | NativeCall | null
+  tryTake(options: unknown, throwAll?: boolean | undefined | null, ambient?: number | undefined | null): number | NativeCall | null
   /**
    * An `acquire()` / `run()` whose signal was aborted before it asked: checks `options`
    * (throws like `enqueue`) and counts one `aborted`, so that every call shows in the stats.
@@ -84,6 +87,20 @@ export declare class NativeBulkhead {
   get queueTimeoutMs(): number
   /** The call timeout the facade arms for `run()`, ms (`Infinity`: none). */
   get callTimeoutMs(): number
+  /**
+   * The call timeout to arm for a `run()` granted now whose request has the absolute
+   * `deadline` (ms, this handle's deadline scale): the core's `call_timeout_within` — the
+   * configured call timeout capped by the time left (0 once it has passed); ms, `Infinity`
+   * when neither bounds the work. `deadline` is a number the facade checked.
+   */
+  callTimeoutWithinMs(deadline: number): number
+  /**
+   * The facade's call timer of a plain bulkhead's `run()` fired (a deadline capped the
+   * work, `callTimeoutWithinMs`): the core's call-timeout rule on its call of `weight`
+   * permits (`call_timeout` counted; the permits stay held until the facade releases them).
+   * Returns the `BulkheadError` to reject with.
+   */
+  timedOutPlain(weight: number): Error
   get enabled(): boolean
   get limit(): number
   get closed(): boolean
@@ -103,10 +120,11 @@ export declare class NativeBulkhead {
    */
   applyLimits(limits: unknown): number | null
   /**
-   * `wouldAdmit(options)` (the `acquire` options): what an admission would decide now,
-   * counting nothing.
+   * `wouldAdmit(options)` (the `acquire` options; `ambient` the ambient deadline, ms): what
+   * an admission would decide now, counting nothing (a passed deadline, or one too close
+   * to wait for: `timeout`).
    */
-  wouldAdmit(options: unknown): JsWouldAdmit
+  wouldAdmit(options: unknown, ambient?: number | undefined | null): JsWouldAdmit
   /**
    * `setBudget(n)`: the budget's new limit (the core's range; a bulkhead without a budget
    * refuses).
@@ -229,9 +247,9 @@ export declare class NativeRegistry {
   globalStats(): Record<string, unknown> | null
   /**
    * What an admission on `key` would decide now, without creating the key (see
-   * `NativeBulkhead.wouldAdmit`; the registry's default class names: none).
+   * `NativeBulkhead.wouldAdmit`, `ambient` too; the registry's default class names: none).
    */
-  wouldAdmit(key: unknown, options: unknown): JsWouldAdmit
+  wouldAdmit(key: unknown, options: unknown, ambient?: number | undefined | null): JsWouldAdmit
   /** `{key: stats}` (keys unchanged). */
   stats(): Record<string, Record<string, unknown>>
   /** The live keys, sorted. */
@@ -269,9 +287,11 @@ export declare function fastEntryPoints(): { fastTake(slot: number, id: number):
  * Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
  * what a native call settled (the ids of queued waiters and drains, breaker transitions) at
  * its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
- * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
+ * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`);
+ * `perfNowMs` is `performance.now()` read just before the call: the scale of deadlines
+ * (`clock`).
  */
-export declare function init(onSettled: (arg0: Array<number>, arg1: Array<NativeEvent>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2: string | undefined | null, arg3: JsDetail) => void, scratch: Float64Array, settledIds: Uint32Array): void
+export declare function init(onSettled: (arg0: Array<number>, arg1: Array<NativeEvent>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2: string | undefined | null, arg3: JsDetail) => void, scratch: Float64Array, settledIds: Uint32Array, perfNowMs: number): void
 
 /**
  * A classed bulkhead's refusal of one class: its index, the constraint that held it back

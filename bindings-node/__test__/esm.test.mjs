@@ -13,6 +13,10 @@ import hullguard, {
   REASONS,
   Registry,
   originKey,
+  withDeadline,
+  withDeadlineAt,
+  currentDeadline,
+  remainingMs,
 } from '../index.mjs'
 
 const require = createRequire(import.meta.url)
@@ -28,6 +32,10 @@ test('import and require give the same objects', () => {
   assert.equal(MAX_PERMITS, cjs.MAX_PERMITS)
   assert.equal(MAX_QUEUE, cjs.MAX_QUEUE)
   assert.equal(REASONS, cjs.REASONS)
+  assert.equal(withDeadline, cjs.withDeadline)
+  assert.equal(withDeadlineAt, cjs.withDeadlineAt)
+  assert.equal(currentDeadline, cjs.currentDeadline)
+  assert.equal(remainingMs, cjs.remainingMs)
 })
 
 test('the package name resolves through `exports` for import and require', async () => {

@@ -1,7 +1,8 @@
 'use strict'
 // The Node runner of the scenario vectors in tests/vectors/*.json, the policy vectors in
-// tests/vectors/policies/*.json and the admission vectors in tests/vectors/admission/*.json
-// (docs/design.md §11; schema tests/vectors/schema.json) — every one of them, none skipped. It
+// tests/vectors/policies/*.json, the admission vectors in tests/vectors/admission/*.json and
+// the deadline vectors in tests/vectors/deadline/*.json (docs/design.md §11; schema
+// tests/vectors/schema.json) — every one of them, none skipped. It
 // mirrors the Rust runner (tests/tests/vectors.rs): every step runs to quiescence, then exactly
 // the acquires that settled during the step are compared with its `settles`; I2 and the
 // budget's counts (in use, overrun held, queued cost, the settlement identity) are checked
@@ -13,6 +14,12 @@
 // `set_observe` / `class_stats` / `key_stats` call the facade's methods. `advance_clock` also
 // stops where a rate-held head conforms and ticks the rate there (the Rust runner's host rate
 // timer), before a queue deadline of the same time.
+// Deadlines (docs/design.md §5.9, §4.10): an acquire's `deadline_ms` is the facade's `deadline`
+// (absolute ms on the bulkhead's virtual clock, which starts at 0; "infinite" → Infinity); the
+// config's `min_service_time_ms`, `queue_delay_target_ms`, `queue_delay_interval_ms` and
+// `adaptive_lifo` are camel-cased like every other key. A queued acquire's timer is the capped
+// wait the core reports (`min(timeout, deadline − now − min_service_time)`), which the runner
+// computes the same way to stop the clock there.
 // Field names of stats expectations are camel-cased (the top level, and inside `circuit` /
 // `adaptive`): reason keys, reason / state / algorithm strings and registry keys never are.
 // Policies: `config.resilience` becomes the facade's `resilience` (camelCase, `…Ms`); a
@@ -116,6 +123,7 @@ function requestOf(step) {
   if (step.cost !== undefined) o.cost = step.cost
   if (step.class !== undefined) o.admissionClass = step.class
   if (step.timeout_ms !== undefined) o.queueTimeoutMs = ms(step.timeout_ms)
+  if (step.deadline_ms !== undefined) o.deadline = ms(step.deadline_ms)
   return o
 }
 
@@ -229,6 +237,19 @@ class Runner {
     return o === undefined ? 30_000 : ms(o)
   }
 
+  /**
+   * The wait a request queued now may spend (docs/design.md §5.9; what the core reports as the
+   * waiter's timeout and the facade arms): its queue `timeout` capped by the time left until
+   * its `deadline` less the bulkhead's `min_service_time_ms`.
+   */
+  queueWait(timeout, deadline, key) {
+    if (deadline === undefined || deadline === Infinity) return timeout
+    const r = this.v.registry
+    const config = r ? { ...r.defaults, ...r.overrides?.[key] } : this.v.config
+    const minService = config?.min_service_time_ms ?? 0
+    return Math.min(timeout, Math.max(0, deadline - this.now - minService))
+  }
+
   /** Runs every pending promise reaction (and anything they schedule with setImmediate). */
   async settle() {
     await turn()
@@ -305,8 +326,8 @@ class Runner {
       await this.settle()
       rec.immediate = false
       if (rec.state === 'pending') {
-        const timeout = opts.queueTimeoutMs ?? this.defaultTimeout(key)
-        if (timeout !== Infinity) this.deadlines.push(this.now + timeout)
+        const wait = this.queueWait(opts.queueTimeoutMs ?? this.defaultTimeout(key), opts.deadline, key)
+        if (wait !== Infinity) this.deadlines.push(this.now + wait)
         return 'queued'
       }
       return rec.outcome
@@ -707,12 +728,19 @@ const vectorFiles = (dir) =>
         .map((f) => path.join(dir, f))
     : []
 const ADMISSION_VECTORS = path.join(VECTORS, 'admission')
-const files = [...vectorFiles(VECTORS), ...vectorFiles(POLICY_VECTORS), ...vectorFiles(ADMISSION_VECTORS)]
+const DEADLINE_VECTORS = path.join(VECTORS, 'deadline')
+const files = [
+  ...vectorFiles(VECTORS),
+  ...vectorFiles(POLICY_VECTORS),
+  ...vectorFiles(ADMISSION_VECTORS),
+  ...vectorFiles(DEADLINE_VECTORS),
+]
 const policyFiles = vectorFiles(POLICY_VECTORS)
 const admissionFiles = vectorFiles(ADMISSION_VECTORS)
+const deadlineFiles = vectorFiles(DEADLINE_VECTORS)
 const ran = new Set()
 
-describe('scenario vectors (tests/vectors/*.json, policies/*.json, admission/*.json)', () => {
+describe('scenario vectors (tests/vectors/*.json, policies/*.json, admission/*.json, deadline/*.json)', () => {
   const names = new Set()
   for (const file of files) {
     const f = file
@@ -733,10 +761,11 @@ describe('scenario vectors (tests/vectors/*.json, policies/*.json, admission/*.j
   }
 
   test('every vector file ran', () => {
-    const top = files.length - policyFiles.length - admissionFiles.length
+    const top = files.length - policyFiles.length - admissionFiles.length - deadlineFiles.length
     assert.ok(top >= 25, `only ${top} vectors in ${VECTORS}`)
     assert.ok(policyFiles.length >= 10, `only ${policyFiles.length} policy vectors in ${POLICY_VECTORS}`)
     assert.ok(admissionFiles.length >= 99, `only ${admissionFiles.length} admission vectors in ${ADMISSION_VECTORS}`)
+    assert.ok(deadlineFiles.length >= 9, `only ${deadlineFiles.length} deadline vectors in ${DEADLINE_VECTORS}`)
     assert.deepEqual([...ran].sort(), [...files].sort())
   })
 })
@@ -847,6 +876,36 @@ describe('the runner can fail', () => {
         { op: 'report_usage', id: 'a', used: 1, expect: 'shrank', by: 4 },
         { op: 'release', id: 'a', used: 2 },
         { op: 'stats', expect: { budget: { in_use: 0, consumed_total: 2, refunded_total: 4, overrun_total: 1 } } },
+      ],
+    })
+  })
+
+  test('wrong deadline expectations fail the runner (the capped wait, a passed deadline)', async (t) => {
+    const config = { max_concurrent: 1, max_queue: 2, queue_timeout_ms: 60_000, min_service_time_ms: 2_000 }
+    const held = { op: 'acquire', id: 'h', expect: 'granted' }
+    // The wait is capped at 5 s − 2 s: W settles at 3 s, not at 5 s.
+    const late = [
+      held,
+      { op: 'acquire', id: 'w', deadline_ms: 5_000, expect: 'queued' },
+      { op: 'advance_clock', ms: 2_999 },
+      { op: 'advance_clock', ms: 1 },
+      { op: 'advance_clock', ms: 2_000, settles: { w: 'timeout' } },
+    ]
+    await assert.rejects(runs(t, { name: 'd', config, steps: late }), /settles/)
+    // A passed deadline is refused timeout, not queued and not invalid.
+    const queued = [{ op: 'advance_clock', ms: 10 }, held, { op: 'acquire', id: 'p', deadline_ms: 5, expect: 'queued' }]
+    await assert.rejects(runs(t, { name: 'p', config, steps: queued }), /timeout/)
+    // …and the right ones pass.
+    await runs(t, {
+      name: 'r',
+      config,
+      steps: [
+        held,
+        { op: 'acquire', id: 'w', deadline_ms: 5_000, expect: 'queued' },
+        { op: 'advance_clock', ms: 2_999 },
+        { op: 'advance_clock', ms: 1, settles: { w: 'timeout' } },
+        { op: 'try_acquire', id: 'p', deadline_ms: 5, expect: 'timeout' },
+        { op: 'release', id: 'h' },
       ],
     })
   })

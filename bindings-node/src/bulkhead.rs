@@ -89,6 +89,9 @@ pub struct NativeBulkhead {
     pub(crate) via: Option<Arc<CoreRegistry>>,
     /// Whether admission events were asked for (`events: true`).
     pub(crate) events: bool,
+    /// On the test hook's virtual clock: deadlines are ms on it (else on `performance.now()`'s
+    /// scale, `clock::deadline_of`).
+    pub(crate) virtual_clock: bool,
 }
 
 impl Drop for NativeBulkhead {
@@ -107,6 +110,7 @@ impl NativeBulkhead {
             names: Rc::from(Vec::new()),
             via: None,
             events: false,
+            virtual_clock: false,
         }
     }
 
@@ -150,11 +154,14 @@ impl NativeBulkhead {
         }
     }
 
-    /// How requests on this handle are read.
-    pub(crate) fn ctx(&self) -> Result<options::RequestCtx<'_>> {
+    /// How requests on this handle are read; `ambient`: the facade's ambient deadline (ms,
+    /// `withDeadline`), if one is in effect.
+    pub(crate) fn ctx(&self, ambient: Option<f64>) -> Result<options::RequestCtx<'_>> {
         Ok(options::RequestCtx {
             max_concurrent: self.bh()?.max_concurrent(),
             names: &self.names,
+            virtual_clock: self.virtual_clock,
+            ambient_ms: options::ambient(ambient),
         })
     }
 
@@ -235,21 +242,26 @@ impl NativeBulkhead {
         let mut nb = Self::from_arc(Arc::new(bh), None);
         nb.names = Rc::from(names);
         nb.events = o.events;
+        nb.virtual_clock = clock.is_some();
         Ok(nb)
     }
 
     /// Admits one `acquire()` / `run()` (`options`: `{weight, cost, admissionClass, observe,
-    /// signal, queueTimeoutMs}`, and `getUsage` when `run`): the granted call, or `Queued`.
-    /// Throws `BulkheadError` when refused (the call ended `ignored`), `TypeError` /
-    /// `RangeError` for a bad option.
+    /// signal, queueTimeoutMs, deadline}`, and `getUsage` when `run`): the granted call, or
+    /// `Queued` (its `timeoutMs` the core's capped wait, `Waiter::queue_timeout`). `ambient`:
+    /// the ambient deadline (ms, `withDeadline`), min'd with `deadline`. Throws
+    /// `BulkheadError` when refused (the call ended `ignored`; a passed deadline `timeout`),
+    /// `TypeError` / `RangeError` for a bad option.
     #[napi]
     pub fn enqueue(
         &self,
         env: &Env,
         options: Unknown,
         run: Option<bool>,
+        ambient: Option<f64>,
     ) -> Result<Either<Either<f64, NativeCall>, Queued>> {
-        let request = options::acquire(env, options, &self.ctx()?, run == Some(true))?;
+        let ctx = self.ctx(ambient)?;
+        let request = options::acquire(env, options, &ctx, run == Some(true))?;
         let decision = self.decide(&request)?;
         // Transitions the breaker's check committed, before a waker is registered (a grant
         // during the flush is then seen by the waiter's first poll, never lost).
@@ -262,17 +274,20 @@ impl NativeBulkhead {
         admitted.map_err(|e| self.refused(env, &e))
     }
 
-    /// `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe}`): the granted
-    /// call, or `null` when not admitted at once (`concurrency_limit`, counted). Throws
-    /// `BulkheadError` for any other reason; with `throwAll`, for `concurrency_limit` too.
+    /// `tryAcquire()` (`options`: `{weight, cost, admissionClass, observe, deadline}`; `ambient`
+    /// as `enqueue`'s): the granted call, or `null` when not admitted at once
+    /// (`concurrency_limit`, counted). Throws `BulkheadError` for any other reason (a passed
+    /// deadline: `timeout`); with `throwAll`, for `concurrency_limit` too.
     #[napi]
     pub fn try_take(
         &self,
         env: &Env,
         options: Unknown,
         throw_all: Option<bool>,
+        ambient: Option<f64>,
     ) -> Result<Option<Either<f64, NativeCall>>> {
-        let request = options::try_acquire(env, options, &self.ctx()?)?;
+        let ctx = self.ctx(ambient)?;
+        let request = options::try_acquire(env, options, &ctx)?;
         let r = match self.decide(&request)? {
             Decision::Granted(call) => Ok(call),
             Decision::Rejected(e) => Err(e),
@@ -301,7 +316,7 @@ impl NativeBulkhead {
         options: Unknown,
         run: Option<bool>,
     ) -> Result<()> {
-        options::acquire(env, options, &self.ctx()?, run == Some(true))?;
+        options::acquire(env, options, &self.ctx(None)?, run == Some(true))?;
         self.bh()?.aborted_before_admission();
         Ok(())
     }
@@ -446,6 +461,36 @@ impl NativeBulkhead {
     #[napi(getter)]
     pub fn call_timeout_ms(&self) -> Result<f64> {
         Ok(ms(self.bh()?.call_timeout().unwrap_or(Duration::MAX)))
+    }
+
+    /// The call timeout to arm for a `run()` granted now whose request has the absolute
+    /// `deadline` (ms, this handle's deadline scale): the core's `call_timeout_within` — the
+    /// configured call timeout capped by the time left (0 once it has passed); ms, `Infinity`
+    /// when neither bounds the work. `deadline` is a number the facade checked.
+    #[napi]
+    pub fn call_timeout_within_ms(&self, deadline: f64) -> Result<f64> {
+        let d = clock::deadline_of(deadline, self.virtual_clock);
+        Ok(ms(self
+            .bh()?
+            .call_timeout_within(&d)
+            .unwrap_or(Duration::MAX)))
+    }
+
+    /// The facade's call timer of a plain bulkhead's `run()` fired (a deadline capped the
+    /// work, `callTimeoutWithinMs`): the core's call-timeout rule on its call of `weight`
+    /// permits (`call_timeout` counted; the permits stay held until the facade releases them).
+    /// Returns the `BulkheadError` to reject with.
+    #[napi(ts_return_type = "Error")]
+    pub fn timed_out_plain<'e>(&self, env: &'e Env, weight: f64) -> Result<Unknown<'e>> {
+        let bh = self.bh()?;
+        let mut call = Call::from_parts(&**bh, weight as u64, CallStart::NONE);
+        call.timed_out();
+        // The permits stay out: the facade's release returns them.
+        let _ = call.into_parts();
+        let snapshot = bh.snapshot();
+        settled::flush(env)?;
+        let r = Rejection::new(Reason::CallTimeout, snapshot);
+        marshal::bulkhead_error(env, &r, self.key.as_deref())
     }
 
     #[napi(getter)]

@@ -1,12 +1,60 @@
-//! The test hook's clock: a virtual clock the scenario-vector runner advances by hand.
+//! Clocks: the virtual clock of the test hook (the scenario-vector runner advances it by
+//! hand), and the unit conversion of a request's deadline (docs/design.md §5.9).
+//!
+//! A Node deadline is an absolute time in **ms on the `performance.now()` scale**. The core
+//! takes `Deadline::Ns` on the bulkhead clock's absolute scale: `CLOCK_MONOTONIC` for the host
+//! clock, whose origin differs from `performance.now()`'s by a constant — measured once, at
+//! load ([`init`]) — and, on a bulkhead built on the test hook's virtual clock, that clock's own
+//! ns (the deadline is then ms on the virtual clock: no offset).
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering::SeqCst},
+use std::{
+    cell::Cell,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering::SeqCst},
+    },
 };
 
-use hullguard_core::{Clock, ClockSource};
+use hullguard_core::{Clock, ClockSource, Deadline};
 use napi_derive::napi;
+
+thread_local! {
+    /// The host clock's absolute ns (`CLOCK_MONOTONIC`) at `performance.now() == 0` in this
+    /// isolate, measured once by [`init`].
+    static PERF_ORIGIN_NS: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// Measures the offset between `performance.now()` and the host clock's absolute scale:
+/// `perf_now_ms` is `performance.now()` read by the facade just before this call (the two
+/// reads are microseconds apart; a deadline is at most that much late).
+pub(crate) fn init(perf_now_ms: f64) {
+    let abs = ClockSource::default_for_host().absolute_ns() as f64;
+    PERF_ORIGIN_NS.with(|o| o.set(abs - perf_now_ms * 1e6));
+}
+
+/// 2^63 ns: a deadline at or past it is none (about 292 years).
+const NO_DEADLINE_NS: f64 = 9_223_372_036_854_775_808.0;
+
+/// A deadline of `ms` (absolute, ms on `performance.now()`'s scale, or on the virtual clock
+/// when `virtual_clock`): `Infinity` and anything at or past 2^63 ns are none; a time before
+/// the scale's origin is a passed deadline (`Ns(0)`). `ms` is not NaN or `-Infinity` (the
+/// caller refused those).
+pub(crate) fn deadline_of(ms: f64, virtual_clock: bool) -> Deadline {
+    let origin = if virtual_clock {
+        0.0
+    } else {
+        PERF_ORIGIN_NS.with(Cell::get)
+    };
+    let ns = ms * 1e6 + origin;
+    if ns.is_nan() || ns >= NO_DEADLINE_NS {
+        Deadline::NONE
+    } else if ns <= 0.0 {
+        Deadline::Ns(0)
+    } else {
+        // Below 2^63: exact to the ns the f64 holds (truncated: never later).
+        Deadline::Ns(ns as u64)
+    }
+}
 
 #[derive(Default)]
 struct Virtual(AtomicU64);

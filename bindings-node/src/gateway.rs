@@ -106,15 +106,25 @@ impl NativeBulkhead {
         match r {
             Ok(()) => Ok(None),
             Err(LimitsError::Stale { current }) => Ok(Some(current as f64)),
+            // An option's refusal in the Node spelling (`adaptiveLifo needs a
+            // queueDelayTargetMs above 0`).
+            Err(LimitsError::Config(c)) => Err(range_error(env, c.spelled(Spelling::Node))),
             Err(e) => Err(range_error(env, e)),
         }
     }
 
-    /// `wouldAdmit(options)` (the `acquire` options): what an admission would decide now,
-    /// counting nothing.
+    /// `wouldAdmit(options)` (the `acquire` options; `ambient` the ambient deadline, ms): what
+    /// an admission would decide now, counting nothing (a passed deadline, or one too close
+    /// to wait for: `timeout`).
     #[napi]
-    pub fn would_admit(&self, env: &Env, options: Unknown) -> Result<JsWouldAdmit> {
-        let request = options::acquire(env, options, &self.ctx()?, false)?;
+    pub fn would_admit(
+        &self,
+        env: &Env,
+        options: Unknown,
+        ambient: Option<f64>,
+    ) -> Result<JsWouldAdmit> {
+        let ctx = self.ctx(ambient)?;
+        let request = options::acquire(env, options, &ctx, false)?;
         let got = match (&self.via, &self.key) {
             (Some(reg), Some(key)) => reg.would_admit(key, &request),
             _ => self.bh()?.would_admit(&request),

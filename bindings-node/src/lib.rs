@@ -10,7 +10,7 @@
 //! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
 //! | `settled` | the per-isolate queue of settled waiters / drains and breaker events |
 //! | `marshal` | `TypeError` / `RangeError` / `BulkheadError`, ms |
-//! | `stats`, `clock` | the stats object (one `StatsVisitor`); the virtual clock of the test hook |
+//! | `stats`, `clock` | the stats object (one `StatsVisitor`); the virtual clock of the test hook, deadlines' ms → the core's ns |
 //!
 //! Thread-safety: every object belongs to the isolate (thread) that made it.
 
@@ -54,7 +54,9 @@ pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
 /// Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
 /// what a native call settled (the ids of queued waiters and drains, breaker transitions) at
 /// its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
-/// and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
+/// and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`);
+/// `perfNowMs` is `performance.now()` read just before the call: the scale of deadlines
+/// (`clock`).
 // napi-derive reads the argument types literally (for native.d.ts): no type aliases here.
 #[allow(clippy::type_complexity)]
 #[napi]
@@ -63,7 +65,9 @@ pub fn init(
     bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>, JsDetail)>, ()>,
     scratch: Float64Array,
     settled_ids: Uint32Array,
+    perf_now_ms: f64,
 ) -> Result<()> {
+    clock::init(perf_now_ms);
     fast::init(scratch, settled_ids)?;
     settled::init(&on_settled)?;
     marshal::init(&bulkhead_error)

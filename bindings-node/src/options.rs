@@ -5,7 +5,8 @@
 //! except a part and `callTimeoutMs`: off). The only keys known here by name are the structural ones —
 //! `resilience` (whose keys are the parts `adaptive`, `breaker` and the option `callTimeoutMs`)
 //! and a registry's `overrides` — and the per-call arguments that are no options of a bulkhead
-//! (`weight`, `signal`, `outcome`, drain's `timeoutMs`).
+//! (`weight`, `signal`, `deadline`, `outcome`, drain's `timeoutMs`, `applyLimits`'
+//! `queueDelay`).
 //!
 //! Errors: an unknown key or a value of the wrong type is a `TypeError` naming the key (an
 //! unknown one lists the known names); a value out of range is a `RangeError` with the core's
@@ -21,7 +22,7 @@ use std::{
 
 use hullguard_core::{
     Config, ConfigError, GlobalCap, LimitsSnapshot, MAX_BUDGET, MAX_PERMITS, MAX_QUEUE, Observe,
-    Outcome, RegistryConfig, RegistryConfigError, Request,
+    Outcome, QueueDelay, RegistryConfig, RegistryConfigError, Request,
     config::{
         Part, PartialConfig, PriorityReserve, Rates, Value,
         class_options::{
@@ -36,8 +37,11 @@ use napi::{
     bindgen_prelude::{JsObjectValue, KeyCollectionMode, KeyConversion, KeyFilter, Unknown},
 };
 
-use crate::marshal::{
-    Lazy, count_arg, expect, js_string, number, range_error, string, type_error, type_name,
+use crate::{
+    clock,
+    marshal::{
+        Lazy, count_arg, expect, js_string, number, range_error, string, type_error, type_name,
+    },
 };
 
 const NODE: Spelling = Spelling::Node;
@@ -477,20 +481,48 @@ fn deadline(env: &Env, v: Unknown, name: impl Display) -> Result<Duration> {
     })
 }
 
-/// How a bulkhead reads a request's class and checks its weight: `maxConcurrent`, and the
-/// class names of its class table (index = the core's class index).
+/// A request's absolute `deadline` in ms (docs/design.md §5.9; the scale is `clock`'s): a
+/// number; `Infinity` is none (so is anything at or past 2^63 ns, `clock::deadline_of`); a
+/// passed one is no argument error (the core refuses it `timeout`). NaN and `-Infinity` are a
+/// `RangeError`, a non-number a `TypeError`, both naming `name`.
+pub(crate) fn deadline_ms(env: &Env, v: Unknown, name: &str) -> Result<f64> {
+    let what = Lazy(|f: &mut fmt::Formatter<'_>| {
+        write!(
+            f,
+            "{name} must be an absolute time in ms on the performance.now() scale \
+             (a number > -Infinity; Infinity: none)"
+        )
+    });
+    let x = number(env, v, &what)?;
+    if x.is_nan() || x == f64::NEG_INFINITY {
+        return Err(range_error(env, format_args!("{what}, got {x}")));
+    }
+    Ok(x)
+}
+
+/// How a bulkhead reads a request: `maxConcurrent` (to check its weight), the class names of
+/// its class table (index = the core's class index), the scale of its deadlines (the test
+/// hook's virtual clock, or `performance.now()`'s) and the ambient deadline in effect
+/// (`withDeadline`, ms; `Infinity`: none), which an explicit `deadline` is min'd with.
 pub(crate) struct RequestCtx<'a> {
     pub max_concurrent: u64,
     pub names: &'a [Option<String>],
+    pub virtual_clock: bool,
+    pub ambient_ms: f64,
+}
+
+/// The ambient deadline argument of a native admission method (`undefined`: none).
+pub(crate) fn ambient(ms: Option<f64>) -> f64 {
+    // The facade passes only a checked number: NaN cannot reach here, but is none if it did.
+    ms.filter(|m| !m.is_nan()).unwrap_or(f64::INFINITY)
 }
 
 /// The per-call keys of `acquire()` / `wouldAdmit()`, for "unknown option".
-const ACQUIRE_KEYS: &str =
-    "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\"";
+const ACQUIRE_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\", \"deadline\"";
 /// The per-call keys of `run()`: `acquire()`'s and `getUsage`.
-const RUN_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\", \"getUsage\"";
+const RUN_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"signal\", \"queueTimeoutMs\", \"deadline\", \"getUsage\"";
 /// The per-call keys of `tryAcquire()` (it never queues).
-const TRY_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\"";
+const TRY_KEYS: &str = "\"weight\", \"cost\", \"admissionClass\", \"observe\", \"deadline\"";
 
 /// Which call's options a request is read from (they differ in the keys they take).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -504,16 +536,16 @@ enum Keys {
 }
 
 /// `acquire()` options (`run`: `run()`'s, which take `getUsage` too): `{weight, cost,
-/// admissionClass, observe, signal, queueTimeoutMs}` (`signal` and `getUsage` are the
-/// facade's). `null` (like `undefined`) is not given: one permit, no cost, class 0, the
-/// bulkhead's own timeout.
+/// admissionClass, observe, signal, queueTimeoutMs, deadline}` (`signal` and `getUsage` are
+/// the facade's). `null` (like `undefined`) is not given: one permit, no cost, class 0, the
+/// bulkhead's own timeout, the ambient deadline (or none).
 pub(crate) fn acquire(env: &Env, opts: Unknown, ctx: &RequestCtx, run: bool) -> Result<Request> {
     let keys = if run { Keys::Run } else { Keys::Acquire };
     request(env, opts, ctx, keys)
 }
 
-/// `tryAcquire()` options: `{weight, cost, admissionClass, observe}`; a request that does not
-/// queue.
+/// `tryAcquire()` options: `{weight, cost, admissionClass, observe, deadline}`; a request that
+/// does not queue (a passed deadline makes its refusal `timeout`).
 pub(crate) fn try_acquire(env: &Env, opts: Unknown, ctx: &RequestCtx) -> Result<Request> {
     request(env, opts, ctx, Keys::Try).map(Request::no_wait)
 }
@@ -522,9 +554,16 @@ fn request(env: &Env, opts: Unknown, ctx: &RequestCtx, keys: Keys) -> Result<Req
     let mut r = Request::new(1);
     let timeout = OptionId::QueueTimeout.spec().spelled(NODE);
     let queue = keys != Keys::Try;
+    let mut deadline_at = ctx.ambient_ms;
     for (key, v) in entries(env, opts, "options must be an object")? {
         let given = not_null(v)?;
         match key.as_str() {
+            // An explicit deadline is min'd with the ambient one (a budget is never extended).
+            "deadline" => {
+                if let Some(v) = given {
+                    deadline_at = deadline_at.min(deadline_ms(env, v, "deadline")?);
+                }
+            }
             "weight" => {
                 if let Some(v) = given {
                     let max = ctx.max_concurrent;
@@ -561,6 +600,9 @@ fn request(env: &Env, opts: Unknown, ctx: &RequestCtx, keys: Keys) -> Result<Req
                 return Err(unknown(env, "", k, known));
             }
         }
+    }
+    if deadline_at != f64::INFINITY {
+        r.deadline = clock::deadline_of(deadline_at, ctx.virtual_clock);
     }
     Ok(r)
 }
@@ -644,8 +686,8 @@ pub(crate) fn observe_arg(env: &Env, v: Unknown, name: &str) -> Result<Observe> 
 }
 
 /// `applyLimits(options)`: `{revision, limit, budget, maxQueue, queueTimeoutMs, reserve,
-/// rates}` as the core's snapshot (`revision` required) and the class table's run-time part
-/// (`reserve`, `rates`: the class-option table's). The core judges every value.
+/// rates, queueDelay}` as the core's snapshot (`revision` required) and the class table's
+/// run-time part (`reserve`, `rates`: the class-option table's). The core judges every value.
 pub(crate) fn limits(
     env: &Env,
     opts: Unknown,
@@ -672,12 +714,13 @@ pub(crate) fn limits(
                 table_option(env, &mut b, &key, v)?;
                 rates = Some(b.rates());
             }
+            "queueDelay" => snap.queue_delay = Some(queue_delay(env, v)?),
             k => {
                 return Err(unknown(
                     env,
                     "",
                     k,
-                    "\"revision\", \"limit\", \"budget\", \"maxQueue\", \"queueTimeoutMs\", \"reserve\", \"rates\"",
+                    "\"revision\", \"limit\", \"budget\", \"maxQueue\", \"queueTimeoutMs\", \"reserve\", \"rates\", \"queueDelay\"",
                 ));
             }
         }
@@ -685,6 +728,65 @@ pub(crate) fn limits(
     snap.revision =
         revision.ok_or_else(|| type_error(env, "revision is required (an integer >= 0)"))?;
     Ok((snap, reserve, rates))
+}
+
+/// `applyLimits`' `queueDelay: {targetMs, intervalMs, lifo}` (docs/design.md §4.10): the three
+/// queue-delay dispatch options, replaced together. `targetMs` is required (0 turns shedding
+/// and LIFO off); `intervalMs` defaults to the option's default (100 ms), `lifo` to false.
+/// Each value by its option row's range (`queueDelayTargetMs`, …); an unknown key is a
+/// `TypeError` naming it. The core judges the combination (LIFO needs a target; a bulkhead
+/// built without a target or classes refuses).
+fn queue_delay(env: &Env, v: Unknown) -> Result<QueueDelay> {
+    let mut q = Config::DEFAULT.queue_delay();
+    q.lifo = false;
+    let mut target = None;
+    let ms = |id: OptionId, name: &str, x: Unknown| -> Result<std::time::Duration> {
+        let spec = id.spec();
+        let what = Lazy(|f: &mut fmt::Formatter<'_>| {
+            write!(f, "queueDelay.{name} must be {}", spec.range(NODE))
+        });
+        duration_from_millis(number(env, x, &what)?, spec.kind).map_err(|_| {
+            range_error(
+                env,
+                format_args!("{what}, got {}", js_string(&x).unwrap_or_default()),
+            )
+        })
+    };
+    for (k, x) in entries(
+        env,
+        v,
+        "queueDelay must be an object {targetMs, intervalMs, lifo}",
+    )? {
+        let Some(x) = not_null(x)? else { continue };
+        match k.as_str() {
+            "targetMs" => target = Some(ms(OptionId::QueueDelayTarget, "targetMs", x)?),
+            "intervalMs" => q.interval = ms(OptionId::QueueDelayInterval, "intervalMs", x)?,
+            "lifo" => {
+                let b = expect(
+                    env,
+                    x,
+                    ValueType::Boolean,
+                    "queueDelay.lifo must be a boolean",
+                )?;
+                q.lifo = b.coerce_to_bool()?;
+            }
+            _ => {
+                return Err(unknown(
+                    env,
+                    "queueDelay: ",
+                    &k,
+                    "\"targetMs\", \"intervalMs\", \"lifo\"",
+                ));
+            }
+        }
+    }
+    q.target = target.ok_or_else(|| {
+        type_error(
+            env,
+            "queueDelay.targetMs is required (ms; 0 turns shedding and LIFO off)",
+        )
+    })?;
+    Ok(q)
 }
 
 /// `release()` options: `undefined`, an outcome name, or `{outcome, usage}` (`usage`: the

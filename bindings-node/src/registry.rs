@@ -30,6 +30,8 @@ pub struct NativeRegistry {
     /// Whether it has a global cap (read once: `global_stats()` builds the shared admission's
     /// whole stats, and `get` runs for every call).
     global: bool,
+    /// On the test hook's virtual clock (its handles' deadlines are ms on it).
+    virtual_clock: bool,
 }
 
 #[napi]
@@ -55,6 +57,7 @@ impl NativeRegistry {
             reg: Arc::new(reg),
             events,
             global,
+            virtual_clock: clock.is_some(),
         })
     }
 
@@ -78,6 +81,7 @@ impl NativeRegistry {
             nb.via = Some(self.reg.clone());
         }
         nb.events = self.events;
+        nb.virtual_clock = self.virtual_clock;
         Ok(nb)
     }
 
@@ -101,18 +105,21 @@ impl NativeRegistry {
     }
 
     /// What an admission on `key` would decide now, without creating the key (see
-    /// `NativeBulkhead.wouldAdmit`; the registry's default class names: none).
+    /// `NativeBulkhead.wouldAdmit`, `ambient` too; the registry's default class names: none).
     #[napi]
     pub fn would_admit(
         &self,
         env: &Env,
         key: Unknown,
         options: Unknown,
+        ambient: Option<f64>,
     ) -> Result<crate::gateway::JsWouldAdmit> {
         let key = string(env, key, "key")?;
         let ctx = options::RequestCtx {
             max_concurrent: hullguard_core::MAX_PERMITS,
             names: &[],
+            virtual_clock: self.virtual_clock,
+            ambient_ms: options::ambient(ambient),
         };
         let request = options::acquire(env, options, &ctx, false)?;
         let got = self.reg.would_admit(&key, &request);

@@ -1,5 +1,5 @@
 // No lib.dom, no @types/node: the signal option falls back to a structural AbortSignal type.
-import { Bulkhead, type AbortSignalLike } from 'hullguard'
+import { Bulkhead, withDeadline, remainingMs, type AbortSignalLike } from 'hullguard'
 
 declare const signal: AbortSignalLike
 const bh = new Bulkhead({ maxConcurrent: 1 })
@@ -9,3 +9,4 @@ export async function bare(): Promise<number> {
   return bh.run((s) => (s?.aborted ? 0 : 1), { signal })
 }
 export const policies = new Bulkhead({ resilience: { adaptive: {}, callTimeoutMs: 10 } }).on('stateChange', () => {})
+export const budget: number | undefined = withDeadline(1_500, () => remainingMs())
