@@ -106,6 +106,40 @@ function remainingMs() {
   return d === undefined ? undefined : Math.max(0, d - now())
 }
 
+/**
+ * Runs `fn()` outside every budget (work shared by callers with different budgets: no one
+ * caller's deadline may bound it; each caller bounds its own wait).
+ */
+function outside(fn) {
+  return used ? store.exit(fn) : fn()
+}
+
+/**
+ * A signal that aborts with the first of `signals` (`AbortSignal.any`, Node ≥ 20.3; before it, a
+ * controller whose listeners on the others are removed as soon as one aborts — a deadline's
+ * timeout signal always does, so no caller's long-lived signal collects listeners for long).
+ */
+function anySignal(signals) {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
+  const ac = new AbortController()
+  const listeners = []
+  const done = (reason) => {
+    for (const [s, l] of listeners) s.removeEventListener('abort', l)
+    listeners.length = 0
+    ac.abort(reason)
+  }
+  for (const s of signals) {
+    if (s.aborted) {
+      done(s.reason)
+      break
+    }
+    const l = () => done(s.reason)
+    listeners.push([s, l])
+    s.addEventListener('abort', l, { once: true })
+  }
+  return ac.signal
+}
+
 /** Now on the deadlines' scale (ms). */
 function nowMs() {
   return now()
@@ -131,4 +165,4 @@ function setNow(fn) {
   now = fn ?? perfNow
 }
 
-module.exports = { ambient, withDeadline, withDeadlineAt, currentDeadline, remainingMs, nowMs, deadlineOf, setNow, NO_DEADLINE_MS }
+module.exports = { ambient, withDeadline, withDeadlineAt, currentDeadline, remainingMs, nowMs, deadlineOf, setNow, outside, anySignal, NO_DEADLINE_MS }

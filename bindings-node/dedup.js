@@ -46,6 +46,7 @@
  */
 
 const { BulkheadError } = require('./index.js')
+const ambient = require('./ambient.js')
 const { errorOutcome } = require('./outcome.js')
 
 /**
@@ -183,8 +184,13 @@ class SingleFlight {
     }
     if (typeof fn !== 'function') throw new TypeError(`fn must be a function, got ${typeof fn}`)
     const o = checkOptions(opts)
-    const signal = o.signal
-    if (signal?.aborted) throw abortReason(signal)
+    // The shared work runs outside every budget (another caller's deadline must not cut it
+    // short for the rest); this caller's own budget bounds its wait: a signal that aborts at
+    // its deadline, answered with the BULKHEAD_CALL_TIMEOUT a guarded call gets there.
+    const left = ambient.remainingMs()
+    const budget = left === undefined ? undefined : AbortSignal.timeout(Math.ceil(left))
+    const signal = budget === undefined ? o.signal : o.signal === undefined ? budget : ambient.anySignal([o.signal, budget])
+    if (signal?.aborted) throw this.#reason(signal, budget)
     const partition = JSON.stringify([
       key,
       o.weight ?? 1,
@@ -207,7 +213,7 @@ class SingleFlight {
       flight.waiters.add(me)
       let r
       try {
-        r = await this.#wait(flight, me, signal)
+        r = await this.#wait(flight, me, signal, budget)
       } finally {
         this.#leave(flight, me)
       }
@@ -223,7 +229,7 @@ class SingleFlight {
   #start(partition, fn, o, leader) {
     const ac = new AbortController()
     const flight = { partition, ac, leader, waiters: new Set(), done: false, result: undefined }
-    flight.result = this.#work(flight, fn, o).finally(() => {
+    flight.result = ambient.outside(() => this.#work(flight, fn, o)).finally(() => {
       flight.done = true
       if (this.#flights.get(partition) === flight) this.#flights.delete(partition)
     })
@@ -256,10 +262,19 @@ class SingleFlight {
   }
 
   /** The flight's result for one waiter, or its own signal's abort reason. */
-  #wait(flight, me, signal) {
+  /** Why `signal` aborted: the caller's reason, or this caller's budget as a call timeout. */
+  #reason(signal, budget) {
+    if (budget === undefined || !budget.aborted || (signal !== budget && signal.reason !== budget.reason)) {
+      return abortReason(signal)
+    }
+    const s = this.#bh.stats()
+    return new BulkheadError('call_timeout', { active: s.active, queued: s.queued, limit: s.limit, available: s.available })
+  }
+
+  #wait(flight, me, signal, budget) {
     if (signal === undefined) return flight.result
     return new Promise((resolve, reject) => {
-      const onAbort = () => reject(abortReason(signal))
+      const onAbort = () => reject(this.#reason(signal, budget))
       signal.addEventListener('abort', onAbort, { once: true })
       flight.result.then(
         (r) => {

@@ -47,7 +47,7 @@ const http = require('node:http')
 const { errorMonitor } = require('node:events')
 const { errorOutcome } = require('./outcome.js')
 const native = require('./native.js')
-const { ambient, deadlineOf, nowMs } = require('./ambient.js')
+const { ambient, anySignal, deadlineOf, nowMs } = require('./ambient.js')
 const { MAX_TIMER_MS } = require('./deadlines.js')
 
 // The facade (index.js) re-exports this module, so it is looked up on first use, not at load.
@@ -167,44 +167,16 @@ function fetchOptionsArg(options) {
   return { admission: admission ?? undefined, header: off ? undefined : deadlineHeader }
 }
 
-/** The largest value of a grpc-timeout (8 digits). */
-const GRPC_MAX = 99_999_999
-/** grpc-timeout units from the finest used here (ms: the resolution of Node's timers). */
-const GRPC_UNITS = [
-  ['m', 1],
-  ['S', 1_000],
-  ['M', 60_000],
-  ['H', 3_600_000],
-]
-
 /**
- * `ms` (≥ 1) in the grpc-timeout format (gRPC over HTTP/2: at most 8 digits and a unit of
- * `H M S m u n`): whole ms rounded down — the downstream never gets a later deadline than
- * ours — in the finest unit that fits, each coarser unit rounded down too (1500 → `'1500m'`,
- * 123 456 789 → `'123456S'`).
+ * `ms` (a time left) as a grpc-timeout header value, by the core's one rule for every binding:
+ * at most 8 digits and a unit (H, M, S, m, u, n) — the finest unit whose value fits, rounded
+ * down (the downstream's deadline is never later than ours), written in the coarsest unit that
+ * holds it exactly (1500 → `'1500m'`, 2000 → `'2S'`, 1499.75 → `'1499750u'`).
  */
 function grpcTimeout(ms) {
-  const whole = Math.floor(ms)
-  for (const [unit, per] of GRPC_UNITS) {
-    const n = Math.floor(whole / per)
-    if (n <= GRPC_MAX) return `${n}${unit}`
-  }
-  return `${GRPC_MAX}H`
+  return native.grpcTimeout(ms)
 }
 
-/** A signal that aborts with the first of `signals` (`AbortSignal.any`, Node ≥ 20.3). */
-function anySignal(signals) {
-  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals)
-  const ac = new AbortController()
-  for (const s of signals) {
-    if (s.aborted) {
-      ac.abort(s.reason)
-      break
-    }
-    s.addEventListener('abort', () => ac.abort(s.reason), { once: true })
-  }
-  return ac.signal
-}
 
 /** Whether fetch's `input` is a `Request` (its headers are the request's unless init has some). */
 function isRequestLike(input) {

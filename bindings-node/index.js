@@ -1306,8 +1306,23 @@ function originKey(url) {
   return native.originKey(url)
 }
 
-// `performance.now()` read for the addon to measure its offset from the core's host clock.
-native.init(onSettled, BulkheadError, scratch, settledIds, performance.now())
+native.init(onSettled, BulkheadError, scratch, settledIds)
+// The offset between `performance.now()` (the scale of Node deadlines) and the core's host
+// clock: the narrowest of a few bracketed samples, taken at its midpoint (docs/design.md §10.2).
+{
+  let bracket = Infinity
+  let origin = 0
+  for (let i = 0; i < 8; i++) {
+    const before = performance.now()
+    const host = native.hostClockNs()
+    const after = performance.now()
+    if (after - before < bracket) {
+      bracket = after - before
+      origin = host - ((before + after) / 2) * 1e6
+    }
+  }
+  native.setPerfOriginNs(origin)
+}
 
 module.exports = {
   Bulkhead,

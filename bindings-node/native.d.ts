@@ -284,14 +284,30 @@ export interface DrainReport {
 export declare function fastEntryPoints(): { fastTake(slot: number, id: number): number; fastGive(slot: number, weight: number): number; fastPoll(slot: number, ticket: number): number; fastExpire(slot: number, ticket: number, aborted: number): number }
 
 /**
+ * The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
+ * `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
+ * `ms` (a time left) as a `grpc-timeout` header value, by the core's one rule
+ * (`hullguard_core::deadline::grpc_timeout`): at most 8 digits and a unit, rounded down; 0, a
+ * negative or NaN time is `"0n"`, an infinite one `"99999999H"`.
+ */
+export declare function grpcTimeout(ms: number): string
+
+/**
+ * The host clock's absolute ns now (`CLOCK_MONOTONIC`), for the facade's calibration: it
+ * brackets this call with two `performance.now()` reads, keeps the sample of the narrowest
+ * bracket and sets the origin from its midpoint ([`set_perf_origin_ns`]) — a deadline is then
+ * off by at most half that bracket (well under a microsecond), not by a whole native call.
+ */
+export declare function hostClockNs(): number
+
+/**
  * Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
  * what a native call settled (the ids of queued waiters and drains, breaker transitions) at
  * its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
- * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`);
- * `perfNowMs` is `performance.now()` read just before the call: the scale of deadlines
- * (`clock`).
+ * and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
+ * The deadlines' clock offset is calibrated by the facade (`clock::host_clock_ns`).
  */
-export declare function init(onSettled: (arg0: Array<number>, arg1: Array<NativeEvent>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2: string | undefined | null, arg3: JsDetail) => void, scratch: Float64Array, settledIds: Uint32Array, perfNowMs: number): void
+export declare function init(onSettled: (arg0: Array<number>, arg1: Array<NativeEvent>) => void, bulkheadError: (arg0: string, arg1: JsSnapshot, arg2: string | undefined | null, arg3: JsDetail) => void, scratch: Float64Array, settledIds: Uint32Array): void
 
 /**
  * A classed bulkhead's refusal of one class: its index, the constraint that held it back
@@ -424,10 +440,6 @@ export interface NativeEvent {
  */
 export declare function originKey(url: unknown): string
 
-/**
- * The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
- * `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
- */
 export declare function outcomeForHttpStatus(status: number): string
 
 /** The outcomes with their codes (`Outcome as u8`): `{success: 0, failure: 1, …}`. */
@@ -454,6 +466,12 @@ export interface ReasonRow {
 
 /** The admission reasons, in `hg_reason` order (the core's table). */
 export declare function reasons(): Array<ReasonRow>
+
+/**
+ * Sets the host clock's absolute ns at `performance.now() == 0` in this isolate (see
+ * [`host_clock_ns`]).
+ */
+export declare function setPerfOriginNs(originNs: number): void
 
 /** How many settled ids and events wait to be delivered (0 between native calls; for tests). */
 export declare function settledPending(): number

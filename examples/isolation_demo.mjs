@@ -47,6 +47,9 @@
 // healthy origin's p99 latency with hullguard is at most a fifth of its p99 without, and with
 // hullguard no healthy request waited behind a degraded one for the shared budget.
 //
+// Last, the deadline phase (examples/deadline_demo.mjs; `--no-deadline` skips it): a request
+// budget across two sequential calls and CoDel + adaptive LIFO under a burst.
+//
 // Then the LLM-gateway phase runs (examples/llm_gateway_demo.mjs; `--no-llm` skips it): a fake
 // streaming LLM provider with a concurrent-token ceiling, an interactive and a batch class
 // through one client, without a bulkhead, through `withBulkhead(fetch)` with a count-only
@@ -65,6 +68,11 @@ import { performance } from 'node:perf_hooks'
 import { parseArgs } from 'node:util'
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads'
 import { gatewayPhase, phaseFlags, phaseOptions } from './llm_gateway_demo.mjs'
+import {
+  deadlinePhase,
+  phaseFlags as deadlineFlags,
+  phaseOptions as deadlineOptions,
+} from './deadline_demo.mjs'
 
 const HEALTHY = 0
 const DEGRADED = 1
@@ -133,6 +141,8 @@ function options() {
       json: { type: 'boolean', default: false },
       'no-llm': { type: 'boolean', default: false },
       ...phaseFlags('llm-'),
+      'no-deadline': { type: 'boolean', default: false },
+      ...deadlineFlags('deadline-'),
       help: { type: 'boolean', short: 'h', default: false },
     },
   })
@@ -152,7 +162,9 @@ function options() {
   --pool-timeout S      give up on a request with no socket after S (default 2.0)
   --json                also print RESULT {json} at the end
   --no-llm              skip the LLM-gateway phase (examples/llm_gateway_demo.mjs; its flags
-                        prefixed with --llm-, e.g. --llm-seconds 4)`)
+                        prefixed with --llm-, e.g. --llm-seconds 4)
+  --no-deadline         skip the deadline phase (examples/deadline_demo.mjs; its flags prefixed
+                        with --deadline-, e.g. --deadline-budget 0.5)`)
     process.exit(0)
   }
   const num = (name, min) => {
@@ -185,6 +197,7 @@ function options() {
     poolTimeoutMs: num('pool-timeout', 0.01) * 1000,
     json: values.json,
     llm: values['no-llm'] ? null : phaseOptions(values, 'llm-'),
+    deadline: values['no-deadline'] ? null : deadlineOptions(values, 'deadline-'),
   }
   if (o.degradedMaxMs < o.degradedMinMs) o.degradedMaxMs = o.degradedMinMs
   // A safety net on one exchange once it has a socket: never reached here.
@@ -522,6 +535,8 @@ async function main() {
   )
   // The LLM-gateway phase (examples/llm_gateway_demo.mjs): its own provider process and checks.
   const llmOk = o.llm === null || (await gatewayPhase(o.llm)).ok
+  // The deadline phase (examples/deadline_demo.mjs): its own upstream process and checks.
+  const deadlineOk = o.deadline === null || (await deadlinePhase(o.deadline)).ok
   if (o.json) {
     console.log(
       `RESULT ${JSON.stringify({
@@ -532,7 +547,7 @@ async function main() {
       })}`,
     )
   }
-  return p99Ok && isolated && llmOk ? 0 : 1
+  return p99Ok && isolated && llmOk && deadlineOk ? 0 : 1
 }
 
 // The entry point (at the end: every declaration above is initialized by then).

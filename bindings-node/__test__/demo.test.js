@@ -38,6 +38,7 @@ test('demo (scaled down): hullguard isolates the healthy origin', { timeout: 50_
     '1.5',
     '--json',
     '--no-llm', // the LLM-gateway phase has its own test (llm-demo.test.js)
+    '--no-deadline', // and so has the deadline phase (deadline-demo.test.js)
   ])
   const line = out.split('\n').find((l) => l.startsWith('RESULT '))
   assert.ok(line, `no RESULT line; exit ${code}\n${out}\n${err}`)

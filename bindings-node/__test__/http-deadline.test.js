@@ -40,20 +40,28 @@ async function startServer() {
   return s
 }
 
-test('grpcTimeout: whole ms rounded down, the finest unit that fits 8 digits', () => {
+test('grpcTimeout: the core\'s rule (finest unit that fits 8 digits, rounded down, coarsest exact unit)', () => {
   assert.equal(grpcTimeout(1500), '1500m')
-  assert.equal(grpcTimeout(1499.9), '1499m')
-  assert.equal(grpcTimeout(1), '1m')
-  assert.equal(grpcTimeout(99_999_999), '99999999m')
-  assert.equal(grpcTimeout(100_000_000), '100000S')
-  assert.equal(grpcTimeout(123_456_789), '123456S')
-  assert.equal(grpcTimeout(99_999_999_999), '99999999S')
-  assert.equal(grpcTimeout(100_000_000_000), '1666666M')
+  assert.equal(grpcTimeout(1499.75), '1499750u')
+  assert.equal(grpcTimeout(2000), '2S')
+  assert.equal(grpcTimeout(120_000), '2M')
+  assert.equal(grpcTimeout(0), '0n')
+  assert.equal(grpcTimeout(-5), '0n')
+  assert.equal(grpcTimeout(NaN), '0n')
+  assert.equal(grpcTimeout(Infinity), '99999999H')
   assert.equal(grpcTimeout(1e20), '99999999H')
-  for (const ms of [1, 7.5, 1500, 86_400_000, 2 ** 31, 1e15]) {
+  for (const ms of [1e-6, 1, 7.5, 1500, 86_400_000, 2 ** 31, 1e15]) {
     assert.match(grpcTimeout(ms), /^\d{1,8}[HMSmun]$/, String(ms))
   }
 })
+
+/** A grpc-timeout value in ms (throws on a malformed one). */
+function grpcMs(v) {
+  const m = /^(\d{1,8})([HMSmun])$/.exec(v)
+  assert.ok(m, `grpc-timeout ${v}`)
+  const per = { H: 3_600_000, M: 60_000, S: 1_000, m: 1, u: 1e-3, n: 1e-6 }[m[2]]
+  return Number(m[1]) * per
+}
 
 test('withBulkhead: the time left is sent in the deadlineHeader (grpc-timeout format); off by default', async () => {
   const s = await startServer()
@@ -71,10 +79,8 @@ test('withBulkhead: the time left is sent in the deadlineHeader (grpc-timeout fo
     assert.equal(off['grpc-timeout'], undefined)
 
     const h = await withDeadline(1_500, () => headersOf(grpc, `${s.base}/echo`, { headers: { 'x-a': '1' } }))
-    const m = /^(\d{1,8})m$/.exec(h['grpc-timeout'])
-    assert.ok(m, `grpc-timeout ${h['grpc-timeout']}`)
-    const sent = Number(m[1])
-    assert.ok(sent > 0 && sent <= 1_500, `sent ${sent} ms of a 1500 ms budget`)
+    const sent = grpcMs(h['grpc-timeout'])
+    assert.ok(sent > 0 && sent <= 1_500, `sent ${h['grpc-timeout']} of a 1500 ms budget`)
     assert.equal(h['x-a'], '1', 'the caller’s headers are kept')
 
     // An explicit deadline from the admission options; a Request input keeps its headers.
@@ -83,12 +89,12 @@ test('withBulkhead: the time left is sent in the deadlineHeader (grpc-timeout fo
       admission: () => ({ deadline: performance.now() + 800 }),
     })
     const r = await headersOf(viaAdmission, new Request(`${s.base}/echo`, { headers: { 'x-b': '2' } }))
-    assert.ok(Number(/^(\d+)m$/.exec(r['grpc-timeout'])[1]) <= 800)
+    assert.ok(grpcMs(r['grpc-timeout']) <= 800, r['grpc-timeout'])
     assert.equal(r['x-b'], '2')
 
     // The header's name is the caller's.
     const c = await withDeadline(60_000, () => headersOf(custom, `${s.base}/echo`))
-    assert.match(c['x-budget'], /^\d{1,8}m$/)
+    assert.match(c['x-budget'], /^\d{1,8}[HMSmun]$/)
     assert.equal(c['grpc-timeout'], undefined)
     for (const st of Object.values(reg.stats())) assert.equal(st.active, 0)
   } finally {

@@ -559,3 +559,94 @@ describe('the fast path stays fast', () => {
     }
   })
 })
+
+// ----- regressions from the issue-17 review -------------------------------------------------
+
+describe('review regressions', () => {
+  test('SingleFlight: one caller’s budget never cuts the shared work short for the others', async () => {
+    const { SingleFlight } = require('../dedup.js')
+    const front = new Bulkhead({ maxConcurrent: 4 })
+    const sf = new SingleFlight(front)
+    let release
+    const gate = new Promise((r) => (release = r))
+    let started
+    const running = new Promise((r) => (started = r))
+    const work = async () => {
+      started()
+      await gate
+      return 'answer'
+    }
+    // AbortSignal.timeout's timer does not keep the event loop alive: this interval does.
+    const keep = setInterval(() => {}, 1000)
+    const leader = withDeadline(30, () => sf.run('k', work))
+    const follower = running.then(() => sf.run('k', work))
+    try {
+      await assert.rejects(leader, (e) => e instanceof BulkheadError && e.code === 'BULKHEAD_CALL_TIMEOUT')
+    } finally {
+      clearInterval(keep)
+    }
+    release()
+    assert.equal(await follower, 'answer')
+    await turns(4)
+    const st = front.stats()
+    assert.equal(st.active, 0)
+    assert.equal(st.available, 4)
+  })
+
+  test('a budget of 0 ms is spent: refused timeout (the clock offset is calibrated)', async () => {
+    const bh = new Bulkhead({ maxConcurrent: 4 })
+    let admitted = 0
+    let timedOut = 0
+    for (let i = 0; i < 200; i++) {
+      await withDeadline(0, async () => {
+        try {
+          const p = bh.tryAcquire()
+          if (p) {
+            admitted++
+            p.release()
+          }
+        } catch (e) {
+          assert.equal(e.code, 'BULKHEAD_QUEUE_TIMEOUT')
+          timedOut++
+        }
+      })
+    }
+    assert.equal(admitted, 0)
+    assert.equal(timedOut, 200)
+  })
+
+  test('constructor errors name the right rule for the queue-delay options', () => {
+    assert.throws(() => new Bulkhead({ queueDelayTargetMs: -1 }), /queueDelayTargetMs must be 0 or at least/)
+    assert.throws(() => new Bulkhead({ queueDelayTargetMs: 10, adaptiveLifo: 1 }), /adaptiveLifo must be a bool/)
+    assert.throws(() => new Bulkhead({ adaptiveLifo: true }), /adaptiveLifo needs a queueDelayTargetMs above 0/)
+    assert.throws(
+      () => new Bulkhead({ maxConcurrent: 1 }).applyLimits({ revision: 1, queueDelay: { targetMs: 10 } }),
+      /queueDelayTargetMs needs a runtime-sized bulkhead with a clock \(and, to change it with applyLimits/,
+    )
+  })
+
+  test('the AbortSignal.any fallback leaves no listener on the caller’s signal once one aborts', () => {
+    const { anySignal } = require('../ambient.js')
+    const saved = AbortSignal.any
+    AbortSignal.any = undefined
+    try {
+      const caller = new AbortController()
+      let added = 0
+      let removed = 0
+      const add = caller.signal.addEventListener.bind(caller.signal)
+      const remove = caller.signal.removeEventListener.bind(caller.signal)
+      caller.signal.addEventListener = (...a) => (added++, add(...a))
+      caller.signal.removeEventListener = (...a) => (removed++, remove(...a))
+      for (let i = 0; i < 100; i++) {
+        const budget = new AbortController()
+        const s = anySignal([caller.signal, budget.signal])
+        budget.abort(new Error('deadline'))
+        assert.equal(s.aborted, true)
+      }
+      assert.equal(added, 100)
+      assert.equal(removed, 100)
+    } finally {
+      AbortSignal.any = saved
+    }
+  })
+})

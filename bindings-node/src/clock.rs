@@ -24,12 +24,20 @@ thread_local! {
     static PERF_ORIGIN_NS: Cell<f64> = const { Cell::new(0.0) };
 }
 
-/// Measures the offset between `performance.now()` and the host clock's absolute scale:
-/// `perf_now_ms` is `performance.now()` read by the facade just before this call (the two
-/// reads are microseconds apart; a deadline is at most that much late).
-pub(crate) fn init(perf_now_ms: f64) {
-    let abs = ClockSource::default_for_host().absolute_ns() as f64;
-    PERF_ORIGIN_NS.with(|o| o.set(abs - perf_now_ms * 1e6));
+/// The host clock's absolute ns now (`CLOCK_MONOTONIC`), for the facade's calibration: it
+/// brackets this call with two `performance.now()` reads, keeps the sample of the narrowest
+/// bracket and sets the origin from its midpoint ([`set_perf_origin_ns`]) — a deadline is then
+/// off by at most half that bracket (well under a microsecond), not by a whole native call.
+#[napi]
+pub fn host_clock_ns() -> f64 {
+    ClockSource::default_for_host().absolute_ns() as f64
+}
+
+/// Sets the host clock's absolute ns at `performance.now() == 0` in this isolate (see
+/// [`host_clock_ns`]).
+#[napi]
+pub fn set_perf_origin_ns(origin_ns: f64) {
+    PERF_ORIGIN_NS.with(|o| o.set(origin_ns));
 }
 
 /// 2^63 ns: a deadline at or past it is none (about 292 years).

@@ -54,9 +54,8 @@ pub const MAX_QUEUE: f64 = hullguard_core::MAX_QUEUE as f64;
 /// Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
 /// what a native call settled (the ids of queued waiters and drains, breaker transitions) at
 /// its end; `BulkheadError` is the class the addon throws rejections as; `scratch` (2 numbers)
-/// and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`);
-/// `perfNowMs` is `performance.now()` read just before the call: the scale of deadlines
-/// (`clock`).
+/// and `settledIds` (at least 1) are the arrays the hot entry points report through (`fast`).
+/// The deadlines' clock offset is calibrated by the facade (`clock::host_clock_ns`).
 // napi-derive reads the argument types literally (for native.d.ts): no type aliases here.
 #[allow(clippy::type_complexity)]
 #[napi]
@@ -65,9 +64,7 @@ pub fn init(
     bulkhead_error: Function<FnArgs<(&'static str, JsSnapshot, Option<String>, JsDetail)>, ()>,
     scratch: Float64Array,
     settled_ids: Uint32Array,
-    perf_now_ms: f64,
 ) -> Result<()> {
-    clock::init(perf_now_ms);
     fast::init(scratch, settled_ids)?;
     settled::init(&on_settled)?;
     marshal::init(&bulkhead_error)
@@ -114,6 +111,21 @@ pub fn outcomes(env: &Env) -> Result<Object<'_>> {
 
 /// The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429
 /// `'overload'`, anything else `'success'`); used by the fetch and agent integrations.
+/// `ms` (a time left) as a `grpc-timeout` header value, by the core's one rule
+/// (`hullguard_core::deadline::grpc_timeout`): at most 8 digits and a unit, rounded down; 0, a
+/// negative or NaN time is `"0n"`, an infinite one `"99999999H"`.
+#[napi]
+pub fn grpc_timeout(ms: f64) -> String {
+    let left = if ms > 0.0 {
+        std::time::Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(std::time::Duration::MAX)
+    } else {
+        std::time::Duration::ZERO
+    };
+    hullguard_core::deadline::grpc_timeout(left)
+        .as_str()
+        .to_owned()
+}
+
 #[napi]
 pub fn outcome_for_http_status(status: u32) -> &'static str {
     Outcome::for_http_status(u16::try_from(status).unwrap_or(u16::MAX)).as_str()

@@ -357,9 +357,10 @@ impl Bulkhead {
         call: CoreCall,
         deadline: Deadline,
     ) -> PyResult<()> {
-        if !self.bh.has_policies() && deadline == Deadline::NONE {
-            // No policies, so no outcome to record, and no deadline to bound the work: only
-            // the unit is kept.
+        if !self.bh.has_policies() {
+            // No policies, so no outcome to record: only the unit is kept (its exit may run in
+            // another task). A deadline bounded the wait; the work of a bare block is not
+            // bounded by it (`async with bh.acquire()` is: its permit arms the call timeout).
             call.forget();
             self.held.fetch_add(1, SeqCst);
             return Ok(());
@@ -999,8 +1000,9 @@ impl Bulkhead {
 }
 
 /// `apply_limits`' `queue_delay={"target", "interval", "lifo"}` (docs/design.md §4.10): each
-/// key by its option row (`queue_delay_target`, `queue_delay_interval`, `adaptive_lifo`), an
-/// omitted one its default; an unknown key is refused, naming it and the known ones.
+/// key by its option row (`queue_delay_target`, `queue_delay_interval`, `adaptive_lifo`);
+/// `target` is required (0 turns shedding off: never by omission), an omitted `interval` or
+/// `lifo` is its default; an unknown key is refused, naming it and the known ones.
 fn queue_delay_arg(v: &Bound<'_, PyAny>) -> PyResult<QueueDelay> {
     let d = v.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -1009,6 +1011,7 @@ fn queue_delay_arg(v: &Bound<'_, PyAny>) -> PyResult<QueueDelay> {
         ))
     })?;
     let mut q = Config::DEFAULT.queue_delay();
+    let mut target = false;
     for (k, x) in d.iter() {
         let k: String = k
             .extract()
@@ -1028,11 +1031,19 @@ fn queue_delay_arg(v: &Bound<'_, PyAny>) -> PyResult<QueueDelay> {
         }
         let name = format!("queue_delay.{k}");
         match options::value(id.spec().kind, &x, &name)? {
-            Value::Duration(t) if id == OptionId::QueueDelayTarget => q.target = t,
+            Value::Duration(t) if id == OptionId::QueueDelayTarget => {
+                q.target = t;
+                target = true;
+            }
             Value::Duration(t) => q.interval = t,
             Value::Bool(b) => q.lifo = b,
             _ => unreachable!("the kinds of the three rows"),
         }
+    }
+    if !target {
+        return Err(PyValueError::new_err(
+            "queue_delay needs \"target\" (seconds; 0 turns queue-delay shedding and LIFO off); nothing was applied",
+        ));
     }
     q.validate().map_err(config_err)?;
     Ok(q)

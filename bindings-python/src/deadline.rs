@@ -46,15 +46,12 @@ pub(crate) fn secs_arg(v: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
             "{name} must be {RANGE}, not {t}"
         )));
     }
-    // An int too large for a float is ±infinity: none, or refused below.
+    // An int too large for a float: a huge positive one is no deadline (infinity), a huge
+    // negative one a time long passed (the most negative float: refused `timeout`, never a
+    // `ValueError` — it is a number).
     let s = v.extract::<f64>().or_else(|_| {
-        v.lt(0).map(|neg| {
-            if neg {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            }
-        })
+        v.lt(0)
+            .map(|neg| if neg { f64::MIN } else { f64::INFINITY })
     })?;
     if s.is_nan() || s == f64::NEG_INFINITY {
         let got = v.repr().map_or_else(|_| "?".into(), |r| r.to_string());
@@ -135,6 +132,21 @@ pub(crate) fn enable_ambient_deadline(var: &Bound<'_, PyAny>) -> PyResult<()> {
 /// (for integrations and `hullguard.deadline_at`): absolute seconds on the `time.monotonic()`
 /// scale, or `None` for no deadline (`None`, `math.inf`, anything from `2**63` ns on).
 /// `TypeError` / `ValueError` naming `name`.
+/// `seconds` (a time left) as a `grpc-timeout` header value, by the core's one rule
+/// (`hullguard_core::deadline::grpc_timeout`: at most 8 digits and a unit, rounded down; 0, a
+/// negative or NaN time is `"0n"`, an infinite one `"99999999H"`).
+#[pyfunction(name = "_grpc_timeout")]
+pub(crate) fn grpc_timeout(seconds: f64) -> String {
+    let left = if seconds > 0.0 {
+        std::time::Duration::try_from_secs_f64(seconds).unwrap_or(std::time::Duration::MAX)
+    } else {
+        std::time::Duration::ZERO
+    };
+    hullguard_core::deadline::grpc_timeout(left)
+        .as_str()
+        .to_owned()
+}
+
 #[pyfunction(name = "_check_deadline")]
 #[pyo3(signature = (deadline, name="deadline"))]
 pub(crate) fn check_deadline(

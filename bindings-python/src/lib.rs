@@ -40,7 +40,7 @@ mod _native {
     use crate::{
         awaitable::{AcquireContext, Done, DrainAwaitable, Ready},
         bulkhead::{Bulkhead, check_timeout},
-        deadline::{check_deadline, enable_ambient_deadline},
+        deadline::{check_deadline, enable_ambient_deadline, grpc_timeout},
         permit::Permit,
         policy::outcome_of_status,
         registry::{Registry, origin_key},

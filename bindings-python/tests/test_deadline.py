@@ -93,7 +93,7 @@ def test_c36_passed_deadline_is_refused_timeout_not_invalid(fixed: FixedClock) -
     fixed.ns = 6 * S
     bh = hullguard.Bulkhead(max_concurrent=1, max_queue=2, queue_timeout=60.0, _clock=fixed)
     reg = hullguard.Registry(max_concurrent=1, max_queue=2, queue_timeout=60.0, _clock=fixed)
-    for passed in (5.0, 6.0, 6, 0, -1.0, -1e300):
+    for passed in (5.0, 6.0, 6, 0, -1.0, -1e300, -(10**400)):
         with pytest.raises(hullguard.BulkheadQueueTimeoutError) as e:
             bh.try_acquire(deadline=passed)
         assert e.value.reason == "timeout" and e.value.detail["bound"] == "deadline"
@@ -110,7 +110,7 @@ def test_c36_passed_deadline_is_refused_timeout_not_invalid(fixed: FixedClock) -
         assert reg.would_admit("k", deadline=passed).decision == "timeout"
     s = bh.stats()
     assert (s["queued"], s["active"], s["available"]) == (0, 0, 1)
-    assert s["rejected_by_reason"]["timeout"] == 6 * 4  # the dry runs count nothing
+    assert s["rejected_by_reason"]["timeout"] == 7 * 4  # the dry runs count nothing
     # One ns left: admitted while permits are free.
     p = bh.try_acquire(deadline=6.000000001)
     assert p is not None
@@ -315,9 +315,9 @@ def _entry_points(bh: hullguard.Bulkhead, reg: hullguard.Registry) -> Dict[str, 
 
 @pytest.mark.parametrize(
     "bad, exc",
-    [(math.nan, ValueError), (-math.inf, ValueError), (-(10**400), ValueError), ("5", TypeError),
+    [(math.nan, ValueError), (-math.inf, ValueError), ("5", TypeError),
      (True, TypeError), ([1.0], TypeError)],
-    ids=["nan", "-inf", "-huge-int", "str", "bool", "list"],
+    ids=["nan", "-inf", "str", "bool", "list"],
 )
 def test_bad_deadlines_name_the_argument_and_the_range(bad: Any, exc: type) -> None:
     bh = hullguard.Bulkhead(max_concurrent=1)
@@ -479,12 +479,14 @@ def test_tasks_created_in_a_budget_see_it(vclock: VirtualClockLoop) -> None:
 # ----- the call timeout capped by the deadline ----------------------------------------------
 
 
-@pytest.mark.parametrize("form", ["acquire", "admit", "bare", "bare_policies", "guard"])
+@pytest.mark.parametrize("form", ["acquire", "admit", "bare_policies", "guard"])
 def test_the_work_is_bounded_by_the_deadline(vclock: VirtualClockLoop, form: str) -> None:
     """The call timeout armed for a guarded call is ``call_timeout`` capped by the time left
     (``Bulkhead::call_timeout_within``): a block or guarded coroutine still running at the
     deadline gets ``CallTimeoutError`` then (``call_timeout`` counted), also on a bulkhead
-    without ``call_timeout`` — and with one of 2 s, at the 0.5 s deadline."""
+    without ``call_timeout`` — and with one of 2 s, at the 0.5 s deadline. (A bare
+    ``async with bh:`` on a plain bulkhead keeps only its unit — its exit may run in another
+    task — so the deadline bounds its wait, not its work: ``test_a_bare_plain_block``.)"""
     resilience = {"call_timeout": 2.0, "breaker": {}} if form in ("bare_policies", "guard") else None
     bh = hullguard.Bulkhead(max_concurrent=1, resilience=resilience, _clock=vclock.clock)
 
@@ -648,7 +650,8 @@ def test_apply_limits_queue_delay(vclock: VirtualClockLoop) -> None:
         ({"targett": 0.01}, ValueError, 'queue_delay: unknown option "targett" \\(known: "target", "interval", "lifo"\\)'),
         ({"target": -1}, ValueError, "queue_delay.target must be"),
         ({"interval": 0}, ValueError, "queue_delay.interval must be"),
-        ({"lifo": True}, ValueError, "adaptive_lifo needs a queue_delay_target"),
+        ({"target": 0, "lifo": True}, ValueError, "adaptive_lifo needs a queue_delay_target"),
+        ({"interval": 0.2}, ValueError, 'queue_delay needs "target"'),
         ({"lifo": 1}, TypeError, "queue_delay.lifo"),
         ([0.01], TypeError, "queue_delay must be a dict"),
     ]

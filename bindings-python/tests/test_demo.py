@@ -7,7 +7,8 @@ This test asserts what the demo does *deterministically* — it runs, prints eve
 isolates the healthy origin by count (structural properties of the set-up, not of timing).
 Latency figures and the adaptive limit's band are the demo's own checks, in ``make demo``; the
 adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``. The LLM-gateway
-phase is skipped here (``--no-llm``): ``test_llm_demo.py`` runs it on its own, scaled down.
+phase is skipped here (``--no-llm``): ``test_llm_demo.py`` runs it on its own, scaled down, as
+``test_deadline_demo.py`` runs the deadline phase (``--no-deadline``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "isolation_demo.py"
 def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out),
-            "--phase-seconds", "1.5", "--no-llm", "--report-only"]
+            "--phase-seconds", "1.5", "--no-llm", "--no-deadline", "--report-only"]
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args],
         capture_output=True,

@@ -79,3 +79,141 @@ pub fn cap_call_timeout(
         (t, l) => t.or(l),
     }
 }
+
+/// The time `left` until a deadline as a `grpc-timeout` header value (the gRPC over HTTP/2
+/// protocol: `TimeoutValue TimeoutUnit`, at most 8 digits, units `H` `M` `S` `m` `u` `n`) —
+/// one rule for every binding that propagates a budget downstream (docs/design.md §5.9): the
+/// finest unit whose value fits in 8 digits, **rounded down** (a propagated deadline is never
+/// later than ours), then written in the coarsest unit that holds the same value exactly
+/// (1.5 s → `1500m`, 2 s → `2S`, 120 s → `2M`). Zero is `0n`; more than 99 999 999 hours is
+/// capped at `99999999H`.
+///
+/// # Examples
+/// ```
+/// use core::time::Duration;
+/// use hullguard_core::deadline::grpc_timeout;
+/// assert_eq!(grpc_timeout(Duration::from_millis(1500)).as_str(), "1500m");
+/// assert_eq!(grpc_timeout(Duration::from_nanos(1_499_751_234)).as_str(), "1499751u");
+/// assert_eq!(grpc_timeout(Duration::from_secs(120)).as_str(), "2M");
+/// assert_eq!(grpc_timeout(Duration::ZERO).as_str(), "0n");
+/// ```
+pub fn grpc_timeout(left: Duration) -> GrpcTimeout {
+    const UNITS: [(u8, u128); 6] = [
+        (b'n', 1),
+        (b'u', 1_000),
+        (b'm', 1_000_000),
+        (b'S', 1_000_000_000),
+        (b'M', 60_000_000_000),
+        (b'H', 3_600_000_000_000),
+    ];
+    const MAX: u128 = 99_999_999;
+    let ns = left.as_nanos();
+    let (value, unit) = match UNITS.iter().position(|&(_, size)| ns / size <= MAX) {
+        _ if ns == 0 => (0, b'n'),
+        None => (MAX, b'H'),
+        Some(mut i) => {
+            let rounded = ns - ns % UNITS[i].1;
+            while i + 1 < UNITS.len() && rounded % UNITS[i + 1].1 == 0 {
+                i += 1;
+            }
+            (rounded / UNITS[i].1, UNITS[i].0)
+        }
+    };
+    let mut out = GrpcTimeout {
+        buf: [0; 9],
+        len: 0,
+    };
+    // At most 8 digits (value ≤ MAX), then the unit.
+    let mut digits = [0u8; 8];
+    let (mut n, mut v) = (0, value);
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for (k, d) in digits[..n].iter().rev().enumerate() {
+        out.buf[k] = *d;
+    }
+    out.buf[n] = unit;
+    out.len = (n + 1) as u8;
+    out
+}
+
+/// A `grpc-timeout` header value ([`grpc_timeout`]): ASCII, at most 9 bytes, no allocation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GrpcTimeout {
+    buf: [u8; 9],
+    len: u8,
+}
+
+impl GrpcTimeout {
+    /// The header value.
+    pub fn as_str(&self) -> &str {
+        // ASCII digits and a unit letter, written above.
+        core::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("0n")
+    }
+}
+
+impl core::fmt::Debug for GrpcTimeout {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl core::fmt::Display for GrpcTimeout {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_values() {
+        let cases: &[(u64, &str)] = &[
+            (0, "0n"),
+            (1, "1n"),
+            (99_999_999, "99999999n"),
+            (100_000_000, "100m"),
+            (100_000_001, "100m"),
+            (100_001_000, "100001u"),
+            (1_500_000_000, "1500m"),
+            (2_000_000_000, "2S"),
+            (120_000_000_000, "2M"),
+            (7_200_000_000_000, "2H"),
+            (u64::MAX, "5124095H"),
+        ];
+        for &(ns, want) in cases {
+            assert_eq!(
+                grpc_timeout(Duration::from_nanos(ns)).as_str(),
+                want,
+                "{ns}"
+            );
+        }
+        assert_eq!(grpc_timeout(Duration::MAX).as_str(), "99999999H");
+        // Always 1..=8 digits and a unit, never above the time left.
+        for ns in (0..200u64).map(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (k % 64)) {
+            let s = grpc_timeout(Duration::from_nanos(ns));
+            let (digits, unit) = s.as_str().split_at(s.as_str().len() - 1);
+            assert!((1..=8).contains(&digits.len()), "{s}");
+            let size: u128 = match unit {
+                "n" => 1,
+                "u" => 1_000,
+                "m" => 1_000_000,
+                "S" => 1_000_000_000,
+                "M" => 60_000_000_000,
+                "H" => 3_600_000_000_000,
+                _ => panic!("{s}"),
+            };
+            assert!(
+                digits.parse::<u128>().unwrap() * size <= ns as u128,
+                "{s} > {ns}"
+            );
+        }
+    }
+}

@@ -1791,8 +1791,8 @@ hg_status hg_bulkhead_would_admit(const struct hg_bulkhead *bh,
  * (`hg_bulkhead_enqueue_request()`) arms for the ticket; the async and blocking APIs arm it
  * themselves.
  *
- * Parameters: out_ms: receives the wait in ms (`HG_TIMEOUT_INFINITE`: no bound; 0: it would
- * not queue).
+ * Parameters: out_ms: receives the wait in ms, rounded up (`HG_TIMEOUT_INFINITE`: no bound; 0:
+ * it would not queue).
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad request); `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; never waits.
@@ -2234,7 +2234,7 @@ hg_status hg_bulkhead_release_units(const struct hg_bulkhead *bh, uint64_t weigh
 /**
  * What to arm for the work of a call of a request with the absolute deadline `deadline_ns`
  * (as `hg_request.deadline_ns`; `HG_DEADLINE_NONE`: none): the bulkhead's `call_timeout_ms`
- * capped by the time left until the deadline, in ms (docs/design.md §5.9);
+ * capped by the time left until the deadline, in ms rounded up (docs/design.md §5.9);
  * `HG_TIMEOUT_INFINITE` when neither bounds it, or for NULL; 0 once the deadline has passed.
  *
  * Thread-safety: any thread; never waits.

@@ -402,7 +402,9 @@ unsafe fn read_limits(p: *const hg_limits) -> Result<hg_limits, hg_status> {
         field!(hg_limits, has_queue_delay, u32),
         field!(hg_limits, queue_delay_target_ms, u64),
         field!(hg_limits, queue_delay_interval_ms, u64),
+        field!(hg_limits, reserved, u32),
         field!(hg_limits, adaptive_lifo, u32),
+        field!(hg_limits, reserved2, u32),
     ];
     // SAFETY: per the contract.
     unsafe { sized::read_whole(p, LIMITS_MIN, &whole) }
@@ -429,6 +431,7 @@ pub(crate) unsafe fn read_request(p: *const hg_request) -> Result<ReadRequest, h
                 field!(hg_request, detail, *mut hg_rejection),
                 field!(hg_request, deadline_ns, u64),
                 field!(hg_request, has_deadline, u32),
+                field!(hg_request, reserved, u32),
             ],
         )
     }?;
@@ -790,8 +793,8 @@ pub extern "C" fn hg_bulkhead_would_admit(
 /// (`hg_bulkhead_enqueue_request()`) arms for the ticket; the async and blocking APIs arm it
 /// themselves.
 ///
-/// Parameters: out_ms: receives the wait in ms (`HG_TIMEOUT_INFINITE`: no bound; 0: it would
-/// not queue).
+/// Parameters: out_ms: receives the wait in ms, rounded up (`HG_TIMEOUT_INFINITE`: no bound; 0:
+/// it would not queue).
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (a bad request); `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; never waits.
@@ -811,7 +814,8 @@ pub extern "C" fn hg_bulkhead_queue_wait_ms(
         *out = if d == Duration::MAX {
             HG_TIMEOUT_INFINITE
         } else {
-            u64::try_from(d.as_millis()).unwrap_or(HG_TIMEOUT_INFINITE - 2)
+            // Rounded up: a wait under a millisecond is not "0, would not queue".
+            u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(HG_TIMEOUT_INFINITE - 2)
         };
         hg_status::HG_STATUS_OK
     })

@@ -564,7 +564,7 @@ pub extern "C" fn hg_bulkhead_release_units(bh: *const hg_bulkhead, weight: u64)
 
 /// What to arm for the work of a call of a request with the absolute deadline `deadline_ns`
 /// (as `hg_request.deadline_ns`; `HG_DEADLINE_NONE`: none): the bulkhead's `call_timeout_ms`
-/// capped by the time left until the deadline, in ms (docs/design.md §5.9);
+/// capped by the time left until the deadline, in ms rounded up (docs/design.md §5.9);
 /// `HG_TIMEOUT_INFINITE` when neither bounds it, or for NULL; 0 once the deadline has passed.
 ///
 /// Thread-safety: any thread; never waits.
@@ -580,7 +580,8 @@ pub extern "C" fn hg_bulkhead_call_timeout_within_ms(
         };
         core.call_timeout_within(&hullguard_core::Deadline::Ns(deadline_ns))
             .map_or(HG_TIMEOUT_INFINITE, |d| {
-                u64::try_from(d.as_millis()).unwrap_or(HG_TIMEOUT_INFINITE - 2)
+                // Rounded up: under a millisecond left is 1, not "passed" (0).
+                u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(HG_TIMEOUT_INFINITE - 2)
             })
     })
 }

@@ -641,6 +641,10 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
     if declared >= RESERVED_END && bytes.0[at!(reserved)..RESERVED_END].iter().any(|b| *b != 0) {
         return Err(c"reserved");
     }
+    if declared > RESERVED_END && declared < RESERVED2_END {
+        // Inside the deadline group: no header ever ended there (a field would be dropped).
+        return Err(c"struct_size");
+    }
     if declared >= DEADLINE_FIELDS_END {
         bytes.deadline(&mut partial).map_err(field_of)?;
     }

@@ -1029,8 +1029,11 @@ static void malformed_sizes_and_counts(void) {
     CHECK_STATUS(hg_bulkhead_new_with_classes(&c, &t, NULL, NULL, &cb), HG_STATUS_OK);
     hg_bulkhead_free(cb);
     /* hg_config's last bytes are a named reserved field, not tail padding (a later field goes
-     * after them); not 0 is refused and named. */
-    CHECK_EQ_U64(offsetof(hg_config, reserved) + sizeof c.reserved, sizeof c);
+     * after them: issue 17 appended the deadline group and `reserved2`); not 0 is refused and
+     * named. */
+    CHECK_EQ_U64(offsetof(hg_config, reserved2) + sizeof c.reserved2, sizeof c);
+    CHECK_EQ_U64(offsetof(hg_config, reserved) + sizeof c.reserved,
+                 offsetof(hg_config, min_service_time_ms));
     hg_config rc = c;
     const char *bad_field = NULL;
     CHECK_STATUS(hg_config_check(&rc, &bad_field), HG_STATUS_OK);

@@ -140,6 +140,8 @@ static void c36_deadline_bounds_the_queue_wait(void) {
     CHECK_STATUS(hg_bulkhead_enqueue_request(bh, &w4, &p, &t1), HG_STATUS_QUEUED);
     hg_request close = with_deadline(1002 * S);
     CHECK_EQ_U64(wait_ms(bh, &close), 0);
+    hg_request sub_ms = with_deadline(1002 * S + 500000); /* 0.5 ms of waiting: rounded up */
+    CHECK_EQ_U64(wait_ms(bh, &sub_ms), 1);
     CHECK_STATUS(hg_bulkhead_enqueue_request(bh, &close, &p, &t2), HG_STATUS_TIMEOUT);
     CHECK_EQ_U64(stats(bh).queued, 1);
     CHECK_STATUS(hg_ticket_cancel(bh, t1), HG_STATUS_OK);
@@ -203,6 +205,13 @@ static void request_and_config_structs(void) {
     CHECK_STATUS(hg_config_check(&c, &bad), HG_STATUS_INVALID_ARGUMENT);
     CHECK(bad != NULL && strcmp(bad, "reserved2") == 0);
     c.reserved2[3] = 0;
+    /* A size ending inside the deadline group (no header ever did): refused, naming it. */
+    c.struct_size = (uint32_t)offsetof(hg_config, queue_delay_target_ms);
+    CHECK_STATUS(hg_config_check(&c, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK(bad != NULL && strcmp(bad, "struct_size") == 0);
+    c.struct_size = (uint32_t)offsetof(hg_config, min_service_time_ms); /* the older header */
+    CHECK_STATUS(hg_config_check(&c, &bad), HG_STATUS_OK);
+    c.struct_size = (uint32_t)sizeof c;
     c.min_service_time_ms = HG_TIMEOUT_INFINITE;
     CHECK_STATUS(hg_config_check(&c, &bad), HG_STATUS_INVALID_ARGUMENT);
     CHECK(bad != NULL && strcmp(bad, "min_service_time_ms") == 0);
@@ -292,6 +301,8 @@ static void call_timeout_within(void) {
     CHECK_EQ_U64(hg_bulkhead_call_timeout_within_ms(bh, 10 * S), 2000);
     CHECK_EQ_U64(hg_bulkhead_call_timeout_within_ms(bh, HG_DEADLINE_NONE), 2000);
     CHECK_EQ_U64(hg_bulkhead_call_timeout_within_ms(bh, 0), 0);
+    /* Under a millisecond left: 1 (rounded up), not 0 ("passed"). */
+    CHECK_EQ_U64(hg_bulkhead_call_timeout_within_ms(bh, S + 500000), 1);
     CHECK_EQ_U64(hg_bulkhead_call_timeout_within_ms(NULL, 0), HG_TIMEOUT_INFINITE);
     hg_bulkhead_free(bh);
 }

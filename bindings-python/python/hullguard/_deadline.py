@@ -30,7 +30,7 @@ import contextvars
 import math
 import time
 from types import TracebackType
-from typing import Any, Callable, List, Optional, Type
+from typing import Any, Callable, Optional, Tuple, Type
 
 from . import _native
 
@@ -84,6 +84,13 @@ def _check_seconds(seconds: Any) -> float:
     return s
 
 
+# The scopes entered in this context and their tokens, innermost last: each context (task,
+# thread) has its own, so one scope object may be entered by many tasks at once.
+_SCOPES: "contextvars.ContextVar[Tuple[Tuple[DeadlineScope, contextvars.Token[Optional[float]]], ...]]" = (
+    contextvars.ContextVar("hullguard.deadline_scopes", default=())
+)
+
+
 class DeadlineScope:
     """A time budget: ``with`` / ``async with`` sets the ambient deadline of the calling
     context for the block — the minimum of this scope's and the one already in force — and
@@ -91,16 +98,17 @@ class DeadlineScope:
     (absolute seconds on the ``time.monotonic()`` scale, or ``None``). Made by
     :func:`deadline` (relative: counted from the entry) and :func:`deadline_at` (absolute).
 
-    A scope may be entered again once left, or nested in itself; it must be left in the context
-    that entered it (as every ``ContextVar`` token).
+    One scope object may be entered by several tasks or threads at once, again once left, or
+    nested in itself: each entry is kept in the entering context. It must be left in the
+    context that entered it (as every ``ContextVar`` token): leaving it elsewhere raises
+    ``RuntimeError`` and changes nothing.
     """
 
-    __slots__ = ("_seconds", "_at", "_tokens")
+    __slots__ = ("_seconds", "_at")
 
     def __init__(self, seconds: Optional[float], at: Optional[float]) -> None:
         self._seconds = seconds
         self._at = at
-        self._tokens: List["contextvars.Token[Optional[float]]"] = []
 
     def _enter(self) -> Optional[float]:
         global _enabled
@@ -114,11 +122,22 @@ class DeadlineScope:
             mine = self._at
         outer = _DEADLINE.get()
         inside = outer if mine is None else mine if outer is None else min(outer, mine)
-        self._tokens.append(_DEADLINE.set(inside))
+        token = _DEADLINE.set(inside)
+        _SCOPES.set(_SCOPES.get() + ((self, token),))
         return inside
 
     def _exit(self) -> None:
-        _DEADLINE.reset(self._tokens.pop())
+        stack = _SCOPES.get()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] is self:
+                try:
+                    # Reset first: a token of another context raises, and nothing is popped.
+                    _DEADLINE.reset(stack[i][1])
+                except ValueError:
+                    break
+                _SCOPES.set(stack[:i] + stack[i + 1:])
+                return
+        raise RuntimeError(f"{self!r} left in a context that did not enter it")
 
     def __enter__(self) -> Optional[float]:
         return self._enter()

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import inspect
 from typing import (
     Any,
@@ -66,7 +67,8 @@ from typing import (
     Union,
 )
 
-from ._errors import BulkheadError
+from . import _deadline
+from ._errors import BulkheadError, CallTimeoutError
 
 __all__ = ["SingleFlight", "UnshareableResultError", "cost_bucket"]
 
@@ -221,22 +223,38 @@ class SingleFlight:
             flight = self._flights.get(partition)
             if flight is None:
                 flight = _Flight(partition, me)
-                flight.task = asyncio.ensure_future(
-                    self._work(flight, fn, weight, cost, admission_class, observe, get_usage)
+                # The shared work runs outside every budget (another caller's deadline must not
+                # cut it short for the rest); each caller's own budget bounds its wait, below.
+                ctx = contextvars.copy_context()
+                ctx.run(_deadline._DEADLINE.set, None)
+                flight.task = ctx.run(
+                    asyncio.ensure_future,
+                    self._work(flight, fn, weight, cost, admission_class, observe, get_usage),
                 )
                 flight.task.add_done_callback(_retrieve)
                 self._flights[partition] = flight
             else:
                 self._hits += 1
             flight.waiters.append(me)
+            left = _deadline.remaining()
             try:
-                result = await asyncio.shield(flight.task)
-            except BaseException:
+                if left is None:
+                    result = await asyncio.shield(flight.task)
+                else:
+                    result = await asyncio.wait_for(asyncio.shield(flight.task), left)
+            except BaseException as e:
                 self._leave(flight, me)
                 if flight.task.done() and not flight.task.cancelled():
                     r = flight.task.result() if flight.task.exception() is None else None
                     if isinstance(r, _Stream):
                         r.forfeit()  # cancelled after the stream arrived: not claimed
+                if isinstance(e, asyncio.TimeoutError) and not flight.task.done():
+                    # This caller's budget ran out while it waited (the work goes on for the
+                    # others): the call timeout a guarded call gets at its deadline.
+                    raise CallTimeoutError(
+                        "the deadline passed while waiting for the shared work",
+                        reason="call_timeout",
+                    ) from None
                 raise
             self._leave(flight, me)
             if isinstance(result, _Refused):

@@ -63,12 +63,13 @@ e.g. ``deadline_header="grpc-timeout"``; the header replaces one the request car
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from typing import Any, AsyncIterator, Iterator, Optional
 
 import httpx
 
-from . import _deadline
+from . import _deadline, _native
 from ._native import Permit, Registry, _check_timeout, origin_key, outcome_of_status
 
 __all__ = [
@@ -79,42 +80,40 @@ __all__ = [
     "grpc_timeout",
 ]
 
-# gRPC's TimeoutValue: at most 8 digits; the units from the finest (docs: PROTOCOL-HTTP2.md).
-_GRPC_MAX = 99_999_999
-_GRPC_UNITS = (("n", 1), ("u", 1_000), ("m", 1_000_000), ("S", 10**9), ("M", 60 * 10**9), ("H", 3600 * 10**9))
-
 
 def grpc_timeout(seconds: float) -> str:
     """``seconds`` (a time left, ``>= 0``) as a ``grpc-timeout`` header value: at most 8 digits
-    and a unit (``H``, ``M``, ``S``, ``m``, ``u``, ``n``). The finest unit whose value fits in 8
-    digits, rounded down (a deadline is never extended); a value that is a whole number of a
-    coarser unit is written in the coarsest such unit (1.5 s → ``"1500m"``, 2 s → ``"2S"``).
-    0 (or less) is ``"0n"``; more than 99 999 999 hours is capped there."""
-    ns = round(seconds * 1e9) if seconds > 0 else 0
-    if ns <= 0:
-        return "0n"
-    for i, (_, size) in enumerate(_GRPC_UNITS):
-        if ns // size <= _GRPC_MAX:
-            break
-    else:
-        return f"{_GRPC_MAX}H"
-    ns -= ns % _GRPC_UNITS[i][1]  # rounded down to the unit that fits
-    while i + 1 < len(_GRPC_UNITS) and ns % _GRPC_UNITS[i + 1][1] == 0:
-        i += 1
-    unit, size = _GRPC_UNITS[i]
-    return f"{ns // size}{unit}"
+    and a unit (``H``, ``M``, ``S``, ``m``, ``u``, ``n``), by the core's one rule for every
+    binding: the finest unit whose value fits in 8 digits, rounded down (a deadline is never
+    extended), written in the coarsest unit that holds it exactly (1.5 s → ``"1500m"``, 2 s →
+    ``"2S"``). 0 (or less) is ``"0n"``; more than 99 999 999 hours is capped there."""
+    return _native._grpc_timeout(float(seconds))
 
 
 _TIMEOUT_KEYS = ("connect", "read", "write", "pool")
 
 
-def _bound_by_deadline(request: httpx.Request, header: Optional[str]) -> None:
+# An HTTP field name (RFC 9110 §5.1: a token).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+# Less than this left once admitted: the request is not sent (httpx would read a timeout of 0
+# as "do not block", and a downstream deadline of 0 is no deadline).
+_MIN_LEFT = 0.001
+
+
+def _bound_by_deadline(request: httpx.Request, header: Optional[str]) -> Optional[float]:
     """An admitted request inside a budget: its timeouts lowered to the time left, and the
-    time left in ``header`` if one is configured. Nothing outside every budget."""
+    time left in ``header`` if one is configured; returns the time left (``None`` outside every
+    budget: nothing changes). Raises ``httpx.PoolTimeout`` — nothing sent — when less than a
+    millisecond is left (the deadline passed between the admission and the send)."""
     d = _deadline._DEADLINE.get()
     if d is None:
-        return
+        return None
     left = max(0.0, d - _deadline._now())
+    if left < _MIN_LEFT:
+        raise httpx.PoolTimeout(
+            "hullguard: the request's deadline passed before it was sent", request=request
+        )
     given = request.extensions.get("timeout")
     timeout = dict(given) if isinstance(given, dict) else {}
     for k in _TIMEOUT_KEYS:
@@ -123,6 +122,7 @@ def _bound_by_deadline(request: httpx.Request, header: Optional[str]) -> None:
     request.extensions["timeout"] = timeout
     if header is not None:
         request.headers[header] = grpc_timeout(left)
+    return left
 
 
 def _release(permit: Permit, outcome: str) -> None:
@@ -216,10 +216,11 @@ class _Base:
         _checked(transport, "transport", base, f"an httpx.{base.__name__}")
         _checked(registry, "registry", Registry, "a hullguard.Registry")
         _checked(deadline_header, "deadline_header", str, "a header name (str)")
-        if deadline_header is not None and (
-            not deadline_header or any(c in deadline_header for c in " \t\r\n:")
-        ):
-            raise ValueError(f"deadline_header must be a header name, got {deadline_header!r}")
+        if deadline_header is not None and not _TOKEN.fullmatch(deadline_header):
+            raise ValueError(
+                "deadline_header must be a header name (an RFC 9110 token: letters, digits and "
+                f"!#$%&'*+-.^_`|~), got {deadline_header!r}"
+            )
         self._deadline_header: Optional[str] = deadline_header
         self._timeout = _check_timeout(timeout)
         self._registry: Registry = registry if registry is not None else Registry()
@@ -282,8 +283,25 @@ class BulkheadTransport(_Base, httpx.AsyncBaseTransport):
         # `timeout` here, before anything is sent.
         permit: Permit = await self._registry.acquire(key, timeout=self._timeout)
         try:
-            _bound_by_deadline(request, self._deadline_header)
-            response = await self._transport.handle_async_request(request)
+            left = _bound_by_deadline(request, self._deadline_header)
+        except httpx.PoolTimeout:
+            _release(permit, "ignored")  # nothing was sent: no outcome to record
+            raise
+        try:
+            if left is None:
+                response = await self._transport.handle_async_request(request)
+            else:
+                # The whole exchange up to the response head within the time left (httpx's
+                # timeouts bound each operation, not their sum).
+                try:
+                    response = await asyncio.wait_for(
+                        self._transport.handle_async_request(request), left
+                    )
+                except asyncio.TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "hullguard: the request's deadline passed before its response",
+                        request=request,
+                    ) from None
         except BaseException as e:
             _release(permit, outcome_of_error(e))
             raise
@@ -337,6 +355,10 @@ class SyncBulkheadTransport(_Base, httpx.BaseTransport):
         permit = self._registry.acquire_sync(key, timeout=self._timeout)
         try:
             _bound_by_deadline(request, self._deadline_header)
+        except httpx.PoolTimeout:
+            _release(permit, "ignored")  # nothing was sent: no outcome to record
+            raise
+        try:
             response = self._transport.handle_request(request)
         except BaseException as e:
             _release(permit, outcome_of_error(e))

@@ -141,7 +141,10 @@ impl QueueDelay {
             return Err(ConfigError::Option(OptionId::QueueDelayInterval));
         }
         if self.lifo && self.target.is_zero() {
-            return Err(ConfigError::Option(OptionId::AdaptiveLifo));
+            return Err(ConfigError::Requires {
+                option: OptionId::AdaptiveLifo,
+                needs: OptionId::QueueDelayTarget,
+            });
         }
         Ok(())
     }
@@ -321,6 +324,18 @@ pub enum ConfigError {
     Option(OptionId),
     /// The class table of a classed bulkhead (docs/design.md §4.8).
     Class(classes::ClassError),
+    /// `option` is set but needs `needs` set (above 0) too: `adaptive_lifo` without a
+    /// `queue_delay_target`.
+    Requires {
+        /// The option given.
+        option: OptionId,
+        /// The option it needs.
+        needs: OptionId,
+    },
+    /// A valid option this bulkhead cannot honour: `queue_delay_target` on a bulkhead without
+    /// a clock or a `static` one, or changed by `apply_limits` on a plain bulkhead (whose
+    /// dispatcher keeps no lists to shed from).
+    Unsupported(OptionId),
 }
 
 impl ConfigError {
@@ -341,6 +356,7 @@ impl ConfigError {
             | ConfigError::Class(_) => {
                 return None;
             }
+            ConfigError::Requires { option, .. } | ConfigError::Unsupported(option) => *option,
             ConfigError::Adaptive(a) => match a {
                 A::MaxLimit => OptionId::AdaptiveMaxLimit,
                 A::MinLimit => OptionId::AdaptiveMinLimit,
@@ -481,17 +497,22 @@ impl fmt::Display for SpelledError {
                     o.range(s)
                 )
             }
-            ConfigError::Option(OptionId::AdaptiveLifo) => write!(
+            ConfigError::Requires { option, needs } => write!(
                 f,
                 "{} needs a {} above 0",
-                OptionId::AdaptiveLifo.spec().path(s),
-                OptionId::QueueDelayTarget.spec().spelled(s),
+                option.spec().path(s),
+                needs.spec().spelled(s),
             ),
-            ConfigError::Option(OptionId::QueueDelayTarget) => write!(
+            ConfigError::Unsupported(option) => write!(
                 f,
-                "{} needs a runtime-sized bulkhead with a clock (and, to change it with \
-                 apply_limits, one built with it or with classes)",
-                OptionId::QueueDelayTarget.spec().path(s),
+                "{} needs a runtime-sized bulkhead with a clock (and, to change it with {}, one \
+                 built with it or with classes)",
+                option.spec().path(s),
+                match s {
+                    Spelling::Node => "applyLimits",
+                    Spelling::C => "hg_bulkhead_apply_limits",
+                    _ => "apply_limits",
+                },
             ),
             e => match e.option_id() {
                 Some(id) => write!(f, "{} must be {}", id.spec().path(s), id.spec().range(s)),

@@ -776,12 +776,19 @@ impl<const N: usize> Engine<N> {
         // lent out): other classes' floor heads may still take their own floors, but nobody
         // takes shared units past it.
         let mut over_limit: u64 = 0;
+        // CoDel sheds at most one waiter per grant (a release after a long hold never sheds the
+        // whole queue while its schedule catches up, nor leaves the permit unused).
+        let mut shed_since_grant = false;
         loop {
             let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
             // Adaptive LIFO (docs/design.md §4.10): newest first while the oldest waiter has
             // queued past the target.
             let lifo = if lists.codel.params.lifo {
-                self.lifo_now(book, lists, batch)?
+                match self.lifo_now(book, lists, batch) {
+                    Some(l) => l,
+                    // The wake batch filled while stale heads were refused: wake, pass again.
+                    None => return Some(true),
+                }
             } else {
                 false
             };
@@ -843,7 +850,13 @@ impl<const N: usize> Engine<N> {
                 lists.codel.queue_empty();
             }
             let (head, s, floor) = pick?;
-            if lists.codel.on() && !head.nowait {
+            // CoDel's dequeue is a grant about to happen: not a pick a rate holds back.
+            let rate_held = book.has_rates()
+                && book
+                    .rate_check(self.cell_ask(head.ticket).1, self.clock.now_ns())
+                    .is_err();
+            let dequeue = !head.nowait && !shed_since_grant && !rate_held;
+            if lists.codel.on() && dequeue {
                 // CoDel judges — and sheds — the oldest waiter of the pick's class: the pick
                 // itself, unless LIFO picked the newest (docs/design.md §4.10).
                 let oldest = if lifo {
@@ -853,6 +866,7 @@ impl<const N: usize> Engine<N> {
                 };
                 match oldest {
                     Some((o, os)) if !o.nowait && self.shed_by_delay(book, lists, o, os, batch) => {
+                        shed_since_grant = true;
                         if batch.is_full() {
                             return Some(true);
                         }
@@ -864,7 +878,9 @@ impl<const N: usize> Engine<N> {
                     Some(_) => {}
                 }
             }
-            match self.grant(book, lists, head, s, floor, batch) {
+            let granted = self.grant(book, lists, head, s, floor, batch);
+            shed_since_grant = false;
+            match granted {
                 Grant::Done if batch.is_full() => return Some(true),
                 Grant::Done => {}
                 Grant::Blocked if floor => over_limit |= 1 << head.rank,
@@ -951,7 +967,17 @@ impl<const N: usize> Engine<N> {
         lifo: bool,
     ) -> Option<(Head, Stamp)> {
         loop {
-            let head = if lifo { lists.tail(r) } else { lists.head(r) }?;
+            // Under LIFO the newest *waiter*: a no-wait request never jumps the queue (it is
+            // decided as under FIFO); a list of no-wait requests only is taken from its head.
+            let head = if lifo {
+                let mut at = lists.tail(r);
+                while let Some(h) = at.filter(|h| h.nowait) {
+                    at = lists.before(h.cell);
+                }
+                at.or_else(|| lists.head(r))
+            } else {
+                lists.head(r)
+            }?;
             let cell = self.ring.cell(head.ticket);
             // Acquire: as in `thread`.
             let s = Stamp(cell.stamp.load(Acquire));

@@ -211,10 +211,14 @@ impl<const N: usize> Bulkhead<N> {
     /// [`check_limits`](Self::check_limits) without the classes' partition (an install that
     /// changes the reserve checks it against the new one).
     fn check_limits_unpartitioned(&self, snapshot: &LimitsSnapshot) -> Result<(), LimitsError> {
-        if snapshot.queue_delay.is_some() && !self.engine.is_classed() {
+        if snapshot.queue_delay.is_some()
+            && (!self.engine.is_classed()
+                || !self.engine.has_clock()
+                || core::mem::size_of::<crate::sync::Word>() < 8)
+        {
             // Its dispatcher has no lists to shed from (docs/design.md §4.10): only a bulkhead
             // built with queue-delay shedding or classes.
-            return Err(LimitsError::Config(ConfigError::Option(
+            return Err(LimitsError::Config(ConfigError::Unsupported(
                 crate::config::OptionId::QueueDelayTarget,
             )));
         }

@@ -208,8 +208,12 @@ impl Bulkhead<0> {
             None if config.needs_dispatch_lists() => Some(&one_class),
             other => other,
         };
-        if config.needs_dispatch_lists() && !clock.is_some() {
-            return Err(ConfigError::Option(
+        // A clock, and 64-bit words: a cell's enqueue time is a `Word` of ns (on a 32-bit target
+        // it wraps every 4.29 s, which would switch shedding off when the queue is oldest).
+        if config.needs_dispatch_lists()
+            && (!clock.is_some() || core::mem::size_of::<crate::sync::Word>() < 8)
+        {
+            return Err(ConfigError::Unsupported(
                 crate::config::OptionId::QueueDelayTarget,
             ));
         }
@@ -335,7 +339,7 @@ impl<const N: usize> Bulkhead<N> {
         }
         if config.needs_dispatch_lists() {
             // The class lists are allocated, and a static bulkhead reads no clock.
-            return Err(ConfigError::Option(
+            return Err(ConfigError::Unsupported(
                 crate::config::OptionId::QueueDelayTarget,
             ));
         }

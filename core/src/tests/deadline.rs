@@ -288,7 +288,10 @@ fn queue_delay_options_are_checked() {
     };
     assert_eq!(
         Bulkhead::new(c(|c| c.adaptive_lifo = true)).err(),
-        Some(ConfigError::Option(OptionId::AdaptiveLifo))
+        Some(ConfigError::Requires {
+            option: OptionId::AdaptiveLifo,
+            needs: OptionId::QueueDelayTarget
+        })
     );
     assert_eq!(
         Bulkhead::new(c(|c| {
@@ -304,7 +307,7 @@ fn queue_delay_options_are_checked() {
             ClockSource::None
         )
         .err(),
-        Some(ConfigError::Option(OptionId::QueueDelayTarget))
+        Some(ConfigError::Unsupported(OptionId::QueueDelayTarget))
     );
     let bh = Bulkhead::new(c(|c| c.queue_delay_target = Duration::from_millis(5))).unwrap();
     assert_eq!(bh.class_count(), 1, "dispatches through a one-class table");

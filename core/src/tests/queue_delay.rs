@@ -23,7 +23,7 @@ fn bulkhead(target_ms: u64, lifo: bool) -> (Bulkhead, Arc<VClock>) {
     let bh = Bulkhead::with_clock(
         Config {
             max_concurrent: 1,
-            max_queue: 16,
+            max_queue: 64,
             queue_timeout: Duration::MAX,
             queue_delay_target: Duration::from_millis(target_ms),
             queue_delay_interval: Duration::from_millis(100),
@@ -221,15 +221,16 @@ fn apply_limits_changes_the_queue_delay_options() {
     };
     assert_eq!(
         bh.apply_limits(&LimitsSnapshot::new(2).queue_delay(bad)),
-        Err(LimitsError::Config(ConfigError::Option(
-            OptionId::AdaptiveLifo
-        )))
+        Err(LimitsError::Config(ConfigError::Requires {
+            option: OptionId::AdaptiveLifo,
+            needs: OptionId::QueueDelayTarget
+        }))
     );
     assert_eq!(bh.revision(), 1);
     let plain = Bulkhead::new(Config::DEFAULT).unwrap();
     assert_eq!(
         plain.apply_limits(&LimitsSnapshot::new(1).queue_delay(lifo)),
-        Err(LimitsError::Config(ConfigError::Option(
+        Err(LimitsError::Config(ConfigError::Unsupported(
             OptionId::QueueDelayTarget
         )))
     );
@@ -283,4 +284,171 @@ fn codel_with_lifo_sheds_the_oldest_and_serves_the_newest() {
         .collect();
     assert_eq!(got, [(1, Some(Reason::Shed))]);
     assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 2);
+}
+
+// ----- regressions from the issue-17 review -------------------------------------------------
+
+#[test]
+fn lifo_close_and_shrink_settle_every_waiter() {
+    // 40 waiters: more than one wake batch (32). Under LIFO the pass must go on after a full
+    // batch, or the rest stay queued after close() or a shrink (before the fix: 8 left).
+    let (bh, clock) = bulkhead(10, true);
+    let _h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..40)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    at(&clock, 50); // past the target: LIFO on
+    bh.close();
+    let s = settle(&mut ws);
+    assert_eq!(s.len(), 40);
+    assert!(s.iter().all(|(_, r)| matches!(r, Err(Reason::Shutdown))));
+
+    let clock = Arc::new(VClock(AtomicU64::new(0)));
+    let bh = Bulkhead::with_clock(
+        Config {
+            max_concurrent: 2,
+            max_queue: 64,
+            queue_timeout: Duration::MAX,
+            queue_delay_target: Duration::from_millis(10),
+            adaptive_lifo: true,
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let _h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..40)
+        .map(|_| Some(queued(bh.admit(&Request::new(2), None))))
+        .collect();
+    at(&clock, 50);
+    bh.apply_limits(&crate::LimitsSnapshot::new(1).limit(1))
+        .unwrap();
+    assert_eq!(
+        settle(&mut ws).len(),
+        40,
+        "every weight-2 waiter refused after the shrink to 1"
+    );
+}
+
+#[test]
+fn lifo_never_lets_a_no_wait_request_jump_the_queue() {
+    // Limit 2: H holds 1, a weight-2 waiter waits; LIFO is on. A no-wait request of 1 would fit
+    // the free unit, but it may not pass the waiter (no barging), and the dry run agrees.
+    let clock = Arc::new(VClock(AtomicU64::new(0)));
+    let bh = Bulkhead::with_clock(
+        Config {
+            max_concurrent: 2,
+            max_queue: 8,
+            queue_timeout: Duration::MAX,
+            queue_delay_target: Duration::from_millis(10),
+            queue_delay_interval: Duration::from_secs(100),
+            adaptive_lifo: true,
+            ..Config::DEFAULT
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut w = [Some(queued(bh.admit(&Request::new(2), None)))];
+    at(&clock, 50);
+    let dry = bh.would_admit(&Request::new(1).no_wait());
+    let real = bh.admit(&Request::new(1).no_wait(), None);
+    assert!(
+        matches!(dry, crate::WouldAdmit::Reject(ref e) if e.reason() == Some(Reason::ConcurrencyLimit)),
+        "{dry:?}"
+    );
+    assert!(
+        matches!(real, crate::Decision::Rejected(ref e) if e.reason() == Some(Reason::ConcurrencyLimit)),
+        "{real:?}"
+    );
+    drop(h);
+    assert!(matches!(&settle(&mut w)[..], [(0, Ok(_))]));
+}
+
+#[test]
+fn codel_sheds_at_most_one_waiter_per_grant() {
+    // After a long hold CoDel's schedule lags far behind the clock: one release must not shed
+    // the whole queue (and leave the permit unused) while it catches up.
+    let (bh, clock) = bulkhead(10, false);
+    let h = granted(bh.admit(&Request::new(1), None));
+    let mut ws: Vec<Option<W>> = (0..23)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    let mut held = Some(h);
+    for t in [150u64, 260, 5_100] {
+        at(&clock, t);
+        drop(held.take());
+        let s = settle(&mut ws);
+        let sheds = s.iter().filter(|(_, r)| r.is_err()).count();
+        assert!(sheds <= 1, "t = {t}: {sheds} shed at one release");
+        let mut grants = s.into_iter().filter_map(|(_, r)| r.ok());
+        held = grants.next();
+        assert!(held.is_some(), "t = {t}: the permit went unused");
+        assert!(grants.next().is_none());
+    }
+}
+
+#[test]
+fn codel_never_sheds_a_head_a_rate_holds_back() {
+    use crate::config::classes::{Rate, Rates};
+    let clock = Arc::new(VClock(AtomicU64::new(1_000 * MS)));
+    let classes = [ClassSpec::DEFAULT];
+    let bh = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 10,
+            max_queue: 8,
+            queue_timeout: Duration::MAX,
+            queue_delay_target: Duration::from_millis(10),
+            queue_delay_interval: Duration::from_millis(100),
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            rates: Rates {
+                requests: Some(Rate {
+                    amount: 1,
+                    per: Duration::from_secs(10),
+                    burst: 1,
+                }),
+                units: None,
+            },
+            ..ClassTable::new(&classes)
+        },
+        ClockSource::Shared(clock.clone()),
+    )
+    .unwrap();
+    let _a = granted(bh.admit(&Request::new(1), None)); // the burst
+    let mut ws: Vec<Option<W>> = (0..3)
+        .map(|_| Some(queued(bh.admit(&Request::new(1), None))))
+        .collect();
+    for step in [50, 150, 1_000] {
+        clock.0.fetch_add(step * MS, SeqCst);
+        // Another arrival's pass: the head is held by the rate, nothing is granted.
+        let _x = bh.admit(&Request::new(1), None);
+        assert!(settle(&mut ws).is_empty());
+    }
+    assert_eq!(bh.stats().rejected_by_reason.get(Reason::Shed), 0);
+}
+
+#[test]
+fn queue_delay_in_apply_limits_needs_a_clock() {
+    use crate::{ConfigError, LimitsError, LimitsSnapshot, QueueDelay, config::OptionId};
+    let classes = [ClassSpec::DEFAULT, ClassSpec::DEFAULT];
+    let bh = Bulkhead::with_classes(
+        Config::DEFAULT,
+        &ClassTable::new(&classes),
+        ClockSource::None,
+    )
+    .unwrap();
+    let q = QueueDelay {
+        target: Duration::from_millis(10),
+        interval: Duration::from_millis(100),
+        lifo: true,
+    };
+    assert_eq!(
+        bh.apply_limits(&LimitsSnapshot::new(1).queue_delay(q)),
+        Err(LimitsError::Config(ConfigError::Unsupported(
+            OptionId::QueueDelayTarget
+        )))
+    );
+    assert_eq!(bh.revision(), 0);
 }
