@@ -55,7 +55,7 @@ import hullguard
 import hullguard.httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from demo_phases import percentile  # noqa: E402
+from demo_phases import percentile, stop_child  # noqa: E402
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n" \
       b"Connection: keep-alive\r\n\r\nok\n"
@@ -109,15 +109,7 @@ class Upstream:
         return f"{self.base}/sleep/{ms:g}"
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_child(self.proc)
 
 
 # ---------------------------------------------------------------------------------------------

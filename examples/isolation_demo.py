@@ -87,7 +87,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
 import deadline_demo  # noqa: E402  (the deadline phase, next to this file)
 import llm_gateway_demo  # noqa: E402  (the LLM-gateway phase, next to this file)
-from demo_phases import percentile  # noqa: E402
+from demo_phases import percentile, stop_child  # noqa: E402
 
 HEALTHY, DEGRADED = 0, 1
 
@@ -303,15 +303,7 @@ class Upstreams:
         self.pool_url = f"http://127.0.0.1:{int(line[4])}/"
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_child(self.proc)
 
 
 # ---------------------------------------------------------------------------------------------

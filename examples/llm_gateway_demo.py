@@ -71,7 +71,7 @@ import httpx
 import hullguard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from demo_phases import percentile  # noqa: E402
+from demo_phases import percentile, stop_child  # noqa: E402
 
 PROVIDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_llm_provider.py")
 # The provider's prefill: a fixed 20 ms, then 40,000 input tokens a second.
@@ -165,15 +165,7 @@ class Provider:
             return out
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_child(self.proc)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -253,3 +253,14 @@ def outcome_of(task: "asyncio.Task[Any]") -> str:
     if isinstance(exc, hullguard.BulkheadError):
         return exc.reason
     raise AssertionError(f"unexpected exception {exc!r}")
+
+
+class FixedClock:
+    """A clock that moves only when told (integer ns), for the sync deadline tests (the
+    ``fixed`` fixture of conftest.py also makes it the budgets' clock)."""
+
+    def __init__(self, ns: int = 0) -> None:
+        self.ns = ns
+
+    def __call__(self) -> int:
+        return self.ns

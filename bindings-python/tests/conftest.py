@@ -17,7 +17,8 @@ import pytest
 import hullguard
 
 # tests/ is on sys.path (pytest's rootdir-based "prepend" import mode)
-from _support import LOOP_FACTORIES, VirtualClockLoop
+from _support import LOOP_FACTORIES, FixedClock, VirtualClockLoop
+from hullguard import _deadline
 
 
 # A hung test (a lost wake-up awaits forever) ends the run after this many seconds, with a
@@ -70,3 +71,14 @@ def _collect_garbage() -> Iterator[None]:
     """Finalizers of one test (leaked permits, dropped acquires) never run in the next."""
     yield
     gc.collect()
+
+
+@pytest.fixture
+def fixed() -> Iterator[FixedClock]:
+    """A frozen clock (:class:`FixedClock`) that ``hullguard.deadline`` reads too."""
+    clock = FixedClock()
+    _deadline._set_clock(clock)
+    try:
+        yield clock
+    finally:
+        _deadline._set_clock(None)

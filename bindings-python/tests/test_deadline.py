@@ -28,7 +28,7 @@ import pytest
 import hullguard
 from hullguard import _deadline, _native
 from hullguard.httpx import BulkheadTransport, SyncBulkheadTransport, grpc_timeout
-from _support import VirtualClockLoop, assert_idle, outcome_of
+from _support import FixedClock, VirtualClockLoop, assert_idle, outcome_of
 
 S = 1_000_000_000  # ns
 
@@ -39,26 +39,6 @@ def vclock(vloop: VirtualClockLoop) -> Iterator[VirtualClockLoop]:
     _deadline._set_clock(vloop.clock)
     try:
         yield vloop
-    finally:
-        _deadline._set_clock(None)
-
-
-class FixedClock:
-    """A clock that moves only when told (integer ns), for the sync tests."""
-
-    def __init__(self, ns: int = 0) -> None:
-        self.ns = ns
-
-    def __call__(self) -> int:
-        return self.ns
-
-
-@pytest.fixture
-def fixed() -> Iterator[FixedClock]:
-    clock = FixedClock()
-    _deadline._set_clock(clock)
-    try:
-        yield clock
     finally:
         _deadline._set_clock(None)
 

@@ -18,36 +18,15 @@ import asyncio
 import concurrent.futures
 import contextvars
 import threading
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import httpx
 import pytest
 
 import hullguard
-from hullguard import _deadline
 from hullguard.dedup import SingleFlight
 from hullguard.httpx import BulkheadTransport
-from _support import assert_idle
-
-
-class FixedClock:
-    """A clock that moves only when told (integer ns)."""
-
-    def __init__(self, ns: int = 1_000_000_000) -> None:
-        self.ns = ns
-
-    def __call__(self) -> int:
-        return self.ns
-
-
-@pytest.fixture
-def fixed() -> Iterator[FixedClock]:
-    clock = FixedClock()
-    _deadline._set_clock(clock)
-    try:
-        yield clock
-    finally:
-        _deadline._set_clock(None)
+from _support import FixedClock, assert_idle
 
 
 def test_one_scope_entered_by_concurrent_tasks() -> None:
