@@ -6,25 +6,12 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 const path = require('node:path')
-const { spawn } = require('node:child_process')
+const { runScript } = require('./helpers.js')
 
 const DEMO = path.join(__dirname, '..', '..', 'examples', 'isolation_demo.mjs')
 
-function runDemo(args) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let out = ''
-    let err = ''
-    child.stdout.on('data', (d) => (out += d))
-    child.stderr.on('data', (d) => (err += d))
-    const timer = setTimeout(() => child.kill('SIGKILL'), 45_000)
-    child.on('error', reject)
-    child.on('close', (code) => {
-      clearTimeout(timer)
-      resolve({ code, out, err })
-    })
-  })
-}
+/** The demo with `args`: `{code, out, err}`. */
+const runDemo = (args) => runScript(DEMO, args)
 
 test('demo (scaled down): hullguard isolates the healthy origin', { timeout: 50_000 }, async () => {
   const { code, out, err } = await runDemo([

@@ -145,4 +145,25 @@ const STATS_KEYS = [
   'budget',
 ]
 
-module.exports = { turn, turns, deferred, track, assertConserved, assertIdle, spyPrototype, spyFast, STATS_KEYS }
+/**
+ * Runs `node script ...args` (a demo), killed after `killMs`: `{code, out, err}`. Shared by the
+ * demo smokes (demo, llm-demo, deadline-demo).
+ */
+function runScript(script, args, killMs = 45_000) {
+  const { spawn } = require('node:child_process')
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    let err = ''
+    child.stdout.on('data', (d) => (out += d))
+    child.stderr.on('data', (d) => (err += d))
+    const timer = setTimeout(() => child.kill('SIGKILL'), killMs)
+    child.on('error', reject)
+    child.on('close', (code) => {
+      clearTimeout(timer)
+      resolve({ code, out, err })
+    })
+  })
+}
+
+module.exports = { turn, turns, deferred, track, assertConserved, assertIdle, spyPrototype, spyFast, runScript, STATS_KEYS }
