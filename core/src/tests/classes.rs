@@ -303,8 +303,8 @@ fn cancelled_waiters_leave_their_class_lists_and_their_cells_are_reused() {
     let hold = granted(bh.admit(&now(1, 1), None));
     let floor = granted(bh.admit(&now(0, 1), None));
     // Many rounds of queue-and-cancel: cells are reused while stale entries are still linked
-    // (the 8-cell ring wraps every few rounds; 60 under Miri, where 300 took 23 s).
-    for round in 0..if cfg!(miri) { 60u64 } else { 300 } {
+    // (the 8-cell ring wraps every few rounds; 24 under Miri, where 60 took 24 s).
+    for round in 0..if cfg!(miri) { 24u64 } else { 300 } {
         let class = (round % 2) as u16;
         let w = queued(bh.admit(&wait(class, 1), None));
         if round % 3 == 0 {
