@@ -850,13 +850,16 @@ impl<const N: usize> Engine<N> {
                 lists.codel.queue_empty();
             }
             let (head, s, floor) = pick?;
-            // CoDel's dequeue is a grant about to happen: not a pick a rate holds back.
-            let rate_held = book.has_rates()
-                && book
-                    .rate_check(self.cell_ask(head.ticket).1, self.clock.now_ns())
-                    .is_err();
-            let dequeue = !head.nowait && !shed_since_grant && !rate_held;
-            if lists.codel.on() && dequeue {
+            // CoDel's dequeue is a grant about to happen: not a pick a rate holds back (the
+            // rate is read only with CoDel on: `grant` checks it anyway).
+            if lists.codel.on()
+                && !head.nowait
+                && !shed_since_grant
+                && (!book.has_rates()
+                    || book
+                        .rate_check(self.cell_ask(head.ticket).1, self.clock.now_ns())
+                        .is_ok())
+            {
                 // CoDel judges — and sheds — the oldest waiter of the pick's class: the pick
                 // itself, unless LIFO picked the newest (docs/design.md §4.10).
                 let oldest = if lifo {
