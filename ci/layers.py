@@ -22,10 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent / "core" / "src"
 
 # The table in core/src/lib.rs.
 LAYERS = {
-    "sync": 0, "run_flag": 0, "limits": 0, "clock": 0, "deadline": 0, "outcome": 0, "circuit": 0, "observe": 0,
+    "sync": 0, "run_flag": 0, "limits": 0, "clock": 0, "deadline": 0, "outcome": 0, "circuit": 0, "observe": 0, "load": 0,
     "policy": 2,
     "config": 3, "reason": 3,
-    "engine": 4, "stats": 4,
+    "engine": 4, "stats": 4, "metrics": 4,
     "front": 5, "event": 5,
     "registry": 6,
 }

@@ -10,11 +10,11 @@
 //! | layer | module | what |
 //! |---|---|---|
 //! | L0 | `sync`, `run_flag` | the atomics backend (core, `portable-atomic`, loom); a run flag |
-//! | L0 | [`limits`], [`clock`], [`deadline`], [`outcome`], [`circuit`], [`observe`] | shared limits; the host clock; absolute deadlines; how a call ended; breaker states; observe mode's dimensions |
+//! | L0 | [`limits`], [`clock`], [`deadline`], [`outcome`], [`circuit`], [`observe`], [`load`] | shared limits; the host clock; absolute deadlines; how a call ended; breaker states; observe mode's dimensions; overload signals and their gate |
 //! | L1 | [`event`] | the one event stream and its [`Observer`] |
 //! | L2 | [`policy`] | [`breaker`], [`adaptive`], [`resilience`]; one bulkhead's policy state and call token |
 //! | L3 | [`config`], [`reason`] | options, their table and [`PartialConfig`]; reasons, their table, rejections |
-//! | L4 | `engine`, [`stats`] | permit word, cells and ring (with skips), dispatcher, counters — lock-free; the stats schema and its visitor |
+//! | L4 | `engine`, [`stats`], [`metrics`] | permit word, cells and ring (with skips), dispatcher, counters — lock-free; the stats schema and its visitor; the metric table and its walker |
 //! | L5 | `front` | [`Bulkhead`], [`admit`](Bulkhead::admit) → [`Decision`]: [`Call`] / [`Waiter`]; its dry run [`would_admit`](Bulkhead::would_admit) → [`WouldAdmit`]; futures, blocking, drain, guarded `call` |
 //! | L6 | [`registry`] | one bulkhead per key; the canonical [`origin_key`] (`std`) |
 //!
@@ -71,6 +71,8 @@ pub mod config;
 pub mod deadline;
 pub mod event;
 pub mod limits;
+pub mod load;
+pub mod metrics;
 pub mod observe;
 pub mod outcome;
 pub mod policy;
@@ -139,6 +141,8 @@ pub use crate::{
         waiter::{Cancelled, Waiter},
     },
     limits::MAX_REVISION,
+    load::{LoadShedding, LoadSignal, LoadStats},
+    metrics::{METRICS, Metric, MetricKind, MetricLabels, MetricSink},
     observe::Observe,
     outcome::Outcome,
     permit::{InvalidRelease, Permit},

@@ -263,12 +263,15 @@ pub enum Bound {
     Reserve,
     /// A rate dimension (`rate_limit`).
     Rate,
+    /// An overload signal (event-loop lag, CPU) over its threshold shed a non-critical class
+    /// (`shed`, docs/design.md §4.11).
+    Overload,
 }
 
 impl Bound {
     /// Every bound, in declaration order: `ALL[b.index()] == b`. A C-style layer numbers
     /// bounds by this index (the C ABI's `hg_bound`); new bounds are appended.
-    pub const ALL: [Bound; 16] = [
+    pub const ALL: [Bound; 17] = [
         Bound::Limit,
         Bound::KillSwitch,
         Bound::Budget,
@@ -285,6 +288,7 @@ impl Bound {
         Bound::Shared,
         Bound::Reserve,
         Bound::Rate,
+        Bound::Overload,
     ];
 
     /// Its index in [`ALL`](Self::ALL) (stable: bounds are only ever appended).
@@ -320,6 +324,7 @@ impl Bound {
             Bound::Shared => "shared",
             Bound::Reserve => "reserve",
             Bound::Rate => "rate",
+            Bound::Overload => "overload",
         }
     }
 }
@@ -351,6 +356,31 @@ pub struct RejectionDetail {
     /// For `rate_limit`: the time until the request would conform, as seen when it was
     /// refused (`None` for other reasons, and for a request above a rate's burst).
     pub retry_after: Option<core::time::Duration>,
+}
+
+impl RejectionDetail {
+    /// The HTTP status a server answers this refusal with (docs/design.md §4.11), one table
+    /// for every edge adapter: 429 for `rate_limit` (the caller exceeded its rate), 503 for
+    /// every other refusal (the server is at a limit, shedding, out of time for the request —
+    /// a queue timeout or a deadline that cannot be met — or closed). Send `Retry-After` only
+    /// with [`retry_after`](Self::retry_after) — the one honest estimate (a rate's next
+    /// conforming time); none is invented for the others.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 1, max_queue: 0, ..Config::default() })?;
+    /// let _held = bh.try_acquire(1)?;
+    /// let Err(hullguard_core::AcquireError::Rejected(r)) = bh.try_acquire(1) else { panic!() };
+    /// assert_eq!((r.detail().http_status(), r.detail().retry_after), (503, None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn http_status(&self) -> u16 {
+        match self.reason {
+            Reason::RateLimit => 429,
+            _ => 503,
+        }
+    }
 }
 
 /// A settled acquire that got no permit: the reason and the snapshot taken when it settled.
@@ -432,6 +462,7 @@ impl Rejection {
             {
                 c.bound
             }
+            (Reason::Shed, Some(c)) if c.bound == Bound::Overload => c.bound,
             _ => bound,
         };
         RejectionDetail {

@@ -74,6 +74,8 @@ pub struct Stats {
     pub reservations_held: u64,
     /// Reservations whose TTL passed before a commit or an abort (their units returned).
     pub reservations_expired_total: u64,
+    /// Load shedding's signals and sheds (docs/design.md §4.11); `None` without a threshold.
+    pub load: Option<crate::load::LoadStats>,
 }
 
 /// One admission class of a classed bulkhead now ([`Bulkhead::class_stats`]; docs/design.md
@@ -334,6 +336,17 @@ impl Stats {
                 v.count("overrun_total", b.overrun_total);
                 v.count("overrun_held", b.overrun_held);
                 v.count("queued_cost", b.queued_cost);
+                v.end();
+            }
+        }
+        match &self.load {
+            None => v.absent("load"),
+            Some(l) => {
+                v.begin("load", Nested::Fields);
+                v.count("event_loop_lag_ns", l.event_loop_lag_ns);
+                v.count("cpu_permille", l.cpu_permille);
+                v.count("overloaded", l.overloaded);
+                v.count("shed_total", l.shed_total);
                 v.end();
             }
         }

@@ -242,6 +242,9 @@ pub enum hg_bound {
     HG_BOUND_RESERVE = 14,
     /// A rate (`rate_limit`).
     HG_BOUND_RATE = 15,
+    /// An overload signal over its threshold shed a non-critical class (`shed`; see
+    /// `hg_bulkhead_report_load`).
+    HG_BOUND_OVERLOAD = 16,
 }
 
 // Every `hg_bound` is the core's bound of that index.
@@ -254,7 +257,8 @@ const _: () = {
     assert!(hg_bound::HG_BOUND_RATE as usize == Bound::Rate.index());
     assert!(hg_bound::HG_BOUND_KILL_SWITCH as usize == Bound::KillSwitch.index());
     assert!(hg_bound::HG_BOUND_SHARED as usize == Bound::Shared.index());
-    assert!(Bound::ALL.len() == 16);
+    assert!(hg_bound::HG_BOUND_OVERLOAD as usize == Bound::Overload.index());
+    assert!(Bound::ALL.len() == 17);
 };
 
 /// The snake_case name of `bound` (`"limit"`, `"kill_switch"`, …), as every layer spells it;

@@ -115,6 +115,20 @@ pub struct Config {
     /// grant the newest waiter first — it still has time to be served — and FIFO otherwise.
     /// Needs `queue_delay_target`. `false` (the default): always FIFO.
     pub adaptive_lifo: bool,
+    /// Load shedding (docs/design.md §4.11): while the event-loop lag last reported with
+    /// [`Bulkhead::report_load`](crate::Bulkhead::report_load) is above this, a request of a
+    /// non-critical class (priority below [`critical_priority`](Self::critical_priority)) is
+    /// refused `shed` at once (bound `overload`). `ZERO` (the default): off. Needs `alloc` (a
+    /// bulkhead with it and no class table gets a one-class table, priority 0).
+    pub shed_lag_threshold: Duration,
+    /// Load shedding: as [`shed_lag_threshold`](Self::shed_lag_threshold) for the process's
+    /// CPU use, in cores (1.0: one core busy all the time), `0.0 ..= 1024.0`. `0.0` (the
+    /// default): off.
+    pub shed_cpu_threshold: f64,
+    /// Load shedding: a class of this priority or above is critical — never shed by a load
+    /// signal (it passes while capacity is left; the limits apply as always). 1 by default, so
+    /// the default class (priority 0) is not critical.
+    pub critical_priority: u8,
 }
 
 /// The queue-delay dispatch options (docs/design.md §4.10): [`Config::queue_delay_target`],
@@ -169,6 +183,9 @@ impl Config {
         queue_delay_target: Duration::ZERO,
         queue_delay_interval: Duration::from_millis(100),
         adaptive_lifo: false,
+        shed_lag_threshold: Duration::ZERO,
+        shed_cpu_threshold: 0.0,
+        critical_priority: 1,
     };
 
     /// Checks every option, naming the first bad one.
@@ -222,6 +239,14 @@ impl Config {
         if let Err(e) = self.queue_delay().validate() {
             return Err(e);
         }
+        if !(self.shed_cpu_threshold >= 0.0
+            && self.shed_cpu_threshold <= crate::config::options::MAX_CPU)
+        {
+            return Err(ConfigError::Option(OptionId::ShedCpuThreshold));
+        }
+        if self.shed_lag_threshold.as_nanos() > crate::policy::breaker::MAX_DURATION.as_nanos() {
+            return Err(ConfigError::Option(OptionId::ShedLagThreshold));
+        }
         Ok(())
     }
 
@@ -229,6 +254,21 @@ impl Config {
     /// LIFO): such a bulkhead without a class table gets a one-class table.
     pub const fn needs_dispatch_lists(&self) -> bool {
         !self.queue_delay_target.is_zero()
+    }
+
+    /// Whether load shedding is on (a threshold is set, docs/design.md §4.11): such a
+    /// bulkhead without a class table gets a one-class table.
+    pub const fn sheds_on_load(&self) -> bool {
+        !self.shed_lag_threshold.is_zero() || self.shed_cpu_threshold > 0.0
+    }
+
+    /// The load-shedding options together.
+    pub const fn load_shedding(&self) -> crate::load::LoadShedding {
+        crate::load::LoadShedding {
+            lag_threshold: self.shed_lag_threshold,
+            cpu_threshold: self.shed_cpu_threshold,
+            critical_priority: self.critical_priority,
+        }
     }
 
     /// The queue-delay dispatch options together.

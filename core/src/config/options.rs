@@ -45,6 +45,9 @@ use crate::{
     policy::breaker::{MAX_BUCKETS, MAX_DURATION, MAX_HALF_OPEN_CALLS, MAX_THRESHOLD},
 };
 
+/// The largest `shed_cpu_threshold`: cores of one process.
+pub const MAX_CPU: f64 = 1024.0;
+
 /// Which object an option belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -192,11 +195,14 @@ pub enum OptionId {
     QueueDelayTarget,
     QueueDelayInterval,
     AdaptiveLifo,
+    ShedLagThreshold,
+    ShedCpuThreshold,
+    CriticalPriority,
 }
 
 impl OptionId {
     /// How many options there are.
-    pub const COUNT: usize = 36;
+    pub const COUNT: usize = 39;
 
     /// Its row of [`OPTIONS`].
     pub const fn spec(self) -> &'static OptionSpec {
@@ -919,6 +925,42 @@ pub const OPTIONS: [OptionSpec; OptionId::COUNT] = [
         default: "false",
         doc: "newest waiter first while the oldest has waited past queue_delay_target (FIFO otherwise); needs queue_delay_target",
         c_name: c"adaptive_lifo",
+    },
+    OptionSpec {
+        id: OptionId::ShedLagThreshold,
+        section: Section::Bulkhead,
+        name: "shed_lag_threshold",
+        kind: Kind::Duration {
+            zero: true,
+            max: MAX_DURATION,
+            infinite: false,
+        },
+        default: "0",
+        doc: "load shedding: while the reported event-loop lag is above this, non-critical classes are refused `shed` at once; 0: off",
+        c_name: c"shed_lag_threshold_ms",
+    },
+    OptionSpec {
+        id: OptionId::ShedCpuThreshold,
+        section: Section::Bulkhead,
+        name: "shed_cpu_threshold",
+        kind: Kind::Number {
+            min: 0.0,
+            min_open: false,
+            max: MAX_CPU,
+            max_open: false,
+        },
+        default: "0",
+        doc: "load shedding: while the reported process CPU use (cores, 1.0 = one core busy) is above this, non-critical classes are refused `shed` at once; 0: off",
+        c_name: c"shed_cpu_threshold",
+    },
+    OptionSpec {
+        id: OptionId::CriticalPriority,
+        section: Section::Bulkhead,
+        name: "critical_priority",
+        kind: Kind::Count { min: 0, max: 255 },
+        default: "1",
+        doc: "load shedding: a class of this priority or above is critical and never shed by a load signal",
+        c_name: c"critical_priority",
     },
 ];
 

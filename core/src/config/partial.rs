@@ -299,6 +299,15 @@ impl PartialConfig {
         if let Some(Value::Bool(b)) = self.get(O::AdaptiveLifo) {
             c.adaptive_lifo = b;
         }
+        if let Some(d) = self.duration(O::ShedLagThreshold) {
+            c.shed_lag_threshold = d;
+        }
+        if let Some(x) = self.number(O::ShedCpuThreshold) {
+            c.shed_cpu_threshold = x;
+        }
+        if let Some(n) = self.count(O::CriticalPriority) {
+            c.critical_priority = n as u8;
+        }
         if let Some(n) = self.count(O::MaxQueuedCost) {
             c.max_queued_cost = Some(n);
         }

@@ -889,6 +889,13 @@ impl ClassBook {
     }
 
     /// Class `index`'s figures now (`None` for an unknown class).
+    /// The priority of class `index` (0 for a class the table does not have).
+    pub(crate) fn priority(&self, index: u16) -> u8 {
+        self.rank_of
+            .get(index as usize)
+            .map_or(0, |&r| self.ranks[r as usize].priority)
+    }
+
     pub(crate) fn stats(&self, index: u16) -> Option<crate::stats::ClassStats> {
         let r = &self.ranks[*self.rank_of.get(index as usize)? as usize];
         // Acquire: as in `verdict`.

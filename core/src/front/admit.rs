@@ -109,6 +109,9 @@ impl<const N: usize> Bulkhead<N> {
         let admitted = if left == Some(Duration::ZERO) {
             // Passed: refused `timeout` now, never queued (C36).
             Err(bh.engine.reject(Reason::Timeout))
+        } else if let Some(shed) = bh.load_sheds(request.class, true) {
+            // An overload signal sheds this non-critical class (docs/design.md §4.11).
+            Err(shed)
         } else if no_wait {
             bh.engine
                 .take_observing(w, c, observe, request.class)
@@ -282,7 +285,11 @@ impl<const N: usize> Bulkhead<N> {
             cost: 0,
             start_ns: self.decision_start(call.id),
         };
-        match self.engine.take_observing(w, 0, 0, 0) {
+        let taken = match self.load_sheds(0, true) {
+            Some(shed) => Err(shed),
+            None => self.engine.take_observing(w, 0, 0, 0),
+        };
+        match taken {
             Ok(short) => {
                 if call.id != 0 {
                     self.emit_admit(asked, short, None);

@@ -92,6 +92,8 @@ pub struct Bulkhead<const N: usize = 0> {
     cancel_on_overrun: bool,
     /// `min_service_time` (docs/design.md §5.9).
     min_service_time: core::time::Duration,
+    /// Load shedding by overload signals (docs/design.md §4.11).
+    pub(crate) load: crate::load::LoadGate,
 }
 
 /// A bulkhead is shared by reference between threads (checked, not asserted).
@@ -205,7 +207,7 @@ impl Bulkhead<0> {
             [crate::config::classes::ClassSpec::DEFAULT];
         let one_class = crate::config::classes::ClassTable::new(&ONE_CLASS);
         let classes = match classes {
-            None if config.needs_dispatch_lists() => Some(&one_class),
+            None if config.needs_dispatch_lists() || config.sheds_on_load() => Some(&one_class),
             other => other,
         };
         // A clock, and 64-bit words: a cell's enqueue time is a `Word` of ns (on a 32-bit target
@@ -227,10 +229,13 @@ impl Bulkhead<0> {
                 ));
             }
         }
-        // Events and reservations run in the guarded path, so they bring the policy box.
+        // Events, reservations and load shedding run in the guarded path, so they bring the
+        // policy box.
         let policies = Policies::build(
             &config.resilience,
-            observer.as_ref().is_some_and(|o| o.admission_events()) || config.max_reservations > 0,
+            observer.as_ref().is_some_and(|o| o.admission_events())
+                || config.max_reservations > 0
+                || config.sheds_on_load(),
         )?;
         let ring = if config.max_queue == 0 && classes.is_none() {
             WaiterRing::new_inline(0)
@@ -261,6 +266,7 @@ impl Bulkhead<0> {
             }),
             cancel_on_overrun: config.cancel_on_overrun,
             min_service_time: config.min_service_time,
+            load: crate::load::LoadGate::new(&config.load_shedding()),
         };
         if let Some(limit) = initial_limit {
             // The adaptive limit starts at `initial_limit` (≤ max_limit ≤ max_concurrent).
@@ -293,6 +299,7 @@ impl<const N: usize> Bulkhead<N> {
             || !config.resilience.is_off()
             || config.max_reservations != 0
             || config.needs_dispatch_lists()
+            || config.sheds_on_load()
             || config.max_queue > N as u64
         {
             panic!("invalid hullguard Config for Bulkhead::new_static");
@@ -315,6 +322,7 @@ impl<const N: usize> Bulkhead<N> {
             reservations: None,
             cancel_on_overrun: config.cancel_on_overrun,
             min_service_time: config.min_service_time,
+            load: crate::load::LoadGate::off(),
         }
     }
 
@@ -343,6 +351,12 @@ impl<const N: usize> Bulkhead<N> {
                 crate::config::OptionId::QueueDelayTarget,
             ));
         }
+        if config.sheds_on_load() {
+            // Load shedding names classes (a one-class table is allocated).
+            return Err(ConfigError::Unsupported(
+                crate::config::OptionId::ShedLagThreshold,
+            ));
+        }
         if config.max_queue > N as u64 {
             return Err(ConfigError::MaxQueue);
         }
@@ -369,6 +383,7 @@ impl<const N: usize> Bulkhead<N> {
             reservations: None,
             cancel_on_overrun: config.cancel_on_overrun,
             min_service_time: config.min_service_time,
+            load: crate::load::LoadGate::new(&config.load_shedding()),
         })
     }
 
@@ -1239,6 +1254,7 @@ impl<const N: usize> Bulkhead<N> {
             reservations_expired_total: self
                 .reservations()
                 .map_or(0, ReservationTable::expired_total),
+            load: self.load.stats(),
         }
     }
 

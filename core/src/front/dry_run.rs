@@ -86,6 +86,9 @@ impl<const N: usize> Bulkhead<N> {
         if left == Some(core::time::Duration::ZERO) {
             return self.would_reject(Reason::Timeout);
         }
+        if let Some(shed) = self.load_sheds(request.class, false) {
+            return WouldAdmit::Reject(AcquireError::Rejected(shed));
+        }
         let asked = request.queue_timeout.unwrap_or(self.queue_timeout());
         let timeout = self.queue_wait_within(request, left);
         let queue = !timeout.is_zero();

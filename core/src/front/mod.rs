@@ -8,7 +8,9 @@
 //! `waiter`, `request` ← `admit` ← `acquire`, `blocking`, `drain`, `guarded`, `legacy`;
 //! `usage` (streaming settlement's answers) and `orphan` ← `call`; `dry_run` (the read-only twin of `admit`) uses `bulkhead` and `request` only; `emitter`
 //! (where events go) ← `bulkhead` ← `events` (the admission events' steps); `class_ceilings` ←
-//! `class_table` (a class table's run-time part) ← `apply` (revisioned limits), over `bulkhead`.
+//! `class_table` (a class table's run-time part) ← `apply` (revisioned limits), over `bulkhead`;
+//! `load_shed` (overload signals in, `shed` refusals out) over `bulkhead`, used by `admit`,
+//! `dry_run` and `reserve`.
 
 pub mod acquire;
 pub mod admit;
@@ -26,6 +28,8 @@ pub(crate) mod emitter;
 pub(crate) mod events;
 pub mod guarded;
 mod legacy;
+pub mod load_shed;
+pub mod metrics;
 pub mod orphan;
 pub mod request;
 pub(crate) mod reservations;

@@ -414,6 +414,7 @@ fn stats_visit_every_field_in_schema_order() {
         "adaptive",
         "circuit",
         "budget",
+        "load",
     ]);
     assert_eq!(k.0, want);
 }

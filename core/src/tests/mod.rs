@@ -24,6 +24,8 @@ mod detail;
 mod dry_run;
 #[cfg(all(not(loom), feature = "std"))]
 mod events;
+#[cfg(all(not(loom), feature = "std"))]
+mod load_shed;
 #[cfg(loom)]
 mod loom_adaptive;
 #[cfg(all(loom, feature = "std"))]
@@ -46,6 +48,8 @@ mod loom_queue_delay;
 mod loom_reserve;
 #[cfg(all(loom, feature = "std"))]
 mod loom_waker_slot;
+#[cfg(all(not(loom), feature = "std"))]
+mod metrics;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
 #[cfg(all(not(loom), feature = "std"))]
