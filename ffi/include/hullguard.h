@@ -428,6 +428,11 @@ enum hg_bound
    * A rate (`rate_limit`).
    */
   HG_BOUND_RATE = 15,
+  /**
+   * An overload signal over its threshold shed a non-critical class (`shed`; see
+   * `hg_bulkhead_report_load`).
+   */
+  HG_BOUND_OVERLOAD = 16,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -1301,6 +1306,27 @@ typedef struct hg_config {
    * Reserved: all 0, as `reserved`.
    */
   uint8_t reserved2[7];
+  /**
+   * Load shedding (docs/design.md §4.11): while the event-loop lag last reported with
+   * `hg_bulkhead_report_load()` is above this many ms, requests of non-critical classes are
+   * refused `HG_STATUS_SHED` at once (bound `HG_BOUND_OVERLOAD`); 0 = off (the default).
+   */
+  uint64_t shed_lag_threshold_ms;
+  /**
+   * Load shedding: as `shed_lag_threshold_ms` for the process's CPU use in cores (1.0 = one
+   * core busy), `0 .. 1024`; 0 = off (the default).
+   */
+  double shed_cpu_threshold;
+  /**
+   * Load shedding: a class of this priority or above is critical — never shed by a load
+   * signal; `0 .. 255`, 1 in `hg_config_default()` (a zeroed struct says 0: every class
+   * critical).
+   */
+  uint32_t critical_priority;
+  /**
+   * Reserved: all 0, as `reserved`.
+   */
+  uint8_t reserved3[4];
 } hg_config;
 
 /**
@@ -1611,6 +1637,33 @@ typedef struct hg_stats {
    * The total cost of the live waiters.
    */
   uint64_t budget_queued_cost;
+  /**
+   * Appended with edge shedding and metrics (absent when an older caller's `struct_size`
+   * ends before them): the queue-wait histogram, granted waits per power-of-two bucket of
+   * ns (bucket `i < 27` counts waits below `2^(10+i)` ns; bucket 27 the rest; C35) — the
+   * `hullguard_queue_wait_seconds` metric.
+   */
+  uint64_t queue_wait_histogram[28];
+  /**
+   * Whether load shedding is on (a threshold set); the `load_*` fields are 0 otherwise.
+   */
+  bool load_present;
+  /**
+   * Whether a load signal is over its threshold now (non-critical classes are shed).
+   */
+  bool load_overloaded;
+  /**
+   * The last event-loop lag reported, ns.
+   */
+  uint64_t load_event_loop_lag_ns;
+  /**
+   * The last CPU use reported, thousandths of a core.
+   */
+  uint64_t load_cpu_permille;
+  /**
+   * Requests refused `shed` by a load signal (also in `rejected[HG_REASON_SHED]`).
+   */
+  uint64_t load_shed_total;
 } hg_stats;
 
 /**
@@ -1966,6 +2019,23 @@ hg_status hg_permit_refund(struct hg_permit *permit, uint64_t n);
  * Thread-safety: as `hg_permit_release()`.
  */
 hg_status hg_permit_orphan(struct hg_permit *permit);
+
+/**
+ * Records an overload signal's reading (docs/design.md §4.11): while a reading is above its
+ * threshold (`hg_config.shed_lag_threshold_ms`, `shed_cpu_threshold`), requests of classes
+ * below `critical_priority` are refused `HG_STATUS_SHED` at once (bound `HG_BOUND_OVERLOAD`).
+ * The host measures — its event loop's lag, its CPU time over wall time — and reports as often
+ * as it likes; the last reading of each signal stands.
+ *
+ * Parameters:
+ *   event_loop_lag_ms: the loop's lag in ms (NaN or negative: leave the lag as it is).
+ *   cpu: the process's CPU use in cores, 1.0 = one core busy (NaN or negative: leave it).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_bulkhead_report_load(const struct hg_bulkhead *bh,
+                                  double event_loop_lag_ms,
+                                  double cpu);
 
 /**
  * Creates a bulkhead.

@@ -1445,3 +1445,34 @@ pub(crate) unsafe fn current_revision_of(p: *const hg_limits) -> *mut u64 {
     // SAFETY: per the contract.
     unsafe { read_limits(p) }.map_or(std::ptr::null_mut(), |l| l.current_revision)
 }
+
+/// Records an overload signal's reading (docs/design.md §4.11): while a reading is above its
+/// threshold (`hg_config.shed_lag_threshold_ms`, `shed_cpu_threshold`), requests of classes
+/// below `critical_priority` are refused `HG_STATUS_SHED` at once (bound `HG_BOUND_OVERLOAD`).
+/// The host measures — its event loop's lag, its CPU time over wall time — and reports as often
+/// as it likes; the last reading of each signal stands.
+///
+/// Parameters:
+///   event_loop_lag_ms: the loop's lag in ms (NaN or negative: leave the lag as it is).
+///   cpu: the process's CPU use in cores, 1.0 = one core busy (NaN or negative: leave it).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_bulkhead_report_load(
+    bh: *const hg_bulkhead,
+    event_loop_lag_ms: f64,
+    cpu: f64,
+) -> hg_status {
+    boundary(|| {
+        // SAFETY: contract of this function.
+        let core = try_val!(unsafe { core_of(bh) });
+        if event_loop_lag_ms >= 0.0 {
+            let lag = Duration::try_from_secs_f64(event_loop_lag_ms / 1e3).unwrap_or(Duration::MAX);
+            core.report_load(hullguard_core::LoadSignal::EventLoopLag(lag));
+        }
+        if cpu >= 0.0 {
+            core.report_load(hullguard_core::LoadSignal::Cpu(cpu));
+        }
+        hg_status::HG_STATUS_OK
+    })
+}

@@ -241,6 +241,19 @@ pub struct hg_config {
     pub adaptive_lifo: bool,
     /// Reserved: all 0, as `reserved`.
     pub reserved2: [u8; 7],
+    /// Load shedding (docs/design.md §4.11): while the event-loop lag last reported with
+    /// `hg_bulkhead_report_load()` is above this many ms, requests of non-critical classes are
+    /// refused `HG_STATUS_SHED` at once (bound `HG_BOUND_OVERLOAD`); 0 = off (the default).
+    pub shed_lag_threshold_ms: u64,
+    /// Load shedding: as `shed_lag_threshold_ms` for the process's CPU use in cores (1.0 = one
+    /// core busy), `0 .. 1024`; 0 = off (the default).
+    pub shed_cpu_threshold: f64,
+    /// Load shedding: a class of this priority or above is critical — never shed by a load
+    /// signal; `0 .. 255`, 1 in `hg_config_default()` (a zeroed struct says 0: every class
+    /// critical).
+    pub critical_priority: u32,
+    /// Reserved: all 0, as `reserved`.
+    pub reserved3: [u8; 4],
 }
 
 impl hg_config {
@@ -288,6 +301,10 @@ impl hg_config {
         queue_delay_interval_ms: 0,
         adaptive_lifo: false,
         reserved2: [0; 7],
+        shed_lag_threshold_ms: 0,
+        shed_cpu_threshold: 0.0,
+        critical_priority: Config::DEFAULT.critical_priority as u32,
+        reserved3: [0; 4],
     };
 }
 
@@ -318,9 +335,13 @@ const RESERVED_END: usize = at!(reserved) + 7;
 /// (`min_service_time_ms` … `adaptive_lifo`); a smaller one reads none of them.
 const DEADLINE_FIELDS_END: usize = at!(adaptive_lifo) + 1;
 
-/// The end of `reserved2` (the end of the struct: no tail padding).
+/// The end of `reserved2`.
 const RESERVED2_END: usize = at!(reserved2) + 7;
-const _: () = assert!(RESERVED2_END == size_of::<hg_config>());
+
+/// The end of `reserved3` (the end of the struct: no tail padding), and so of the load
+/// shedding fields (`shed_lag_threshold_ms` … `critical_priority`), read only whole.
+const RESERVED3_END: usize = at!(reserved3) + 4;
+const _: () = assert!(RESERVED3_END == size_of::<hg_config>());
 
 /// How one policy field holds its option's value; 0 in any of them means "not set".
 #[derive(Clone, Copy)]
@@ -560,6 +581,27 @@ impl Bytes {
         Ok(())
     }
 
+    /// The load-shedding fields (docs/design.md §4.11): a threshold of 0 is "not set";
+    /// `critical_priority` is always read.
+    fn load(&self, p: &mut PartialConfig) -> Result<(), ConfigError> {
+        let ms = self.u64(at!(shed_lag_threshold_ms));
+        if ms != 0 {
+            if let Some(d) = millis(OptionId::ShedLagThreshold, ms)? {
+                p.set(OptionId::ShedLagThreshold, Value::Duration(d))?;
+            }
+        }
+        let cpu = f64::from_ne_bytes(self.at(at!(shed_cpu_threshold)));
+        if cpu != 0.0 {
+            p.set(OptionId::ShedCpuThreshold, Value::Number(cpu))?;
+        }
+        let critical = u32::from_ne_bytes(self.at(at!(critical_priority)));
+        p.set(
+            OptionId::CriticalPriority,
+            Value::Count(u64::from(critical)),
+        )?;
+        Ok(())
+    }
+
     /// The two callbacks (each NULL when its bytes are 0).
     fn observer(&self) -> CObserver {
         // SAFETY: a non-zero word is a function pointer of the field's type (the caller's
@@ -654,6 +696,19 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
             .any(|b| *b != 0)
     {
         return Err(c"reserved2");
+    }
+    if declared > RESERVED2_END && declared < RESERVED3_END {
+        // Inside the load-shedding group: no header ever ended there.
+        return Err(c"struct_size");
+    }
+    if declared >= RESERVED3_END {
+        bytes.load(&mut partial).map_err(field_of)?;
+        if bytes.0[at!(reserved3)..RESERVED3_END]
+            .iter()
+            .any(|b| *b != 0)
+        {
+            return Err(c"reserved3");
+        }
     }
     Ok(ReadConfig {
         partial,
@@ -810,6 +865,21 @@ pub struct hg_stats {
     pub budget_overrun_held: u64,
     /// The total cost of the live waiters.
     pub budget_queued_cost: u64,
+    /// Appended with edge shedding and metrics (absent when an older caller's `struct_size`
+    /// ends before them): the queue-wait histogram, granted waits per power-of-two bucket of
+    /// ns (bucket `i < 27` counts waits below `2^(10+i)` ns; bucket 27 the rest; C35) — the
+    /// `hullguard_queue_wait_seconds` metric.
+    pub queue_wait_histogram: [u64; 28],
+    /// Whether load shedding is on (a threshold set); the `load_*` fields are 0 otherwise.
+    pub load_present: bool,
+    /// Whether a load signal is over its threshold now (non-critical classes are shed).
+    pub load_overloaded: bool,
+    /// The last event-loop lag reported, ns.
+    pub load_event_loop_lag_ns: u64,
+    /// The last CPU use reported, thousandths of a core.
+    pub load_cpu_permille: u64,
+    /// Requests refused `shed` by a load signal (also in `rejected[HG_REASON_SHED]`).
+    pub load_shed_total: u64,
 }
 
 impl From<&Stats> for hg_stats {
@@ -876,6 +946,12 @@ impl From<&Stats> for hg_stats {
             budget_overrun_total: b.map_or(0, |b| b.overrun_total),
             budget_overrun_held: b.map_or(0, |b| b.overrun_held),
             budget_queued_cost: b.map_or(0, |b| b.queued_cost),
+            queue_wait_histogram: s.queue_wait_histogram.0,
+            load_present: s.load.is_some(),
+            load_overloaded: s.load.is_some_and(|l| l.overloaded != 0),
+            load_event_loop_lag_ns: s.load.map_or(0, |l| l.event_loop_lag_ns),
+            load_cpu_permille: s.load.map_or(0, |l| l.cpu_permille),
+            load_shed_total: s.load.map_or(0, |l| l.shed_total),
         }
     }
 }

@@ -39,13 +39,13 @@ cargo build --quiet --release -p hullguard-ffi
 mkdir -p "$OUT"
 
 step "C tests: plain"
-for t in smoke bad_input cases threaded bugs policies core_api admission deadline; do
+for t in smoke bad_input cases threaded bugs policies core_api admission deadline edge; do
     "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t"
     "$OUT/$t"
 done
 
 step "C tests: AddressSanitizer + UBSan (detect_leaks=1)"
-for t in smoke bad_input cases bugs policies core_api admission deadline; do
+for t in smoke bad_input cases bugs policies core_api admission deadline edge; do
     "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t-asan"
     "$OUT/$t-asan"
 done
@@ -56,7 +56,7 @@ done
 if command -v valgrind >/dev/null; then
     step "C tests: valgrind --leak-check=full"
     export HG_UNDER_VALGRIND=1
-    for t in smoke bad_input cases policies core_api admission deadline; do
+    for t in smoke bad_input cases policies core_api admission deadline edge; do
         "${VALGRIND[@]}" "$OUT/$t"
     done
     "$CC" "${CFLAGS[@]}" -DHG_OPS=10000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \
