@@ -195,7 +195,7 @@ static void budget_and_detail(void) {
     CHECK_EQ_U64(d.calls_in_use, 1);
     CHECK_EQ_U64(d.retry_after_ms, HG_TIMEOUT_INFINITE);
     CHECK(!d.class_present);
-    CHECK(hg_bound_name(16) == NULL);
+    CHECK(hg_bound_name(17) == NULL);
     CHECK(hg_bound_name(UINT32_MAX) == NULL);
     CHECK(strcmp(hg_bound_name(HG_BOUND_KILL_SWITCH), "kill_switch") == 0);
 
@@ -1029,9 +1029,11 @@ static void malformed_sizes_and_counts(void) {
     CHECK_STATUS(hg_bulkhead_new_with_classes(&c, &t, NULL, NULL, &cb), HG_STATUS_OK);
     hg_bulkhead_free(cb);
     /* hg_config's last bytes are a named reserved field, not tail padding (a later field goes
-     * after them: issue 17 appended the deadline group and `reserved2`); not 0 is refused and
-     * named. */
-    CHECK_EQ_U64(offsetof(hg_config, reserved2) + sizeof c.reserved2, sizeof c);
+     * after them: issue 17 appended the deadline group and `reserved2`, issue 18 the load
+     * group and `reserved3`); not 0 is refused and named. */
+    CHECK_EQ_U64(offsetof(hg_config, reserved3) + sizeof c.reserved3, sizeof c);
+    CHECK_EQ_U64(offsetof(hg_config, reserved2) + sizeof c.reserved2,
+                 offsetof(hg_config, shed_lag_threshold_ms));
     CHECK_EQ_U64(offsetof(hg_config, reserved) + sizeof c.reserved,
                  offsetof(hg_config, min_service_time_ms));
     hg_config rc = c;
