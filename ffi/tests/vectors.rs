@@ -338,6 +338,9 @@ fn config(v: Option<&Value>, events: &EventLog) -> (hg_config, Option<u64>) {
                 "queue_delay_target_ms" => c.queue_delay_target_ms = u(),
                 "queue_delay_interval_ms" => c.queue_delay_interval_ms = u(),
                 "adaptive_lifo" => c.adaptive_lifo = x.as_bool().unwrap(),
+                "shed_lag_threshold_ms" => c.shed_lag_threshold_ms = u(),
+                "shed_cpu_threshold" => c.shed_cpu_threshold = x.as_f64().unwrap(),
+                "critical_priority" => c.critical_priority = u() as u32,
                 other => panic!("unknown config option {other:?}"),
             }
         }
@@ -387,6 +390,10 @@ fn stats_json(s: &hg_stats) -> Value {
     json!({
         "revision": s.revision, "orphaned_in_flight": s.orphaned_in_flight,
         "observe": observe_name(s.observe), "observed_by_reason": by_reason(&s.observed),
+        "load": s.load_present.then(|| json!({
+            "event_loop_lag_ns": s.load_event_loop_lag_ns, "cpu_permille": s.load_cpu_permille,
+            "overloaded": u64::from(s.load_overloaded), "shed_total": s.load_shed_total,
+        })),
         "budget": s.budget_present.then(|| json!({
             "limit": s.budget_limit, "max_budget": s.budget_max, "in_use": s.budget_in_use,
             "available": s.budget_available, "granted_unclaimed": s.budget_granted_unclaimed,
@@ -1332,6 +1339,18 @@ impl Runner {
                 if let Some(p) = step.get("position") {
                     assert_eq!(position, p.as_u64(), "{ctx}: position");
                 }
+            }
+            "report_load" => {
+                let bh = self
+                    .bulkhead(key)
+                    .unwrap_or_else(|s| panic!("{ctx}: {s:?}"));
+                let lag = step
+                    .get("event_loop_lag_ms")
+                    .and_then(Value::as_u64)
+                    .map_or(-1.0, |ms| ms as f64);
+                let cpu = step.get("cpu").and_then(Value::as_f64).unwrap_or(-1.0);
+                let s = hullguard::hg_bulkhead_report_load(bh.0, lag, cpu);
+                assert_eq!(s, hg_status::HG_STATUS_OK, "{ctx}");
             }
             "set_observe" => {
                 let mode = observe_number(&step["mode"]);

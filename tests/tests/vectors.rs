@@ -28,8 +28,8 @@ use std::{
 
 use hullguard_core::{
     AcquireError, Bulkhead, Call, Cancelled, ClassTableLimits, Clock, ClockSource, Config,
-    Deadline, Decision, HoldChange, LimitsError, LimitsSnapshot, Observe, Outcome, Reason,
-    Registry, RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
+    Deadline, Decision, HoldChange, LimitsError, LimitsSnapshot, LoadSignal, Observe, Outcome,
+    Reason, Registry, RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
     config::{
         ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Rate, Rates,
@@ -808,6 +808,15 @@ impl Runner {
                     }
                 }
             }
+            "report_load" => {
+                let bh = self.bulkhead(key).unwrap();
+                if let Some(ms) = step.get("event_loop_lag_ms").and_then(Value::as_u64) {
+                    bh.report_load(LoadSignal::EventLoopLag(Duration::from_millis(ms)));
+                }
+                if let Some(cpu) = step.get("cpu").and_then(Value::as_f64) {
+                    bh.report_load(LoadSignal::Cpu(cpu));
+                }
+            }
             "set_observe" => {
                 let mode = step["mode"].as_str().unwrap();
                 let mode = Observe::parse(mode).unwrap_or_else(|| panic!("{ctx}: mode {mode}"));
@@ -1081,6 +1090,10 @@ fn stats_json(s: &Stats) -> Value {
             "algorithm": a.algorithm.as_str(), "limit": a.limit, "min_limit": a.min_limit,
             "max_limit": a.max_limit, "samples_total": a.samples_total,
             "decreases_total": a.decreases_total,
+        })),
+        "load": s.load.map(|l| json!({
+            "event_loop_lag_ns": l.event_loop_lag_ns, "cpu_permille": l.cpu_permille,
+            "overloaded": l.overloaded, "shed_total": l.shed_total,
         })),
     })
 }
