@@ -142,6 +142,45 @@ pub fn grpc_timeout(left: Duration) -> GrpcTimeout {
     out
 }
 
+/// Parses a `grpc-timeout` header value (the gRPC over HTTP/2 protocol: `TimeoutValue
+/// TimeoutUnit`, 1 to 8 ASCII digits then one of `H` `M` `S` `m` `u` `n`) into the time it
+/// grants — the inverse of [`grpc_timeout`], which writes the header
+/// hullguard's clients send downstream. `None` for anything else (no sign, no spaces, no
+/// fraction, no more than 8 digits): a malformed header is no budget, as gRPC servers treat it.
+/// One rule for every edge adapter (Python's ASGI middleware, Node's `hullguard/edge`, the
+/// tower layer).
+///
+/// # Examples
+/// ```
+/// use core::time::Duration;
+/// use hullguard_core::deadline::{grpc_timeout, parse_grpc_timeout};
+/// assert_eq!(parse_grpc_timeout(b"1500m"), Some(Duration::from_millis(1500)));
+/// assert_eq!(parse_grpc_timeout(b"2M"), Some(Duration::from_secs(120)));
+/// assert_eq!(parse_grpc_timeout(b"0n"), Some(Duration::ZERO));
+/// assert_eq!(parse_grpc_timeout(b"1.5S"), None);
+/// let left = Duration::from_nanos(1_499_751_234);
+/// let sent = grpc_timeout(left); // "1499751u": rounded down
+/// assert_eq!(parse_grpc_timeout(sent.as_str().as_bytes()), Some(Duration::from_micros(1_499_751)));
+/// ```
+pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// A `grpc-timeout` header value ([`grpc_timeout`]): ASCII, at most 9 bytes, no allocation.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GrpcTimeout {
@@ -214,6 +253,53 @@ mod tests {
                 digits.parse::<u128>().unwrap() * size <= ns as u128,
                 "{s} > {ns}"
             );
+        }
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod grpc_timeout_tests {
+    use super::*;
+
+    #[test]
+    fn malformed_values_are_no_budget() {
+        for bad in [
+            &b""[..],
+            b"m",
+            b"5",
+            b"5s",
+            b"-5S",
+            b" 5S",
+            b"5S ",
+            b"123456789n",
+            b"1.5S",
+            b"5x",
+        ] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{:?}", bad);
+        }
+        assert_eq!(
+            parse_grpc_timeout(b"99999999H"),
+            Some(Duration::from_secs(99_999_999 * 3600))
+        );
+    }
+
+    #[test]
+    fn what_the_core_writes_parses_back_within_one_unit() {
+        for ns in [
+            0u64,
+            1,
+            999,
+            1_000,
+            99_999_999,
+            100_000_001,
+            1_500_000_000,
+            7_200_000_000_000,
+        ] {
+            let left = Duration::from_nanos(ns);
+            let sent = grpc_timeout(left);
+            let back = parse_grpc_timeout(sent.as_str().as_bytes()).unwrap();
+            assert!(back <= left, "{sent} > {left:?}");
+            assert!(left - back < Duration::from_millis(1), "{sent} vs {left:?}");
         }
     }
 }
