@@ -185,6 +185,7 @@ export type Bound =
   | 'shared'
   | 'reserve'
   | 'rate'
+  | 'overload'
 
 /** One dimension's counts at a rejection. */
 export interface DimensionSnapshot {
@@ -218,6 +219,11 @@ export interface RejectionDetail {
   class: { class: number; bound: Bound; dimension: 'permits' | 'budget' } | null
   /** For `rate_limit`: ms until the request would conform; else `null`. */
   retryAfterMs: number | null
+  /**
+   * The refusal's HTTP status, the core's one table: 429 for `rate_limit`, 503 for every other
+   * reason (what `hullguard/edge` answers; send `Retry-After` only from `retryAfterMs`).
+   */
+  httpStatus: number
 }
 
 /**
@@ -363,6 +369,23 @@ export interface BulkheadOptions {
    * is refused `timeout` then; one that would have to queue with less left is refused at once.
    */
   minServiceTimeMs?: number | null
+  /**
+   * Load shedding by the event-loop lag (docs/design.md §4.11), ms: while the last
+   * `reportLoad({eventLoopLagMs})` is above it, a request of a class below `criticalPriority`
+   * is refused `shed` at once (`BULKHEAD_SHED`, detail bound `'overload'`). Default 0 (off). A
+   * bulkhead without classes gets one non-critical class (everything is shed).
+   */
+  shedLagThresholdMs?: number | null
+  /**
+   * Load shedding by the process's CPU use, in cores (0 … 1024; 0.85 = 85% of one core), as
+   * `shedLagThresholdMs` with `reportLoad({cpu})`. Default 0 (off).
+   */
+  shedCpuThreshold?: number | null
+  /**
+   * Classes of this priority or above (0 … 255, default 1) are critical: never shed by an
+   * overload signal (they pass while capacity is left, then the limits decide as always).
+   */
+  criticalPriority?: number | null
   /**
    * Queue-delay shedding, CoDel (docs/design.md §4.10), ms: when the waiters granted have
    * queued at least this long for a whole `queueDelayIntervalMs`, the waiter about to be
@@ -725,6 +748,48 @@ export interface BulkheadStats {
    * (configured with the `budget` option).
    */
   budget: BudgetStats | null
+  /**
+   * Load shedding's readings (docs/design.md §4.11); `null` without a threshold
+   * (`shedLagThresholdMs`, `shedCpuThreshold`).
+   */
+  load: LoadStats | null
+}
+
+/** The overload signals as the core last saw them (`reportLoad`). */
+export interface LoadStats {
+  /** The last event-loop lag reported, ns. */
+  eventLoopLagNs: number
+  /** The last CPU use reported, thousandths of a core. */
+  cpuPermille: number
+  /** 1 while a signal is above its threshold (non-critical classes are shed), else 0. */
+  overloaded: number
+  /** Requests refused `shed` by a signal (also in `rejectedByReason.shed`). */
+  shedTotal: number
+}
+
+/** A `reportLoad()` reading: either or both (`null` / `undefined`: not given). */
+export interface LoadReading {
+  /** The event-loop lag, ms (≥ 0): how late the loop ran a timer. */
+  eventLoopLagMs?: number | null
+  /** The process's CPU use over the last interval, cores (≥ 0; 1 = one core busy). */
+  cpu?: number | null
+}
+
+/**
+ * One sample of the core's metric table (`hullguard/metrics` publishes them): a gauge's or
+ * counter's `value`, or the wait histogram's cumulative `buckets` (`[upper bound s, count]`,
+ * the last `Infinity`), `sum` (s) and `count`. `class` is the class name (its index when
+ * unnamed), absent on a total.
+ */
+export interface MetricSample {
+  name: string
+  class?: string
+  dimension?: 'calls' | 'budget'
+  reason?: Reason
+  value?: number
+  buckets?: Array<[number, number]>
+  sum?: number
+  count?: number
 }
 
 /** The budget block of the stats: the second dimension, shaped like the permits' fields. */
@@ -918,6 +983,21 @@ export declare class Bulkhead {
   /** One class's counts, by name or index. @throws {RangeError} no such class. */
   classStats(admissionClass: string | number): ClassStats
 
+  /** The class names of `classes` (index = class; `null` for an unnamed one; `[]` without classes). */
+  readonly classNames: Array<string | null>
+
+  /**
+   * Reports the process's overload signals (docs/design.md §4.11; the probes of
+   * `hullguard/edge` call it, tests call it with readings of their own). With
+   * `shedLagThresholdMs` / `shedCpuThreshold`, while a reading is above its threshold a class
+   * below `criticalPriority` is refused `shed`; the readings are in `stats().load`.
+   * @throws {TypeError} a non-number, an unknown key, neither reading. {RangeError} NaN or negative.
+   */
+  reportLoad(reading: LoadReading): void
+
+  /** The core's metric samples of this bulkhead (internal: `hullguard/metrics` reads them). */
+  _metricSamples(): MetricSample[]
+
   /** How many event listeners threw (each reported with `process.emitWarning`). */
   readonly listenerErrors: number
 
@@ -1031,6 +1111,12 @@ export declare class Registry {
 
   /** `{key: stats}` for every live entry (keys unchanged). */
   stats(): Record<string, BulkheadStats>
+
+  /**
+   * Every live key's metric samples (internal: `hullguard/metrics` reads them); no key is
+   * created or touched. Under a global cap the shared admission's once, without `key`.
+   */
+  _metricSamples(): Array<{ key?: string; samples: MetricSample[] }>
 
   /** The live keys, sorted. */
   keys(): string[]

@@ -1106,6 +1106,32 @@ class Bulkhead {
     return this.#h.nb.classStats(cls)
   }
 
+  /** The class names of `classes` (index = class; `null` for an unnamed one; `[]` without classes). */
+  get classNames() {
+    return this.#h.nb.classNames.map((n) => n ?? null)
+  }
+
+  /**
+   * Reports the process's overload signals (docs/design.md §4.11): `{eventLoopLagMs, cpu}`
+   * (either or both; lag in ms ≥ 0, CPU in cores ≥ 0: 1.0 = one core busy). With
+   * `shedLagThresholdMs` / `shedCpuThreshold` set, while a reading is above its threshold a
+   * class below `criticalPriority` is refused `shed` (bound `overload`); the last readings are
+   * in `stats().load`. The edge probes (`hullguard/edge`) call it; tests call it with values
+   * of their own. Throws TypeError / RangeError naming a bad field.
+   */
+  reportLoad(reading) {
+    this.#h.nb.reportLoad(reading)
+  }
+
+  /**
+   * The core's metric samples of this bulkhead (`hullguard/metrics` publishes them): `[{name,
+   * value, class?, dimension?, reason?}]`, the histogram as `{name, buckets: [[le, n]], sum,
+   * count}` (cumulative, seconds). Internal: shapes may change with the metric table.
+   */
+  _metricSamples() {
+    return this.#h.nb.metricSamples()
+  }
+
   /** How many listeners threw (each reported with `process.emitWarning`). */
   get listenerErrors() {
     return this.#events.listenerErrors
@@ -1276,6 +1302,15 @@ class Registry {
   /** `{key: stats}` (keys unchanged). */
   stats() {
     return this.#nr.stats()
+  }
+
+  /**
+   * Every live key's metric samples, `[{key, samples}]` (`Bulkhead._metricSamples`'s shape; no
+   * key is created or touched); under a global cap the shared admission's once, without `key`,
+   * each key's class named by the key. Internal: shapes may change with the metric table.
+   */
+  _metricSamples() {
+    return this.#nr.metricSamples()
   }
 
   keys() {

@@ -77,6 +77,16 @@ export declare class NativeBulkhead {
    */
   stats(): Record<string, unknown>
   /**
+   * `reportLoad({eventLoopLagMs, cpu})`: the process's overload signals to the core's gate
+   * (docs/design.md §4.11; `options::load` checks both before either is reported).
+   */
+  reportLoad(reading: { eventLoopLagMs?: number | null; cpu?: number | null }): void
+  /**
+   * This bulkhead's samples of the core's metric table (`metrics::MetricSample`; class
+   * indices named by its class names).
+   */
+  metricSamples(): Array<MetricSample>
+  /**
    * `drain()` (`options`: `{timeoutMs}`): the report when idle now (or `timeoutMs` is 0),
    * else a `NativeDrain` whose id is reported when it may be done.
    */
@@ -252,6 +262,12 @@ export declare class NativeRegistry {
   wouldAdmit(key: unknown, options: unknown, ambient?: number | undefined | null): JsWouldAdmit
   /** `{key: stats}` (keys unchanged). */
   stats(): Record<string, Record<string, unknown>>
+  /**
+   * Every live key's samples of the core's metric table, `[{key, samples}]` in key order,
+   * read from the keys' stats (no key is created or touched). Under a global cap the keys
+   * share one admission: its samples once, without `key`, each key's class named by the key.
+   */
+  metricSamples(): Array<KeySamples>
   /** The live keys, sorted. */
   keys(): Array<string>
   close(): void
@@ -324,7 +340,8 @@ export interface JsClassRefusal {
  * A rejection's detail (the core's `RejectionDetail`, docs/design.md §5.7): which constraint
  * bound (`bound`: `'limit'`, `'kill_switch'`, `'budget'`, `'queue'`, `'queued_cost'`, …), per
  * dimension `{limit, inUse, available}` (`budget` absent without a budget), the queue, the
- * revision, a classed refusal's class part, and for `rate_limit` the ms until it conforms.
+ * revision, a classed refusal's class part, for `rate_limit` the ms until it conforms, and the
+ * refusal's HTTP status.
  */
 export interface JsDetail {
   reason: string
@@ -337,6 +354,11 @@ export interface JsDetail {
   revision: number
   class?: JsClassRefusal
   retryAfterMs?: number
+  /**
+   * The HTTP status of this refusal, the core's one table (`RejectionDetail::http_status`:
+   * 429 for `rate_limit`, 503 for every other reason): what the edge admission answers.
+   */
+  httpStatus: number
 }
 
 /** One dimension's counts at a rejection: `{limit, inUse, available}`. */
@@ -378,11 +400,55 @@ export interface JsWouldAdmit {
   detail?: JsDetail
 }
 
+/** One key's metric samples (`key` absent: a global cap's shared admission). */
+export interface KeySamples {
+  key?: string
+  samples: Array<MetricSample>
+}
+
 /** Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`. */
 export declare const MAX_PERMITS: number
 
 /** Largest `maxQueue`. */
 export declare const MAX_QUEUE: number
+
+/** One row of the core's metric table. */
+export interface MetricRow {
+  /** The exposition name (`'hullguard_in_flight'`; a counter's includes `_total`). */
+  name: string
+  /** `'gauge'`, `'counter'` or `'histogram'`. */
+  kind: string
+  /** `'seconds'` for the wait histogram, `''` for counts. */
+  unit: string
+  /** Label names, `'key'` first. */
+  labels: Array<string>
+  help: string
+  /**
+   * The histogram's finite upper bounds in seconds (the core's power-of-two ns bounds),
+   * increasing; absent on other rows.
+   */
+  buckets?: Array<number>
+}
+
+/**
+ * One sample: a gauge's or counter's `value`, or the histogram's cumulative `buckets`
+ * (`[upper bound seconds (the last Infinity), count at or below it]`), `sum` (seconds) and
+ * `count`. `class` is the class's name (its index when unnamed), absent on the bulkhead's
+ * total; `dimension` (`'calls'` / `'budget'`) and `reason` where they apply.
+ */
+export interface MetricSample {
+  name: string
+  class?: string
+  dimension?: string
+  reason?: string
+  value?: number
+  buckets?: Array<Array<number>>
+  sum?: number
+  count?: number
+}
+
+/** The core's metric table, in the order the samples are written. */
+export declare function metricTable(): Array<MetricRow>
 
 /**
  * One event for the facade's emitter `emitter` (docs/design.md §8.2): a breaker transition
@@ -444,6 +510,13 @@ export declare function outcomeForHttpStatus(status: number): string
 
 /** The outcomes with their codes (`Outcome as u8`): `{success: 0, failure: 1, …}`. */
 export declare function outcomes(): Record<string, number>
+
+/**
+ * A `grpc-timeout` header value as ms (`"1500m"` → 1500), by the core's one parser
+ * (`hullguard_core::deadline::parse_grpc_timeout`: 1 to 8 digits and a unit); `undefined`
+ * for a malformed one (no budget, as gRPC servers treat it).
+ */
+export declare function parseGrpcTimeout(value: string): number | null
 
 /** A call that queued: poll `ticket` when `id` is reported settled; arm `timeoutMs`. */
 export interface Queued {

@@ -626,7 +626,7 @@ describe('setLimit(n)', () => {
 })
 
 describe('stats()', () => {
-  test('camelCase field names, snake_case reason keys, adaptive/circuit/budget null', () => {
+  test('camelCase field names, snake_case reason keys, adaptive/circuit/budget/load null', () => {
     const bh = new Bulkhead()
     const s = bh.stats()
     assert.deepEqual(Object.keys(s).sort(), [...STATS_KEYS].sort())
@@ -661,6 +661,7 @@ describe('stats()', () => {
       adaptive: null,
       circuit: null,
       budget: null,
+      load: null,
     })
     assert.notEqual(bh.stats(), bh.stats(), 'a fresh object each call')
   })

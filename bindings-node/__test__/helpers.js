@@ -143,6 +143,7 @@ const STATS_KEYS = [
   'adaptive',
   'circuit',
   'budget',
+  'load',
 ]
 
 /**

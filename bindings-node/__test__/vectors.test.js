@@ -144,7 +144,7 @@ function statsExpect(e) {
   return Object.fromEntries(
     Object.entries(e).map(([k, v]) => [
       camel(k),
-      k === 'circuit' || k === 'adaptive' || k === 'budget' ? camelKeys(v, 1) : v,
+      k === 'circuit' || k === 'adaptive' || k === 'budget' || k === 'load' ? camelKeys(v, 1) : v,
     ]),
   )
 }
@@ -502,6 +502,11 @@ class Runner {
         assert.equal(after, before, `${ctx}: a dry run changes nothing`)
         assert.equal(got, step.expect, ctx)
         if (step.position !== undefined) assert.equal(position, step.position, `${ctx}: position`)
+        break
+      }
+      case 'report_load': {
+        // The signals of docs/design.md §4.11: the lag in ms, the CPU in cores.
+        this.bulkhead(key).reportLoad({ eventLoopLagMs: step.event_loop_lag_ms, cpu: step.cpu })
         break
       }
       case 'set_observe': {

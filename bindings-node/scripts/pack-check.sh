@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The npm tarball works as published: `npm pack`, install the tarball into a fresh project in a
-# temp dir (outside the repo, offline: the package has no dependencies), then load it with
-# `require` and with `import`, run a call through each, and type-check a consumer against the
+# temp dir (outside the repo, offline: the package has no dependencies, and its peers are
+# optional), then load it with `require` and with `import`, run a call through each, load the
+# subpaths (`hullguard/edge`, `hullguard/metrics`), and type-check a consumer against the
 # installed index.d.ts. Run after `make node-build`.
 set -euo pipefail
 pkg="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -72,6 +73,22 @@ await assert.rejects(reg.acquire(key), (e) => e instanceof BulkheadError && e.re
 held.release()
 assert.equal(await new Bulkhead().run(() => "esm"), "esm")
 console.log("pack-check: import OK")
+'
+
+# the subpaths: hullguard/edge runs without any framework; hullguard/metrics loads without its
+# optional peers and says what to install when one is needed
+node -e '
+const assert = require("node:assert/strict")
+const { Bulkhead } = require("hullguard")
+const { admission, parseGrpcTimeout } = require("hullguard/edge")
+const { registerPrometheus, metricTable } = require("hullguard/metrics")
+const edge = admission({ bulkhead: new Bulkhead({ maxConcurrent: 1 }), deadlineHeader: "grpc-timeout" })
+assert.equal(typeof edge.handler(() => {}), "function")
+edge.close()
+assert.equal(parseGrpcTimeout("1500m"), 1500)
+assert.equal(metricTable()[0].name, "hullguard_in_flight")
+assert.throws(() => registerPrometheus({}), /prom-client is not installed \(an optional peer dependency/)
+console.log("pack-check: hullguard/edge and hullguard/metrics OK")
 '
 
 # types of the installed package, for an ESM and a CommonJS consumer

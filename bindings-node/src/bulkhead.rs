@@ -422,6 +422,27 @@ impl NativeBulkhead {
         stats::object(env, &s)
     }
 
+    /// `reportLoad({eventLoopLagMs, cpu})`: the process's overload signals to the core's gate
+    /// (docs/design.md §4.11; `options::load` checks both before either is reported).
+    #[napi(ts_args_type = "reading: { eventLoopLagMs?: number | null; cpu?: number | null }")]
+    pub fn report_load(&self, env: &Env, reading: Unknown) -> Result<()> {
+        let signals = options::load(env, reading)?;
+        let bh = self.bh()?;
+        for s in signals {
+            bh.report_load(s);
+        }
+        settled::flush(env)
+    }
+
+    /// This bulkhead's samples of the core's metric table (`metrics::MetricSample`; class
+    /// indices named by its class names).
+    #[napi]
+    pub fn metric_samples(&self, env: &Env) -> Result<Vec<crate::metrics::MetricSample>> {
+        let out = crate::metrics::bulkhead_samples(self.bh()?, &self.names);
+        settled::flush(env)?;
+        Ok(out)
+    }
+
     /// `drain()` (`options`: `{timeoutMs}`): the report when idle now (or `timeoutMs` is 0),
     /// else a `NativeDrain` whose id is reported when it may be done.
     #[napi]

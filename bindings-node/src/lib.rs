@@ -10,6 +10,7 @@
 //! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
 //! | `settled` | the per-isolate queue of settled waiters / drains and breaker events |
 //! | `marshal` | `TypeError` / `RangeError` / `BulkheadError`, ms |
+//! | `metrics` | the core's metric table and a bulkhead's samples (`metricTable`, `metricSamples`) |
 //! | `stats`, `clock` | the stats object (one `StatsVisitor`); the virtual clock of the test hook, deadlines' ms → the core's ns |
 //!
 //! Thread-safety: every object belongs to the isolate (thread) that made it.
@@ -22,6 +23,7 @@ mod clock;
 mod fast;
 mod gateway;
 mod marshal;
+mod metrics;
 mod options;
 mod registry;
 mod settled;
@@ -124,6 +126,14 @@ pub fn grpc_timeout(ms: f64) -> String {
     hullguard_core::deadline::grpc_timeout(left)
         .as_str()
         .to_owned()
+}
+
+/// A `grpc-timeout` header value as ms (`"1500m"` → 1500), by the core's one parser
+/// (`hullguard_core::deadline::parse_grpc_timeout`: 1 to 8 digits and a unit); `undefined`
+/// for a malformed one (no budget, as gRPC servers treat it).
+#[napi]
+pub fn parse_grpc_timeout(value: String) -> Option<f64> {
+    hullguard_core::deadline::parse_grpc_timeout(value.as_bytes()).map(|d| d.as_secs_f64() * 1e3)
 }
 
 #[napi]

@@ -68,7 +68,8 @@ pub struct JsClassRefusal {
 /// A rejection's detail (the core's `RejectionDetail`, docs/design.md §5.7): which constraint
 /// bound (`bound`: `'limit'`, `'kill_switch'`, `'budget'`, `'queue'`, `'queued_cost'`, …), per
 /// dimension `{limit, inUse, available}` (`budget` absent without a budget), the queue, the
-/// revision, a classed refusal's class part, and for `rate_limit` the ms until it conforms.
+/// revision, a classed refusal's class part, for `rate_limit` the ms until it conforms, and the
+/// refusal's HTTP status.
 #[napi(object)]
 pub struct JsDetail {
     pub reason: String,
@@ -81,6 +82,9 @@ pub struct JsDetail {
     pub revision: f64,
     pub class: Option<JsClassRefusal>,
     pub retry_after_ms: Option<f64>,
+    /// The HTTP status of this refusal, the core's one table (`RejectionDetail::http_status`:
+    /// 429 for `rate_limit`, 503 for every other reason): what the edge admission answers.
+    pub http_status: u32,
 }
 
 impl From<RejectionDetail> for JsDetail {
@@ -110,6 +114,7 @@ impl From<RejectionDetail> for JsDetail {
                 .to_owned(),
             }),
             retry_after_ms: d.retry_after.map(ms),
+            http_status: d.http_status().into(),
         }
     }
 }

@@ -851,3 +851,53 @@ pub(crate) fn outcome(env: &Env, v: Unknown) -> Result<Outcome> {
     let s = js_string(&expect(env, name, ValueType::String, &what)?)?;
     Outcome::parse(&s).ok_or_else(|| type_error(env, format_args!("{what}, got {s:?}")))
 }
+
+/// `reportLoad({eventLoopLagMs, cpu})`: the readings as the core's signals, both checked before
+/// either is reported (a bad field reports nothing). A reading is a number ≥ 0 (`eventLoopLagMs`
+/// in ms, `cpu` in cores); `null` / `undefined` is not given; a non-number is a `TypeError`,
+/// NaN or a negative number a `RangeError`, an unknown key a `TypeError` naming it, and an
+/// object with neither reading a `TypeError`.
+pub(crate) fn load(env: &Env, v: Unknown) -> Result<Vec<hullguard_core::load::LoadSignal>> {
+    use hullguard_core::load::LoadSignal;
+    let reading = |x: Unknown, name: &str, what: &str| -> Result<f64> {
+        let n = number(
+            env,
+            x,
+            format_args!("{name} must be {what} (a number >= 0)"),
+        )?;
+        if n.is_nan() || n < 0.0 {
+            return Err(range_error(
+                env,
+                format_args!("{name} must be {what} (a number >= 0), got {n}"),
+            ));
+        }
+        Ok(n)
+    };
+    let mut out = Vec::with_capacity(2);
+    for (k, x) in entries(env, v, "reportLoad needs an object {eventLoopLagMs, cpu}")? {
+        let Some(x) = not_null(x)? else { continue };
+        match k.as_str() {
+            "eventLoopLagMs" => {
+                let ms = reading(x, "eventLoopLagMs", "an event-loop lag in ms")?;
+                let d = Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX);
+                out.push(LoadSignal::EventLoopLag(d));
+            }
+            "cpu" => out.push(LoadSignal::Cpu(reading(x, "cpu", "a CPU use in cores")?)),
+            _ => {
+                return Err(unknown(
+                    env,
+                    "reportLoad: ",
+                    &k,
+                    "\"eventLoopLagMs\", \"cpu\"",
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(type_error(
+            env,
+            "reportLoad needs eventLoopLagMs (ms) and/or cpu (cores)",
+        ));
+    }
+    Ok(out)
+}

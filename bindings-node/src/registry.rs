@@ -21,6 +21,13 @@ use crate::{
     options, settled, stats,
 };
 
+/// One key's metric samples (`key` absent: a global cap's shared admission).
+#[napi(object)]
+pub struct KeySamples {
+    pub key: Option<String>,
+    pub samples: Vec<crate::metrics::MetricSample>,
+}
+
 /// A registry. Errors as `NativeBulkhead`'s; an override's start with `overrides["key"]: `.
 #[napi]
 pub struct NativeRegistry {
@@ -133,6 +140,51 @@ impl NativeRegistry {
         let all = self.reg.stats();
         settled::flush(env)?;
         stats::by_key(env, &all)
+    }
+
+    /// Every live key's samples of the core's metric table, `[{key, samples}]` in key order,
+    /// read from the keys' stats (no key is created or touched). Under a global cap the keys
+    /// share one admission: its samples once, without `key`, each key's class named by the key.
+    #[napi]
+    pub fn metric_samples(&self, env: &Env) -> Result<Vec<KeySamples>> {
+        let out = if self.global {
+            let mut classes: Vec<(String, hullguard_core::stats::ClassStats)> = self
+                .reg
+                .keys()
+                .into_iter()
+                .filter_map(|k| self.reg.key_stats(&k).map(|c| (k, c)))
+                .collect();
+            classes.sort_by_key(|(_, c)| c.class);
+            let names: Vec<(u16, String)> =
+                classes.iter().map(|(k, c)| (c.class, k.clone())).collect();
+            let name = |i: u16| {
+                names
+                    .iter()
+                    .find(|(c, _)| *c == i)
+                    .map_or_else(|| i.to_string(), |(_, k)| k.clone())
+            };
+            let stats: Vec<_> = classes.into_iter().map(|(_, c)| c).collect();
+            self.reg
+                .global_stats()
+                .map(|g| KeySamples {
+                    key: None,
+                    samples: crate::metrics::stats_samples(&g, &stats, &name),
+                })
+                .into_iter()
+                .collect()
+        } else {
+            let none = |i: u16| i.to_string();
+            self.reg
+                .stats()
+                .into_iter()
+                .map(|(key, s)| KeySamples {
+                    samples: crate::metrics::stats_samples(&s, &[], &none),
+                    key: Some(key),
+                })
+                .collect()
+        };
+        settled::flush(env)?;
+        Ok(out)
     }
 
     /// The live keys, sorted.
