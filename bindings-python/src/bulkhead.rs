@@ -21,7 +21,7 @@ use pyo3::{
     exceptions::{PyTypeError, PyValueError},
     prelude::*,
     sync::PyOnceLock,
-    types::{PyDict, PyTuple},
+    types::{PyDict, PyList, PyTuple},
 };
 
 use crate::{
@@ -29,6 +29,7 @@ use crate::{
     errors::acquire_err,
     events::PyObserver,
     gateway::{self, ClassNames, Extra},
+    metrics,
     options::{self, config_err, count_arg, timeout_arg},
     permit::{CoreCall, Permit},
     policy::{ArmedCall, exit_block},
@@ -924,6 +925,33 @@ impl Bulkhead {
     /// (and call `on_state_change`).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.bh.stats())
+    }
+
+    /// Reports an overload signal (docs/design.md §4.11): `event_loop_lag` (seconds: how late
+    /// the host's event loop ran a timer) and / or `cpu` (the process's CPU use in cores: CPU
+    /// time over wall time, 1.0 is one core busy). While a signal is above its threshold
+    /// (`shed_lag_threshold` / `shed_cpu_threshold`) requests of a class below
+    /// `critical_priority` are refused `shed` (`BulkheadShedError`, bound `"overload"`); a
+    /// signal without a threshold is recorded and changes nothing. `TypeError` for a
+    /// non-number or when neither is given, `ValueError` for a negative or NaN reading (nothing
+    /// is reported then). Thread-safe; never blocks.
+    #[pyo3(signature = (*, event_loop_lag=None, cpu=None))]
+    fn report_load(
+        &self,
+        event_loop_lag: Option<&Bound<'_, PyAny>>,
+        cpu: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        for s in metrics::load_signals(event_loop_lag, cpu)? {
+            self.bh.report_load(s);
+        }
+        Ok(())
+    }
+
+    /// This bulkhead's samples of the core's metric table (docs/design.md §8.3), for the
+    /// exporters: `[(name, class, dimension, reason, value)]` (see
+    /// `hullguard._native.metric_table()`); `class` is the class name (`""` for the total).
+    fn _metric_samples<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        metrics::bulkhead_samples(py, &self.bh, &self.names)
     }
 
     /// Stops admission; queued waiters are rejected with `BulkheadClosedError`.

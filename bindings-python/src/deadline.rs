@@ -128,10 +128,6 @@ pub(crate) fn enable_ambient_deadline(var: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// The `deadline` argument checked and converted by the rule of every acquire's `deadline=`
-/// (for integrations and `hullguard.deadline_at`): absolute seconds on the `time.monotonic()`
-/// scale, or `None` for no deadline (`None`, `math.inf`, anything from `2**63` ns on).
-/// `TypeError` / `ValueError` naming `name`.
 /// `seconds` (a time left) as a `grpc-timeout` header value, by the core's one rule
 /// (`hullguard_core::deadline::grpc_timeout`: at most 8 digits and a unit, rounded down; 0, a
 /// negative or NaN time is `"0n"`, an infinite one `"99999999H"`).
@@ -147,6 +143,18 @@ pub(crate) fn grpc_timeout(seconds: f64) -> String {
         .to_owned()
 }
 
+/// A `grpc-timeout` header value as seconds (`"1500m"` → 1.5), by the core's one parser
+/// (`hullguard_core::deadline::parse_grpc_timeout`: 1 to 8 ASCII digits and a unit among
+/// `H M S m u n`); `None` for a malformed one (no budget, as gRPC servers treat it).
+#[pyfunction(name = "_parse_grpc_timeout")]
+pub(crate) fn parse_grpc_timeout(value: &[u8]) -> Option<f64> {
+    hullguard_core::deadline::parse_grpc_timeout(value).map(|d| d.as_secs_f64())
+}
+
+/// The `deadline` argument checked and converted by the rule of every acquire's `deadline=`
+/// (for integrations and `hullguard.deadline_at`): absolute seconds on the `time.monotonic()`
+/// scale, or `None` for no deadline (`None`, `math.inf`, anything from `2**63` ns on).
+/// `TypeError` / `ValueError` naming `name`.
 #[pyfunction(name = "_check_deadline")]
 #[pyo3(signature = (deadline, name="deadline"))]
 pub(crate) fn check_deadline(

@@ -317,7 +317,9 @@ fn dimension<'py>(py: Python<'py>, d: &DimensionSnapshot) -> PyResult<Bound<'py,
 
 /// A rejection's `detail` (docs/design.md §5.7): `{"reason", "bound", "calls": {"limit",
 /// "in_use", "available"}, "budget": {...} | None, "queued", "max_queue", "queued_cost",
-/// "revision", "class": {"class", "bound", "dimension"} | None, "retry_after": seconds | None}`.
+/// "revision", "class": {"class", "bound", "dimension"} | None, "retry_after": seconds | None,
+/// "http_status"}` — `http_status` the core's status for a server answering the refusal
+/// (docs/design.md §4.11: 429 for `rate_limit`, 503 otherwise).
 pub(crate) fn detail_dict<'py>(
     py: Python<'py>,
     d: &RejectionDetail,
@@ -349,6 +351,7 @@ pub(crate) fn detail_dict<'py>(
         .transpose()?;
     out.set_item("class", class)?;
     out.set_item("retry_after", d.retry_after.map(seconds))?;
+    out.set_item("http_status", d.http_status())?;
     Ok(out)
 }
 

@@ -16,6 +16,7 @@
 //! | `gateway` | gateway admission: request arguments, the class table, results, rate timer |
 //! | `events` | the observer: `on_state_change`, `on` / `off` listeners of the events |
 //! | `errors`, `stats`, `guard` | exceptions and `REASONS`; the stats / drain dicts; `guard` |
+//! | `metrics` | the metric table and samples for the exporters, `report_load`'s readings |
 
 mod awaitable;
 mod bulkhead;
@@ -24,6 +25,7 @@ mod errors;
 mod events;
 mod gateway;
 mod guard;
+mod metrics;
 mod options;
 mod permit;
 mod policy;
@@ -40,7 +42,8 @@ mod _native {
     use crate::{
         awaitable::{AcquireContext, Done, DrainAwaitable, Ready},
         bulkhead::{Bulkhead, check_timeout},
-        deadline::{check_deadline, enable_ambient_deadline, grpc_timeout},
+        deadline::{check_deadline, enable_ambient_deadline, grpc_timeout, parse_grpc_timeout},
+        metrics::metric_table,
         permit::Permit,
         policy::outcome_of_status,
         registry::{Registry, origin_key},

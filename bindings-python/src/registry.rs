@@ -9,12 +9,13 @@ use hullguard_core::{
     config::{PartialConfig, Section},
     event::SharedObserver,
     origin_key as core_origin_key,
+    stats::ClassStats,
 };
 use pyo3::{
     exceptions::{PyTypeError, PyValueError},
     prelude::*,
     sync::PyOnceLock,
-    types::{PyDict, PyString, PyTuple},
+    types::{PyDict, PyList, PyString, PyTuple},
 };
 
 use crate::{
@@ -26,6 +27,7 @@ use crate::{
     errors::acquire_err,
     events::PyObserver,
     gateway::{self, Extra},
+    metrics,
     options::{self, config_err, count_arg, type_name},
     permit::Permit,
     stats::stats_dict,
@@ -574,6 +576,44 @@ impl Registry {
             d.set_item(k, stats_dict(py, &s)?)?;
         }
         Ok(d)
+    }
+
+    /// The samples of the core's metric table (docs/design.md §8.3) for the exporters:
+    /// `[(key, samples)]`, one entry per key that exists now (reading creates no key; an
+    /// evicted key has none), samples as `Bulkhead._metric_samples()`. Under a global cap the
+    /// keys are classes of one shared admission: one entry, key `None`, whose per-class
+    /// samples carry the registry keys as their `class`.
+    fn _metric_samples<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        if self.global {
+            let Some(shared) = self.reg.global_stats() else {
+                return Ok(out);
+            };
+            let mut keyed: Vec<(String, ClassStats)> = self
+                .reg
+                .keys()
+                .into_iter()
+                .filter_map(|k| self.reg.key_stats(&k).map(|c| (k, c)))
+                .collect();
+            keyed.sort_by_key(|(_, c)| c.class);
+            let classes: Vec<ClassStats> = keyed.iter().map(|(_, c)| *c).collect();
+            let name = |c: u16| {
+                keyed
+                    .iter()
+                    .find(|(_, s)| s.class == c)
+                    .map_or_else(|| c.to_string(), |(k, _)| k.clone())
+            };
+            out.append((
+                py.None(),
+                metrics::stats_samples(py, &shared, &classes, &name)?,
+            ))?;
+            return Ok(out);
+        }
+        let none = |c: u16| c.to_string();
+        for (k, s) in self.reg.stats() {
+            out.append((k, metrics::stats_samples(py, &s, &[], &none)?))?;
+        }
+        Ok(out)
     }
 
     fn keys(&self) -> Vec<String> {

@@ -59,6 +59,7 @@ STATS_KEYS = (
     "adaptive",
     "circuit",
     "budget",
+    "load",
 )
 
 

@@ -569,6 +569,7 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert set(s["rejected_by_reason"]) == set(REASONS)
     assert all(v == 0 for v in s["rejected_by_reason"].values())
     assert s["adaptive"] is None and s["circuit"] is None and s["budget"] is None
+    assert s["load"] is None  # no shedding threshold (issue 18)
     # Observe mode (docs/design.md §4.7): off, and nothing observed.
     assert s["observe"] == "off"
     # The queue-wait histogram (C35): power-of-two buckets of ns, keyed by their exclusive
@@ -577,7 +578,7 @@ def test_stats_schema(bh: hullguard.Bulkhead) -> None:
     assert all(v == 0 for v in s["queue_wait_histogram"].values())
     assert s["observed_by_reason"] == dict.fromkeys(REASONS, 0)
     for k in STATS_KEYS:
-        if k not in ("rejected_by_reason", "queue_wait_histogram", "observe", "observed_by_reason", "adaptive", "circuit", "budget"):
+        if k not in ("rejected_by_reason", "queue_wait_histogram", "observe", "observed_by_reason", "adaptive", "circuit", "budget", "load"):
             assert type(s[k]) is int, k
     # The ring: next_power_of_two(max_queue + max(max_queue, 64)) cells, all free.
     assert (s["limit"], s["max_concurrent"], s["available"], s["ring_free"]) == (2, 2, 2, 128)
@@ -987,7 +988,7 @@ def test_unknown_options_are_refused_with_the_known_names() -> None:
     # A keyword argument: TypeError (as Python refuses one), listing the options.
     with pytest.raises(TypeError, match='unknown option "max_concurent"') as e:
         hullguard.Bulkhead(max_concurent=3)  # type: ignore[call-arg]
-    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "max_queued_cost", "observe", "max_orphaned", "start_limit", "max_reservations", "cancel_on_overrun", "min_service_time", "queue_delay_target", "queue_delay_interval", "adaptive_lifo", "resilience"' in str(e.value)
+    assert '"max_concurrent", "max_queue", "queue_timeout", "enabled", "budget", "max_queued_cost", "observe", "max_orphaned", "start_limit", "max_reservations", "cancel_on_overrun", "min_service_time", "queue_delay_target", "queue_delay_interval", "adaptive_lifo", "shed_lag_threshold", "shed_cpu_threshold", "critical_priority", "resilience"' in str(e.value)
     with pytest.raises(TypeError, match='"max_keys", "overrides"'):
         hullguard.Registry(maxkeys=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match='unknown option "max_keys"'):

@@ -541,6 +541,12 @@ class Runner:
             assert got == step.get("expect", "ok"), f"{ctx}: {got}"
         elif op == "would_admit":
             self.would_admit(ctx, step)
+        elif op == "report_load":
+            # The signals of docs/design.md §4.11: the lag in seconds, the CPU in cores.
+            lag = step.get("event_loop_lag_ms")
+            self.bulkhead(key).report_load(
+                event_loop_lag=None if lag is None else lag / 1000, cpu=step.get("cpu")
+            )
         elif op in ("set_observe", "set_budget"):
             try:
                 bh = self.bulkhead(key)

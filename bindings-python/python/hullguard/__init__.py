@@ -48,6 +48,14 @@ Deadlines (docs/design.md §5.9): a request's whole budget, absolute on the
 
 A deadline that has passed is refused ``timeout`` (``BulkheadQueueTimeoutError``) at once.
 
+At the edge (docs/design.md §4.11, §8.3), each in a module of its own, imported on demand::
+
+    from hullguard.asgi import AdmissionMiddleware      # server-side admission, any ASGI app
+    app = AdmissionMiddleware(app, bulkhead=bh, classify="x-priority")   # sheds non-critical
+    bh.report_load(cpu=0.93)                            # overload signals (the probes do it)
+    from hullguard.prometheus import HullguardCollector # hullguard[prometheus]
+    from hullguard.otel import HullguardMetrics         # hullguard[otel]
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
