@@ -1,6 +1,7 @@
 # hullguard: every entry point a developer or CI uses. `make test` is the CI command (.ci/run).
 #
-#   make demo     the isolation demo on real local HTTP traffic (docs/design.md §13)
+#   make demo     the isolation demo on real local HTTP traffic (docs/design.md §13), its HTML
+#                 report target/demo-report.html and its render target/demo-report.png
 #   make test     set-up, then every test ($(TEST_TARGETS), timed per target by ci/timed.sh)
 #   make bench    the benchmarks (docs/design.md §12)
 
@@ -30,7 +31,8 @@ MATURIN := env CARGO_TARGET_DIR=$(abspath $(PY_TARGET)) VIRTUAL_ENV=$(abspath $(
 help:
 	@echo "make demo       run the isolation demo (two local HTTP upstreams, without/with hullguard)"
 	@echo "make test       set up what is missing, then run every test"
-	@echo "make setup      install the no_std targets and nightly's miri + rust-src (idempotent)"
+	@echo "make setup      install the no_std targets, nightly's miri + rust-src and chromium (idempotent)"
+	@echo "make report-test  the demo's HTML report: structure + headless Chromium render"
 	@echo "make fmt-check | clippy | unit | loom | miri | nostd    one test layer"
 	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
 	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
@@ -59,6 +61,9 @@ setup:
 	    grep -q "^$$c" <<<"$$installed" || missing="$$missing $$c"; \
 	done; \
 	if [ -n "$$missing" ]; then rustup component add --toolchain $(NIGHTLY) $$missing; fi
+	@# Debian's chromium, for the report's headless render (make report-test), only when missing.
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 fmt-check:
 	cargo fmt --all -- --check
@@ -96,7 +101,7 @@ nostd:
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit stress loom miri nostd firmware \
-	c-test py-test node-test readme dist-test bench-smoke
+	c-test py-test report-test node-test readme dist-test bench-smoke
 
 test:
 	ci/timed.sh $(TEST_TARGETS)
@@ -112,6 +117,18 @@ bench-smoke: py-dev node-build
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
 demo: py-dev
 	$(PY) examples/isolation_demo.py
+	python3 ci/report_check.py target/demo-report.html --png target/demo-report.png
+
+# The demo's HTML report (examples/report.py, docs/design.md §13): a deterministic synthetic
+# recording of every phase through the demo's own report code, checked for structure and
+# rendered by headless Chromium (ci/report_check.py) to target/report-sample.png. (A real run's
+# report is checked for structure by tests/test_demo.py; `make demo` renders its own.)
+.PHONY: report-test
+report-test: py-dev
+	mkdir -p target
+	$(PY) examples/report.py --sample target/report-sample.html
+	python3 ci/report_check.py target/report-sample.html --strict-series \
+	    --png target/report-sample.png
 
 demo-rust:
 	cargo run --release -p hullguard-examples --example isolation_demo

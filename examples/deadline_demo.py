@@ -134,8 +134,10 @@ def _a_ms(i: int, budget: float) -> float:
     return {0: 1.2, 1: 0.75}.get(i % 4, 0.2) * budget * 1000.0
 
 
-async def _budget_run(up: Upstream, name: str, use_budget: bool, args: argparse.Namespace
-                      ) -> BudgetRun:
+async def _budget_run(up: Upstream, name: str, use_budget: bool, args: argparse.Namespace,
+                      trace: Optional[List[Tuple[float, float, str]]] = None) -> BudgetRun:
+    """One run; ``trace`` (optional, for the report) receives every request as ``(sent_at_s,
+    latency_s, outcome)``, outcome ``ok`` (in time), ``late`` or ``failed``."""
     run = BudgetRun(name)
     budget = args.budget
     b_ms = 0.4 * budget * 1000.0  # call B: 400 ms for the default 1 s budget
@@ -189,9 +191,13 @@ async def _budget_run(up: Upstream, name: str, use_budget: bool, args: argparse.
             run.late += 1
         else:
             run.ok_in_time += 1
+        if trace is not None:
+            outcome = "failed" if not ok else ("late" if t1 > deadline else "ok")
+            trace.append((t0 - started, t1 - t0, outcome))
 
     async with client:
         await client.get(up.url(0))  # warm-up: a connection and httpx's lazy imports
+        started = time.monotonic()
         tasks = []
         for i in range(args.requests):
             tasks.append(asyncio.create_task(request(i)))
@@ -201,14 +207,19 @@ async def _budget_run(up: Upstream, name: str, use_budget: bool, args: argparse.
     return run
 
 
-async def budget_experiment(up: Upstream, args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]:
+async def budget_experiment(up: Upstream, args: argparse.Namespace,
+                            record: Optional[Dict[str, Any]] = None
+                            ) -> Tuple[bool, Dict[str, Any]]:
     print()
     b = args.budget * 1000.0
     print(f"== deadlines: a {args.budget:g} s request budget across two sequential calls "
           f"(A: {0.2 * b:.0f} ms, 1 in 4 {0.75 * b:.0f} ms, 1 in 4 {1.2 * b:.0f} ms; then B: "
           f"{0.4 * b:.0f} ms), {args.requests} requests at {args.rate:g}/s ==")
-    without = await _budget_run(up, f"per-call timeouts ({2 * args.budget:g} s)", False, args)
-    with_ = await _budget_run(up, f"hullguard.deadline({args.budget:g})", True, args)
+    traces: Dict[str, List[Tuple[float, float, str]]] = {}
+    without = await _budget_run(up, f"per-call timeouts ({2 * args.budget:g} s)", False, args,
+                                traces.setdefault("without", []))
+    with_ = await _budget_run(up, f"hullguard.deadline({args.budget:g})", True, args,
+                              traces.setdefault("with", []))
     print(f"  {'':34}{without.name:>26}{with_.name:>26}")
 
     def row(label: str, a: object, b: object) -> None:
@@ -239,6 +250,10 @@ async def budget_experiment(up: Upstream, args: argparse.Namespace) -> Tuple[boo
     }
     for text, ok in checks.items():
         print(f"check: {text}: {'PASS' if ok else 'FAIL'}")
+    if record is not None:
+        record["budget_s"] = args.budget
+        record["budget_runs"] = {without.name: traces["without"], with_.name: traces["with"]}
+        record.setdefault("checks", []).extend((t, bool(ok)) for t, ok in checks.items())
     return all(checks.values()), {"without": without.__dict__, "with": with_.__dict__}
 
 
@@ -258,7 +273,12 @@ class BurstRun:
 
 
 async def _burst_run(up: Upstream, name: str, options: Dict[str, Any],
-                     args: argparse.Namespace) -> Tuple[BurstRun, Dict[str, Any]]:
+                     args: argparse.Namespace,
+                     trace: Optional[List[Tuple[float, str, float]]] = None
+                     ) -> Tuple[BurstRun, Dict[str, Any]]:
+    """One run; ``trace`` (optional, for the report) receives every request as ``(arrived_s,
+    outcome, seconds until served or refused)``, outcome ``ok``, ``timeout``, ``shed`` or
+    ``other``."""
     run = BurstRun(name)
     bh = hullguard.Bulkhead(max_concurrent=4, max_queue=1000, queue_timeout=1.0, **options)
     url = up.url(50)
@@ -268,20 +288,28 @@ async def _burst_run(up: Upstream, name: str, options: Dict[str, Any],
 
         async def request() -> None:
             t0 = time.monotonic()
+            outcome = "other"
             try:
                 async with bh.acquire():
                     (await client.get(url)).raise_for_status()
                 run.ok += 1
                 run.latency.append(time.monotonic() - t0)
+                outcome = "ok"
             except hullguard.BulkheadShedError:
                 run.shed += 1
                 run.failure_wait.append(time.monotonic() - t0)
+                outcome = "shed"
             except hullguard.BulkheadQueueTimeoutError:
                 run.timeout += 1
                 run.failure_wait.append(time.monotonic() - t0)
+                outcome = "timeout"
             except (httpx.HTTPError, hullguard.BulkheadError):
                 run.other += 1
+            finally:
+                if trace is not None:
+                    trace.append((t0 - started, outcome, time.monotonic() - t0))
 
+        started = time.monotonic()
         tasks = [asyncio.create_task(request()) for _ in range(args.burst)]
         steady = int(args.steady_rate * args.steady_seconds)
         for _ in range(steady):
@@ -292,17 +320,22 @@ async def _burst_run(up: Upstream, name: str, options: Dict[str, Any],
     return run, bh.stats()
 
 
-async def burst_experiment(up: Upstream, args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]:
+async def burst_experiment(up: Upstream, args: argparse.Namespace,
+                           record: Optional[Dict[str, Any]] = None
+                           ) -> Tuple[bool, Dict[str, Any]]:
     print()
     steady = int(args.steady_rate * args.steady_seconds)
     patience = args.patience
     print(f"== queue-delay shedding: Bulkhead(max_concurrent=4, queue_timeout=1) before a 50 ms "
           f"upstream (≈ 80/s); a burst of {args.burst}, then {args.steady_rate:g}/s for "
           f"{args.steady_seconds:g} s ({steady} more); callers wait {patience * 1000:.0f} ms ==")
-    fifo, _ = await _burst_run(up, "FIFO, queue timeout only", {}, args)
+    traces: Dict[str, List[Tuple[float, str, float]]] = {}
+    fifo, _ = await _burst_run(up, "FIFO, queue timeout only", {}, args,
+                               traces.setdefault("fifo", []))
     codel, stats = await _burst_run(
         up, "CoDel 20 ms + adaptive LIFO",
         {"queue_delay_target": 0.02, "queue_delay_interval": 0.1, "adaptive_lifo": True}, args,
+        traces.setdefault("codel", []),
     )
     print(f"  {'':34}{fifo.name:>28}{codel.name:>28}")
 
@@ -336,6 +369,10 @@ async def burst_experiment(up: Upstream, args: argparse.Namespace) -> Tuple[bool
     }
     for text, ok in checks.items():
         print(f"check: {text}: {'PASS' if ok else 'FAIL'}")
+    if record is not None:
+        record["patience_s"] = patience
+        record["burst_runs"] = {fifo.name: traces["fifo"], codel.name: traces["codel"]}
+        record.setdefault("checks", []).extend((t, bool(ok)) for t, ok in checks.items())
     return all(checks.values()), {"fifo": fifo.__dict__, "codel": codel.__dict__,
                                   "codel_stats_shed": stats["rejected_by_reason"]["shed"]}
 
@@ -365,12 +402,16 @@ def phase_args(args: argparse.Namespace, prefix: str = "deadline_") -> argparse.
     return argparse.Namespace(**{n: getattr(args, prefix + n) for n in names})
 
 
-async def deadline_phase(args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]:
-    """Both experiments against one upstream process; (all checks passed, summaries)."""
+async def deadline_phase(args: argparse.Namespace, record: Optional[Dict[str, Any]] = None
+                         ) -> Tuple[bool, Dict[str, Any]]:
+    """Both experiments against one upstream process; (all checks passed, summaries).
+    ``record`` (optional, for the HTML report) receives ``budget_s``, ``budget_runs`` (per run
+    name: ``[(sent_at_s, latency_s, outcome)]``), ``patience_s``, ``burst_runs`` (per run name:
+    ``[(arrived_s, outcome, seconds)]``) and ``checks`` ``[(label, passed)]``."""
     up = Upstream()
     try:
-        ok_a, a = await budget_experiment(up, args)
-        ok_b, b = await burst_experiment(up, args)
+        ok_a, a = await budget_experiment(up, args, record)
+        ok_b, b = await burst_experiment(up, args, record)
     finally:
         up.close()
     return ok_a and ok_b, {"budget": a, "burst": b}

@@ -19,7 +19,9 @@ isolation phase, each origin with its own bulkhead of one ``hullguard.Registry``
    in the bulkhead. The same scenario runs on virtual time in ``make test``
    (``tests/tests/adaptive_capacity.rs``), with the same band.
 
-Each phase checks what it exists to show and returns whether it passed.
+Each phase checks what it exists to show and returns whether it passed; given a ``record``
+dict, it also fills it with its time series and checks for the HTML report
+(``examples/report.py`` documents the shapes).
 """
 
 from __future__ import annotations
@@ -75,9 +77,13 @@ def percentile(sorted_values: List[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-async def breaker_phase(healthy_url: str, scripted_url: str) -> bool:
+async def breaker_phase(healthy_url: str, scripted_url: str,
+                        record: Optional[Dict[str, Any]] = None) -> bool:
     """Phase 1: the breaker opens, fails fast, probes and closes; the healthy origin is
-    unaffected. Returns whether every check passed."""
+    unaffected. Returns whether every check passed. ``record`` (optional) receives ``step``,
+    ``seconds``, ``fail_at``, ``heal_at`` (s), ``events`` ``[(t_s, old, new)]``, ``buckets``
+    (per ``step`` s: ``ok``, ``failed``, ``fast_failed``, ``healthy_ok``, ``healthy_total``,
+    ``healthy_p99_s``) and ``checks`` ``[(label, passed)]``."""
     await _set_mode(scripted_url, "ok")
     key = hullguard.origin_key(scripted_url)
     t0 = time.perf_counter()
@@ -181,6 +187,16 @@ async def breaker_phase(healthy_url: str, scripted_url: str) -> bool:
     for label, passed in checks:
         print(f"check: {label}: {'PASS' if passed else 'FAIL'}")
         ok &= passed
+    if record is not None:
+        n = int(seconds / step + 1e-9)
+        record.update(
+            step=step, seconds=seconds, fail_at=fail_at, heal_at=heal_at, events=list(events),
+            buckets=[{"ok": b.ok, "failed": b.failed, "fast_failed": b.fast_failed,
+                      "healthy_ok": b.healthy_ok, "healthy_total": b.healthy_total,
+                      "healthy_p99_s": percentile(sorted(b.healthy_latency), 99.0)}
+                     for b in buckets[:n]],
+            checks=[(label, bool(passed)) for label, passed in checks],
+        )
     return ok
 
 
@@ -200,14 +216,16 @@ async def _pool_stats(client: httpx.AsyncClient, url: str) -> Tuple[int, int]:
 
 
 async def adaptive_phase(pool_url: str, algorithm: str, service: float,
-                         phase_seconds: float) -> bool:
+                         phase_seconds: float, record: Optional[Dict[str, Any]] = None) -> bool:
     """The adaptive limit against an upstream with a real capacity: ``C`` workers of
     ``service`` seconds each (requests beyond ``C`` queue *in the upstream*), ``C`` stepped
     16 → 4 → 16 for ``phase_seconds`` each, ``CALLERS`` workers in a closed loop through one
     bulkhead with an adaptive limit (ceiling ``CEILING``). After the first 40 % of each step
     the limit must stay in :func:`band` with its mean in ``[C, 2 C]``, and the upstream's own
     queueing delay must average at most one service time (the queue waits in the bulkhead).
-    Returns whether every check passed."""
+    Returns whether every check passed. ``record`` (optional) receives ``service_s``,
+    ``phase_seconds``, ``ticks`` ``[(t_s, C, limit, in_flight, queued,
+    upstream_wait_in_service_times)]`` (one per printed row) and ``checks``."""
     key = hullguard.origin_key(pool_url)
     adaptive = {"algorithm": algorithm, "initial_limit": CEILING,
                 "target_latency": 2 * service}  # AIMD: slower than 2 S is congestion
@@ -237,6 +255,7 @@ async def adaptive_phase(pool_url: str, algorithm: str, service: float,
                 await asyncio.sleep(0.01)
 
     results = []
+    ticks: List[Tuple[float, int, int, int, int, float]] = []
     async with httpx.AsyncClient() as control, httpx.AsyncClient(
         transport=BulkheadTransport(
             httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=CALLERS + 16)),
@@ -268,6 +287,7 @@ async def adaptive_phase(pool_url: str, algorithm: str, service: float,
                     mark = now  # the upstream's totals when the settled part begins
                 print(f"  {t:>6.1f} {c:>3} {s['adaptive']['limit']:>6} {s['active']:>10} "
                       f"{s['queued']:>7} {wait:>18.2f} {done:>7}", flush=True)
+                ticks.append((t, c, s["adaptive"]["limit"], s["active"], s["queued"], wait))
             # Upstream wait over the settled part: from the last tick before it to the end.
             served = last[0] - mark[0]
             wait = (last[1] - mark[1]) / served / 1e9 / service if served else float("inf")
@@ -278,12 +298,17 @@ async def adaptive_phase(pool_url: str, algorithm: str, service: float,
     s = registry.stats()[key]
     print(f"  adaptive state at the end: {s['adaptive']}")
     ok = True
+    recorded: List[Tuple[str, bool]] = []
     for c, start, lo, hi, mean, wait, served in results:
         b_lo, b_hi = band(c)
         passed = b_lo <= lo and hi <= b_hi and c <= mean <= 2 * c and wait <= 1.0
         ok &= passed
-        print(f"check: {algorithm}, C = {c} from t = {start:g} s, after {0.4 * phase_seconds:g} s "
-              f"to settle ({served} requests after it): limit {lo}..{hi} in [{b_lo}, {b_hi}], mean "
-              f"{mean:.1f} in [{c}, {2 * c}], upstream wait {wait:.2f} S ≤ 1: "
-              f"{'PASS' if passed else 'FAIL'}")
+        label = (f"{algorithm}, C = {c} from t = {start:g} s, after {0.4 * phase_seconds:g} s "
+                 f"to settle ({served} requests after it): limit {lo}..{hi} in [{b_lo}, {b_hi}], "
+                 f"mean {mean:.1f} in [{c}, {2 * c}], upstream wait {wait:.2f} S ≤ 1")
+        print(f"check: {label}: {'PASS' if passed else 'FAIL'}")
+        recorded.append((label, bool(passed)))
+    if record is not None:
+        record.update(service_s=service, phase_seconds=phase_seconds, ticks=ticks,
+                      checks=recorded)
     return ok

@@ -56,8 +56,17 @@ Then the deadline phase runs (``deadline_demo.py``; ``--no-deadline`` skips it,
 second sees what the first left), with and without the budget, and CoDel shedding with adaptive
 LIFO under a burst, against FIFO with a queue timeout.
 
+Then the edge phase runs (``edge_demo.py``; ``--no-edge`` skips it, ``--edge-*`` options scale
+it): an ASGI app behind hullguard's ``AdmissionMiddleware`` on uvicorn under a burst of mixed
+critical / non-critical requests with an injected CPU signal, without and with the middleware:
+per class p99, 503s and admitted work.
+
+At the end it writes a self-contained HTML report with the pictures of every phase that ran
+(``examples/report.py``: inline SVG, no script, no network): ``target/demo-report.html`` by
+default, ``--report PATH`` elsewhere, ``--no-report`` not at all.
+
 Everything is bounded: only 127.0.0.1, a fixed number of requests per run, every wait has a
-deadline. The whole demo takes about 90 s. Smaller runs: ``--budget 4 --seconds 3
+deadline. The whole demo takes about 2 minutes. Smaller runs: ``--budget 4 --seconds 3
 --degraded-min 1.0 --phase-seconds 1.5``; ``--report-only`` prints the checks but exits 0
 whatever they say.
 """
@@ -86,10 +95,14 @@ from hullguard.httpx import BulkheadTransport
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
 import deadline_demo  # noqa: E402  (the deadline phase, next to this file)
+import edge_demo  # noqa: E402  (the edge phase, next to this file)
 import llm_gateway_demo  # noqa: E402  (the LLM-gateway phase, next to this file)
+import report  # noqa: E402  (the HTML report, next to this file)
 from demo_phases import percentile, stop_child  # noqa: E402
 
 HEALTHY, DEGRADED = 0, 1
+DEFAULT_REPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "target", "demo-report.html")
 
 # ---------------------------------------------------------------------------------------------
 # The upstreams (a separate process: `isolation_demo.py --serve ...`).
@@ -411,6 +424,7 @@ class Record:
     origin: int
     outcome: str
     latency: float
+    sent_at: float = 0.0  # seconds from the run's start
 
 
 @dataclass
@@ -449,7 +463,10 @@ async def run_once(
     args: argparse.Namespace,
     up: Upstreams,
     registry: Optional[Any],
+    trace: Optional[List[Tuple[float, int, str, float]]] = None,
 ) -> Summary:
+    """One run of the schedule. ``trace``, when given, receives every request as
+    ``(sent_at_s, origin, outcome, latency_s)`` (for the report)."""
     live = Live()
     pool = PoolCounter(args.budget, up.ports, live)
     # The one line that adds isolation: wrap the client's transport.
@@ -472,7 +489,7 @@ async def run_once(
         live.done[origin] += 1
         if outcome == "ok":
             live.ok[origin] += 1
-        records.append(Record(origin, outcome, latency))
+        records.append(Record(origin, outcome, latency, start - started))
 
     async def progress(start: float) -> None:
         second = 1
@@ -509,6 +526,8 @@ async def run_once(
         except asyncio.CancelledError:
             pass
 
+    if trace is not None:
+        trace.extend((r.sent_at, r.origin, r.outcome, r.latency) for r in records)
     healthy = sorted(r.latency for r in records if r.origin == HEALTHY)
     degraded: Dict[str, int] = {}
     for r in records:
@@ -636,9 +655,16 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     llm_gateway_demo.add_arguments(p, prefix="llm-")
     p.add_argument("--no-deadline", action="store_true", help="skip the deadline phase")
     deadline_demo.add_arguments(p, prefix="deadline-")
+    p.add_argument("--no-edge", action="store_true", help="skip the edge phase")
+    edge_demo.add_arguments(p, prefix="edge-")
     p.add_argument("--report-only", action="store_true",
                    help="print every check but exit 0 whatever they say (make test's scaled-down "
                         "run: the timing-dependent checks belong to make demo)")
+    p.add_argument("--report", metavar="PATH", default=DEFAULT_REPORT,
+                   help="write the HTML report (pictures of every phase) here "
+                        "(default: target/demo-report.html)")
+    p.add_argument("--no-report", dest="report", action="store_const", const=None,
+                   help="write no HTML report")
     p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.degraded_max is None:
@@ -661,6 +687,9 @@ async def amain(args: argparse.Namespace) -> int:
     healthy_cfg = {"max_concurrent": args.budget - args.degraded_slice, "max_queue": 100,
                    "queue_timeout": 1.0}
     degraded_cfg = {"max_concurrent": args.degraded_slice, "max_queue": 4, "queue_timeout": 0.1}
+    # What the report shows (examples/report.py documents the shape); None: no report.
+    rec: Optional[Dict[str, Any]] = None if args.report is None else {}
+    traces: Dict[str, List[Tuple[float, int, str, float]]] = {}
     up = Upstreams(args)
     try:
         keys = [hullguard.origin_key(u) for u in up.urls]
@@ -681,25 +710,40 @@ async def amain(args: argparse.Namespace) -> int:
             for url in up.urls[:1]:
                 (await warm.get(url)).raise_for_status()
 
-        without = await run_once("without hullguard", args, up, None)
+        without = await run_once("without hullguard", args, up, None,
+                                 traces.setdefault("without hullguard", []))
         registry = hullguard.Registry(**healthy_cfg, overrides={keys[1]: degraded_cfg})
-        with_ = await run_once("with hullguard", args, up, registry)
+        with_ = await run_once("with hullguard", args, up, registry,
+                               traces.setdefault("with hullguard", []))
         print_table(without, with_, args)
         stats = registry.stats()
         print_stats(stats[keys[0]], stats[keys[1]])
         phases_ok = True
+        # Each phase fills its part of the recording when there is one (a None record: none).
+        def part(name: str) -> Optional[Dict[str, Any]]:
+            return None if rec is None else rec.setdefault(name, {})
+
         if not args.no_policies:
-            phases_ok &= await demo_phases.breaker_phase(up.urls[0], up.scripted_url)
+            phases_ok &= await demo_phases.breaker_phase(up.urls[0], up.scripted_url,
+                                                         record=part("breaker"))
             for algorithm in args.algorithms.split(","):
                 phases_ok &= await demo_phases.adaptive_phase(
-                    up.pool_url, algorithm, args.service_ms / 1000.0, args.phase_seconds
+                    up.pool_url, algorithm, args.service_ms / 1000.0, args.phase_seconds,
+                    record=None if rec is None else rec.setdefault("adaptive", {}).setdefault(
+                        algorithm, {}),
                 )
         if not args.no_llm:
-            llm_ok, _ = await llm_gateway_demo.gateway_phase(llm_gateway_demo.phase_args(args))
+            llm_ok, _ = await llm_gateway_demo.gateway_phase(llm_gateway_demo.phase_args(args),
+                                                             record=part("llm"))
             phases_ok &= llm_ok
         if not args.no_deadline:
-            deadline_ok, _ = await deadline_demo.deadline_phase(deadline_demo.phase_args(args))
+            deadline_ok, _ = await deadline_demo.deadline_phase(deadline_demo.phase_args(args),
+                                                                record=part("deadline"))
             phases_ok &= deadline_ok
+        if not args.no_edge:
+            edge_ok, _ = await edge_demo.edge_phase(edge_demo.phase_args(args),
+                                                    record=part("edge"))
+            phases_ok &= edge_ok
     finally:
         up.close()
 
@@ -714,6 +758,14 @@ async def amain(args: argparse.Namespace) -> int:
     print(f"check: healthy requests that waited behind a degraded one for the shared budget, "
           f"with hullguard: {with_.healthy_waited_behind_degraded} (want 0; waited at all: "
           f"{with_.healthy_waited}): {'PASS' if isolated else 'FAIL'}")
+    if rec is not None:
+        write_report(rec, args, traces, [
+            ("isolation", f"healthy p99 with hullguard ({ms(with_.healthy_pct[2])}) at most a "
+                          f"fifth of without ({ms(without.healthy_pct[2])})", p99_ok),
+            ("isolation", f"no healthy request waited behind a degraded one for the shared "
+                          f"budget, with hullguard (saw {with_.healthy_waited_behind_degraded})",
+             isolated),
+        ])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
@@ -724,6 +776,29 @@ async def amain(args: argparse.Namespace) -> int:
     if args.report_only:
         return 0
     return 0 if p99_ok and isolated and phases_ok else 1
+
+
+def write_report(rec: Dict[str, Any], args: argparse.Namespace,
+                 traces: Dict[str, List[Tuple[float, int, str, float]]],
+                 isolation_checks: List[Tuple[str, str, bool]]) -> None:
+    """Completes the recording (the isolation runs, the run's parameters, every phase's checks)
+    and writes the HTML report to ``args.report``."""
+    rec["isolation"] = {"budget": args.budget, "healthy_ms": args.healthy_ms,
+                        "degraded_s": (args.degraded_min, args.degraded_max),
+                        "seconds": args.seconds, "runs": traces}
+    checks = list(isolation_checks)
+    checks += [("breaker", label, ok) for label, ok in rec.get("breaker", {}).get("checks", [])]
+    for algorithm, a in rec.get("adaptive", {}).items():
+        checks += [(f"adaptive ({algorithm})", label, ok) for label, ok in a.get("checks", [])]
+    for name in ("llm", "deadline", "edge"):
+        checks += [(name, label, ok) for label, ok in rec.get(name, {}).get("checks", [])]
+    rec["checks"] = checks
+    rec["params"] = {k: v for k, v in sorted(vars(args).items())
+                     if k not in ("serve", "report", "json")}
+    rec["subtitle"] = (f"make demo (examples/isolation_demo.py), {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                       f": real local HTTP traffic on 127.0.0.1")
+    path = report.demo_report(rec).write(args.report)
+    print(f"\nreport: {path}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:

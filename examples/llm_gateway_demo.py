@@ -285,7 +285,12 @@ class Summary:
     wall: float
 
 
-async def run_once(mode: str, args: argparse.Namespace, provider: Provider) -> Summary:
+async def run_once(mode: str, args: argparse.Namespace, provider: Provider,
+                   trace: Optional[Dict[str, List[Any]]] = None) -> Summary:
+    """One run of the schedule. ``trace`` (optional, for the report) receives under
+    ``"requests"`` every request as ``(sent_at_s, class, outcome, latency_s)`` (outcome ``ok``,
+    ``429``, ``refused: <reason>`` or ``error``) and under ``"budget"`` the token budget in use
+    ``(t_s, tokens)`` every 20 ms of the load window (the runs with a budget)."""
     live = Live()
     bh = make_bulkhead(mode, args)
     refunds = mode == "tokens"
@@ -296,6 +301,7 @@ async def run_once(mode: str, args: argparse.Namespace, provider: Provider) -> S
     async def request(client: httpx.AsyncClient, cls: str, n: int, sent_at: float) -> None:
         s = shape[cls]
         prompt = prompt_for(cls, n, s)
+        outcome = "error"
         try:
             if bh is None:
                 await stream_call(client, provider.url, cls, prompt, s.max_tokens, live, None)
@@ -314,13 +320,20 @@ async def run_once(mode: str, args: argparse.Namespace, provider: Provider) -> S
                         permit.release(usage=res.input_tokens + res.output_tokens)
             live.ok[cls] += 1
             live.latencies[cls].append(time.perf_counter() - sent_at)
+            outcome = "ok"
         except hullguard.BulkheadError as e:
             live.refused[cls][e.reason] = live.refused[cls].get(e.reason, 0) + 1
+            outcome = f"refused: {e.reason}"
         except ProviderOverloaded:
             live.provider_429[cls] += 1
+            outcome = "429"
         except httpx.HTTPError as e:
             name = type(e).__name__
             live.errors[name] = live.errors.get(name, 0) + 1
+        finally:
+            if trace is not None:
+                trace.setdefault("requests", []).append(
+                    (sent_at - started, cls, outcome, time.perf_counter() - sent_at))
 
     async def progress(start: float) -> None:
         second = 1
@@ -340,9 +353,11 @@ async def run_once(mode: str, args: argparse.Namespace, provider: Provider) -> S
     async def sample_budget() -> None:
         # The client budget's utilisation over the load window, every 20 ms.
         assert bh is not None
-        while time.perf_counter() < live.window_end:
+        while (now := time.perf_counter()) < live.window_end:
             b = bh.stats()["budget"]
             budget_samples.append(b["in_use"] / b["limit"])
+            if trace is not None:
+                trace.setdefault("budget", []).append((now - started, b["in_use"]))
             await asyncio.sleep(0.02)
 
     print(f"\n== LLM gateway: {TITLES[mode]} ==", flush=True)
@@ -501,9 +516,13 @@ def have_gateway_api() -> Optional[str]:
     return None
 
 
-async def gateway_phase(args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]:
+async def gateway_phase(args: argparse.Namespace, record: Optional[Dict[str, Any]] = None
+                        ) -> Tuple[bool, Dict[str, Any]]:
     """The whole phase: the provider, four runs, the table and the checks. Returns whether
-    every check passed and a JSON-ready summary."""
+    every check passed and a JSON-ready summary. ``record`` (optional, for the HTML report)
+    receives ``classes``, ``modes`` ``[[mode, title]]``, ``ceiling``, ``runs`` (per mode:
+    ``requests``, ``ok``, ``provider_429``, ``refused``, ``pct``, ``tokens_per_s``), ``traces``
+    and ``budget`` (per mode: :func:`run_once`'s trace) and ``checks`` ``[(label, passed)]``."""
     missing = have_gateway_api()
     print("\n== phase 4: LLM gateway (calls and tokens in one decision) ==")
     modes = MODES if missing is None else MODES[:2]
@@ -522,7 +541,9 @@ async def gateway_phase(args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]
               f"{args.interactive_timeout:g} s, batch {args.batch_timeout:g} s")
         # Warm-up, untimed (httpx's lazy imports, the first connection).
         await provider.control("stats")
-        runs = {m: await run_once(m, args, provider) for m in modes}
+        traces: Dict[str, Dict[str, List[Any]]] = {m: {} for m in modes}
+        runs = {m: await run_once(m, args, provider, traces[m] if record is not None else None)
+                for m in modes}
     finally:
         provider.close()
     print_table([runs[m] for m in modes], args)
@@ -543,6 +564,15 @@ async def gateway_phase(args: argparse.Namespace) -> Tuple[bool, Dict[str, Any]]
         ok &= passed
     summary: Dict[str, Any] = {m: dict(runs[m].__dict__) for m in modes}
     summary["checks"] = {key: passed for key, _, passed in results}
+    if record is not None:
+        keep = ("requests", "ok", "provider_429", "refused", "pct", "tokens_per_s")
+        record.update(
+            classes=list(CLASSES), modes=[[m, TITLES[m]] for m in modes], ceiling=args.ceiling,
+            runs={m: {k: getattr(runs[m], k) for k in keep} for m in modes},
+            traces={m: traces[m].get("requests", []) for m in modes},
+            budget={m: traces[m]["budget"] for m in modes if traces[m].get("budget")},
+            checks=[(label, bool(passed)) for _, label, passed in results],
+        )
     return ok, summary
 
 

@@ -8,7 +8,8 @@ isolates the healthy origin by count (structural properties of the set-up, not o
 Latency figures and the adaptive limit's band are the demo's own checks, in ``make demo``; the
 adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``. The LLM-gateway
 phase is skipped here (``--no-llm``): ``test_llm_demo.py`` runs it on its own, scaled down, as
-``test_deadline_demo.py`` runs the deadline phase (``--no-deadline``).
+``test_deadline_demo.py`` runs the deadline phase (``--no-deadline``) and ``test_edge_demo.py``
+the edge phase (``--no-edge``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import sys
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "isolation_demo.py"
+REPORT_CHECK = Path(__file__).resolve().parents[2] / "ci" / "report_check.py"
 
 
 def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
+    report = tmp_path / "report.html"
     args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out),
-            "--phase-seconds", "1.5", "--no-llm", "--no-deadline", "--report-only"]
+            "--phase-seconds", "1.5", "--no-llm", "--no-deadline", "--no-edge", "--report-only",
+            "--report", str(report)]
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args],
         capture_output=True,
@@ -40,6 +44,15 @@ def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     assert out_text.count("check: gradient2, C = ") == 3
     assert out_text.count("check: aimd, C = ") == 3
     assert "check: healthy p99" in out_text
+    # The run's HTML report (docs/design.md §13): its structure (the render is make
+    # report-test's and make demo's), one section per phase that ran.
+    check = subprocess.run(
+        [sys.executable, str(REPORT_CHECK), str(report), "--no-render",
+         "--expect-section", "Isolation", "--expect-section", "Circuit breaker",
+         "--expect-section", "Adaptive limit"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
     result = json.loads(out.read_text())
     without, with_ = result["without"], result["with"]
     assert set(result["checks"]) == {"p99", "isolated", "policies"}
