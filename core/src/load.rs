@@ -17,7 +17,11 @@
 
 use core::time::Duration;
 
-use crate::sync::{AtomicWord, Ordering::Relaxed, Word};
+use crate::sync::{
+    AtomicWord,
+    Ordering::{Relaxed, SeqCst},
+    Word,
+};
 
 /// The load-shedding options together ([`Config::load_shedding`](crate::Config::load_shedding)).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,7 +47,7 @@ pub enum LoadSignal {
 /// Which signals are above their thresholds, and the readings (`Stats::load`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoadStats {
-    /// The last event-loop lag reported, in ns (saturated at the word's maximum).
+    /// The last event-loop lag reported, in ns (kept to the µs, rounded down).
     pub event_loop_lag_ns: u64,
     /// The last CPU use reported, in thousandths of a core.
     pub cpu_permille: u64,
@@ -57,10 +61,12 @@ const LAG: Word = 1;
 const CPU: Word = 2;
 
 /// The bulkhead's gate: thresholds and the last readings. Lock-free; every method takes
-/// `&self`.
+/// `&self`. The lag is kept in µs, so a `u32` word (targets without 64-bit atomics) holds
+/// 71 minutes — in ns it would saturate at 4.29 s, where a larger threshold could never be
+/// passed.
 #[derive(Debug)]
 pub(crate) struct LoadGate {
-    /// Lag threshold in ns (0: off).
+    /// Lag threshold in µs (0: off; a threshold under 1 µs is 1 µs).
     lag_threshold: Word,
     /// CPU threshold in thousandths of a core (0: off).
     cpu_threshold: Word,
@@ -83,8 +89,9 @@ fn permille(cores: f64) -> Word {
     }
 }
 
-fn ns(d: Duration) -> Word {
-    Word::try_from(d.as_nanos()).unwrap_or(Word::MAX)
+/// µs, rounded down, saturated.
+fn micros(d: Duration) -> Word {
+    Word::try_from(d.as_micros()).unwrap_or(Word::MAX)
 }
 
 impl LoadGate {
@@ -128,7 +135,12 @@ impl LoadGate {
         } else {
             0
         };
-        Self::new_raw(ns(options.lag_threshold), cpu, options.critical_priority)
+        let lag = if options.lag_threshold.is_zero() {
+            0
+        } else {
+            micros(options.lag_threshold).max(1)
+        };
+        Self::new_raw(lag, cpu, options.critical_priority)
     }
 
     /// Whether a threshold is set.
@@ -140,16 +152,27 @@ impl LoadGate {
     /// threshold is recorded and never over).
     pub(crate) fn report(&self, signal: LoadSignal) {
         let (value, threshold, bit, slot) = match signal {
-            LoadSignal::EventLoopLag(d) => (ns(d), self.lag_threshold, LAG, &self.lag),
+            LoadSignal::EventLoopLag(d) => (micros(d), self.lag_threshold, LAG, &self.lag),
             LoadSignal::Cpu(c) => (permille(c), self.cpu_threshold, CPU, &self.cpu),
         };
-        slot.store(value, Relaxed);
-        if threshold != 0 && value > threshold {
-            if self.over.load(Relaxed) & bit == 0 {
-                self.over.fetch_or(bit, Relaxed);
+        slot.store(value, SeqCst);
+        // The bit follows the reading now in the slot: set or clear it from what the slot
+        // holds, then check that no other reporter stored a new reading meanwhile (it then
+        // follows that one). Concurrent reporters of one signal end with the bit of the last
+        // reading stored.
+        let mut seen = value;
+        loop {
+            let over = threshold != 0 && seen > threshold;
+            if over {
+                self.over.fetch_or(bit, SeqCst);
+            } else {
+                self.over.fetch_and(!bit, SeqCst);
             }
-        } else if self.over.load(Relaxed) & bit != 0 {
-            self.over.fetch_and(!bit, Relaxed);
+            let now = slot.load(SeqCst);
+            if now == seen {
+                break;
+            }
+            seen = now;
         }
     }
 
@@ -167,7 +190,7 @@ impl LoadGate {
     /// The readings; `None` without a threshold.
     pub(crate) fn stats(&self) -> Option<LoadStats> {
         self.is_on().then(|| LoadStats {
-            event_loop_lag_ns: self.lag.load(Relaxed) as u64,
+            event_loop_lag_ns: (self.lag.load(Relaxed) as u64).saturating_mul(1000),
             cpu_permille: self.cpu.load(Relaxed) as u64,
             overloaded: u64::from(self.over.load(Relaxed) != 0),
             shed_total: self.shed_total.load(Relaxed) as u64,

@@ -123,8 +123,16 @@ static void load_config_is_checked(void) {
     hg_bulkhead *bh = NULL;
     CHECK_STATUS(hg_bulkhead_new(&c, &bh), HG_STATUS_OK);
     hg_permit *p = NULL;
-    CHECK_STATUS(hg_bulkhead_report_load(bh, -1.0, 0.9), HG_STATUS_OK);
+    CHECK_STATUS(hg_bulkhead_report_load(bh, 10.0, 0.9), HG_STATUS_OK);
     CHECK_STATUS(hg_bulkhead_try_acquire(bh, 1, &p), HG_STATUS_SHED);
+    /* The raw units API is shed too (review: it took class 0 without asking). */
+    CHECK_STATUS(hg_bulkhead_try_acquire_units(bh, 1), HG_STATUS_SHED);
+    /* NaN and negative readings leave a signal as it is. */
+    CHECK_STATUS(hg_bulkhead_report_load(bh, NAN, -1.0), HG_STATUS_OK);
+    hg_stats s = stats(bh);
+    CHECK_EQ_U64(s.load_event_loop_lag_ns, 10 * MS);
+    CHECK_EQ_U64(s.load_cpu_permille, 900);
+    CHECK_EQ_U64(s.load_shed_total, 2);
     hg_bulkhead_free(bh);
 }
 

@@ -888,7 +888,6 @@ impl ClassBook {
         self.shared_used[d].load(Acquire)
     }
 
-    /// Class `index`'s figures now (`None` for an unknown class).
     /// The priority of class `index` (0 for a class the table does not have).
     pub(crate) fn priority(&self, index: u16) -> u8 {
         self.rank_of
@@ -896,6 +895,7 @@ impl ClassBook {
             .map_or(0, |&r| self.ranks[r as usize].priority)
     }
 
+    /// Class `index`'s figures now (`None` for an unknown class).
     pub(crate) fn stats(&self, index: u16) -> Option<crate::stats::ClassStats> {
         let r = &self.ranks[*self.rank_of.get(index as usize)? as usize];
         // Acquire: as in `verdict`.

@@ -877,11 +877,17 @@ impl<const N: usize> Bulkhead<N> {
     ///
     /// # Errors
     /// `concurrency_limit` when not admitted at once (also while a waiter is queued: no
-    /// barging), `shutdown` after [`close`](Self::close), [`AcquireError::InvalidWeight`].
+    /// barging), `shutdown` after [`close`](Self::close), `shed` while a load signal is over
+    /// its threshold (class 0 non-critical, docs/design.md §4.11),
+    /// [`AcquireError::InvalidWeight`].
     #[inline]
     pub fn try_acquire_units(&self, weight: u64) -> Result<(), AcquireError> {
         let w = self.engine.check_weight(weight)?;
         self.sweep_if_held();
+        // Class 0, as every request of this API (one load while no signal is over).
+        if let Some(shed) = self.load_sheds(0, true) {
+            return Err(shed.into());
+        }
         self.engine.take(w, 0).map_err(AcquireError::Rejected)?;
         self.engine.lend(w);
         Ok(())
@@ -896,10 +902,14 @@ impl<const N: usize> Bulkhead<N> {
     /// # Errors
     /// `shutdown`; `concurrency_limit` when the bulkhead fails fast (`max_queue == 0`,
     /// `enabled == false`) or the weight is above the current limit; `queue_limit` when
-    /// `max_queue` waiters are live; invalid weight.
+    /// `max_queue` waiters are live; `shed` while a load signal is over its threshold (class 0
+    /// non-critical, docs/design.md §4.11); invalid weight.
     pub fn enqueue(&self, weight: u64, waker: Option<&Waker>) -> Result<Admission, AcquireError> {
         let w = self.engine.check_weight(weight)?;
         self.sweep_if_held();
+        if let Some(shed) = self.load_sheds(0, true) {
+            return Err(shed.into());
+        }
         match self
             .engine
             .enqueue(w, 0, waker, CallWord::default(), 0, 0, || u64::MAX)

@@ -16,8 +16,8 @@ impl<const N: usize> Bulkhead<N> {
     /// `overload`. The host measures (an event-loop lag probe, process CPU time over wall
     /// time) and reports, as often as it likes; the last reading of each signal stands. A
     /// signal without a threshold is recorded (`stats().load`) and never sheds. Lock-free;
-    /// reports of one signal are meant to come from one reporter at a time (concurrent
-    /// reporters of one signal: the last reading stands, the over bit follows one of them).
+    /// concurrent reporters of one signal end with the state of the last reading stored. The
+    /// lag is kept to the µs, the CPU to the thousandth of a core.
     ///
     /// # Examples
     /// ```
