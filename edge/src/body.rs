@@ -74,6 +74,17 @@ impl<B: Body> AdmittedBody<B> {
         }
     }
 
+    /// `inner` with its call already ended: a response that has no body on the wire (a
+    /// `HEAD` request's, a 1xx / 204 / 304), whose body the server never polls.
+    pub(crate) fn ended(inner: B) -> Self {
+        AdmittedBody {
+            inner: Some(inner),
+            refusal: None,
+            call: None,
+            outcome: Outcome::Ignored,
+        }
+    }
+
     /// A refusal's body: one frame of `json`, no call.
     pub(crate) fn refusal(json: Bytes) -> Self {
         AdmittedBody {

@@ -10,11 +10,13 @@ use hullguard_core::{Bulkhead, LoadSignal};
 use tokio::{task::JoinHandle, time::Instant};
 
 /// The handle of a running lag probe ([`spawn_lag_probe`]). **Dropping it stops the probe**
-/// (the task is aborted); so does dropping the last `Arc` of its bulkhead.
+/// (the task is aborted) and reports a lag of 0, so no stale overload outlives it (the rule of
+/// every adapter's probes); dropping the last `Arc` of its bulkhead ends it too.
 #[must_use = "the probe stops when its handle is dropped"]
 #[derive(Debug)]
 pub struct LagProbe {
     task: JoinHandle<()>,
+    bh: Weak<Bulkhead>,
 }
 
 impl LagProbe {
@@ -30,6 +32,9 @@ impl LagProbe {
 impl Drop for LagProbe {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(bh) = self.bh.upgrade() {
+            bh.report_load(LoadSignal::EventLoopLag(Duration::ZERO));
+        }
     }
 }
 
@@ -67,7 +72,8 @@ impl Drop for LagProbe {
 /// tokio::time::sleep(Duration::from_millis(100)).await;
 /// let load = bh.stats().load.unwrap(); // the last reading (ns) and whether it is over
 /// println!("lag {} ns, overloaded {}", load.event_loop_lag_ns, load.overloaded);
-/// drop(probe); // stops it
+/// drop(probe); // stops it, and reports a lag of 0
+/// assert_eq!(bh.stats().load.unwrap().overloaded, 0);
 /// # Ok(())
 /// # }
 /// ```
@@ -77,6 +83,7 @@ pub fn spawn_lag_probe(bh: Arc<Bulkhead>, interval: Duration) -> LagProbe {
         "spawn_lag_probe: interval must not be zero"
     );
     let bh: Weak<Bulkhead> = Arc::downgrade(&bh);
+    let weak = bh.clone();
     let task = tokio::spawn(async move {
         loop {
             let start = Instant::now();
@@ -88,5 +95,5 @@ pub fn spawn_lag_probe(bh: Arc<Bulkhead>, interval: Duration) -> LagProbe {
             }
         }
     });
-    LagProbe { task }
+    LagProbe { task, bh: weak }
 }

@@ -117,6 +117,8 @@ where
                 parts.extensions.insert(deadline);
             }
         }
+        // A HEAD response has no body on the wire: the server never polls it (ended at the head).
+        let head = parts.method == http::Method::HEAD;
         let req = Request::from_parts(parts, body);
         // The readied service goes with this request; `self` keeps a fresh clone.
         let clone = self.inner.clone();
@@ -144,6 +146,7 @@ where
         ResponseFuture {
             state,
             settings: self.settings.clone(),
+            head,
         }
     }
 }
@@ -159,6 +162,8 @@ pin_project! {
         #[pin]
         state: State<S, ReqB>,
         settings: Arc<Settings>,
+        // The request is a HEAD (its response has no body on the wire).
+        head: bool,
     }
 }
 
@@ -237,7 +242,14 @@ where
                         Poll::Pending => Poll::Pending,
                         Poll::Ready(Ok(response)) => {
                             let call = call.take().expect("response future polled after Ready");
-                            let outcome = Outcome::for_http_status(response.status().as_u16());
+                            let status = response.status().as_u16();
+                            let outcome = Outcome::for_http_status(status);
+                            // No body on the wire (RFC 9110 §6.4.1): the server never polls it,
+                            // so the call ends with the head.
+                            if *this.head || status < 200 || status == 204 || status == 304 {
+                                call.end(outcome);
+                                return Poll::Ready(Ok(response.map(AdmittedBody::ended)));
+                            }
                             Poll::Ready(Ok(
                                 response.map(|body| AdmittedBody::admitted(body, call, outcome))
                             ))

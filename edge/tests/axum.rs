@@ -625,6 +625,44 @@ async fn server_errors_are_failures_for_the_breaker() {
     server.stop().await;
 }
 
+/// A response without a body on the wire — a `HEAD` request's, a 204 — ends its call with the
+/// head (the server never polls such a body): a HEAD 500 counts for the breaker and its permit
+/// comes back (review: it ended `ignored` when the connection went, and never counted).
+#[tokio::test]
+async fn bodiless_responses_end_their_call_with_the_head() {
+    let bh = plain(Config {
+        max_concurrent: 4,
+        resilience: Resilience {
+            breaker: Some(BreakerConfig {
+                failure_threshold: 1,
+                ..BreakerConfig::DEFAULT
+            }),
+            ..Resilience::OFF
+        },
+        ..Config::default()
+    });
+    let (router, _handlers) = app(AdmissionLayer::new(bh.clone()));
+    let server = serve(router).await;
+    let mut conn = connect(server.addr).await;
+    let req = http::Request::head("http://127.0.0.1/fail")
+        .body(Empty::new())
+        .unwrap();
+    let res = tokio::time::timeout(WAIT, conn.send.send_request(req))
+        .await
+        .expect("a response within WAIT")
+        .unwrap();
+    assert_eq!(res.status(), 500);
+    // The connection stays open (keep-alive): only the head ended the call.
+    wait_until("the HEAD's call ended", || bh.stats().active == 0).await;
+    assert_eq!(
+        bh.stats().circuit.map(|c| c.state),
+        Some(hullguard_core::breaker::CircuitState::Open)
+    );
+    drop(res);
+    conn.drop_now();
+    server.stop().await;
+}
+
 /// A classifier that names a class the bulkhead does not have is a set-up bug: a 500, and the
 /// handler never runs.
 #[tokio::test]
@@ -643,7 +681,8 @@ async fn a_class_outside_the_table_is_a_server_error() {
 
 /// The lag probe reports how late the runtime ran its timer: the only worker blocked for
 /// 500 ms reads as at least 250 ms of lag (over a 100 ms threshold: overloaded), the next
-/// readings on a free worker are back under it, and a dropped probe reports nothing more.
+/// readings on a free worker are back under it, and a dropped probe reports 0 once, then
+/// nothing more.
 #[tokio::test(flavor = "current_thread")]
 async fn the_lag_probe_reports_a_blocked_runtime() {
     let bh = plain(Config {
@@ -668,7 +707,13 @@ async fn the_lag_probe_reports_a_blocked_runtime() {
     })
     .await;
 
+    // Stopped over the threshold: the drop reports 0, so no stale overload outlives it.
+    bh.report_load(LoadSignal::EventLoopLag(Duration::from_secs(1)));
+    assert_eq!(bh.stats().load.unwrap().overloaded, 1);
     drop(probe);
+    let load = bh.stats().load.unwrap();
+    assert_eq!((load.event_loop_lag_ns, load.overloaded), (0, 0));
+    // And it reports nothing more.
     bh.report_load(LoadSignal::EventLoopLag(Duration::from_secs(1)));
     tokio::time::sleep(interval * 2).await;
     assert_eq!(bh.stats().load.unwrap().event_loop_lag_ns, 1_000_000_000);
