@@ -114,6 +114,7 @@ class Probe {
   #targets
   #timer = null
   #intervalMs
+  #reported = false
   constructor(targets, intervalMs, what) {
     this.#targets = targetsArg(targets, what)
     this.#intervalMs = intervalMs
@@ -133,9 +134,9 @@ class Probe {
     return this
   }
 
-  /** Removes a target. */
+  /** Removes a target (reporting the idle reading to it: no stale overload is left there). */
   remove(target) {
-    this.#targets.delete(target)
+    if (this.#targets.delete(target) && this.#reported) reportTo([target], this.idle())
     return this
   }
 
@@ -145,7 +146,10 @@ class Probe {
    */
   sample() {
     const reading = this.read()
-    if (reading !== undefined) reportTo(this.#targets, reading)
+    if (reading !== undefined) {
+      this.#reported = true
+      reportTo(this.#targets, reading)
+    }
     return reading
   }
 
@@ -159,10 +163,18 @@ class Probe {
     return this.#timer !== null
   }
 
-  /** Stops the timer (the probe can be `start()`ed again). Idempotent. */
+  /**
+   * Stops the timer (the probe can be `start()`ed again) and reports the idle reading (a lag
+   * or a CPU use of 0) to its targets, so no stale overload outlives it — the rule of every
+   * adapter's probes (Python's stop, the tower probe's drop). Idempotent.
+   */
   close() {
     if (this.#timer !== null) clearInterval(this.#timer)
     this.#timer = null
+    if (this.#reported) {
+      this.#reported = false
+      reportTo(this.#targets, this.idle())
+    }
   }
 }
 
@@ -207,6 +219,11 @@ class EventLoopLagProbe extends Probe {
     const ns = this.#stat === 'mean' ? h.mean : this.#stat === 'max' ? h.max : h.percentile(this.#stat)
     h.reset()
     return { eventLoopLagMs: Math.max(0, ns / 1e6 - this.#resolutionMs) }
+  }
+
+  /** The reading of an idle loop (reported when the probe stops). */
+  idle() {
+    return { eventLoopLagMs: 0 }
   }
 
   close() {
@@ -259,6 +276,11 @@ class CpuProbe extends Probe {
     if (!(wallMs > 0)) return undefined
     return { cpu: Math.max(0, (this.#lastCpu - before) / 1000 / wallMs) }
   }
+
+  /** The reading of an idle process (reported when the probe stops). */
+  idle() {
+    return { cpu: 0 }
+  }
 }
 
 // ----- classification and deadlines -----------------------------------------------------------
@@ -303,13 +325,21 @@ function checkClass(bh, cls, what) {
  *   client can name any class this way: class by a header your own proxy sets (and strips
  *   from outside requests), or by route;
  * - an object or a Map of path prefix → class: the longest prefix of the path that matches;
- * - a function `(req) => name | index | undefined | null`: its answer (a class the bulkhead
- *   lacks is an error of the request, as a bad `admissionClass`).
+ * - a function `(req) => name | index | undefined | null`: its answer; one that names no class
+ *   of the bulkhead takes `defaultClass`, as Python's middleware does (a function that throws
+ *   is an error of the request).
  */
 function classifier(classify, bh, dflt) {
   if (classify === undefined || classify === null) return () => dflt
   if (typeof classify === 'function') {
-    return (req) => classify(req) ?? dflt
+    const names = new Set(bh.classNames.filter((n) => typeof n === 'string'))
+    const count = Math.max(1, bh.classNames.length)
+    return (req) => {
+      const c = classify(req)
+      if (typeof c === 'string' && names.has(c)) return c
+      if (Number.isInteger(c) && c >= 0 && c < count) return c
+      return dflt
+    }
   }
   if (typeof classify === 'string') {
     if (!TOKEN.test(classify)) throw new TypeError(`classify: a header name must be an HTTP token, got ${JSON.stringify(classify)}`)
@@ -406,10 +436,30 @@ class Hold {
     this.permit = null
     this.ac = new AbortController()
     this.over = false
+    // The handler's work still runs (`node:http` handler's promise pending): a client that
+    // goes away does not end the hold before the work does — the limit bounds work in
+    // flight, not open connections (as Python's middleware, which releases when the app ends).
+    this.busy = false
+    this.deferred = undefined
     this.onFinish = () => this.end(statusOutcome(res))
-    this.onClose = () => this.end(res.writableFinished ? statusOutcome(res) : 'ignored')
+    this.onClose = () => {
+      const outcome = res.writableFinished ? statusOutcome(res) : 'ignored'
+      if (this.busy && this.permit !== null) this.deferred = outcome
+      else this.end(outcome)
+    }
     res.once('finish', this.onFinish)
     res.once('close', this.onClose)
+  }
+
+  /** The handler's work is `p`: a disconnect's release waits until it settles. */
+  busyWith(p) {
+    if (this.over) return
+    this.busy = true
+    const done = () => {
+      this.busy = false
+      if (this.deferred !== undefined) this.end(this.deferred)
+    }
+    p.then(done, done)
   }
 
   /** Ends the hold: releases the permit with `outcome`, or aborts the wait. Idempotent. */
@@ -570,7 +620,10 @@ class EdgeAdmission {
   /**
    * A `node:http` request listener: `handler(req, res)` behind the admission
    * (`http.createServer(edge.handler(fn))`). A handler that throws or rejects releases the
-   * permit (`failure`) and goes to `onError`.
+   * permit (`failure`) and goes to `onError`. The permit is held until the response finishes,
+   * or — when the client goes away first — until the handler's returned promise settles (the
+   * limit bounds the work in flight; a callback-style handler that returns nothing is released
+   * at the disconnect).
    */
   handler(fn) {
     if (typeof fn !== 'function') throw new TypeError(`handler must be a function (req, res), got ${describe(fn)}`)
@@ -602,6 +655,9 @@ class EdgeAdmission {
           }
           if (ret !== null && typeof ret === 'object' && typeof ret.then === 'function') {
             ret.then(undefined, (e) => fail(req, res, e))
+            // The permit covers the handler's work: a client that disconnects first releases
+            // it when the promise settles, not at the disconnect.
+            req[kState]?.hold.busyWith(Promise.resolve(ret))
           }
         },
         (r) => refused(res, r),
@@ -613,7 +669,9 @@ class EdgeAdmission {
   /**
    * An Express middleware (`app.use(edge.express())`): refused requests get the response,
    * admitted ones go on (`next()`, inside the request's deadline). An error classifying goes
-   * to `next(err)`.
+   * to `next(err)`. Express gives no end-of-handler signal: the permit is released when the
+   * response finishes or the client goes away (stop the work on `req`'s `'close'`, or use
+   * `.handler(fn)`, whose promise bounds the hold).
    */
   express() {
     return (req, res, next) => {

@@ -30,8 +30,12 @@
  *
  * Cardinality: per bulkhead, one series per reason, class and dimension; a registry's keys are
  * bounded by its `maxKeys` — at the bound an idle key is evicted (or a new one refused
- * `key_limit`), and an evicted key's series are gone from the next collection (its counters
- * start from 0 if the key comes back). Keys must be distinct across the sources: a key seen
+ * `key_limit`), and an evicted key's series are gone from the next prom-client collection (its
+ * counters start from 0 if the key comes back). OpenTelemetry's JavaScript SDK keeps every
+ * attribute set an instrument reported (cumulative temporality; a gauge stays at its last
+ * value), and no API removes one: an evicted key's OpenTelemetry series stay, bounded by the
+ * keys ever seen and then by the SDK's cardinality limit. For a registry whose keys churn, use
+ * delta temporality or a View that drops `key` (docs/design.md §8.3). Keys must be distinct across the sources: a key seen
  * twice in one collection keeps its first source's series.
  *
  * OpenTelemetry has no observable histogram: the wait histogram is a synchronous `Histogram`
@@ -137,6 +141,22 @@ function sources(o, what) {
   }
 }
 
+/**
+ * A bucket bound as Go (and Python's prometheus_client) write it — `1.024e-06`, not JS's
+ * `0.000001024` — so that a fleet of Python and Node workers exports the same `le` strings
+ * (before Prometheus 3.0 normalised them, different strings were different series).
+ */
+function goFloat(v) {
+  if (v === Infinity) return '+Inf'
+  const a = Math.abs(v)
+  if (a !== 0 && (a < 1e-4 || a >= 1e21)) {
+    const [m, e] = v.toExponential().split('e')
+    const n = Number(e)
+    return `${m}e${n < 0 ? '-' : '+'}${String(Math.abs(n)).padStart(2, '0')}`
+  }
+  return String(v)
+}
+
 /** A sample's labels for the row's label names (`class` `""` on a total). */
 function labelsOf(row, s) {
   const l = { key: s.key }
@@ -182,7 +202,7 @@ class CoreHistogram {
       if (s.name !== this.name) continue
       const labels = labelsOf(this.row, s)
       for (const [le, n] of s.buckets) {
-        values.push({ labels: { ...labels, le: le === Infinity ? '+Inf' : le }, value: n, metricName: `${this.name}_bucket` })
+        values.push({ labels: { ...labels, le: goFloat(le) }, value: n, metricName: `${this.name}_bucket` })
       }
       values.push({ labels, value: s.sum, metricName: `${this.name}_sum` })
       values.push({ labels, value: s.count, metricName: `${this.name}_count` })
@@ -214,12 +234,14 @@ function registerPrometheus(options) {
   const client = o.client ?? optionalPeer('prom-client')
   const register = o.register ?? client.register
   const metrics = []
+  const names = []
   try {
     for (const row of metricTable()) {
       if (row.kind === 'histogram') {
         const m = new CoreHistogram(row, snapshot)
         register.registerMetric(m)
         metrics.push(m)
+        names.push(row.name)
         continue
       }
       const gauge = row.kind === 'gauge'
@@ -239,17 +261,22 @@ function registerPrometheus(options) {
         },
       })
       metrics.push(m)
+      names.push(row.name)
     }
   } catch (e) {
-    for (const m of metrics) register.removeSingleMetric(m.name)
+    for (const [i, m] of metrics.entries()) {
+      if (register.getSingleMetric(names[i]) === m) register.removeSingleMetric(names[i])
+    }
     throw e
   }
   return {
     metrics,
     register,
     close() {
-      for (const m of metrics) {
-        if (register.getSingleMetric(m.name) === m) register.removeSingleMetric(m.name)
+      // By the names registered: an OpenMetrics scrape renames a counter in place (prom-client
+      // strips its `_total`), but the registry still files it under the name it was given.
+      for (const [i, m] of metrics.entries()) {
+        if (register.getSingleMetric(names[i]) === m) register.removeSingleMetric(names[i])
       }
     },
   }

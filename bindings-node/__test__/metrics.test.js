@@ -198,12 +198,18 @@ describe('prom-client collector', () => {
   test('OpenMetrics registries and the options', async () => {
     const om = new client.Registry(client.Registry.OPENMETRICS_CONTENT_TYPE)
     const bh = new Bulkhead({ maxConcurrent: 1 })
-    assert.equal(registerPrometheus({ bulkheads: { bh }, register: om, client }).register, om)
+    const reg = registerPrometheus({ bulkheads: { bh }, register: om, client })
+    assert.equal(reg.register, om)
     const text = await om.metrics()
     assert.match(text, /^# TYPE hullguard_admitted counter$/m)
     assert.match(text, /^hullguard_admitted_total\{key="bh"\} 0$/m)
     assert.match(text, /^hullguard_queue_wait_seconds_bucket\{key="bh",le="\+Inf"\} 0$/m)
     assert.match(text, /# EOF\n$/)
+    // close() after an OpenMetrics scrape (which renames counters in place) removes them all,
+    // and the set registers again (review finding).
+    reg.close()
+    assert.deepEqual(om.getMetricsAsArray().map((m) => m.name), [])
+    registerPrometheus({ bulkheads: { bh }, register: om, client }).close()
     // Registered twice in one registry: prom-client refuses, and nothing is left half-registered.
     const r = new client.Registry()
     registerPrometheus({ bulkheads: { bh }, register: r })
