@@ -16,7 +16,7 @@ use std::{
     cell::RefCell,
     cmp::{Ordering, Reverse},
     collections::BinaryHeap,
-    sync::Arc,
+    sync::{Arc, Weak},
     time::Duration,
 };
 
@@ -29,7 +29,10 @@ struct Deadline {
     at: f64,
     /// Arrival order (ties).
     seq: u64,
-    bh: Arc<CoreBulkhead>,
+    /// Weak: a pending deadline must not keep a registry key's bulkhead alive (a granted
+    /// waiter's entry stays until it is due or compacted; a strong reference would block the
+    /// key's eviction until then). A bulkhead that is gone has no waiter left to expire.
+    bh: Weak<CoreBulkhead>,
     ticket: Ticket,
 }
 
@@ -104,12 +107,13 @@ pub(crate) fn schedule(
         t.heap.push(Reverse(Deadline {
             at,
             seq: t.seq,
-            bh: bh.clone(),
+            bh: Arc::downgrade(bh),
             ticket,
         }));
         if t.heap.len() > 2 * t.kept + 64 {
             // Amortized O(1): a compaction at most once per doubling of what it kept.
-            t.heap.retain(|Reverse(d)| d.bh.is_queued(d.ticket));
+            t.heap
+                .retain(|Reverse(d)| d.bh.upgrade().is_some_and(|bh| bh.is_queued(d.ticket)));
             t.kept = t.heap.len();
         }
         arm(py, t)
@@ -171,7 +175,9 @@ fn fire(py: Python<'_>, armed_at: f64) -> PyResult<()> {
         Ok(due)
     })?;
     for d in due {
-        let _settled_first = d.bh.expire(d.ticket, Reason::Timeout);
+        if let Some(bh) = d.bh.upgrade() {
+            let _settled_first = bh.expire(d.ticket, Reason::Timeout);
+        }
     }
     TIMERS.with(|cell| match cell.borrow_mut().as_mut() {
         Some(t) => arm(py, t),

@@ -833,3 +833,112 @@ def test_report_load_arguments_and_the_http_status_of_a_refusal() -> None:
     assert plain.stats()["load"] is None and ok.ok and ok.permit is not None
     ok.permit.release()
     assert_idle(bh) and assert_idle(plain)
+
+
+# ----- the probes' lifecycle (review findings) ------------------------------------------------
+
+
+def _plain_app() -> Any:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+async def _one_request(mw: Any) -> int:
+    sent: List[Any] = []
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(m: Any) -> None:
+        sent.append(m)
+
+    await mw({"type": "http", "method": "GET", "path": "/", "headers": []}, receive, send)
+    return int(sent[0]["status"])
+
+
+def test_probes_follow_the_loop_and_never_leave_a_stale_overload() -> None:
+    """A middleware that outlives its loop (no lifespan; a server restarted in-process): the
+    old loop's shutdown ends the probe, which reports 0; the next loop's first request starts
+    the probes on it; aclose() on yet another loop succeeds and reports 0; after aclose()
+    requests do not restart them (review: a stale overload shed forever, aclose() raised
+    'Event loop is closed', and a request after aclose() restarted the probes)."""
+    bh = hullguard.Bulkhead(max_concurrent=4, shed_cpu_threshold=0.5)
+
+    class Cpu:
+        value = 0.9
+        runs = 0
+
+        async def run(self, report: Any) -> None:
+            Cpu.runs += 1
+            while True:
+                report(cpu=self.value)
+                await asyncio.sleep(0.005)
+
+    cpu = Cpu()
+    mw = AdmissionMiddleware(_plain_app(), bulkhead=bh, lag_probe=False, cpu_probe=cpu)
+
+    async def loop1() -> None:
+        assert await _one_request(mw) == 200  # starts the probe; its first reading follows
+        await _until(lambda: bh.stats()["load"]["overloaded"] == 1)
+        assert await _one_request(mw) == 503
+
+    asyncio.run(loop1())  # ends without a lifespan shutdown: the probe task is cancelled
+    assert bh.stats()["load"]["overloaded"] == 0, "the ended probe reported 0"
+    cpu.value = 0.1
+
+    async def loop2() -> None:
+        assert await _one_request(mw) == 200
+        await asyncio.sleep(0)  # the new task's first step
+        assert mw.probes_running and Cpu.runs == 2, "started again on the new loop"
+        await mw.aclose()
+        assert not mw.probes_running
+        assert await _one_request(mw) == 200
+        assert not mw.probes_running, "a request after aclose() does not restart them"
+
+    asyncio.run(loop2())
+
+    async def loop3() -> None:
+        await mw.aclose()  # idempotent, also on another loop
+        mw.start_probes()  # an explicit start (the lifespan's) undoes aclose()
+        assert mw.probes_running
+        await mw.aclose()
+
+    asyncio.run(loop3())
+    assert bh.stats()["load"]["cpu_permille"] == 0
+
+
+def test_a_probe_that_fails_reads_zero_and_is_reported() -> None:
+    """A probe whose run() raises: its signal reads 0 (no stale overload) and the exception
+    goes to the loop's exception handler (review: its last reading stood and nothing said so)."""
+    bh = hullguard.Bulkhead(max_concurrent=4, shed_cpu_threshold=0.5)
+
+    class Broken:
+        async def run(self, report: Any) -> None:
+            report(cpu=0.9)
+            raise RuntimeError("probe bug")
+
+    mw = AdmissionMiddleware(_plain_app(), bulkhead=bh, lag_probe=False, cpu_probe=Broken())
+    handled: List[Any] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: handled.append(ctx))
+        await _one_request(mw)
+        await _until(lambda: bool(handled))
+        assert bh.stats()["load"]["cpu_permille"] == 0
+        assert await _one_request(mw) == 200
+        await mw.aclose()
+
+    asyncio.run(main())
+    assert isinstance(handled[0]["exception"], RuntimeError)
+
+
+async def _until(cond: Any, limit: float = 10.0) -> None:
+    """Waits (bounded) until ``cond()`` holds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    while not cond():
+        assert loop.time() < end, "timed out"
+        await asyncio.sleep(0.001)

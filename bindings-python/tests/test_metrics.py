@@ -14,6 +14,7 @@ synchronous Histogram) has the core's bounds, per-bucket counts, count and sum.
 from __future__ import annotations
 
 import asyncio
+import math
 import contextlib
 import gc
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -531,3 +532,38 @@ def test_otel_arguments() -> None:
     hm.add_bulkhead("late", bh)
     assert hm.remove("late") and not hm.remove("late")
     provider.shutdown()
+
+
+def test_otel_placement_is_exact_with_waits_past_the_last_bound() -> None:
+    """The OpenTelemetry histogram's values (hullguard.otel._placed) keep the core's bucket of
+    every wait and sum to the core's exact sum — also with waits past the last finite bound
+    (review: a 34.4 s and a 68.8 s wait were recorded summing to 120.26 s, not 103.2 s)."""
+    from hullguard.otel import _placed
+
+    table = {row["name"]: row for row in hullguard._native.metric_table()}
+    bounds = list(table["hullguard_queue_wait_seconds"]["buckets"])
+    buckets = [(b, 0) for b in bounds] + [(math.inf, 0)]
+    lows = [0.0] + bounds
+
+    def bucket(v: float) -> int:
+        return next(i for i, hi in enumerate(bounds + [math.inf]) if v < hi or hi == math.inf)
+
+    cases = [
+        [34.4, 68.8],  # the review's pair: one finite (low in its bucket), one past the top
+        [0.0001, 70.0, 500.0],
+        [0.09],
+        [1e-7, 2e-6, 0.5, 3.0],
+        [100.0, 100.0],
+    ]
+    for waits in cases:
+        gained = [0] * len(buckets)
+        for w in waits:
+            gained[bucket(w)] += 1
+        placed = _placed(buckets, gained, sum(waits))
+        assert math.isclose(sum(placed), sum(waits), rel_tol=1e-9), (waits, placed)
+        got = [0] * len(buckets)
+        for v in placed:
+            i = bucket(v)
+            got[i] += 1
+            assert v > lows[i] or i == 0, (waits, placed)  # OpenTelemetry's (lo, hi]
+        assert got == gained, (waits, placed)

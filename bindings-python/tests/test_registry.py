@@ -9,7 +9,7 @@ import math
 import pytest
 
 import hullguard
-from _support import STATS_KEYS, assert_conserved, assert_idle, settle
+from _support import STATS_KEYS, VirtualClockLoop, assert_conserved, assert_idle, settle
 
 
 def test_defaults_overrides_and_getters() -> None:
@@ -372,3 +372,31 @@ def test_none_follows_the_core_null_rule() -> None:
     off = reg.get("off")
     assert off.call_timeout is None and off.circuit_state is None
     assert off.queue_timeout == 0.5
+
+
+def test_a_granted_waiters_queue_deadline_does_not_pin_its_key(vloop: VirtualClockLoop) -> None:
+    """A queued waiter's deadline stays on the loop's shared queue timer until it is due, also
+    after the waiter was granted; it must not keep the key's bulkhead alive meanwhile (it did:
+    the entry held a strong reference, so the key could not be evicted — and a new key at
+    `max_keys` was refused `key_limit` — until the 30 s timer fired)."""
+    reg = hullguard.Registry(max_concurrent=1, max_keys=1, _clock=vloop.clock)
+    holder = reg.try_acquire("k")
+    assert holder is not None
+
+    async def waiter() -> None:
+        (await reg.acquire("k", timeout=30.0)).release()
+
+    vloop.create_task(waiter())
+    vloop.run_until_quiet()
+    vloop.now_ns += 10_000_000
+    holder.release()
+    vloop.run_until_quiet()  # the waiter is granted and releases; its deadline is still pending
+    del holder
+    gc.collect()
+    assert vloop.pending_timers(), "the shared queue timer is still armed for the old deadline"
+    other = reg.try_acquire("other")  # evicts the idle key "k" at once
+    assert other is not None
+    other.release()
+    assert reg.keys() == ["other"]
+    vloop.advance(30_001)  # the old deadline fires on a gone bulkhead: nothing happens
+    assert reg.keys() == ["other"]

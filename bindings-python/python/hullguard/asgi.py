@@ -498,6 +498,8 @@ class AdmissionMiddleware:
         self.cpu_probe = _probe(cpu_probe, "cpu_probe", ProcessCpuProbe, 0.5)
         self._tasks: List["asyncio.Task[None]"] = []
         self._probe_loop: Optional[asyncio.AbstractEventLoop] = None
+        # Set by aclose(): requests do not start the probes again.
+        self._closed = False
 
     # -- probes --------------------------------------------------------------------------
     @property
@@ -509,37 +511,78 @@ class AdmissionMiddleware:
         self.bulkhead.report_load(**signal)
 
     def start_probes(self) -> None:
-        """Starts the probes on the running loop (idempotent; what the lifespan's startup and
-        the first request call)."""
-        loop = asyncio.get_running_loop()
+        """Starts the probes on the running loop (what the lifespan's startup calls, and the
+        first request on a loop when the server sends no lifespan). Idempotent on one loop;
+        on another loop (a server restarted in-process) the probes move to it. Undoes
+        :meth:`aclose`."""
+        self._closed = False
+        self._start_on(asyncio.get_running_loop())
+
+    def _start_on(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._probe_loop is loop:
             return
+        self._cancel_tasks(loop)
         self._probe_loop = loop
-        self._tasks = [
-            loop.create_task(p.run(self._report), name=f"hullguard.asgi {p!r}")
-            for p in (self.lag_probe, self.cpu_probe)
-            if p is not None
-        ]
+        self._tasks = []
+        for p, signal in ((self.lag_probe, "event_loop_lag"), (self.cpu_probe, "cpu")):
+            if p is None:
+                continue
+            t = loop.create_task(p.run(self._report), name=f"hullguard.asgi {p!r}")
+            t.add_done_callback(self._ended(signal))
+            self._tasks.append(t)
+
+    def _ended(self, signal: str) -> Callable[["asyncio.Task[None]"], None]:
+        """A probe task's done callback: its signal reads 0 (no stale overload outlives the
+        probe, however it ended), and a probe that raised is reported to the loop's exception
+        handler (it is not restarted on this loop)."""
+
+        def done(t: "asyncio.Task[None]") -> None:
+            try:
+                self._report(**{signal: 0.0})
+            finally:
+                if not t.cancelled() and t.exception() is not None:
+                    t.get_loop().call_exception_handler({
+                        "message": f"hullguard.asgi: the {signal} probe failed; its signal "
+                                   "reads 0 until the probes start again",
+                        "exception": t.exception(),
+                        "task": t,
+                    })
+
+        return done
+
+    def _cancel_tasks(self, loop: Optional[asyncio.AbstractEventLoop]) -> List["asyncio.Task[None]"]:
+        """Cancels the probe tasks (those of `loop` directly; another live loop's through it; a
+        closed loop's are gone already). Returns the ones of `loop` to await."""
+        tasks, self._tasks = self._tasks, []
+        mine = []
+        for t in tasks:
+            if t.done():
+                continue
+            other = t.get_loop()
+            if other is loop:
+                t.cancel()
+                mine.append(t)
+            elif not other.is_closed():
+                try:
+                    other.call_soon_threadsafe(t.cancel)
+                except RuntimeError:  # closed meanwhile
+                    pass
+        return mine
 
     async def aclose(self) -> None:
         """Stops the probes (what the lifespan's shutdown calls) and reports 0 for their
-        signals, so no stale overload outlives them. Idempotent."""
-        tasks, self._tasks = self._tasks, []
+        signals, so no stale overload outlives them; requests no longer start them (until
+        :meth:`start_probes`, or the next lifespan startup). Idempotent."""
+        self._closed = True
         self._probe_loop = None
-        if not tasks:
-            return
-        loop = asyncio.get_running_loop()
-        mine = [t for t in tasks if t.get_loop() is loop]
-        for t in tasks:
-            if t.get_loop() is loop:
-                t.cancel()
-            else:  # started on another (closed or running) loop: cancel it there
-                t.get_loop().call_soon_threadsafe(t.cancel)
-        await asyncio.gather(*mine, return_exceptions=True)
-        if self.lag_probe is not None:
-            self._report(event_loop_lag=0.0)
-        if self.cpu_probe is not None:
-            self._report(cpu=0.0)
+        try:
+            mine = self._cancel_tasks(asyncio.get_running_loop())
+            await asyncio.gather(*mine, return_exceptions=True)
+        finally:
+            if self.lag_probe is not None:
+                self._report(event_loop_lag=0.0)
+            if self.cpu_probe is not None:
+                self._report(cpu=0.0)
 
     # -- ASGI ----------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -573,8 +616,9 @@ class AdmissionMiddleware:
         return None
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._probe_loop is None:
-            self.start_probes()  # no lifespan: the first request starts them
+        if not self._closed and self._probe_loop is not asyncio.get_running_loop():
+            # No lifespan: the first request on a loop starts them (or moves them to it).
+            self._start_on(asyncio.get_running_loop())
         klass = self._classify(scope)
         budget = self._budget(scope)
         if budget is None:

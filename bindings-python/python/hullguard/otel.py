@@ -30,7 +30,11 @@ descriptions, unit ``s`` for seconds):
 Attributes: ``key`` (the name given to a bulkhead; ``prefix + key`` for a registry's keys),
 ``class`` (per-class points only; totals have none), ``dimension`` (``calls`` / ``budget``),
 ``reason`` (``hullguard_rejected_total``). A registry contributes only the keys that exist at
-the collection (at most ``max_keys``; sampling never creates one): an evicted key's points stop.
+the collection (at most ``max_keys``; sampling never creates one): an evicted key's observable
+points stop. Its wait-histogram series stays: the SDK keeps every attribute set a synchronous
+instrument has recorded (cumulative temporality), and no API removes one — so for a registry
+whose keys churn, use delta temporality or a View that drops the ``key`` attribute
+(docs/design.md §8.3).
 
 All the observable callbacks of one collection share one read of every source (the first
 callback of a collection reads; a callback called a second time means a new collection).
@@ -69,26 +73,27 @@ def _attributes(row: Dict[str, Any], key: str, sample: Sample) -> Dict[str, str]
 def _placed(buckets: List[Tuple[float, int]], gained: List[int], total: float) -> List[float]:
     """Values for the waits gained per bucket (``gained[i]`` waits in ``[lo_i, hi_i)``, the core's
     buckets: ``buckets[i][0]`` is bucket ``i``'s exclusive upper bound) whose sum is ``total``:
-    every finite bucket's values at the same relative position ``f`` of their bucket, the
-    last (unbounded) bucket's values sharing what is left."""
+    the last (unbounded) bucket's values at ``max(top, (total - the finite buckets' midpoints)
+    / n)``, every finite bucket's values at one relative position ``f`` of their bucket that
+    makes the sum exact (the same rule as Node's ``hullguard/metrics``). Exact whenever the
+    waits' true sum is consistent with their buckets: the finite ones' lies in ``[Σ lo, Σ hi)``
+    and the unbounded ones' is at least ``n * top``."""
     lows = [0.0] + [b for b, _ in buckets[:-1]]
     finite = [(lows[i], buckets[i][0], n) for i, n in enumerate(gained[:-1]) if n]
     n_inf = gained[-1]
     base = sum(n * lo for lo, _, n in finite)
     width = sum(n * (hi - lo) for lo, hi, n in finite)
-    if n_inf:
-        f = 0.5
-    else:
-        f = (total - base) / width if width > 0 else 0.5
+    mid = base + width / 2
+    top = lows[-1]
+    v_inf = max(top * (1 + 1e-9), (total - mid) / n_inf) if n_inf else 0.0
+    rest = total - n_inf * v_inf
+    f = (rest - base) / width if width > 0 else 0.5
     # Strictly inside the bucket: OpenTelemetry's buckets are (lo, hi], the core's [lo, hi).
     f = min(max(f, 1e-9), 1.0 - 1e-9)
     out: List[float] = []
     for lo, hi, n in finite:
         out.extend([lo + f * (hi - lo)] * n)
-    if n_inf:
-        lo = lows[-1]
-        rest = (total - sum(out)) / n_inf
-        out.extend([max(rest, lo * (1 + 1e-9))] * n_inf)
+    out.extend([v_inf] * n_inf)
     return out
 
 
