@@ -131,3 +131,23 @@ def label_values(labels: Sequence[str], key: str, sample: Sample) -> List[str]:
     _, klass, dimension, reason, _ = sample
     values = {"key": key, "class": klass, "dimension": dimension, "reason": reason}
     return [values[n] for n in labels]
+
+
+class SourceMethods:
+    """The source-set methods both exporters share (``HullguardCollector``,
+    ``HullguardMetrics``): what they export, changed at run time under the set's lock; a
+    change shows from the next read on."""
+
+    _sources: Sources
+
+    def add_bulkhead(self, name: str, bulkhead: Bulkhead) -> None:
+        """Exports ``bulkhead`` under ``key=name`` from the next read on."""
+        self._sources.add_bulkhead(name, bulkhead)
+
+    def add_registry(self, registry: Registry, prefix: str = "") -> None:
+        """Exports every key of ``registry`` under ``key=prefix + key``."""
+        self._sources.add_registry(registry, prefix)
+
+    def remove(self, source: Union[str, Registry]) -> bool:
+        """Stops exporting a bulkhead (by name) or a registry; whether it was exported."""
+        return self._sources.remove(source)

@@ -50,8 +50,8 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
 
 from . import _native
-from ._metrics import Registries, Sample, Sources, metric_table
-from ._native import Bulkhead, Registry
+from ._metrics import Registries, Sample, SourceMethods, Sources, metric_table
+from ._native import Bulkhead
 
 __all__ = ["HullguardMetrics"]
 
@@ -97,7 +97,7 @@ def _placed(buckets: List[Tuple[float, int]], gained: List[int], total: float) -
     return out
 
 
-class HullguardMetrics:
+class HullguardMetrics(SourceMethods):
     """Registers the core's metric table on an OpenTelemetry meter for ``bulkheads`` (``{key:
     Bulkhead}``) and ``registries`` (``{prefix: Registry}`` or an iterable of registries).
 
@@ -151,18 +151,6 @@ class HullguardMetrics:
                 self.instruments[name] = meter.create_observable_gauge(
                     name, callbacks=[self._callback(name)], unit=unit, description=row["help"]
                 )
-
-    def add_bulkhead(self, name: str, bulkhead: Bulkhead) -> None:
-        """Observes ``bulkhead`` under ``key=name`` from the next collection on."""
-        self._sources.add_bulkhead(name, bulkhead)
-
-    def add_registry(self, registry: Registry, prefix: str = "") -> None:
-        """Observes every key of ``registry`` under ``key=prefix + key``."""
-        self._sources.add_registry(registry, prefix)
-
-    def remove(self, source: Union[str, Registry]) -> bool:
-        """Stops observing a bulkhead (by name) or a registry; whether it was observed."""
-        return self._sources.remove(source)
 
     # -- collection ----------------------------------------------------------------------
     def _callback(self, name: str) -> Any:

@@ -49,7 +49,7 @@ used anywhere; sources may be added and removed at any time.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, cast
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -60,8 +60,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from ._metrics import Registries, Sources, label_values, metric_table
-from ._native import Bulkhead, Registry
+from ._metrics import Registries, SourceMethods, Sources, label_values, metric_table
+from ._native import Bulkhead
 
 __all__ = ["HullguardCollector"]
 
@@ -79,7 +79,7 @@ def _family(row: Dict[str, Any]) -> Metric:
     return GaugeMetricFamily(name, help_, labels=labels, unit=unit)
 
 
-class HullguardCollector(Collector):
+class HullguardCollector(SourceMethods, Collector):
     """A custom collector exporting the core's metric table for ``bulkheads`` (a mapping
     ``{key label: Bulkhead}``) and ``registries`` (a mapping ``{prefix: Registry}``, or an
     iterable of registries with no prefix). Register it on a ``CollectorRegistry`` (or
@@ -94,17 +94,6 @@ class HullguardCollector(Collector):
         self._sources = Sources(bulkheads, registries)
         self._table = metric_table()
 
-    def add_bulkhead(self, name: str, bulkhead: Bulkhead) -> None:
-        """Exports ``bulkhead`` under ``key=name`` from the next scrape on."""
-        self._sources.add_bulkhead(name, bulkhead)
-
-    def add_registry(self, registry: Registry, prefix: str = "") -> None:
-        """Exports every key of ``registry`` under ``key=prefix + key``."""
-        self._sources.add_registry(registry, prefix)
-
-    def remove(self, source: Union[str, Registry]) -> bool:
-        """Stops exporting a bulkhead (by name) or a registry; whether it was exported."""
-        return self._sources.remove(source)
 
     @property
     def duplicates(self) -> int:
