@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup fmt-check clippy layers unit stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium fmt-check clippy layers unit stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -38,9 +38,15 @@ help:
 	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
 	@echo "make bench      the benchmarks"
 
+# Debian's chromium, for the demo report's headless render (make demo, make report-test), only
+# when missing.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 # Idempotent and quiet when everything is already there: rustup is only called for what is
 # missing.
-setup:
+setup: chromium
 	@installed="$$(rustup component list --installed)"; \
 	missing=""; \
 	for c in rustfmt clippy; do \
@@ -61,9 +67,6 @@ setup:
 	    grep -q "^$$c" <<<"$$installed" || missing="$$missing $$c"; \
 	done; \
 	if [ -n "$$missing" ]; then rustup component add --toolchain $(NIGHTLY) $$missing; fi
-	@# Debian's chromium, for the report's headless render (make report-test), only when missing.
-	@command -v chromium >/dev/null || { apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 fmt-check:
 	cargo fmt --all -- --check
@@ -115,7 +118,7 @@ bench-smoke: py-dev node-build
 	bench/smoke.sh
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
-demo: py-dev
+demo: py-dev chromium
 	$(PY) examples/isolation_demo.py
 	python3 ci/report_check.py target/demo-report.html --png target/demo-report.png
 
@@ -124,7 +127,7 @@ demo: py-dev
 # rendered by headless Chromium (ci/report_check.py) to target/report-sample.png. (A real run's
 # report is checked for structure by tests/test_demo.py; `make demo` renders its own.)
 .PHONY: report-test
-report-test: py-dev
+report-test: py-dev chromium
 	mkdir -p target
 	$(PY) examples/report.py --sample target/report-sample.html
 	python3 ci/report_check.py target/report-sample.html --strict-series \
