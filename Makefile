@@ -146,9 +146,10 @@ $(VENV)/bin/maturin: bindings-python/requirements-dev.txt
 py-dev: $(VENV)/bin/maturin
 	cd bindings-python && $(MATURIN) develop --release --quiet
 
-# pytest (warnings are errors), stubtest on the native module, then the wheel in a fresh venv.
+# pytest (warnings are errors; two workers, a file's tests in one), stubtest on the native module,
+# then the wheel in a fresh venv.
 py-test: py-dev
-	cd bindings-python && ../$(PY) -m pytest -q
+	cd bindings-python && ../$(PY) -m pytest -q -n 2 --dist loadfile
 	cd bindings-python && ../$(PY) -m mypy.stubtest hullguard._native --allowlist stubtest-allowlist.txt
 	$(MAKE) --no-print-directory py-wheel
 

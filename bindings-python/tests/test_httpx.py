@@ -364,7 +364,7 @@ BAD_TRANSPORT_ARGS = [
 
 
 @pytest.mark.parametrize("cls", ["async", "sync"])
-@pytest.mark.parametrize(("kwargs", "exc", "needle"), BAD_TRANSPORT_ARGS, ids=[repr(a[0]) for a in BAD_TRANSPORT_ARGS])
+@pytest.mark.parametrize(("kwargs", "exc", "needle"), BAD_TRANSPORT_ARGS, ids=[repr(a[0]).split(" at 0x")[0] for a in BAD_TRANSPORT_ARGS])
 def test_transport_arguments_are_checked_at_construction(cls: str, kwargs: dict, exc: type, needle: str) -> None:
     # Issue 13: a bad `timeout` used to surface only at the first request.
     transport = BulkheadTransport if cls == "async" else SyncBulkheadTransport

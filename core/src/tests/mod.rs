@@ -24,7 +24,9 @@ mod detail;
 mod dry_run;
 #[cfg(all(not(loom), feature = "std"))]
 mod events;
-#[cfg(all(not(loom), feature = "std"))]
+// Safe atomics only (no unsafe, no cell protocol): natively, not under Miri (its time goes to
+// the engine's tests, within the warm make test budget).
+#[cfg(all(not(loom), not(miri), feature = "std"))]
 mod load_shed;
 #[cfg(loom)]
 mod loom_adaptive;
@@ -48,7 +50,8 @@ mod loom_queue_delay;
 mod loom_reserve;
 #[cfg(all(loom, feature = "std"))]
 mod loom_waker_slot;
-#[cfg(all(not(loom), feature = "std"))]
+// The metric walker reads stats (safe code): natively, not under Miri.
+#[cfg(all(not(loom), not(miri), feature = "std"))]
 mod metrics;
 #[cfg(all(not(loom), feature = "std"))]
 mod observe;
