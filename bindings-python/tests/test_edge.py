@@ -359,7 +359,9 @@ def test_a_queued_request_waits_at_most_its_budget() -> None:
             r = await c.get(url + "/echo", headers={"grpc-timeout": "200m"})
             took = time.monotonic() - t0
             assert (r.status_code, r.json()["reason"]) == (503, "timeout"), r.text
-            assert 0.15 <= took <= 2.0, took
+            # Ended by the budget (not before it: time only moves forward), not by the 30 s
+            # queue timeout (no speed assumed beyond half of it).
+            assert 0.15 <= took < 15.0, took
             app.gate.open()
             assert (await held).status_code == 200
 
