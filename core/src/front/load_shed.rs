@@ -5,7 +5,7 @@
 
 use crate::{
     front::bulkhead::Bulkhead,
-    load::{LoadSignal, LoadStats},
+    load::LoadSignal,
     reason::{Bound, ClassRefusal, Reason, Rejection},
 };
 
@@ -42,11 +42,6 @@ impl<const N: usize> Bulkhead<N> {
     /// ```
     pub fn report_load(&self, signal: LoadSignal) {
         self.load.report(signal);
-    }
-
-    /// The last readings and the sheds (`stats().load`); `None` without a threshold.
-    pub fn load_stats(&self) -> Option<LoadStats> {
-        self.load.stats()
     }
 
     /// Whether a signal refuses a request of `class` now: `Some(rejection)` (counted `shed`
