@@ -1,0 +1,448 @@
+//! One process's attachment to one segment (docs/design.md §14.3): its slot and generation,
+//! its liveness lock, the local queue (a core [`Bulkhead`] of one permit: the right to be this
+//! process's head), its published tickets, and the keeper thread that beats, probes the others
+//! and expires the silent.
+//!
+//! Attachments are process-wide (one per segment file per process, shared by every handle and
+//! thread) and live as long as the process: its slot is freed by its death (the lock drops and
+//! any other process reclaims it), never by a handle's drop.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    fs::File,
+    os::{
+        fd::{AsFd, AsRawFd},
+        unix::fs::MetadataExt,
+    },
+    path::PathBuf,
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use hullguard_core::{Bulkhead, Config};
+
+use crate::{
+    error::HostError,
+    file::{self, FileSpec, Mapping},
+    layout::{self, LeaseState, NO_TICKET, h, s},
+    os,
+    segment::{Admit, Reclaimed, Segment},
+};
+
+/// A process's attachment.
+#[derive(Debug)]
+pub(crate) struct Attachment {
+    mapping: Mapping,
+    file: File,
+    pub(crate) path: PathBuf,
+    n_slots: usize,
+    /// This process's slot.
+    pub(crate) slot: usize,
+    /// The slot's generation (moves on when the lease is re-armed after an expiry).
+    generation: AtomicU64,
+    /// The fork generation it was made in.
+    pub(crate) fork_gen: u64,
+    /// The local queue: one permit, the right to be this process's head.
+    pub(crate) gate: Bulkhead,
+    /// This process's waiting tickets; the smallest is published in the slot.
+    pending: Mutex<BTreeSet<u64>>,
+    /// Serialises re-arming and reaping in this process (one open file description holds every
+    /// probe lock, so two threads of one process must not reclaim at once), and keeps the
+    /// expiry observations: slot → (generation, beat, first seen).
+    reaper: Mutex<HashMap<usize, (u64, u64, Instant)>>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) removed: AtomicBool,
+    /// The last time any thread of this process probed.
+    last_probe: Mutex<Instant>,
+}
+
+/// The process-wide registry of attachments, by (device, inode, fork generation).
+type Entry = (u64, u64, u64, &'static Attachment);
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn registry() -> MutexGuard<'static, Vec<Entry>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Attachment {
+    /// The attachment of this process to the segment `spec` names, made (segment created if
+    /// absent, slot claimed, keeper started) on first use.
+    pub(crate) fn get(
+        spec: &FileSpec,
+        max_queue: u64,
+        queue_timeout: Duration,
+    ) -> Result<&'static Attachment, HostError> {
+        let fork_gen = os::fork_gen();
+        let opened = file::open_or_create(spec)?;
+        let meta = opened.file.metadata().map_err(|source| HostError::Io {
+            path: opened.path.clone(),
+            source,
+        })?;
+        let mut reg = registry();
+        if let Some(&(_, _, _, a)) = reg
+            .iter()
+            .find(|e| e.0 == meta.dev() && e.1 == meta.ino() && e.2 == fork_gen)
+        {
+            opened.mapping.unmap(); // the extra descriptor closes with `opened.file`
+            return Ok(a);
+        }
+        let seg = Segment::new(opened.mapping.words()).map_err(|e| HostError::Incompatible {
+            path: opened.path.clone(),
+            message: e.to_string(),
+        })?;
+        let n_slots = seg.n_slots();
+        let fd = opened.file.as_fd();
+        let mut claimed = None;
+        for i in 0..n_slots {
+            if os::try_lock_byte(fd, layout::lock_byte(i)).map_err(|source| HostError::Io {
+                path: opened.path.clone(),
+                source,
+            })? {
+                claimed = Some(i);
+                break;
+            }
+        }
+        let Some(slot) = claimed else {
+            return Err(HostError::NoSlot {
+                path: opened.path,
+                slots: n_slots,
+            });
+        };
+        let pid = std::process::id();
+        let mut lib = [0u8; 8];
+        let tag = spec.creator.split(|&b| b == b' ').next().unwrap_or(b"rust");
+        lib[..tag.len().min(8)].copy_from_slice(&tag[..tag.len().min(8)]);
+        let generation = seg
+            .claim(
+                slot,
+                u64::from(pid),
+                os::start_ticks(pid),
+                os::pidns_inode(),
+                os::wall_ms(),
+                u64::from_le_bytes(lib),
+            )
+            .map_err(|c| {
+                seg.poison();
+                HostError::Poisoned {
+                    path: opened.path.clone(),
+                    what: c.to_string(),
+                }
+            })?;
+        let gate = Bulkhead::new(Config {
+            max_concurrent: 1,
+            max_queue,
+            queue_timeout,
+            ..Config::default()
+        })
+        .map_err(|e| HostError::Option {
+            option: "max_queue",
+            message: e.to_string(),
+        })?;
+        os::close_in_children(opened.file.as_raw_fd());
+        let a: &'static Attachment = Box::leak(Box::new(Attachment {
+            mapping: opened.mapping,
+            file: opened.file,
+            path: opened.path,
+            n_slots,
+            slot,
+            generation: AtomicU64::new(generation),
+            fork_gen,
+            gate,
+            pending: Mutex::new(BTreeSet::new()),
+            reaper: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+            last_probe: Mutex::new(Instant::now()),
+        }));
+        reg.push((meta.dev(), meta.ino(), fork_gen, a));
+        drop(reg);
+        a.reap();
+        std::thread::Builder::new()
+            .name("hullguard-host".into())
+            .spawn(move || a.keep())
+            .map_err(|source| HostError::Io {
+                path: a.path.clone(),
+                source,
+            })?;
+        Ok(a)
+    }
+
+    /// The segment (validated at attach; the slot count and the mapping length are this
+    /// process's own copies, so a hostile writer cannot move an index out of bounds).
+    pub(crate) fn seg(&self) -> Segment<'_> {
+        Segment::trusted(self.mapping.words(), self.n_slots)
+    }
+
+    /// The current generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether this attachment belongs to this process (not to a parent before `fork`).
+    pub(crate) fn is_own(&self) -> bool {
+        self.fork_gen == os::fork_gen()
+    }
+
+    /// Rings `slot`'s doorbell and wakes its waiters.
+    pub(crate) fn ring(&self, slot: usize) {
+        os::futex_wake(self.seg().ring(slot));
+    }
+
+    /// Rings whoever holds the smallest ticket now, if anyone.
+    pub(crate) fn ring_head(&self) {
+        let scan = self.seg().scan();
+        if scan.has_waiters() {
+            self.ring(scan.min_slot);
+        }
+    }
+
+    /// One admission attempt; on a stale generation the lease is recovered (re-armed after an
+    /// expiry) and the attempt retried once. `Ok(None)`: not admitted (the reason, if full).
+    pub(crate) fn admit(
+        &self,
+        weight: u64,
+        cost: u64,
+        head: bool,
+    ) -> Result<Result<u64, Admit>, HostError> {
+        self.check()?;
+        for _ in 0..3 {
+            let generation = self.generation();
+            match self.seg().admit(self.slot, generation, weight, cost, head) {
+                Admit::Granted => return Ok(Ok(generation)),
+                Admit::Stale => self.recover()?,
+                full @ Admit::Full { ring, .. } => {
+                    if let Some(slot) = ring {
+                        self.ring(slot);
+                    }
+                    return Ok(Err(full));
+                }
+                Admit::NotHead => return Ok(Err(Admit::NotHead)),
+            }
+        }
+        Ok(Err(Admit::Stale))
+    }
+
+    fn check(&self) -> Result<(), HostError> {
+        if self.seg().poisoned() {
+            return Err(HostError::Poisoned {
+                path: self.path.clone(),
+                what: "marked poisoned by a process that found it inconsistent".into(),
+            });
+        }
+        if self.removed.load(Ordering::Acquire) {
+            return Err(HostError::Removed {
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The lease moved on under this process: re-arm it if it expired (a stop or a hang past
+    /// the TTL), and republish this process's head ticket.
+    fn recover(&self) -> Result<(), HostError> {
+        let _guard = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        let seg = self.seg();
+        let (state, generation) = seg
+            .lease_of(self.slot)
+            .map_err(|c| self.poison(c.to_string()))?;
+        match state {
+            LeaseState::Active if generation == self.generation() => return Ok(()),
+            LeaseState::Active => self.generation.store(generation, Ordering::Release), // another thread re-armed
+            LeaseState::Expired => {
+                if let Some(g) = seg.rearm(self.slot) {
+                    self.generation.store(g, Ordering::Release);
+                }
+            }
+            LeaseState::Free | LeaseState::Reclaiming => {
+                return Err(self.poison(format!(
+                    "slot {} of a live process was reclaimed (its liveness lock was lost)",
+                    self.slot
+                )));
+            }
+        }
+        drop(_guard);
+        self.republish();
+        Ok(())
+    }
+
+    fn poison(&self, what: String) -> HostError {
+        self.seg().poison();
+        HostError::Poisoned {
+            path: self.path.clone(),
+            what,
+        }
+    }
+
+    /// Takes a ticket and publishes this process's smallest.
+    pub(crate) fn enqueue(&self) -> u64 {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let seg = self.seg();
+        let t = seg.take_ticket();
+        pending.insert(t);
+        let min = pending.first().copied().unwrap_or(NO_TICKET);
+        seg.set_queued(self.slot, pending.len() as u64);
+        seg.publish(self.slot, min);
+        t
+    }
+
+    /// Withdraws ticket `t` (granted, timed out or cancelled), publishes the next, and rings
+    /// the global head (it may be someone else now).
+    pub(crate) fn dequeue(&self, t: u64) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.remove(&t);
+            let seg = self.seg();
+            seg.set_queued(self.slot, pending.len() as u64);
+            seg.publish(self.slot, pending.first().copied().unwrap_or(NO_TICKET));
+        }
+        self.ring_head();
+    }
+
+    fn republish(&self) {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let seg = self.seg();
+        seg.set_queued(self.slot, pending.len() as u64);
+        seg.publish(self.slot, pending.first().copied().unwrap_or(NO_TICKET));
+    }
+
+    /// The own doorbell word.
+    pub(crate) fn bell(&self) -> &crate::sync::AtomicU64 {
+        self.seg().slot_word(self.slot, s::BELL)
+    }
+
+    /// The probe period.
+    pub(crate) fn probe_period(&self) -> Duration {
+        Duration::from_millis(self.seg().config().probe_ms.max(1))
+    }
+
+    /// Probes now if nobody in this process has for a probe period (a waiter that waited that
+    /// long probes itself rather than trust the keeper).
+    pub(crate) fn probe_if_due(&self) {
+        let due = {
+            let mut last = self.last_probe.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            if now.duration_since(*last) >= self.probe_period() {
+                *last = now;
+                true
+            } else {
+                false
+            }
+        };
+        if due {
+            self.reap();
+        }
+    }
+
+    /// One pass over the other slots: reclaims every slot whose owner is dead (its liveness
+    /// lock is free) and expires every slot silent for the lease TTL. Returns the slots
+    /// reclaimed or expired.
+    pub(crate) fn reap(&self) -> usize {
+        let mut observed = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        let seg = self.seg();
+        let fd = self.file.as_fd();
+        let ttl = Duration::from_millis(seg.config().lease_ttl_ms);
+        let now = Instant::now();
+        let mut done = 0;
+        for i in 0..seg.hwm() {
+            if i == self.slot {
+                continue;
+            }
+            let Ok((state, generation)) = seg.lease_of(i) else {
+                seg.poison();
+                continue;
+            };
+            if state == LeaseState::Free {
+                observed.remove(&i);
+                continue;
+            }
+            match os::try_lock_byte(fd, layout::lock_byte(i)) {
+                Ok(true) => {
+                    let r = seg.reclaim(i);
+                    let _ = os::unlock_byte(fd, layout::lock_byte(i));
+                    observed.remove(&i);
+                    if matches!(r, Ok(Reclaimed { lease: true, .. })) {
+                        done += 1;
+                    }
+                    if r.is_err() {
+                        seg.poison();
+                    }
+                }
+                Ok(false) if state == LeaseState::Active => {
+                    let beat = seg.slot_word(i, s::BEAT).load(Ordering::SeqCst);
+                    match observed.get(&i) {
+                        Some(&(g, b, since)) if g == generation && b == beat => {
+                            if now.duration_since(since) >= ttl
+                                && seg.expire(i, generation).is_some()
+                            {
+                                observed.remove(&i);
+                                done += 1;
+                            }
+                        }
+                        _ => {
+                            observed.insert(i, (generation, beat, now));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        drop(observed);
+        if done > 0 {
+            self.ring_head();
+        }
+        done
+    }
+
+    /// The keeper: beats, probes, re-arms an expired own lease, notices a removed file.
+    fn keep(&'static self) {
+        let mut last_beat = Instant::now();
+        loop {
+            if !self.is_own() {
+                return; // a forked child never runs this thread; belt and braces
+            }
+            let c = self.seg().config();
+            let beat = Duration::from_millis(c.beat_ms.max(1));
+            let probe = Duration::from_millis(c.probe_ms.max(1));
+            let tick = beat.min(probe).min(Duration::from_millis(100));
+            std::thread::sleep(tick);
+            if last_beat.elapsed() >= beat {
+                self.seg()
+                    .slot_word(self.slot, s::BEAT)
+                    .fetch_add(1, Ordering::SeqCst);
+                last_beat = Instant::now();
+                if file::unlinked(&self.file) {
+                    self.removed.store(true, Ordering::Release);
+                }
+            }
+            if let Ok((LeaseState::Expired, _)) = self.seg().lease_of(self.slot) {
+                let _ = self.recover();
+                self.ring_head();
+            }
+            self.probe_if_due();
+        }
+    }
+
+    /// This process's own held calls and permits.
+    pub(crate) fn own_held(&self) -> (u64, u64) {
+        let (_, calls, permits) = layout::decode_held(
+            self.seg()
+                .slot_word(self.slot, s::HELD)
+                .load(Ordering::SeqCst),
+        );
+        (calls, permits)
+    }
+
+    /// Header counter `word`.
+    pub(crate) fn counter(&self, word: usize) -> u64 {
+        self.seg().header(word).load(Ordering::Relaxed)
+    }
+
+    /// Counts a rejection.
+    pub(crate) fn count_rejection(&self, reason: hullguard_core::Reason) {
+        let i = (reason as usize).min(layout::REASON_WORDS - 1);
+        self.seg().count(h::REJECTED + i, 1);
+    }
+}

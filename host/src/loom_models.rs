@@ -1,0 +1,1 @@
+//! Loom models of the host protocol (docs/design.md §14.8): filled in below.

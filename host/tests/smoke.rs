@@ -1,0 +1,42 @@
+use hullguard_core::Reason;
+use hullguard_host::{HostBulkhead, HostOptions};
+use std::time::Duration;
+
+fn opts(dir: &std::path::Path, n: u64) -> HostOptions {
+    HostOptions {
+        max_concurrent: n,
+        dir: dir.to_path_buf(),
+        ..HostOptions::default()
+    }
+}
+
+#[test]
+fn one_process_limit_and_queue() {
+    let dir = std::env::temp_dir().join(format!("hg-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bh = HostBulkhead::open("smoke", opts(&dir, 2)).unwrap();
+    let p1 = bh.try_acquire(1).unwrap();
+    let p2 = bh.try_acquire(1).unwrap();
+    assert_eq!(
+        bh.try_acquire(1).unwrap_err().reason(),
+        Some(Reason::ConcurrencyLimit)
+    );
+    let e = bh
+        .acquire_blocking(1, Some(Duration::from_millis(20)))
+        .unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::Timeout), "{e}");
+    let s = bh.stats();
+    assert_eq!((s.stats.active, s.in_flight, s.attached), (2, 2, 1));
+    std::thread::scope(|sc| {
+        let h = sc.spawn(|| {
+            bh.acquire_blocking(1, Some(Duration::from_secs(5)))
+                .map(|p| p.release())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        p1.release().unwrap();
+        assert!(h.join().unwrap().unwrap().is_ok());
+    });
+    drop(p2);
+    assert_eq!(bh.stats().stats.active, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
