@@ -19,6 +19,7 @@ use std::{
         Mutex, MutexGuard,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
+    task::Waker,
     time::{Duration, Instant},
 };
 
@@ -57,6 +58,17 @@ pub(crate) struct Attachment {
     pub(crate) removed: AtomicBool,
     /// The last time any thread of this process probed.
     last_probe: Mutex<Instant>,
+    /// The wakers of this process's pending asynchronous acquires, woken by the keeper.
+    wakers: Mutex<Wakers>,
+    next_waker: AtomicU64,
+}
+
+/// Pending asynchronous acquires: id → (deadline, whether it is this process's head, waker).
+#[derive(Debug, Default)]
+struct Wakers {
+    entries: HashMap<u64, (Option<Instant>, bool, Waker)>,
+    /// When the keeper plans to wake next (a sooner deadline rings it early).
+    planned: Option<Instant>,
 }
 
 /// The process-wide registry of attachments, by (device, inode, fork generation).
@@ -156,6 +168,8 @@ impl Attachment {
             closed: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             last_probe: Mutex::new(Instant::now()),
+            wakers: Mutex::new(Wakers::default()),
+            next_waker: AtomicU64::new(0),
         }));
         reg.push((meta.dev(), meta.ino(), fork_gen, a));
         drop(reg);
@@ -320,7 +334,7 @@ impl Attachment {
 
     /// Probes now if nobody in this process has for a probe period (a waiter that waited that
     /// long probes itself rather than trust the keeper).
-    pub(crate) fn probe_if_due(&self) {
+    pub(crate) fn probe_if_due(&self) -> bool {
         let due = {
             let mut last = self.last_probe.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
@@ -334,6 +348,7 @@ impl Attachment {
         if due {
             self.reap();
         }
+        due
     }
 
     /// One pass over the other slots: reclaims every slot whose owner is dead (its liveness
@@ -396,9 +411,78 @@ impl Attachment {
         done
     }
 
-    /// The keeper: beats, probes, re-arms an expired own lease, notices a removed file.
+    /// A fresh id for [`register`](Self::register).
+    pub(crate) fn waker_id(&self) -> u64 {
+        self.next_waker.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Registers (or refreshes) the waker of a pending asynchronous acquire: woken at
+    /// `until`, and, for this process's head, whenever its doorbell rings.
+    pub(crate) fn register(&self, id: u64, until: Option<Instant>, head: bool, waker: &Waker) {
+        let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        match w.entries.get_mut(&id) {
+            Some(e) => {
+                e.0 = until;
+                e.1 = head;
+                if !e.2.will_wake(waker) {
+                    e.2 = waker.clone();
+                }
+            }
+            None => {
+                w.entries.insert(id, (until, head, waker.clone()));
+            }
+        }
+        let sooner = match (until, w.planned) {
+            (Some(t), Some(p)) => t < p,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        drop(w);
+        if sooner {
+            self.ring(self.slot); // the keeper re-plans its sleep
+        }
+    }
+
+    /// Forgets a registration.
+    pub(crate) fn unregister(&self, id: u64) {
+        self.wakers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entries
+            .remove(&id);
+    }
+
+    /// Wakes the due (and, if `heads`, the head) registrations; returns the next deadline.
+    fn wake_due(&self, heads: bool) -> Option<Instant> {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        {
+            let w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+            for (until, head, waker) in w.entries.values() {
+                match until {
+                    Some(t) if *t <= now => due.push(waker.clone()),
+                    _ if heads && *head => due.push(waker.clone()),
+                    _ => {}
+                }
+                if let Some(t) = until.filter(|t| *t > now) {
+                    next = Some(next.map_or(t, |n| n.min(t)));
+                }
+            }
+        }
+        for waker in due {
+            waker.wake();
+        }
+        next
+    }
+
+    /// The keeper: beats, probes, re-arms an expired own lease, notices a removed file, and
+    /// wakes this process's asynchronous acquires (its doorbell, their deadlines).
     fn keep(&'static self) {
         let mut last_beat = Instant::now();
+        let bell = self.bell();
+        let mut seen = bell.load(Ordering::SeqCst);
+        let mut next = None;
         loop {
             if !self.is_own() {
                 return; // a forked child never runs this thread; belt and braces
@@ -406,8 +490,19 @@ impl Attachment {
             let c = self.seg().config();
             let beat = Duration::from_millis(c.beat_ms.max(1));
             let probe = Duration::from_millis(c.probe_ms.max(1));
-            let tick = beat.min(probe).min(Duration::from_millis(100));
-            std::thread::sleep(tick);
+            let now = Instant::now();
+            let mut wake_at = now + beat.min(probe).min(Duration::from_millis(100));
+            if let Some(t) = next {
+                wake_at = wake_at.min(t);
+            }
+            self.wakers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .planned = Some(wake_at);
+            os::futex_wait(bell, seen, wake_at.saturating_duration_since(now));
+            let now_seen = bell.load(Ordering::SeqCst);
+            let rang = now_seen != seen;
+            seen = now_seen;
             if last_beat.elapsed() >= beat {
                 self.seg()
                     .slot_word(self.slot, s::BEAT)
@@ -421,7 +516,8 @@ impl Attachment {
                 let _ = self.recover();
                 self.ring_head();
             }
-            self.probe_if_due();
+            let probed = self.probe_if_due();
+            next = self.wake_due(rang || probed);
         }
     }
 

@@ -16,6 +16,7 @@ use hullguard_core::{
 };
 
 use crate::{
+    acquire::HostAcquire,
     attachment::Attachment,
     error::{HostError, LeaseError},
     file::FileSpec,
@@ -207,7 +208,61 @@ impl HostBulkhead {
     /// no classes) or observe mode (none) is refused `invalid`. [`HostError::Poisoned`] /
     /// [`HostError::Removed`] when the segment cannot be trusted or is gone.
     pub fn admit_blocking(&self, request: &Request) -> Result<HostPermit, HostError> {
+        let (a, wait) = match self.start(request)? {
+            Start::Done(permit) => return Ok(permit),
+            Start::Wait { a, wait } => (a, wait),
+        };
+        let max_queue = self.options.max_queue;
+        let start = Instant::now();
+        let until = start.checked_add(wait);
+        // Queue: a ticket (global arrival order), then this process's FIFO for the head.
+        let ticket = Ticket::take(a);
+        let head = match a.gate.acquire_blocking(1, Some(wait)) {
+            Ok(p) => p,
+            // The host's snapshot, not the gate's (a one-permit bulkhead).
+            Err(e) => return Err(e.reason().map_or(e.into(), |r| reject(a, max_queue, r))),
+        };
+        // The head of this process: wait for the global turn on the own doorbell.
+        loop {
+            let bell = a.bell();
+            let seen = bell.load(Ordering::SeqCst);
+            if let Ok(generation) = a.admit(request.weight, request.cost, true)? {
+                drop(ticket); // unpublish, ring the next head
+                drop(head); // hand this process's head to its next waiter
+                return Ok(granted(a, generation, request, Some(start)));
+            }
+            if a.closed.load(Ordering::Acquire) {
+                return Err(reject(a, max_queue, Reason::Shutdown));
+            }
+            let now = Instant::now();
+            let left = match until {
+                Some(t) if now >= t => return Err(reject(a, max_queue, Reason::Timeout)),
+                Some(t) => t - now,
+                None => Duration::MAX,
+            };
+            os::futex_wait(bell, seen, left.min(a.probe_period()));
+            a.probe_if_due();
+        }
+    }
+
+    /// Admits `request` asynchronously: the future completes with the permit or the
+    /// rejection; dropping it while it waits gives its place up (cancellation). It needs no
+    /// runtime: this process's keeper thread wakes it (its turn, its queue timeout).
+    pub fn acquire(&self, request: Request) -> HostAcquire {
+        match self.start(&request) {
+            Err(e) => HostAcquire::done(Err(e)),
+            Ok(Start::Done(permit)) => HostAcquire::done(Ok(permit)),
+            Ok(Start::Wait { a, wait }) => {
+                HostAcquire::queued(a, request, wait, self.options.max_queue)
+            }
+        }
+    }
+
+    /// Checks `request`, and refuses or admits it at once when it can: what is left is a wait
+    /// of at most the returned duration.
+    fn start(&self, request: &Request) -> Result<Start, HostError> {
         let a = self.attachment()?;
+        let max_queue = self.options.max_queue;
         let c = a.seg().config();
         if request.weight == 0 || request.weight > c.max_concurrent {
             return Err(AcquireError::InvalidWeight {
@@ -237,17 +292,17 @@ impl HostBulkhead {
             .into());
         }
         if a.closed.load(Ordering::Acquire) {
-            return Err(self.reject(a, Reason::Shutdown));
+            return Err(reject(a, max_queue, Reason::Shutdown));
         }
         let left = request.deadline.time_left(&ClockSource::default_for_host());
         if left == Some(Duration::ZERO) {
-            return Err(self.reject(a, Reason::Timeout));
+            return Err(reject(a, max_queue, Reason::Timeout));
         }
         let timeout = request.queue_timeout.unwrap_or(self.options.queue_timeout);
         let wait = deadline::queue_wait(timeout, left, Duration::ZERO);
         // At once, if nobody waits and it fits.
         let refusal = match a.admit(request.weight, request.cost, false)? {
-            Ok(generation) => return Ok(self.granted(a, generation, request, None)),
+            Ok(generation) => return Ok(Start::Done(granted(a, generation, request, None))),
             Err(Admit::Full { reason, .. }) => reason,
             Err(_) => Reason::ConcurrencyLimit,
         };
@@ -257,91 +312,12 @@ impl HostBulkhead {
             } else {
                 refusal
             };
-            return Err(self.reject(a, reason));
+            return Err(reject(a, max_queue, reason));
         }
-        if self.options.max_queue == 0 {
-            return Err(self.reject(a, Reason::QueueLimit));
+        if max_queue == 0 {
+            return Err(reject(a, max_queue, Reason::QueueLimit));
         }
-        let start = Instant::now();
-        let until = start.checked_add(wait);
-        // Queue: a ticket (global arrival order), then this process's FIFO for the head.
-        let ticket = Ticket::take(a);
-        let head = match a.gate.acquire_blocking(1, Some(wait)) {
-            Ok(p) => p,
-            // The host's snapshot, not the gate's (a one-permit bulkhead).
-            Err(e) => return Err(e.reason().map_or(e.into(), |r| self.reject(a, r))),
-        };
-        // The head of this process: wait for the global turn on the own doorbell.
-        loop {
-            let bell = a.bell();
-            let seen = bell.load(Ordering::SeqCst);
-            if let Ok(generation) = a.admit(request.weight, request.cost, true)? {
-                drop(ticket); // unpublish, ring the next head
-                drop(head); // hand this process's head to its next waiter
-                return Ok(self.granted(a, generation, request, Some(start)));
-            }
-            if a.closed.load(Ordering::Acquire) {
-                return Err(self.reject(a, Reason::Shutdown));
-            }
-            let now = Instant::now();
-            let left = match until {
-                Some(t) if now >= t => return Err(self.reject(a, Reason::Timeout)),
-                Some(t) => t - now,
-                None => Duration::MAX,
-            };
-            os::futex_wait(bell, seen, left.min(a.probe_period()));
-            a.probe_if_due();
-        }
-    }
-
-    fn granted(
-        &self,
-        a: &'static Attachment,
-        generation: u64,
-        request: &Request,
-        queued_since: Option<Instant>,
-    ) -> HostPermit {
-        let seg = a.seg();
-        seg.count(h::ADMITTED, 1);
-        if let Some(since) = queued_since {
-            let ns = since.elapsed().as_nanos() as u64;
-            seg.count(h::QUEUE_WAIT_COUNT, 1);
-            seg.count(h::QUEUE_WAIT_SUM_NS, ns);
-            seg.header(h::QUEUE_WAIT_MAX_NS)
-                .fetch_max(ns, Ordering::Relaxed);
-            // Capacity may remain for the next head (a chain wake).
-            a.ring_head();
-        }
-        HostPermit {
-            a,
-            generation,
-            weight: request.weight,
-            cost: request.cost,
-            done: false,
-        }
-    }
-
-    fn reject(&self, a: &Attachment, reason: Reason) -> HostError {
-        a.count_rejection(reason);
-        let scan = a.seg().scan();
-        let c = a.seg().config();
-        HostError::Acquire(AcquireError::Rejected(Rejection::new(
-            reason,
-            Snapshot {
-                active: scan.permits,
-                queued: scan.queued,
-                limit: c.max_concurrent,
-                available: c.max_concurrent as i64 - scan.permits as i64,
-                revision: 0,
-                max_queue: self.options.max_queue,
-                queued_cost: 0,
-                budget: (c.budget > 0).then(|| DimensionSnapshot {
-                    limit: c.budget,
-                    in_use: scan.cost,
-                    available: c.budget as i64 - scan.cost as i64,
-                }),
-            },
-        )))
+        Ok(Start::Wait { a, wait })
     }
 
     /// The host's figures (every process's permits, waiters and counters), read from this
@@ -391,14 +367,72 @@ impl HostBulkhead {
     }
 }
 
+pub(crate) fn granted(
+    a: &'static Attachment,
+    generation: u64,
+    request: &Request,
+    queued_since: Option<Instant>,
+) -> HostPermit {
+    let seg = a.seg();
+    seg.count(h::ADMITTED, 1);
+    if let Some(since) = queued_since {
+        let ns = since.elapsed().as_nanos() as u64;
+        seg.count(h::QUEUE_WAIT_COUNT, 1);
+        seg.count(h::QUEUE_WAIT_SUM_NS, ns);
+        seg.header(h::QUEUE_WAIT_MAX_NS)
+            .fetch_max(ns, Ordering::Relaxed);
+        // Capacity may remain for the next head (a chain wake).
+        a.ring_head();
+    }
+    HostPermit {
+        a,
+        generation,
+        weight: request.weight,
+        cost: request.cost,
+        done: false,
+    }
+}
+
+pub(crate) fn reject(a: &Attachment, max_queue: u64, reason: Reason) -> HostError {
+    a.count_rejection(reason);
+    let scan = a.seg().scan();
+    let c = a.seg().config();
+    HostError::Acquire(AcquireError::Rejected(Rejection::new(
+        reason,
+        Snapshot {
+            active: scan.permits,
+            queued: scan.queued,
+            limit: c.max_concurrent,
+            available: c.max_concurrent as i64 - scan.permits as i64,
+            revision: 0,
+            max_queue,
+            queued_cost: 0,
+            budget: (c.budget > 0).then(|| DimensionSnapshot {
+                limit: c.budget,
+                in_use: scan.cost,
+                available: c.budget as i64 - scan.cost as i64,
+            }),
+        },
+    )))
+}
+
+/// What is left of an admission after its checks and its attempt at once.
+enum Start {
+    Done(HostPermit),
+    Wait {
+        a: &'static Attachment,
+        wait: Duration,
+    },
+}
+
 /// A published ticket: withdrawn (and the next head rung) however the wait ends.
-struct Ticket {
+pub(crate) struct Ticket {
     a: &'static Attachment,
     t: u64,
 }
 
 impl Ticket {
-    fn take(a: &'static Attachment) -> Ticket {
+    pub(crate) fn take(a: &'static Attachment) -> Ticket {
         Ticket { a, t: a.enqueue() }
     }
 }
@@ -417,11 +451,11 @@ impl Drop for Ticket {
 #[derive(Debug)]
 #[must_use = "dropping a permit releases it at once"]
 pub struct HostPermit {
-    a: &'static Attachment,
-    generation: u64,
-    weight: u64,
-    cost: u64,
-    done: bool,
+    pub(crate) a: &'static Attachment,
+    pub(crate) generation: u64,
+    pub(crate) weight: u64,
+    pub(crate) cost: u64,
+    pub(crate) done: bool,
 }
 
 impl HostPermit {

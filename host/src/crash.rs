@@ -1,4 +1,4 @@
-//! Named protocol steps and the crash points between them (docs/design.md §14.5).
+//! Named protocol steps and the crash points between them (docs/design.md §14.7).
 //!
 //! Every shared-memory write of the protocol is preceded by [`point`]. In a shipped build it is
 //! empty. Two test hooks use it:

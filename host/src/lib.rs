@@ -14,7 +14,7 @@
 //! | L2 | `os`, `file` | OFD locks, futexes, fork; the segment file: create, attach, map |
 //! | L3 | [`options`], [`error`] | the option table; errors |
 //! | L4 | `attachment` | one process's slot, local queue, keeper thread |
-//! | L5 | [`stats`], `bulkhead` | [`HostStats`]; [`HostBulkhead`], [`HostPermit`] |
+//! | L5 | [`stats`], `bulkhead`, `acquire` | [`HostStats`]; [`HostBulkhead`], [`HostPermit`]; the asynchronous admission [`HostAcquire`] |
 
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -32,6 +32,8 @@ pub mod crash;
 pub mod layout;
 pub mod segment;
 
+#[cfg(not(loom))]
+mod acquire;
 #[cfg(not(loom))]
 mod attachment;
 #[cfg(not(loom))]
@@ -51,6 +53,7 @@ mod loom_models;
 
 #[cfg(not(loom))]
 pub use crate::{
+    acquire::HostAcquire,
     bulkhead::{HostBulkhead, HostPermit},
     stats::HostStats,
 };

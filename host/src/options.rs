@@ -1,4 +1,4 @@
-//! A host bulkhead's options (docs/design.md §14.6): one table, read by every binding, so a
+//! A host bulkhead's options (docs/design.md §14.5): one table, read by every binding, so a
 //! name is parsed, range-checked and refused the same way everywhere. A local bulkhead's option
 //! that a host bulkhead does not support (classes, policies, observe mode, shedding, rates…) is
 //! refused by name — never silently ignored.

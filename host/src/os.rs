@@ -1,4 +1,4 @@
-//! The Linux calls under the host bulkhead (docs/design.md §14.4): OFD byte locks for liveness,
+//! The Linux calls under the host bulkhead (docs/design.md §14.3): OFD byte locks for liveness,
 //! futex doorbells, process identity, and the fork generation.
 
 use std::{

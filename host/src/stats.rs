@@ -1,5 +1,5 @@
 //! [`HostStats`]: the host's figures in the stats schema every layer uses, plus the lease
-//! ledger's own (docs/design.md §14.7).
+//! ledger's own (docs/design.md §14.4).
 
 use std::{path::PathBuf, sync::atomic::Ordering};
 

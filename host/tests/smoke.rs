@@ -40,3 +40,33 @@ fn one_process_limit_and_queue() {
     assert_eq!(bh.stats().stats.active, 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn async_acquire_waits_times_out_and_cancels() {
+    use hullguard_core::{Request, block_on};
+    let dir = std::env::temp_dir().join(format!("hg-smoke-async-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bh = HostBulkhead::open("smoke-async", opts(&dir, 1)).unwrap();
+    let held = bh.try_acquire(1).unwrap();
+    // Times out (the keeper's timer wakes it).
+    let t0 = std::time::Instant::now();
+    let e =
+        block_on(bh.acquire(Request::new(1).queue_timeout(Duration::from_millis(50)))).unwrap_err();
+    assert_eq!(e.reason(), Some(Reason::Timeout), "{e}");
+    assert!(t0.elapsed() >= Duration::from_millis(50));
+    // A dropped (cancelled) future gives its place up: nothing stays queued.
+    drop(bh.acquire(Request::new(1)));
+    assert_eq!(bh.stats().stats.queued, 0);
+    // Granted when the holder releases (the doorbell wakes it through the keeper).
+    std::thread::scope(|sc| {
+        let h = sc
+            .spawn(|| block_on(bh.acquire(Request::new(1).queue_timeout(Duration::from_secs(10)))));
+        std::thread::sleep(Duration::from_millis(50));
+        held.release().unwrap();
+        let p = h.join().unwrap().unwrap();
+        assert_eq!(bh.stats().stats.active, 1);
+        drop(p);
+    });
+    assert_eq!(bh.stats().stats.active, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
