@@ -365,27 +365,15 @@ impl Attachment {
             if i == self.slot {
                 continue;
             }
-            let Ok((state, generation)) = seg.lease_of(i) else {
-                seg.poison();
-                continue;
-            };
-            if state == LeaseState::Free {
-                observed.remove(&i);
-                continue;
-            }
-            match os::try_lock_byte(fd, layout::lock_byte(i)) {
-                Ok(true) => {
-                    let r = seg.reclaim(i);
-                    let _ = os::unlock_byte(fd, layout::lock_byte(i));
+            match probe_slot(seg, fd, i) {
+                Probe::Free => {
                     observed.remove(&i);
-                    if matches!(r, Ok(Reclaimed { lease: true, .. })) {
-                        done += 1;
-                    }
-                    if r.is_err() {
-                        seg.poison();
-                    }
                 }
-                Ok(false) if state == LeaseState::Active => {
+                Probe::Reclaimed => {
+                    observed.remove(&i);
+                    done += 1;
+                }
+                Probe::Alive(LeaseState::Active, generation) => {
                     let beat = seg.slot_word(i, s::BEAT).load(Ordering::SeqCst);
                     match observed.get(&i) {
                         Some(&(g, b, since)) if g == generation && b == beat => {
@@ -401,7 +389,7 @@ impl Attachment {
                         }
                     }
                 }
-                _ => {}
+                Probe::Alive(..) => {}
             }
         }
         drop(observed);
@@ -540,5 +528,43 @@ impl Attachment {
     pub(crate) fn count_rejection(&self, reason: hullguard_core::Reason) {
         let i = (reason as usize).min(layout::REASON_WORDS - 1);
         self.seg().count(h::REJECTED + i, 1);
+    }
+}
+
+/// What a liveness probe of one slot found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Nobody owns it.
+    Free,
+    /// Its owner was dead: reclaimed now.
+    Reclaimed,
+    /// Its owner lives (its lock is held): the lease as read.
+    Alive(LeaseState, u64),
+}
+
+/// Probes slot `i`'s liveness lock through `fd` and reclaims it if its owner is dead (the
+/// lock was free). A lease word that does not decode poisons the segment.
+pub(crate) fn probe_slot(seg: Segment<'_>, fd: std::os::fd::BorrowedFd<'_>, i: usize) -> Probe {
+    let Ok((state, generation)) = seg.lease_of(i) else {
+        seg.poison();
+        return Probe::Free;
+    };
+    if state == LeaseState::Free {
+        return Probe::Free;
+    }
+    match os::try_lock_byte(fd, layout::lock_byte(i)) {
+        Ok(true) => {
+            let r = seg.reclaim(i);
+            let _ = os::unlock_byte(fd, layout::lock_byte(i));
+            match r {
+                Ok(Reclaimed { lease: true, .. }) => Probe::Reclaimed,
+                Ok(_) => Probe::Free,
+                Err(_) => {
+                    seg.poison();
+                    Probe::Free
+                }
+            }
+        }
+        _ => Probe::Alive(state, generation),
     }
 }

@@ -21,8 +21,8 @@ use crate::{
     sync::AtomicU64,
 };
 
-/// A shared mapping of a whole segment file. Never unmapped: it lives as long as the process
-/// (attachments are process-wide and outlive every handle).
+/// A shared mapping of a whole segment file, unmapped on drop (an attachment's is never
+/// dropped: attachments are process-wide and live as long as the process).
 #[derive(Debug)]
 pub struct Mapping {
     ptr: NonNull<AtomicU64>,
@@ -65,10 +65,16 @@ impl Mapping {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.words) }
     }
 
-    /// Unmaps (a mapping no attachment was built over).
+    /// Unmaps now (the same as dropping it).
     pub(crate) fn unmap(self) {
-        // SAFETY: the mapping made in `map`, unmapped once (self is consumed); nothing else
-        // refers to it (only used before an attachment is built over it).
+        drop(self);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once (drop runs once); every reference
+        // into it borrows `self`, so none outlives this.
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.words * 8);
         }

@@ -15,6 +15,7 @@
 //! | L3 | [`options`], [`error`] | the option table; errors |
 //! | L4 | `attachment` | one process's slot, local queue, keeper thread |
 //! | L5 | [`stats`], `bulkhead`, `acquire` | [`HostStats`]; [`HostBulkhead`], [`HostPermit`]; the asynchronous admission [`HostAcquire`] |
+//! | L6 | [`inspect`], [`cli`] | segments seen from outside: list, show, reap, remove; the `hullguard host` command |
 
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -39,7 +40,11 @@ mod attachment;
 #[cfg(not(loom))]
 mod bulkhead;
 #[cfg(not(loom))]
+pub mod cli;
+#[cfg(not(loom))]
 mod file;
+#[cfg(not(loom))]
+pub mod inspect;
 #[cfg(not(loom))]
 mod os;
 

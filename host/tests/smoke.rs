@@ -70,3 +70,44 @@ fn async_acquire_waits_times_out_and_cancels() {
     assert_eq!(bh.stats().stats.active, 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_host_command_lists_shows_and_removes() {
+    use hullguard_host::cli::run;
+    let dir = std::env::temp_dir().join(format!("hg-smoke-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_string_lossy().into_owned();
+    let args = |a: &[&str]| {
+        a.iter()
+            .map(|s| s.to_string())
+            .chain(["--dir".into(), d.clone()])
+            .collect::<Vec<_>>()
+    };
+    let bh = HostBulkhead::open("cli-db", opts(&dir, 3)).unwrap();
+    let p = bh.try_acquire(2).unwrap();
+    let ls = run(&args(&["host", "ls"]));
+    assert_eq!(ls.status, 0, "{ls:?}");
+    assert!(ls.stdout.contains("cli-db"), "{}", ls.stdout);
+    let show = run(&args(&["host", "show", "cli-db", "--json"]));
+    assert_eq!(show.status, 0, "{show:?}");
+    assert!(
+        show.stdout.contains("\"max_concurrent\":3") && show.stdout.contains("\"active\":2"),
+        "{}",
+        show.stdout
+    );
+    let text = run(&args(&["host", "show", "cli-db"]));
+    assert!(
+        text.stdout.contains("limit 3") && text.stdout.contains("active"),
+        "{}",
+        text.stdout
+    );
+    // Refused while this (live) process is attached.
+    let rm = run(&args(&["host", "rm", "cli-db"]));
+    assert_eq!(rm.status, 1, "{rm:?}");
+    assert!(rm.stderr.contains("in use by pid"), "{}", rm.stderr);
+    assert_eq!(run(&args(&["host", "frobnicate"])).status, 2);
+    let rm = run(&args(&["host", "rm", "cli-db", "--force"]));
+    assert_eq!(rm.status, 0, "{rm:?}");
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
