@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium fmt-check clippy layers unit stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium fmt-check clippy layers unit host-test stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -74,9 +74,14 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
-# Unit, integration and doc tests of every crate.
+# Unit, integration and doc tests of every crate (the host crate's in `host-test`).
 unit:
-	cargo test --workspace
+	cargo test --workspace --exclude hullguard-host
+
+# The host bulkhead (docs/design.md §14): unit, property and real-process tests, with the
+# crash hook on (a child aborted at every named protocol step; never in a shipped build).
+host-test:
+	cargo test -p hullguard-host --features crash-hook
 
 # 8 threads, 2*10^5 random operations per test, in release; asserts invariants, never time.
 stress:
@@ -103,7 +108,7 @@ nostd:
 
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
-TEST_TARGETS := setup fmt-check clippy layers header-check unit stress loom miri nostd firmware \
+TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test stress loom miri nostd firmware \
 	c-test py-test report-test node-test readme dist-test bench-smoke
 
 test:

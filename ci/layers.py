@@ -18,7 +18,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "core" / "src"
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "core" / "src"
 
 # The table in core/src/lib.rs.
 LAYERS = {
@@ -29,6 +30,19 @@ LAYERS = {
     "front": 5, "event": 5,
     "registry": 6,
 }
+
+# The table in host/src/lib.rs (the host bulkhead, docs/design.md §14); `bin` and the loom
+# models are not library modules.
+HOST_LAYERS = {
+    "sync": 0, "layout": 0, "crash": 0, "error": 0,
+    "segment": 1,
+    "os": 2, "file": 2,
+    "options": 3,
+    "attachment": 4, "permit": 4,
+    "stats": 5, "bulkhead": 5, "acquire": 5,
+    "inspect": 6, "cli": 6,
+}
+CRATES = [(ROOT, LAYERS), (REPO / "host" / "src", HOST_LAYERS)]
 
 
 def module_path(f: Path) -> list[str]:
@@ -107,10 +121,19 @@ def resolve(path: list[str], here: list[str]) -> tuple[str, ...]:
 
 
 def main() -> int:
+    rc = 0
+    for root, layers in CRATES:
+        global ROOT, LAYERS
+        ROOT, LAYERS = root, layers
+        rc |= check()
+    return rc
+
+
+def check() -> int:
     files = {}
     for f in sorted(ROOT.rglob("*.rs")):
         rel = f.relative_to(ROOT)
-        if rel.parts[0] == "tests" or rel == Path("lib.rs"):
+        if rel.parts[0] in ("tests", "bin") or rel == Path("lib.rs") or rel.stem == "loom_models":
             continue
         files[tuple(module_path(f))] = strip(f.read_text())
     nodes = set(files)
@@ -128,7 +151,7 @@ def main() -> int:
     for here, code in files.items():
         top = here[0]
         if top not in LAYERS:
-            problems.append(f"core/src/{'/'.join(here)}: module `{top}` has no layer in ci/layers.py")
+            problems.append(f"{ROOT.relative_to(REPO)}/{'/'.join(here)}: module `{top}` has no layer in ci/layers.py")
             continue
         for t in use_targets(code, list(here)):
             o = owner(t)
@@ -142,7 +165,7 @@ def main() -> int:
                 top_edges.setdefault(top, set()).add(o[0])
                 if LAYERS.get(o[0], 99) > LAYERS[top]:
                     problems.append(
-                        f"core/src/{'/'.join(here)} (L{LAYERS[top]} {top}) uses "
+                        f"{ROOT.relative_to(REPO)}/{'/'.join(here)} (L{LAYERS[top]} {top}) uses "
                         f"{'::'.join(t)} (L{LAYERS[o[0]]} {o[0]}): layers point down"
                     )
 
@@ -173,7 +196,7 @@ def main() -> int:
         for k in sorted(file_edges):
             print("  ", "/".join(k), "→", ", ".join(sorted("/".join(x) for x in file_edges[k])))
 
-    print("core layers (ci/layers.py): module → modules it uses")
+    print(f"{ROOT.parent.name} layers (ci/layers.py): module → modules it uses")
     for top in sorted(LAYERS, key=lambda t: (LAYERS[t], t)):
         deps = sorted(top_edges.get(top, ()), key=lambda t: (LAYERS.get(t, 99), t))
         print(f"  L{LAYERS[top]} {top:9} → {', '.join(deps) or '-'}")

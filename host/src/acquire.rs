@@ -16,8 +16,8 @@ use hullguard_core::{Bulkhead, Call, Cancelled, Decision, Reason, Request, Waite
 
 use crate::{
     attachment::Attachment,
-    bulkhead::{HostPermit, Ticket, granted, reject},
     error::HostError,
+    permit::{HostPermit, Ticket, granted, reject},
 };
 
 type GateWaiter = Waiter<&'static Bulkhead, 0>;

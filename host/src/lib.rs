@@ -9,12 +9,12 @@
 //!
 //! | layer | module | what |
 //! |---|---|---|
-//! | L0 | `sync`, [`layout`], [`crash`] | the atomics backend; the segment's words; named protocol steps |
+//! | L0 | `sync`, [`layout`], [`crash`], [`error`] | the atomics backend; the segment's words; named protocol steps; errors |
 //! | L1 | [`segment`] | the protocol over the words: ledger, tickets, doorbells, reclaim, expiry |
 //! | L2 | `os`, `file` | OFD locks, futexes, fork; the segment file: create, attach, map |
-//! | L3 | [`options`], [`error`] | the option table; errors |
-//! | L4 | `attachment` | one process's slot, local queue, keeper thread |
-//! | L5 | [`stats`], `bulkhead`, `acquire` | [`HostStats`]; [`HostBulkhead`], [`HostPermit`]; the asynchronous admission [`HostAcquire`] |
+//! | L3 | [`options`] | the option table |
+//! | L4 | `attachment`, `permit` | one process's slot, local queue, keeper thread; [`HostPermit`], grants, rejections, tickets |
+//! | L5 | [`stats`], `bulkhead`, `acquire` | [`HostStats`]; [`HostBulkhead`]; the asynchronous admission [`HostAcquire`] |
 //! | L6 | [`inspect`], [`cli`] | segments seen from outside: list, show, reap, remove; the `hullguard host` command |
 
 #![warn(missing_docs, missing_debug_implementations)]
@@ -47,6 +47,8 @@ mod file;
 pub mod inspect;
 #[cfg(not(loom))]
 mod os;
+#[cfg(not(loom))]
+mod permit;
 
 pub mod error;
 pub mod options;
@@ -58,9 +60,7 @@ mod loom_models;
 
 #[cfg(not(loom))]
 pub use crate::{
-    acquire::HostAcquire,
-    bulkhead::{HostBulkhead, HostPermit},
-    stats::HostStats,
+    acquire::HostAcquire, bulkhead::HostBulkhead, permit::HostPermit, stats::HostStats,
 };
 pub use crate::{
     error::{HostError, LeaseError},
