@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hullguard_core::{AcquireError, ClockSource, Observe, Reason, Request, deadline};
+use hullguard_core::{AcquireError, ClockSource, MetricSink, Observe, Reason, Request, deadline};
 
 use crate::{
     acquire::HostAcquire,
@@ -323,6 +323,13 @@ impl HostBulkhead {
         let a = self.attachment_or_current();
         a.reap();
         HostStats::read(a, &self.options)
+    }
+
+    /// Writes the host's samples of the metric table into `sink` (docs/design.md §8.3): the
+    /// figures of [`stats`](Self::stats), so the same from any process and counting live
+    /// holders only (C37). What the Prometheus and OpenTelemetry exporters publish.
+    pub fn metrics(&self, sink: &mut (impl MetricSink + ?Sized)) {
+        hullguard_core::metrics::visit(&self.stats().stats, &[], sink);
     }
 
     /// Probes every other process's liveness now and reclaims the dead (a gunicorn

@@ -98,6 +98,9 @@ pub mod h {
     pub const QUEUE_WAIT_SUM_NS: usize = 72;
     /// See [`QUEUE_WAIT_COUNT`].
     pub const QUEUE_WAIT_MAX_NS: usize = 73;
+    /// Those waits per power-of-two bucket of ns (`hullguard_core::stats::WAIT_BUCKETS` words,
+    /// the core's buckets).
+    pub const QUEUE_WAIT_HISTOGRAM: usize = 80;
 }
 
 /// The header flag of a segment found inconsistent (a breach of an invariant): every process

@@ -3,7 +3,9 @@
 
 use std::{sync::atomic::Ordering, time::Instant};
 
-use hullguard_core::{AcquireError, DimensionSnapshot, Reason, Rejection, Request, Snapshot};
+use hullguard_core::{
+    AcquireError, DimensionSnapshot, Reason, Rejection, Request, Snapshot, WaitHistogram,
+};
 
 use crate::{
     attachment::Attachment,
@@ -26,6 +28,7 @@ pub(crate) fn granted(
         seg.count(h::QUEUE_WAIT_SUM_NS, ns);
         seg.header(h::QUEUE_WAIT_MAX_NS)
             .fetch_max(ns, Ordering::Relaxed);
+        seg.count(h::QUEUE_WAIT_HISTOGRAM + WaitHistogram::bucket_of(ns), 1);
         // Capacity may remain for the next head (a chain wake).
         a.ring_head();
     }

@@ -3,7 +3,7 @@
 
 use std::{path::PathBuf, sync::atomic::Ordering};
 
-use hullguard_core::{BudgetStats, RejectedByReason, Stats};
+use hullguard_core::{BudgetStats, RejectedByReason, Stats, WaitHistogram};
 
 use crate::{
     attachment::Attachment,
@@ -78,6 +78,9 @@ impl HostStats {
             queue_wait_count: a.counter(h::QUEUE_WAIT_COUNT),
             queue_wait_sum_ns: a.counter(h::QUEUE_WAIT_SUM_NS),
             queue_wait_max_ns: a.counter(h::QUEUE_WAIT_MAX_NS),
+            queue_wait_histogram: WaitHistogram(core::array::from_fn(|i| {
+                a.counter(h::QUEUE_WAIT_HISTOGRAM + i)
+            })),
             ..Stats::default()
         };
         if c.budget > 0 {
