@@ -145,7 +145,10 @@ impl Queued {
                     }));
                 }
                 Phase::Start => {
-                    self.ticket = Some(Ticket::take(self.a));
+                    match Ticket::take(self.a, self.max_queue) {
+                        Some(t) => self.ticket = Some(t),
+                        None => return self.reject(Reason::QueueLimit),
+                    }
                     // The keeper's timer bounds the wait; the gate itself has no deadline.
                     let gate = Request::new(1).queue_timeout(Duration::MAX);
                     match self.a.gate.admit(&gate, Some(cx.waker())) {

@@ -290,16 +290,20 @@ impl Attachment {
         }
     }
 
-    /// Takes a ticket and publishes this process's smallest.
-    pub(crate) fn enqueue(&self) -> u64 {
+    /// Takes a ticket and publishes this process's smallest; `None` (nothing taken, nothing
+    /// published) when this process already has `max_queue` waiters.
+    pub(crate) fn enqueue(&self, max_queue: u64) -> Option<u64> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.len() as u64 >= max_queue {
+            return None;
+        }
         let seg = self.seg();
         let t = seg.take_ticket();
         pending.insert(t);
         let min = pending.first().copied().unwrap_or(NO_TICKET);
         seg.set_queued(self.slot, pending.len() as u64);
         seg.publish(self.slot, min);
-        t
+        Some(t)
     }
 
     /// Withdraws ticket `t` (granted, timed out or cancelled), publishes the next, and rings

@@ -213,7 +213,9 @@ impl HostBulkhead {
         let start = Instant::now();
         let until = start.checked_add(wait);
         // Queue: a ticket (global arrival order), then this process's FIFO for the head.
-        let ticket = Ticket::take(a);
+        let Some(ticket) = Ticket::take(a, max_queue) else {
+            return Err(reject(a, max_queue, Reason::QueueLimit));
+        };
         let head = match a.gate.acquire_blocking(1, Some(wait)) {
             Ok(p) => p,
             // The host's snapshot, not the gate's (a one-permit bulkhead).

@@ -1,1 +1,846 @@
-//! Loom models of the host protocol (docs/design.md §14.8): filled in below.
+//! Loom models of the host protocol (docs/design.md §14.8; REACH.md A4 item 1). Compiled only
+//! with `RUSTFLAGS="--cfg loom"`; run by `ci/loom-host.sh` at a bounded preemption count.
+//!
+//! Each model execution builds its own segment, a boxed slice of loom atomics written by
+//! [`Segment::init`]; a process is a thread owning one slot, its claim done before the threads
+//! start (claim needs the slot's liveness lock, which no other process can hold meanwhile). What
+//! the models check, at every step where it applies:
+//! * I1: the permits (and budget units) admitted at once never exceed the limit — an oracle
+//!   counter, raised after `Granted` and lowered before the release, is checked after each
+//!   raise;
+//! * I2/I5: once everyone released, died and was reaped, nothing is held, no call counted and no
+//!   ticket published, and a survivor can take the whole limit;
+//! * counted once: a call in flight under an expired or reclaimed lease is taken out of the
+//!   ledger exactly once, by its release or by the reset that orphans it;
+//! * no lost wake-up: a head that waits on its doorbell (a futex wait on the value it read
+//!   before trying) is woken whenever it can make progress. The models wait without the
+//!   production timeout (a probe period), so a lost wake-up is a failure, not a delay;
+//! * crash safety: a process that dies at any crash point of claim, admission, ticket publish,
+//!   release, reclaim or expiry leaves a state one reclaim (or a second reaper) cleans up.
+
+use std::{
+    sync::{
+        Arc as StdArc, Once,
+        atomic::{
+            AtomicBool as StdAtomicBool, AtomicUsize as StdAtomicUsize, Ordering as StdOrdering,
+        },
+    },
+    vec::Vec,
+};
+
+use loom::{
+    sync::{Arc, atomic::AtomicUsize},
+    thread,
+};
+
+use crate::{
+    crash::{self, Crashed},
+    layout::{self, LeaseState, NO_TICKET, h, s},
+    segment::{Admit, ReleaseError, Segment, SegmentConfig},
+    sync::{AtomicU64, Ordering::SeqCst},
+};
+
+/// A segment owned by one model execution.
+struct Host {
+    words: Box<[AtomicU64]>,
+    n_slots: usize,
+}
+
+impl Host {
+    /// A fresh segment of `n_slots` slots, a limit of `limit` permits and a budget of `budget`
+    /// units (0 = none).
+    fn new(n_slots: u32, limit: u64, budget: u64) -> Arc<Host> {
+        let words: Box<[AtomicU64]> = (0..layout::segment_bytes(n_slots) / 8)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let config = SegmentConfig {
+            max_concurrent: limit,
+            budget,
+            lease_ttl_ms: 10,
+            beat_ms: 1,
+            probe_ms: 1,
+        };
+        Segment::init(
+            &words,
+            n_slots,
+            &config,
+            *b"loom\0\0\0\0\0\0\0\0\0\0\0\0",
+            [0; 16],
+            0,
+            1,
+        )
+        .unwrap();
+        Arc::new(Host {
+            words,
+            n_slots: n_slots as usize,
+        })
+    }
+
+    fn seg(&self) -> Segment<'_> {
+        Segment::trusted(&self.words, self.n_slots)
+    }
+
+    /// Claims `slot` (its caller holds the liveness lock) and returns the generation.
+    fn claim(&self, slot: usize) -> u64 {
+        claim(&self.seg(), slot).unwrap()
+    }
+}
+
+fn claim(seg: &Segment<'_>, slot: usize) -> Result<u64, crate::segment::Corrupt> {
+    seg.claim(slot, 100 + slot as u64, 1, 1, 0, 0)
+}
+
+/// Rings whoever holds the smallest ticket now (`Attachment::ring_head`; the futex wake is the
+/// caller's, and a model's waiter polls the bell instead).
+fn ring_head(seg: &Segment<'_>) {
+    let scan = seg.scan();
+    if scan.has_waiters() {
+        seg.ring(scan.min_slot);
+    }
+}
+
+/// I2 + I5 + no ticket left published.
+#[track_caller]
+fn assert_quiescent(seg: &Segment<'_>) {
+    let scan = seg.scan();
+    assert_eq!(
+        (scan.permits, scan.calls, scan.cost),
+        (0, 0, 0),
+        "I2/I5: something still held: {scan:?}"
+    );
+    assert_eq!(
+        scan.min_ticket, NO_TICKET,
+        "a ticket left published: {scan:?}"
+    );
+}
+
+/// The process in `slot` (generation `g`) can take the whole limit and budget, and give it back.
+#[track_caller]
+fn assert_whole_limit_free(seg: &Segment<'_>, slot: usize, g: u64) {
+    let c = seg.config();
+    assert_eq!(
+        seg.admit(slot, g, c.max_concurrent, c.budget, false),
+        Admit::Granted,
+        "the whole limit is not free: {:?}",
+        seg.scan()
+    );
+    assert_eq!(seg.release(slot, g, c.max_concurrent, c.budget), Ok(()));
+    assert_quiescent(seg);
+}
+
+/// The preemption bound when `LOOM_MAX_PREEMPTIONS` is unset (ci/loom-host.sh sets it to 3).
+const DEFAULT_BOUND: usize = 3;
+
+/// Runs a model at the preemption bound `LOOM_MAX_PREEMPTIONS` clamped to `min ..= max`, plus
+/// one when `LOOM_DEEP=1` (`make loom-deep`). Prints how many executions it explored (shown with
+/// `-- --nocapture`).
+fn model_in<F: Fn() + Sync + Send + 'static>(min: usize, max: usize, f: F) {
+    let deep = std::env::var("LOOM_DEEP").is_ok_and(|v| v == "1");
+    let mut b = loom::model::Builder::new();
+    let bound = b.preemption_bound.unwrap_or(DEFAULT_BOUND).clamp(min, max) + usize::from(deep);
+    b.preemption_bound = Some(bound);
+    let runs = StdArc::new(StdAtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, StdOrdering::Relaxed);
+        f();
+    });
+    std::eprintln!(
+        "{}: {} executions at preemption bound {bound}",
+        std::thread::current().name().unwrap_or("?"),
+        runs.load(StdOrdering::Relaxed),
+    );
+}
+
+/// Two live threads (a third, if any, only waits for them): at `LOOM_MAX_PREEMPTIONS`.
+fn model2<F: Fn() + Sync + Send + 'static>(f: F) {
+    model_in(0, usize::MAX, f);
+}
+
+/// Three live threads: at most 3 (about 10^4 executions; 4 costs ten times that).
+fn model3<F: Fn() + Sync + Send + 'static>(f: F) {
+    model_in(0, 3, f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. The ledger: admission never passes the limit.
+// ---------------------------------------------------------------------------------------------
+
+/// What was admitted at once, by the model's own count.
+struct Oracle {
+    permits: AtomicU64,
+    cost: AtomicU64,
+}
+
+impl Oracle {
+    fn new() -> Arc<Oracle> {
+        Arc::new(Oracle {
+            permits: AtomicU64::new(0),
+            cost: AtomicU64::new(0),
+        })
+    }
+}
+
+/// One non-head admission of `weight` permits and `cost` units by `slot`; if granted, I1 is
+/// checked against the oracle and the call released. Returns whether it was granted.
+fn admit_check_release(
+    seg: &Segment<'_>,
+    oracle: &Oracle,
+    slot: usize,
+    g: u64,
+    weight: u64,
+    cost: u64,
+) -> bool {
+    let c = seg.config();
+    match seg.admit(slot, g, weight, cost, false) {
+        Admit::Granted => {
+            let permits = oracle.permits.fetch_add(weight, SeqCst) + weight;
+            assert!(
+                permits <= c.max_concurrent,
+                "I1: {permits} permits admitted at once, limit {}",
+                c.max_concurrent
+            );
+            if cost != 0 {
+                let units = oracle.cost.fetch_add(cost, SeqCst) + cost;
+                assert!(
+                    units <= c.budget,
+                    "I1: {units} units admitted at once, budget {}",
+                    c.budget
+                );
+                oracle.cost.fetch_sub(cost, SeqCst);
+            }
+            oracle.permits.fetch_sub(weight, SeqCst);
+            assert_eq!(seg.release(slot, g, weight, cost), Ok(()));
+            true
+        }
+        // Nobody published a ticket: nobody to ring.
+        Admit::Full { ring: None, .. } => false,
+        other => panic!("slot {slot}: unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn loom_host_ledger_three_holders_never_pass_the_limit() {
+    // Limit 3, weights 2 + 2 + 1 (5): not all fit. Every process bumps its own word and then
+    // sums all of them; whichever bump is last sees every other one still held.
+    model3(|| {
+        let host = Host::new(3, 3, 0);
+        let gens: Vec<u64> = (0..3).map(|i| host.claim(i)).collect();
+        let oracle = Oracle::new();
+        let others: Vec<_> = [(0, 2), (1, 2)]
+            .into_iter()
+            .map(|(slot, weight)| {
+                let (host, oracle, g) = (host.clone(), oracle.clone(), gens[slot]);
+                thread::spawn(move || admit_check_release(&host.seg(), &oracle, slot, g, weight, 0))
+            })
+            .collect();
+        let seg = host.seg();
+        admit_check_release(&seg, &oracle, 2, gens[2], 1, 0);
+        for t in others {
+            t.join().unwrap();
+        }
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
+fn loom_host_ledger_two_holders_never_pass_the_limit() {
+    // The two-process case one preemption deeper: limit 3, weights 2 + 2.
+    model2(|| {
+        let host = Host::new(2, 3, 0);
+        let (g0, g1) = (host.claim(0), host.claim(1));
+        let oracle = Oracle::new();
+        let other = {
+            let (host, oracle) = (host.clone(), oracle.clone());
+            thread::spawn(move || admit_check_release(&host.seg(), &oracle, 0, g0, 2, 0))
+        };
+        let seg = host.seg();
+        admit_check_release(&seg, &oracle, 1, g1, 2, 0);
+        other.join().unwrap();
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
+fn loom_host_ledger_budget_never_passes_the_budget() {
+    // The budget dimension: permits fit (limit 2), budget units do not (3 + 2 > 4).
+    model2(|| {
+        let host = Host::new(2, 2, 4);
+        let (g0, g1) = (host.claim(0), host.claim(1));
+        let oracle = Oracle::new();
+        let other = {
+            let (host, oracle) = (host.clone(), oracle.clone());
+            thread::spawn(move || admit_check_release(&host.seg(), &oracle, 0, g0, 1, 3))
+        };
+        let seg = host.seg();
+        admit_check_release(&seg, &oracle, 1, g1, 1, 2);
+        other.join().unwrap();
+        assert_quiescent(&seg);
+        assert_whole_limit_free(&seg, 1, g1);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Expiry and reclaim against the owner.
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn loom_host_expiry_vs_owner_counts_each_call_once() {
+    // An observer expires a slot (its owner seemed silent for the TTL) while the owner, alive
+    // after all, admits and releases a call. The call leaves the ledger exactly once: by the
+    // release (Ok) or by the expiry's reset, which counts it orphaned (the release is then
+    // refused stale). Afterwards the owner re-arms under a newer generation, its old
+    // generation stays fenced, and it can take the whole limit.
+    model2(|| {
+        let host = Host::new(1, 1, 2);
+        let g = host.claim(0);
+        let observer = {
+            let host = host.clone();
+            thread::spawn(move || host.seg().expire(0, g))
+        };
+        let seg = host.seg();
+        let (granted, released) = match seg.admit(0, g, 1, 1, false) {
+            Admit::Granted => match seg.release(0, g, 1, 1) {
+                Ok(()) => (true, true),
+                Err(ReleaseError::Stale) => (true, false),
+                Err(e) => panic!("release: {e:?}"),
+            },
+            // The expiry fenced the bump (before it, or between its two words).
+            Admit::Stale => (false, false),
+            other => panic!("admit: {other:?}"),
+        };
+        let expired = observer
+            .join()
+            .unwrap()
+            .expect("the lease was active under g");
+        assert!(expired.lease);
+        let orphaned = seg.header(h::ORPHANED).load(SeqCst);
+        if granted {
+            assert_eq!(
+                orphaned + u64::from(released),
+                1,
+                "a granted call left the ledger {} times",
+                orphaned + u64::from(released)
+            );
+        } else {
+            // A tentative bump the expiry caught is orphaned too; nothing else.
+            assert!(orphaned <= 1);
+        }
+        assert_eq!(orphaned, expired.calls);
+        assert_eq!(
+            seg.header(h::RECLAIMED_PERMITS).load(SeqCst),
+            expired.permits
+        );
+        assert_quiescent(&seg);
+        assert_eq!(
+            seg.lease_of(0),
+            Ok((LeaseState::Expired, layout::next_gen(g)))
+        );
+        // The owner resumes.
+        let g2 = seg.rearm(0).expect("re-arm an expired lease");
+        assert_eq!(seg.release(0, g, 1, 1), Err(ReleaseError::Stale));
+        assert_eq!(seg.admit(0, g, 1, 1, false), Admit::Stale);
+        assert_whole_limit_free(&seg, 0, g2);
+    });
+}
+
+#[test]
+fn loom_host_reclaim_vs_expiry_of_a_dead_owner() {
+    // A dead process held a call and had a waiter published. One process's reaper reclaims
+    // it (it took the dead owner's liveness lock) while another's observer expires it (it saw
+    // the slot silent for the TTL). Whatever the order, the call is orphaned once, the ticket
+    // goes, the slot ends free and a survivor can take the whole limit.
+    model2(|| {
+        let host = Host::new(2, 2, 2);
+        let (gd, gs) = (host.claim(0), host.claim(1));
+        let seg = host.seg();
+        assert_eq!(seg.admit(0, gd, 1, 1, false), Admit::Granted);
+        let t = seg.take_ticket();
+        seg.publish(0, t);
+        // ... and the owner of slot 0 dies.
+        let observer = {
+            let host = host.clone();
+            thread::spawn(move || host.seg().expire(0, gd))
+        };
+        let reclaimed = seg.reclaim(0).unwrap();
+        let expired = observer.join().unwrap();
+        assert!(reclaimed.lease);
+        assert_eq!(
+            reclaimed.calls + expired.map_or(0, |e| e.calls),
+            1,
+            "the dead owner's call orphaned {} times",
+            reclaimed.calls + expired.map_or(0, |e| e.calls)
+        );
+        assert_eq!(seg.header(h::ORPHANED).load(SeqCst), 1);
+        assert_eq!(seg.header(h::RECLAIMED_PERMITS).load(SeqCst), 1);
+        assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);
+        assert_eq!(seg.release(0, gd, 1, 1), Err(ReleaseError::Stale));
+        assert_quiescent(&seg);
+        assert_whole_limit_free(&seg, 1, gs);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Tickets and doorbells.
+// ---------------------------------------------------------------------------------------------
+
+/// How many of a waiter's fellow parties finished: made their last ring, or died.
+struct Done {
+    n: AtomicUsize,
+}
+
+impl Done {
+    fn new() -> Arc<Done> {
+        Arc::new(Done {
+            n: AtomicUsize::new(0),
+        })
+    }
+
+    fn finish(&self) {
+        self.n.fetch_add(1, SeqCst);
+    }
+}
+
+/// `futex_wait(bell, seen)` without a timeout: returns once the bell moved off `seen`. If all
+/// `others` parties finished (so every ring they would make is made) and it did not move, the
+/// wake-up was lost: fail. (Two waiters waiting on each other spin until loom's branch limit.)
+fn futex_wait(bell: &AtomicU64, seen: u64, done: &Done, others: usize) {
+    loop {
+        let finished = done.n.load(SeqCst) == others;
+        if bell.load(SeqCst) != seen {
+            return;
+        }
+        assert!(
+            !finished,
+            "lost wake-up: every other party finished, the bell still reads {seen}"
+        );
+        thread::yield_now();
+    }
+}
+
+/// The most waits a head makes in these models (each needs a ring; there are few).
+const MAX_ROUNDS: usize = 8;
+
+/// The head's loop of `HostBulkhead::admit_blocking`: read the own doorbell, try as the head
+/// (ringing the slot a refusal names), and if not admitted wait for the bell to move. Ends
+/// admitted, else fails.
+fn head_loop(
+    seg: &Segment<'_>,
+    slot: usize,
+    g: u64,
+    weight: u64,
+    cost: u64,
+    done: &Done,
+    others: usize,
+) {
+    for _ in 0..MAX_ROUNDS {
+        let bell = seg.slot_word(slot, s::BELL);
+        let seen = bell.load(SeqCst);
+        match seg.admit(slot, g, weight, cost, true) {
+            Admit::Granted => return,
+            Admit::Full { ring, .. } => {
+                if let Some(r) = ring {
+                    seg.ring(r);
+                }
+            }
+            Admit::NotHead => {}
+            Admit::Stale => panic!("slot {slot}: stale"),
+        }
+        futex_wait(bell, seen, done, others);
+    }
+    panic!("slot {slot}: not admitted after {MAX_ROUNDS} wake-ups");
+}
+
+/// A process's one non-head attempt (`HostBulkhead::try_acquire`): on a grant it releases and
+/// rings the head; on a refusal it rings the slot the refusal names (`Attachment::admit`).
+fn try_once(seg: &Segment<'_>, slot: usize, g: u64, weight: u64, cost: u64) -> bool {
+    match seg.admit(slot, g, weight, cost, false) {
+        Admit::Granted => {
+            release_ring(seg, slot, g, weight, cost);
+            true
+        }
+        Admit::Full { ring, .. } => {
+            if let Some(r) = ring {
+                seg.ring(r);
+            }
+            false
+        }
+        other => panic!("slot {slot}: unexpected {other:?}"),
+    }
+}
+
+/// Takes a ticket and publishes it (`Attachment::enqueue` of a process's only waiter).
+fn enqueue(seg: &Segment<'_>, slot: usize) {
+    let t = seg.take_ticket();
+    seg.publish(slot, t);
+}
+
+/// Withdraws the process's only ticket and rings the new global head (`Attachment::dequeue`).
+fn dequeue(seg: &Segment<'_>, slot: usize) {
+    seg.publish(slot, NO_TICKET);
+    ring_head(seg);
+}
+
+/// Releases and rings the global head (`HostPermit::release`).
+fn release_ring(seg: &Segment<'_>, slot: usize, g: u64, weight: u64, cost: u64) {
+    assert_eq!(seg.release(slot, g, weight, cost), Ok(()));
+    ring_head(seg);
+}
+
+#[test]
+fn loom_host_release_rings_the_waiting_head() {
+    // Limit 1, held by slot 0. Slot 1 queues and waits on its doorbell as the head; the
+    // holder releases and rings the head. No lost wake-up: a head that read the bell before
+    // trying, and failed because the permit was still held, sees the bell move. (Ringing
+    // before releasing fails here; so does reading the bell after trying.)
+    model2(|| {
+        let host = Host::new(2, 1, 0);
+        let (g0, g1) = (host.claim(0), host.claim(1));
+        let seg = host.seg();
+        assert_eq!(seg.admit(0, g0, 1, 0, false), Admit::Granted);
+        let done = Done::new();
+        let holder = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || {
+                release_ring(&host.seg(), 0, g0, 1, 0);
+                done.finish();
+            })
+        };
+        enqueue(&seg, 1);
+        head_loop(&seg, 1, g1, 1, 0, &done, 1);
+        dequeue(&seg, 1);
+        release_ring(&seg, 1, g1, 1, 0);
+        holder.join().unwrap();
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
+fn loom_host_two_heads_take_turns() {
+    // Limit 1. Two processes each take a ticket, publish it and wait as their head: the one
+    // with the smaller published ticket is admitted, unpublishes, rings, releases and rings;
+    // the other is admitted after. Neither waits forever.
+    model2(|| {
+        let host = Host::new(2, 1, 0);
+        let gens = [host.claim(0), host.claim(1)];
+        let done = Done::new();
+        let run = move |host: &Host, slot: usize, done: &Done| {
+            let seg = host.seg();
+            enqueue(&seg, slot);
+            head_loop(&seg, slot, gens[slot], 1, 0, done, 1);
+            dequeue(&seg, slot);
+            release_ring(&seg, slot, gens[slot], 1, 0);
+            done.finish();
+        };
+        let other = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || run(&host, 0, &done))
+        };
+        run(&host, 1, &done);
+        other.join().unwrap();
+        assert_quiescent(&host.seg());
+    });
+}
+
+#[test]
+fn loom_host_cancel_passes_the_turn() {
+    // Slot 0 holds the smallest ticket; slot 1 waits behind it (NotHead). Slot 0's waiter
+    // gives up (a timeout or a cancel): it unpublishes and rings the new head, which is
+    // admitted.
+    model2(|| {
+        let host = Host::new(2, 1, 0);
+        let (_g0, g1) = (host.claim(0), host.claim(1));
+        let seg = host.seg();
+        enqueue(&seg, 0);
+        enqueue(&seg, 1);
+        let done = Done::new();
+        let canceller = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || {
+                dequeue(&host.seg(), 0);
+                done.finish();
+            })
+        };
+        head_loop(&seg, 1, g1, 1, 0, &done, 1);
+        dequeue(&seg, 1);
+        release_ring(&seg, 1, g1, 1, 0);
+        canceller.join().unwrap();
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
+fn loom_host_cancel_and_release_pass_the_turn() {
+    // As above with the limit held by a third process: slot 0 (the smallest ticket) cancels
+    // while slot 2 releases; slot 1 (the next ticket) is admitted whatever the order.
+    model3(|| {
+        let host = Host::new(3, 1, 0);
+        let (_g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
+        let seg = host.seg();
+        assert_eq!(seg.admit(2, g2, 1, 0, false), Admit::Granted);
+        enqueue(&seg, 0);
+        enqueue(&seg, 1);
+        let done = Done::new();
+        let canceller = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || {
+                dequeue(&host.seg(), 0);
+                done.finish();
+            })
+        };
+        let holder = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || {
+                release_ring(&host.seg(), 2, g2, 1, 0);
+                done.finish();
+            })
+        };
+        head_loop(&seg, 1, g1, 1, 0, &done, 2);
+        dequeue(&seg, 1);
+        release_ring(&seg, 1, g1, 1, 0);
+        canceller.join().unwrap();
+        holder.join().unwrap();
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
+fn loom_host_undone_bumps_ring_the_head() {
+    // Limit 1. Slot 0 queues and waits as the head while slots 1 and 2 each try once (no
+    // ticket published yet when they look). A head refused because of a tentative bump that
+    // is then undone must be rung by the undoer: nobody else may be left to ring it. Found at
+    // bound 4 (1: scans, 2: scans, bumps, is admitted; 1: bumps, over; 2: releases, no head to
+    // ring yet; 0: publishes, sees 1's bump, waits; 1: undoes, rings nobody), so this model
+    // runs at 4 whatever the environment says.
+    model_in(4, 4, || {
+        let host = Host::new(3, 1, 0);
+        let gens = [host.claim(0), host.claim(1), host.claim(2)];
+        let done = Done::new();
+        let tries: Vec<_> = [1, 2]
+            .into_iter()
+            .map(|slot| {
+                let (host, done) = (host.clone(), done.clone());
+                thread::spawn(move || {
+                    try_once(&host.seg(), slot, gens[slot], 1, 0);
+                    done.finish();
+                })
+            })
+            .collect();
+        let seg = host.seg();
+        enqueue(&seg, 0);
+        head_loop(&seg, 0, gens[0], 1, 0, &done, 2);
+        dequeue(&seg, 0);
+        release_ring(&seg, 0, gens[0], 1, 0);
+        for t in tries {
+            t.join().unwrap();
+        }
+        assert_quiescent(&seg);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Crash injection.
+// ---------------------------------------------------------------------------------------------
+
+/// Keeps the test output free of the expected `Crashed` unwinds (other panics still print).
+fn quiet_crashes() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Crashed>() {
+                prev(info);
+            }
+        }));
+    });
+}
+
+/// The live process beside the victim (slot 1).
+#[derive(Debug, Clone, Copy)]
+enum Survivor {
+    /// One non-head attempt (1 permit, 1 unit), released at once if granted.
+    Tries,
+    /// A queued waiter: ticket, head loop (1 permit, 1 unit), dequeue, release. It must be
+    /// admitted: the victim's death may never strand it (the reaper rings after reclaiming).
+    Waits,
+}
+
+/// Runs `model(k, survivor, crashed)` for k = 0, 1, … and both survivors: the model's victim
+/// passes only its first k crash points and sets `crashed` if it died. Stops after the first k
+/// at which no execution crashed (the victim got through every point of its operation in every
+/// interleaving). Returns that k: the most crash points the operation passes.
+fn each_crash_point(
+    what: &str,
+    model: impl Fn(usize, Survivor, &StdAtomicBool) + Clone + Sync + Send + 'static,
+) -> usize {
+    quiet_crashes();
+    for k in 0..64 {
+        let crashed = StdArc::new(StdAtomicBool::new(false));
+        for survivor in [Survivor::Tries, Survivor::Waits] {
+            let (m, c) = (model.clone(), crashed.clone());
+            model2(move || m(k, survivor, &c));
+        }
+        if !crashed.load(StdOrdering::SeqCst) {
+            std::eprintln!("{what}: {k} crash points, a model each");
+            return k;
+        }
+    }
+    panic!("{what}: still crashing after 64 crash points");
+}
+
+/// Starts the survivor in slot 1. `others`: the parties whose last ring it may wait for.
+fn survivor(
+    host: &Arc<Host>,
+    kind: Survivor,
+    g: u64,
+    done: &Arc<Done>,
+    others: usize,
+) -> thread::JoinHandle<()> {
+    let (host, done) = (host.clone(), done.clone());
+    thread::spawn(move || {
+        let seg = host.seg();
+        match kind {
+            Survivor::Tries => {
+                try_once(&seg, 1, g, 1, 1);
+            }
+            Survivor::Waits => {
+                enqueue(&seg, 1);
+                head_loop(&seg, 1, g, 1, 1, &done, others);
+                dequeue(&seg, 1);
+                release_ring(&seg, 1, g, 1, 1);
+            }
+        }
+    })
+}
+
+/// After the victim's death and the reap: I2, I5, no ticket, the slot free, the whole limit
+/// free for the survivor.
+#[track_caller]
+fn assert_reaped(seg: &Segment<'_>, victim: usize, survivor: usize, gs: u64) {
+    assert_quiescent(seg);
+    assert_eq!(seg.lease_of(victim).unwrap().0, LeaseState::Free);
+    assert_whole_limit_free(seg, survivor, gs);
+}
+
+/// A dead process in slot 0: it held a call (1 permit, 1 unit) and had a ticket published.
+fn dead_owner(seg: &Segment<'_>) -> u64 {
+    let g = claim(seg, 0).unwrap();
+    assert_eq!(seg.admit(0, g, 1, 1, false), Admit::Granted);
+    enqueue(seg, 0);
+    g
+}
+
+/// Limit 2, budget 2. Slot 0 is set up by `setup`; then its process (`op`, or a reaper or an
+/// observer acting on it) dies after `k` crash points, concurrently with a survivor in slot 1;
+/// then a reaper reclaims slot 0 (the survivor may still run) and rings the head.
+fn crash_model(
+    k: usize,
+    kind: Survivor,
+    crashed: &StdAtomicBool,
+    setup: fn(&Segment<'_>) -> u64,
+    op: fn(&Segment<'_>, u64),
+) {
+    let host = Host::new(2, 2, 2);
+    let seg = host.seg();
+    let g0 = setup(&seg);
+    let gs = host.claim(1);
+    let done = Done::new();
+    let victim = {
+        let (host, done) = (host.clone(), done.clone());
+        thread::spawn(move || {
+            let died = crash::with_budget(k, || op(&host.seg(), g0)).is_none();
+            done.finish(); // dead or done: it rings nobody any more
+            died
+        })
+    };
+    let survivor = survivor(&host, kind, gs, &done, 2);
+    if victim.join().unwrap() {
+        crashed.store(true, StdOrdering::SeqCst);
+    }
+    // Slot 0's process is dead: its liveness lock dropped; a reaper takes it, reclaims the
+    // slot and rings the head (`Attachment::reap`).
+    seg.reclaim(0).unwrap();
+    ring_head(&seg);
+    done.finish();
+    survivor.join().unwrap();
+    assert_reaped(&seg, 0, 1, gs);
+}
+
+fn claim0(seg: &Segment<'_>) -> u64 {
+    claim(seg, 0).unwrap()
+}
+
+#[test]
+fn loom_host_crash_in_admit_and_release() {
+    // The victim tries for the whole limit (2 permits, 1 unit) beside the survivor's 1, so its
+    // bump may be undone: acquire.bump, .check, .undo, release.held, .cost.
+    let n = each_crash_point("admit + release", |k, kind, crashed| {
+        crash_model(k, kind, crashed, claim0, |seg, g| {
+            try_once(seg, 0, g, 2, 1);
+        });
+    });
+    assert_eq!(n, 4, "bump, check, then undo or release held + cost");
+}
+
+#[test]
+fn loom_host_crash_in_queue_admit_and_dequeue() {
+    // A queued waiter's life: publish.ticket, publish.head, acquire.bump, .check (.undo),
+    // cancel.unpublish, release.held, .cost.
+    let n = each_crash_point(
+        "ticket + publish + head admit + dequeue",
+        |k, kind, crashed| {
+            crash_model(k, kind, crashed, claim0, |seg, g| {
+                enqueue(seg, 0);
+                let granted = seg.admit(0, g, 1, 1, true);
+                dequeue(seg, 0);
+                match granted {
+                    Admit::Granted => release_ring(seg, 0, g, 1, 1),
+                    Admit::Full { ring: Some(r), .. } => {
+                        seg.ring(r);
+                    }
+                    _ => {}
+                }
+            });
+        },
+    );
+    assert_eq!(n, 7, "ticket, head, bump, check, unpublish, held, cost");
+}
+
+#[test]
+fn loom_host_crash_in_claim_over_a_dead_owner() {
+    // The victim claims a slot whose previous owner died holding a call and a ticket (the
+    // claim reclaims it first: reclaim.lease, .words, .head, .free), then claim.words,
+    // claim.lease, and admits (acquire.bump, .check) and dies holding.
+    let n = each_crash_point("claim (with reclaim) + admit", |k, kind, crashed| {
+        crash_model(k, kind, crashed, dead_owner, |seg, _| {
+            let g = claim(seg, 0).unwrap();
+            let _ = seg.admit(0, g, 1, 1, false);
+        });
+    });
+    assert_eq!(n, 8, "reclaim's four, claim's two, bump, check");
+}
+
+#[test]
+fn loom_host_crash_in_reclaim_then_another_reaper() {
+    // A reaper dies at each step of reclaiming a dead owner's slot; the next one finishes.
+    let n = each_crash_point("reclaim, then a second reaper", |k, kind, crashed| {
+        crash_model(k, kind, crashed, dead_owner, |seg, _| {
+            seg.reclaim(0).unwrap();
+            ring_head(seg);
+        });
+    });
+    assert_eq!(n, 4, "lease, words, head, free");
+}
+
+#[test]
+fn loom_host_crash_in_expiry_then_a_reaper() {
+    // An observer dies at each step of expiring a silent slot (its owner, in fact dead); a
+    // reaper then reclaims it.
+    let n = each_crash_point("expire, then a reaper", |k, kind, crashed| {
+        crash_model(k, kind, crashed, dead_owner, |seg, g| {
+            seg.expire(0, g).unwrap();
+            ring_head(seg);
+        });
+    });
+    assert_eq!(n, 2, "lease, words");
+}

@@ -72,8 +72,12 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    pub(crate) fn take(a: &'static Attachment) -> Ticket {
-        Ticket { a, t: a.enqueue() }
+    /// `None`: this process already has `max_queue` waiters (refuse `queue_limit`).
+    pub(crate) fn take(a: &'static Attachment, max_queue: u64) -> Option<Ticket> {
+        Some(Ticket {
+            a,
+            t: a.enqueue(max_queue)?,
+        })
     }
 }
 
