@@ -117,6 +117,25 @@ enum hg_status
    */
   HG_STATUS_ORPHAN_LIMIT = 1008,
   /**
+   * `hg_host_permit_release()`: the permit's lease was expired (its process stopped or hung
+   * past `lease_ttl_ms`) or reclaimed before this release; its permits were already returned
+   * and nothing was released twice (code `BULKHEAD_STALE_LEASE`). The issue named 1006, taken
+   * by `HG_STATUS_STALE` before: a published number never changes (docs/design.md §14.6).
+   */
+  HG_STATUS_STALE_LEASE = 1009,
+  /**
+   * `hg_host_permit_release()`: the permit belongs to another process (acquired by a parent
+   * before `fork()`); nothing was released (code `BULKHEAD_FOREIGN_LEASE`).
+   */
+  HG_STATUS_FOREIGN_LEASE = 1010,
+  /**
+   * A host bulkhead's segment file cannot be used: an I/O error, another owner or a
+   * world-writable mode, an incompatible layout or version, a host-wide setting that differs
+   * from the segment's, no free slot, a poisoned or removed segment (`hg_host_last_error()`
+   * says which).
+   */
+  HG_STATUS_HOST_SEGMENT = 1011,
+  /**
    * Rejected `concurrency_limit`.
    */
   HG_STATUS_CONCURRENCY_LIMIT = 2000,
@@ -538,11 +557,66 @@ typedef uint32_t hg_hold_change;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+#if defined(__linux__)
+/**
+ * `hg_host_options.on_mismatch`: what `hg_host_bulkhead_open()` does when the segment exists
+ * with other host-wide settings (`max_concurrent`, `budget`, `lease_ttl_ms`, `beat_ms`,
+ * `probe_ms`). The numbers are the order of the host crate's option table.
+ */
+enum hg_host_on_mismatch
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+#if defined(__linux__)
+  /**
+   * Refuse (`HG_STATUS_HOST_SEGMENT`; `hg_host_last_error()` names the option and both
+   * values). The default.
+   */
+  HG_HOST_ON_MISMATCH_ERROR = 0,
+#endif
+#if defined(__linux__)
+  /**
+   * Attach and use the segment's settings.
+   */
+  HG_HOST_ON_MISMATCH_ADOPT = 1,
+#endif
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_host_on_mismatch hg_host_on_mismatch;
+#else
+typedef uint32_t hg_host_on_mismatch;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+#endif
+
 /**
  * A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
  * `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
  */
 typedef struct hg_bulkhead hg_bulkhead;
+
+#if defined(__linux__)
+/**
+ * A host bulkhead: one limit for every process on this host that opens the same name (a
+ * segment file in `/dev/shm` or `hg_host_options.dir`). Reference-counted like `hg_bulkhead`:
+ * `hg_host_bulkhead_retain()` adds a reference, `hg_host_bulkhead_free()` drops one.
+ * Thread-safe. After `fork()` a handle inherited by the child attaches the child on first use
+ * (a slot of its own).
+ */
+typedef struct hg_host_bulkhead hg_host_bulkhead;
+#endif
+
+#if defined(__linux__)
+/**
+ * Permits held on a host bulkhead by one acquire. Owned by the caller: release with
+ * `hg_host_permit_release()`, free with `hg_host_permit_free()` (which releases first if
+ * still held). It does not keep its `hg_host_bulkhead` alive and needs none: the bulkhead may
+ * be freed first.
+ */
+typedef struct hg_host_permit hg_host_permit;
+#endif
 
 /**
  * Permits held by one acquire. Owned by the caller: release with `hg_permit_release*()`,
@@ -1666,6 +1740,200 @@ typedef struct hg_stats {
   uint64_t load_shed_total;
 } hg_stats;
 
+#if defined(__linux__)
+/**
+ * Options of `hg_host_bulkhead_open()`. Fill it with `hg_host_options_default()`, then change
+ * fields. Size-versioned: `struct_size` first; a newer caller's larger struct is accepted only
+ * when every byte past this library's struct is 0.
+ *
+ * Every value is checked by the host crate's option table (a bad one is refused
+ * `HG_STATUS_INVALID_ARGUMENT`, and `hg_host_last_error()` names the option and its range).
+ * `max_concurrent`, `budget`, `lease_ttl_ms`, `beat_ms` and `probe_ms` are host-wide: written
+ * into the segment by the process that creates it and compared by every later one (see
+ * `on_mismatch`); `max_queue` and `queue_timeout_ms` are this process's own. In every `_ms`
+ * field, `HG_TIMEOUT_DEFAULT` means "the default".
+ */
+typedef struct hg_host_options {
+  /**
+   * `sizeof(hg_host_options)` as the caller compiled it (set by `hg_host_options_default()`).
+   */
+  uint32_t struct_size;
+  /**
+   * Permits the whole host may hold at once, `1 .. 1048575` (default 10).
+   */
+  uint64_t max_concurrent;
+  /**
+   * This process's waiters, `0 .. HG_MAX_QUEUE` (default 100; 0 = never queue).
+   */
+  uint64_t max_queue;
+  /**
+   * How long an acquire may wait by default, in ms, at most 365 days (default 30000; 0 = do
+   * not queue).
+   */
+  uint64_t queue_timeout_ms;
+  /**
+   * The host-wide budget (the second dimension, see `hg_host_bulkhead_acquire_request()`),
+   * `1 .. HG_MAX_BUDGET`; 0 = none (the default).
+   */
+  uint64_t budget;
+  /**
+   * A process whose heartbeat has not moved for this long is expired: its permits return and
+   * its later releases are `HG_STATUS_STALE_LEASE` (default 10000, `100 .. 3600000`, at least
+   * 3 beats).
+   */
+  uint64_t lease_ttl_ms;
+  /**
+   * The heartbeat period (default 1000, `10 .. 600000`).
+   */
+  uint64_t beat_ms;
+  /**
+   * How often each process probes the others' liveness: a killed process's permits return
+   * within about this long (default 250, `10 .. 60000`).
+   */
+  uint64_t probe_ms;
+  /**
+   * Slots (processes attached at once) of a new segment, `1 .. 4096` (default 256).
+   */
+  uint32_t slots;
+  /**
+   * The mode of a new segment file, `0 .. 0777`, never world-writable (default 0600).
+   */
+  uint32_t mode;
+  /**
+   * The directory of the segment file: NULL = `/dev/shm` (the default); a volume shared
+   * between containers works. Read during `hg_host_bulkhead_open()` only.
+   */
+  const char *dir;
+  /**
+   * An `hg_host_on_mismatch` (default `HG_HOST_ON_MISMATCH_ERROR`; another number is
+   * refused).
+   */
+  uint32_t on_mismatch;
+  /**
+   * Reserved for growth: all 0 (`hg_host_options_default()` zeroes them), refused when not
+   * (a newer caller's setting this library cannot honour). Also keeps the struct free of
+   * tail padding.
+   */
+  uint32_t reserved[9];
+} hg_host_options;
+#endif
+
+#if defined(__linux__)
+/**
+ * The stats of a host bulkhead, read from this process (`hg_host_bulkhead_stats()`): the host's
+ * figures in the local bulkhead's schema (`hg_stats`' names), then the lease ledger's own. Set
+ * `struct_size = sizeof(hg_host_stats)` first; the library writes at most that many bytes and
+ * stores back how many it wrote.
+ */
+typedef struct hg_host_stats {
+  /**
+   * `sizeof(hg_host_stats)` as the caller compiled it; on return, the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * Permits held by every process.
+   */
+  uint64_t active;
+  /**
+   * Waiters of every process.
+   */
+  uint64_t queued;
+  /**
+   * The host-wide limit (`max_concurrent` of the segment).
+   */
+  uint64_t limit;
+  /**
+   * Permits free on the host now.
+   */
+  int64_t available;
+  /**
+   * Acquires admitted on the host.
+   */
+  uint64_t admitted_total;
+  /**
+   * Rejections on the host, indexed by `hg_reason` (as `hg_stats.rejected`).
+   */
+  uint64_t rejected[16];
+  /**
+   * Calls in flight when their lease was reclaimed or expired.
+   */
+  uint64_t orphaned_total;
+  /**
+   * Queued acquires granted on the host.
+   */
+  uint64_t queue_wait_count;
+  /**
+   * Their waits, enqueue to grant, in ns.
+   */
+  uint64_t queue_wait_sum_ns;
+  uint64_t queue_wait_max_ns;
+  /**
+   * Whether the segment has a budget; the `budget_*` fields are 0 otherwise.
+   */
+  bool budget_present;
+  /**
+   * The host-wide budget.
+   */
+  uint64_t budget_limit;
+  /**
+   * Budget units held by every process.
+   */
+  uint64_t budget_in_use;
+  /**
+   * Budget units free now.
+   */
+  int64_t budget_available;
+  /**
+   * Calls (acquires) in flight on the host.
+   */
+  uint64_t in_flight;
+  /**
+   * Processes attached now (live slots).
+   */
+  uint64_t attached;
+  /**
+   * The segment's slot count.
+   */
+  uint64_t slots;
+  /**
+   * Slots reclaimed from dead processes.
+   */
+  uint64_t reclaimed_dead_total;
+  /**
+   * Slots expired (their process stopped or hung past `lease_ttl_ms`).
+   */
+  uint64_t reclaimed_expired_total;
+  /**
+   * Permits those reclaims and expiries returned.
+   */
+  uint64_t reclaimed_permits_total;
+  /**
+   * Releases refused `HG_STATUS_STALE_LEASE`.
+   */
+  uint64_t stale_releases_total;
+  /**
+   * Releases refused `HG_STATUS_FOREIGN_LEASE`.
+   */
+  uint64_t foreign_releases_total;
+  /**
+   * This process's calls in flight.
+   */
+  uint64_t local_in_flight;
+  /**
+   * This process's permits held.
+   */
+  uint64_t local_active;
+  /**
+   * This process's waiters.
+   */
+  uint64_t local_queued;
+  /**
+   * This process's slot.
+   */
+  uint64_t slot;
+} hg_host_stats;
+#endif
+
 /**
  * One per-key configuration for `hg_registry_new()`.
  */
@@ -2350,6 +2618,281 @@ hg_status hg_config_check(const struct hg_config *config, const char **bad_field
  * Thread-safety: any thread; touches only `*config`.
  */
 hg_status hg_config_default(struct hg_config *config);
+
+#if defined(__linux__)
+/**
+ * The message of the last `hg_host_*` call of this thread that did not return `HG_STATUS_OK`
+ * (a successful call leaves it as it is: read it right after the failure), written into `buf`
+ * with a terminating NUL: which argument was NULL or out of range (the option and its range),
+ * which file could not be used and why (permission, incompatible layout naming both
+ * libraries, a setting that differs from the segment's naming both values, no free slot,
+ * poisoned, removed), the rejection with the host's counts, or the lease error. An empty
+ * string when this thread has had no failure.
+ *
+ * Parameters:
+ *   buf, buf_len: where to write. out_len: receives the message's length without the NUL
+ *   (also when `buf` is too small).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `buf` too small (then
+ *   `*out_len` says how much is needed, plus 1 for the NUL; pass `buf` NULL and `buf_len` 0 to
+ *   ask for the size first); `HG_STATUS_NULL_PARAMETER`. It never changes the message.
+ * Thread-safety: any thread; reads this thread's message only.
+ */
+hg_status hg_host_last_error(char *buf, size_t buf_len, size_t *out_len);
+#endif
+
+#if defined(__linux__)
+/**
+ * Fills `*opts` with the defaults (10 permits, 100 waiters, 30000 ms, no budget, lease
+ * 10000 / beat 1000 / probe 250 ms, 256 slots, mode 0600, `/dev/shm`,
+ * `HG_HOST_ON_MISMATCH_ERROR`) and its `struct_size`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; touches only `*opts`.
+ */
+hg_status hg_host_options_default(struct hg_host_options *opts);
+#endif
+
+#if defined(__linux__)
+/**
+ * Checks options as `hg_host_bulkhead_open()` would, without opening anything.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (`hg_host_last_error()` names the
+ *   option and its range: `"host bulkhead option `mode`: 666: a segment file may not be
+ *   world-writable"`); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; touches nothing but this thread's last message.
+ */
+hg_status hg_host_options_check(const struct hg_host_options *opts);
+#endif
+
+#if defined(__linux__)
+/**
+ * Opens (creating it if absent: atomically, never half-initialised) the host bulkhead `name`
+ * and attaches this process (a slot of its own; the segment file is
+ * `<dir>/hullguard.<euid>.<name>`, never removed automatically).
+ *
+ * Parameters:
+ *   name: NUL-terminated, 1 to 200 characters of `A-Z a-z 0-9 . _ -`, not starting with `.`.
+ *   opts: from `hg_host_options_default()`, then edited (see `hg_host_options`).
+ *   out: receives the new handle (set only on `HG_STATUS_OK`).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a bad
+ *   name or option (`hg_host_last_error()` names it and its range); `HG_STATUS_HOST_SEGMENT`
+ *   when the segment file cannot be used: an I/O error, another owner or a world-writable
+ *   mode, an incompatible layout or version (naming both libraries), a host-wide setting
+ *   that differs from the segment's (with `HG_HOST_ON_MISMATCH_ERROR`), every slot held by a
+ *   live process, a poisoned segment — `hg_host_last_error()` says which.
+ *
+ * Memory and lifetimes: the caller owns one reference; drop it with `hg_host_bulkhead_free()`.
+ * The attachment is process-wide and lives as long as the process (docs/design.md §14.3):
+ * every handle of this process on the same file shares it (its slot, its queue, its close),
+ * and this process's slot is freed by its exit, never by a free. `opts` (and `opts->dir`) are
+ * not kept.
+ *
+ * Thread-safety: any thread. Creates the file, maps it and starts this process's keeper
+ * thread (`hullguard-host`) on the first open of a file.
+ */
+hg_status hg_host_bulkhead_open(const char *name,
+                                const struct hg_host_options *opts,
+                                struct hg_host_bulkhead **out);
+#endif
+
+#if defined(__linux__)
+/**
+ * Adds a reference to `bh` and returns it (NULL in, NULL out).
+ *
+ * Memory and lifetimes: each reference is dropped by one `hg_host_bulkhead_free()`.
+ * Thread-safety: any thread; never waits.
+ */
+const struct hg_host_bulkhead *hg_host_bulkhead_retain(const struct hg_host_bulkhead *bh);
+#endif
+
+#if defined(__linux__)
+/**
+ * Drops one reference to `bh`. NULL is accepted and ignored.
+ *
+ * Unlike `hg_bulkhead_free()`, freeing the last reference does not close: closing is this
+ * process's (every handle on the file shares it), so it is only ever explicit
+ * (`hg_host_bulkhead_close()`). Permits keep working and release normally; this process keeps
+ * its slot until it exits.
+ *
+ * Memory and lifetimes: after this call the caller's `bh` is dangling; freeing the same
+ * reference twice is undefined behaviour. Thread-safety: any thread.
+ */
+void hg_host_bulkhead_free(const struct hg_host_bulkhead *bh);
+#endif
+
+#if defined(__linux__)
+/**
+ * Takes `weight` permits of the host now, or fails without waiting (never queues; FIFO across
+ * processes: refused while any process has waiters, no barging).
+ *
+ * Parameters:
+ *   bh: the bulkhead. weight: `1 .. max_concurrent`. out: receives the permit on
+ *   `HG_STATUS_OK`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_CONCURRENCY_LIMIT` when not admitted at once;
+ *   `HG_STATUS_SHUTDOWN` after `hg_host_bulkhead_close()`; `HG_STATUS_INVALID_ARGUMENT` for a
+ *   bad weight; `HG_STATUS_HOST_SEGMENT` for a poisoned or removed segment, or a forked child
+ *   that could not attach; `HG_STATUS_NULL_PARAMETER`. `hg_host_last_error()` has the detail
+ *   of any failure (a rejection with the host's counts).
+ *
+ * Memory and lifetimes: the caller owns `*out` (release it, then `hg_host_permit_free()`).
+ * Thread-safety: any thread; never waits for permits.
+ */
+hg_status hg_host_bulkhead_try_acquire(const struct hg_host_bulkhead *bh,
+                                       uint64_t weight,
+                                       struct hg_host_permit **out);
+#endif
+
+#if defined(__linux__)
+/**
+ * Waits on this thread for `weight` permits of the host, in FIFO order across every process.
+ *
+ * Parameters:
+ *   timeout_ms: `HG_TIMEOUT_DEFAULT` uses `queue_timeout_ms`; `HG_TIMEOUT_INFINITE` waits
+ *   without a deadline; 0 does not queue.
+ *
+ * Returns: `HG_STATUS_OK` with `*out`; `HG_STATUS_TIMEOUT`; `HG_STATUS_QUEUE_LIMIT` (this
+ *   process's `max_queue` waiters already wait); `HG_STATUS_CONCURRENCY_LIMIT` (0 ms, not
+ *   admitted); `HG_STATUS_SHUTDOWN` (closed, also while waiting); `HG_STATUS_INVALID_ARGUMENT`;
+ *   `HG_STATUS_HOST_SEGMENT`; `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Thread-safety: any thread; blocks the calling thread (a futex on this process's doorbell)
+ * up to `timeout_ms`. A permit a killed process held comes back within about one `probe_ms`.
+ */
+hg_status hg_host_bulkhead_acquire(const struct hg_host_bulkhead *bh,
+                                   uint64_t weight,
+                                   uint64_t timeout_ms,
+                                   struct hg_host_permit **out);
+#endif
+
+#if defined(__linux__)
+/**
+ * `hg_host_bulkhead_acquire()` of an `hg_request`: its `weight`, `cost` (budget units, with a
+ * budget), `timeout_ms` and deadline (`has_deadline` / `deadline_ns`, on `CLOCK_MONOTONIC`);
+ * a refusal's detail goes to `detail` as for a local bulkhead. A host bulkhead has no classes
+ * and no observe mode: a `class_index` or `observe` other than 0 is refused
+ * `HG_STATUS_INVALID_ARGUMENT`.
+ *
+ * Returns: as `hg_host_bulkhead_acquire()`, plus `HG_STATUS_BUDGET_LIMIT`.
+ * Thread-safety: as `hg_host_bulkhead_acquire()` (blocks up to its timeout or deadline).
+ */
+hg_status hg_host_bulkhead_acquire_request(const struct hg_host_bulkhead *bh,
+                                           const struct hg_request *request,
+                                           struct hg_host_permit **out);
+#endif
+
+#if defined(__linux__)
+/**
+ * Closes this process's use of the host bulkhead: its new acquires and its waiters get
+ * `HG_STATUS_SHUTDOWN`; held permits stay valid and release normally; other processes are
+ * not affected. Process-wide: every handle of this process on the same file is closed, for
+ * the life of the process. Idempotent.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ */
+hg_status hg_host_bulkhead_close(const struct hg_host_bulkhead *bh);
+#endif
+
+#if defined(__linux__)
+/**
+ * Waits until this process holds no permit of this bulkhead and has no waiter, or `timeout_ms`
+ * passes (`HG_TIMEOUT_INFINITE` / `HG_TIMEOUT_DEFAULT`: until then; 0: report at once). Call
+ * `hg_host_bulkhead_close()` first to stop new work. Other processes are not waited for.
+ *
+ * Returns: `HG_STATUS_OK` with `*out` filled (`drained` says which; `active` / `queued` are
+ *   this process's permits and waiters at the end); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; blocks the calling thread up to `timeout_ms`.
+ */
+hg_status hg_host_bulkhead_drain(const struct hg_host_bulkhead *bh,
+                                 uint64_t timeout_ms,
+                                 struct hg_drain_result *out);
+#endif
+
+#if defined(__linux__)
+/**
+ * Fills `*out` with the host's figures, read from this process (at most `out->struct_size`
+ * bytes; set it to `sizeof(hg_host_stats)` first; on return it says how many bytes were
+ * written). Dead processes are reaped first, so the figures count live holders only.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits for permits (the reap may take the segment's
+ * liveness locks for a moment).
+ */
+hg_status hg_host_bulkhead_stats(const struct hg_host_bulkhead *bh, struct hg_host_stats *out);
+#endif
+
+#if defined(__linux__)
+/**
+ * Probes every other process's liveness now and reclaims the dead (a supervisor's child-exit
+ * handler calls this; the keeper thread does it every `probe_ms` anyway).
+ *
+ * Parameters:
+ *   reclaimed: NULL, or receives the slots reclaimed or expired by this call.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER` (for `bh`).
+ * Thread-safety: any thread; takes the segment's liveness locks for a moment.
+ */
+hg_status hg_host_bulkhead_reap(const struct hg_host_bulkhead *bh, uint64_t *reclaimed);
+#endif
+
+#if defined(__linux__)
+/**
+ * The path of the segment file, written into `buf` with a terminating NUL (as
+ * `hg_origin_key()`).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `buf` too small (`*out_len`
+ *   says how much is needed, plus 1; pass `buf` NULL and `buf_len` 0 to ask first);
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread.
+ */
+hg_status hg_host_bulkhead_path(const struct hg_host_bulkhead *bh,
+                                char *buf,
+                                size_t buf_len,
+                                size_t *out_len);
+#endif
+
+#if defined(__linux__)
+/**
+ * Returns the permits to the host (the next waiter, in any process, gets them).
+ *
+ * Returns: `HG_STATUS_OK` the first time; `HG_STATUS_STALE_LEASE` when this process's lease
+ *   was expired first (it stopped or hung past `lease_ttl_ms`): its permits were already
+ *   returned, nothing is released twice (counted in `stale_releases_total`);
+ *   `HG_STATUS_FOREIGN_LEASE` for a permit acquired by another process — a parent, before
+ *   `fork()` — nothing is released (counted in `foreign_releases_total`);
+ *   `HG_STATUS_ALREADY_RELEASED` afterwards (any of the three settles the permit);
+ *   `HG_STATUS_NULL_PARAMETER`.
+ *
+ * Memory and lifetimes: as `hg_permit_release()`: the handle stays valid whatever the status;
+ * free it with `hg_host_permit_free()`.
+ * Thread-safety: a permit must not be used from two threads at once. Never waits.
+ */
+hg_status hg_host_permit_release(struct hg_host_permit *permit);
+#endif
+
+#if defined(__linux__)
+/**
+ * The permits still held (0 once released, or for NULL).
+ *
+ * Thread-safety: as `hg_host_permit_release()`; only reads.
+ */
+uint64_t hg_host_permit_weight(const struct hg_host_permit *permit);
+#endif
+
+#if defined(__linux__)
+/**
+ * Frees a permit. One still held is released first (its status is not reported: call
+ * `hg_host_permit_release()` first to see it); in a forked child, a parent's permit is only
+ * freed (its permits are the parent's). NULL is accepted and ignored.
+ *
+ * Memory and lifetimes: after this call `permit` is dangling. Must not be called twice with
+ * the same value. Thread-safety: as `hg_host_permit_release()`.
+ */
+void hg_host_permit_free(struct hg_host_permit *permit);
+#endif
 
 /**
  * Returns the permits to their bulkhead (the head waiter gets them), recording the guarded

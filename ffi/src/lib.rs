@@ -16,6 +16,7 @@
 //! | `bulkhead` | `hg_bulkhead_*`, `hg_ticket_poll`, `hg_ticket_cancel*` |
 //! | `async_wait` | queued async acquires: the waker that owns the callback, and the timer thread |
 //! | `permit` | `hg_permit_*` |
+//! | `host` | `hg_host_*` (Linux): the host bulkhead of hullguard-host, `hg_host_options`, `hg_host_stats`, `hg_host_last_error` |
 //! | `registry` | `hg_registry_*`, `hg_origin_key` |
 //! | `admission` | gateway admission: `hg_request`, `hg_rejection`, `hg_would_admit`, usage, `hg_limits`, classes, rates |
 //! | `sized` | reading and writing size-versioned structs |
@@ -33,6 +34,8 @@ mod bulkhead;
 mod config;
 mod event;
 mod handle;
+#[cfg(target_os = "linux")]
+mod host;
 mod permit;
 mod registry;
 mod sized;
@@ -49,3 +52,6 @@ pub use crate::{
     registry::*,
     status::*,
 };
+
+#[cfg(target_os = "linux")]
+pub use crate::host::*;

@@ -45,6 +45,19 @@ pub enum hg_status {
     /// `hg_permit_orphan()`: the permits would pass the bulkhead's `max_orphaned` (0: orphaning
     /// is off); nothing changed.
     HG_STATUS_ORPHAN_LIMIT = 1008,
+    /// `hg_host_permit_release()`: the permit's lease was expired (its process stopped or hung
+    /// past `lease_ttl_ms`) or reclaimed before this release; its permits were already returned
+    /// and nothing was released twice (code `BULKHEAD_STALE_LEASE`). The issue named 1006, taken
+    /// by `HG_STATUS_STALE` before: a published number never changes (docs/design.md §14.6).
+    HG_STATUS_STALE_LEASE = 1009,
+    /// `hg_host_permit_release()`: the permit belongs to another process (acquired by a parent
+    /// before `fork()`); nothing was released (code `BULKHEAD_FOREIGN_LEASE`).
+    HG_STATUS_FOREIGN_LEASE = 1010,
+    /// A host bulkhead's segment file cannot be used: an I/O error, another owner or a
+    /// world-writable mode, an incompatible layout or version, a host-wide setting that differs
+    /// from the segment's, no free slot, a poisoned or removed segment (`hg_host_last_error()`
+    /// says which).
+    HG_STATUS_HOST_SEGMENT = 1011,
     /// Rejected `concurrency_limit`.
     HG_STATUS_CONCURRENCY_LIMIT = 2000,
     /// Rejected `queue_limit`.
@@ -172,6 +185,9 @@ pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
         1006 => c"stale revision: the limits in force have this revision or a newer one",
         1007 => c"usage is cumulative and must not decrease",
         1008 => c"orphaning refused: the permits would pass max_orphaned",
+        1009 => c"stale lease: the permit's lease expired or was reclaimed before this release; its permits were already returned, nothing was released twice",
+        1010 => c"foreign lease: the permit belongs to another process (acquired before fork); nothing was released",
+        1011 => c"the host bulkhead's segment file cannot be used (I/O, permission, incompatible layout, settings mismatch, no free slot, poisoned or removed): hg_host_last_error() says which",
         s if (REJECTED..=hg_status::HG_STATUS_RATE_LIMIT as u32).contains(&s) => {
             Reason::from_index((s - REJECTED) as usize)
                 .map_or(c"reserved: not returned by this version", |r| {

@@ -2,9 +2,10 @@
 # The C tests of hullguard's C ABI (`make c-test`):
 #
 #   1. tests/c/*.c (policies.c: the policies, C21/C22/C24; core_api.c: what the port to the core
-#      admission API changed or added; admission.c: gateway admission, issue 16) with gcc
-#      -std=c11 -Wall -Wextra -Werror: plain, under AddressSanitizer + UndefinedBehaviorSanitizer
-#      (leak detection on), and under valgrind --leak-check=full;
+#      admission API changed or added; admission.c: gateway admission, issue 16; host.c: the
+#      host bulkhead with real processes, issue 19) with gcc -std=c11 -Wall -Wextra -Werror:
+#      plain, under AddressSanitizer + UndefinedBehaviorSanitizer (leak detection on), and under
+#      valgrind --leak-check=full;
 #      threaded.c runs 10^6 operations under ASan and 10^4 under valgrind.
 #   2. the C++17 example (examples/cpp) with g++ -std=c++17 -Wall -Wextra -Werror, plain and
 #      under ASan + UBSan.
@@ -14,7 +15,10 @@
 #      with `pkg-config --cflags --libs` (shared) and against libhullguard.a (static), and run.
 #
 # Leak suppressions: LeakSanitizer needs none (it credits interior pointers); valgrind gets
-# tests/c/valgrind.supp, whose two entries are explained there.
+# tests/c/valgrind.supp, whose two entries are explained there, and host.c also
+# tests/c/valgrind-host.supp. host.c forks: its children report their checks on a pipe, and
+# valgrind runs them with --child-silent-after-fork=yes (a forked child's leak check counts the
+# blocks of the parent's threads, which the child does not have, and would set its exit code).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -38,14 +42,18 @@ step "build the C ABI (release)"
 cargo build --quiet --release -p hullguard-ffi
 mkdir -p "$OUT"
 
+# The host bulkhead (hg_host_*) is Linux-only, as hullguard-host.
+HOST=()
+if [ "$(uname -s)" = Linux ]; then HOST=(host); fi
+
 step "C tests: plain"
-for t in smoke bad_input cases threaded bugs policies core_api admission deadline edge; do
+for t in smoke bad_input cases threaded bugs policies core_api admission deadline edge "${HOST[@]}"; do
     "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t"
     "$OUT/$t"
 done
 
 step "C tests: AddressSanitizer + UBSan (detect_leaks=1)"
-for t in smoke bad_input cases bugs policies core_api admission deadline edge; do
+for t in smoke bad_input cases bugs policies core_api admission deadline edge "${HOST[@]}"; do
     "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t-asan"
     "$OUT/$t-asan"
 done
@@ -58,6 +66,10 @@ if command -v valgrind >/dev/null; then
     export HG_UNDER_VALGRIND=1
     for t in smoke bad_input cases policies core_api admission deadline edge; do
         "${VALGRIND[@]}" "$OUT/$t"
+    done
+    for t in "${HOST[@]}"; do
+        "${VALGRIND[@]}" --child-silent-after-fork=yes --suppressions=tests/c/valgrind-host.supp \
+            "$OUT/$t"
     done
     "$CC" "${CFLAGS[@]}" -DHG_OPS=10000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \
         -o "$OUT/threaded-vg"
