@@ -38,6 +38,9 @@ use crate::{
 pub(crate) struct Attachment {
     mapping: Mapping,
     file: File,
+    /// The descriptor that holds this process's liveness lock and takes the probe locks: its
+    /// own open file description, never mapped (see `get`).
+    lock: File,
     pub(crate) path: PathBuf,
     n_slots: usize,
     /// This process's slot.
@@ -106,7 +109,13 @@ impl Attachment {
             message: e.to_string(),
         })?;
         let n_slots = seg.n_slots();
-        let fd = opened.file.as_fd();
+        // The liveness lock lives on an open file description of its own that is never
+        // mapped: a mapping holds a reference to the description it was made from, and an OFD
+        // lock drops only with the last reference, so a forked child's inherited mapping would
+        // keep this process's lock (and slot) alive for as long as the child lives, however
+        // the child closes descriptors (C40). A forked child closes this one.
+        let lock = file::reopen(&opened.file, &opened.path)?;
+        let fd = lock.as_fd();
         let mut claimed = None;
         for i in 0..n_slots {
             if os::try_lock_byte(fd, layout::lock_byte(i)).map_err(|source| HostError::Io {
@@ -153,10 +162,11 @@ impl Attachment {
             option: "max_queue",
             message: e.to_string(),
         })?;
-        os::close_in_children(opened.file.as_raw_fd());
+        os::close_in_children(lock.as_raw_fd());
         let a: &'static Attachment = Box::leak(Box::new(Attachment {
             mapping: opened.mapping,
             file: opened.file,
+            lock,
             path: opened.path,
             n_slots,
             slot,
@@ -233,6 +243,7 @@ impl Attachment {
                     }
                     return Ok(Err(full));
                 }
+                Admit::NotHead if head && self.lost_head() => self.republish(),
                 Admit::NotHead => return Ok(Err(Admit::NotHead)),
             }
         }
@@ -319,6 +330,22 @@ impl Attachment {
         self.ring_head();
     }
 
+    /// Whether this process has waiters but its slot publishes none: an expiry (or the
+    /// finishing of one) cleared the ticket just as this process re-armed and republished it.
+    /// The head then republishes, or it would wait for a turn nobody can see.
+    fn lost_head(&self) -> bool {
+        let published = self
+            .seg()
+            .slot_word(self.slot, s::HEAD)
+            .load(Ordering::SeqCst);
+        published == NO_TICKET
+            && !self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
     fn republish(&self) {
         let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let seg = self.seg();
@@ -361,9 +388,8 @@ impl Attachment {
     pub(crate) fn reap(&self) -> usize {
         let mut observed = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
         let seg = self.seg();
-        let fd = self.file.as_fd();
+        let fd = self.lock.as_fd();
         let ttl = Duration::from_millis(seg.config().lease_ttl_ms);
-        let now = Instant::now();
         let mut done = 0;
         for i in 0..seg.hwm() {
             if i == self.slot {
@@ -379,6 +405,9 @@ impl Attachment {
                 }
                 Probe::Alive(LeaseState::Active, generation) => {
                     let beat = seg.slot_word(i, s::BEAT).load(Ordering::SeqCst);
+                    // Read after the beat: a silence is measured from a moment the beat was
+                    // already what it is, never from before.
+                    let now = Instant::now();
                     match observed.get(&i) {
                         Some(&(g, b, since)) if g == generation && b == beat => {
                             if now.duration_since(since) >= ttl
@@ -391,6 +420,14 @@ impl Attachment {
                         _ => {
                             observed.insert(i, (generation, beat, now));
                         }
+                    }
+                }
+                Probe::Alive(LeaseState::Expired, generation) => {
+                    // An observer that died between marking the lease expired and zeroing
+                    // its words left them counted (and its ticket published) for as long as
+                    // the owner stays stopped: finish that expiry (idempotent).
+                    if seg.finish_expiry(i, generation).is_some() {
+                        done += 1;
                     }
                 }
                 Probe::Alive(..) => {}

@@ -304,3 +304,31 @@ fn create(spec: &FileSpec, path: &Path) -> Result<Option<Opened>, HostError> {
 pub fn unlinked(file: &File) -> bool {
     file.metadata().map(|m| m.nlink() == 0).unwrap_or(false)
 }
+
+/// A new open file description of the file open as `file` (not a `dup`: locks taken through
+/// it are its own): opened again through `/proc/self/fd`, or by `path` if `/proc` is not there,
+/// and checked to be the same inode.
+///
+/// # Errors
+/// [`HostError::Io`] naming the path.
+pub fn reopen(file: &File, path: &Path) -> Result<File, HostError> {
+    let meta = file.metadata().map_err(io_err(path))?;
+    let open = |p: &Path| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(p)
+    };
+    let again = open(Path::new(&format!("/proc/self/fd/{}", file.as_raw_fd())))
+        .or_else(|_| open(path))
+        .map_err(io_err(path))?;
+    let m = again.metadata().map_err(io_err(path))?;
+    if (m.dev(), m.ino()) != (meta.dev(), meta.ino()) {
+        return Err(HostError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::other("the segment file was replaced while attaching"),
+        });
+    }
+    Ok(again)
+}

@@ -543,6 +543,42 @@ fn loom_host_two_heads_take_turns() {
 }
 
 #[test]
+fn loom_host_two_heads_behind_a_holder() {
+    // As above, with the limit held by a third process that releases meanwhile: both heads
+    // are admitted, one after the other, whichever order the three interleave in.
+    model3(|| {
+        let host = Host::new(3, 1, 0);
+        let gens = [host.claim(0), host.claim(1), host.claim(2)];
+        let seg = host.seg();
+        assert_eq!(seg.admit(2, gens[2], 1, 0, false), Admit::Granted);
+        let done = Done::new();
+        let holder = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || {
+                release_ring(&host.seg(), 2, gens[2], 1, 0);
+                done.finish();
+            })
+        };
+        let run = move |host: &Host, slot: usize, done: &Done| {
+            let seg = host.seg();
+            enqueue(&seg, slot);
+            head_loop(&seg, slot, gens[slot], 1, 0, done, 2);
+            dequeue(&seg, slot);
+            release_ring(&seg, slot, gens[slot], 1, 0);
+            done.finish();
+        };
+        let other = {
+            let (host, done) = (host.clone(), done.clone());
+            thread::spawn(move || run(&host, 0, &done))
+        };
+        run(&host, 1, &done);
+        other.join().unwrap();
+        holder.join().unwrap();
+        assert_quiescent(&seg);
+    });
+}
+
+#[test]
 fn loom_host_cancel_passes_the_turn() {
     // Slot 0 holds the smallest ticket; slot 1 waits behind it (NotHead). Slot 0's waiter
     // gives up (a timeout or a cancel): it unpublishes and rings the new head, which is
@@ -779,7 +815,10 @@ fn loom_host_crash_in_admit_and_release() {
             try_once(seg, 0, g, 2, 1);
         });
     });
-    assert_eq!(n, 4, "bump, check, then undo or release held + cost");
+    assert_eq!(
+        n, 5,
+        "bump, check, then undo (through release: held, cost) or release"
+    );
 }
 
 #[test]

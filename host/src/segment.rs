@@ -742,6 +742,34 @@ impl<'a> Segment<'a> {
         Some(out)
     }
 
+    /// Finishes the expiry of `slot`, seen `Expired` under `generation`, if the observer that
+    /// began it died before zeroing its words or clearing its ticket: returns what it took, or
+    /// `None` if there was nothing left to do (the usual case) or the lease moved on.
+    pub fn finish_expiry(&self, slot: usize, generation: u64) -> Option<Reclaimed> {
+        let lease = self.slot_word(slot, s::LEASE);
+        let expired = layout::lease(LeaseState::Expired, generation);
+        if lease.load(SeqCst) != expired {
+            return None;
+        }
+        let mut out = self.reset_words(slot, generation);
+        if out.calls != 0 || out.permits != 0 || out.cost != 0 {
+            self.count(h::RECLAIMED_EXPIRED, 1); // the observer died before counting it
+        }
+        let head = self.slot_word(slot, s::HEAD);
+        let ticket = head.load(SeqCst);
+        if ticket != NO_TICKET && lease.load(SeqCst) == expired {
+            let _ = head.compare_exchange(ticket, NO_TICKET, SeqCst, SeqCst);
+            out.lease = true;
+        }
+        if out == Reclaimed::default() {
+            return None;
+        }
+        out.lease = true;
+        self.count(h::ORPHANED, out.calls);
+        self.count(h::RECLAIMED_PERMITS, out.permits);
+        Some(out)
+    }
+
     /// The owner of an expired `slot` takes it back under a new generation (every permit of
     /// the old one stays fenced). Returns the new generation; `None` if the slot is not expired.
     pub fn rearm(&self, slot: usize) -> Option<u64> {
