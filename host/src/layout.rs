@@ -101,6 +101,8 @@ pub mod h {
     /// Those waits per power-of-two bucket of ns (`hullguard_core::stats::WAIT_BUCKETS` words,
     /// the core's buckets).
     pub const QUEUE_WAIT_HISTOGRAM: usize = 80;
+    /// A word nothing reads: where an out-of-range slot index lands (never a real slot).
+    pub const SCRATCH: usize = 511;
 }
 
 /// The header flag of a segment found inconsistent (a breach of an invariant): every process
@@ -156,7 +158,7 @@ pub const GEN_MASK: u64 = (1 << 24) - 1;
 
 /// The next generation.
 pub const fn next_gen(generation: u64) -> u64 {
-    (generation + 1) & GEN_MASK
+    generation.wrapping_add(1) & GEN_MASK
 }
 
 /// A lease word.

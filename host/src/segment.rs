@@ -296,14 +296,15 @@ impl<'a> Segment<'a> {
         &self.words[word]
     }
 
-    /// Word `word` of slot `slot` (`slot < n_slots`, `word < SLOT_WORDS`, else the last slot's
-    /// last word: callers pass checked indices; this only keeps a bad one from panicking).
+    /// Word `word` of slot `slot` (`slot < n_slots`, `word < SLOT_WORDS`, else the header's
+    /// scratch word: callers pass checked indices; this only keeps a bad one from panicking or
+    /// touching a real slot).
     pub fn slot_word(&self, slot: usize, word: usize) -> &'a AtomicU64 {
-        let i = layout::HEADER_WORDS + slot * layout::SLOT_WORDS + word;
-        self.words
-            .get(i)
-            .filter(|_| slot < self.n_slots && word < layout::SLOT_WORDS)
-            .unwrap_or(&self.words[self.words.len() - 1])
+        // Checked before the index is computed: `slot * SLOT_WORDS` overflows for a huge slot.
+        (slot < self.n_slots && word < layout::SLOT_WORDS)
+            .then(|| layout::HEADER_WORDS + slot * layout::SLOT_WORDS + word)
+            .and_then(|i| self.words.get(i))
+            .unwrap_or(&self.words[h::SCRATCH])
     }
 
     /// The configuration the header carries.
@@ -471,7 +472,7 @@ impl<'a> Segment<'a> {
         let mut cur = word.load(SeqCst);
         loop {
             let (g, units) = layout::decode_cost(cur);
-            if g != generation || units + cost > layout::MAX_HOST_BUDGET {
+            if g != generation || units.saturating_add(cost) > layout::MAX_HOST_BUDGET {
                 // Fenced between the two words: take the permits back (they are ours).
                 let _ = self.sub_held(slot, generation, weight);
                 return Err(ReleaseError::Stale);
@@ -640,7 +641,14 @@ impl<'a> Segment<'a> {
         }
         let target = layout::next_gen(generation);
         point(Step::ClaimWords);
-        self.reset_words(slot, target);
+        // Stored, not reset forward: the slot is free and its lock is ours, so nobody else
+        // writes these words — and a stray word of a generation ahead of the lease must not
+        // outlive the claim (its permits would count forever, every admit of the new owner
+        // would be stale).
+        self.slot_word(slot, s::HELD)
+            .store(layout::held(target, 0, 0), SeqCst);
+        self.slot_word(slot, s::COST)
+            .store(layout::cost(target, 0), SeqCst);
         self.slot_word(slot, s::HEAD).store(NO_TICKET, SeqCst);
         self.slot_word(slot, s::QUEUED).store(0, SeqCst);
         self.slot_word(slot, s::BEAT).store(0, SeqCst);
@@ -651,7 +659,7 @@ impl<'a> Segment<'a> {
         self.slot_word(slot, s::ATTACHED_MS).store(now_ms, SeqCst);
         self.slot_word(slot, s::LIB).store(lib, SeqCst);
         point(Step::ClaimLease);
-        self.words[h::HWM].fetch_max(slot as u64 + 1, SeqCst);
+        self.words[h::HWM].fetch_max((slot as u64).saturating_add(1), SeqCst);
         self.slot_word(slot, s::LEASE)
             .compare_exchange(
                 layout::lease(LeaseState::Free, generation),
