@@ -38,7 +38,7 @@ HOST_LAYERS = {
     "segment": 1,
     "os": 2, "file": 2,
     "options": 3,
-    "attachment": 4, "permit": 4,
+    "attachment": 4, "queue": 4, "permit": 4,
     "stats": 5, "bulkhead": 5, "acquire": 5,
     "inspect": 6, "cli": 6,
 }

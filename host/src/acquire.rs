@@ -8,6 +8,7 @@ use std::{
     fmt,
     future::Future,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
     time::{Duration, Instant},
 };
@@ -18,10 +19,11 @@ use crate::{
     attachment::Attachment,
     error::HostError,
     permit::{HostPermit, Ticket, granted, reject},
+    queue::{GateRef, LocalQueue},
 };
 
-type GateWaiter = Waiter<&'static Bulkhead, 0>;
-type GateCall = Call<&'static Bulkhead, 0>;
+type GateWaiter = Waiter<GateRef, 0>;
+type GateCall = Call<GateRef, 0>;
 
 /// The future of [`HostBulkhead::acquire`](crate::HostBulkhead::acquire): the permit, or the
 /// rejection with the local bulkhead's reasons. `Send`, `'static`, cancel-safe (drop it to give
@@ -37,9 +39,9 @@ enum State {
 }
 
 struct Queued {
+    q: Arc<LocalQueue>,
     a: &'static Attachment,
     request: Request,
-    max_queue: u64,
     start: Instant,
     until: Option<Instant>,
     /// The keeper's registration of this future's waker (its id).
@@ -85,18 +87,14 @@ impl HostAcquire {
         }
     }
 
-    pub(crate) fn queued(
-        a: &'static Attachment,
-        request: Request,
-        wait: Duration,
-        max_queue: u64,
-    ) -> Self {
+    pub(crate) fn queued(q: Arc<LocalQueue>, request: Request, wait: Duration) -> Self {
         let start = Instant::now();
+        let a = q.a;
         HostAcquire {
             state: State::Queued(Box::new(Queued {
+                q,
                 a,
                 request,
-                max_queue,
                 start,
                 until: start.checked_add(wait),
                 id: a.waker_id(),
@@ -131,7 +129,7 @@ impl Queued {
     }
 
     fn reject(&mut self, reason: Reason) -> Poll<Result<HostPermit, HostError>> {
-        let e = reject(self.a, self.max_queue, reason);
+        let e = reject(self.a, self.q.max_queue, reason);
         self.finish(Err(e))
     }
 
@@ -145,13 +143,15 @@ impl Queued {
                     }));
                 }
                 Phase::Start => {
-                    match Ticket::take(self.a, self.max_queue) {
-                        Some(t) => self.ticket = Some(t),
-                        None => return self.reject(Reason::QueueLimit),
-                    }
-                    // The keeper's timer bounds the wait; the gate itself has no deadline.
+                    // This handle's FIFO first (a full queue refuses before any ticket), then
+                    // a ticket. The keeper's timer bounds the wait; the gate has no deadline.
                     let gate = Request::new(1).queue_timeout(Duration::MAX);
-                    match self.a.gate.admit(&gate, Some(cx.waker())) {
+                    let decision =
+                        Bulkhead::admit_via(GateRef(self.q.clone()), &gate, Some(cx.waker()));
+                    if !matches!(decision, Decision::Rejected(_)) {
+                        self.ticket = Some(Ticket::take(self.a));
+                    }
+                    match decision {
                         Decision::Granted(call) => self.phase = Phase::Head(call),
                         Decision::Queued(w) => self.phase = Phase::Gate(w),
                         Decision::Rejected(e) => {
@@ -192,12 +192,12 @@ impl Queued {
                             self.ticket = None;
                             drop(call);
                             let permit =
-                                granted(self.a, generation, &self.request, Some(self.start));
+                                granted(&self.q, generation, &self.request, Some(self.start));
                             return self.finish(Ok(permit));
                         }
                         Ok(Err(_)) => {}
                     }
-                    if self.a.closed.load(std::sync::atomic::Ordering::Acquire) {
+                    if self.q.is_closed() {
                         return self.reject(Reason::Shutdown);
                     }
                     if self.timed_out() {

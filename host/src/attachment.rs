@@ -23,8 +23,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hullguard_core::{Bulkhead, Config};
-
 use crate::{
     error::HostError,
     file::{self, FileSpec, Mapping},
@@ -49,15 +47,12 @@ pub(crate) struct Attachment {
     generation: AtomicU64,
     /// The fork generation it was made in.
     pub(crate) fork_gen: u64,
-    /// The local queue: one permit, the right to be this process's head.
-    pub(crate) gate: Bulkhead,
     /// This process's waiting tickets; the smallest is published in the slot.
     pending: Mutex<BTreeSet<u64>>,
     /// Serialises re-arming and reaping in this process (one open file description holds every
     /// probe lock, so two threads of one process must not reclaim at once), and keeps the
     /// expiry observations: slot → (generation, beat, first seen).
     reaper: Mutex<HashMap<usize, (u64, u64, Instant)>>,
-    pub(crate) closed: AtomicBool,
     pub(crate) removed: AtomicBool,
     /// The last time any thread of this process probed.
     last_probe: Mutex<Instant>,
@@ -85,11 +80,7 @@ fn registry() -> MutexGuard<'static, Vec<Entry>> {
 impl Attachment {
     /// The attachment of this process to the segment `spec` names, made (segment created if
     /// absent, slot claimed, keeper started) on first use.
-    pub(crate) fn get(
-        spec: &FileSpec,
-        max_queue: u64,
-        queue_timeout: Duration,
-    ) -> Result<&'static Attachment, HostError> {
+    pub(crate) fn get(spec: &FileSpec) -> Result<&'static Attachment, HostError> {
         let fork_gen = os::fork_gen();
         let opened = file::open_or_create(spec)?;
         let meta = opened.file.metadata().map_err(|source| HostError::Io {
@@ -152,16 +143,7 @@ impl Attachment {
                     what: c.to_string(),
                 }
             })?;
-        let gate = Bulkhead::new(Config {
-            max_concurrent: 1,
-            max_queue,
-            queue_timeout,
-            ..Config::default()
-        })
-        .map_err(|e| HostError::Option {
-            option: "max_queue",
-            message: e.to_string(),
-        })?;
+
         os::close_in_children(lock.as_raw_fd());
         let a: &'static Attachment = Box::leak(Box::new(Attachment {
             mapping: opened.mapping,
@@ -172,10 +154,8 @@ impl Attachment {
             slot,
             generation: AtomicU64::new(generation),
             fork_gen,
-            gate,
             pending: Mutex::new(BTreeSet::new()),
             reaper: Mutex::new(HashMap::new()),
-            closed: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             last_probe: Mutex::new(Instant::now()),
             wakers: Mutex::new(Wakers::default()),
@@ -301,20 +281,16 @@ impl Attachment {
         }
     }
 
-    /// Takes a ticket and publishes this process's smallest; `None` (nothing taken, nothing
-    /// published) when this process already has `max_queue` waiters.
-    pub(crate) fn enqueue(&self, max_queue: u64) -> Option<u64> {
+    /// Takes a ticket and publishes this process's smallest.
+    pub(crate) fn enqueue(&self) -> u64 {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.len() as u64 >= max_queue {
-            return None;
-        }
         let seg = self.seg();
         let t = seg.take_ticket();
         pending.insert(t);
         let min = pending.first().copied().unwrap_or(NO_TICKET);
         seg.set_queued(self.slot, pending.len() as u64);
         seg.publish(self.slot, min);
-        Some(t)
+        t
     }
 
     /// Withdraws ticket `t` (granted, timed out or cancelled), publishes the next, and rings

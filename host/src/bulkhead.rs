@@ -4,13 +4,15 @@
 use std::{
     path::Path,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicPtr, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use hullguard_core::{AcquireError, ClockSource, MetricSink, Observe, Reason, Request, deadline};
+use hullguard_core::{
+    AcquireError, ClockSource, Decision, MetricSink, Observe, Reason, Request, deadline,
+};
 
 use crate::{
     acquire::HostAcquire,
@@ -20,6 +22,7 @@ use crate::{
     options::{HostOptions, OnMismatch},
     os,
     permit::{HostPermit, Ticket, granted, reject},
+    queue::LocalQueue,
     segment::{Admit, SegmentConfig},
     stats::HostStats,
 };
@@ -51,10 +54,19 @@ pub struct HostBulkhead {
     name: String,
     options: HostOptions,
     spec: FileSpec,
-    /// The attachment of this process (re-made after a fork); always a leaked, never freed
-    /// `Box<Attachment>`.
-    current: AtomicPtr<Attachment>,
+    /// This handle's queue over this process's attachment (re-made after a fork): a pointer
+    /// from `Arc::into_raw`, holding one strong count, given back on drop. One replaced after
+    /// a fork is leaked (a thread may still be reading it), never freed.
+    current: AtomicPtr<LocalQueue>,
     reattach: Mutex<()>,
+}
+
+impl Drop for HostBulkhead {
+    fn drop(&mut self) {
+        // SAFETY: `current` holds a pointer from `Arc::into_raw` with its own strong count,
+        // given back exactly once here (`&mut self`: no reader is left).
+        drop(unsafe { Arc::from_raw(*self.current.get_mut()) });
+    }
 }
 
 impl HostBulkhead {
@@ -86,17 +98,18 @@ impl HostBulkhead {
             creator,
         };
         let a = Self::attach(&spec, &options)?;
+        let q = LocalQueue::new(a, options.max_queue, options.queue_timeout)?;
         Ok(HostBulkhead {
             name: name.to_owned(),
             options,
             spec,
-            current: AtomicPtr::new(a as *const Attachment as *mut Attachment),
+            current: AtomicPtr::new(Arc::into_raw(Arc::new(q)).cast_mut()),
             reattach: Mutex::new(()),
         })
     }
 
     fn attach(spec: &FileSpec, options: &HostOptions) -> Result<&'static Attachment, HostError> {
-        let a = Attachment::get(spec, options.max_queue, options.queue_timeout)?;
+        let a = Attachment::get(spec)?;
         let found = a.seg().config();
         if options.on_mismatch == OnMismatch::Error {
             let want = &spec.config;
@@ -120,28 +133,55 @@ impl HostBulkhead {
         Ok(a)
     }
 
-    /// This process's attachment: re-made in a forked child on first use.
-    fn attachment(&self) -> Result<&'static Attachment, HostError> {
-        // SAFETY: `current` only ever holds pointers from `Box::leak` (Attachment::get), which
-        // are never freed.
-        let a: &'static Attachment = unsafe { &*self.current.load(Ordering::Acquire) };
-        if a.is_own() {
-            return Ok(a);
+    /// This handle's queue over this process's attachment: re-made in a forked child on
+    /// first use (a slot of the child's own, an empty queue; a closed handle stays closed).
+    fn queue(&self) -> Result<&LocalQueue, HostError> {
+        // SAFETY: `current` always holds a live `Arc` pointer: this handle's own strong count
+        // keeps it alive while `&self` is borrowed (a replaced one is leaked, never freed).
+        let q: &LocalQueue = unsafe { &*self.current.load(Ordering::Acquire) };
+        if q.a.is_own() {
+            return Ok(q);
         }
         let _guard = self.reattach.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: as above.
-        let a: &'static Attachment = unsafe { &*self.current.load(Ordering::Acquire) };
-        if a.is_own() {
-            return Ok(a);
+        let q: &LocalQueue = unsafe { &*self.current.load(Ordering::Acquire) };
+        if q.a.is_own() {
+            return Ok(q);
         }
         let mut options = self.options.clone();
         options.on_mismatch = OnMismatch::Adopt; // the parent already checked
-        let fresh = Self::attach(&self.spec, &options)?;
-        self.current.store(
-            fresh as *const Attachment as *mut Attachment,
-            Ordering::Release,
-        );
-        Ok(fresh)
+        let fresh = LocalQueue::new(
+            Self::attach(&self.spec, &options)?,
+            options.max_queue,
+            options.queue_timeout,
+        )?;
+        if q.is_closed() {
+            fresh.close();
+        }
+        let fresh = Arc::into_raw(Arc::new(fresh));
+        self.current.store(fresh.cast_mut(), Ordering::Release);
+        // SAFETY: just made from a live Arc this handle now owns.
+        Ok(unsafe { &*fresh })
+    }
+
+    /// The queue as an owning reference (for a future that may outlive this borrow).
+    fn queue_arc(&self, q: &LocalQueue) -> Arc<LocalQueue> {
+        let ptr: *const LocalQueue = q;
+        // SAFETY: `q` came from `queue()`: a pointer from `Arc::into_raw` whose strong count
+        // this handle holds while borrowed, so adding one and taking it back is sound.
+        unsafe {
+            Arc::increment_strong_count(ptr);
+            Arc::from_raw(ptr)
+        }
+    }
+
+    /// The queue even when a forked child could not re-attach (for read-only accessors).
+    fn queue_or_current(&self) -> &LocalQueue {
+        match self.queue() {
+            Ok(q) => q,
+            // SAFETY: as in `queue`.
+            Err(_) => unsafe { &*self.current.load(Ordering::Acquire) },
+        }
     }
 
     /// The name.
@@ -151,15 +191,7 @@ impl HostBulkhead {
 
     /// The segment file.
     pub fn path(&self) -> &Path {
-        &self.attachment_or_current().path
-    }
-
-    fn attachment_or_current(&self) -> &'static Attachment {
-        match self.attachment() {
-            Ok(a) => a,
-            // SAFETY: as in `attachment`.
-            Err(_) => unsafe { &*self.current.load(Ordering::Acquire) },
-        }
+        &self.queue_or_current().a.path
     }
 
     /// The options it was opened with.
@@ -169,7 +201,7 @@ impl HostBulkhead {
 
     /// This process's slot index (diagnostics).
     pub fn slot(&self) -> usize {
-        self.attachment_or_current().slot
+        self.queue_or_current().a.slot
     }
 
     /// Admits `weight` permits now or refuses (never queues).
@@ -205,37 +237,47 @@ impl HostBulkhead {
     /// no classes) or observe mode (none) is refused `invalid`. [`HostError::Poisoned`] /
     /// [`HostError::Removed`] when the segment cannot be trusted or is gone.
     pub fn admit_blocking(&self, request: &Request) -> Result<HostPermit, HostError> {
-        let (a, wait) = match self.start(request)? {
+        let (q, wait) = match self.start(request)? {
             Start::Done(permit) => return Ok(permit),
-            Start::Wait { a, wait } => (a, wait),
+            Start::Wait { q, wait } => (q, wait),
         };
-        let max_queue = self.options.max_queue;
+        let a = q.a;
         let start = Instant::now();
         let until = start.checked_add(wait);
-        // Queue: a ticket (global arrival order), then this process's FIFO for the head.
-        let Some(ticket) = Ticket::take(a, max_queue) else {
-            return Err(reject(a, max_queue, Reason::QueueLimit));
+        // This handle's FIFO for its head first (a full queue refuses before any ticket),
+        // then a ticket: the global arrival order.
+        let gate = Request::new(1).queue_timeout(wait);
+        let (head, ticket) = match q.gate.admit(&gate, None) {
+            Decision::Granted(call) => (call, Ticket::take(a)),
+            Decision::Queued(waiter) => {
+                let ticket = Ticket::take(a);
+                match waiter.wait_blocking(until) {
+                    Ok(call) => (call, ticket),
+                    Err(e) => return Err(refused(q, e)),
+                }
+            }
+            Decision::Rejected(e) => return Err(refused(q, e)),
         };
-        let head = match a.gate.acquire_blocking(1, Some(wait)) {
-            Ok(p) => p,
-            // The host's snapshot, not the gate's (a one-permit bulkhead).
-            Err(e) => return Err(e.reason().map_or(e.into(), |r| reject(a, max_queue, r))),
-        };
-        // The head of this process: wait for the global turn on the own doorbell.
+        // This handle's head: wait for the global turn on the own doorbell.
         loop {
             let bell = a.bell();
             let seen = bell.load(Ordering::SeqCst);
             if let Ok(generation) = a.admit(request.weight, request.cost, true)? {
                 drop(ticket); // unpublish, ring the next head
-                drop(head); // hand this process's head to its next waiter
-                return Ok(granted(a, generation, request, Some(start)));
+                drop(head); // hand this handle's head to its next waiter
+                return Ok(granted(
+                    &self.queue_arc(q),
+                    generation,
+                    request,
+                    Some(start),
+                ));
             }
-            if a.closed.load(Ordering::Acquire) {
-                return Err(reject(a, max_queue, Reason::Shutdown));
+            if q.is_closed() {
+                return Err(reject(a, q.max_queue, Reason::Shutdown));
             }
             let now = Instant::now();
             let left = match until {
-                Some(t) if now >= t => return Err(reject(a, max_queue, Reason::Timeout)),
+                Some(t) if now >= t => return Err(reject(a, q.max_queue, Reason::Timeout)),
                 Some(t) => t - now,
                 None => Duration::MAX,
             };
@@ -251,17 +293,16 @@ impl HostBulkhead {
         match self.start(&request) {
             Err(e) => HostAcquire::done(Err(e)),
             Ok(Start::Done(permit)) => HostAcquire::done(Ok(permit)),
-            Ok(Start::Wait { a, wait }) => {
-                HostAcquire::queued(a, request, wait, self.options.max_queue)
-            }
+            Ok(Start::Wait { q, wait }) => HostAcquire::queued(self.queue_arc(q), request, wait),
         }
     }
 
     /// Checks `request`, and refuses or admits it at once when it can: what is left is a wait
     /// of at most the returned duration.
-    fn start(&self, request: &Request) -> Result<Start, HostError> {
-        let a = self.attachment()?;
-        let max_queue = self.options.max_queue;
+    fn start(&self, request: &Request) -> Result<Start<'_>, HostError> {
+        let q = self.queue()?;
+        let a = q.a;
+        let max_queue = q.max_queue;
         let c = a.seg().config();
         if request.weight == 0 || request.weight > c.max_concurrent {
             return Err(AcquireError::InvalidWeight {
@@ -290,7 +331,7 @@ impl HostBulkhead {
             }
             .into());
         }
-        if a.closed.load(Ordering::Acquire) {
+        if q.is_closed() {
             return Err(reject(a, max_queue, Reason::Shutdown));
         }
         let left = request.deadline.time_left(&ClockSource::default_for_host());
@@ -301,7 +342,14 @@ impl HostBulkhead {
         let wait = deadline::queue_wait(timeout, left, Duration::ZERO);
         // At once, if nobody waits and it fits.
         let refusal = match a.admit(request.weight, request.cost, false)? {
-            Ok(generation) => return Ok(Start::Done(granted(a, generation, request, None))),
+            Ok(generation) => {
+                return Ok(Start::Done(granted(
+                    &self.queue_arc(q),
+                    generation,
+                    request,
+                    None,
+                )));
+            }
             Err(Admit::Full { reason, .. }) => reason,
             Err(_) => Reason::ConcurrencyLimit,
         };
@@ -316,15 +364,15 @@ impl HostBulkhead {
         if max_queue == 0 {
             return Err(reject(a, max_queue, Reason::QueueLimit));
         }
-        Ok(Start::Wait { a, wait })
+        Ok(Start::Wait { q, wait })
     }
 
     /// The host's figures (every process's permits, waiters and counters), read from this
     /// process. Dead processes are reaped first, so the figures count live holders only.
     pub fn stats(&self) -> HostStats {
-        let a = self.attachment_or_current();
-        a.reap();
-        HostStats::read(a, &self.options)
+        let q = self.queue_or_current();
+        q.a.reap();
+        HostStats::read(q.a, &self.options)
     }
 
     /// Writes the host's samples of the metric table into `sink` (docs/design.md §8.3): the
@@ -338,31 +386,29 @@ impl HostBulkhead {
     /// `child_exit` or Node `cluster` `exit` handler calls this); returns the slots reclaimed
     /// or expired.
     pub fn reap(&self) -> usize {
-        self.attachment().map(|a| a.reap()).unwrap_or(0)
+        self.queue().map(|q| q.a.reap()).unwrap_or(0)
     }
 
-    /// Closes this process's use of the host bulkhead: new requests here are refused
-    /// `shutdown`, this process's waiters are woken with `shutdown`; held permits stay valid
-    /// until released. Other processes are not affected.
+    /// Closes this handle: its new requests are refused `shutdown` and its waiters are woken
+    /// with `shutdown`; held permits stay valid until released. Other handles (of this process
+    /// too: other threads, loops, worker threads) and other processes are not affected.
     pub fn close(&self) {
-        let a = self.attachment_or_current();
-        a.closed.store(true, Ordering::Release);
-        a.gate.close();
-        a.ring(a.slot);
+        self.queue_or_current().close();
     }
 
-    /// Whether [`close`](Self::close) was called in this process.
+    /// Whether [`close`](Self::close) was called on this handle.
     pub fn is_closed(&self) -> bool {
-        self.attachment_or_current().closed.load(Ordering::Acquire)
+        self.queue_or_current().is_closed()
     }
 
-    /// Waits until this process holds no permit and has no waiter, at most `timeout`; whether
-    /// it did. (Call [`close`](Self::close) first to stop new work.)
+    /// Waits until every permit admitted through this handle is released and it has no
+    /// waiter, at most `timeout`; whether it did. (Call [`close`](Self::close) first to stop
+    /// new work.)
     pub fn drain_blocking(&self, timeout: Duration) -> bool {
-        let a = self.attachment_or_current();
+        let q = self.queue_or_current();
         let until = Instant::now() + timeout;
         loop {
-            if a.own_held().0 == 0 && a.gate.is_idle() {
+            if q.held.load(Ordering::Acquire) == 0 && q.gate.is_idle() {
                 return true;
             }
             if Instant::now() >= until {
@@ -373,11 +419,16 @@ impl HostBulkhead {
     }
 }
 
+/// A refusal by a handle's queue, with the host's snapshot (not the one-permit gate's).
+fn refused(q: &LocalQueue, e: AcquireError) -> HostError {
+    match e.reason() {
+        Some(r) => reject(q.a, q.max_queue, r),
+        None => e.into(),
+    }
+}
+
 /// What is left of an admission after its checks and its attempt at once.
-enum Start {
+enum Start<'q> {
     Done(HostPermit),
-    Wait {
-        a: &'static Attachment,
-        wait: Duration,
-    },
+    Wait { q: &'q LocalQueue, wait: Duration },
 }

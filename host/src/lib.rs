@@ -13,7 +13,7 @@
 //! | L1 | [`segment`] | the protocol over the words: ledger, tickets, doorbells, reclaim, expiry |
 //! | L2 | `os`, `file` | OFD locks, futexes, fork; the segment file: create, attach, map |
 //! | L3 | [`options`] | the option table |
-//! | L4 | `attachment`, `permit` | one process's slot, local queue, keeper thread; [`HostPermit`], grants, rejections, tickets |
+//! | L4 | `attachment`, `queue`, `permit` | one process's slot, tickets, keeper thread; one handle's local queue; [`HostPermit`], grants, rejections, tickets |
 //! | L5 | [`stats`], `bulkhead`, `acquire` | [`HostStats`]; [`HostBulkhead`]; the asynchronous admission [`HostAcquire`] |
 //! | L6 | [`inspect`], [`cli`] | segments seen from outside: list, show, reap, remove; the `hullguard host` command |
 
@@ -49,6 +49,8 @@ pub mod inspect;
 mod os;
 #[cfg(not(loom))]
 mod permit;
+#[cfg(not(loom))]
+mod queue;
 
 pub mod error;
 pub mod options;

@@ -12,11 +12,12 @@
 //!   ticket published, and a survivor can take the whole limit;
 //! * counted once: a call in flight under an expired or reclaimed lease is taken out of the
 //!   ledger exactly once, by its release or by the reset that orphans it;
-//! * no lost wake-up: a head that waits on its doorbell (a futex wait on the value it read
-//!   before trying) is woken whenever it can make progress. The models wait without the
-//!   production timeout (a probe period), so a lost wake-up is a failure, not a delay;
+//! * no lost wake-up: a head waits on its doorbell as `futex_wait(bell, seen)` does, for the
+//!   value it read before trying, but without the production timeout (a probe period): a head
+//!   nobody rings blocks for good, and loom reports the deadlock;
 //! * crash safety: a process that dies at any crash point of claim, admission, ticket publish,
-//!   release, reclaim or expiry leaves a state one reclaim (or a second reaper) cleans up.
+//!   release, reclaim or expiry leaves a state one reclaim (or a second reaper) cleans up, and a
+//!   waiting survivor is still admitted.
 
 use std::{
     sync::{
@@ -29,7 +30,7 @@ use std::{
 };
 
 use loom::{
-    sync::{Arc, atomic::AtomicUsize},
+    sync::{Arc, Condvar, Mutex},
     thread,
 };
 
@@ -40,10 +41,35 @@ use crate::{
     sync::{AtomicU64, Ordering::SeqCst},
 };
 
-/// A segment owned by one model execution.
+/// A segment owned by one model execution, and the futex its doorbells are waited on with.
 struct Host {
     words: Box<[AtomicU64]>,
     n_slots: usize,
+    futex: Futex,
+}
+
+/// The kernel's futex, for every doorbell at once (one hash bucket): a waiter checks its word
+/// under the bucket lock and sleeps atomically with releasing it; a waker bumps the word, then
+/// takes the lock and wakes every sleeper (each re-checks its own word).
+struct Futex {
+    bucket: Mutex<()>,
+    sleepers: Condvar,
+}
+
+impl Futex {
+    /// `futex_wait(word, seen)` with no timeout: returns once `word` is not `seen`.
+    fn wait(&self, word: &AtomicU64, seen: u64) {
+        let mut bucket = self.bucket.lock().unwrap();
+        while word.load(SeqCst) == seen {
+            bucket = self.sleepers.wait(bucket).unwrap();
+        }
+    }
+
+    /// `futex_wake(word, all)`, after the word was bumped.
+    fn wake(&self) {
+        let _bucket = self.bucket.lock().unwrap();
+        self.sleepers.notify_all();
+    }
 }
 
 impl Host {
@@ -73,6 +99,10 @@ impl Host {
         Arc::new(Host {
             words,
             n_slots: n_slots as usize,
+            futex: Futex {
+                bucket: Mutex::new(()),
+                sleepers: Condvar::new(),
+            },
         })
     }
 
@@ -84,19 +114,24 @@ impl Host {
     fn claim(&self, slot: usize) -> u64 {
         claim(&self.seg(), slot).unwrap()
     }
+
+    /// Rings `slot`'s doorbell and wakes its waiters (`Attachment::ring`).
+    fn ring(&self, slot: usize) {
+        self.seg().ring(slot);
+        self.futex.wake();
+    }
+
+    /// Rings whoever holds the smallest ticket now, if anyone (`Attachment::ring_head`).
+    fn ring_head(&self) {
+        let scan = self.seg().scan();
+        if scan.has_waiters() {
+            self.ring(scan.min_slot);
+        }
+    }
 }
 
 fn claim(seg: &Segment<'_>, slot: usize) -> Result<u64, crate::segment::Corrupt> {
     seg.claim(slot, 100 + slot as u64, 1, 1, 0, 0)
-}
-
-/// Rings whoever holds the smallest ticket now (`Attachment::ring_head`; the futex wake is the
-/// caller's, and a model's waiter polls the bell instead).
-fn ring_head(seg: &Segment<'_>) {
-    let scan = seg.scan();
-    if scan.has_waiters() {
-        seg.ring(scan.min_slot);
-    }
 }
 
 /// I2 + I5 + no ticket left published.
@@ -157,7 +192,7 @@ fn model2<F: Fn() + Sync + Send + 'static>(f: F) {
     model_in(0, usize::MAX, f);
 }
 
-/// Three live threads: at most 3 (about 10^4 executions; 4 costs ten times that).
+/// Three live threads: at most 3.
 fn model3<F: Fn() + Sync + Send + 'static>(f: F) {
     model_in(0, 3, f);
 }
@@ -384,55 +419,14 @@ fn loom_host_reclaim_vs_expiry_of_a_dead_owner() {
 // 3. Tickets and doorbells.
 // ---------------------------------------------------------------------------------------------
 
-/// How many of a waiter's fellow parties finished: made their last ring, or died.
-struct Done {
-    n: AtomicUsize,
-}
-
-impl Done {
-    fn new() -> Arc<Done> {
-        Arc::new(Done {
-            n: AtomicUsize::new(0),
-        })
-    }
-
-    fn finish(&self) {
-        self.n.fetch_add(1, SeqCst);
-    }
-}
-
-/// `futex_wait(bell, seen)` without a timeout: returns once the bell moved off `seen`. If all
-/// `others` parties finished (so every ring they would make is made) and it did not move, the
-/// wake-up was lost: fail. (Two waiters waiting on each other spin until loom's branch limit.)
-fn futex_wait(bell: &AtomicU64, seen: u64, done: &Done, others: usize) {
-    loop {
-        let finished = done.n.load(SeqCst) == others;
-        if bell.load(SeqCst) != seen {
-            return;
-        }
-        assert!(
-            !finished,
-            "lost wake-up: every other party finished, the bell still reads {seen}"
-        );
-        thread::yield_now();
-    }
-}
-
 /// The most waits a head makes in these models (each needs a ring; there are few).
 const MAX_ROUNDS: usize = 8;
 
 /// The head's loop of `HostBulkhead::admit_blocking`: read the own doorbell, try as the head
 /// (ringing the slot a refusal names), and if not admitted wait for the bell to move. Ends
-/// admitted, else fails.
-fn head_loop(
-    seg: &Segment<'_>,
-    slot: usize,
-    g: u64,
-    weight: u64,
-    cost: u64,
-    done: &Done,
-    others: usize,
-) {
+/// admitted, else fails (a head nobody rings blocks: loom reports a deadlock).
+fn head_loop(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+    let seg = host.seg();
     for _ in 0..MAX_ROUNDS {
         let bell = seg.slot_word(slot, s::BELL);
         let seen = bell.load(SeqCst);
@@ -440,30 +434,26 @@ fn head_loop(
             Admit::Granted => return,
             Admit::Full { ring, .. } => {
                 if let Some(r) = ring {
-                    seg.ring(r);
+                    host.ring(r);
                 }
             }
             Admit::NotHead => {}
             Admit::Stale => panic!("slot {slot}: stale"),
         }
-        futex_wait(bell, seen, done, others);
+        host.futex.wait(bell, seen);
     }
     panic!("slot {slot}: not admitted after {MAX_ROUNDS} wake-ups");
 }
 
 /// A process's one non-head attempt (`HostBulkhead::try_acquire`): on a grant it releases and
 /// rings the head; on a refusal it rings the slot the refusal names (`Attachment::admit`).
-fn try_once(seg: &Segment<'_>, slot: usize, g: u64, weight: u64, cost: u64) -> bool {
-    match seg.admit(slot, g, weight, cost, false) {
-        Admit::Granted => {
-            release_ring(seg, slot, g, weight, cost);
-            true
-        }
+fn try_once(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+    match host.seg().admit(slot, g, weight, cost, false) {
+        Admit::Granted => release_ring(host, slot, g, weight, cost),
         Admit::Full { ring, .. } => {
             if let Some(r) = ring {
-                seg.ring(r);
+                host.ring(r);
             }
-            false
         }
         other => panic!("slot {slot}: unexpected {other:?}"),
     }
@@ -476,15 +466,23 @@ fn enqueue(seg: &Segment<'_>, slot: usize) {
 }
 
 /// Withdraws the process's only ticket and rings the new global head (`Attachment::dequeue`).
-fn dequeue(seg: &Segment<'_>, slot: usize) {
-    seg.publish(slot, NO_TICKET);
-    ring_head(seg);
+fn dequeue(host: &Host, slot: usize) {
+    host.seg().publish(slot, NO_TICKET);
+    host.ring_head();
 }
 
 /// Releases and rings the global head (`HostPermit::release`).
-fn release_ring(seg: &Segment<'_>, slot: usize, g: u64, weight: u64, cost: u64) {
-    assert_eq!(seg.release(slot, g, weight, cost), Ok(()));
-    ring_head(seg);
+fn release_ring(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+    assert_eq!(host.seg().release(slot, g, weight, cost), Ok(()));
+    host.ring_head();
+}
+
+/// A queued waiter's whole life: ticket, head loop, dequeue, release.
+fn wait_turn(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+    enqueue(&host.seg(), slot);
+    head_loop(host, slot, g, weight, cost);
+    dequeue(host, slot);
+    release_ring(host, slot, g, weight, cost);
 }
 
 #[test]
@@ -492,26 +490,18 @@ fn loom_host_release_rings_the_waiting_head() {
     // Limit 1, held by slot 0. Slot 1 queues and waits on its doorbell as the head; the
     // holder releases and rings the head. No lost wake-up: a head that read the bell before
     // trying, and failed because the permit was still held, sees the bell move. (Ringing
-    // before releasing fails here; so does reading the bell after trying.)
+    // before releasing deadlocks here; so does reading the bell after trying.)
     model2(|| {
         let host = Host::new(2, 1, 0);
         let (g0, g1) = (host.claim(0), host.claim(1));
-        let seg = host.seg();
-        assert_eq!(seg.admit(0, g0, 1, 0, false), Admit::Granted);
-        let done = Done::new();
+        assert_eq!(host.seg().admit(0, g0, 1, 0, false), Admit::Granted);
         let holder = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || {
-                release_ring(&host.seg(), 0, g0, 1, 0);
-                done.finish();
-            })
+            let host = host.clone();
+            thread::spawn(move || release_ring(&host, 0, g0, 1, 0))
         };
-        enqueue(&seg, 1);
-        head_loop(&seg, 1, g1, 1, 0, &done, 1);
-        dequeue(&seg, 1);
-        release_ring(&seg, 1, g1, 1, 0);
+        wait_turn(&host, 1, g1, 1, 0);
         holder.join().unwrap();
-        assert_quiescent(&seg);
+        assert_quiescent(&host.seg());
     });
 }
 
@@ -522,21 +512,12 @@ fn loom_host_two_heads_take_turns() {
     // the other is admitted after. Neither waits forever.
     model2(|| {
         let host = Host::new(2, 1, 0);
-        let gens = [host.claim(0), host.claim(1)];
-        let done = Done::new();
-        let run = move |host: &Host, slot: usize, done: &Done| {
-            let seg = host.seg();
-            enqueue(&seg, slot);
-            head_loop(&seg, slot, gens[slot], 1, 0, done, 1);
-            dequeue(&seg, slot);
-            release_ring(&seg, slot, gens[slot], 1, 0);
-            done.finish();
-        };
+        let (g0, g1) = (host.claim(0), host.claim(1));
         let other = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || run(&host, 0, &done))
+            let host = host.clone();
+            thread::spawn(move || wait_turn(&host, 0, g0, 1, 0))
         };
-        run(&host, 1, &done);
+        wait_turn(&host, 1, g1, 1, 0);
         other.join().unwrap();
         assert_quiescent(&host.seg());
     });
@@ -545,36 +526,23 @@ fn loom_host_two_heads_take_turns() {
 #[test]
 fn loom_host_two_heads_behind_a_holder() {
     // As above, with the limit held by a third process that releases meanwhile: both heads
-    // are admitted, one after the other, whichever order the three interleave in.
+    // are admitted, one after the other, however the three interleave.
     model3(|| {
         let host = Host::new(3, 1, 0);
-        let gens = [host.claim(0), host.claim(1), host.claim(2)];
-        let seg = host.seg();
-        assert_eq!(seg.admit(2, gens[2], 1, 0, false), Admit::Granted);
-        let done = Done::new();
+        let (g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
+        assert_eq!(host.seg().admit(2, g2, 1, 0, false), Admit::Granted);
         let holder = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || {
-                release_ring(&host.seg(), 2, gens[2], 1, 0);
-                done.finish();
-            })
-        };
-        let run = move |host: &Host, slot: usize, done: &Done| {
-            let seg = host.seg();
-            enqueue(&seg, slot);
-            head_loop(&seg, slot, gens[slot], 1, 0, done, 2);
-            dequeue(&seg, slot);
-            release_ring(&seg, slot, gens[slot], 1, 0);
-            done.finish();
+            let host = host.clone();
+            thread::spawn(move || release_ring(&host, 2, g2, 1, 0))
         };
         let other = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || run(&host, 0, &done))
+            let host = host.clone();
+            thread::spawn(move || wait_turn(&host, 0, g0, 1, 0))
         };
-        run(&host, 1, &done);
+        wait_turn(&host, 1, g1, 1, 0);
         other.join().unwrap();
         holder.join().unwrap();
-        assert_quiescent(&seg);
+        assert_quiescent(&host.seg());
     });
 }
 
@@ -585,23 +553,16 @@ fn loom_host_cancel_passes_the_turn() {
     // admitted.
     model2(|| {
         let host = Host::new(2, 1, 0);
-        let (_g0, g1) = (host.claim(0), host.claim(1));
-        let seg = host.seg();
-        enqueue(&seg, 0);
-        enqueue(&seg, 1);
-        let done = Done::new();
+        let g1 = host.claim(1);
+        host.claim(0);
+        enqueue(&host.seg(), 0);
         let canceller = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || {
-                dequeue(&host.seg(), 0);
-                done.finish();
-            })
+            let host = host.clone();
+            thread::spawn(move || dequeue(&host, 0))
         };
-        head_loop(&seg, 1, g1, 1, 0, &done, 1);
-        dequeue(&seg, 1);
-        release_ring(&seg, 1, g1, 1, 0);
+        wait_turn(&host, 1, g1, 1, 0);
         canceller.join().unwrap();
-        assert_quiescent(&seg);
+        assert_quiescent(&host.seg());
     });
 }
 
@@ -611,32 +572,22 @@ fn loom_host_cancel_and_release_pass_the_turn() {
     // while slot 2 releases; slot 1 (the next ticket) is admitted whatever the order.
     model3(|| {
         let host = Host::new(3, 1, 0);
-        let (_g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
-        let seg = host.seg();
-        assert_eq!(seg.admit(2, g2, 1, 0, false), Admit::Granted);
-        enqueue(&seg, 0);
-        enqueue(&seg, 1);
-        let done = Done::new();
+        let (g1, g2) = (host.claim(1), host.claim(2));
+        host.claim(0);
+        assert_eq!(host.seg().admit(2, g2, 1, 0, false), Admit::Granted);
+        enqueue(&host.seg(), 0);
         let canceller = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || {
-                dequeue(&host.seg(), 0);
-                done.finish();
-            })
+            let host = host.clone();
+            thread::spawn(move || dequeue(&host, 0))
         };
         let holder = {
-            let (host, done) = (host.clone(), done.clone());
-            thread::spawn(move || {
-                release_ring(&host.seg(), 2, g2, 1, 0);
-                done.finish();
-            })
+            let host = host.clone();
+            thread::spawn(move || release_ring(&host, 2, g2, 1, 0))
         };
-        head_loop(&seg, 1, g1, 1, 0, &done, 2);
-        dequeue(&seg, 1);
-        release_ring(&seg, 1, g1, 1, 0);
+        wait_turn(&host, 1, g1, 1, 0);
         canceller.join().unwrap();
         holder.join().unwrap();
-        assert_quiescent(&seg);
+        assert_quiescent(&host.seg());
     });
 }
 
@@ -644,33 +595,25 @@ fn loom_host_cancel_and_release_pass_the_turn() {
 fn loom_host_undone_bumps_ring_the_head() {
     // Limit 1. Slot 0 queues and waits as the head while slots 1 and 2 each try once (no
     // ticket published yet when they look). A head refused because of a tentative bump that
-    // is then undone must be rung by the undoer: nobody else may be left to ring it. Found at
-    // bound 4 (1: scans, 2: scans, bumps, is admitted; 1: bumps, over; 2: releases, no head to
-    // ring yet; 0: publishes, sees 1's bump, waits; 1: undoes, rings nobody), so this model
-    // runs at 4 whatever the environment says.
+    // is then undone must be rung by the undoer: nobody else may be left to ring it. The lost
+    // wake-up this guards against needs 4 preemptions (1 and 2 scan; 2 bumps, is admitted; 1
+    // bumps, is over; 2 releases, no head to ring yet; 0 publishes, sees 1's bump, waits; 1
+    // undoes and rings nobody), so this model runs at 4 whatever the environment says.
     model_in(4, 4, || {
         let host = Host::new(3, 1, 0);
-        let gens = [host.claim(0), host.claim(1), host.claim(2)];
-        let done = Done::new();
-        let tries: Vec<_> = [1, 2]
+        let (g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
+        let tries: Vec<_> = [(1, g1), (2, g2)]
             .into_iter()
-            .map(|slot| {
-                let (host, done) = (host.clone(), done.clone());
-                thread::spawn(move || {
-                    try_once(&host.seg(), slot, gens[slot], 1, 0);
-                    done.finish();
-                })
+            .map(|(slot, g)| {
+                let host = host.clone();
+                thread::spawn(move || try_once(&host, slot, g, 1, 0))
             })
             .collect();
-        let seg = host.seg();
-        enqueue(&seg, 0);
-        head_loop(&seg, 0, gens[0], 1, 0, &done, 2);
-        dequeue(&seg, 0);
-        release_ring(&seg, 0, gens[0], 1, 0);
+        wait_turn(&host, 0, g0, 1, 0);
         for t in tries {
             t.join().unwrap();
         }
-        assert_quiescent(&seg);
+        assert_quiescent(&host.seg());
     });
 }
 
@@ -696,8 +639,8 @@ fn quiet_crashes() {
 enum Survivor {
     /// One non-head attempt (1 permit, 1 unit), released at once if granted.
     Tries,
-    /// A queued waiter: ticket, head loop (1 permit, 1 unit), dequeue, release. It must be
-    /// admitted: the victim's death may never strand it (the reaper rings after reclaiming).
+    /// A queued waiter (1 permit, 1 unit). It must be admitted: a death may never strand it
+    /// (the reaper rings the head after reclaiming).
     Waits,
 }
 
@@ -724,119 +667,86 @@ fn each_crash_point(
     panic!("{what}: still crashing after 64 crash points");
 }
 
-/// Starts the survivor in slot 1. `others`: the parties whose last ring it may wait for.
-fn survivor(
-    host: &Arc<Host>,
-    kind: Survivor,
-    g: u64,
-    done: &Arc<Done>,
-    others: usize,
-) -> thread::JoinHandle<()> {
-    let (host, done) = (host.clone(), done.clone());
-    thread::spawn(move || {
-        let seg = host.seg();
-        match kind {
-            Survivor::Tries => {
-                try_once(&seg, 1, g, 1, 1);
-            }
-            Survivor::Waits => {
-                enqueue(&seg, 1);
-                head_loop(&seg, 1, g, 1, 1, &done, others);
-                dequeue(&seg, 1);
-                release_ring(&seg, 1, g, 1, 1);
-            }
-        }
-    })
-}
-
-/// After the victim's death and the reap: I2, I5, no ticket, the slot free, the whole limit
-/// free for the survivor.
-#[track_caller]
-fn assert_reaped(seg: &Segment<'_>, victim: usize, survivor: usize, gs: u64) {
-    assert_quiescent(seg);
-    assert_eq!(seg.lease_of(victim).unwrap().0, LeaseState::Free);
-    assert_whole_limit_free(seg, survivor, gs);
-}
-
 /// A dead process in slot 0: it held a call (1 permit, 1 unit) and had a ticket published.
-fn dead_owner(seg: &Segment<'_>) -> u64 {
-    let g = claim(seg, 0).unwrap();
+fn dead_owner(host: &Host) -> u64 {
+    let seg = host.seg();
+    let g = host.claim(0);
     assert_eq!(seg.admit(0, g, 1, 1, false), Admit::Granted);
-    enqueue(seg, 0);
+    enqueue(&seg, 0);
     g
+}
+
+fn claim0(host: &Host) -> u64 {
+    host.claim(0)
 }
 
 /// Limit 2, budget 2. Slot 0 is set up by `setup`; then its process (`op`, or a reaper or an
 /// observer acting on it) dies after `k` crash points, concurrently with a survivor in slot 1;
-/// then a reaper reclaims slot 0 (the survivor may still run) and rings the head.
+/// then a reaper reclaims slot 0 and rings the head (the survivor may still run). Afterwards:
+/// I2, I5, no ticket, slot 0 free, the whole limit free for the survivor.
 fn crash_model(
     k: usize,
     kind: Survivor,
     crashed: &StdAtomicBool,
-    setup: fn(&Segment<'_>) -> u64,
-    op: fn(&Segment<'_>, u64),
+    setup: fn(&Host) -> u64,
+    op: fn(&Host, u64),
 ) {
     let host = Host::new(2, 2, 2);
-    let seg = host.seg();
-    let g0 = setup(&seg);
+    let g0 = setup(&host);
     let gs = host.claim(1);
-    let done = Done::new();
     let victim = {
-        let (host, done) = (host.clone(), done.clone());
-        thread::spawn(move || {
-            let died = crash::with_budget(k, || op(&host.seg(), g0)).is_none();
-            done.finish(); // dead or done: it rings nobody any more
-            died
+        let host = host.clone();
+        thread::spawn(move || crash::with_budget(k, || op(&host, g0)).is_none())
+    };
+    let survivor = {
+        let host = host.clone();
+        thread::spawn(move || match kind {
+            Survivor::Tries => try_once(&host, 1, gs, 1, 1),
+            Survivor::Waits => wait_turn(&host, 1, gs, 1, 1),
         })
     };
-    let survivor = survivor(&host, kind, gs, &done, 2);
     if victim.join().unwrap() {
         crashed.store(true, StdOrdering::SeqCst);
     }
     // Slot 0's process is dead: its liveness lock dropped; a reaper takes it, reclaims the
     // slot and rings the head (`Attachment::reap`).
+    let seg = host.seg();
     seg.reclaim(0).unwrap();
-    ring_head(&seg);
-    done.finish();
+    host.ring_head();
     survivor.join().unwrap();
-    assert_reaped(&seg, 0, 1, gs);
-}
-
-fn claim0(seg: &Segment<'_>) -> u64 {
-    claim(seg, 0).unwrap()
+    assert_quiescent(&seg);
+    assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);
+    assert_whole_limit_free(&seg, 1, gs);
 }
 
 #[test]
 fn loom_host_crash_in_admit_and_release() {
     // The victim tries for the whole limit (2 permits, 1 unit) beside the survivor's 1, so its
-    // bump may be undone: acquire.bump, .check, .undo, release.held, .cost.
+    // bump may be undone: acquire.bump, .check, then .undo (through release: release.held,
+    // .cost) or release.held, .cost.
     let n = each_crash_point("admit + release", |k, kind, crashed| {
-        crash_model(k, kind, crashed, claim0, |seg, g| {
-            try_once(seg, 0, g, 2, 1);
+        crash_model(k, kind, crashed, claim0, |host, g| {
+            try_once(host, 0, g, 2, 1)
         });
     });
-    assert_eq!(
-        n, 5,
-        "bump, check, then undo (through release: held, cost) or release"
-    );
+    assert_eq!(n, 5, "bump, check, undo, held, cost");
 }
 
 #[test]
 fn loom_host_crash_in_queue_admit_and_dequeue() {
-    // A queued waiter's life: publish.ticket, publish.head, acquire.bump, .check (.undo),
-    // cancel.unpublish, release.held, .cost.
+    // A queued waiter's life, one try as the head: publish.ticket, publish.head,
+    // acquire.bump, .check (.undo), cancel.unpublish, release.held, .cost.
     let n = each_crash_point(
         "ticket + publish + head admit + dequeue",
         |k, kind, crashed| {
-            crash_model(k, kind, crashed, claim0, |seg, g| {
-                enqueue(seg, 0);
-                let granted = seg.admit(0, g, 1, 1, true);
-                dequeue(seg, 0);
-                match granted {
-                    Admit::Granted => release_ring(seg, 0, g, 1, 1),
-                    Admit::Full { ring: Some(r), .. } => {
-                        seg.ring(r);
-                    }
+            crash_model(k, kind, crashed, claim0, |host, g| {
+                let seg = host.seg();
+                enqueue(&seg, 0);
+                let admitted = seg.admit(0, g, 1, 1, true);
+                dequeue(host, 0);
+                match admitted {
+                    Admit::Granted => release_ring(host, 0, g, 1, 1),
+                    Admit::Full { ring: Some(r), .. } => host.ring(r),
                     _ => {}
                 }
             });
@@ -851,9 +761,9 @@ fn loom_host_crash_in_claim_over_a_dead_owner() {
     // claim reclaims it first: reclaim.lease, .words, .head, .free), then claim.words,
     // claim.lease, and admits (acquire.bump, .check) and dies holding.
     let n = each_crash_point("claim (with reclaim) + admit", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |seg, _| {
-            let g = claim(seg, 0).unwrap();
-            let _ = seg.admit(0, g, 1, 1, false);
+        crash_model(k, kind, crashed, dead_owner, |host, _| {
+            let g = host.claim(0);
+            let _ = host.seg().admit(0, g, 1, 1, false);
         });
     });
     assert_eq!(n, 8, "reclaim's four, claim's two, bump, check");
@@ -863,9 +773,9 @@ fn loom_host_crash_in_claim_over_a_dead_owner() {
 fn loom_host_crash_in_reclaim_then_another_reaper() {
     // A reaper dies at each step of reclaiming a dead owner's slot; the next one finishes.
     let n = each_crash_point("reclaim, then a second reaper", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |seg, _| {
-            seg.reclaim(0).unwrap();
-            ring_head(seg);
+        crash_model(k, kind, crashed, dead_owner, |host, _| {
+            host.seg().reclaim(0).unwrap();
+            host.ring_head();
         });
     });
     assert_eq!(n, 4, "lease, words, head, free");
@@ -876,9 +786,9 @@ fn loom_host_crash_in_expiry_then_a_reaper() {
     // An observer dies at each step of expiring a silent slot (its owner, in fact dead); a
     // reaper then reclaims it.
     let n = each_crash_point("expire, then a reaper", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |seg, g| {
-            seg.expire(0, g).unwrap();
-            ring_head(seg);
+        crash_model(k, kind, crashed, dead_owner, |host, g| {
+            host.seg().expire(0, g).unwrap();
+            host.ring_head();
         });
     });
     assert_eq!(n, 2, "lease, words");

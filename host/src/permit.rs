@@ -1,7 +1,10 @@
 //! [`HostPermit`] and what makes one (docs/design.md §14.3): a grant counted and a rejection
 //! with the host's snapshot, and the published ticket of a waiting request.
 
-use std::{sync::atomic::Ordering, time::Instant};
+use std::{
+    sync::{Arc, atomic::Ordering},
+    time::Instant,
+};
 
 use hullguard_core::{
     AcquireError, DimensionSnapshot, Reason, Rejection, Request, Snapshot, WaitHistogram,
@@ -11,17 +14,20 @@ use crate::{
     attachment::Attachment,
     error::{HostError, LeaseError},
     layout::h,
+    queue::LocalQueue,
 };
 
 /// Counts a grant and makes its permit (chain-waking the next head after a queued one).
 pub(crate) fn granted(
-    a: &'static Attachment,
+    q: &Arc<LocalQueue>,
     generation: u64,
     request: &Request,
     queued_since: Option<Instant>,
 ) -> HostPermit {
+    let a = q.a;
     let seg = a.seg();
     seg.count(h::ADMITTED, 1);
+    q.held.fetch_add(1, Ordering::AcqRel);
     if let Some(since) = queued_since {
         let ns = since.elapsed().as_nanos() as u64;
         seg.count(h::QUEUE_WAIT_COUNT, 1);
@@ -33,7 +39,7 @@ pub(crate) fn granted(
         a.ring_head();
     }
     HostPermit {
-        a,
+        q: q.clone(),
         generation,
         weight: request.weight,
         cost: request.cost,
@@ -72,12 +78,8 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// `None`: this process already has `max_queue` waiters (refuse `queue_limit`).
-    pub(crate) fn take(a: &'static Attachment, max_queue: u64) -> Option<Ticket> {
-        Some(Ticket {
-            a,
-            t: a.enqueue(max_queue)?,
-        })
+    pub(crate) fn take(a: &'static Attachment) -> Ticket {
+        Ticket { a, t: a.enqueue() }
     }
 }
 
@@ -95,7 +97,7 @@ impl Drop for Ticket {
 #[derive(Debug)]
 #[must_use = "dropping a permit releases it at once"]
 pub struct HostPermit {
-    pub(crate) a: &'static Attachment,
+    pub(crate) q: Arc<LocalQueue>,
     pub(crate) generation: u64,
     pub(crate) weight: u64,
     pub(crate) cost: u64,
@@ -142,14 +144,16 @@ impl HostPermit {
             return Err(LeaseError::AlreadyReleased);
         }
         self.done = true;
-        if !self.a.is_own() {
-            self.a.seg().count(h::FOREIGN_RELEASES, 1);
+        let a = self.q.a;
+        if !a.is_own() {
+            a.seg().count(h::FOREIGN_RELEASES, 1);
             return Err(LeaseError::Foreign);
         }
-        let seg = self.a.seg();
-        match seg.release(self.a.slot, self.generation, self.weight, self.cost) {
+        self.q.held.fetch_sub(1, Ordering::AcqRel);
+        let seg = a.seg();
+        match seg.release(a.slot, self.generation, self.weight, self.cost) {
             Ok(()) => {
-                self.a.ring_head();
+                a.ring_head();
                 Ok(())
             }
             Err(_) => {
@@ -162,7 +166,7 @@ impl HostPermit {
 
 impl Drop for HostPermit {
     fn drop(&mut self) {
-        if !self.done && self.a.is_own() {
+        if !self.done && self.q.a.is_own() {
             let _ = self.release_once();
         }
     }
