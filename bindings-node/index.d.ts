@@ -1209,6 +1209,232 @@ export declare function guardAgent<B extends new (options?: any) => any>(Base: B
  */
 export declare const BulkheadAgent: new (options: { registry: Registry; [option: string]: unknown }) => any
 
+// ----- one limit per host (host.js, re-exported by the entry; Linux only) -----------------------
+
+/**
+ * Options of `new HostBulkhead(name, options)`, read by the host crate's option table (any other
+ * key is a `TypeError` naming it — a local bulkhead's option a host bulkhead does not take, such
+ * as `classes`, `resilience`, `budgetFloor` or `shedLagThresholdMs`, is refused as such; `undefined`
+ * / `null` is the default). `maxConcurrent`, `budget`, `leaseTtlMs`, `beatMs` and `probeMs` are
+ * host-wide: the segment's creator writes them and every later attacher must ask for the same
+ * (else an `Error` with `code` `'HOST_SEGMENT'` naming both values) unless `onMismatch: 'adopt'`.
+ * `maxQueue` and `queueTimeoutMs` are this process's.
+ */
+export interface HostBulkheadOptions {
+  /** Permits the whole host may hold at once: 1 … 1 048 575. Default 10. */
+  maxConcurrent?: number | null
+  /** This process's waiters: 0 … 2^20 (0 = never queue). Default 100. */
+  maxQueue?: number | null
+  /** How long a request may wait by default, ms: 0 … 365 days. Default 30 000. */
+  queueTimeoutMs?: number | null
+  /** The host-wide budget (tokens, bytes; the second dimension): 1 … 2^40 − 1. Default none. */
+  budget?: number | null
+  /**
+   * A process whose heartbeat has not moved for this long (stopped, hung) is expired: its
+   * permits return and its later releases throw `BULKHEAD_STALE_LEASE`. Ms, 100 … 3 600 000, at
+   * least 3 × `beatMs`. Default 10 000.
+   */
+  leaseTtlMs?: number | null
+  /** The heartbeat period, ms: 10 … 600 000. Default 1 000. */
+  beatMs?: number | null
+  /**
+   * How often each process probes the others' liveness, ms: 10 … 60 000. A killed process's
+   * permits return within about this long. Default 250.
+   */
+  probeMs?: number | null
+  /** Processes that may attach at once (a new segment): 1 … 4096. Default 256. */
+  slots?: number | null
+  /** The directory of the segment file (a volume shared between containers works). Default `'/dev/shm'`. */
+  dir?: string | null
+  /** The mode of a new segment file (never world-writable). Default `0o600`. */
+  mode?: number | null
+  /** An existing segment with other host-wide settings: refuse (`'error'`, the default) or use its settings. */
+  onMismatch?: 'error' | 'adopt' | null
+}
+
+/** Options of `HostBulkhead.acquire()` (any other key is a `TypeError`). */
+export interface HostAcquireOptions {
+  /**
+   * Cancels the acquire while it waits: the promise rejects with `signal.reason` and its place
+   * in the host's queue is given up. An already aborted signal rejects at once.
+   */
+  signal?: HullguardAbortSignal | null
+  /** Permits to hold: 1 … the host's `maxConcurrent`. Default 1. */
+  weight?: number
+  /** Bounds the wait, ms: `undefined` / `null` = the bulkhead's `queueTimeoutMs`; `0` = do not queue. */
+  queueTimeoutMs?: number | null
+  /** Budget units held with the permits: 0 … the budget. Default 0. */
+  cost?: number | null
+  /** The request's absolute deadline (ms, `performance.now()` scale), min'd with `withDeadline`'s. */
+  deadline?: number | null
+}
+
+/** Options of `HostBulkhead.tryAcquire()` (any other key is a `TypeError`). */
+export interface HostTryAcquireOptions {
+  /** Permits to take: 1 … the host's `maxConcurrent`. Default 1. */
+  weight?: number
+  /** Budget units: 0 … the budget. Default 0. */
+  cost?: number | null
+  /** The absolute deadline (ms, `performance.now()` scale): a passed one throws `timeout`. */
+  deadline?: number | null
+}
+
+/**
+ * `HostBulkhead.stats()`: the host's figures in the local bulkhead's stats object (`active` =
+ * permits held by every process, `queued` = waiters of every process, host-wide counters; dead
+ * processes are reaped first, so only live holders count), plus the lease ledger's own.
+ */
+export interface HostBulkheadStats extends BulkheadStats {
+  /** Calls in flight on the host. */
+  inFlight: number
+  /** Processes attached now. */
+  attached: number
+  /** The segment's slot count. */
+  slots: number
+  /** Slots reclaimed from dead processes. */
+  reclaimedDeadTotal: number
+  /** Slots expired (stopped or hung past the lease TTL). */
+  reclaimedExpiredTotal: number
+  /** Permits those reclaims and expiries returned. */
+  reclaimedPermitsTotal: number
+  /** Releases refused `BULKHEAD_STALE_LEASE`. */
+  staleReleasesTotal: number
+  /** Releases refused `BULKHEAD_FOREIGN_LEASE`. */
+  foreignReleasesTotal: number
+  /** This process's calls in flight. */
+  localInFlight: number
+  /** This process's permits held. */
+  localActive: number
+  /** This process's waiters. */
+  localQueued: number
+  /** This process's slot. */
+  slot: number
+  /** The segment file. */
+  path: string
+}
+
+/**
+ * What `new HostBulkhead()` (and a later admission, for `'poisoned'` / `'removed'`) throws about
+ * the segment file: an `Error` with the crate's message naming the file. `kind` (the Python
+ * binding's `HostSegmentError.kind`): `'io'` (a system call failed: `errno`), `'permission'`
+ * (another owner, or world-writable), `'incompatible'` (not a segment this library reads: layout
+ * or version, naming both sides), `'mismatch'` (another host-wide setting: `onMismatch: 'adopt'`
+ * takes the segment's), `'no_slot'` (every slot held by a live process), `'poisoned'` (found
+ * inconsistent: `hullguard host rm` it), `'removed'` (the file was removed while attached).
+ */
+export type HostSegmentError = Error & {
+  readonly code: 'HOST_SEGMENT'
+  readonly kind: 'io' | 'permission' | 'incompatible' | 'mismatch' | 'no_slot' | 'poisoned' | 'removed' | 'other'
+  /** The segment file. */
+  readonly path: string | null
+  /** The OS error number of a failed system call (`kind` `'io'`), else `null`. */
+  readonly errno: number | null
+}
+
+/**
+ * A release of a host permit that did not count: `'BULKHEAD_STALE_LEASE'` (its lease expired
+ * or was reclaimed first — the process was stopped past the lease TTL: the permits were already
+ * returned, nothing is released twice) or `'BULKHEAD_FOREIGN_LEASE'` (another process's permit).
+ */
+export declare class LeaseError extends Error {
+  private constructor()
+  readonly name: 'LeaseError'
+  readonly code: 'BULKHEAD_STALE_LEASE' | 'BULKHEAD_FOREIGN_LEASE'
+}
+
+/**
+ * Permits held on a host bulkhead, made only by `acquire()` / `tryAcquire()`. A permit
+ * garbage-collected while held is released then.
+ */
+export declare class HostPermit implements Disposable {
+  private constructor()
+  /** Permits held (0 once released). */
+  readonly weight: number
+  /** Budget units held (0 once released). */
+  readonly cost: number
+  /** Whether the permits were returned. */
+  readonly released: boolean
+  /**
+   * Returns the permits to the host: `true`; `false` if already released.
+   * @throws {LeaseError} the release did not count (`BULKHEAD_STALE_LEASE`, `BULKHEAD_FOREIGN_LEASE`).
+   */
+  release(): boolean
+  /** Releases if still held (throws as `release()`). */
+  [Symbol.dispose](): void
+}
+
+/**
+ * One limit per host: a bulkhead shared by every process — `cluster` workers, forked or
+ * separately started processes, containers sharing `dir` — and every worker thread that opens
+ * `name`. FIFO across processes; a SIGKILLed holder's permits come back within about `probeMs`,
+ * a stopped or hung one's after `leaseTtlMs`. Rejections are the local bulkhead's
+ * `BulkheadError`s (same reasons and codes). Linux only.
+ *
+ * @example
+ * const db = new HostBulkhead('payments-db', { maxConcurrent: 5 })   // 5 on this host, all workers
+ * const permit = await db.acquire({ queueTimeoutMs: 2_000 })
+ * try { await query() } finally { permit.release() }
+ */
+export declare class HostBulkhead {
+  /**
+   * Opens (creating if absent) the segment `name` and attaches this process (once per process).
+   * @throws {TypeError} an unknown option, a local bulkhead's option a host bulkhead does not
+   *   take (named), a value of the wrong type.
+   * @throws {RangeError} a value out of range, or a bad `name` (1 … 200 of `A-Z a-z 0-9 . _ -`).
+   * @throws {HostSegmentError} `code` `'HOST_SEGMENT'`: permission, an incompatible file,
+   *   another host-wide setting, no free slot (`kind`); an `Error` with `code`
+   *   `'HOST_UNSUPPORTED'` off Linux.
+   */
+  constructor(name: string, options?: HostBulkheadOptions | null)
+  /**
+   * A permit now, or `null` when not admitted at once (`concurrency_limit`).
+   * @throws {BulkheadError} any other refusal (`budget_limit`, `timeout`, `shutdown`).
+   * @throws {TypeError|RangeError} a bad argument.
+   */
+  tryAcquire(options?: HostTryAcquireOptions): HostPermit | null
+  tryAcquire(weight: number, options?: { cost?: number | null; deadline?: number | null } | null): HostPermit | null
+  /**
+   * Resolves with a permit once admitted (FIFO across the host). Rejects with a `BulkheadError`
+   * (`BULKHEAD_QUEUE_TIMEOUT`, `BULKHEAD_FULL` for this process's full queue,
+   * `BULKHEAD_CLOSED`), with `signal.reason` when aborted, or with an argument error (never
+   * throws). While it waits the process stays alive.
+   */
+  acquire(options?: HostAcquireOptions): Promise<HostPermit>
+  /** The host's figures (see `HostBulkheadStats`). */
+  stats(): HostBulkheadStats
+  /** Probes the other processes now and reclaims the dead ones' slots: how many. */
+  reap(): number
+  /**
+   * Closes this handle: its new requests are refused `shutdown`, its waiters rejected
+   * `BULKHEAD_CLOSED`; held permits stay valid. Other handles and processes are not affected.
+   */
+  close(): void
+  /**
+   * Resolves `{drained, active, queued}` (`active`, `queued`: this process's permits held and
+   * waiters) once every permit admitted through this handle is released and it has no waiter
+   * (`drained: true`) or after `timeoutMs`
+   * (`drained: false`; a number or `{timeoutMs}`; `undefined` / `Infinity` = until idle, `0` =
+   * report at once). Does not close: graceful shutdown is `close()` then `drain()`. Rejects
+   * (never throws) for a bad argument.
+   */
+  drain(timeoutMs?: number | DrainOptions | null): Promise<DrainResult>
+  /** Whether `close()` was called in this process. */
+  readonly closed: boolean
+  readonly name: string
+  /** The segment file. */
+  readonly path: string
+  /** This process's slot in the segment. */
+  readonly slot: number
+}
+
+/**
+ * Reclaims the slots of dead processes of host bulkhead `name` without attaching: for a
+ * `cluster` primary's `worker.on('exit')` handler. Returns how many.
+ * @throws {HostSegmentError} no such segment (`kind` `'io'`, `errno` 2) or unreadable; an `Error`
+ *   with `code` `'HOST_UNSUPPORTED'` off Linux.
+ */
+export declare function reapHost(name: string, options?: { dir?: string | null } | null): number
+
 // ----- deadlines (ambient time budgets) ---------------------------------------------------------
 
 /**

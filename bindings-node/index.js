@@ -1377,4 +1377,5 @@ module.exports = {
   remainingMs: ambientDeadlines.remainingMs,
   __test: { kClock, kNative, VirtualClock: native.VirtualClock, fast, setNow: ambientDeadlines.setNow },
   ...require('./http.js'), // withBulkhead, guardAgent, BulkheadAgent (HTTP integrations)
+  ...require('./host.js'), // HostBulkhead, HostPermit, LeaseError, reapHost (one limit per host)
 }

@@ -236,6 +236,67 @@ export declare class NativeDrain {
   giveUp(): DrainReport
 }
 
+/** One handle on a host bulkhead (its own per isolate; the attachment is the process's). */
+export declare class NativeHostBulkhead {
+  /**
+   * `new HostBulkhead(name, options)`: opens (creating if absent) the segment and attaches
+   * this process. Throws `TypeError` / `RangeError` for the name or an option, an `Error`
+   * with `code` `'HOST_SEGMENT'` for the file (permission, incompatible, mismatch, no slot).
+   */
+  constructor(name: unknown, options: unknown)
+  /**
+   * `tryAcquire(options)` (`{weight, cost, deadline}`; `ambient`: the ambient deadline, ms):
+   * the permit, or `null` when not admitted at once (`concurrency_limit`); any other refusal
+   * throws its `BulkheadError` (`budget_limit`, `timeout`, `shutdown`).
+   */
+  tryTake(options: unknown, ambient?: number | undefined | null): NativeHostPermit | null
+  /**
+   * `acquire(options)` (`{weight, cost, queueTimeoutMs, deadline, signal}`; `signal` is the
+   * facade's): the permit when admitted at once, else the id of the pending acquire (see
+   * `hostPoll`). Throws the rejection, or a `TypeError` / `RangeError` for an argument.
+   */
+  acquire(options: unknown, ambient?: number | undefined | null): NativeHostPermit | number
+  /** Checks `acquire()` options without admitting (a call whose signal was already aborted). */
+  checkAcquire(options: unknown): void
+  /**
+   * The host's figures in the local bulkhead's stats object (the same walk of the core's
+   * schema), plus the ledger's own: `inFlight`, `attached`, `slots`, `reclaimedDeadTotal`,
+   * `reclaimedExpiredTotal`, `reclaimedPermitsTotal`, `staleReleasesTotal`,
+   * `foreignReleasesTotal`, `localInFlight`, `localActive`, `localQueued`, `slot`, `path`.
+   */
+  stats(): Record<string, unknown>
+  /** Probes every other process now and reclaims the dead: the slots reclaimed or expired. */
+  reap(): number
+  /**
+   * Closes this handle: its new requests are refused `shutdown`, its waiters rejected
+   * `shutdown`; held permits stay valid. Other handles and processes are not affected.
+   */
+  close(): void
+  get closed(): boolean
+  /** Whether this process holds no permit and has no waiter now. */
+  drainNow(): boolean
+  /** What `drain()` reports: `drained`, and this process's permits held and waiters now. */
+  drainReport(drained: boolean): DrainReport
+  /** `drain()`'s options (`{timeoutMs}`) as ms (`Infinity`: until idle). */
+  drainTimeoutMs(options: unknown): number
+  get name(): string
+  /** The segment file. */
+  get path(): string
+  /** This process's slot. */
+  get slot(): number
+}
+
+/** Permits held on a host bulkhead: released by `release()`, or when collected. */
+export declare class NativeHostPermit {
+  /** Releases: `null` when it did, else why not (see `LeaseRefusal`). */
+  release(): LeaseRefusal | null
+  /** Permits held (0 once released). */
+  get weight(): number
+  /** Budget units held (0 once released). */
+  get cost(): number
+  get released(): boolean
+}
+
 /** A registry. Errors as `NativeBulkhead`'s; an override's start with `overrides["key"]: `. */
 export declare class NativeRegistry {
   /**
@@ -309,12 +370,48 @@ export declare function fastEntryPoints(): { fastTake(slot: number, id: number):
 export declare function grpcTimeout(ms: number): string
 
 /**
+ * Cancels a pending acquire (its signal aborted): the future is dropped, its place given up
+ * (an id that already settled is left alone).
+ */
+export declare function hostCancel(id: number): void
+
+/**
+ * The `hullguard host ls | show | reap | rm` command (`bin/hullguard.js`): `args` without the
+ * program name (`['host', 'ls']`).
+ */
+export declare function hostCli(args: Array<string>): HostCliOutput
+
+/** What `hullguard host …` printed, and its exit status. */
+export interface HostCliOutput {
+  status: number
+  stdout: string
+  stderr: string
+}
+
+/**
  * The host clock's absolute ns now (`CLOCK_MONOTONIC`), for the facade's calibration: it
  * brackets this call with two `performance.now()` reads, keeps the sample of the narrowest
  * bracket and sets the origin from its midpoint ([`set_perf_origin_ns`]) — a deadline is then
  * off by at most half that bracket (well under a microsecond), not by a whole native call.
  */
 export declare function hostClockNs(): number
+
+/**
+ * Registers the facade's `onHostWake(id)` with this isolate, once, at load (see the header).
+ * A facade loaded again in the same isolate registers its own: acquires started from then on
+ * report to it, those already pending still to the one that started them.
+ */
+export declare function hostInit(onWake: (arg: number) => void): void
+
+/** How many acquires of this isolate are pending (for tests). */
+export declare function hostPending(): number
+
+/**
+ * A pending acquire after its id was reported (`onHostWake`): the permit, `null` while it
+ * waits (or for an id that is no longer pending); throws its rejection (`BulkheadError`:
+ * `timeout`, `shutdown`, …).
+ */
+export declare function hostPoll(id: number): NativeHostPermit | null
 
 /**
  * Registers the facade with this isolate, once, at load: `onSettled(ids, events)` receives
@@ -404,6 +501,15 @@ export interface JsWouldAdmit {
 export interface KeySamples {
   key?: string
   samples: Array<MetricSample>
+}
+
+/**
+ * Why a release did not count: `code` (`'BULKHEAD_STALE_LEASE'`, `'BULKHEAD_FOREIGN_LEASE'`,
+ * `'BULKHEAD_ALREADY_RELEASED'`) and the crate's message.
+ */
+export interface LeaseRefusal {
+  code: string
+  message: string
 }
 
 /** Largest permit count: `min(core MAX_PERMITS, Number.MAX_SAFE_INTEGER)`. */
@@ -525,6 +631,13 @@ export interface Queued {
   /** The deadline to arm, ms (`Infinity`: none). */
   timeoutMs: number
 }
+
+/**
+ * `reapHost(name, {dir})`: reclaims the slots of the dead processes of segment `name` without
+ * attaching (a `cluster` primary's `exit` handler); the slots reclaimed. Throws like the
+ * constructor (`HOST_SEGMENT` when there is no such segment).
+ */
+export declare function reapHost(name: string, options?: { dir?: string | null }): number
 
 /** One row of the core's reason table. */
 export interface ReasonRow {

@@ -2,8 +2,8 @@
 # The npm tarball works as published: `npm pack`, install the tarball into a fresh project in a
 # temp dir (outside the repo, offline: the package has no dependencies, and its peers are
 # optional), then load it with `require` and with `import`, run a call through each, load the
-# subpaths (`hullguard/edge`, `hullguard/metrics`), and type-check a consumer against the
-# installed index.d.ts. Run after `make node-build`.
+# subpaths (`hullguard/edge`, `hullguard/metrics`), on Linux `HostBulkhead` and the `hullguard`
+# bin, and type-check a consumer against the installed index.d.ts. Run after `make node-build`.
 set -euo pipefail
 pkg="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tsc="$pkg/node_modules/.bin/tsc"
@@ -90,6 +90,23 @@ assert.equal(metricTable()[0].name, "hullguard_in_flight")
 assert.throws(() => registerPrometheus({}), /prom-client is not installed \(an optional peer dependency/)
 console.log("pack-check: hullguard/edge and hullguard/metrics OK")
 '
+
+# one limit per host (Linux): HostBulkhead from the installed package, and its `hullguard` bin
+if [ "$(uname -s)" = Linux ]; then
+    mkdir "$tmp/segments"
+    HG_DIR="$tmp/segments" node -e '
+const assert = require("node:assert/strict")
+const { HostBulkhead } = require("hullguard")
+const hb = new HostBulkhead("pack-check", { maxConcurrent: 1, dir: process.env.HG_DIR })
+const p = hb.tryAcquire()
+assert.equal(hb.tryAcquire(), null)
+assert.equal(p.release(), true)
+'
+    out="$(node_modules/.bin/hullguard host ls --dir "$tmp/segments")"
+    grep -q '^pack-check ' <<<"$out" || { echo "pack-check: hullguard host ls did not list the segment: $out" >&2; exit 1; }
+    node_modules/.bin/hullguard host rm pack-check --dir "$tmp/segments" >/dev/null
+    echo "pack-check: HostBulkhead and the hullguard bin OK"
+fi
 
 # types of the installed package, for an ESM and a CommonJS consumer
 cat >tsconfig.json <<'JSON'

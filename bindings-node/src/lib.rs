@@ -5,6 +5,7 @@
 //! | module | what |
 //! |---|---|
 //! | `bulkhead` | `NativeBulkhead` (admission, release, stats, drain), `NativeCall`, `NativeDrain` |
+//! | `host` | `NativeHostBulkhead`, `NativeHostPermit` (one limit per host, Linux only), `hostPoll` / `hostCancel` of pending acquires, `reapHost`, `hostCli` |
 //! | `fast` | the hot entry points on a handle's slot (`fastTake`, `fastGive`, `fastPoll`, `fastExpire`) |
 //! | `registry` | `NativeRegistry`, `originKey` |
 //! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
@@ -22,6 +23,8 @@ mod bulkhead;
 mod clock;
 mod fast;
 mod gateway;
+#[cfg(target_os = "linux")]
+mod host;
 mod marshal;
 mod metrics;
 mod options;

@@ -51,7 +51,7 @@ type Entries<'e> = Vec<(String, Unknown<'e>)>;
 /// The own string keys of an options object whose value is not `undefined`, with their
 /// values. `undefined` is an empty object; anything else that is not an object is the
 /// `TypeError` "`what`, got …".
-fn entries<'e>(env: &Env, v: Unknown<'e>, what: impl Display) -> Result<Entries<'e>> {
+pub(crate) fn entries<'e>(env: &Env, v: Unknown<'e>, what: impl Display) -> Result<Entries<'e>> {
     if v.get_type()? == ValueType::Undefined {
         return Ok(Vec::new());
     }
@@ -355,7 +355,7 @@ fn registry_error(env: &Env, e: RegistryConfigError) -> Error {
 }
 
 /// `v`, or `None` for `null`.
-fn not_null(v: Unknown) -> Result<Option<Unknown>> {
+pub(crate) fn not_null(v: Unknown) -> Result<Option<Unknown>> {
     Ok((v.get_type()? != ValueType::Null).then_some(v))
 }
 
