@@ -54,6 +54,8 @@ pub(crate) struct Attachment {
     /// expiry observations: slot → (generation, beat, first seen).
     reaper: Mutex<HashMap<usize, (u64, u64, Instant)>>,
     pub(crate) removed: AtomicBool,
+    /// Set by `free_at_exit` before it frees the slot.
+    exiting: AtomicBool,
     /// The last time any thread of this process probed.
     last_probe: Mutex<Instant>,
     /// The wakers of this process's pending asynchronous acquires, woken by the keeper.
@@ -157,12 +159,20 @@ impl Attachment {
             pending: Mutex::new(BTreeSet::new()),
             reaper: Mutex::new(HashMap::new()),
             removed: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             last_probe: Mutex::new(Instant::now()),
             wakers: Mutex::new(Wakers::default()),
             next_waker: AtomicU64::new(0),
         }));
         reg.push((meta.dev(), meta.ino(), fork_gen, a));
         drop(reg);
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            // SAFETY: `free_at_exit` is an extern "C" fn without arguments that never unwinds.
+            unsafe {
+                libc::atexit(free_at_exit);
+            }
+        });
         a.reap();
         std::thread::Builder::new()
             .name("hullguard-host".into())
@@ -249,6 +259,12 @@ impl Attachment {
     /// the TTL), and republish this process's head ticket.
     fn recover(&self) -> Result<(), HostError> {
         let _guard = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        if self.exiting.load(Ordering::Acquire) {
+            // This process freed its slot on its way out (`free_at_exit`): not a lost lease.
+            return Err(HostError::Removed {
+                path: self.path.clone(),
+            });
+        }
         let seg = self.seg();
         let (state, generation) = seg
             .lease_of(self.slot)
@@ -583,5 +599,31 @@ pub(crate) fn probe_slot(seg: Segment<'_>, fd: std::os::fd::BorrowedFd<'_>, i: u
             }
         }
         _ => Probe::Alive(state, generation),
+    }
+}
+
+/// At a normal exit (`exit()`, a return from `main`; not `_exit`, a signal or an abort), frees
+/// the slot of each of this process's attachments that holds nothing and waits for nothing, so
+/// a clean exit is not counted as a death (`reclaimed_dead_total`). A slot still holding
+/// permits (leaked) is left to the others' probes, which reclaim it as they would after a
+/// crash. Skipped if another thread holds the registry (the probes then free the slots).
+extern "C" fn free_at_exit() {
+    let Ok(reg) = REGISTRY.try_lock() else {
+        return;
+    };
+    let fork_gen = os::fork_gen();
+    for &(_, _, g, a) in reg.iter() {
+        if g != fork_gen {
+            continue;
+        }
+        let Ok(_guard) = a.reaper.try_lock() else {
+            continue;
+        };
+        let idle =
+            a.own_held().0 == 0 && a.pending.try_lock().map(|p| p.is_empty()).unwrap_or(false);
+        if idle {
+            a.exiting.store(true, Ordering::Release);
+            a.seg().free(a.slot, a.generation());
+        }
     }
 }

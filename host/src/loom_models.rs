@@ -14,7 +14,8 @@
 //!   ledger exactly once, by its release or by the reset that orphans it;
 //! * no lost wake-up: a head waits on its doorbell as `futex_wait(bell, seen)` does, for the
 //!   value it read before trying, but without the production timeout (a probe period): a head
-//!   nobody rings blocks for good, and loom reports the deadlock;
+//!   about to sleep while every other process has finished or sleeps on an unmoved bell fails
+//!   the model;
 //! * crash safety: a process that dies at any crash point of claim, admission, ticket publish,
 //!   release, reclaim or expiry leaves a state one reclaim (or a second reaper) cleans up, and a
 //!   waiting survivor is still admitted.
@@ -50,32 +51,32 @@ struct Host {
 
 /// The kernel's futex, for every doorbell at once (one hash bucket): a waiter checks its word
 /// under the bucket lock and sleeps atomically with releasing it; a waker bumps the word, then
-/// takes the lock and wakes every sleeper (each re-checks its own word).
+/// takes the lock and wakes every sleeper (each re-checks its own word). The bucket also keeps
+/// who sleeps on what and how many of the model's `parties` (threads) finished, so a sleep that
+/// nobody is left to end fails with a message instead of a loom deadlock (which aborts the test
+/// binary).
 struct Futex {
-    bucket: Mutex<()>,
+    bucket: Mutex<Bucket>,
     sleepers: Condvar,
+    parties: usize,
 }
 
-impl Futex {
-    /// `futex_wait(word, seen)` with no timeout: returns once `word` is not `seen`.
-    fn wait(&self, word: &AtomicU64, seen: u64) {
-        let mut bucket = self.bucket.lock().unwrap();
-        while word.load(SeqCst) == seen {
-            bucket = self.sleepers.wait(bucket).unwrap();
-        }
-    }
-
-    /// `futex_wake(word, all)`, after the word was bumped.
-    fn wake(&self) {
-        let _bucket = self.bucket.lock().unwrap();
-        self.sleepers.notify_all();
-    }
+#[derive(Default)]
+struct Bucket {
+    /// (slot, the bell value it sleeps on).
+    asleep: Vec<(usize, u64)>,
+    finished: usize,
 }
 
 impl Host {
     /// A fresh segment of `n_slots` slots, a limit of `limit` permits and a budget of `budget`
     /// units (0 = none).
     fn new(n_slots: u32, limit: u64, budget: u64) -> Arc<Host> {
+        Host::with_parties(n_slots, limit, budget, 0)
+    }
+
+    /// As [`new`](Self::new), for a model of `parties` threads that ring and wait.
+    fn with_parties(n_slots: u32, limit: u64, budget: u64, parties: usize) -> Arc<Host> {
         let words: Box<[AtomicU64]> = (0..layout::segment_bytes(n_slots) / 8)
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -100,8 +101,9 @@ impl Host {
             words,
             n_slots: n_slots as usize,
             futex: Futex {
-                bucket: Mutex::new(()),
+                bucket: Mutex::new(Bucket::default()),
                 sleepers: Condvar::new(),
+                parties,
             },
         })
     }
@@ -115,10 +117,46 @@ impl Host {
         claim(&self.seg(), slot).unwrap()
     }
 
-    /// Rings `slot`'s doorbell and wakes its waiters (`Attachment::ring`).
+    /// Rings `slot`'s doorbell and wakes its waiters (`Attachment::ring`: `futex_wake` after
+    /// the bump).
     fn ring(&self, slot: usize) {
         self.seg().ring(slot);
-        self.futex.wake();
+        let _bucket = self.futex.bucket.lock().unwrap();
+        self.futex.sleepers.notify_all();
+    }
+
+    fn bell(&self, slot: usize) -> u64 {
+        self.seg().slot_word(slot, s::BELL).load(SeqCst)
+    }
+
+    /// `futex_wait(bell of slot, seen)` with no timeout: returns once the bell is not `seen`.
+    /// Fails if it would sleep while every other party finished or sleeps on an unmoved bell.
+    fn wait(&self, slot: usize, seen: u64) {
+        let mut bucket = self.futex.bucket.lock().unwrap();
+        while self.bell(slot) == seen {
+            let stuck = bucket
+                .asleep
+                .iter()
+                .filter(|&&(other, on)| self.bell(other) == on)
+                .count();
+            assert!(
+                bucket.finished + stuck + 1 < self.futex.parties,
+                "lost wake-up: slot {slot} sleeps on bell {seen} and nobody is left to ring it \
+                 ({} finished, asleep: {:?})",
+                bucket.finished,
+                bucket.asleep
+            );
+            bucket.asleep.push((slot, seen));
+            bucket = self.futex.sleepers.wait(bucket).unwrap();
+            bucket.asleep.retain(|&a| a != (slot, seen));
+        }
+    }
+
+    /// This thread will ring nobody any more (it is done, or dead).
+    fn finish(&self) {
+        let mut bucket = self.futex.bucket.lock().unwrap();
+        bucket.finished += 1;
+        self.futex.sleepers.notify_all();
     }
 
     /// Rings whoever holds the smallest ticket now, if anyone (`Attachment::ring_head`).
@@ -440,7 +478,7 @@ fn head_loop(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
             Admit::NotHead => {}
             Admit::Stale => panic!("slot {slot}: stale"),
         }
-        host.futex.wait(bell, seen);
+        host.wait(slot, seen);
     }
     panic!("slot {slot}: not admitted after {MAX_ROUNDS} wake-ups");
 }
@@ -485,6 +523,19 @@ fn wait_turn(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
     release_ring(host, slot, g, weight, cost);
 }
 
+/// Starts a party: a thread that runs `f`, then finishes.
+fn party<R: 'static>(
+    host: &Arc<Host>,
+    f: impl FnOnce(&Host) -> R + Send + 'static,
+) -> thread::JoinHandle<R> {
+    let host = host.clone();
+    thread::spawn(move || {
+        let r = f(&host);
+        host.finish();
+        r
+    })
+}
+
 #[test]
 fn loom_host_release_rings_the_waiting_head() {
     // Limit 1, held by slot 0. Slot 1 queues and waits on its doorbell as the head; the
@@ -492,14 +543,12 @@ fn loom_host_release_rings_the_waiting_head() {
     // trying, and failed because the permit was still held, sees the bell move. (Ringing
     // before releasing deadlocks here; so does reading the bell after trying.)
     model2(|| {
-        let host = Host::new(2, 1, 0);
+        let host = Host::with_parties(2, 1, 0, 2);
         let (g0, g1) = (host.claim(0), host.claim(1));
         assert_eq!(host.seg().admit(0, g0, 1, 0, false), Admit::Granted);
-        let holder = {
-            let host = host.clone();
-            thread::spawn(move || release_ring(&host, 0, g0, 1, 0))
-        };
+        let holder = party(&host, move |host| release_ring(host, 0, g0, 1, 0));
         wait_turn(&host, 1, g1, 1, 0);
+        host.finish();
         holder.join().unwrap();
         assert_quiescent(&host.seg());
     });
@@ -511,13 +560,11 @@ fn loom_host_two_heads_take_turns() {
     // with the smaller published ticket is admitted, unpublishes, rings, releases and rings;
     // the other is admitted after. Neither waits forever.
     model2(|| {
-        let host = Host::new(2, 1, 0);
+        let host = Host::with_parties(2, 1, 0, 2);
         let (g0, g1) = (host.claim(0), host.claim(1));
-        let other = {
-            let host = host.clone();
-            thread::spawn(move || wait_turn(&host, 0, g0, 1, 0))
-        };
+        let other = party(&host, move |host| wait_turn(host, 0, g0, 1, 0));
         wait_turn(&host, 1, g1, 1, 0);
+        host.finish();
         other.join().unwrap();
         assert_quiescent(&host.seg());
     });
@@ -528,18 +575,13 @@ fn loom_host_two_heads_behind_a_holder() {
     // As above, with the limit held by a third process that releases meanwhile: both heads
     // are admitted, one after the other, however the three interleave.
     model3(|| {
-        let host = Host::new(3, 1, 0);
+        let host = Host::with_parties(3, 1, 0, 3);
         let (g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
         assert_eq!(host.seg().admit(2, g2, 1, 0, false), Admit::Granted);
-        let holder = {
-            let host = host.clone();
-            thread::spawn(move || release_ring(&host, 2, g2, 1, 0))
-        };
-        let other = {
-            let host = host.clone();
-            thread::spawn(move || wait_turn(&host, 0, g0, 1, 0))
-        };
+        let holder = party(&host, move |host| release_ring(host, 2, g2, 1, 0));
+        let other = party(&host, move |host| wait_turn(host, 0, g0, 1, 0));
         wait_turn(&host, 1, g1, 1, 0);
+        host.finish();
         other.join().unwrap();
         holder.join().unwrap();
         assert_quiescent(&host.seg());
@@ -552,15 +594,13 @@ fn loom_host_cancel_passes_the_turn() {
     // gives up (a timeout or a cancel): it unpublishes and rings the new head, which is
     // admitted.
     model2(|| {
-        let host = Host::new(2, 1, 0);
+        let host = Host::with_parties(2, 1, 0, 2);
         let g1 = host.claim(1);
         host.claim(0);
         enqueue(&host.seg(), 0);
-        let canceller = {
-            let host = host.clone();
-            thread::spawn(move || dequeue(&host, 0))
-        };
+        let canceller = party(&host, |host| dequeue(host, 0));
         wait_turn(&host, 1, g1, 1, 0);
+        host.finish();
         canceller.join().unwrap();
         assert_quiescent(&host.seg());
     });
@@ -571,20 +611,15 @@ fn loom_host_cancel_and_release_pass_the_turn() {
     // As above with the limit held by a third process: slot 0 (the smallest ticket) cancels
     // while slot 2 releases; slot 1 (the next ticket) is admitted whatever the order.
     model3(|| {
-        let host = Host::new(3, 1, 0);
+        let host = Host::with_parties(3, 1, 0, 3);
         let (g1, g2) = (host.claim(1), host.claim(2));
         host.claim(0);
         assert_eq!(host.seg().admit(2, g2, 1, 0, false), Admit::Granted);
         enqueue(&host.seg(), 0);
-        let canceller = {
-            let host = host.clone();
-            thread::spawn(move || dequeue(&host, 0))
-        };
-        let holder = {
-            let host = host.clone();
-            thread::spawn(move || release_ring(&host, 2, g2, 1, 0))
-        };
+        let canceller = party(&host, |host| dequeue(host, 0));
+        let holder = party(&host, move |host| release_ring(host, 2, g2, 1, 0));
         wait_turn(&host, 1, g1, 1, 0);
+        host.finish();
         canceller.join().unwrap();
         holder.join().unwrap();
         assert_quiescent(&host.seg());
@@ -600,16 +635,14 @@ fn loom_host_undone_bumps_ring_the_head() {
     // bumps, is over; 2 releases, no head to ring yet; 0 publishes, sees 1's bump, waits; 1
     // undoes and rings nobody), so this model runs at 4 whatever the environment says.
     model_in(4, 4, || {
-        let host = Host::new(3, 1, 0);
+        let host = Host::with_parties(3, 1, 0, 3);
         let (g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
         let tries: Vec<_> = [(1, g1), (2, g2)]
             .into_iter()
-            .map(|(slot, g)| {
-                let host = host.clone();
-                thread::spawn(move || try_once(&host, slot, g, 1, 0))
-            })
+            .map(|(slot, g)| party(&host, move |host| try_once(host, slot, g, 1, 0)))
             .collect();
         wait_turn(&host, 0, g0, 1, 0);
+        host.finish();
         for t in tries {
             t.join().unwrap();
         }
@@ -691,20 +724,17 @@ fn crash_model(
     setup: fn(&Host) -> u64,
     op: fn(&Host, u64),
 ) {
-    let host = Host::new(2, 2, 2);
+    // Three parties: the victim (finished when dead or done), the survivor, the reaper.
+    let host = Host::with_parties(2, 2, 2, 3);
     let g0 = setup(&host);
     let gs = host.claim(1);
-    let victim = {
-        let host = host.clone();
-        thread::spawn(move || crash::with_budget(k, || op(&host, g0)).is_none())
-    };
-    let survivor = {
-        let host = host.clone();
-        thread::spawn(move || match kind {
-            Survivor::Tries => try_once(&host, 1, gs, 1, 1),
-            Survivor::Waits => wait_turn(&host, 1, gs, 1, 1),
-        })
-    };
+    let victim = party(&host, move |host| {
+        crash::with_budget(k, || op(host, g0)).is_none()
+    });
+    let survivor = party(&host, move |host| match kind {
+        Survivor::Tries => try_once(host, 1, gs, 1, 1),
+        Survivor::Waits => wait_turn(host, 1, gs, 1, 1),
+    });
     if victim.join().unwrap() {
         crashed.store(true, StdOrdering::SeqCst);
     }
@@ -713,6 +743,7 @@ fn crash_model(
     let seg = host.seg();
     seg.reclaim(0).unwrap();
     host.ring_head();
+    host.finish();
     survivor.join().unwrap();
     assert_quiescent(&seg);
     assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);

@@ -463,3 +463,34 @@ fn host_leftover() {
     let p = bh.try_acquire(3).expect("the full limit");
     drop(p);
 }
+
+/// A process that exits normally with nothing held frees its slot on the way out (not counted
+/// as a death); one that exits normally still holding a permit leaves it to the probes, which
+/// reclaim it as after a crash.
+#[test]
+fn host_clean_exit_frees_its_slot() {
+    let dir = TempDir::new("clean-exit");
+    let env = HostEnv::new(dir.path(), "clean-exit", 2);
+    let bh = env.open();
+    let (mut a, _) = holder(&env, "A", 1, 1);
+    a.send("release");
+    a.expect("released", 10 * SEC);
+    a.send("exit");
+    a.expect_success(10 * SEC);
+    let st = bh.stats();
+    assert_eq!(
+        (st.attached, st.reclaimed_dead_total, st.stats.active),
+        (1, 0, 0),
+        "{st:?}"
+    );
+    let (mut b, _) = holder(&env, "B", 1, 1);
+    b.send("exit");
+    b.expect_success(10 * SEC);
+    let st = bh.stats();
+    assert_eq!(
+        (st.attached, st.reclaimed_dead_total, st.stats.active),
+        (1, 1, 0),
+        "{st:?}"
+    );
+    assert_eq!(st.reclaimed_permits_total, 1, "{st:?}");
+}
