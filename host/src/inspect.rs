@@ -187,6 +187,13 @@ pub fn show(dir: &Path, name: &str, reap: bool) -> Result<(SegmentInfo, usize), 
             attached_ms: w(s::ATTACHED_MS),
         });
     }
+    if reaped > 0 {
+        // Wake whoever holds the smallest ticket now: the reclaimed permits may be its turn.
+        let scan = seg.scan();
+        if scan.has_waiters() {
+            crate::os::futex_wake(seg.ring(scan.min_slot));
+        }
+    }
     let c = |k: usize| seg.header(k).load(Ordering::Relaxed);
     let info = SegmentInfo {
         path,
