@@ -17,6 +17,7 @@
 //! | `events` | the observer: `on_state_change`, `on` / `off` listeners of the events |
 //! | `errors`, `stats`, `guard` | exceptions and `REASONS`; the stats / drain dicts; `guard` |
 //! | `metrics` | the metric table and samples for the exporters, `report_load`'s readings |
+//! | `host` | `HostBulkhead`, `HostPermit` (Linux): one limit per host over `hullguard-host` |
 
 mod awaitable;
 mod bulkhead;
@@ -25,6 +26,8 @@ mod errors;
 mod events;
 mod gateway;
 mod guard;
+#[cfg(target_os = "linux")]
+mod host;
 mod metrics;
 mod options;
 mod permit;
@@ -62,6 +65,8 @@ mod _native {
         m.add("EVENT_KINDS", kinds)?;
         m.add("MAX_BUDGET", hullguard_core::MAX_BUDGET)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        #[cfg(target_os = "linux")]
+        crate::host::register(m)?;
         Ok(())
     }
 }

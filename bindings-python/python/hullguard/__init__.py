@@ -56,6 +56,15 @@ At the edge (docs/design.md §4.11, §8.3), each in a module of its own, importe
     from hullguard.prometheus import HullguardCollector # hullguard[prometheus]
     from hullguard.otel import HullguardMetrics         # hullguard[otel]
 
+One limit per host (docs/design.md §14; Linux): every process that opens the same name shares
+the limit, crash-safe (a killed holder's permits return within about 0.25 s)::
+
+    db = hullguard.HostBulkhead("payments-db", max_concurrent=5)
+    async with db.acquire():                       # at most 5 on this host, FIFO
+        ...
+
+(``hullguard.host``: the gunicorn ``child_exit`` hook, ``reap``, the ``hullguard host`` command.)
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
@@ -63,6 +72,8 @@ after forking.
 """
 
 from __future__ import annotations
+
+import sys
 
 from . import _native
 from ._errors import (
@@ -74,6 +85,10 @@ from ._errors import (
     BulkheadShedError,
     CallTimeoutError,
     CircuitOpenError,
+    ForeignLeaseError,
+    HostSegmentError,
+    LeaseError,
+    StaleLeaseError,
     StaleRevision,
     UsageError,
 )
@@ -95,6 +110,10 @@ from . import llm
 from .dedup import SingleFlight, UnshareableResultError
 
 __version__: str = _native.__version__
+
+if sys.platform == "linux":
+    from ._native import HostBulkhead, HostPermit
+    from . import host
 
 __all__ = [
     "Bulkhead",
@@ -130,5 +149,11 @@ __all__ = [
     "MAX_BUDGET",
     "MAX_PERMITS",
     "MAX_QUEUE",
+    "LeaseError",
+    "StaleLeaseError",
+    "ForeignLeaseError",
+    "HostSegmentError",
     "__version__",
 ]
+if sys.platform == "linux":
+    __all__ += ["HostBulkhead", "HostPermit", "host"]

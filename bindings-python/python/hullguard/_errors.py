@@ -20,6 +20,10 @@ __all__ = [
     "CallTimeoutError",
     "StaleRevision",
     "UsageError",
+    "LeaseError",
+    "StaleLeaseError",
+    "ForeignLeaseError",
+    "HostSegmentError",
 ]
 
 
@@ -182,6 +186,71 @@ class UsageError(ValueError):
 
 def _rebuild_usage(message: str, kind: str) -> "UsageError":
     return UsageError(message, kind=kind)
+
+
+class LeaseError(RuntimeError):
+    """A host bulkhead's release that did not count (docs/design.md §14.3): nothing was
+    released twice. ``code`` is the stable code every layer shares."""
+
+    code: str = "BULKHEAD_LEASE"
+
+    def __init__(self, message: str, *, code: Optional[str] = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_lease, (type(self), str(self), self.code))
+
+
+class StaleLeaseError(LeaseError):
+    """``HostPermit.release()`` after this process's lease expired (it was stopped or hung past
+    ``lease_ttl``) or was reclaimed: its permits were already returned to the host; this
+    release changed nothing (``stats()["stale_releases_total"]``)."""
+
+    code = "BULKHEAD_STALE_LEASE"
+
+
+class ForeignLeaseError(LeaseError):
+    """``HostPermit.release()`` in a process that did not acquire it (a child after
+    ``os.fork()`` releasing its parent's permit): refused, nothing released
+    (``stats()["foreign_releases_total"]``)."""
+
+    code = "BULKHEAD_FOREIGN_LEASE"
+
+
+def _rebuild_lease(cls: Any, message: str, code: str) -> LeaseError:
+    return cls(message, code=code)  # type: ignore[no-any-return]
+
+
+class HostSegmentError(OSError):
+    """A host bulkhead's segment file could not be created, attached or used (docs/design.md
+    §14.6); the message names the file. ``kind``: ``"io"`` (a system call failed: ``errno``),
+    ``"permission"`` (another owner, or world-writable), ``"incompatible"`` (not a segment
+    this library reads: layout or version), ``"mismatch"`` (created with another host-wide
+    setting; ``on_mismatch="adopt"`` takes the segment's), ``"no_slot"`` (every slot is held by
+    a live process), ``"poisoned"`` (found inconsistent: remove it with ``hullguard host rm``),
+    ``"removed"`` (the file was removed while attached). ``path``: the file."""
+
+    code = "HOST_SEGMENT"
+
+    def __init__(
+        self, message: str, *, kind: str, path: Optional[str] = None, errno: Optional[int] = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.path = path
+        # Not OSError's (errno, strerror, filename) form: str() stays the message.
+        self.errno = errno
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_host_segment, (str(self), self.kind, self.path, self.errno))
+
+
+def _rebuild_host_segment(
+    message: str, kind: str, path: Optional[str], errno: Optional[int]
+) -> HostSegmentError:
+    return HostSegmentError(message, kind=kind, path=path, errno=errno)
 
 
 def _class_for(code: str) -> Type[BulkheadError]:

@@ -2,9 +2,12 @@
 # Checked against the built module by `python -m mypy.stubtest hullguard._native
 # --allowlist stubtest-allowlist.txt` (run from bindings-python/, part of `make py-test`).
 
+import os
+import sys
 from typing import (
     Any,
     Callable,
+    Coroutine,
     Dict,
     Generator,
     Generic,
@@ -49,6 +52,8 @@ __all__ = [
     "EVENT_KINDS",
     "__version__",
 ]
+if sys.platform == "linux":
+    __all__ += ["HostBulkhead", "HostPermit", "HostAcquireContext", "_host_reap", "_host_cli"]
 
 __version__: str
 
@@ -557,3 +562,117 @@ def _parse_grpc_timeout(value: bytes) -> Optional[float]: ...
 def _enable_ambient_deadline(var: ContextVar[Optional[float]]) -> None: ...
 def metric_table() -> List[Dict[str, Any]]: ...
 def outcome_of_status(status_code: int) -> _Outcome: ...
+
+# ----- one limit per host (docs/design.md §14; Linux): hullguard.HostBulkhead -----------------
+
+if sys.platform == "linux":
+    @final
+    class HostPermit:
+        """Permits held on a `HostBulkhead`; `release()` raises `StaleLeaseError` /
+        `ForeignLeaseError` when the release does not count."""
+
+        def release(self) -> bool: ...
+        @property
+        def weight(self) -> int: ...
+        @property
+        def cost(self) -> int: ...
+        @property
+        def released(self) -> bool: ...
+        def __enter__(self) -> HostPermit: ...
+        def __exit__(
+            self, exc_type: object = None, _exc: object = None, _tb: object = None
+        ) -> None: ...
+        def __aenter__(self) -> _Done[HostPermit]: ...
+        def __aexit__(
+            self, exc_type: object = None, _exc: object = None, _tb: object = None
+        ) -> _Ready: ...
+
+    @final
+    class HostAcquireContext:
+        """`host_bh.acquire(...)`: awaitable (gives a `HostPermit`) and async context manager."""
+
+        def __await__(self) -> Generator[Any, Any, HostPermit]: ...
+        def __iter__(self) -> HostAcquireContext: ...
+        def __next__(self) -> Any: ...
+        def send(self, _value: Any = None) -> Any: ...
+        def throw(self, typ: Any, value: Any = None, _tb: Any = None) -> Any: ...
+        def close(self) -> None: ...
+        def __aenter__(self) -> HostAcquireContext: ...
+        def __aexit__(
+            self, exc_type: object = None, _exc: object = None, _tb: object = None
+        ) -> _Ready: ...
+
+    @final
+    class HostBulkhead:
+        """One limit shared by every process on this host that opens the same `name`."""
+
+        def __new__(
+            cls,
+            name: str,
+            *,
+            max_concurrent: Optional[int] = None,
+            max_queue: Optional[int] = None,
+            queue_timeout: Optional[_Seconds] = None,
+            budget: Optional[int] = None,
+            lease_ttl: Optional[_Seconds] = None,
+            beat: Optional[_Seconds] = None,
+            probe: Optional[_Seconds] = None,
+            slots: Optional[int] = None,
+            dir: Optional[Union[str, os.PathLike[str]]] = None,
+            mode: Optional[int] = None,
+            on_mismatch: Optional[Literal["error", "adopt"]] = None,
+        ) -> HostBulkhead: ...
+        def try_acquire(
+            self,
+            weight: Optional[int] = None,
+            *,
+            cost: Optional[int] = None,
+            deadline: Optional[_Deadline] = None,
+        ) -> Optional[HostPermit]: ...
+        def acquire(
+            self,
+            weight: Optional[int] = None,
+            timeout: Optional[_Seconds] = None,
+            *,
+            cost: Optional[int] = None,
+            deadline: Optional[_Deadline] = None,
+        ) -> HostAcquireContext: ...
+        def acquire_sync(
+            self,
+            weight: Optional[int] = None,
+            timeout: Optional[_Seconds] = None,
+            *,
+            cost: Optional[int] = None,
+            deadline: Optional[_Deadline] = None,
+        ) -> HostPermit: ...
+        def acquire_blocking(
+            self,
+            weight: Optional[int] = None,
+            timeout: Optional[_Seconds] = None,
+            *,
+            cost: Optional[int] = None,
+            deadline: Optional[_Deadline] = None,
+        ) -> HostPermit: ...
+        def stats(self) -> _Stats: ...
+        def reap(self) -> int: ...
+        def close(self) -> None: ...
+        def drain(
+            self, timeout: Optional[_Seconds] = None
+        ) -> Coroutine[Any, Any, Dict[str, Any]]: ...
+        def drain_sync(self, timeout: Optional[_Seconds] = None) -> Dict[str, Any]: ...
+        def drain_blocking(self, timeout: Optional[_Seconds] = None) -> Dict[str, Any]: ...
+        @property
+        def closed(self) -> bool: ...
+        @property
+        def name(self) -> str: ...
+        @property
+        def path(self) -> str: ...
+        @property
+        def slot(self) -> int: ...
+        @property
+        def max_queue(self) -> int: ...
+        @property
+        def queue_timeout(self) -> float: ...
+
+    def _host_reap(name: str, dir: str) -> int: ...
+    def _host_cli(args: List[str]) -> Tuple[int, str, str]: ...
