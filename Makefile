@@ -30,10 +30,11 @@ MATURIN := env CARGO_TARGET_DIR=$(abspath $(PY_TARGET)) VIRTUAL_ENV=$(abspath $(
 
 help:
 	@echo "make demo       run the isolation demo (two local HTTP upstreams, without/with hullguard)"
+	@echo "make demo-host  one limit per host: 4 worker processes, per-process vs host-wide, a SIGKILL"
 	@echo "make test       set up what is missing, then run every test"
 	@echo "make setup      install the no_std targets, nightly's miri + rust-src and chromium (idempotent)"
 	@echo "make report-test  the demo's HTML report: structure + headless Chromium render"
-	@echo "make fmt-check | clippy | unit | loom | miri | nostd    one test layer"
+	@echo "make fmt-check | clippy | unit | host-test | loom | miri | nostd    one test layer"
 	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
 	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
 	@echo "make bench      the benchmarks"
@@ -126,6 +127,13 @@ bench-smoke: py-dev node-build
 demo: py-dev chromium
 	$(PY) examples/isolation_demo.py
 	python3 ci/report_check.py target/demo-report.html --png target/demo-report.png
+
+# One limit per host (docs/design.md §14, also a phase of `make demo`): 4 worker processes send
+# to a degraded origin through per-process bulkheads (the limit multiplied), then through one
+# HostBulkhead, and a worker is SIGKILLed mid-run (its permits reclaimed).
+.PHONY: demo-host
+demo-host: py-dev
+	$(PY) examples/host_demo.py
 
 # The demo's HTML report (examples/report.py, docs/design.md §13): a deterministic synthetic
 # recording of every phase through the demo's own report code, checked for structure and

@@ -61,6 +61,12 @@ it): an ASGI app behind hullguard's ``AdmissionMiddleware`` on uvicorn under a b
 critical / non-critical requests with an injected CPU signal, without and with the middleware:
 per class p99, 503s and admitted work.
 
+Then the host phase runs (``host_demo.py``, also ``make demo-host``; ``--no-host`` skips it,
+``--host-*`` options scale it): 4 worker processes send to a degraded origin through a limit of
+4, first with per-process bulkheads (the origin sees the limit multiplied), then with one
+``HostBulkhead`` (never more than the limit), and one worker is SIGKILLed mid-run while holding
+permits: the others reclaim its slot and the origin is back at the limit.
+
 At the end it writes a self-contained HTML report with the pictures of every phase that ran
 (``examples/report.py``: inline SVG, no script, no network): ``target/demo-report.html`` by
 default, ``--report PATH`` elsewhere, ``--no-report`` not at all.
@@ -96,6 +102,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_phases  # noqa: E402  (the policy phases, next to this file)
 import deadline_demo  # noqa: E402  (the deadline phase, next to this file)
 import edge_demo  # noqa: E402  (the edge phase, next to this file)
+import host_demo  # noqa: E402  (the host phase, next to this file)
 import llm_gateway_demo  # noqa: E402  (the LLM-gateway phase, next to this file)
 import report  # noqa: E402  (the HTML report, next to this file)
 from demo_phases import percentile, stop_child  # noqa: E402
@@ -657,6 +664,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     deadline_demo.add_arguments(p, prefix="deadline-")
     p.add_argument("--no-edge", action="store_true", help="skip the edge phase")
     edge_demo.add_arguments(p, prefix="edge-")
+    p.add_argument("--no-host", action="store_true", help="skip the host phase")
+    host_demo.add_arguments(p, prefix="host-")
     p.add_argument("--report-only", action="store_true",
                    help="print every check but exit 0 whatever they say (make test's scaled-down "
                         "run: the timing-dependent checks belong to make demo)")
@@ -744,6 +753,10 @@ async def amain(args: argparse.Namespace) -> int:
             edge_ok, _ = await edge_demo.edge_phase(edge_demo.phase_args(args),
                                                     record=part("edge"))
             phases_ok &= edge_ok
+        if not args.no_host:
+            host_ok, _ = await host_demo.host_phase(host_demo.phase_args(args),
+                                                    record=part("host"))
+            phases_ok &= host_ok
     finally:
         up.close()
 
@@ -790,7 +803,7 @@ def write_report(rec: Dict[str, Any], args: argparse.Namespace,
     checks += [("breaker", label, ok) for label, ok in rec.get("breaker", {}).get("checks", [])]
     for algorithm, a in rec.get("adaptive", {}).items():
         checks += [(f"adaptive ({algorithm})", label, ok) for label, ok in a.get("checks", [])]
-    for name in ("llm", "deadline", "edge"):
+    for name in ("llm", "deadline", "edge", "host"):
         checks += [(name, label, ok) for label, ok in rec.get(name, {}).get("checks", [])]
     rec["checks"] = checks
     rec["params"] = {k: v for k, v in sorted(vars(args).items())

@@ -43,6 +43,10 @@ The recording (every key but ``params`` optional; a phase that did not run has n
 ``edge``
     ``{"per_class": {cls: {metric: number}}, "records": [(t_s, cls, http_status, latency_s)],
     "text": str}`` (the edge phase, when the demo has one: :func:`edge_section`).
+``host``
+    ``{"limit": n, "workers": n, "runs": {name: [(t_s, in_flight)]}, "killed_at_s": s,
+    "recovered_after_s": s}`` — the origin's in-flight changes per run (``examples/host_demo.py``,
+    :func:`host_section`).
 
 Thread-safety: a :class:`Report` is plain data; use one from one thread. Errors: ``ValueError``
 for a malformed chart (a series of the wrong shape, a colour that is not ``#rgb``/``#rrggbb``).
@@ -1123,6 +1127,37 @@ def edge_section(r: Report, edge: Mapping[str, Any]) -> None:
                                       for c in classes])
 
 
+def host_section(r: Report, host: Mapping[str, Any]) -> None:
+    """The host phase (one limit across worker processes): the degraded origin's in-flight
+    requests over time, per-process bulkheads against one host-wide bulkhead, the limit as a
+    line and the SIGKILL of a worker as a shaded instant. ``host``: ``{"limit", "workers",
+    "runs": {name: [(t_s, in_flight)]}, "killed_at_s", "recovered_after_s"}``."""
+    limit = int(host.get("limit", 0))
+    workers = int(host.get("workers", 0))
+    killed = host.get("killed_at_s")
+    recovered = host.get("recovered_after_s")
+    r.section("7. One limit per host: worker processes, one segment", (
+        f"{workers} worker processes send to an origin that takes {limit} at once, through a "
+        f"bulkhead of max_concurrent={limit} each: per-process bulkheads let the origin see "
+        f"the limit multiplied; one host-wide bulkhead (hullguard.HostBulkhead) holds it, and "
+        f"when a worker is SIGKILLed while holding permits the others reclaim its slot"
+        + ("" if recovered is None else
+           f" (the origin back at the limit {float(recovered) * 1e3:.0f} ms after the kill)")
+        + "."))
+    runs: Mapping[str, Sequence[Sequence[Number]]] = host.get("runs", {})
+    if runs:
+        bands: List[Tuple[float, float, str]] = []
+        if killed is not None:
+            end = float(killed) + float(recovered if recovered is not None else 0.05)
+            bands.append((float(killed), max(end, float(killed) + 0.02),
+                          "SIGKILL of a worker → reclaimed"))
+        r.step_chart("In flight at the origin", {
+            name: [(float(t), float(n)) for t, n in pts] for name, pts in runs.items()},
+            "time since the workers started (s)", "requests in flight at the origin",
+            hlines=[(float(limit), f"limit {limit}")], bands=bands, wide=True,
+            colors={name: (BAD if "per-process" in name else GOOD) for name in runs})
+
+
 def demo_report(rec: Mapping[str, Any], title: str = "hullguard demo report") -> Report:
     """The report of a recorded demo run (shape in the module docs): the run's parameters and
     checks, then one section per phase that ran."""
@@ -1139,6 +1174,8 @@ def demo_report(rec: Mapping[str, Any], title: str = "hullguard demo report") ->
         deadline_section(r, rec["deadline"])
     if "edge" in rec:
         edge_section(r, rec["edge"])
+    if "host" in rec:
+        host_section(r, rec["host"])
     r.section("Run parameters and checks")
     checks = rec.get("checks", [])
     if checks:
@@ -1289,6 +1326,11 @@ def sample_recording(seed: int = 18) -> Dict[str, Any]:
                                     "p99 (ms)": round(percentile(ok, 99) * 1e3, 1)}
     rec["edge"] = {"per_class": per, "records": sorted(records),
                    "cpu": [(0.0, 0.3), (1.0, 0.95), (2.5, 0.3), (4.0, 0.3)], "threshold": 0.8}
+    local = [(0.0, 0)] + [(0.24 + 0.001 * i, i + 1) for i in range(16)] + [(4.3, 0)]
+    host_run = [(0.0, 0)] + [(0.24 + 0.001 * i, i + 1) for i in range(4)] + [
+        (2.0, 3), (2.08, 4), (4.3, 0)]
+    rec["host"] = {"limit": 4, "workers": 4, "killed_at_s": 2.0, "recovered_after_s": 0.08,
+                   "runs": {"per-process bulkheads": local, "one host-wide bulkhead": host_run}}
     rec["checks"] = [("isolation", "healthy p99 with hullguard at most a fifth of without", True),
                      ("isolation", "no healthy request waited behind a degraded one", True),
                      ("policies", "breaker and adaptive-limit checks", True),
