@@ -9,7 +9,7 @@ Latency figures and the adaptive limit's band are the demo's own checks, in ``ma
 adaptive scenario is asserted on virtual time in ``tests/tests/adaptive_capacity.rs``. The LLM-gateway
 phase is skipped here (``--no-llm``): ``test_llm_demo.py`` runs it on its own, scaled down, as
 ``test_deadline_demo.py`` runs the deadline phase (``--no-deadline``) and ``test_edge_demo.py``
-the edge phase (``--no-edge``).
+the edge phase (``--no-edge``) and ``test_host_demo.py`` the host phase (``--no-host``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def test_scaled_down_demo_isolates_the_healthy_origin(tmp_path: Path) -> None:
     out = tmp_path / "demo.json"
     report = tmp_path / "report.html"
     args = ["--budget", "4", "--seconds", "3", "--degraded-min", "1.0", "--json", str(out),
-            "--phase-seconds", "1.5", "--no-llm", "--no-deadline", "--no-edge", "--report-only",
+            "--phase-seconds", "1.5", "--no-llm", "--no-deadline", "--no-edge", "--no-host",
+            "--report-only",
             "--report", str(report)]
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args],
