@@ -179,6 +179,7 @@ py-wheel: $(VENV)/bin/maturin
 bench:
 	cargo bench -p hullguard-bench --bench engine
 	cargo run --release --quiet -p hullguard-bench --bin ratios
+	cargo run --release --quiet -p hullguard-bench --bin host
 	bench/callgrind.sh
 	$(MAKE) --no-print-directory py-dev
 	$(VENV)/bin/pip install --quiet -r bench/python/requirements.txt

@@ -98,6 +98,8 @@ step "criterion: cargo bench --bench engine -- --test" \
     cargo bench --quiet -p hullguard-bench --bench engine -- --test
 step "ratios --smoke" \
     cargo run --release --quiet -p hullguard-bench --bin ratios -- --smoke
+step "host --smoke" \
+    cargo run --release --quiet -p hullguard-bench --bin host -- --smoke
 step "bench/callgrind.sh --smoke" bench/callgrind.sh --smoke
 step "pip install -r bench/python/requirements.txt" \
     .venv/bin/pip install --quiet -r bench/python/requirements.txt

@@ -186,16 +186,19 @@ impl Attachment {
 
     /// The segment (validated at attach; the slot count and the mapping length are this
     /// process's own copies, so a hostile writer cannot move an index out of bounds).
+    #[inline]
     pub(crate) fn seg(&self) -> Segment<'_> {
         Segment::trusted(self.mapping.words(), self.n_slots)
     }
 
     /// The current generation.
+    #[inline]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// Whether this attachment belongs to this process (not to a parent before `fork`).
+    #[inline]
     pub(crate) fn is_own(&self) -> bool {
         self.fork_gen == os::fork_gen()
     }
@@ -206,15 +209,16 @@ impl Attachment {
     }
 
     /// Rings whoever holds the smallest ticket now, if anyone.
+    #[inline]
     pub(crate) fn ring_head(&self) {
-        let scan = self.seg().scan();
-        if scan.has_waiters() {
-            self.ring(scan.min_slot);
+        if let Some(slot) = self.seg().head_slot() {
+            self.ring(slot);
         }
     }
 
     /// One admission attempt; on a stale generation the lease is recovered (re-armed after an
     /// expiry) and the attempt retried once. `Ok(None)`: not admitted (the reason, if full).
+    #[inline]
     pub(crate) fn admit(
         &self,
         weight: u64,
@@ -240,6 +244,7 @@ impl Attachment {
         Ok(Err(Admit::Stale))
     }
 
+    #[inline]
     fn check(&self) -> Result<(), HostError> {
         if self.seg().poisoned() {
             return Err(HostError::Poisoned {

@@ -11,7 +11,7 @@ use std::{
 };
 
 use hullguard_core::{
-    AcquireError, ClockSource, Decision, MetricSink, Observe, Reason, Request, deadline,
+    AcquireError, ClockSource, Deadline, Decision, MetricSink, Observe, Reason, Request, deadline,
 };
 
 use crate::{
@@ -135,6 +135,7 @@ impl HostBulkhead {
 
     /// This handle's queue over this process's attachment: re-made in a forked child on
     /// first use (a slot of the child's own, an empty queue; a closed handle stays closed).
+    #[inline]
     fn queue(&self) -> Result<&LocalQueue, HostError> {
         // SAFETY: `current` always holds a live `Arc` pointer: this handle's own strong count
         // keeps it alive while `&self` is borrowed (a replaced one is leaked, never freed).
@@ -209,6 +210,20 @@ impl HostBulkhead {
     /// # Errors
     /// As [`admit_blocking`](Self::admit_blocking).
     pub fn try_acquire(&self, weight: u64) -> Result<HostPermit, HostError> {
+        // The common case first, without a request's deadline and queue arithmetic: a valid
+        // weight on an open handle, admitted at once. Anything else takes the general path.
+        if let Ok(q) = self.queue() {
+            let a = q.a;
+            let limit = a
+                .seg()
+                .header(crate::layout::h::MAX_CONCURRENT)
+                .load(Ordering::Relaxed);
+            if (1..=limit).contains(&weight) && !q.is_closed() {
+                if let Ok(Ok(generation)) = a.admit(weight, 0, false) {
+                    return Ok(granted(q, generation, &Request::new(weight), None));
+                }
+            }
+        }
         self.admit_blocking(&Request::new(weight).queue_timeout(Duration::ZERO))
     }
 
@@ -265,12 +280,7 @@ impl HostBulkhead {
             if let Ok(generation) = a.admit(request.weight, request.cost, true)? {
                 drop(ticket); // unpublish, ring the next head
                 drop(head); // hand this handle's head to its next waiter
-                return Ok(granted(
-                    &self.queue_arc(q),
-                    generation,
-                    request,
-                    Some(start),
-                ));
+                return Ok(granted(q, generation, request, Some(start)));
             }
             if q.is_closed() {
                 return Err(reject(a, q.max_queue, Reason::Shutdown));
@@ -334,7 +344,12 @@ impl HostBulkhead {
         if q.is_closed() {
             return Err(reject(a, max_queue, Reason::Shutdown));
         }
-        let left = request.deadline.time_left(&ClockSource::default_for_host());
+        // No clock read without a deadline (the uncontended path's largest cost otherwise).
+        let left = if request.deadline == Deadline::NONE {
+            None
+        } else {
+            request.deadline.time_left(&ClockSource::default_for_host())
+        };
         if left == Some(Duration::ZERO) {
             return Err(reject(a, max_queue, Reason::Timeout));
         }
@@ -343,12 +358,7 @@ impl HostBulkhead {
         // At once, if nobody waits and it fits.
         let refusal = match a.admit(request.weight, request.cost, false)? {
             Ok(generation) => {
-                return Ok(Start::Done(granted(
-                    &self.queue_arc(q),
-                    generation,
-                    request,
-                    None,
-                )));
+                return Ok(Start::Done(granted(q, generation, request, None)));
             }
             Err(Admit::Full { reason, .. }) => reason,
             Err(_) => Reason::ConcurrencyLimit,
@@ -401,14 +411,15 @@ impl HostBulkhead {
         self.queue_or_current().is_closed()
     }
 
-    /// Waits until every permit admitted through this handle is released and it has no
+    /// Waits until this process holds no permit of this host bulkhead and this handle has no
     /// waiter, at most `timeout`; whether it did. (Call [`close`](Self::close) first to stop
-    /// new work.)
+    /// new work. Permits are the process's: a permit carries no handle, so that a grant costs
+    /// no reference count.)
     pub fn drain_blocking(&self, timeout: Duration) -> bool {
         let q = self.queue_or_current();
         let until = Instant::now() + timeout;
         loop {
-            if q.held.load(Ordering::Acquire) == 0 && q.gate.is_idle() {
+            if q.a.own_held().0 == 0 && q.gate.is_idle() {
                 return true;
             }
             if Instant::now() >= until {

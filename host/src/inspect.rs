@@ -205,7 +205,7 @@ pub fn show(dir: &Path, name: &str, reap: bool) -> Result<(SegmentInfo, usize), 
         poisoned: seg.poisoned(),
         occupied,
         counters: vec![
-            ("admitted_total", c(h::ADMITTED)),
+            ("admitted_total", seg.admitted_total()),
             ("reclaimed_dead_total", c(h::RECLAIMED_DEAD)),
             ("reclaimed_expired_total", c(h::RECLAIMED_EXPIRED)),
             ("reclaimed_permits_total", c(h::RECLAIMED_PERMITS)),

@@ -76,7 +76,8 @@ pub mod h {
     pub const NEXT_TICKET: usize = 32;
     /// One past the highest slot ever claimed: scanners read `[0, hwm)` (own cache line).
     pub const HWM: usize = 40;
-    /// Admissions, host-wide (approximate: counters, not authority).
+    /// Admissions of slots since reclaimed or freed (each slot counts its own in
+    /// `s::ADMITTED`; the total is this plus every slot's). Counters, not authority.
     pub const ADMITTED: usize = 48;
     /// Rejections per reason (`REASON_WORDS` words).
     pub const REJECTED: usize = 49;
@@ -135,6 +136,9 @@ pub mod s {
     pub const ATTACHED_MS: usize = 12;
     /// 8 bytes: the owner's library tag (`"rust"`, `"py"`, `"node"`, `"c"`), NUL-padded.
     pub const LIB: usize = 13;
+    /// Admissions by this slot's owners since the slot was last claimed (owner-written, off
+    /// the hot line; folded into the header's `ADMITTED` at the next claim). A counter.
+    pub const ADMITTED: usize = 14;
 }
 
 /// No ticket published.

@@ -418,7 +418,7 @@ fn loom_host_expiry_vs_owner_counts_each_call_once() {
 }
 
 #[test]
-fn loom_host_reclaim_vs_expiry_of_a_dead_owner() {
+fn loom_host_reclaim_vs_expiry_of_a_owner_holding() {
     // A dead process held a call and had a waiter published. One process's reaper reclaims
     // it (it took the dead owner's liveness lock) while another's observer expires it (it saw
     // the slot silent for the TTL). Whatever the order, the call is orphaned once, the ticket
@@ -462,7 +462,7 @@ const MAX_ROUNDS: usize = 8;
 
 /// The head's loop of `HostBulkhead::admit_blocking`: read the own doorbell, try as the head
 /// (ringing the slot a refusal names), and if not admitted wait for the bell to move. Ends
-/// admitted, else fails (a head nobody rings blocks: loom reports a deadlock).
+/// admitted, else fails (a head nobody is left to ring fails in [`Host::wait`]).
 fn head_loop(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
     let seg = host.seg();
     for _ in 0..MAX_ROUNDS {
@@ -485,15 +485,27 @@ fn head_loop(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
 
 /// A process's one non-head attempt (`HostBulkhead::try_acquire`): on a grant it releases and
 /// rings the head; on a refusal it rings the slot the refusal names (`Attachment::admit`).
-fn try_once(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+/// Returns whether it was granted.
+fn try_once(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) -> bool {
     match host.seg().admit(slot, g, weight, cost, false) {
-        Admit::Granted => release_ring(host, slot, g, weight, cost),
+        Admit::Granted => {
+            release_ring(host, slot, g, weight, cost);
+            true
+        }
         Admit::Full { ring, .. } => {
             if let Some(r) = ring {
                 host.ring(r);
             }
+            false
         }
         other => panic!("slot {slot}: unexpected {other:?}"),
+    }
+}
+
+/// `HostBulkhead::admit_blocking` with no timeout: a try, and if refused a wait as the head.
+fn acquire_blocking(host: &Host, slot: usize, g: u64, weight: u64, cost: u64) {
+    if !try_once(host, slot, g, weight, cost) {
+        wait_turn(host, slot, g, weight, cost);
     }
 }
 
@@ -541,7 +553,7 @@ fn loom_host_release_rings_the_waiting_head() {
     // Limit 1, held by slot 0. Slot 1 queues and waits on its doorbell as the head; the
     // holder releases and rings the head. No lost wake-up: a head that read the bell before
     // trying, and failed because the permit was still held, sees the bell move. (Ringing
-    // before releasing deadlocks here; so does reading the bell after trying.)
+    // before releasing fails here; so does reading the bell after trying.)
     model2(|| {
         let host = Host::with_parties(2, 1, 0, 2);
         let (g0, g1) = (host.claim(0), host.claim(1));
@@ -639,13 +651,175 @@ fn loom_host_undone_bumps_ring_the_head() {
         let (g0, g1, g2) = (host.claim(0), host.claim(1), host.claim(2));
         let tries: Vec<_> = [(1, g1), (2, g2)]
             .into_iter()
-            .map(|(slot, g)| party(&host, move |host| try_once(host, slot, g, 1, 0)))
+            .map(|(slot, g)| {
+                party(&host, move |host| {
+                    try_once(host, slot, g, 1, 0);
+                })
+            })
             .collect();
         wait_turn(&host, 0, g0, 1, 0);
         host.finish();
         for t in tries {
             t.join().unwrap();
         }
+        assert_quiescent(&host.seg());
+    });
+}
+
+/// A process whose lease an observer may expire under it: its generation, its reaper lock and
+/// its pending ticket (`Attachment::generation`, `::reaper`, `::pending`; one waiter).
+struct Process {
+    slot: usize,
+    generation: AtomicU64,
+    reaper: Mutex<()>,
+    /// The waiter's ticket while it waits, else `NO_TICKET`; published under this lock.
+    pending: Mutex<u64>,
+}
+
+impl Process {
+    /// `Attachment::recover`: re-arm an expired lease, then republish.
+    fn recover(&self, host: &Host) {
+        let seg = host.seg();
+        {
+            let _reaper = self.reaper.lock().unwrap();
+            match seg.lease_of(self.slot).unwrap() {
+                (LeaseState::Active, g) if g == self.generation.load(SeqCst) => return,
+                (LeaseState::Active, g) => self.generation.store(g, SeqCst),
+                (LeaseState::Expired, _) => {
+                    if let Some(g) = seg.rearm(self.slot) {
+                        self.generation.store(g, SeqCst);
+                    }
+                }
+                other => panic!("slot {}: {other:?}", self.slot),
+            }
+        }
+        self.republish(host);
+    }
+
+    /// `Attachment::republish`.
+    fn republish(&self, host: &Host) {
+        let pending = self.pending.lock().unwrap();
+        host.seg().publish(self.slot, *pending);
+    }
+
+    /// `Attachment::lost_head`: waiting, but no ticket published.
+    fn lost_head(&self, host: &Host) -> bool {
+        host.seg().slot_word(self.slot, s::HEAD).load(SeqCst) == NO_TICKET
+            && *self.pending.lock().unwrap() != NO_TICKET
+    }
+
+    /// `Attachment::dequeue` of the one waiter.
+    fn dequeue(&self, host: &Host) {
+        {
+            let mut pending = self.pending.lock().unwrap();
+            *pending = NO_TICKET;
+            host.seg().publish(self.slot, NO_TICKET);
+        }
+        host.ring_head();
+    }
+
+    /// `Attachment::admit` as the head: retried on `Stale` (after `recover`) and on a lost
+    /// ticket (after republishing it).
+    fn admit_head(&self, host: &Host) -> Result<u64, Admit> {
+        let seg = host.seg();
+        for _ in 0..3 {
+            let g = self.generation.load(SeqCst);
+            match seg.admit(self.slot, g, 1, 0, true) {
+                Admit::Granted => return Ok(g),
+                Admit::Stale => self.recover(host),
+                Admit::NotHead if self.lost_head(host) => self.republish(host),
+                Admit::Full { ring, .. } => {
+                    if let Some(r) = ring {
+                        host.ring(r);
+                    }
+                    return Err(Admit::NotHead);
+                }
+                Admit::NotHead => return Err(Admit::NotHead),
+            }
+        }
+        Err(Admit::Stale)
+    }
+
+    /// The head's loop of `HostBulkhead::admit_blocking` over [`admit_head`](Self::admit_head).
+    fn wait_turn(&self, host: &Host) {
+        let bell = host.seg().slot_word(self.slot, s::BELL);
+        for _ in 0..MAX_ROUNDS {
+            let seen = bell.load(SeqCst);
+            if let Ok(g) = self.admit_head(host) {
+                self.dequeue(host);
+                // Stale if the expiry took the call back first (`HostPermit::release`: no ring).
+                match host.seg().release(self.slot, g, 1, 0) {
+                    Ok(()) => host.ring_head(),
+                    Err(e) => assert_eq!(e, ReleaseError::Stale),
+                }
+                return;
+            }
+            host.wait(self.slot, seen);
+        }
+        panic!(
+            "slot {}: not admitted after {MAX_ROUNDS} wake-ups",
+            self.slot
+        );
+    }
+
+    /// One tick of the keeper thread (`Attachment::keep`): an expired own lease is recovered
+    /// and the head rung.
+    fn keeper_tick(&self, host: &Host) {
+        if host.seg().lease_of(self.slot).unwrap().0 == LeaseState::Expired {
+            self.recover(host);
+            host.ring_head();
+        }
+    }
+}
+
+#[test]
+fn loom_host_expiry_vs_a_resuming_queued_owner() {
+    // Limit 1, held by slot 1. Slot 0's owner seemed stopped (its beat silent for the TTL)
+    // with a waiter queued; an observer expires it while the owner, running after all, waits
+    // as its head and its keeper ticks (once during the expiry, once after it). Then the holder
+    // releases and rings the head. The owner's waiter must be admitted.
+    //
+    // The expiry's clearing of the head ticket may land after the keeper re-armed the lease
+    // and republished the ticket (nothing orders the two stores): the head, asleep on its
+    // doorbell, is then rung by nobody (`ring_head` finds no ticket) until its futex timeout.
+    // So the observer also rings the expired slot's own doorbell: the head wakes, finds its
+    // ticket gone and republishes it (`Attachment::lost_head`). Found at bound 2 without that
+    // ring (loom.md); `Attachment::reap` must ring an expired slot the same way.
+    // Three threads and a fourth party (the main thread: the second tick and the holder), at
+    // most bound 2 (41 000 executions; 3 costs ten times that).
+    model_in(0, 2, || {
+        let host = Host::with_parties(2, 1, 0, 4);
+        let (g0, g1) = (host.claim(0), host.claim(1));
+        assert_eq!(host.seg().admit(1, g1, 1, 0, false), Admit::Granted);
+        let ticket = host.seg().take_ticket();
+        host.seg().publish(0, ticket);
+        let owner = Arc::new(Process {
+            slot: 0,
+            generation: AtomicU64::new(g0),
+            reaper: Mutex::new(()),
+            pending: Mutex::new(ticket),
+        });
+        let observer = party(&host, move |host| {
+            // `Attachment::reap`, with the expired slot rung.
+            if host.seg().expire(0, g0).is_some() {
+                host.ring(0);
+                host.ring_head();
+            }
+        });
+        let keeper = {
+            let owner = owner.clone();
+            party(&host, move |host| owner.keeper_tick(host))
+        };
+        let head = {
+            let owner = owner.clone();
+            party(&host, move |host| owner.wait_turn(host))
+        };
+        observer.join().unwrap();
+        keeper.join().unwrap();
+        owner.keeper_tick(&host);
+        release_ring(&host, 1, g1, 1, 0);
+        host.finish();
+        head.join().unwrap();
         assert_quiescent(&host.seg());
     });
 }
@@ -667,31 +841,19 @@ fn quiet_crashes() {
     });
 }
 
-/// The live process beside the victim (slot 1).
-#[derive(Debug, Clone, Copy)]
-enum Survivor {
-    /// One non-head attempt (1 permit, 1 unit), released at once if granted.
-    Tries,
-    /// A queued waiter (1 permit, 1 unit). It must be admitted: a death may never strand it
-    /// (the reaper rings the head after reclaiming).
-    Waits,
-}
-
-/// Runs `model(k, survivor, crashed)` for k = 0, 1, … and both survivors: the model's victim
-/// passes only its first k crash points and sets `crashed` if it died. Stops after the first k
-/// at which no execution crashed (the victim got through every point of its operation in every
-/// interleaving). Returns that k: the most crash points the operation passes.
+/// Runs `model(k, crashed)` for k = 0, 1, …: the model's victim passes only its first k crash
+/// points and sets `crashed` if it died. Stops after the first k at which no execution crashed
+/// (the victim got through every point of its operation in every interleaving). Returns that
+/// k: the most crash points the operation passes.
 fn each_crash_point(
     what: &str,
-    model: impl Fn(usize, Survivor, &StdAtomicBool) + Clone + Sync + Send + 'static,
+    model: impl Fn(usize, &StdAtomicBool) + Clone + Sync + Send + 'static,
 ) -> usize {
     quiet_crashes();
     for k in 0..64 {
         let crashed = StdArc::new(StdAtomicBool::new(false));
-        for survivor in [Survivor::Tries, Survivor::Waits] {
-            let (m, c) = (model.clone(), crashed.clone());
-            model2(move || m(k, survivor, &c));
-        }
+        let (m, c) = (model.clone(), crashed.clone());
+        model2(move || m(k, &c));
         if !crashed.load(StdOrdering::SeqCst) {
             std::eprintln!("{what}: {k} crash points, a model each");
             return k;
@@ -700,8 +862,9 @@ fn each_crash_point(
     panic!("{what}: still crashing after 64 crash points");
 }
 
-/// A dead process in slot 0: it held a call (1 permit, 1 unit) and had a ticket published.
-fn dead_owner(host: &Host) -> u64 {
+/// A process in slot 0 holding a call (1 permit, 1 unit) with a ticket published; it then dies
+/// (or stops).
+fn owner_holding(host: &Host) -> u64 {
     let seg = host.seg();
     let g = host.claim(0);
     assert_eq!(seg.admit(0, g, 1, 1, false), Admit::Granted);
@@ -713,13 +876,29 @@ fn claim0(host: &Host) -> u64 {
     host.claim(0)
 }
 
+/// What became of slot 0's owner, and so who cleans up after the victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Dead: its liveness lock dropped, a reaper reclaims the slot.
+    Dead,
+    /// Stopped (SIGSTOP) with a call and a ticket: its lock is held, so an observer expires the
+    /// slot, or finishes the expiry a dead observer began (`Attachment::reap`).
+    Stopped,
+}
+
 /// Limit 2, budget 2. Slot 0 is set up by `setup`; then its process (`op`, or a reaper or an
-/// observer acting on it) dies after `k` crash points, concurrently with a survivor in slot 1;
-/// then a reaper reclaims slot 0 and rings the head (the survivor may still run). Afterwards:
-/// I2, I5, no ticket, slot 0 free, the whole limit free for the survivor.
-fn crash_model(
+/// observer acting on it) dies after `k` crash points, concurrently with a survivor in slot 1
+/// acquiring 1 permit and 1 unit (a try, and if refused a wait as the head: it must be admitted,
+/// a death may never strand it); then slot 0 is reaped as `owner` says and the head rung (the
+/// survivor may still run). Afterwards: I2, I5, no ticket, slot 0 free (or expired, and its
+/// owner re-arms and takes the whole limit), the whole limit free for the survivor.
+fn crash_model(k: usize, crashed: &StdAtomicBool, setup: fn(&Host) -> u64, op: fn(&Host, u64)) {
+    crash_model_of(Owner::Dead, k, crashed, setup, op);
+}
+
+fn crash_model_of(
+    owner: Owner,
     k: usize,
-    kind: Survivor,
     crashed: &StdAtomicBool,
     setup: fn(&Host) -> u64,
     op: fn(&Host, u64),
@@ -731,23 +910,44 @@ fn crash_model(
     let victim = party(&host, move |host| {
         crash::with_budget(k, || op(host, g0)).is_none()
     });
-    let survivor = party(&host, move |host| match kind {
-        Survivor::Tries => try_once(host, 1, gs, 1, 1),
-        Survivor::Waits => wait_turn(host, 1, gs, 1, 1),
-    });
+    let survivor = party(&host, move |host| acquire_blocking(host, 1, gs, 1, 1));
     if victim.join().unwrap() {
         crashed.store(true, StdOrdering::SeqCst);
     }
-    // Slot 0's process is dead: its liveness lock dropped; a reaper takes it, reclaims the
-    // slot and rings the head (`Attachment::reap`).
     let seg = host.seg();
-    seg.reclaim(0).unwrap();
+    match owner {
+        // Its liveness lock dropped: a reaper takes it and reclaims the slot.
+        Owner::Dead => {
+            seg.reclaim(0).unwrap();
+        }
+        // Its lock is held: the next observer expires it after the TTL, or finishes the
+        // expiry the victim began.
+        Owner::Stopped => match seg.lease_of(0).unwrap() {
+            (LeaseState::Active, g) => {
+                assert_eq!(g, g0);
+                seg.expire(0, g).expect("active under g0");
+            }
+            (LeaseState::Expired, g) => {
+                let _ = seg.finish_expiry(0, g);
+            }
+            other => panic!("slot 0: {other:?}"),
+        },
+    }
     host.ring_head();
     host.finish();
     survivor.join().unwrap();
     assert_quiescent(&seg);
-    assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);
     assert_whole_limit_free(&seg, 1, gs);
+    match owner {
+        Owner::Dead => assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free),
+        Owner::Stopped => {
+            // The owner resumes: re-arms, its old calls stay fenced, the limit is whole.
+            assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Expired);
+            let g = seg.rearm(0).expect("re-arm an expired lease");
+            assert_eq!(seg.release(0, g0, 1, 1), Err(ReleaseError::Stale));
+            assert_whole_limit_free(&seg, 0, g);
+        }
+    }
 }
 
 #[test]
@@ -755,9 +955,9 @@ fn loom_host_crash_in_admit_and_release() {
     // The victim tries for the whole limit (2 permits, 1 unit) beside the survivor's 1, so its
     // bump may be undone: acquire.bump, .check, then .undo (through release: release.held,
     // .cost) or release.held, .cost.
-    let n = each_crash_point("admit + release", |k, kind, crashed| {
-        crash_model(k, kind, crashed, claim0, |host, g| {
-            try_once(host, 0, g, 2, 1)
+    let n = each_crash_point("admit + release", |k, crashed| {
+        crash_model(k, crashed, claim0, |host, g| {
+            try_once(host, 0, g, 2, 1);
         });
     });
     assert_eq!(n, 5, "bump, check, undo, held, cost");
@@ -767,32 +967,29 @@ fn loom_host_crash_in_admit_and_release() {
 fn loom_host_crash_in_queue_admit_and_dequeue() {
     // A queued waiter's life, one try as the head: publish.ticket, publish.head,
     // acquire.bump, .check (.undo), cancel.unpublish, release.held, .cost.
-    let n = each_crash_point(
-        "ticket + publish + head admit + dequeue",
-        |k, kind, crashed| {
-            crash_model(k, kind, crashed, claim0, |host, g| {
-                let seg = host.seg();
-                enqueue(&seg, 0);
-                let admitted = seg.admit(0, g, 1, 1, true);
-                dequeue(host, 0);
-                match admitted {
-                    Admit::Granted => release_ring(host, 0, g, 1, 1),
-                    Admit::Full { ring: Some(r), .. } => host.ring(r),
-                    _ => {}
-                }
-            });
-        },
-    );
+    let n = each_crash_point("ticket + publish + head admit + dequeue", |k, crashed| {
+        crash_model(k, crashed, claim0, |host, g| {
+            let seg = host.seg();
+            enqueue(&seg, 0);
+            let admitted = seg.admit(0, g, 1, 1, true);
+            dequeue(host, 0);
+            match admitted {
+                Admit::Granted => release_ring(host, 0, g, 1, 1),
+                Admit::Full { ring: Some(r), .. } => host.ring(r),
+                _ => {}
+            }
+        });
+    });
     assert_eq!(n, 7, "ticket, head, bump, check, unpublish, held, cost");
 }
 
 #[test]
-fn loom_host_crash_in_claim_over_a_dead_owner() {
+fn loom_host_crash_in_claim_over_a_owner_holding() {
     // The victim claims a slot whose previous owner died holding a call and a ticket (the
     // claim reclaims it first: reclaim.lease, .words, .head, .free), then claim.words,
     // claim.lease, and admits (acquire.bump, .check) and dies holding.
-    let n = each_crash_point("claim (with reclaim) + admit", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |host, _| {
+    let n = each_crash_point("claim (with reclaim) + admit", |k, crashed| {
+        crash_model(k, crashed, owner_holding, |host, _| {
             let g = host.claim(0);
             let _ = host.seg().admit(0, g, 1, 1, false);
         });
@@ -803,8 +1000,8 @@ fn loom_host_crash_in_claim_over_a_dead_owner() {
 #[test]
 fn loom_host_crash_in_reclaim_then_another_reaper() {
     // A reaper dies at each step of reclaiming a dead owner's slot; the next one finishes.
-    let n = each_crash_point("reclaim, then a second reaper", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |host, _| {
+    let n = each_crash_point("reclaim, then a second reaper", |k, crashed| {
+        crash_model(k, crashed, owner_holding, |host, _| {
             host.seg().reclaim(0).unwrap();
             host.ring_head();
         });
@@ -813,11 +1010,25 @@ fn loom_host_crash_in_reclaim_then_another_reaper() {
 }
 
 #[test]
+fn loom_host_crash_in_expiry_then_another_observer() {
+    // An observer dies at each step of expiring a stopped owner's slot (a call and a ticket
+    // held); the next observer finishes the expiry (or makes it, if the lease was not yet
+    // marked), and the owner, resumed, re-arms.
+    let n = each_crash_point("expire, then another observer", |k, crashed| {
+        crash_model_of(Owner::Stopped, k, crashed, owner_holding, |host, g| {
+            host.seg().expire(0, g).unwrap();
+            host.ring_head();
+        });
+    });
+    assert_eq!(n, 2, "lease, words");
+}
+
+#[test]
 fn loom_host_crash_in_expiry_then_a_reaper() {
     // An observer dies at each step of expiring a silent slot (its owner, in fact dead); a
     // reaper then reclaims it.
-    let n = each_crash_point("expire, then a reaper", |k, kind, crashed| {
-        crash_model(k, kind, crashed, dead_owner, |host, g| {
+    let n = each_crash_point("expire, then a reaper", |k, crashed| {
+        crash_model(k, crashed, owner_holding, |host, g| {
             host.seg().expire(0, g).unwrap();
             host.ring_head();
         });

@@ -1,10 +1,7 @@
 //! [`HostPermit`] and what makes one (docs/design.md §14.3): a grant counted and a rejection
 //! with the host's snapshot, and the published ticket of a waiting request.
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Instant,
-};
+use std::{sync::atomic::Ordering, time::Instant};
 
 use hullguard_core::{
     AcquireError, DimensionSnapshot, Reason, Rejection, Request, Snapshot, WaitHistogram,
@@ -13,21 +10,22 @@ use hullguard_core::{
 use crate::{
     attachment::Attachment,
     error::{HostError, LeaseError},
-    layout::h,
+    layout::{h, s},
     queue::LocalQueue,
 };
 
 /// Counts a grant and makes its permit (chain-waking the next head after a queued one).
+#[inline]
 pub(crate) fn granted(
-    q: &Arc<LocalQueue>,
+    q: &LocalQueue,
     generation: u64,
     request: &Request,
     queued_since: Option<Instant>,
 ) -> HostPermit {
     let a = q.a;
     let seg = a.seg();
-    seg.count(h::ADMITTED, 1);
-    q.held.fetch_add(1, Ordering::AcqRel);
+    seg.slot_word(a.slot, s::ADMITTED)
+        .fetch_add(1, Ordering::Relaxed);
     if let Some(since) = queued_since {
         let ns = since.elapsed().as_nanos() as u64;
         seg.count(h::QUEUE_WAIT_COUNT, 1);
@@ -39,7 +37,7 @@ pub(crate) fn granted(
         a.ring_head();
     }
     HostPermit {
-        q: q.clone(),
+        a,
         generation,
         weight: request.weight,
         cost: request.cost,
@@ -97,7 +95,7 @@ impl Drop for Ticket {
 #[derive(Debug)]
 #[must_use = "dropping a permit releases it at once"]
 pub struct HostPermit {
-    pub(crate) q: Arc<LocalQueue>,
+    pub(crate) a: &'static Attachment,
     pub(crate) generation: u64,
     pub(crate) weight: u64,
     pub(crate) cost: u64,
@@ -139,17 +137,17 @@ impl HostPermit {
         self.done
     }
 
+    #[inline]
     fn release_once(&mut self) -> Result<(), LeaseError> {
         if self.done {
             return Err(LeaseError::AlreadyReleased);
         }
         self.done = true;
-        let a = self.q.a;
+        let a = self.a;
         if !a.is_own() {
             a.seg().count(h::FOREIGN_RELEASES, 1);
             return Err(LeaseError::Foreign);
         }
-        self.q.held.fetch_sub(1, Ordering::AcqRel);
         let seg = a.seg();
         match seg.release(a.slot, self.generation, self.weight, self.cost) {
             Ok(()) => {
@@ -166,7 +164,7 @@ impl HostPermit {
 
 impl Drop for HostPermit {
     fn drop(&mut self) {
-        if !self.done && self.q.a.is_own() {
+        if !self.done && self.a.is_own() {
             let _ = self.release_once();
         }
     }

@@ -8,7 +8,7 @@ use std::{
     ops::Deref,
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, Ordering},
     },
     time::Duration,
 };
@@ -26,8 +26,6 @@ pub(crate) struct LocalQueue {
     pub(crate) gate: Bulkhead,
     /// Waiters this handle may have, its head included (0 = never queue).
     pub(crate) max_queue: u64,
-    /// Calls admitted through this handle and not yet released (what its drain waits for).
-    pub(crate) held: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -51,7 +49,6 @@ impl LocalQueue {
             a,
             gate,
             max_queue,
-            held: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         })
     }

@@ -232,6 +232,7 @@ impl<'a> Segment<'a> {
 
     /// A view of words [`new`](Self::new) already checked, with the slot count it found (the
     /// caller's own copy: a writer that changes the header later cannot move an index).
+    #[inline]
     pub fn trusted(words: &'a [AtomicU64], n_slots: usize) -> Self {
         let n_slots =
             n_slots.min(words.len().saturating_sub(layout::HEADER_WORDS) / layout::SLOT_WORDS);
@@ -319,6 +320,18 @@ impl<'a> Segment<'a> {
         }
     }
 
+    /// The two limits, read for an admission (the rest of the configuration is not needed
+    /// there).
+    fn limits(&self) -> SegmentConfig {
+        SegmentConfig {
+            max_concurrent: self.words[h::MAX_CONCURRENT].load(SeqCst),
+            budget: self.words[h::BUDGET].load(SeqCst),
+            lease_ttl_ms: 0,
+            beat_ms: 0,
+            probe_ms: 0,
+        }
+    }
+
     /// The creator tag and the boot id written at creation.
     pub fn creator(&self) -> ([u8; 16], [u8; 16]) {
         let mut c = [0; 16];
@@ -345,6 +358,13 @@ impl<'a> Segment<'a> {
     /// Marks the segment poisoned: every process refuses to admit through it.
     pub fn poison(&self) {
         self.words[h::FLAGS].fetch_or(layout::POISONED, SeqCst);
+    }
+
+    /// Admissions ever, host-wide: the header's share plus every slot's.
+    pub fn admitted_total(&self) -> u64 {
+        (0..self.hwm()).fold(self.words[h::ADMITTED].load(SeqCst), |n, i| {
+            n.saturating_add(self.slot_word(i, s::ADMITTED).load(SeqCst))
+        })
     }
 
     /// Adds `n` to a header counter.
@@ -389,35 +409,96 @@ impl<'a> Segment<'a> {
         out
     }
 
+    /// The admission path's pass over the occupied slots: Σ permits, Σ calls, Σ cost (only
+    /// `with_cost`: a segment without a budget never reads the cost words) and the smallest
+    /// ticket; not the informational `queued` ([`scan`](Self::scan) has everything).
+    #[inline]
+    fn lean_scan(&self, slot: usize, with_cost: bool) -> Scan {
+        let mut out = Scan {
+            min_ticket: NO_TICKET,
+            ..Scan::default()
+        };
+        // The own slot always counts, whatever `hwm` says (a stray writer may lower it).
+        let n = self.hwm().max(slot.saturating_add(1)).min(self.n_slots);
+        let base = layout::HEADER_WORDS;
+        let Some(words) = self.words.get(base..base + n * layout::SLOT_WORDS) else {
+            return self.scan();
+        };
+        for (i, w) in words.chunks_exact(layout::SLOT_WORDS).enumerate() {
+            let (_, calls, permits) = layout::decode_held(w[s::HELD].load(SeqCst));
+            out.permits = out.permits.saturating_add(permits);
+            out.calls = out.calls.saturating_add(calls);
+            if with_cost {
+                let (_, units) = layout::decode_cost(w[s::COST].load(SeqCst));
+                out.cost = out.cost.saturating_add(units);
+            }
+            let t = w[s::HEAD].load(SeqCst);
+            if t < out.min_ticket {
+                out.min_ticket = t;
+                out.min_slot = i;
+            }
+        }
+        out
+    }
+
+    /// The slot holding the smallest published ticket, if any (one word per slot: what a
+    /// release or a withdrawn ticket rings).
+    #[inline]
+    pub fn head_slot(&self) -> Option<usize> {
+        let mut min = NO_TICKET;
+        let mut slot = None;
+        for i in 0..self.hwm() {
+            let t = self.slot_word(i, s::HEAD).load(SeqCst);
+            if t < min {
+                min = t;
+                slot = Some(i);
+            }
+        }
+        slot
+    }
+
     /// One admission attempt of `weight` permits and `cost` units by the owner of `slot` under
-    /// generation `generation`. A `head` attempt is the process's oldest waiter's: it may admit only
-    /// while its slot holds the smallest ticket. Any other attempt refuses while any ticket is
-    /// published (no barging, I6).
+    /// generation `generation`. A `head` attempt is the process's oldest waiter's: it may admit
+    /// only while its slot holds the smallest ticket (it looks first, then bumps and confirms).
+    /// Any other attempt refuses while any ticket is published (no barging, I6): it bumps
+    /// first and confirms with one pass — the sum fits and no ticket is published — or undoes
+    /// (and names the head to ring: its own attempt may have failed on this tentative bump).
+    #[inline]
     pub fn admit(&self, slot: usize, generation: u64, weight: u64, cost: u64, head: bool) -> Admit {
-        let c = self.config();
-        let first = self.scan();
+        if slot >= self.n_slots {
+            return Admit::Stale; // no such slot: nobody's generation
+        }
+        let c = self.limits();
+        let with_cost = c.budget != 0;
         if head {
+            let first = self.lean_scan(slot, with_cost);
             if !first.has_waiters() || first.min_slot != slot {
                 return Admit::NotHead;
             }
-        } else if first.has_waiters() {
-            return Admit::Full {
-                reason: Reason::ConcurrencyLimit,
-                ring: None,
-            };
-        }
-        if let Some(reason) = Self::over(&first, &c, weight, cost) {
-            return Admit::Full { reason, ring: None };
+            if let Some(reason) = Self::over(&first, &c, weight, cost) {
+                return Admit::Full { reason, ring: None };
+            }
         }
         point(Step::AcquireBump);
         if self.bump(slot, generation, weight, cost).is_err() {
             return Admit::Stale;
         }
         point(Step::AcquireCheck);
-        let second = self.scan();
-        if let Some(reason) = Self::over(&second, &c, 0, 0) {
+        let second = self.lean_scan(slot, with_cost);
+        let refused = match Self::over(&second, &c, 0, 0) {
+            Some(reason) => Some(reason),
+            None if !head && second.has_waiters() => Some(Reason::ConcurrencyLimit),
+            None => None,
+        };
+        if let Some(reason) = refused {
             point(Step::AcquireUndo);
             let _ = self.release(slot, generation, weight, cost);
+            // A refusal for waiters ahead is `concurrency_limit` whatever the sums say (I6).
+            let reason = if !head && second.has_waiters() {
+                Reason::ConcurrencyLimit
+            } else {
+                reason
+            };
             let ring = second.has_waiters().then_some(second.min_slot);
             return Admit::Full { reason, ring };
         }
@@ -435,6 +516,7 @@ impl<'a> Segment<'a> {
     }
 
     /// Adds one call of `weight` permits and `cost` units to the own slot, fenced by `generation`.
+    #[inline]
     fn bump(
         &self,
         slot: usize,
@@ -484,6 +566,7 @@ impl<'a> Segment<'a> {
         }
     }
 
+    #[inline]
     fn sub_held(&self, slot: usize, generation: u64, weight: u64) -> Result<(), ReleaseError> {
         let word = self.slot_word(slot, s::HELD);
         let mut cur = word.load(SeqCst);
@@ -515,6 +598,7 @@ impl<'a> Segment<'a> {
     ///
     /// # Errors
     /// [`ReleaseError::Stale`] (nothing changed) when the slot's generation moved on.
+    #[inline]
     pub fn release(
         &self,
         slot: usize,
@@ -652,6 +736,8 @@ impl<'a> Segment<'a> {
         self.slot_word(slot, s::HEAD).store(NO_TICKET, SeqCst);
         self.slot_word(slot, s::QUEUED).store(0, SeqCst);
         self.slot_word(slot, s::BEAT).store(0, SeqCst);
+        let admitted = self.slot_word(slot, s::ADMITTED).swap(0, SeqCst);
+        self.count(h::ADMITTED, admitted);
         self.slot_word(slot, s::PID).store(pid, SeqCst);
         self.slot_word(slot, s::START_TICKS)
             .store(start_ticks, SeqCst);

@@ -72,7 +72,7 @@ impl HostStats {
             limit: c.max_concurrent,
             max_concurrent: c.max_concurrent,
             available: c.max_concurrent as i64 - scan.permits as i64,
-            admitted_total: a.counter(h::ADMITTED),
+            admitted_total: seg.admitted_total(),
             rejected_by_reason: rejected,
             orphaned_total: a.counter(h::ORPHANED),
             queue_wait_count: a.counter(h::QUEUE_WAIT_COUNT),

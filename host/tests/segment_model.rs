@@ -166,7 +166,18 @@ impl Model {
         match (head, self.head()) {
             (true, Some((_, s))) if s == slot => {}
             (true, _) => return Admit::NotHead,
-            (false, Some(_)) => return full(Reason::ConcurrencyLimit),
+            // Not a head: it bumps first (a stale generation fails there), then refuses for
+            // the waiters ahead and names the head to ring (its tentative bump may have failed
+            // the head's attempt).
+            (false, _) if self.slots[slot].owner != Some(self.slots[slot].generation) => {
+                return Admit::Stale;
+            }
+            (false, Some((_, s))) => {
+                return Admit::Full {
+                    reason: Reason::ConcurrencyLimit,
+                    ring: Some(s),
+                };
+            }
             (false, None) => {}
         }
         let (_, permits, units) = self.held(None);
