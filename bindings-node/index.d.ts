@@ -1411,7 +1411,7 @@ export declare class HostBulkhead {
   close(): void
   /**
    * Resolves `{drained, active, queued}` (`active`, `queued`: this process's permits held and
-   * waiters) once every permit admitted through this handle is released and it has no waiter
+   * waiters) once this process holds no permit of the host bulkhead and this handle has no waiter
    * (`drained: true`) or after `timeoutMs`
    * (`drained: false`; a number or `{timeoutMs}`; `undefined` / `Infinity` = until idle, `0` =
    * report at once). Does not close: graceful shutdown is `close()` then `drain()`. Rejects
