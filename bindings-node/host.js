@@ -291,6 +291,14 @@ class HostBulkhead {
    * `BULKHEAD_CLOSED`; held permits stay valid until released. Other handles (other worker
    * threads too) and other processes are not affected.
    */
+  /**
+   * The host's metric samples for `hullguard/metrics` (`Bulkhead._metricSamples`'s shape): the
+   * host's figures from this process, live holders only (C37).
+   */
+  _metricSamples() {
+    return this.#nb.metricSamples()
+  }
+
   close() {
     this.#nb.close()
   }

@@ -1408,6 +1408,8 @@ export declare class HostBulkhead {
    * Closes this handle: its new requests are refused `shutdown`, its waiters rejected
    * `BULKHEAD_CLOSED`; held permits stay valid. Other handles and processes are not affected.
    */
+  /** The host's metric samples for `hullguard/metrics`: the host's figures, live holders only (C37). */
+  _metricSamples(): MetricSample[]
   close(): void
   /**
    * Resolves `{drained, active, queued}` (`active`, `queued`: this process's permits held and

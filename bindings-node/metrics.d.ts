@@ -1,7 +1,7 @@
 // Types of `hullguard/metrics` (metrics.js): the core's metric table through prom-client and
 // @opentelemetry/api (optional peer dependencies; structural types here, so that neither is
 // needed to compile).
-import type { Bulkhead, Registry } from './index.js'
+import type { Bulkhead, HostBulkhead, Registry } from './index.js'
 
 /** One row of the core's metric table. */
 export interface MetricRow {
@@ -18,7 +18,7 @@ export interface MetricRow {
 
 /** The sources: bulkheads by key label, registries (their keys label their series). */
 export interface MetricSources {
-  bulkheads?: Record<string, Bulkhead> | Map<string, Bulkhead> | null
+  bulkheads?: Record<string, Bulkhead | HostBulkhead> | Map<string, Bulkhead | HostBulkhead> | null
   /** A registry, a list, or by name (the name labels a global cap's shared admission). */
   registries?: Registry | Registry[] | Record<string, Registry> | Map<string, Registry> | null
 }

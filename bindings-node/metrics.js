@@ -94,13 +94,15 @@ function knownKeys(opts, known, what) {
  * collection (kept until the current task's microtasks have run).
  */
 function sources(o, what) {
-  const { Bulkhead, Registry } = hullguard()
+  const { Bulkhead, HostBulkhead, Registry } = hullguard()
+  // A host bulkhead (Linux) is sampled like a bulkhead: the host's figures, live holders only.
+  const sampled = (bh) => bh instanceof Bulkhead || (typeof HostBulkhead === 'function' && bh instanceof HostBulkhead)
   const bhs = o.bulkheads ?? {}
   if (typeof bhs !== 'object' || Array.isArray(bhs)) throw new TypeError(`${what}: bulkheads must be an object or a Map of key → Bulkhead, got ${describe(bhs)}`)
   const named = bhs instanceof Map ? [...bhs] : Object.entries(bhs)
   for (const [key, bh] of named) {
     if (typeof key !== 'string') throw new TypeError(`${what}: a bulkhead's key must be a string, got ${describe(key)}`)
-    if (!(bh instanceof Bulkhead)) throw new TypeError(`${what}: bulkheads[${JSON.stringify(key)}] must be a hullguard Bulkhead, got ${describe(bh)}`)
+    if (!sampled(bh)) throw new TypeError(`${what}: bulkheads[${JSON.stringify(key)}] must be a hullguard Bulkhead or HostBulkhead, got ${describe(bh)}`)
   }
   const r = o.registries ?? []
   // [name, registry]: the name labels a global cap's shared admission (default 'global').

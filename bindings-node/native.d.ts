@@ -265,6 +265,12 @@ export declare class NativeHostBulkhead {
    * `foreignReleasesTotal`, `localInFlight`, `localActive`, `localQueued`, `slot`, `path`.
    */
   stats(): Record<string, unknown>
+  /**
+   * The host's samples of the core's metric table (docs/design.md §8.3) for
+   * `hullguard/metrics`: the host's figures, the same from any process, counting live holders
+   * only (dead ones are reaped first: C37).
+   */
+  metricSamples(): Array<MetricSample>
   /** Probes every other process now and reclaims the dead: the slots reclaimed or expired. */
   reap(): number
   /**

@@ -382,6 +382,38 @@ describe('HostBulkhead across processes', { skip: !linux && 'Linux only' }, () =
     }
   })
 
+  test('C37: prom-client scrapes from any process count only live holders', async () => {
+    // Per-process metric files kept reporting a dead worker's values (C37). A host bulkhead's
+    // samples are the host's figures from this process, and a scrape reaps the dead first.
+    const client = require('prom-client')
+    const { registerPrometheus } = require('../metrics.js')
+    const name = fresh('c37')
+    const opts = { ...FAST, maxConcurrent: 4 }
+    const [a, b] = [child(name, opts), child(name, opts)]
+    try {
+      await Promise.all([a.ready, b.ready])
+      assert.equal((await within(a.ask('acquire'), 5_000, 'a acquire')).ok, true)
+      assert.equal((await within(a.ask('acquire'), 5_000, 'a acquire')).ok, true)
+      assert.equal((await within(b.ask('acquire'), 5_000, 'b acquire')).ok, true)
+      const hb = new HostBulkhead(name, opts)
+      const register = new client.Registry()
+      registerPrometheus({ bulkheads: { db: hb }, register })
+      const inFlight = async () => {
+        const text = await register.metrics()
+        const line = text.split('\n').find((l) => l.startsWith('hullguard_in_flight{') && l.includes('key="db"') && l.includes('dimension="calls"') && l.includes('class=""'))
+        assert.ok(line, text)
+        return Number(line.split(' ').pop())
+      }
+      assert.equal(await inFlight(), 3) // a's two and b's one, scraped from a third process
+      await kill(a)
+      assert.equal(await inFlight(), 1) // only b's: the scrape reaped a's slot
+      await within(b.ask('release'), 5_000, 'b release')
+      assert.equal(await inFlight(), 0)
+    } finally {
+      for (const x of [a, b]) await kill(x)
+    }
+  })
+
   test('cluster workers share the limit; reapHost in the primary\'s exit handler', async () => {
     const cluster = require('node:cluster')
     const name = fresh('cluster')

@@ -459,6 +459,15 @@ impl NativeHostBulkhead {
         Ok(out)
     }
 
+    /// The host's samples of the core's metric table (docs/design.md §8.3) for
+    /// `hullguard/metrics`: the host's figures, the same from any process, counting live holders
+    /// only (dead ones are reaped first: C37).
+    #[napi]
+    pub fn metric_samples(&self) -> Vec<crate::metrics::MetricSample> {
+        let s = self.bh.stats();
+        crate::metrics::stats_samples(&s.stats, &[], &|c| c.to_string())
+    }
+
     /// Probes every other process now and reclaims the dead: the slots reclaimed or expired.
     #[napi]
     pub fn reap(&self) -> u32 {

@@ -786,15 +786,23 @@ impl HostBulkhead {
         Ok(d)
     }
 
+    /// The host's samples of the core's metric table (docs/design.md §8.3), for the
+    /// exporters (`Bulkhead._metric_samples()`'s shape): the host's figures, the same from any
+    /// process, counting live holders only (dead ones are reaped first: C37).
+    fn _metric_samples<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+        let s = py.detach(|| self.bh.stats());
+        crate::metrics::stats_samples(py, &s.stats, &[], &|c| c.to_string())
+    }
+
     /// Probes every other process's liveness now and reclaims the dead (their permits return
     /// at once); the slots reclaimed or expired.
     fn reap(&self, py: Python<'_>) -> usize {
         py.detach(|| self.bh.reap())
     }
 
-    /// Stops admission in this process: new requests and this process's waiters are refused
-    /// `shutdown` (`BulkheadClosedError`); held permits stay valid until released. Other
-    /// processes are not affected.
+    /// Closes this handle: its new requests and its waiters are refused `shutdown`
+    /// (`BulkheadClosedError`); held permits stay valid until released. Other handles (other
+    /// threads' and loops' too) and other processes are not affected.
     fn close(&self) {
         self.bh.close();
     }

@@ -633,6 +633,36 @@ def test_waiting_child_granted_after_a_holder_is_killed(
     assert bh.stats()["active"] == 0
 
 
+def test_c37_prometheus_counts_only_live_holders(
+    open_host: Callable[..., hullguard.HostBulkhead], children: Callable[..., Child]
+) -> None:
+    """C37: per-process metric files kept reporting a dead worker's values. A host bulkhead's
+    metrics, scraped from any process, count live holders only: a SIGKILLed holder's permits
+    leave the scrape at once (the scrape reaps first), not at its next restart."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from hullguard.prometheus import HullguardCollector
+
+    bh = open_host(max_concurrent=4)
+    a, b = children(max_concurrent=4), children(max_concurrent=4)
+    assert a.ask("acquire 10") == "held" and a.ask("acquire 10") == "held"
+    assert b.ask("acquire 10") == "held"
+    registry = CollectorRegistry()
+    registry.register(HullguardCollector(bulkheads={"db": bh}))
+
+    def in_flight() -> float:
+        for line in generate_latest(registry).decode().splitlines():
+            if line.startswith('hullguard_in_flight{class="",dimension="calls",key="db"}'):
+                return float(line.split()[-1])
+        raise AssertionError("no in-flight series")
+
+    assert in_flight() == 3.0  # two of a's, one of b's, scraped from a third process
+    a.kill()
+    assert in_flight() == 1.0  # only b's: a's slot reaped by the scrape itself
+    assert b.ask("release") == "released True"
+    assert in_flight() == 0.0
+
+
 def test_stopped_holder_is_expired_and_its_release_is_stale(
     open_host: Callable[..., hullguard.HostBulkhead], children: Callable[..., Child]
 ) -> None:

@@ -75,8 +75,12 @@ class Sources:
         """Samples ``bulkhead`` under ``key=name``. ``ValueError`` if the name is taken."""
         if not isinstance(name, str):
             raise TypeError(f"a bulkhead's name must be a str, not {type(name).__name__}")
-        if not isinstance(bulkhead, Bulkhead):
-            raise TypeError(f"expected a hullguard.Bulkhead, not {type(bulkhead).__name__}")
+        # A host bulkhead (Linux) is sampled like a bulkhead: the host's figures, live
+        # holders only (C37).
+        host = getattr(_native, "HostBulkhead", None)
+        if not isinstance(bulkhead, Bulkhead) and not (host and isinstance(bulkhead, host)):
+            raise TypeError(
+                f"expected a hullguard.Bulkhead or HostBulkhead, not {type(bulkhead).__name__}")
         with self._lock:
             if name in self._bulkheads:
                 raise ValueError(f"a bulkhead named {name!r} is sampled already")
