@@ -494,3 +494,41 @@ fn host_clean_exit_frees_its_slot() {
     );
     assert_eq!(st.reclaimed_permits_total, 1, "{st:?}");
 }
+
+/// C37: per-process metric files kept reporting a dead worker's values. A host bulkhead's
+/// metric walk, from any process, counts live holders only: a SIGKILLed holder's permits leave
+/// it at once (the walk reads `stats()`, which reaps first).
+#[test]
+fn host_c37_metrics_count_only_live_holders() {
+    use hullguard_core::{Metric, MetricLabels, MetricSink, metrics::HistogramSample};
+    struct InFlight(f64);
+    impl MetricSink for InFlight {
+        fn sample(&mut self, m: &'static Metric, l: MetricLabels, v: f64) {
+            if m.name == "hullguard_in_flight" && l.dimension == Some("calls") && l.class.is_none()
+            {
+                self.0 = v;
+            }
+        }
+        fn histogram(&mut self, _: &'static Metric, _: MetricLabels, _: &HistogramSample) {}
+    }
+    let in_flight = |bh: &hullguard_host::HostBulkhead| {
+        let mut s = InFlight(-1.0);
+        bh.metrics(&mut s);
+        s.0
+    };
+    let dir = TempDir::new("c37");
+    let env = HostEnv::new(dir.path(), "c37", 4);
+    let bh = env.open();
+    let (mut a, _) = holder(&env, "A", 2, 1);
+    let (mut b, _) = holder(&env, "B", 1, 1);
+    assert_eq!(in_flight(&bh), 3.0);
+    a.kill();
+    assert_eq!(
+        in_flight(&bh),
+        1.0,
+        "the dead holder's permits left the walk at once"
+    );
+    b.send("release");
+    b.expect("released", 10 * SEC);
+    assert_eq!(in_flight(&bh), 0.0);
+}
