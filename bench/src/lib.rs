@@ -8,6 +8,9 @@
 //! | `src/bin/ratios.rs` | the ratio table: hullguard beside its anchor in one run, ≥ 5 interleaved repetitions |
 //! | `src/bin/icount.rs` | callgrind instructions per op for the single-thread cases, and their ratios |
 //! | `benches/engine.rs` | criterion's estimate for every case |
+//! | `src/bin/host.rs` | the host bulkhead's table: beside the local bulkhead and a SysV `SEM_UNDO` semaphore |
+//!
+//! [`machine`] is what the tables say about the machine they ran on.
 //!
 //! A [`Case`] runs `n` operations of one workload on one engine and returns the time those `n`
 //! operations took; set-up (building a bulkhead, filling a queue, starting threads or a runtime)
@@ -33,6 +36,8 @@ use std::{
 };
 
 use hullguard_core::{Admission, Bulkhead, Config, Reason, Ticket, TicketPoll};
+
+pub mod machine;
 use tokio::sync::Semaphore;
 
 /// Queue depths of the depth rows.

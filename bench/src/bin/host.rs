@@ -28,6 +28,9 @@
 //! `host run <local|host|semop> <n>` runs `n` uncontended ops of one engine (for `perf` or
 //! callgrind), `host run host <n> <attached>` with `attached − 1` idle processes beside it.
 
+use hullguard_bench::machine::{
+    Background, background_line, cpu_model, median, min_max, repetitions,
+};
 use std::{
     fmt::Write as _,
     hint::black_box,
@@ -62,9 +65,6 @@ const BATCH: Duration = Duration::from_millis(40);
 /// `--smoke`: ops per batch, and the length of a contended run.
 const SMOKE_OPS: u64 = 64;
 const SMOKE_RUN: Duration = Duration::from_millis(50);
-
-/// Other processes plus steal above this share of the machine make the timed rows unreliable.
-const BUSY: f64 = 0.05;
 
 /// How long a child may take to report `ready` or its result before the run is abandoned.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -477,84 +477,11 @@ fn die(msg: &str) -> ! {
 
 // ----- statistics and the machine --------------------------------------------------------
 
-fn median(xs: &[f64]) -> f64 {
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn min_max(xs: &[f64]) -> (f64, f64) {
-    xs.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-            (lo.min(x), hi.max(x))
-        })
-}
-
 /// Per-repetition ratios `a[i] / b[i]`: the median and the min–max.
 fn ratio(a: &[f64], b: &[f64]) -> (f64, f64, f64) {
     let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
     let (lo, hi) = min_max(&r);
     (median(&r), lo, hi)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// `(busy, steal, total)` jiffies of the whole machine, from `/proc/stat`.
-fn machine_jiffies() -> Option<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
-    let f: Vec<u64> = cpu
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let (idle, steal) = (f.get(3)? + f.get(4)?, *f.get(7)?);
-    let total: u64 = f.iter().take(8).sum();
-    Some((total - idle - steal, steal, total))
-}
-
-/// CPU jiffies (user + system) of this process, all threads.
-fn own_jiffies() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// What the rest of the machine did during part 1 (no children yet): other processes' CPU and
-/// the hypervisor's steal, as shares of the machine's capacity.
-struct Background {
-    start: Option<((u64, u64, u64), u64)>,
-}
-
-impl Background {
-    fn start() -> Self {
-        Self {
-            start: machine_jiffies().zip(own_jiffies()),
-        }
-    }
-
-    fn shares(&self) -> Option<(f64, f64)> {
-        let ((b0, s0, t0), o0) = self.start?;
-        let ((b1, s1, t1), o1) = machine_jiffies().zip(own_jiffies())?;
-        let total = (t1 - t0).max(1) as f64;
-        let others = (b1 - b0).saturating_sub(o1 - o0) as f64;
-        Some((others / total, (s1 - s0) as f64 / total))
-    }
 }
 
 // ----- the table -------------------------------------------------------------------------
@@ -727,18 +654,7 @@ fn run_one(args: &[String]) {
 }
 
 fn table(smoke: bool) {
-    let reps: usize = if smoke {
-        1
-    } else {
-        std::env::var("REPS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(9)
-    };
-    assert!(
-        reps >= 5 || smoke,
-        "docs/design.md § Benchmarks: at least 5 repetitions (REPS={reps})"
-    );
+    let reps = repetitions(smoke);
     let contended_reps = if smoke { 1 } else { CONTENDED_REPS };
     let run = if smoke { SMOKE_RUN } else { RUN };
     let started = Instant::now();
@@ -1018,25 +934,7 @@ fn table(smoke: bool) {
         out,
         "segment: {slots} slots, {attached_at_end} attached at the end of part 3"
     );
-    match bg1 {
-        Some((others, steal)) => {
-            let _ = writeln!(
-                out,
-                "background during part 1: other processes {:.0}% of the machine's CPU, \
-                 hypervisor steal {:.0}%{}",
-                others * 100.0,
-                steal * 100.0,
-                if others + steal > BUSY {
-                    " — BUSY MACHINE: the timed rows are unreliable, run again when idle"
-                } else {
-                    ""
-                }
-            );
-        }
-        None => {
-            let _ = writeln!(out, "background during part 1: unknown (no /proc)");
-        }
-    }
+    let _ = writeln!(out, "{}", background_line("part 1", bg1));
     let _ = writeln!(
         out,
         "{misses} target(s) missed; {:.0} s",

@@ -9,6 +9,9 @@
 //! mean nothing. Before anything runs, every row must name known cases and every case must be
 //! in a row (a gap is an error at start-up, not a panic after the run).
 
+use hullguard_bench::machine::{
+    Background, background_line, cpu_model, median, min_max, repetitions,
+};
 use std::{collections::HashMap, fmt::Write as _, time::Instant};
 
 use hullguard_bench::{Case, DEPTHS, HANDOFF_TASKS, cases};
@@ -20,9 +23,6 @@ const PARALLEL: f64 = 1.6;
 /// "Stays flat": the per-op cost at a depth at most this many times the cost at depth 10
 /// (an O(depth) step would be 100× to 10 000×).
 const FLAT: f64 = 1.5;
-
-/// Other processes plus steal above this share of the machine make the timed rows unreliable.
-const BUSY: f64 = 0.05;
 
 /// Ops per batch in `--smoke` mode (a multiple of the handoff row's task count).
 const SMOKE_OPS: u64 = 4 * HANDOFF_TASKS as u64;
@@ -272,82 +272,6 @@ fn rows() -> Vec<Row> {
     v
 }
 
-fn median(xs: &[f64]) -> f64 {
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-fn min_max(xs: &[f64]) -> (f64, f64) {
-    xs.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-            (lo.min(x), hi.max(x))
-        })
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-/// `(busy, steal, total)` jiffies of the whole machine, from `/proc/stat`.
-fn machine_jiffies() -> Option<(u64, u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let cpu = stat.lines().next()?.strip_prefix("cpu ")?;
-    let f: Vec<u64> = cpu
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest time is already in user).
-    let (idle, steal) = (f.get(3)? + f.get(4)?, *f.get(7)?);
-    let total: u64 = f.iter().take(8).sum();
-    Some((total - idle - steal, steal, total))
-}
-
-/// CPU jiffies (user + system) of this process, all threads.
-fn own_jiffies() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-}
-
-/// What the rest of the machine did during the run: other processes' CPU and the
-/// hypervisor's steal, as shares of the machine's capacity.
-struct Background {
-    start: Option<((u64, u64, u64), u64)>,
-}
-
-impl Background {
-    fn start() -> Self {
-        Self {
-            start: machine_jiffies().zip(own_jiffies()),
-        }
-    }
-
-    /// `(others, steal)` as fractions of all CPUs' time since `start`.
-    fn shares(&self) -> Option<(f64, f64)> {
-        let ((b0, s0, t0), o0) = self.start?;
-        let ((b1, s1, t1), o1) = machine_jiffies().zip(own_jiffies())?;
-        let total = (t1 - t0).max(1) as f64;
-        let others = (b1 - b0).saturating_sub(o1 - o0) as f64;
-        Some((others / total, (s1 - s0) as f64 / total))
-    }
-}
-
 fn ns_per_op(c: &Case, batch: u64) -> f64 {
     let d = (c.run)(batch);
     d.as_secs_f64() * 1e9 / batch as f64
@@ -400,18 +324,7 @@ fn main() {
             }
         }
     }
-    let reps: usize = if smoke {
-        1
-    } else {
-        std::env::var("REPS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(9)
-    };
-    assert!(
-        reps >= 5 || smoke,
-        "docs/design.md § Benchmarks: at least 5 repetitions (REPS={reps})"
-    );
+    let reps = repetitions(smoke);
     let cases = cases();
     let rows = rows();
     let gaps = table_gaps(&rows, &cases);
@@ -512,25 +425,7 @@ fn main() {
         if parallel { "yes" } else { "NO" },
         if parallel { "valid" } else { "NOT valid" }
     );
-    match background.shares() {
-        Some((others, steal)) => {
-            let _ = writeln!(
-                out,
-                "background during the run: other processes {:.0}% of the machine's CPU, \
-                 hypervisor steal {:.0}%{}",
-                others * 100.0,
-                steal * 100.0,
-                if others + steal > BUSY {
-                    " — BUSY MACHINE: the timed rows are unreliable, run again when idle"
-                } else {
-                    ""
-                }
-            );
-        }
-        None => {
-            let _ = writeln!(out, "background during the run: unknown (no /proc)");
-        }
-    }
+    let _ = writeln!(out, "{}", background_line("the run", background.shares()));
     let _ = writeln!(
         out,
         "{misses} target(s) missed; {:.0} s",
