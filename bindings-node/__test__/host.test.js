@@ -493,7 +493,7 @@ describe('HostBulkhead across processes', { skip: !linux && 'Linux only' }, () =
     try {
       let r = await run('host', 'ls', '--dir', dir)
       assert.equal(r.status, 0, r.stderr)
-      assert.match(r.stdout, new RegExp(`^${name}\\s+3\\s+0\\s+1\\s+256$`, 'm'))
+      assert.match(r.stdout, new RegExp(`^${name}\\s+3\\s+0\\s+1\\s+1/256$`, 'm'))
       r = await run('host', 'show', name, '--dir', dir, '--json')
       assert.equal(r.status, 0, r.stderr)
       const info = JSON.parse(r.stdout)

@@ -62,21 +62,15 @@ use crate::{
 /// Throws `e`: a rejection as the local bulkhead's (`BulkheadError`, or the `RangeError` of an
 /// invalid weight / cost / class / observe), an option as a `RangeError` (the crate's message),
 /// anything about the segment file as an `Error` with `code` `'HOST_SEGMENT'`, `kind` (`'io'`,
-/// `'permission'`, `'incompatible'`, `'mismatch'`, `'no_slot'`, `'poisoned'`, `'removed'`: the
-/// Python binding's `HostSegmentError.kind`), `path` and, for a failed system call, `errno`.
+/// `'permission'`, `'incompatible'`, `'mismatch'`, `'no_slot'`, `'poisoned'`, `'removed'`,
+/// `'in_use'`: the crate's `HostError::kind`), `path` and, for a failed system call, `errno`.
 fn host_error(env: &Env, e: HostError) -> Error {
-    let (kind, path, errno) = match &e {
+    match &e {
         HostError::Acquire(a) => return refused(env, a, None),
         HostError::Option { .. } => return range_error(env, &e),
-        HostError::Io { path, source } => ("io", Some(path), source.raw_os_error()),
-        HostError::Permission { path, .. } => ("permission", Some(path), None),
-        HostError::Incompatible { path, .. } => ("incompatible", Some(path), None),
-        HostError::Mismatch { path, .. } => ("mismatch", Some(path), None),
-        HostError::NoSlot { path, .. } => ("no_slot", Some(path), None),
-        HostError::Poisoned { path, .. } => ("poisoned", Some(path), None),
-        HostError::Removed { path } => ("removed", Some(path), None),
-        _ => ("other", None, None),
-    };
+        _ => {}
+    }
+    let (kind, path, errno) = (e.kind().unwrap_or("other"), e.path(), e.errno());
     let made = env.create_error(Error::from_reason(e.to_string()));
     let thrown_now = made.and_then(|mut err| {
         err.set("code", "HOST_SEGMENT")?;

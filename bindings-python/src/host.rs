@@ -73,18 +73,12 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// option as `ValueError`, anything about the segment file as `HostSegmentError` (an
 /// `OSError`; `.kind`, `.path`, `.errno` for a failed system call), message from the crate.
 fn host_err(py: Python<'_>, e: HostError) -> PyErr {
-    let (kind, path, errno) = match &e {
+    match &e {
         HostError::Acquire(a) => return acquire_err(py, a, None),
         HostError::Option { .. } => return PyValueError::new_err(e.to_string()),
-        HostError::Io { path, source } => ("io", Some(path), source.raw_os_error()),
-        HostError::Permission { path, .. } => ("permission", Some(path), None),
-        HostError::Incompatible { path, .. } => ("incompatible", Some(path), None),
-        HostError::Mismatch { path, .. } => ("mismatch", Some(path), None),
-        HostError::NoSlot { path, .. } => ("no_slot", Some(path), None),
-        HostError::Poisoned { path, .. } => ("poisoned", Some(path), None),
-        HostError::Removed { path } => ("removed", Some(path), None),
-        _ => ("other", None, None),
-    };
+        _ => {}
+    }
+    let (kind, path, errno) = (e.kind().unwrap_or("other"), e.path(), e.errno());
     let build = || -> PyResult<PyErr> {
         let path = path.map(|p| p.to_string_lossy().into_owned());
         let kw = [

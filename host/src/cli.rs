@@ -97,18 +97,18 @@ pub fn run(args: &[String]) -> Output {
             }
             Ok(names) => {
                 let mut out = format!(
-                    "{:<32}  {:>7}  {:>9}  {:>8}  {:>5}\n",
-                    "name", "limit", "in flight", "attached", "slots"
+                    "{:<32}  {:>7}  {:>9}  {:>8}  {:>10}\n",
+                    "name", "limit", "in flight", "attached", "slots used"
                 );
                 for name in &names {
                     match inspect::show(&dir, name, false) {
                         Ok((info, _)) => out.push_str(&format!(
-                            "{:<32}  {:>7}  {:>9}  {:>8}  {:>5}\n",
+                            "{:<32}  {:>7}  {:>9}  {:>8}  {:>10}\n",
                             name,
                             info.config.max_concurrent,
                             info.held().1,
                             info.attached(),
-                            info.slots
+                            format!("{}/{}", info.hwm, info.slots)
                         )),
                         Err(e) => out.push_str(&format!("{name:<32}  {e}\n")),
                     }
@@ -130,6 +130,12 @@ pub fn run(args: &[String]) -> Output {
             Ok(()) => ok(format!("removed {name}\n")),
         },
         [] => usage("no command"),
+        ["host"] => usage("host needs a subcommand: ls, show, reap or rm"),
+        ["host", sub @ ("show" | "reap" | "rm")] => usage(&format!("host {sub} needs a NAME")),
+        ["host", sub, ..] if !["ls", "show", "reap", "rm"].contains(sub) => {
+            usage(&format!("unknown subcommand: host {sub}"))
+        }
+        ["host", ..] => usage(&format!("too many arguments: {}", words.join(" "))),
         _ => usage(&format!("unknown command: {}", words.join(" "))),
     }
 }

@@ -70,11 +70,59 @@ pub enum HostError {
         /// The file.
         path: PathBuf,
     },
+    /// `rm` of a segment live processes are attached to (without `force`).
+    InUse {
+        /// The file.
+        path: PathBuf,
+        /// The live processes: `pid 123 (slot 0), …`.
+        holders: String,
+    },
     /// Not admitted: the same rejection (reason, snapshot) a local bulkhead gives.
     Acquire(AcquireError),
 }
 
 impl HostError {
+    /// What kind of segment-file problem this is, as every binding names it (Python
+    /// `HostSegmentError.kind`, Node `err.kind`): `"io"`, `"permission"`, `"incompatible"`,
+    /// `"mismatch"`, `"no_slot"`, `"poisoned"`, `"removed"`, `"in_use"`; `None` for a bad
+    /// option and a rejection (those are the binding's argument errors and rejections).
+    pub fn kind(&self) -> Option<&'static str> {
+        Some(match self {
+            HostError::Option { .. } | HostError::Acquire(_) => return None,
+            HostError::Io { .. } => "io",
+            HostError::Permission { .. } => "permission",
+            HostError::Incompatible { .. } => "incompatible",
+            HostError::Mismatch { .. } => "mismatch",
+            HostError::NoSlot { .. } => "no_slot",
+            HostError::Poisoned { .. } => "poisoned",
+            HostError::Removed { .. } => "removed",
+            HostError::InUse { .. } => "in_use",
+        })
+    }
+
+    /// The segment file a segment-file problem is about.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            HostError::Io { path, .. }
+            | HostError::Permission { path, .. }
+            | HostError::Incompatible { path, .. }
+            | HostError::Mismatch { path, .. }
+            | HostError::NoSlot { path, .. }
+            | HostError::Poisoned { path, .. }
+            | HostError::Removed { path }
+            | HostError::InUse { path, .. } => Some(path),
+            HostError::Option { .. } | HostError::Acquire(_) => None,
+        }
+    }
+
+    /// The OS error number of a failed system call ([`HostError::Io`]).
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            HostError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
     /// The rejection's reason, for [`HostError::Acquire`].
     pub fn reason(&self) -> Option<Reason> {
         match self {
@@ -87,6 +135,11 @@ impl HostError {
 impl fmt::Display for HostError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // `options`: the message names the option itself (an unknown or unsupported name).
+            HostError::Option {
+                option: "options",
+                message,
+            } => write!(f, "host bulkhead: {message}"),
             HostError::Option { option, message } => {
                 write!(f, "host bulkhead option `{option}`: {message}")
             }
@@ -104,8 +157,9 @@ impl fmt::Display for HostError {
                 requested,
             } => write!(
                 f,
-                "{}: the segment's {option} is {segment}, this process asked for {requested} (remove it with `hullguard host rm` when no process uses it, or ask for {segment})",
-                path.display()
+                "{}: the segment's {option} is {segment}, this process asked for {requested} (ask for {segment}, take the segment's with on_mismatch=\"adopt\", or remove it with `{}` when no process uses it)",
+                path.display(),
+                rm_command(path)
             ),
             HostError::NoSlot { path, slots } => write!(
                 f,
@@ -114,16 +168,38 @@ impl fmt::Display for HostError {
             ),
             HostError::Poisoned { path, what } => write!(
                 f,
-                "{}: the segment is poisoned ({what}); remove it with `hullguard host rm` and restart its users",
-                path.display()
+                "{}: the segment is poisoned ({what}); remove it with `{}` and restart its users",
+                path.display(),
+                rm_command(path)
             ),
             HostError::Removed { path } => write!(
                 f,
                 "{}: the segment file was removed while attached; this process no longer shares the host's limit",
                 path.display()
             ),
+            HostError::InUse { path, holders } => write!(
+                f,
+                "{}: in use by {holders}: stop them first, or remove it anyway with `--force` (`force`; they refuse from their next beat on)",
+                path.display()
+            ),
             HostError::Acquire(e) => fmt::Display::fmt(e, f),
         }
+    }
+}
+
+/// `hullguard host rm NAME --dir DIR` for a segment file's path.
+fn rm_command(path: &std::path::Path) -> String {
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy())
+        .unwrap_or_default();
+    // `hullguard.<euid>.<name>`
+    let name = file.splitn(3, '.').nth(2).unwrap_or(&file).to_string();
+    match path.parent() {
+        Some(dir) if dir != std::path::Path::new("/dev/shm") => {
+            format!("hullguard host rm {name} --dir {}", dir.display())
+        }
+        _ => format!("hullguard host rm {name}"),
     }
 }
 

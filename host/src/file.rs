@@ -244,6 +244,15 @@ fn creator_of(words: &[AtomicU64]) -> (String, ()) {
 }
 
 fn create(spec: &FileSpec, path: &Path) -> Result<Option<Opened>, HostError> {
+    if !spec.dir.is_dir() {
+        return Err(HostError::Io {
+            path: spec.dir.clone(),
+            source: io::Error::new(
+                io::ErrorKind::NotFound,
+                "no such directory (option `dir`: the directory of the segment file)",
+            ),
+        });
+    }
     let pid = std::process::id();
     let nonce = os::wall_ms() ^ (u64::from(pid) << 20);
     let tmp = spec

@@ -82,11 +82,24 @@ impl SegmentInfo {
             .count()
     }
 
-    /// Permits held, calls in flight, budget units held (live or not yet reclaimed).
+    /// Permits held, calls in flight, budget units held by live processes (what `stats()`
+    /// and the metrics report: C37).
     pub fn held(&self) -> (u64, u64, u64) {
-        self.occupied.iter().fold((0, 0, 0), |(p, c, u), s| {
-            (p + s.permits, c + s.calls, u + s.cost)
-        })
+        self.sum(true)
+    }
+
+    /// The same, still in the slots of dead processes (reclaimed at the next probe or reap).
+    pub fn held_by_dead(&self) -> (u64, u64, u64) {
+        self.sum(false)
+    }
+
+    fn sum(&self, alive: bool) -> (u64, u64, u64) {
+        self.occupied
+            .iter()
+            .filter(|s| s.alive == alive)
+            .fold((0, 0, 0), |(p, c, u), s| {
+                (p + s.permits, c + s.calls, u + s.cost)
+            })
     }
 }
 
@@ -241,13 +254,9 @@ pub fn remove(dir: &Path, name: &str, force: bool) -> Result<(), HostError> {
         .map(|s| format!("pid {} (slot {})", s.pid, s.index))
         .collect();
     if !live.is_empty() && !force {
-        return Err(HostError::Option {
-            option: "force",
-            message: format!(
-                "{} is in use by {}: stop them first, or force (they refuse from their next beat on)",
-                info.path.display(),
-                live.join(", ")
-            ),
+        return Err(HostError::InUse {
+            path: info.path.clone(),
+            holders: live.join(", "),
         });
     }
     std::fs::remove_file(&info.path).map_err(|source| HostError::Io {
@@ -262,9 +271,10 @@ pub fn render(info: &SegmentInfo) -> String {
     let (permits, calls, cost) = info.held();
     let c = &info.config;
     let _ = writeln!(out, "{}  ({})", info.name, info.path.display());
+    let (_, dead_calls, _) = info.held_by_dead();
     let _ = writeln!(
         out,
-        "  limit {}  budget {}  in flight {} calls / {} permits{}  attached {}  slots {}/{}",
+        "  limit {}  budget {}  in flight {} calls / {} permits{}{}  attached {}  slots used {} of {}",
         c.max_concurrent,
         if c.budget == 0 {
             "none".into()
@@ -277,6 +287,13 @@ pub fn render(info: &SegmentInfo) -> String {
             String::new()
         } else {
             format!(" / {cost} units")
+        },
+        if dead_calls == 0 {
+            String::new()
+        } else {
+            format!(
+                " (+{dead_calls} calls in dead processes' slots: reclaimed at the next probe or `reap`)"
+            )
         },
         info.attached(),
         info.hwm,
@@ -337,7 +354,7 @@ pub fn render_json(info: &SegmentInfo) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "{{\"name\":{},\"path\":{},\"max_concurrent\":{},\"budget\":{},\"lease_ttl_ms\":{},\"beat_ms\":{},\"probe_ms\":{},\"creator\":{},\"slots\":{},\"hwm\":{},\"poisoned\":{},\"attached\":{},\"in_flight\":{},\"active\":{},\"cost_in_use\":{}",
+        "{{\"name\":{},\"path\":{},\"max_concurrent\":{},\"budget\":{},\"lease_ttl_ms\":{},\"beat_ms\":{},\"probe_ms\":{},\"creator\":{},\"slots\":{},\"hwm\":{},\"poisoned\":{},\"attached\":{},\"in_flight\":{},\"active\":{},\"cost_in_use\":{},\"in_flight_in_dead_slots\":{}",
         json_str(&info.name),
         json_str(&info.path.to_string_lossy()),
         c.max_concurrent,
@@ -352,7 +369,8 @@ pub fn render_json(info: &SegmentInfo) -> String {
         info.attached(),
         calls,
         permits,
-        cost
+        cost,
+        info.held_by_dead().1
     );
     for (k, v) in &info.counters {
         let _ = write!(out, ",\"{k}\":{v}");

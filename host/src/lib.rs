@@ -64,6 +64,10 @@ mod loom_models;
 pub use crate::{
     acquire::HostAcquire, bulkhead::HostBulkhead, permit::HostPermit, stats::HostStats,
 };
+/// The request type of [`HostBulkhead::admit_blocking`] and [`HostBulkhead::acquire`] (the
+/// core's), re-exported so a user needs no second dependency.
+pub use hullguard_core::Request;
+
 pub use crate::{
     error::{HostError, LeaseError},
     options::{HOST_OPTIONS, HostOptions, HostValue, OnMismatch},
