@@ -277,8 +277,18 @@ describe('HostBulkhead in one process', { skip: !linux && 'Linux only' }, () => 
     // Nothing was created by a refused construction.
     assert.equal(fs.readdirSync(dir).some((f) => f.endsWith(name)), false)
 
-    // `undefined` / `null`: the default; snake_case names are the crate's too.
-    const hb = new HostBulkhead(name, { dir, maxConcurrent: 4, budget: null, queueTimeoutMs: undefined, max_queue: 5 })
+    // Node spells names camelCase (durations `…Ms`); the crate's snake_case ones are refused by
+    // name (`queue_timeout: 30` would otherwise be 30 ms, and two spellings would race).
+    for (const [opts, re] of [
+      [{ max_queue: 5 }, /"max_queue" is spelled "maxQueue"/],
+      [{ queue_timeout: 30 }, /"queue_timeout" is spelled "queueTimeoutMs"/],
+      [{ maxConcurrent: 4, max_concurrent: 3 }, /"max_concurrent" is spelled "maxConcurrent"/],
+      [{ bogus: null }, /unknown option `bogus`/],
+    ]) {
+      assert.throws(() => new HostBulkhead(name, { dir, ...opts }), (e) => e instanceof TypeError && re.test(e.message), JSON.stringify(opts))
+    }
+    // `undefined` / `null`: the default.
+    const hb = new HostBulkhead(name, { dir, maxConcurrent: 4, budget: null, queueTimeoutMs: undefined, maxQueue: 5 })
     assert.equal(hb.stats().maxConcurrent, 4)
     // Another host-wide setting: HOST_SEGMENT naming both; adopt uses the segment's.
     assert.throws(

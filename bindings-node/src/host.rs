@@ -41,7 +41,8 @@ use hullguard_core::{
 };
 use hullguard_host::{
     HostAcquire, HostBulkhead, HostError, HostOptions, HostPermit, HostStats, HostValue,
-    LeaseError, options::HostKind,
+    LeaseError,
+    options::{HostKind, node_name},
 };
 use napi::{
     Env, Error, Result, Status,
@@ -122,15 +123,25 @@ fn host_options(env: &Env, opts: Unknown) -> Result<HostOptions> {
         ..HostOptions::default()
     };
     for (key, v) in options::entries(env, opts, "options must be an object")? {
-        let Some(v) = options::not_null(v)? else {
-            continue;
-        };
         let Some(row) = HostOptions::find(&key) else {
-            // The crate's refusal by name (unknown, or a local bulkhead's option).
+            // The crate's refusal by name (unknown, or a local bulkhead's option), whatever
+            // the value (`null` too, as the local bulkhead's options).
             let refusal = o.set(&key, HostValue::Int(0)).err();
             let message =
                 refusal.map_or_else(|| format!("unknown option {key:?}"), |e| e.to_string());
             return Err(type_error(env, message));
+        };
+        // `find` also knows the snake_case names, which Node must not take: `queue_timeout: 30`
+        // would be read as 30 ms, and `{maxConcurrent, max_concurrent}` would silently pick one.
+        let spelled = node_name(row);
+        if spelled != key {
+            return Err(type_error(
+                env,
+                format_args!("option {key:?} is spelled {spelled:?} in Node (durations in ms)"),
+            ));
+        }
+        let Some(v) = options::not_null(v)? else {
+            continue;
         };
         let text;
         let value = match row.kind {

@@ -59,9 +59,15 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(host_reap, m)?)?;
     m.add_function(wrap_pyfunction!(host_cli, m)?)?;
     // The wake thread stops attaching once the interpreter starts to exit (atexit runs before
-    // finalization: a thread attaching during finalization would be ended mid-call).
-    let stop = PyCFunction::new_closure(m.py(), None, None, |_args, _kwargs| {
+    // finalization: a thread attaching during finalization would be ended mid-call). Setting the
+    // flag is not enough: a wake-up already in Python (`call_soon_threadsafe` releases the
+    // interpreter to write the loop's self-pipe) would take it back during finalization and be
+    // ended by `pthread_exit`, whose forced unwind through Rust frames aborts the process. So
+    // the hook also waits, interpreter released, until the wake thread is out of Python.
+    let stop = PyCFunction::new_closure(m.py(), None, None, |args, _kwargs| {
         EXITING.store(true, Ordering::Release);
+        args.py()
+            .detach(|| drop(WAKING.lock().unwrap_or_else(|p| p.into_inner())));
     })?;
     m.py().import("atexit")?.call_method1("register", (stop,))?;
     Ok(())
@@ -222,6 +228,20 @@ static BRIDGE: Mutex<Option<Bridge>> = Mutex::new(None);
 /// Set by an `atexit` hook: the interpreter is exiting, wake-ups are dropped.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
+/// Held while a wake-up runs in Python (checked against `EXITING` under it): the `atexit` hook
+/// takes it once, so no wake-up is in Python when finalization starts.
+static WAKING: Mutex<()> = Mutex::new(());
+
+/// Runs `f` attached to the interpreter unless it is exiting (`None` then, or when it is
+/// finalizing already).
+fn attach_unless_exiting(f: impl for<'py> FnOnce(Python<'py>)) -> Option<()> {
+    let _in_python = WAKING.lock().unwrap_or_else(|p| p.into_inner());
+    if EXITING.load(Ordering::Acquire) {
+        return None;
+    }
+    Python::try_attach(f)
+}
+
 /// Hands `target` to the wake thread (started on first use, and again in a forked child).
 fn bridge_wake(target: Arc<WaitTarget>) {
     if EXITING.load(Ordering::Acquire) {
@@ -243,7 +263,7 @@ fn bridge_wake(target: Arc<WaitTarget>) {
     if spawned.is_err() || tx.send(target.clone()).is_err() {
         // No thread: wake from here (the keeper waits for the interpreter this once).
         drop(bridge);
-        Python::try_attach(|py| target.wake_now(py));
+        attach_unless_exiting(|py| target.wake_now(py));
         return;
     }
     if let Some(old) = bridge.replace(Bridge { pid, tx }) {
@@ -257,17 +277,14 @@ fn bridge_run(rx: &mpsc::Receiver<Arc<WaitTarget>>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         batch.extend(rx.try_iter());
-        if EXITING.load(Ordering::Acquire) {
-            return;
-        }
-        let woke = Python::try_attach(move |py| {
+        let woke = attach_unless_exiting(move |py| {
             for t in &batch {
                 t.wake_now(py);
             }
             drop(batch);
         });
         if woke.is_none() {
-            return; // the interpreter is shutting down
+            return; // the interpreter is exiting
         }
     }
 }

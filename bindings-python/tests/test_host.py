@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import gc
 import json
 import math
 import multiprocessing
@@ -748,6 +749,83 @@ def test_fork_child_gets_its_own_slot_and_parent_permits_are_foreign(
     assert parent.release() is True  # the parent's release counts
     s = bh.stats()
     assert s["active"] == 0 and s["foreign_releases_total"] == 1
+
+
+def test_fork_inherited_pending_acquire_is_the_parents(
+    open_host: Callable[..., hullguard.HostBulkhead],
+) -> None:
+    """A queued acquire inherited across fork is the parent's: the child dropping its copy
+    leaves the parent's published ticket (its place in the host's FIFO) alone, and polling it
+    in the child refuses with kind "foreign", touching nothing (review found both)."""
+    bh = open_host(max_concurrent=1)
+
+    async def scenario() -> Dict[str, Any]:
+        held = bh.acquire_sync()
+        ctx = bh.acquire(timeout=20)
+        it = ctx.__await__()
+        next(it)  # queued: this process's ticket is published
+        assert bh.stats()["queued"] == 1
+        r, w = os.pipe()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork with threads
+            pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                os.close(r)
+                out: Dict[str, Any] = {}
+                try:
+                    it.send(None)
+                    out["poll"] = "ran"
+                except hullguard.HostSegmentError as e:
+                    out["poll"] = e.kind
+                except BaseException as e:  # noqa: BLE001 (reported to the parent)
+                    out["poll"] = type(e).__name__
+                del it
+                gc.collect()
+                os.write(w, json.dumps(out).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(w)
+        try:
+            data = os.read(r, 65536)
+            _, status = _wait_pid(pid, 30)
+        finally:
+            os.close(r)
+        out = json.loads(data or b"{}")
+        out["queued_after"] = bh.stats()["queued"]  # the parent's ticket is still published
+        held.release()
+        try:
+            while True:
+                it.send(None)
+        except StopIteration as e:
+            out["granted"] = e.value.release()
+        out["status"] = os.waitstatus_to_exitcode(status)
+        return out
+
+    out = asyncio.run(scenario())
+    assert out["status"] == 0, out
+    assert out["poll"] == "foreign", out
+    assert out["queued_after"] == 1, out
+    assert out["granted"] is True, out
+
+
+def test_max_queue_1_full_is_queue_limit(open_host: Callable[..., hullguard.HostBulkhead]) -> None:
+    bh = open_host(max_concurrent=1, max_queue=1)
+    held = bh.acquire_sync()
+
+    async def two() -> None:
+        first = asyncio.ensure_future(bh.acquire(timeout=10))
+        await until(lambda: bh.stats()["queued"] == 1, what="queued")
+        with pytest.raises(hullguard.BulkheadFullError) as e:  # the handle's one place is taken
+            await bh.acquire(timeout=10)
+        assert e.value.reason == "queue_limit"
+        held.release()
+        (await asyncio.wait_for(first, 10)).release()
+
+    asyncio.run(two())
+    assert bh.stats()["rejected_by_reason"]["queue_limit"] == 1
 
 
 def _wait_pid(pid: int, timeout: float) -> Any:

@@ -134,6 +134,14 @@ impl Queued {
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<HostPermit, HostError>> {
+        if !self.a.is_own() && !matches!(self.phase, Phase::Finished) {
+            // Started by the parent before `fork`: its attachment (slot, ticket, local queue)
+            // is the parent's, and an admission through it would count a permit in the
+            // parent's slot that this process could never release. Refused, touching nothing.
+            self.phase = Phase::Finished;
+            self.ticket = None; // not withdrawn: the parent's (`Ticket::drop`)
+            return Poll::Ready(Err(HostError::Foreign));
+        }
         loop {
             match std::mem::replace(&mut self.phase, Phase::Finished) {
                 Phase::Finished => {
@@ -156,7 +164,7 @@ impl Queued {
                         Decision::Queued(w) => self.phase = Phase::Gate(w),
                         Decision::Rejected(e) => {
                             return match e.reason() {
-                                Some(r) => self.reject(r),
+                                Some(r) => self.reject(gate_reason(r)),
                                 None => self.finish(Err(e.into())),
                             };
                         }
@@ -208,6 +216,17 @@ impl Queued {
                 }
             }
         }
+    }
+}
+
+/// The reason of a refusal by a handle's gate (one permit, `max_queue − 1` places): the gate
+/// refuses `concurrency_limit` when it has no place at all (`max_queue` 1), which for the
+/// handle is a full queue.
+pub(crate) fn gate_reason(r: Reason) -> Reason {
+    if r == Reason::ConcurrencyLimit {
+        Reason::QueueLimit
+    } else {
+        r
     }
 }
 

@@ -508,7 +508,9 @@ impl Attachment {
         let mut last_beat = Instant::now();
         let bell = self.bell();
         let mut seen = bell.load(Ordering::SeqCst);
-        let mut next = None;
+        // A registration made before `seen` was read rang a bell this thread never waited on:
+        // plan for it now (after `seen`, a registration's ring ends the first sleep).
+        let mut next = self.wake_due(false);
         loop {
             if !self.is_own() {
                 return; // a forked child never runs this thread; belt and braces
@@ -529,6 +531,13 @@ impl Attachment {
             let now_seen = bell.load(Ordering::SeqCst);
             let rang = now_seen != seen;
             seen = now_seen;
+            // Awake: no sleep is planned until the next one is, so a registration made while
+            // this pass runs (after `wake_due` read the table) rings the bell, and the next
+            // sleep returns at once to plan for it (else its deadline could wait a full period).
+            self.wakers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .planned = None;
             if last_beat.elapsed() >= beat {
                 self.seg()
                     .slot_word(self.slot, s::BEAT)

@@ -433,7 +433,7 @@ impl HostBulkhead {
 /// A refusal by a handle's queue, with the host's snapshot (not the one-permit gate's).
 fn refused(q: &LocalQueue, e: AcquireError) -> HostError {
     match e.reason() {
-        Some(r) => reject(q.a, q.max_queue, r),
+        Some(r) => reject(q.a, q.max_queue, crate::acquire::gate_reason(r)),
         None => e.into(),
     }
 }

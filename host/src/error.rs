@@ -70,6 +70,9 @@ pub enum HostError {
         /// The file.
         path: PathBuf,
     },
+    /// An asynchronous acquire started by the parent process before `fork`, polled in the
+    /// child: refused, touching nothing (acquire again in this process).
+    Foreign,
     /// `rm` of a segment live processes are attached to (without `force`).
     InUse {
         /// The file.
@@ -84,7 +87,7 @@ pub enum HostError {
 impl HostError {
     /// What kind of segment-file problem this is, as every binding names it (Python
     /// `HostSegmentError.kind`, Node `err.kind`): `"io"`, `"permission"`, `"incompatible"`,
-    /// `"mismatch"`, `"no_slot"`, `"poisoned"`, `"removed"`, `"in_use"`; `None` for a bad
+    /// `"mismatch"`, `"no_slot"`, `"poisoned"`, `"removed"`, `"in_use"`, `"foreign"`; `None` for a bad
     /// option and a rejection (those are the binding's argument errors and rejections).
     pub fn kind(&self) -> Option<&'static str> {
         Some(match self {
@@ -97,6 +100,7 @@ impl HostError {
             HostError::Poisoned { .. } => "poisoned",
             HostError::Removed { .. } => "removed",
             HostError::InUse { .. } => "in_use",
+            HostError::Foreign => "foreign",
         })
     }
 
@@ -111,7 +115,7 @@ impl HostError {
             | HostError::Poisoned { path, .. }
             | HostError::Removed { path }
             | HostError::InUse { path, .. } => Some(path),
-            HostError::Option { .. } | HostError::Acquire(_) => None,
+            HostError::Option { .. } | HostError::Acquire(_) | HostError::Foreign => None,
         }
     }
 
@@ -181,6 +185,9 @@ impl fmt::Display for HostError {
                 f,
                 "{}: in use by {holders}: stop them first, or remove it anyway with `--force` (`force`; they refuse from their next beat on)",
                 path.display()
+            ),
+            HostError::Foreign => f.write_str(
+                "this acquire was started by the parent process before fork: it is the parent's; acquire again in this process",
             ),
             HostError::Acquire(e) => fmt::Display::fmt(e, f),
         }

@@ -83,7 +83,11 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.a.dequeue(self.t);
+        // A ticket inherited across `fork` is the parent's: withdrawing it here would rewrite
+        // the parent's published head and queue count in the shared segment.
+        if self.a.is_own() {
+            self.a.dequeue(self.t);
+        }
     }
 }
 
