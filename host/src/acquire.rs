@@ -16,7 +16,7 @@ use std::{
 use hullguard_core::{Bulkhead, Call, Cancelled, Decision, Reason, Request, Waiter};
 
 use crate::{
-    attachment::Attachment,
+    attachment::{Attachment, HeadClaim, HeadTurn},
     error::HostError,
     permit::{HostPermit, Ticket, granted, reject},
     queue::{GateRef, LocalQueue},
@@ -186,24 +186,28 @@ impl Queued {
                         Cancelled::Granted(call) => self.phase = Phase::Head(call),
                     },
                     Poll::Pending => {
-                        self.a.register(self.id, self.until, false, cx.waker());
+                        let ticket = self.ticket.as_ref().map(|t| t.t);
+                        self.a.register(self.id, self.until, ticket, cx.waker());
                         self.phase = Phase::Gate(w);
                         return Poll::Pending;
                     }
                 },
                 Phase::Head(call) => {
-                    // Register before the attempt: a ring after it wakes this waker.
-                    self.a.register(self.id, self.until, true, cx.waker());
-                    match self.a.admit(self.request.weight, self.request.cost, true) {
+                    let Some(ticket) = self.ticket.as_ref().map(|t| t.t) else {
+                        return self.reject(Reason::Timeout); // withdrawn: cannot happen here
+                    };
+                    let claim = HeadClaim::new(self.request.weight, self.request.cost, ticket);
+                    match self.a.head_turn(self.id, self.until, claim, cx.waker()) {
                         Err(e) => return self.finish(Err(e)),
-                        Ok(Ok(generation)) => {
+                        Ok(HeadTurn::Granted(generation)) => {
                             self.ticket = None;
                             drop(call);
                             let permit =
                                 granted(&self.q, generation, &self.request, Some(self.start));
                             return self.finish(Ok(permit));
                         }
-                        Ok(Err(_)) => {}
+                        Ok(HeadTurn::Expired) => return self.reject(Reason::Timeout),
+                        Ok(HeadTurn::Waiting) => {}
                     }
                     if self.q.is_closed() {
                         return self.reject(Reason::Shutdown);

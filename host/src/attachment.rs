@@ -63,12 +63,68 @@ pub(crate) struct Attachment {
     next_waker: AtomicU64,
 }
 
-/// Pending asynchronous acquires: id → (deadline, whether it is this process's head, waker).
+/// Pending asynchronous acquires, by id.
 #[derive(Debug, Default)]
 struct Wakers {
-    entries: HashMap<u64, (Option<Instant>, bool, Waker)>,
+    entries: HashMap<u64, Registration>,
     /// When the keeper plans to wake next (a sooner deadline rings it early).
     planned: Option<Instant>,
+}
+
+/// One pending asynchronous acquire.
+#[derive(Debug)]
+struct Registration {
+    /// Its queue deadline.
+    until: Option<Instant>,
+    /// Its published ticket: withdrawn by the keeper when the deadline passes (its task may
+    /// not run to do it: a blocked event loop must not hold the host's FIFO past its
+    /// deadlines).
+    ticket: Option<u64>,
+    waker: Waker,
+    /// Set while it is its handle's head, waiting for the host-wide turn.
+    head: Option<HeadClaim>,
+}
+
+/// What the keeper needs to admit a head on its behalf — the host's handoff: a head whose
+/// task is not polled (an event loop blocked, a Node isolate busy) must not hold every other
+/// process's turn, so the keeper admits it when its turn comes (the future takes the grant at
+/// its next poll, or a drop releases it) and withdraws its ticket when its deadline passes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadClaim {
+    /// Permits wanted.
+    pub(crate) weight: u64,
+    /// Budget units wanted.
+    pub(crate) cost: u64,
+    /// Its published ticket.
+    pub(crate) ticket: u64,
+    /// Admitted by the keeper under this generation, not yet taken by the future.
+    granted: Option<u64>,
+    /// Its deadline passed while it waited: its ticket was withdrawn.
+    expired: bool,
+}
+
+impl HeadClaim {
+    /// A head waiting for `weight` permits and `cost` units under `ticket`.
+    pub(crate) fn new(weight: u64, cost: u64, ticket: u64) -> Self {
+        HeadClaim {
+            weight,
+            cost,
+            ticket,
+            granted: None,
+            expired: false,
+        }
+    }
+}
+
+/// What a head's own attempt came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeadTurn {
+    /// Admitted (by this attempt or by the keeper before it) under this generation.
+    Granted(u64),
+    /// Its deadline passed (the keeper withdrew its ticket).
+    Expired,
+    /// Not yet.
+    Waiting,
 }
 
 /// The process-wide registry of attachments, by (device, inode, fork generation).
@@ -442,22 +498,41 @@ impl Attachment {
         self.next_waker.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Registers (or refreshes) the waker of a pending asynchronous acquire: woken at
-    /// `until`, and, for this process's head, whenever its doorbell rings.
-    pub(crate) fn register(&self, id: u64, until: Option<Instant>, head: bool, waker: &Waker) {
+    /// Registers (or refreshes) the waker of a pending asynchronous acquire in its handle's
+    /// queue: woken at `until`.
+    pub(crate) fn register(
+        &self,
+        id: u64,
+        until: Option<Instant>,
+        ticket: Option<u64>,
+        waker: &Waker,
+    ) {
         let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
         match w.entries.get_mut(&id) {
             Some(e) => {
-                e.0 = until;
-                e.1 = head;
-                if !e.2.will_wake(waker) {
-                    e.2 = waker.clone();
+                e.until = until;
+                e.ticket = ticket;
+                if !e.waker.will_wake(waker) {
+                    e.waker = waker.clone();
                 }
             }
             None => {
-                w.entries.insert(id, (until, head, waker.clone()));
+                w.entries.insert(
+                    id,
+                    Registration {
+                        until,
+                        ticket,
+                        waker: waker.clone(),
+                        head: None,
+                    },
+                );
             }
         }
+        self.replan(w, until);
+    }
+
+    /// Rings the keeper if `until` is sooner than its planned wake-up.
+    fn replan(&self, w: MutexGuard<'_, Wakers>, until: Option<Instant>) {
         let sooner = match (until, w.planned) {
             (Some(t), Some(p)) => t < p,
             (Some(_), None) => true,
@@ -469,32 +544,125 @@ impl Attachment {
         }
     }
 
-    /// Forgets a registration.
+    /// A head's own attempt (its future polled): registers it as a head first (so a ring
+    /// after the attempt wakes it, and the keeper may admit it on its behalf), then takes the
+    /// keeper's grant if there is one, or tries. Serialised with the keeper's attempts by the
+    /// registrations' lock: a head is admitted once.
+    pub(crate) fn head_turn(
+        &self,
+        id: u64,
+        until: Option<Instant>,
+        claim: HeadClaim,
+        waker: &Waker,
+    ) -> Result<HeadTurn, HostError> {
+        let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+        let e = w.entries.entry(id).or_insert_with(|| Registration {
+            until,
+            ticket: Some(claim.ticket),
+            waker: waker.clone(),
+            head: None,
+        });
+        e.until = until;
+        e.ticket = Some(claim.ticket);
+        if !e.waker.will_wake(waker) {
+            e.waker = waker.clone();
+        }
+        let head = e.head.get_or_insert(claim);
+        if let Some(generation) = head.granted {
+            w.entries.remove(&id);
+            return Ok(HeadTurn::Granted(generation));
+        }
+        if head.expired {
+            w.entries.remove(&id);
+            return Ok(HeadTurn::Expired);
+        }
+        match self.admit(claim.weight, claim.cost, true) {
+            Ok(Ok(generation)) => {
+                w.entries.remove(&id);
+                Ok(HeadTurn::Granted(generation))
+            }
+            Ok(Err(_)) => {
+                self.replan(w, until);
+                Ok(HeadTurn::Waiting)
+            }
+            Err(e) => {
+                w.entries.remove(&id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets a registration; a grant the keeper made for it and nobody took is released
+    /// (the future was dropped: cancelled).
     pub(crate) fn unregister(&self, id: u64) {
-        self.wakers
+        let gone = self
+            .wakers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entries
             .remove(&id);
+        if let Some(Registration {
+            head:
+                Some(HeadClaim {
+                    granted: Some(generation),
+                    weight,
+                    cost,
+                    ..
+                }),
+            ..
+        }) = gone
+        {
+            if self
+                .seg()
+                .release(self.slot, generation, weight, cost)
+                .is_ok()
+            {
+                self.ring_head();
+            }
+        }
     }
 
-    /// Wakes the due (and, if `heads`, the head) registrations; returns the next deadline.
+    /// Wakes the due registrations; when `heads`, first admits waiting heads on their behalf
+    /// (the handoff) and wakes them; withdraws the tickets of heads whose deadline passed.
+    /// Returns the next deadline.
     fn wake_due(&self, heads: bool) -> Option<Instant> {
         let now = Instant::now();
         let mut due = Vec::new();
+        let mut withdrawn = Vec::new();
         let mut next: Option<Instant> = None;
         {
-            let w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
-            for (until, head, waker) in w.entries.values() {
-                match until {
-                    Some(t) if *t <= now => due.push(waker.clone()),
-                    _ if heads && *head => due.push(waker.clone()),
-                    _ => {}
+            let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+            for e in w.entries.values_mut() {
+                let past = e.until.is_some_and(|t| t <= now);
+                match e.head.as_mut() {
+                    Some(h) if h.granted.is_none() && !h.expired => {
+                        if past {
+                            h.expired = true;
+                            withdrawn.extend(e.ticket.take());
+                            due.push(e.waker.clone());
+                        } else if heads {
+                            if let Ok(Ok(generation)) = self.admit(h.weight, h.cost, true) {
+                                h.granted = Some(generation);
+                                // Granted: its ticket is no longer a waiter's.
+                                withdrawn.extend(e.ticket.take());
+                            }
+                            due.push(e.waker.clone());
+                        }
+                    }
+                    Some(_) => due.push(e.waker.clone()), // granted or expired: not yet taken
+                    None if past => {
+                        withdrawn.extend(e.ticket.take());
+                        due.push(e.waker.clone());
+                    }
+                    None => {}
                 }
-                if let Some(t) = until.filter(|t| *t > now) {
+                if let Some(t) = e.until.filter(|t| *t > now) {
                     next = Some(next.map_or(t, |n| n.min(t)));
                 }
             }
+        }
+        for t in withdrawn {
+            self.dequeue(t); // idempotent: the future's own ticket drop finds it gone
         }
         for waker in due {
             waker.wake();

@@ -72,7 +72,8 @@ pub(crate) fn reject(a: &Attachment, max_queue: u64, reason: Reason) -> HostErro
 /// A published ticket: withdrawn (and the next head rung) however the wait ends.
 pub(crate) struct Ticket {
     a: &'static Attachment,
-    t: u64,
+    /// The ticket.
+    pub(crate) t: u64,
 }
 
 impl Ticket {

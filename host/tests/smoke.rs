@@ -111,3 +111,82 @@ fn the_host_command_lists_shows_and_removes() {
     drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The host's handoff: a head whose task is not polled (a blocked event loop) is admitted by
+/// its process's keeper when its turn comes — the grant waits for the future, and a dropped
+/// future releases it — and its ticket is withdrawn when its deadline passes, so a stuck task
+/// never holds the host's FIFO past its deadline (review found the stall).
+#[test]
+fn an_unpolled_head_is_admitted_by_the_keeper_and_withdrawn_at_its_deadline() {
+    use hullguard_core::Request;
+    use std::{
+        future::Future,
+        pin::pin,
+        task::{Context, Poll, Waker},
+        time::Instant,
+    };
+    let dir = std::env::temp_dir().join(format!("hg-smoke-handoff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = HostOptions {
+        probe: Duration::from_millis(20),
+        beat: Duration::from_millis(20),
+        lease_ttl: Duration::from_millis(200),
+        ..opts(&dir, 1)
+    };
+    let bh = HostBulkhead::open("handoff", o.clone()).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    let until = |what: &str, cond: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        while !cond() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+
+    // 1. Granted on its behalf while nobody polls it; the next poll takes the grant.
+    let held = bh.try_acquire(1).unwrap();
+    let mut fut = pin!(bh.acquire(Request::new(1).queue_timeout(Duration::from_secs(30))));
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    held.release().unwrap();
+    until("the keeper admits the unpolled head", &|| {
+        bh.stats().stats.active == 1
+    });
+    let Poll::Ready(Ok(p)) = fut.as_mut().poll(&mut cx) else {
+        panic!("the grant waits for the poll")
+    };
+    drop(p);
+    assert_eq!(bh.stats().stats.active, 0);
+
+    // 2. A keeper's grant nobody takes is released when the future is dropped.
+    let held = bh.try_acquire(1).unwrap();
+    {
+        let mut fut = pin!(bh.acquire(Request::new(1).queue_timeout(Duration::from_secs(30))));
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        held.release().unwrap();
+        until("the keeper admits the unpolled head", &|| {
+            bh.stats().stats.active == 1
+        });
+    }
+    assert_eq!(
+        bh.stats().stats.active,
+        0,
+        "the dropped future's grant was released"
+    );
+
+    // 3. Past its deadline, an unpolled head's ticket is withdrawn: another handle admits.
+    let held = bh.try_acquire(1).unwrap();
+    let mut fut = pin!(bh.acquire(Request::new(1).queue_timeout(Duration::from_millis(100))));
+    assert!(fut.as_mut().poll(&mut cx).is_pending());
+    let other = HostBulkhead::open("handoff", o).unwrap();
+    until("the deadline withdraws the ticket", &|| {
+        other.stats().stats.queued == 0
+    });
+    held.release().unwrap();
+    let p = other.try_acquire(1).expect("no stuck ticket ahead of it");
+    drop(p);
+    let Poll::Ready(Err(e)) = fut.as_mut().poll(&mut cx) else {
+        panic!("timed out")
+    };
+    assert_eq!(e.reason(), Some(Reason::Timeout), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
