@@ -135,10 +135,65 @@ fn registry() -> MutexGuard<'static, Vec<Entry>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+std::thread_local! {
+    /// The registry, held by the forking thread across `fork()` (see `install_fork_handlers`).
+    static HELD_ACROSS_FORK: core::cell::Cell<Option<MutexGuard<'static, Vec<Entry>>>> =
+        const { core::cell::Cell::new(None) };
+}
+
+/// `fork()` with the registry held by no other thread: another thread inside `get` (the
+/// registry locked, a liveness lock just taken on a fresh descriptor) would otherwise leave the
+/// child a registry locked forever (its first attach hangs) and a liveness-lock descriptor it
+/// does not know to close (the parent's slot then lives as long as the child).
+fn install_fork_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: three extern "C" fns without arguments that never unwind; the child handler
+        // only walks a Vec, closes descriptors and touches atomics (async-signal-safe).
+        unsafe {
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+        }
+    });
+}
+
+extern "C" fn fork_prepare() {
+    let guard = registry();
+    HELD_ACROSS_FORK.with(|h| h.set(Some(guard)));
+}
+
+extern "C" fn fork_parent() {
+    HELD_ACROSS_FORK.with(|h| drop(h.take()));
+}
+
+extern "C" fn fork_child() {
+    HELD_ACROSS_FORK.with(|h| {
+        if let Some(reg) = h.take() {
+            let fork_gen = os::fork_gen();
+            // This process's own attachments (an ancestor's were closed at its fork): their
+            // liveness-lock descriptors must not keep this process's parent's slot alive.
+            for &(_, _, g, a) in reg.iter() {
+                if g == fork_gen {
+                    // SAFETY: the descriptor of an attachment of the parent, inherited here;
+                    // nothing in this child uses it after this (its attachment is foreign as
+                    // soon as the generation moves, next).
+                    unsafe {
+                        libc::close(a.lock.as_raw_fd());
+                    }
+                }
+            }
+            os::bump_fork_gen();
+            drop(reg);
+        } else {
+            os::bump_fork_gen();
+        }
+    });
+}
+
 impl Attachment {
     /// The attachment of this process to the segment `spec` names, made (segment created if
     /// absent, slot claimed, keeper started) on first use.
     pub(crate) fn get(spec: &FileSpec) -> Result<&'static Attachment, HostError> {
+        install_fork_handlers();
         let fork_gen = os::fork_gen();
         let opened = file::open_or_create(spec)?;
         let meta = opened.file.metadata().map_err(|source| HostError::Io {
@@ -202,7 +257,6 @@ impl Attachment {
                 }
             })?;
 
-        os::close_in_children(lock.as_raw_fd());
         let a: &'static Attachment = Box::leak(Box::new(Attachment {
             mapping: opened.mapping,
             file: opened.file,
@@ -439,6 +493,12 @@ impl Attachment {
     /// lock is free) and expires every slot silent for the lease TTL. Returns the slots
     /// reclaimed or expired.
     pub(crate) fn reap(&self) -> usize {
+        if !self.is_own() {
+            // A parent's attachment seen from a forked child: its liveness-lock descriptor was
+            // closed by the atfork handler and its number may name another file by now (a
+            // probe through it would find every slot "dead" and reclaim live ones).
+            return 0;
+        }
         let mut observed = self.reaper.lock().unwrap_or_else(|p| p.into_inner());
         let seg = self.seg();
         let fd = self.lock.as_fd();
@@ -480,6 +540,13 @@ impl Attachment {
                     // its words left them counted (and its ticket published) for as long as
                     // the owner stays stopped: finish that expiry (idempotent).
                     if seg.finish_expiry(i, generation).is_some() {
+                        done += 1;
+                    }
+                }
+                Probe::Alive(LeaseState::Reclaiming, generation) => {
+                    // Its reaper holds the lock but may be stopped midway: finish the part
+                    // that gives the dead owner's permits and ticket back (idempotent).
+                    if seg.finish_reclaim(i, generation).is_some() {
                         done += 1;
                     }
                 }

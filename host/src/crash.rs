@@ -4,7 +4,8 @@
 //! empty. Two test hooks use it:
 //! * feature `crash-hook`: `HG_CRASH_AT=<step name>` makes the process `abort()` at that step
 //!   (the kill-at-every-step test runs a child per step, then checks a reaper leaves nothing
-//!   held and nothing published);
+//!   held and nothing published); with `HG_CRASH_MODE=stop` it stops there instead (SIGSTOP:
+//!   a reaper frozen midway must not keep a dead process's permits);
 //! * `cfg(loom)` / unit tests: [`with_budget`] lets a victim run only its first *k* steps, then
 //!   unwinds it with [`Crashed`] (the loom models' crash injection).
 
@@ -107,11 +108,24 @@ pub(crate) fn point(step: Step) {
 mod hook {
     use std::sync::OnceLock;
 
-    static CRASH_AT: OnceLock<Option<String>> = OnceLock::new();
+    static CRASH_AT: OnceLock<(Option<String>, bool)> = OnceLock::new();
 
     pub(super) fn at(step: super::Step) {
-        let at = CRASH_AT.get_or_init(|| std::env::var("HG_CRASH_AT").ok());
+        let (at, stop) = CRASH_AT.get_or_init(|| {
+            (
+                std::env::var("HG_CRASH_AT").ok(),
+                std::env::var("HG_CRASH_MODE").as_deref() == Ok("stop"),
+            )
+        });
         if at.as_deref() == Some(step.name()) {
+            if *stop {
+                // SAFETY: raise() with a valid signal number; the process stops here, mid-step
+                // (`HG_CRASH_MODE=stop`: a reaper frozen by SIGSTOP, `docker pause`, a debugger).
+                unsafe {
+                    libc::raise(libc::SIGSTOP);
+                }
+                return;
+            }
             // SAFETY: abort() takes no arguments and never returns: the process dies as a
             // SIGKILLed one would, mid-step, with no unwinding and no destructors.
             unsafe { libc::abort() }

@@ -4,7 +4,7 @@
 use std::{
     io,
     os::fd::{AsRawFd, BorrowedFd},
-    sync::atomic::{AtomicI32, AtomicU64, Ordering},
+    sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
@@ -131,46 +131,12 @@ pub fn wall_ms() -> u64 {
 /// here.
 static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
-/// Descriptors of this process's attachments, closed in a forked child: an inherited
-/// descriptor would keep the parent's liveness lock alive (one open file description) for as
-/// long as the child lives, and the parent's slot could never be reclaimed.
-static FDS: [AtomicI32; 64] = [const { AtomicI32::new(-1) }; 64];
-
 /// The current fork generation.
 pub fn fork_gen() -> u64 {
     FORK_GEN.load(Ordering::Acquire)
 }
 
-/// Registers `fd` to be closed in forked children (installs the handler once).
-pub fn close_in_children(fd: i32) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: the handler is an extern "C" fn with no arguments that only touches atomics
-        // and calls close(2) — async-signal-safe, as a child handler after fork must be.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
-        }
-    });
-    for slot in &FDS {
-        if slot
-            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            return;
-        }
-    }
-}
-
-extern "C" fn after_fork_in_child() {
+/// Moves the fork generation on: called in a forked child, first thing (async-signal-safe).
+pub fn bump_fork_gen() {
     FORK_GEN.fetch_add(1, Ordering::AcqRel);
-    for slot in &FDS {
-        let fd = slot.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
-            // SAFETY: fd was an attachment's descriptor in the parent, inherited here; nothing in
-            // this child uses it after this point (its attachment is foreign: FORK_GEN moved).
-            unsafe {
-                libc::close(fd);
-            }
-        }
-    }
 }

@@ -499,7 +499,11 @@ impl<'a> Segment<'a> {
             } else {
                 reason
             };
-            let ring = second.has_waiters().then_some(second.min_slot);
+            // Looked up after the undo, not taken from the pass before it: a head that
+            // published its ticket after that pass may have failed on this tentative bump and
+            // gone to sleep; its ticket is visible now (SeqCst: its publish came before its
+            // look, which came before this undo), so it is rung.
+            let ring = self.head_slot();
             return Admit::Full { reason, ring };
         }
         Admit::Granted
@@ -864,6 +868,39 @@ impl<'a> Segment<'a> {
         Some(out)
     }
 
+    /// Finishes, without its lock, the reclaim of `slot`, seen `Reclaiming` under `generation`
+    /// while another process holds its lock: a reaper stopped (SIGSTOP, a frozen cgroup, a
+    /// debugger) between marking it and zeroing its words would otherwise keep the dead owner's
+    /// permits counted for as long as it stays stopped. `Reclaiming` means a reaper found the
+    /// owner dead, so the words may be zeroed by anyone: forward only, to the generation that
+    /// reaper moves them to (it finds nothing left to do when it resumes), and the ticket is
+    /// cleared only while the lease is still the one seen. Returns what it took, if anything.
+    pub fn finish_reclaim(&self, slot: usize, generation: u64) -> Option<Reclaimed> {
+        let lease = self.slot_word(slot, s::LEASE);
+        let reclaiming = layout::lease(LeaseState::Reclaiming, generation);
+        if lease.load(SeqCst) != reclaiming {
+            return None;
+        }
+        let mut out = self.reset_words(slot, layout::next_gen(generation));
+        let head = self.slot_word(slot, s::HEAD);
+        let ticket = head.load(SeqCst);
+        if ticket != NO_TICKET
+            && lease.load(SeqCst) == reclaiming
+            && head
+                .compare_exchange(ticket, NO_TICKET, SeqCst, SeqCst)
+                .is_ok()
+        {
+            out.lease = true;
+        }
+        if out.calls == 0 && out.permits == 0 && out.cost == 0 && !out.lease {
+            return None;
+        }
+        out.lease = true;
+        self.count(h::ORPHANED, out.calls);
+        self.count(h::RECLAIMED_PERMITS, out.permits);
+        Some(out)
+    }
+
     /// The owner of an expired `slot` takes it back under a new generation (every permit of
     /// the old one stays fenced). Returns the new generation; `None` if the slot is not expired.
     pub fn rearm(&self, slot: usize) -> Option<u64> {
@@ -887,6 +924,23 @@ impl<'a> Segment<'a> {
     /// The owner frees its own slot on a clean detach (nothing held; its lock is dropped next).
     pub fn free(&self, slot: usize, generation: u64) {
         let target = layout::next_gen(generation);
+        // Only if nothing is held at this instant, in one CAS: a bump of another thread that
+        // lands before it makes it fail (the slot is then left to the others' probes, as a
+        // leaked one is), and one after it finds the generation moved (stale). A check of the
+        // word followed by a forward reset would wipe a permit admitted in between, its call
+        // still running while the process finishes exiting.
+        if self
+            .slot_word(slot, s::HELD)
+            .compare_exchange(
+                layout::held(generation, 0, 0),
+                layout::held(target, 0, 0),
+                SeqCst,
+                SeqCst,
+            )
+            .is_err()
+        {
+            return;
+        }
         self.reset_words(slot, target);
         self.slot_word(slot, s::HEAD).store(NO_TICKET, SeqCst);
         let _ = self.slot_word(slot, s::LEASE).compare_exchange(

@@ -274,6 +274,64 @@ fn run_step(step: Step) -> Outcome {
     }
 }
 
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('T'))
+        })
+        .unwrap_or(false)
+}
+
+/// A reaper frozen (SIGSTOP) at each step of a reclaim does not keep the dead process's
+/// permits: any other observer finishes the reclaim (review found a RECLAIMING slot nobody
+/// else would touch).
+#[test]
+fn host_stopped_reaper_at_each_reclaim_step() {
+    for step in [
+        Step::ReclaimLease,
+        Step::ReclaimWords,
+        Step::ReclaimHead,
+        Step::ReclaimFree,
+    ] {
+        let dir = TempDir::new(&format!("stop-{}", step.name()));
+        let env = HostEnv::new(dir.path(), "stopped", LIMIT);
+        let (mut h, _) = queued_holder(&env);
+        let mut v = Spawn::new("victim", &format!("stopped@{}", step.name()))
+            .host(&env)
+            .env("HG_SCENARIO", "observer")
+            .env("HG_CRASH_AT", step.name())
+            .env("HG_CRASH_MODE", "stop")
+            .spawn();
+        v.expect("ready", 10 * SEC);
+        h.kill();
+        let t0 = Instant::now();
+        while !is_stopped(v.pid()) {
+            assert!(
+                t0.elapsed() < 10 * SEC,
+                "{}: the reaper never reached the step",
+                step.name()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let bh = env.open();
+        let all = bh
+            .acquire_blocking(LIMIT, Some(5 * SEC))
+            .unwrap_or_else(|e| panic!("{}: a frozen reaper kept the permits: {e}", step.name()));
+        drop(all);
+        let st = bh.stats();
+        assert_eq!(
+            (st.stats.active, st.in_flight),
+            (0, 0),
+            "{}: {st:?}",
+            step.name()
+        );
+        v.kill();
+    }
+}
+
 #[test]
 fn host_kill_each_step() {
     let start = Instant::now();
