@@ -69,45 +69,7 @@ class LeaseError extends Error {
 
 // ----- abort signals --------------------------------------------------------------------------
 
-function abortReason(signal) {
-  return signal.reason !== undefined ? signal.reason : new DOMException('This operation was aborted', 'AbortError')
-}
-
-/** The `signal` of per-call options (`undefined` for none); a TypeError if it is no AbortSignal. */
-function signalOf(opts) {
-  const signal = opts?.signal ?? undefined
-  if (signal !== undefined && (typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function')) {
-    throw new TypeError('signal must be an AbortSignal')
-  }
-  return signal
-}
-
-/** One 'abort' listener per signal, however many acquires share it (as the local bulkhead's). */
-const watched = new WeakMap()
-
-function watch(signal, party) {
-  if (signal === undefined) return
-  if (signal.aborted) return party.aborted()
-  let w = watched.get(signal)
-  if (w === undefined) {
-    w = { parties: new Set(), onAbort: null }
-    w.onAbort = () => {
-      watched.delete(signal)
-      for (const p of [...w.parties]) p.aborted()
-    }
-    watched.set(signal, w)
-    signal.addEventListener('abort', w.onAbort, { once: true })
-  }
-  w.parties.add(party)
-}
-
-function unwatch(signal, party) {
-  if (signal === undefined) return
-  const w = watched.get(signal)
-  if (w === undefined || !w.parties.delete(party) || w.parties.size !== 0) return
-  watched.delete(signal)
-  signal.removeEventListener('abort', w.onAbort)
-}
+const { abortReason, signalOf, watch, unwatch } = require('./abort.js')
 
 // ----- permits --------------------------------------------------------------------------------
 
