@@ -844,27 +844,11 @@ impl<'a> Segment<'a> {
     /// began it died before zeroing its words or clearing its ticket: returns what it took, or
     /// `None` if there was nothing left to do (the usual case) or the lease moved on.
     pub fn finish_expiry(&self, slot: usize, generation: u64) -> Option<Reclaimed> {
-        let lease = self.slot_word(slot, s::LEASE);
-        let expired = layout::lease(LeaseState::Expired, generation);
-        if lease.load(SeqCst) != expired {
-            return None;
-        }
-        let mut out = self.reset_words(slot, generation);
+        let seen = layout::lease(LeaseState::Expired, generation);
+        let out = self.finish_interrupted(slot, seen, generation)?;
         if out.calls != 0 || out.permits != 0 || out.cost != 0 {
             self.count(h::RECLAIMED_EXPIRED, 1); // the observer died before counting it
         }
-        let head = self.slot_word(slot, s::HEAD);
-        let ticket = head.load(SeqCst);
-        if ticket != NO_TICKET && lease.load(SeqCst) == expired {
-            let _ = head.compare_exchange(ticket, NO_TICKET, SeqCst, SeqCst);
-            out.lease = true;
-        }
-        if out == Reclaimed::default() {
-            return None;
-        }
-        out.lease = true;
-        self.count(h::ORPHANED, out.calls);
-        self.count(h::RECLAIMED_PERMITS, out.permits);
         Some(out)
     }
 
@@ -873,26 +857,30 @@ impl<'a> Segment<'a> {
     /// debugger) between marking it and zeroing its words would otherwise keep the dead owner's
     /// permits counted for as long as it stays stopped. `Reclaiming` means a reaper found the
     /// owner dead, so the words may be zeroed by anyone: forward only, to the generation that
-    /// reaper moves them to (it finds nothing left to do when it resumes), and the ticket is
-    /// cleared only while the lease is still the one seen. Returns what it took, if anything.
+    /// reaper moves them to (it finds nothing left to do when it resumes). Returns what it
+    /// took, if anything.
     pub fn finish_reclaim(&self, slot: usize, generation: u64) -> Option<Reclaimed> {
+        let seen = layout::lease(LeaseState::Reclaiming, generation);
+        self.finish_interrupted(slot, seen, layout::next_gen(generation))
+    }
+
+    /// The common part of finishing an interrupted expiry or reclaim: while the lease is still
+    /// `seen`, the words move forward to `target` (zeroed) and the ticket is cleared (only
+    /// while the lease is still the one seen); what was taken is counted.
+    fn finish_interrupted(&self, slot: usize, seen: u64, target: u64) -> Option<Reclaimed> {
         let lease = self.slot_word(slot, s::LEASE);
-        let reclaiming = layout::lease(LeaseState::Reclaiming, generation);
-        if lease.load(SeqCst) != reclaiming {
+        if lease.load(SeqCst) != seen {
             return None;
         }
-        let mut out = self.reset_words(slot, layout::next_gen(generation));
+        let mut out = self.reset_words(slot, target);
         let head = self.slot_word(slot, s::HEAD);
         let ticket = head.load(SeqCst);
-        if ticket != NO_TICKET
-            && lease.load(SeqCst) == reclaiming
+        let cleared = ticket != NO_TICKET
+            && lease.load(SeqCst) == seen
             && head
                 .compare_exchange(ticket, NO_TICKET, SeqCst, SeqCst)
-                .is_ok()
-        {
-            out.lease = true;
-        }
-        if out.calls == 0 && out.permits == 0 && out.cost == 0 && !out.lease {
+                .is_ok();
+        if !cleared && out == Reclaimed::default() {
             return None;
         }
         out.lease = true;
