@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium fmt-check clippy layers unit host-test stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium fmt-check clippy layers unit host-test loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -97,9 +97,15 @@ soak:
 loom:
 	ci/loom.sh
 
+# The host bulkhead's loom models (docs/design.md §14.7): the ledger, reclaim and expiry against
+# the owner, tickets and doorbells, crash injection at every named step (about a minute).
+loom-host:
+	ci/loom-host.sh
+
 # The capped three-thread loom models one preemption deeper (minutes to hours; not in make test).
 loom-deep:
 	LOOM_DEEP=1 ci/loom.sh
+	LOOM_DEEP=1 ci/loom-host.sh
 
 miri:
 	ci/miri.sh
@@ -109,7 +115,7 @@ nostd:
 
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
-TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test stress loom miri nostd firmware \
+TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test stress loom loom-host miri nostd firmware \
 	c-test py-test report-test node-test readme dist-test bench-smoke
 
 test:

@@ -527,6 +527,11 @@ impl Attachment {
                                 && seg.expire(i, generation).is_some()
                             {
                                 observed.remove(&i);
+                                // Its owner may be running after all, and have re-armed and
+                                // republished its head's ticket just before the expiry
+                                // cleared it: wake that head, which then republishes it
+                                // (`lost_head`); nobody else would ring it.
+                                self.ring(i);
                                 done += 1;
                             }
                         }
@@ -540,6 +545,7 @@ impl Attachment {
                     // its words left them counted (and its ticket published) for as long as
                     // the owner stays stopped: finish that expiry (idempotent).
                     if seg.finish_expiry(i, generation).is_some() {
+                        self.ring(i); // as after an expiry
                         done += 1;
                     }
                 }

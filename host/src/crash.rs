@@ -139,7 +139,8 @@ mod budget {
 
     #[cfg(loom)]
     loom::thread_local! {
-        static LEFT: Cell<Option<usize>> = const { Cell::new(None) };
+        // loom's thread_local! takes no `const { }` initializer.
+        static LEFT: Cell<Option<usize>> = Cell::new(None);
     }
     #[cfg(not(loom))]
     std::thread_local! {

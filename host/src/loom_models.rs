@@ -1,4 +1,4 @@
-//! Loom models of the host protocol (docs/design.md §14.8; REACH.md A4 item 1). Compiled only
+//! Loom models of the host protocol (docs/design.md §14.7; REACH.md A4 item 1). Compiled only
 //! with `RUSTFLAGS="--cfg loom"`; run by `ci/loom-host.sh` at a bounded preemption count.
 //!
 //! Each model execution builds its own segment, a boxed slice of loom atomics written by
@@ -450,6 +450,73 @@ fn loom_host_reclaim_vs_expiry_of_a_dead_owner() {
         assert_eq!(seg.release(0, gd, 1, 1), Err(ReleaseError::Stale));
         assert_quiescent(&seg);
         assert_whole_limit_free(&seg, 1, gs);
+    });
+}
+
+#[test]
+fn loom_host_stopped_reaper_vs_a_finishing_one() {
+    // A dead process held a call and had a waiter published. A reaper (it holds the slot's
+    // lock) reclaims it, and may stop anywhere (SIGSTOP); another process, finding the slot
+    // `Reclaiming` with the lock taken, finishes the part that gives the permits and the
+    // ticket back (`finish_reclaim`), while a survivor acquires. Whatever the order: the call
+    // is orphaned once, the slot ends free, the survivor is admitted and the whole limit is
+    // free.
+    model3(|| {
+        let host = Host::with_parties(2, 1, 1, 3);
+        let gs = host.claim(1);
+        let seg = host.seg();
+        owner_holding(&host);
+        let reaper = party(&host, |host| {
+            host.seg().reclaim(0).unwrap();
+            host.ring_head();
+        });
+        let survivor = party(&host, move |host| acquire_blocking(host, 1, gs, 1, 1));
+        if let Ok((LeaseState::Reclaiming, g)) = seg.lease_of(0) {
+            if seg.finish_reclaim(0, g).is_some() {
+                host.ring_head();
+            }
+        }
+        host.finish();
+        reaper.join().unwrap();
+        survivor.join().unwrap();
+        assert_eq!(seg.header(h::ORPHANED).load(SeqCst), 1);
+        assert_eq!(seg.header(h::RECLAIMED_PERMITS).load(SeqCst), 1);
+        assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);
+        assert_quiescent(&seg);
+        assert_whole_limit_free(&seg, 1, gs);
+    });
+}
+
+#[test]
+fn loom_host_clean_exit_vs_a_late_admission() {
+    // A process exits cleanly and frees its slot while another of its threads admits a call.
+    // The free gives up if anything is held at its one CAS: a call admitted first keeps the
+    // lease (left to the others' probes), one admitted after finds its generation moved. A
+    // held call is never wiped.
+    model2(|| {
+        let host = Host::new(2, 2, 2);
+        let (g0, g1) = (host.claim(0), host.claim(1));
+        let late = {
+            let host = host.clone();
+            thread::spawn(move || host.seg().admit(0, g0, 1, 1, false))
+        };
+        let seg = host.seg();
+        seg.free(0, g0);
+        let admitted = late.join().unwrap();
+        let scan = seg.scan();
+        match admitted {
+            Admit::Granted => {
+                assert_eq!(seg.lease_of(0), Ok((LeaseState::Active, g0)));
+                assert_eq!((scan.permits, scan.calls, scan.cost), (1, 1, 1));
+                assert_eq!(seg.release(0, g0, 1, 1), Ok(()));
+            }
+            Admit::Stale => {
+                assert_eq!(seg.lease_of(0).unwrap().0, LeaseState::Free);
+            }
+            other => panic!("late admission: {other:?}"),
+        }
+        assert_quiescent(&seg);
+        assert_whole_limit_free(&seg, 1, g1);
     });
 }
 
