@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium fmt-check clippy layers unit host-test loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test
 
@@ -97,6 +97,13 @@ soak:
 loom:
 	ci/loom.sh
 
+# The host bulkhead across languages (host/tests/mixed.rs): 3 Rust, 3 Python and 2 Node worker
+# processes on one limit, random operations, a chaos killer every 200 ms, an oracle server
+# checking in flight <= limit on every grant.
+host-mixed: py-dev node-build
+	HG_MIXED_PYTHON=$(abspath $(VENV))/bin/python HG_MIXED_NODE=$(abspath bindings-node) \
+	    cargo test -p hullguard-host --test mixed -- --ignored --nocapture
+
 # The host bulkhead's loom models (docs/design.md §14.7): the ledger, reclaim and expiry against
 # the owner, tickets and doorbells, crash injection at every named step (about a minute).
 loom-host:
@@ -116,7 +123,7 @@ nostd:
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test stress loom loom-host miri nostd firmware \
-	c-test py-test report-test node-test readme dist-test bench-smoke
+	c-test py-test report-test node-test host-mixed readme dist-test bench-smoke
 
 test:
 	ci/timed.sh $(TEST_TARGETS)
