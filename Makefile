@@ -80,9 +80,10 @@ unit:
 	cargo test --workspace --exclude hullguard-host
 
 # The host bulkhead (docs/design.md §14): unit, property and real-process tests, with the
-# crash hook on (a child aborted at every named protocol step; never in a shipped build).
+# crash hook on (a child aborted at every named protocol step; never in a shipped build). In
+# release: the property tests are most of the time in debug.
 host-test:
-	cargo test -p hullguard-host --features crash-hook
+	cargo test --release -p hullguard-host --features crash-hook
 
 # 8 threads, 2*10^5 random operations per test, in release; asserts invariants, never time.
 stress:
@@ -102,7 +103,7 @@ loom:
 # checking in flight <= limit on every grant.
 host-mixed: py-dev node-build
 	HG_MIXED_PYTHON=$(abspath $(VENV))/bin/python HG_MIXED_NODE=$(abspath bindings-node) \
-	    cargo test -p hullguard-host --test mixed -- --ignored --nocapture
+	    cargo test --release -p hullguard-host --features crash-hook --test mixed -- --ignored --nocapture
 
 # The host bulkhead's loom models (docs/design.md §14.7): the ledger, reclaim and expiry against
 # the owner, tickets and doorbells, crash injection at every named step (about a minute).

@@ -7,8 +7,8 @@
 # published, and a waiting survivor is still admitted).
 #
 # The search is bounded: two-thread models run at LOOM_MAX_PREEMPTIONS (3 here), three-thread
-# models at most 3, the four-party expiry model at most 2; `LOOM_DEEP=1` runs every model one
-# bound deeper (`make loom-deep`). About 40 s on this 2-core machine warm (measured, load 2;
+# models and the four-party expiry model at most 2; `LOOM_DEEP=1` runs every model one bound
+# deeper (`make loom-deep`). About 40 s on this 2-core machine warm (measured, load 2;
 # 50 s at load 3), 35 s more from a cold target dir; `LOOM_DEEP=1` about 10 minutes.
 # LOOM_MAX_BRANCHES caps the branches of one execution so a model that spins fails fast
 # instead of hanging.

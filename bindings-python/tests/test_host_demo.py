@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="HostBulkhead is
 def test_host_demo_holds_one_limit_and_reclaims_a_killed_worker(tmp_path: Path) -> None:
     out = tmp_path / "host.json"
     proc = subprocess.run(
-        [sys.executable, str(DEMO), "--seconds", "3", "--kill-at", "1.5", "--json", str(out)],
+        [sys.executable, str(DEMO), "--seconds", "2", "--kill-at", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr

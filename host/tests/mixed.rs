@@ -30,7 +30,7 @@ use std::{
 use hullguard_host::{HostBulkhead, HostOptions, Request};
 
 const LIMIT: u64 = 4;
-const RUN: Duration = Duration::from_secs(4);
+const RUN: Duration = Duration::from_secs(3);
 const CHAOS_EVERY: Duration = Duration::from_millis(200);
 
 /// The oracle's state: live connections' in-flight weights, the largest total seen, faults.
