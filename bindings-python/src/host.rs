@@ -18,7 +18,7 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc,
     },
     task::{Context, Poll, Wake, Waker},
@@ -66,8 +66,13 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // the hook also waits, interpreter released, until the wake thread is out of Python.
     let stop = PyCFunction::new_closure(m.py(), None, None, |args, _kwargs| {
         EXITING.store(true, Ordering::Release);
-        args.py()
-            .detach(|| drop(WAKING.lock().unwrap_or_else(|p| p.into_inner())));
+        args.py().detach(|| {
+            // Wait (bounded) for the wake-ups in Python to leave it.
+            let until = Instant::now() + Duration::from_secs(5);
+            while in_python() > 0 && Instant::now() < until {
+                thread::sleep(Duration::from_millis(1));
+            }
+        });
     })?;
     m.py().import("atexit")?.call_method1("register", (stop,))?;
     Ok(())
@@ -228,18 +233,50 @@ static BRIDGE: Mutex<Option<Bridge>> = Mutex::new(None);
 /// Set by an `atexit` hook: the interpreter is exiting, wake-ups are dropped.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// Held while a wake-up runs in Python (checked against `EXITING` under it): the `atexit` hook
-/// takes it once, so no wake-up is in Python when finalization starts.
-static WAKING: Mutex<()> = Mutex::new(());
+/// Wake-ups running in Python now, with the pid they count in (`pid << 32 | count`): the
+/// `atexit` hook waits until none is, so no wake-up is in Python when finalization starts. Not
+/// a mutex: one held by the parent's wake thread at `fork()` would stay held in the child
+/// forever (a count of another pid reads as 0).
+static IN_PYTHON: AtomicU64 = AtomicU64::new(0);
+
+/// This process's wake-ups in Python now.
+fn in_python() -> u64 {
+    let cur = IN_PYTHON.load(Ordering::Acquire);
+    if cur >> 32 == u64::from(std::process::id()) {
+        cur & 0xffff_ffff
+    } else {
+        0
+    }
+}
 
 /// Runs `f` attached to the interpreter unless it is exiting (`None` then, or when it is
 /// finalizing already).
 fn attach_unless_exiting(f: impl for<'py> FnOnce(Python<'py>)) -> Option<()> {
-    let _in_python = WAKING.lock().unwrap_or_else(|p| p.into_inner());
-    if EXITING.load(Ordering::Acquire) {
-        return None;
+    let pid = u64::from(std::process::id());
+    let mut cur = IN_PYTHON.load(Ordering::Acquire);
+    loop {
+        let count = if cur >> 32 == pid {
+            cur & 0xffff_ffff
+        } else {
+            0
+        };
+        match IN_PYTHON.compare_exchange(
+            cur,
+            pid << 32 | (count + 1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => break,
+            Err(now) => cur = now,
+        }
     }
-    Python::try_attach(f)
+    let out = if EXITING.load(Ordering::Acquire) {
+        None
+    } else {
+        Python::try_attach(f)
+    };
+    IN_PYTHON.fetch_sub(1, Ordering::AcqRel);
+    out
 }
 
 /// Hands `target` to the wake thread (started on first use, and again in a forked child).
