@@ -186,6 +186,7 @@ export type Bound =
   | 'reserve'
   | 'rate'
   | 'overload'
+  | 'fleet_lease'
 
 /** One dimension's counts at a rejection. */
 export interface DimensionSnapshot {

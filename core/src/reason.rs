@@ -266,12 +266,15 @@ pub enum Bound {
     /// An overload signal (event-loop lag, CPU) over its threshold shed a non-critical class
     /// (`shed`, docs/design.md §4.11).
     Overload,
+    /// The block this process leases from the fleet is empty: no lease yet, or it is lost or
+    /// past its deadline (`concurrency_limit` of a fleet bulkhead, docs/design.md §16).
+    FleetLease,
 }
 
 impl Bound {
     /// Every bound, in declaration order: `ALL[b.index()] == b`. A C-style layer numbers
     /// bounds by this index (the C ABI's `hg_bound`); new bounds are appended.
-    pub const ALL: [Bound; 17] = [
+    pub const ALL: [Bound; 18] = [
         Bound::Limit,
         Bound::KillSwitch,
         Bound::Budget,
@@ -289,6 +292,7 @@ impl Bound {
         Bound::Reserve,
         Bound::Rate,
         Bound::Overload,
+        Bound::FleetLease,
     ];
 
     /// Its index in [`ALL`](Self::ALL) (stable: bounds are only ever appended).
@@ -325,6 +329,7 @@ impl Bound {
             Bound::Reserve => "reserve",
             Bound::Rate => "rate",
             Bound::Overload => "overload",
+            Bound::FleetLease => "fleet_lease",
         }
     }
 }
@@ -392,6 +397,10 @@ pub struct Rejection {
     /// and the constraint that held it back; `None` otherwise. (Beside `reason`, in its
     /// padding: a rejection does not grow for it.)
     pub class: Option<ClassRefusal>,
+    /// Whether the bulkhead's limit was a leased block (a fleet bulkhead's, docs/design.md
+    /// §16): a limit of 0 is then an empty block (bound `fleet_lease`), not the kill switch.
+    /// (In the same padding.)
+    pub leased: bool,
     /// For `rate_limit`: how long, in ns on the bulkhead's clock, until the request would
     /// conform (docs/design.md §4.9), as seen when it was refused; 0 otherwise (and for a
     /// request above a rate's burst, which never conforms). Read it as
@@ -421,6 +430,7 @@ impl Rejection {
         Rejection {
             reason,
             class: None,
+            leased: false,
             retry_after_ns: 0,
             snapshot,
         }
@@ -441,6 +451,7 @@ impl Rejection {
     pub fn detail(&self) -> RejectionDetail {
         let s = &self.snapshot;
         let bound = match self.reason {
+            Reason::ConcurrencyLimit if s.limit == 0 && self.leased => Bound::FleetLease,
             Reason::ConcurrencyLimit if s.limit == 0 => Bound::KillSwitch,
             Reason::ConcurrencyLimit => Bound::Limit,
             Reason::BudgetLimit => Bound::Budget,
@@ -458,7 +469,7 @@ impl Rejection {
         // A classed bulkhead names the class's own constraint for its dimension refusals.
         let bound = match (self.reason, self.class) {
             (Reason::ConcurrencyLimit | Reason::BudgetLimit, Some(c))
-                if bound != Bound::KillSwitch =>
+                if !matches!(bound, Bound::KillSwitch | Bound::FleetLease) =>
             {
                 c.bound
             }

@@ -452,6 +452,10 @@ enum hg_bound
    * `hg_bulkhead_report_load`).
    */
   HG_BOUND_OVERLOAD = 16,
+  /**
+   * A fleet bulkhead's leased block is empty: no lease yet, lost or past its deadline.
+   */
+  HG_BOUND_FLEET_LEASE = 17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

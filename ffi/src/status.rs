@@ -261,6 +261,8 @@ pub enum hg_bound {
     /// An overload signal over its threshold shed a non-critical class (`shed`; see
     /// `hg_bulkhead_report_load`).
     HG_BOUND_OVERLOAD = 16,
+    /// A fleet bulkhead's leased block is empty: no lease yet, lost or past its deadline.
+    HG_BOUND_FLEET_LEASE = 17,
 }
 
 // Every `hg_bound` is the core's bound of that index.
@@ -274,7 +276,8 @@ const _: () = {
     assert!(hg_bound::HG_BOUND_KILL_SWITCH as usize == Bound::KillSwitch.index());
     assert!(hg_bound::HG_BOUND_SHARED as usize == Bound::Shared.index());
     assert!(hg_bound::HG_BOUND_OVERLOAD as usize == Bound::Overload.index());
-    assert!(Bound::ALL.len() == 17);
+    assert!(hg_bound::HG_BOUND_FLEET_LEASE as usize == Bound::FleetLease.index());
+    assert!(Bound::ALL.len() == 18);
 };
 
 /// The snake_case name of `bound` (`"limit"`, `"kill_switch"`, …), as every layer spells it;

@@ -69,7 +69,7 @@ use crate::{
     observe::Observe,
     reason::{AcquireError, Reason, Rejection, Snapshot},
     run_flag::RunFlag,
-    sync::{AtomicWord, Ordering::*, SWord, Word},
+    sync::{AtomicBool, AtomicWord, Ordering::*, SWord, Word},
 };
 
 /// The handle of one queued acquire (see [`Bulkhead::enqueue`](crate::Bulkhead::enqueue)).
@@ -272,6 +272,11 @@ pub(crate) struct Engine<const N: usize> {
     max_concurrent: AtomicWord,
     /// `max_orphaned`: the permits orphaned calls may hold outside `active` at once.
     max_orphaned: Word,
+    /// Leased mode (docs/design.md §16): the limit is a block leased from elsewhere (a fleet
+    /// lease). A limit of 0 is then an empty block, not the kill switch: waiters wait for the
+    /// block to grow; only a weight above the ceiling (`max_concurrent`) never fits. Set once,
+    /// never cleared.
+    leased: AtomicBool,
     enabled: bool,
     /// How admissions are decided: 0 enforces every dimension (the fast path's one check);
     /// otherwise [`MODE_DISABLED`] (`enabled = false`) or observe mode's bits
@@ -307,6 +312,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
+            leased: AtomicBool::new(false),
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -335,6 +341,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
+            leased: AtomicBool::new(false),
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -363,6 +370,18 @@ impl<const N: usize> Engine<N> {
         // Relaxed: a bound that only rises; a weight checked against the old one was valid
         // then (the permit word's fields hold any weight up to the largest ceiling).
         self.max_concurrent.load(Relaxed) as u64
+    }
+
+    /// Whether the limit is a leased block (docs/design.md §16).
+    pub(crate) fn is_leased(&self) -> bool {
+        // Relaxed: set once, before the lease's first resize publishes anything it guards.
+        self.leased.load(Relaxed)
+    }
+
+    /// Switches to leased mode for good (docs/design.md §16).
+    pub(crate) fn set_leased(&self) {
+        // Relaxed: the resize that follows publishes the new limit with AcqRel.
+        self.leased.store(true, Relaxed);
     }
 
     /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
@@ -462,6 +481,7 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
             class: None,
+            leased: self.is_leased(),
             retry_after_ns: 0,
             reason,
             snapshot: self.snapshot(),
@@ -717,7 +737,13 @@ impl<const N: usize> Engine<N> {
         // Relaxed: as in `now_or_short`; read only when a limit is passed.
         let observed = |bit: Word| (self.mode.load(Relaxed) | observe) & bit != 0;
         let limit = self.limit.load(Acquire);
-        if w > limit && (limit == 0 || !observed(OBSERVE_CALLS)) {
+        let refused = if self.is_leased() {
+            // An empty or short block grows back: only the ceiling refuses.
+            w > self.max_concurrent.load(Relaxed) && !observed(OBSERVE_CALLS)
+        } else {
+            w > limit && (limit == 0 || !observed(OBSERVE_CALLS))
+        };
+        if refused {
             Some(Reason::ConcurrencyLimit)
         } else if c > self.budget.limit.load(Acquire) && !observed(OBSERVE_BUDGET) {
             Some(Reason::BudgetLimit)
@@ -981,12 +1007,7 @@ impl<const N: usize> Engine<N> {
                 self.notify_idle();
                 // Counted when it was rejected.
                 Ok(Polled::Rejected {
-                    rejection: Rejection {
-                        class: None,
-                        retry_after_ns: 0,
-                        reason,
-                        snapshot: self.snapshot(),
-                    },
+                    rejection: self.rejection(reason),
                     call,
                 })
             }

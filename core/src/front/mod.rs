@@ -10,7 +10,7 @@
 //! (where events go) ← `bulkhead` ← `events` (the admission events' steps); `class_ceilings` ←
 //! `class_table` (a class table's run-time part) ← `apply` (revisioned limits), over `bulkhead`;
 //! `load_shed` (overload signals in, `shed` refusals out) over `bulkhead`, used by `admit`,
-//! `dry_run` and `reserve`.
+//! `dry_run` and `reserve`; `lease` (a leased block as the limit) over `bulkhead`.
 
 pub mod acquire;
 pub mod admit;
@@ -27,6 +27,7 @@ pub mod dry_run;
 pub(crate) mod emitter;
 pub(crate) mod events;
 pub mod guarded;
+mod lease;
 mod legacy;
 pub mod load_shed;
 pub mod metrics;

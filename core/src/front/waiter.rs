@@ -135,12 +135,7 @@ where
             // Only the owner consumes its ticket, so this happens only for a ticket that was
             // not live (`from_ticket`): it settles as `aborted`, counted by nobody.
             Err(_) => {
-                let rejection = Rejection {
-                    class: None,
-                    retry_after_ns: 0,
-                    reason: Reason::Aborted,
-                    snapshot: bh.snapshot(),
-                };
+                let rejection = Rejection::new(Reason::Aborted, bh.snapshot());
                 self.bh = None;
                 Poll::Ready(Err(rejection.into()))
             }
@@ -154,12 +149,7 @@ where
         let bh = self.bh.take().expect("waiter used after it settled");
         match bh.cancel(self.ticket, reason) {
             Ok(()) => {
-                let rejection = Rejection {
-                    class: None,
-                    retry_after_ns: 0,
-                    reason,
-                    snapshot: bh.snapshot(),
-                };
+                let rejection = Rejection::new(reason, bh.snapshot());
                 Cancelled::Cancelled(rejection)
             }
             Err(CancelError::Granted | CancelError::Rejected(_)) => {
@@ -171,21 +161,14 @@ where
                 match settled {
                     Poll::Ready(Ok(call)) => Cancelled::Granted(call),
                     Poll::Ready(Err(AcquireError::Rejected(r))) => Cancelled::Rejected(r),
-                    Poll::Ready(Err(_)) | Poll::Pending => Cancelled::Rejected(Rejection {
-                        class: None,
-                        retry_after_ns: 0,
-                        reason: Reason::Aborted,
-                        snapshot: crate::reason::Snapshot::default(),
-                    }),
+                    Poll::Ready(Err(_)) | Poll::Pending => Cancelled::Rejected(Rejection::new(
+                        Reason::Aborted,
+                        crate::reason::Snapshot::default(),
+                    )),
                 }
             }
             Err(_) => {
-                let rejection = Rejection {
-                    class: None,
-                    retry_after_ns: 0,
-                    reason: Reason::Aborted,
-                    snapshot: bh.snapshot(),
-                };
+                let rejection = Rejection::new(Reason::Aborted, bh.snapshot());
                 Cancelled::Cancelled(rejection)
             }
         }

@@ -434,12 +434,7 @@ impl Registry {
         };
         KeyedError {
             key: key.into(),
-            error: AcquireError::Rejected(Rejection {
-                reason,
-                class: None,
-                retry_after_ns: 0,
-                snapshot,
-            }),
+            error: AcquireError::Rejected(Rejection::new(reason, snapshot)),
         }
     }
 

@@ -24,6 +24,8 @@ mod detail;
 mod dry_run;
 #[cfg(all(not(loom), feature = "std"))]
 mod events;
+#[cfg(all(not(loom), feature = "std"))]
+mod lease;
 // Safe atomics only (no unsafe, no cell protocol): natively, not under Miri (its time goes to
 // the engine's tests, within the warm make test budget).
 #[cfg(all(not(loom), not(miri), feature = "std"))]
@@ -40,6 +42,8 @@ mod loom_budget;
 mod loom_bulkhead;
 #[cfg(all(loom, feature = "std"))]
 mod loom_classes;
+#[cfg(all(loom, feature = "std"))]
+mod loom_lease;
 #[cfg(all(loom, feature = "std"))]
 mod loom_observe;
 #[cfg(all(loom, feature = "std"))]

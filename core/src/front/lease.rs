@@ -1,0 +1,54 @@
+//! Leased mode (docs/design.md §16): the limit is a block of permits leased from elsewhere — a
+//! fleet bulkhead's share of a limit held in Redis (`hullguard-fleet`). The lease manager sets
+//! the block with [`Bulkhead::set_lease`]; admissions stay local and lock-free. Unlike the kill
+//! switch, an empty block keeps its waiters queued (the block grows back at the next grant) and
+//! refuses a try with the bound `fleet_lease`.
+
+use crate::{config::ConfigError, front::bulkhead::Bulkhead};
+
+impl<const N: usize> Bulkhead<N> {
+    /// Sets the leased block to `held` permits, `0 ..= MAX_PERMITS`, and switches the bulkhead
+    /// to leased mode for good on the first call. Never blocks, never revokes: growing grants
+    /// the queued waiters that now fit; shrinking lets `available` go negative until releases
+    /// pay it back. A block above `max_concurrent` raises the ceiling (the largest weight that
+    /// may wait). In leased mode a limit of 0 is an empty block, not the kill switch: queued
+    /// waiters stay until their deadline, and a refused try names the bound `fleet_lease`.
+    /// Emits `reconfigure` when the block changes. Thread-safe; meant for one lease manager.
+    ///
+    /// Not for a bulkhead with an adaptive limit (both would move the limit): the fleet layer
+    /// refuses that option.
+    ///
+    /// # Errors
+    /// [`ConfigError::Limit`] above `MAX_PERMITS`, or below a classed bulkhead's class floors.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{AcquireError, Bound, Bulkhead, Config};
+    /// let bh = Bulkhead::new(Config { max_concurrent: 4, max_queue: 4, ..Config::default() })?;
+    /// bh.set_lease(0)?; // no block yet
+    /// let Err(AcquireError::Rejected(r)) = bh.try_acquire(1) else { panic!() };
+    /// assert_eq!(r.detail().bound, Bound::FleetLease);
+    /// bh.set_lease(2)?; // a block of 2 was granted
+    /// let _held = bh.try_acquire(2)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_lease(&self, held: u64) -> Result<(), ConfigError> {
+        if held > crate::config::MAX_PERMITS {
+            return Err(ConfigError::Limit);
+        }
+        self.check_partition(Some(held), None)?;
+        self.engine.set_leased();
+        self.engine.raise_ceiling(held);
+        let before = self.engine.limit();
+        self.engine.resize_limit(held)?;
+        if before != held {
+            self.emit_reconfigure();
+        }
+        Ok(())
+    }
+
+    /// Whether the limit is a leased block ([`set_lease`](Self::set_lease) was called).
+    pub fn is_leased(&self) -> bool {
+        self.engine.is_leased()
+    }
+}
