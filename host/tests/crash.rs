@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HostEnv, Orphan, Proc, RawSegment, Spawn, TempDir, say};
+use common::{HostEnv, Orphan, Proc, RawSegment, Spawn, SpawnHost, TempDir, say};
 use hullguard_host::{
     HostBulkhead, HostStats,
     layout::{LeaseState, s},

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{HostEnv, Proc, RawSegment, Spawn, TempDir, env_str, say};
+use common::{HostEnv, Proc, RawSegment, Spawn, SpawnHost, TempDir, env_str, say};
 use hullguard_core::Request;
 use hullguard_host::{
     HostBulkhead,
