@@ -17,9 +17,9 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium redis fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
-	dist-test
+	dist-test fleet-test
 
 # The Python binding builds into its own venv and target dir (no rebuild ping-pong with cargo).
 VENV := .venv
@@ -32,9 +32,9 @@ help:
 	@echo "make demo       run the isolation demo (two local HTTP upstreams, without/with hullguard)"
 	@echo "make demo-host  one limit per host: 4 worker processes, per-process vs host-wide, a SIGKILL"
 	@echo "make test       set up what is missing, then run every test"
-	@echo "make setup      install the no_std targets, nightly's miri + rust-src and chromium (idempotent)"
+	@echo "make setup      install the no_std targets, nightly's miri + rust-src, chromium and redis-server (idempotent)"
 	@echo "make report-test  the demo's HTML report: structure + headless Chromium render"
-	@echo "make fmt-check | clippy | unit | host-test | loom | miri | nostd    one test layer"
+	@echo "make fmt-check | clippy | unit | host-test | fleet-test | loom | miri | nostd    one test layer"
 	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
 	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
 	@echo "make bench      the benchmarks"
@@ -45,9 +45,15 @@ chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# Debian's redis-server and redis-cli (7.0 on bookworm), for the fleet bulkhead's tests, bench
+# and demo (they start their own servers on free loopback ports), only when missing.
+redis:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }
+
 # Idempotent and quiet when everything is already there: rustup is only called for what is
 # missing.
-setup: chromium
+setup: chromium redis
 	@installed="$$(rustup component list --installed)"; \
 	missing=""; \
 	for c in rustfmt clippy; do \
@@ -75,9 +81,17 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
-# Unit, integration and doc tests of every crate (the host crate's in `host-test`).
+# Unit, integration and doc tests of every crate (the host crate's in `host-test`, the fleet
+# crate's in `fleet-test`).
 unit:
-	cargo test --workspace --exclude hullguard-host
+	cargo test --workspace --exclude hullguard-host --exclude hullguard-fleet
+
+# The fleet bulkhead (docs/design.md §16) against real redis-server processes the tests start
+# on free loopback ports (one node, a 3-node cluster, an oracle): the Lua library, the lease
+# manager in virtual time, C42, fair shares among 2/3/5 processes, SIGKILL, SIGSTOP, Redis
+# killed and restarted, FLUSHALL.
+fleet-test: redis
+	cargo test -p hullguard-fleet
 
 # The host bulkhead (docs/design.md §14): unit, property and real-process tests, with the
 # crash hook on (a child aborted at every named protocol step; never in a shipped build). In
@@ -123,7 +137,7 @@ nostd:
 
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
-TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test stress loom loom-host miri nostd firmware \
+TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test fleet-test stress loom loom-host miri nostd firmware \
 	c-test py-test report-test node-test host-mixed readme dist-test bench-smoke
 
 test:

@@ -42,7 +42,15 @@ HOST_LAYERS = {
     "stats": 5, "bulkhead": 5, "acquire": 5,
     "inspect": 6, "cli": 6,
 }
-CRATES = [(ROOT, LAYERS), (REPO / "host" / "src", HOST_LAYERS)]
+# The table in fleet/src/lib.rs (the fleet bulkhead, docs/design.md §16).
+FLEET_LAYERS = {
+    "pool": 0, "protocol": 0, "script": 0,
+    "lease": 1,
+    "transport": 2, "redis_transport": 2,
+    "options": 3, "error": 3, "stats": 3,
+    "bulkhead": 4,
+}
+CRATES = [(ROOT, LAYERS), (REPO / "host" / "src", HOST_LAYERS), (REPO / "fleet" / "src", FLEET_LAYERS)]
 
 
 def module_path(f: Path) -> list[str]:

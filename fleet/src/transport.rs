@@ -1,0 +1,136 @@
+//! How a call reaches Redis (docs/design.md §16.4): a [`Transport`] runs the library's
+//! functions on a connection the user owns (TLS, auth, Sentinel and Cluster are theirs). The
+//! `redis` crate's connections implement it (`redis_transport`); a test or a binding may bring
+//! its own. [`execute`] runs one lease [`Request`] on a transport.
+
+use core::fmt;
+
+use crate::{
+    lease::{Reply, Request},
+    pool::Keys,
+    protocol::{self, FN_RELEASE, FN_SET_LIMIT, FN_SYNC, Field, SetLimitReply, SyncReply, fcall},
+};
+
+/// How a transport call failed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TransportErrorKind {
+    /// The connection failed or timed out (Redis unreachable).
+    Io,
+    /// Redis answered with an error (a refused argument, a missing library, an ACL).
+    Server,
+    /// The reply was not what the library sends.
+    Protocol,
+}
+
+/// A failed transport call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportError {
+    /// What failed.
+    pub kind: TransportErrorKind,
+    /// The client's or the server's message.
+    pub message: String,
+}
+
+impl TransportError {
+    /// A protocol error with `message`.
+    pub fn protocol(message: impl Into<String>) -> Self {
+        TransportError {
+            kind: TransportErrorKind::Protocol,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            TransportErrorKind::Io => "redis unreachable",
+            TransportErrorKind::Server => "redis error",
+            TransportErrorKind::Protocol => "redis protocol",
+        };
+        write!(f, "{what}: {}", self.message)
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+impl From<protocol::ProtocolError> for TransportError {
+    fn from(e: protocol::ProtocolError) -> Self {
+        TransportError::protocol(e.0)
+    }
+}
+
+/// A connection to the pool's Redis. Calls are blocking and never run concurrently on one
+/// transport (the fleet bulkhead serializes them).
+pub trait Transport: Send {
+    /// Makes sure the `hullguard` library of [`LIB_VERSION`](crate::script::LIB_VERSION) is
+    /// loaded where `keys` live (loads or replaces it otherwise).
+    ///
+    /// # Errors
+    /// [`TransportError`].
+    fn ensure_library(&mut self, keys: &Keys) -> Result<(), TransportError>;
+
+    /// Runs `function` on `keys` with `argv`; the reply's integers (a scalar reply is one).
+    ///
+    /// # Errors
+    /// [`TransportError`].
+    fn call_ints(
+        &mut self,
+        function: &str,
+        keys: &Keys,
+        argv: &[String],
+    ) -> Result<Vec<i64>, TransportError>;
+
+    /// Runs the read-only `function` on `keys` with `argv`; the reply's fields.
+    ///
+    /// # Errors
+    /// [`TransportError`].
+    fn call_fields(
+        &mut self,
+        function: &str,
+        keys: &Keys,
+        argv: &[String],
+    ) -> Result<Vec<Field>, TransportError>;
+}
+
+/// The whole command a call sends (for a binding that sends strings through its own client).
+pub fn command(function: &str, keys: &Keys, argv: &[String]) -> Vec<String> {
+    fcall(function, keys, argv)
+}
+
+/// Runs one lease request for `holder` on `transport`, decoding its reply.
+///
+/// # Errors
+/// [`TransportError`].
+pub fn execute(
+    transport: &mut dyn Transport,
+    keys: &Keys,
+    holder: &str,
+    request: &Request,
+) -> Result<Reply, TransportError> {
+    Ok(match request {
+        Request::Sync(args) => {
+            let v = transport.call_ints(FN_SYNC, keys, &args.argv())?;
+            Reply::Sync(SyncReply::decode(&v)?)
+        }
+        Request::Release { generation } => {
+            let v = transport.call_ints(
+                FN_RELEASE,
+                keys,
+                &protocol::release_argv(holder, *generation),
+            )?;
+            let [n] = v[..] else {
+                return Err(TransportError::protocol("hg_release answered a list"));
+            };
+            Reply::Release(protocol::decode_release(n)?)
+        }
+        Request::SetLimit { limit, rev } => {
+            let v = transport.call_ints(
+                FN_SET_LIMIT,
+                keys,
+                &protocol::set_limit_argv(*limit, *rev, *limit),
+            )?;
+            Reply::SetLimit(SetLimitReply::decode(&v)?)
+        }
+    })
+}

@@ -1,0 +1,18 @@
+//! The fleet tests' fixtures: real `redis-server` processes (`hullguard_testkit::redis_server`,
+//! re-exported) and loading the library.
+
+#![allow(dead_code)]
+
+pub use hullguard_testkit::redis_server::*;
+
+/// `FUNCTION LOAD REPLACE <hullguard library>`. On a cluster connection the `redis` crate routes
+/// `FUNCTION LOAD` to every primary (and requires every one to succeed).
+pub fn load_library(conn: &mut dyn redis::ConnectionLike) {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(hullguard_fleet::script::LIBRARY)
+        .query(conn)
+        .expect("FUNCTION LOAD REPLACE hullguard");
+    assert_eq!(name, "hullguard");
+}
