@@ -48,7 +48,8 @@ FLEET_LAYERS = {
     "lease": 1,
     "transport": 2, "redis_transport": 2,
     "options": 3, "error": 3, "stats": 3,
-    "bulkhead": 4,
+    "fleet_core": 4,
+    "bulkhead": 5,
 }
 CRATES = [(ROOT, LAYERS), (REPO / "host" / "src", HOST_LAYERS), (REPO / "fleet" / "src", FLEET_LAYERS)]
 

@@ -397,9 +397,9 @@ pub struct Rejection {
     /// and the constraint that held it back; `None` otherwise. (Beside `reason`, in its
     /// padding: a rejection does not grow for it.)
     pub class: Option<ClassRefusal>,
-    /// Whether the bulkhead's limit was a leased block (a fleet bulkhead's, docs/design.md
-    /// §16): a limit of 0 is then an empty block (bound `fleet_lease`), not the kill switch.
-    /// (In the same padding.)
+    /// Whether a leased bulkhead (a fleet bulkhead's, docs/design.md §16) refused for want of
+    /// a lease: its block was 0 or past its deadline (bound `fleet_lease`, not the kill
+    /// switch). (In the same padding.)
     pub leased: bool,
     /// For `rate_limit`: how long, in ns on the bulkhead's clock, until the request would
     /// conform (docs/design.md §4.9), as seen when it was refused; 0 otherwise (and for a
@@ -451,7 +451,7 @@ impl Rejection {
     pub fn detail(&self) -> RejectionDetail {
         let s = &self.snapshot;
         let bound = match self.reason {
-            Reason::ConcurrencyLimit if s.limit == 0 && self.leased => Bound::FleetLease,
+            Reason::ConcurrencyLimit if self.leased => Bound::FleetLease,
             Reason::ConcurrencyLimit if s.limit == 0 => Bound::KillSwitch,
             Reason::ConcurrencyLimit => Bound::Limit,
             Reason::BudgetLimit => Bound::Budget,

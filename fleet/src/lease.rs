@@ -357,6 +357,11 @@ impl LeaseManager {
         }
     }
 
+    /// The request out (sent, not yet completed), if any.
+    pub fn pending_request(&self) -> Option<&Request> {
+        self.pending.as_ref().map(|p| &p.request)
+    }
+
     /// Whether a request is out (sent, not yet completed).
     pub fn in_flight(&self) -> bool {
         self.pending.is_some()
@@ -565,6 +570,13 @@ impl LeaseManager {
                 self.lease = None;
                 self.state = LeaseState::Full;
             }
+        }
+    }
+
+    /// The reply of the release [`close`](Self::close) returned: freed, or `None` when fenced.
+    pub fn released(&mut self, freed: Option<u64>) {
+        if freed.is_none() {
+            self.counters.releases_fenced_total += 1;
         }
     }
 

@@ -12,10 +12,12 @@
 //! | L1 | [`lease`] | the lease manager: the holder's state machine, transport-agnostic, in the caller's time |
 //! | L2 | [`transport`], `redis_transport` | how a call reaches Redis: a trait, and the `redis` crate's connections |
 //! | L3 | [`options`], [`error`], [`stats`] | the options and their table; errors; the stats |
-//! | L4 | [`bulkhead`] | [`FleetBulkhead`]: a core bulkhead whose limit is the block, and the thread that drives the lease |
+//! | L4 | [`fleet_core`] | [`FleetCore`]: a core bulkhead in leased mode and its lease manager — what every binding drives (step, complete, wait) |
+//! | L5 | [`bulkhead`] | [`FleetBulkhead`]: the Rust binding — a driver thread over a [`Transport`] |
 
 pub mod bulkhead;
 pub mod error;
+pub mod fleet_core;
 pub mod lease;
 pub mod options;
 pub mod pool;
@@ -29,6 +31,7 @@ pub mod transport;
 pub use crate::{
     bulkhead::FleetBulkhead,
     error::FleetError,
+    fleet_core::{Command, FleetCore, RawReply, Step},
     lease::{Demand, LeaseConfig, LeaseManager, LeaseState, Unreachable},
     options::FleetConfig,
     pool::PoolName,

@@ -1,14 +1,13 @@
 //! How a call reaches Redis (docs/design.md §16.4): a [`Transport`] runs the library's
 //! functions on a connection the user owns (TLS, auth, Sentinel and Cluster are theirs). The
 //! `redis` crate's connections implement it (`redis_transport`); a test or a binding may bring
-//! its own. [`execute`] runs one lease [`Request`] on a transport.
+//! its own.
 
 use core::fmt;
 
 use crate::{
-    lease::{Reply, Request},
     pool::Keys,
-    protocol::{self, FN_RELEASE, FN_SET_LIMIT, FN_SYNC, Field, SetLimitReply, SyncReply, fcall},
+    protocol::{self, Field},
 };
 
 /// How a transport call failed.
@@ -91,46 +90,4 @@ pub trait Transport: Send {
         keys: &Keys,
         argv: &[String],
     ) -> Result<Vec<Field>, TransportError>;
-}
-
-/// The whole command a call sends (for a binding that sends strings through its own client).
-pub fn command(function: &str, keys: &Keys, argv: &[String]) -> Vec<String> {
-    fcall(function, keys, argv)
-}
-
-/// Runs one lease request for `holder` on `transport`, decoding its reply.
-///
-/// # Errors
-/// [`TransportError`].
-pub fn execute(
-    transport: &mut dyn Transport,
-    keys: &Keys,
-    holder: &str,
-    request: &Request,
-) -> Result<Reply, TransportError> {
-    Ok(match request {
-        Request::Sync(args) => {
-            let v = transport.call_ints(FN_SYNC, keys, &args.argv())?;
-            Reply::Sync(SyncReply::decode(&v)?)
-        }
-        Request::Release { generation } => {
-            let v = transport.call_ints(
-                FN_RELEASE,
-                keys,
-                &protocol::release_argv(holder, *generation),
-            )?;
-            let [n] = v[..] else {
-                return Err(TransportError::protocol("hg_release answered a list"));
-            };
-            Reply::Release(protocol::decode_release(n)?)
-        }
-        Request::SetLimit { limit, rev } => {
-            let v = transport.call_ints(
-                FN_SET_LIMIT,
-                keys,
-                &protocol::set_limit_argv(*limit, *rev, *limit),
-            )?;
-            Reply::SetLimit(SetLimitReply::decode(&v)?)
-        }
-    })
 }

@@ -45,6 +45,8 @@ pub(crate) mod counters;
 pub(crate) mod dispatch;
 #[cfg(feature = "std")]
 pub(crate) mod idle;
+#[cfg(all(feature = "std", target_has_atomic = "64"))]
+pub(crate) mod lease_gate;
 pub(crate) mod permit_word;
 #[cfg(feature = "alloc")]
 pub(crate) mod queue_delay;
@@ -69,7 +71,7 @@ use crate::{
     observe::Observe,
     reason::{AcquireError, Reason, Rejection, Snapshot},
     run_flag::RunFlag,
-    sync::{AtomicBool, AtomicWord, Ordering::*, SWord, Word},
+    sync::{AtomicWord, Ordering::*, SWord, Word},
 };
 
 /// The handle of one queued acquire (see [`Bulkhead::enqueue`](crate::Bulkhead::enqueue)).
@@ -205,6 +207,11 @@ const MODE_DISABLED: Word = 1;
 /// The mode bit of a classed bulkhead: every decision goes through the dispatcher
 /// (docs/design.md §4.8).
 const MODE_CLASSED: Word = 1 << 3;
+/// The mode bit of a leased bulkhead (docs/design.md §16): the limit is a block leased from
+/// elsewhere; a limit of 0 is an empty block, not the kill switch (waiters wait for it to grow;
+/// only a weight above the ceiling never fits); admissions check the lease's deadline and ring
+/// its demand bell when the block is short. Set once, never cleared.
+const MODE_LEASED: Word = 1 << 4;
 
 /// The mode word of a bulkhead (`enabled = false` wins over observe mode).
 const fn mode_of(enabled: bool, observe: Observe) -> Word {
@@ -272,11 +279,10 @@ pub(crate) struct Engine<const N: usize> {
     max_concurrent: AtomicWord,
     /// `max_orphaned`: the permits orphaned calls may hold outside `active` at once.
     max_orphaned: Word,
-    /// Leased mode (docs/design.md §16): the limit is a block leased from elsewhere (a fleet
-    /// lease). A limit of 0 is then an empty block, not the kill switch: waiters wait for the
-    /// block to grow; only a weight above the ceiling (`max_concurrent`) never fits. Set once,
-    /// never cleared.
-    leased: AtomicBool,
+    /// Leased mode's deadline and demand bell (docs/design.md §16; the mode itself is
+    /// [`MODE_LEASED`]).
+    #[cfg(all(feature = "std", target_has_atomic = "64"))]
+    pub(crate) lease: lease_gate::LeaseGate,
     enabled: bool,
     /// How admissions are decided: 0 enforces every dimension (the fast path's one check);
     /// otherwise [`MODE_DISABLED`] (`enabled = false`) or observe mode's bits
@@ -312,7 +318,8 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
-            leased: AtomicBool::new(false),
+            #[cfg(all(feature = "std", target_has_atomic = "64"))]
+            lease: lease_gate::LeaseGate::new(),
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -341,7 +348,8 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
-            leased: AtomicBool::new(false),
+            #[cfg(all(feature = "std", target_has_atomic = "64"))]
+            lease: lease_gate::LeaseGate::new(),
             enabled,
             mode: AtomicWord::new(mode_of(enabled, observe)),
             clock,
@@ -375,13 +383,27 @@ impl<const N: usize> Engine<N> {
     /// Whether the limit is a leased block (docs/design.md §16).
     pub(crate) fn is_leased(&self) -> bool {
         // Relaxed: set once, before the lease's first resize publishes anything it guards.
-        self.leased.load(Relaxed)
+        self.mode.load(Relaxed) & MODE_LEASED != 0
+    }
+
+    /// Whether a leased bulkhead's lease admits nothing now: its block is 0 or past its
+    /// deadline (a refusal's bound is then `fleet_lease`).
+    fn lease_refuses(&self) -> bool {
+        if !self.is_leased() {
+            return false;
+        }
+        #[cfg(all(feature = "std", target_has_atomic = "64"))]
+        if !self.lease.admits(self.clock.now_ns()) {
+            return true;
+        }
+        self.limit.load(Acquire) == 0
     }
 
     /// Switches to leased mode for good (docs/design.md §16).
     pub(crate) fn set_leased(&self) {
-        // Relaxed: the resize that follows publishes the new limit with AcqRel.
-        self.leased.store(true, Relaxed);
+        // SeqCst: ordered with the permit word's RMWs like `set_observe`; the resize that
+        // follows publishes the new limit.
+        self.mode.fetch_or(MODE_LEASED, SeqCst);
     }
 
     /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
@@ -481,7 +503,7 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
             class: None,
-            leased: self.is_leased(),
+            leased: self.lease_refuses(),
             retry_after_ns: 0,
             reason,
             snapshot: self.snapshot(),
@@ -532,6 +554,49 @@ impl<const N: usize> Engine<N> {
     #[cold]
     #[inline(never)]
     fn moded_take<const TAKE: bool>(
+        &self,
+        w: Word,
+        c: Word,
+        mode: Word,
+        class: u16,
+    ) -> Result<Word, TakeError> {
+        if mode & MODE_LEASED != 0 {
+            return self.leased_take::<TAKE>(w, c, mode, class);
+        }
+        self.unleased_take::<TAKE>(w, c, mode, class)
+    }
+
+    /// `moded_take` of a leased bulkhead (docs/design.md §16): past the lease's deadline the
+    /// block admits nothing; a take the block turns away rings the lease's demand bell.
+    #[inline]
+    fn leased_take<const TAKE: bool>(
+        &self,
+        w: Word,
+        c: Word,
+        mode: Word,
+        class: u16,
+    ) -> Result<Word, TakeError> {
+        #[cfg(all(feature = "std", target_has_atomic = "64"))]
+        let r = if self.lease.admits(self.clock.now_ns()) {
+            self.unleased_take::<TAKE>(w, c, mode, class)
+        } else if self.is_closed() {
+            Err(TakeError::Closed)
+        } else {
+            Err(TakeError::Busy)
+        };
+        #[cfg(not(all(feature = "std", target_has_atomic = "64")))]
+        let r = self.unleased_take::<TAKE>(w, c, mode, class);
+        #[cfg(all(feature = "std", target_has_atomic = "64"))]
+        if TAKE && r == Err(TakeError::Busy) {
+            self.lease.short();
+        }
+        r
+    }
+
+    /// `moded_take`'s decision for the disabled, observe and classed modes (and a leased
+    /// bulkhead within its deadline).
+    #[inline]
+    fn unleased_take<const TAKE: bool>(
         &self,
         w: Word,
         c: Word,

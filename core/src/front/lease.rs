@@ -1,6 +1,9 @@
 //! Leased mode (docs/design.md §16): the limit is a block of permits leased from elsewhere — a
 //! fleet bulkhead's share of a limit held in Redis (`hullguard-fleet`). The lease manager sets
-//! the block with [`Bulkhead::set_lease`]; admissions stay local and lock-free. Unlike the kill
+//! the block with [`Bulkhead::set_lease`] and its deadline with
+//! [`Bulkhead::set_lease_until`]; admissions stay local and lock-free, check the deadline (one
+//! clock read: a leased bulkhead's admissions take the out-of-line path) and ring the lease
+//! manager's bell ([`Bulkhead::register_lease_demand`]) when the block is short. Unlike the kill
 //! switch, an empty block keeps its waiters queued (the block grows back at the next grant) and
 //! refuses a try with the bound `fleet_lease`.
 
@@ -50,5 +53,37 @@ impl<const N: usize> Bulkhead<N> {
     /// Whether the limit is a leased block ([`set_lease`](Self::set_lease) was called).
     pub fn is_leased(&self) -> bool {
         self.engine.is_leased()
+    }
+}
+
+#[cfg(all(feature = "std", target_has_atomic = "64"))]
+impl<const N: usize> Bulkhead<N> {
+    /// Sets the time until which the leased block admits: `until_ns` on the bulkhead's clock
+    /// (its [`now_ns`](Self::now_ns) scale; `u64::MAX`: no deadline, the default). From that
+    /// moment no admission is granted at once — a try is refused `concurrency_limit`, a request
+    /// that may wait queues — until a later deadline is set, whatever the lease manager's own
+    /// thread is doing. (A release may still hand its permit to a queued waiter: in flight never
+    /// exceeds the block.) Set a later deadline before growing the block, an earlier one after
+    /// shrinking it. Only meaningful in leased mode.
+    pub fn set_lease_until(&self, until_ns: u64) {
+        self.engine.lease.set_until(until_ns);
+    }
+
+    /// The lease's deadline in force (`u64::MAX`: none).
+    pub fn lease_until(&self) -> u64 {
+        self.engine.lease.until()
+    }
+
+    /// Registers the lease manager's waker: woken once, by the next admission the block turns
+    /// away (a refused try, a waiter queued, or the deadline passed). Register again after each
+    /// wake (the `AtomicWaker` pattern); a wake is never lost between two registrations.
+    pub fn register_lease_demand(&self, waker: &core::task::Waker) {
+        self.engine.lease.register(waker);
+    }
+
+    /// How many admissions the leased block has turned away so far (a running total: the lease
+    /// manager reports the change as demand).
+    pub fn lease_shorts(&self) -> u64 {
+        self.engine.lease.shorts()
     }
 }

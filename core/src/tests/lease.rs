@@ -81,3 +81,98 @@ fn the_kill_switch_is_unchanged_outside_leased_mode() {
         Decision::Rejected(_)
     ));
 }
+
+mod gate {
+    use core::{
+        sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst},
+        task::Waker,
+    };
+    use std::{sync::Arc, task::Wake};
+
+    use super::*;
+    use crate::{ClockSource, clock::Clock};
+
+    #[derive(Debug, Default)]
+    struct Manual(AtomicU64);
+    impl Clock for Manual {
+        fn now_ns(&self) -> u64 {
+            self.0.load(SeqCst)
+        }
+    }
+
+    #[derive(Default)]
+    struct Bell(AtomicUsize);
+    impl Wake for Bell {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn leased(clock: &Arc<Manual>) -> Bulkhead {
+        let b = Bulkhead::with_clock(
+            Config {
+                max_concurrent: 4,
+                max_queue: 4,
+                ..Config::DEFAULT
+            },
+            ClockSource::Shared(clock.clone()),
+        )
+        .unwrap();
+        b.set_lease(2).unwrap();
+        b
+    }
+
+    #[test]
+    fn past_the_deadline_nothing_is_admitted_and_the_bound_is_fleet_lease() {
+        let clock = Arc::new(Manual::default());
+        let b = leased(&clock);
+        assert_eq!(b.lease_until(), u64::MAX);
+        b.set_lease_until(1_000);
+        clock.0.store(999, SeqCst);
+        let held = b.try_acquire(1).unwrap();
+        clock.0.store(1_000, SeqCst);
+        let d = refusal(b.try_acquire(1));
+        assert_eq!(
+            (d.bound, d.calls.limit),
+            (Bound::FleetLease, 2),
+            "a block of 2, expired"
+        );
+        // A request that may wait queues (it is not refused), and a later deadline lets it in.
+        let Decision::Queued(mut w) = b.admit(&Request::new(1), None) else {
+            panic!()
+        };
+        b.set_lease_until(5_000);
+        drop(held); // the release hands the permit to the waiter
+        let Poll::Ready(Ok(call)) = w.poll(None) else {
+            panic!()
+        };
+        drop(call);
+        assert!(b.try_acquire(1).is_ok());
+    }
+
+    #[test]
+    fn a_short_admission_rings_the_bell_once_per_registration() {
+        let clock = Arc::new(Manual::default());
+        let b = leased(&clock);
+        let bell = Arc::new(Bell::default());
+        let waker = Waker::from(bell.clone());
+        b.register_lease_demand(&waker);
+        let (x, y) = (b.try_acquire(1).unwrap(), b.try_acquire(1).unwrap());
+        assert_eq!((bell.0.load(SeqCst), b.lease_shorts()), (0, 0));
+        assert!(b.try_acquire(1).is_err());
+        assert!(matches!(
+            b.admit(&Request::new(1), None),
+            Decision::Queued(_)
+        ));
+        assert_eq!(b.lease_shorts(), 2);
+        assert_eq!(bell.0.load(SeqCst), 1, "woken once until registered again");
+        b.register_lease_demand(&waker);
+        assert!(b.try_acquire(1).is_err());
+        assert_eq!(bell.0.load(SeqCst), 2);
+        // A dry run is not demand.
+        b.register_lease_demand(&waker);
+        let _ = b.would_admit(&Request::new(1));
+        assert_eq!(bell.0.load(SeqCst), 2);
+        drop((x, y));
+    }
+}

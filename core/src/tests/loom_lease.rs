@@ -88,3 +88,40 @@ fn loom_lease_shrink_to_empty_vs_release_with_a_waiter() {
         );
     });
 }
+
+#[test]
+fn loom_lease_demand_bell_is_never_lost() {
+    // The lease manager registers its waker and then re-checks the demand count (as its driver
+    // does before parking); a refused try races it. Either the driver's re-check sees the
+    // short admission, or its waker is woken: it never sleeps through demand.
+    use std::task::Wake;
+
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    struct Counting(AtomicUsize);
+    impl Wake for Counting {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    model_at_most(3, || {
+        let b = bh();
+        b.set_lease(1).unwrap();
+        let held = granted(admit(&b, 1, 0));
+        let woken = std::sync::Arc::new(Counting(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(woken.clone());
+        let refused = {
+            let b = b.clone();
+            thread::spawn(move || assert!(b.try_acquire(1).is_err()))
+        };
+        b.register_lease_demand(&waker);
+        let seen = b.lease_shorts();
+        refused.join().unwrap();
+        assert!(
+            seen == 1 || woken.0.load(SeqCst) == 1,
+            "demand lost: shorts seen {seen}, wakes {}",
+            woken.0.load(SeqCst)
+        );
+        drop(held);
+    });
+}
