@@ -45,7 +45,7 @@ HOST_LAYERS = {
 # The table in fleet/src/lib.rs (the fleet bulkhead, docs/design.md §16).
 FLEET_LAYERS = {
     "pool": 0, "protocol": 0, "script": 0,
-    "lease": 1,
+    "lease": 1, "cli": 1,
     "transport": 2, "redis_transport": 2,
     "options": 3, "error": 3, "stats": 3,
     "fleet_core": 4,

@@ -84,6 +84,46 @@ impl HostClock {
         return u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     }
 
+    /// A cheap upper bound of [`now_ns`](Self::now_ns): on Linux `CLOCK_MONOTONIC_COARSE` (the
+    /// same time base, updated once per kernel tick, a few ns to read) plus its resolution, so
+    /// the true now is never later; elsewhere `now_ns`. For checks that must never be late and
+    /// may be a tick early (a leased bulkhead's deadline, docs/design.md §16).
+    #[inline]
+    pub fn now_ns_at_most(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            static RESOLUTION_NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+            let res = *RESOLUTION_NS.get_or_init(|| {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: `ts` is a valid, writable timespec and the clock id exists on Linux.
+                let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+                if rc == 0 {
+                    (ts.tv_sec as u64)
+                        .saturating_mul(1_000_000_000)
+                        .saturating_add(ts.tv_nsec as u64)
+                } else {
+                    u64::MAX
+                }
+            });
+            if res <= 100_000_000 {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: as above; the coarse clock cannot fail with a valid pointer.
+                unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+                let coarse = (ts.tv_sec as u64)
+                    .wrapping_mul(1_000_000_000)
+                    .wrapping_add(ts.tv_nsec as u64);
+                return (coarse + res).saturating_sub(self.origin_ns);
+            }
+        }
+        self.now_ns()
+    }
+
     /// Now on the clock's absolute scale, in ns: `CLOCK_MONOTONIC` itself on Unix (what C's
     /// `clock_gettime(CLOCK_MONOTONIC)` and Python's `time.monotonic_ns()` read); elsewhere
     /// the ns since this clock's origin. The scale of [`Deadline::Ns`](crate::Deadline::Ns).
@@ -127,6 +167,19 @@ impl ClockSource {
             ClockSource::Shared(c) => c.now_ns(),
             #[cfg(feature = "std")]
             ClockSource::Monotonic(c) => c.now_ns(),
+        }
+    }
+}
+
+impl ClockSource {
+    /// A cheap upper bound of [`now_ns`](Self::now_ns): the host clock's
+    /// [`HostClock::now_ns_at_most`]; any other clock's `now_ns`.
+    #[inline]
+    pub fn now_ns_at_most(&self) -> u64 {
+        match self {
+            #[cfg(feature = "std")]
+            ClockSource::Monotonic(c) => c.now_ns_at_most(),
+            other => other.now_ns(),
         }
     }
 }

@@ -14,8 +14,10 @@
 //! | L3 | [`options`], [`error`], [`stats`] | the options and their table; errors; the stats |
 //! | L4 | [`fleet_core`] | [`FleetCore`]: a core bulkhead in leased mode and its lease manager — what every binding drives (step, complete, wait) |
 //! | L5 | [`bulkhead`] | [`FleetBulkhead`]: the Rust binding — a driver thread over a [`Transport`] |
+//! | L1 | [`cli`] | `hullguard fleet show POOL`: parsing and the report every package prints |
 
 pub mod bulkhead;
+pub mod cli;
 pub mod error;
 pub mod fleet_core;
 pub mod lease;

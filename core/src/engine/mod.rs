@@ -530,7 +530,12 @@ impl<const N: usize> Engine<N> {
         // before it.
         let mode = self.mode.load(Relaxed) | observe;
         if mode != 0 {
-            self.moded_take::<TAKE>(w, c, mode, class)
+            if mode == MODE_LEASED {
+                // A leased bulkhead's own path (its every admission): not the cold one.
+                self.leased_take::<TAKE>(w, c, mode, class)
+            } else {
+                self.moded_take::<TAKE>(w, c, mode, class)
+            }
         } else if self.ring.is_empty() {
             if TAKE {
                 self.permits.try_take(w, c).map(|()| 0)
@@ -566,6 +571,24 @@ impl<const N: usize> Engine<N> {
         self.unleased_take::<TAKE>(w, c, mode, class)
     }
 
+    /// The enforcing decision of a bulkhead with no mode bits (the fast path's), for a leased
+    /// bulkhead within its deadline. (A limit of 0 has no permits: `Busy`, as the kill switch's
+    /// path says it.)
+    #[inline]
+    fn plain_take<const TAKE: bool>(&self, w: Word, c: Word) -> Result<Word, TakeError> {
+        if self.ring.is_empty() {
+            if TAKE {
+                self.permits.try_take(w, c).map(|()| 0)
+            } else {
+                self.permits.would_take(w, c).map(|()| 0)
+            }
+        } else if self.is_closed() {
+            Err(TakeError::Closed)
+        } else {
+            Err(TakeError::Busy)
+        }
+    }
+
     /// `moded_take` of a leased bulkhead (docs/design.md §16): past the lease's deadline the
     /// block admits nothing; a take the block turns away rings the lease's demand bell.
     #[inline]
@@ -577,8 +600,12 @@ impl<const N: usize> Engine<N> {
         class: u16,
     ) -> Result<Word, TakeError> {
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
-        let r = if self.lease.admits(self.clock.now_ns()) {
-            self.unleased_take::<TAKE>(w, c, mode, class)
+        let r = if self.lease.admits(self.clock.now_ns_at_most()) {
+            if mode == MODE_LEASED {
+                self.plain_take::<TAKE>(w, c)
+            } else {
+                self.unleased_take::<TAKE>(w, c, mode, class)
+            }
         } else if self.is_closed() {
             Err(TakeError::Closed)
         } else {
