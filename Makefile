@@ -148,7 +148,7 @@ layers:
 	python3 ci/layers.py
 
 # Every bench script end to end in its smoke mode (seconds; no figures, no timing asserted).
-bench-smoke: py-dev node-build
+bench-smoke: py-dev node-build redis
 	bench/smoke.sh
 
 # The main job: the isolation demo in Python (httpx, a shared connection budget).
@@ -204,10 +204,11 @@ py-wheel: $(VENV)/bin/maturin
 	assert bh.try_acquire() is None; p.release(); \
 	print('wheel OK:', hullguard.__version__, hullguard.origin_key('https://Example.com'))"
 
-bench:
+bench: redis
 	cargo bench -p hullguard-bench --bench engine
 	cargo run --release --quiet -p hullguard-bench --bin ratios
 	cargo run --release --quiet -p hullguard-bench --bin host
+	cargo run --release --quiet -p hullguard-bench --bin fleet
 	bench/callgrind.sh
 	$(MAKE) --no-print-directory py-dev
 	$(VENV)/bin/pip install --quiet -r bench/python/requirements.txt

@@ -100,6 +100,8 @@ step "ratios --smoke" \
     cargo run --release --quiet -p hullguard-bench --bin ratios -- --smoke
 step "host --smoke" \
     cargo run --release --quiet -p hullguard-bench --bin host -- --smoke
+step "fleet --smoke" \
+    cargo run --release --quiet -p hullguard-bench --bin fleet -- --smoke
 step "bench/callgrind.sh --smoke" bench/callgrind.sh --smoke
 step "pip install -r bench/python/requirements.txt" \
     .venv/bin/pip install --quiet -r bench/python/requirements.txt
