@@ -285,23 +285,26 @@ impl FleetCore {
             let q = self.quiet_until.lock().unwrap_or_else(|p| p.into_inner());
             q.saturating_sub(now)
         };
-        let mut rung = self.bell.rung.lock().unwrap_or_else(|p| p.into_inner());
         if !quiet.is_zero() {
             // Recently woken by demand: only close (or the timeout) ends this park.
+            let rung = self.bell.rung.lock().unwrap_or_else(|p| p.into_inner());
             let _ = self
                 .bell
                 .cv
                 .wait_timeout_while(rung, quiet.min(timeout), |_| !self.closing.load(Acquire));
             return;
         }
-        *rung = false;
+        *self.bell.rung.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        // Not under the bell's lock: a registration that meets a concurrent ring wakes the
+        // waker at once, and the waker takes that lock.
         self.bulkhead.register_lease_demand(&self.bell_waker);
         // Registered before this check: demand after it rings the bell.
         let demand = self.bulkhead.lease_shorts() > self.polled_shorts.load(Acquire);
+        let rung = self.bell.rung.lock().unwrap_or_else(|p| p.into_inner());
         if self.closing.load(Acquire) {
             return;
         }
-        if !demand {
+        if !demand && !*rung {
             let (r, _) = self
                 .bell
                 .cv
