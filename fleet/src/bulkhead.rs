@@ -54,9 +54,7 @@ type Shared = Arc<std::sync::Mutex<Box<dyn Transport>>>;
 fn send(transport: &Shared, core: &FleetCore, command: &Command) -> Result<RawReply, String> {
     let mut t = transport.lock().unwrap_or_else(|p| p.into_inner());
     match t.call_ints(command.function, core.keys(), &command.argv) {
-        Ok(v) if command.function == crate::protocol::FN_RELEASE && v.len() == 1 => {
-            Ok(RawReply::Int(v[0]))
-        }
+        Ok(v) if command.scalar_reply() && v.len() == 1 => Ok(RawReply::Int(v[0])),
         Ok(v) => Ok(RawReply::Ints(v)),
         Err(e) => Err(e.to_string()),
     }

@@ -42,9 +42,21 @@ pub struct Command {
 }
 
 impl Command {
-    /// The whole command as strings, for a client's `execute_command(*args)` / `call(...args)`.
+    /// The whole command as strings, for a client's `execute_command(*args)` / `call(...args)`:
+    /// `FCALL <function> 6 <keys…> <argv…>`, or `WAIT <replicas> <timeout_ms>`.
     pub fn args(&self, keys: &Keys) -> Vec<String> {
+        if self.function == protocol::CMD_WAIT {
+            let mut v = vec![protocol::CMD_WAIT.to_owned()];
+            v.extend(self.argv.iter().cloned());
+            return v;
+        }
         protocol::fcall(self.function, keys, &self.argv)
+    }
+
+    /// Whether the reply is one integer ([`RawReply::Int`]: `hg_release`, `WAIT`) rather than
+    /// a list.
+    pub fn scalar_reply(&self) -> bool {
+        self.function == FN_RELEASE || self.function == protocol::CMD_WAIT
     }
 }
 
@@ -244,6 +256,13 @@ impl FleetCore {
             Request::SetLimit { limit, rev } => Command {
                 function: FN_SET_LIMIT,
                 argv: protocol::set_limit_argv(*limit, *rev, *limit),
+            },
+            Request::Replicate {
+                replicas,
+                timeout_ms,
+            } => Command {
+                function: protocol::CMD_WAIT,
+                argv: vec![replicas.to_string(), timeout_ms.to_string()],
             },
         }
     }
@@ -480,6 +499,9 @@ impl FleetCore {
 fn decode(request: &Request, reply: &RawReply) -> Result<Reply, TransportError> {
     Ok(match (request, reply) {
         (Request::Sync(_), RawReply::Ints(v)) => Reply::Sync(SyncReply::decode(v)?),
+        (Request::Replicate { .. }, RawReply::Int(n)) => {
+            Reply::Replicated(u64::try_from(*n).unwrap_or(0))
+        }
         (Request::Release { .. }, RawReply::Int(n)) => {
             Reply::Release(protocol::decode_release(*n)?)
         }

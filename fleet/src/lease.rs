@@ -52,6 +52,12 @@ pub struct LeaseConfig {
     pub default_limit: u64,
     /// The most holders the pool admits.
     pub max_holders: u64,
+    /// Replicated durability: after a sync that grew the block, `WAIT` for this many replicas
+    /// before admitting on the growth (0: off, the default). A grant the primary had not
+    /// replicated when it failed over is then never used.
+    pub wait_replicas: u64,
+    /// How long that `WAIT` may take.
+    pub wait_timeout: Duration,
 }
 
 impl LeaseConfig {
@@ -66,6 +72,8 @@ impl LeaseConfig {
             on_unreachable: Unreachable::FailClosed,
             default_limit,
             max_holders: 10_000,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 
@@ -132,6 +140,13 @@ pub enum Request {
         /// Its revision.
         rev: u64,
     },
+    /// `WAIT replicas timeout_ms` (replicated durability of a grown block).
+    Replicate {
+        /// Replicas to wait for.
+        replicas: u64,
+        /// The longest wait, ms.
+        timeout_ms: u64,
+    },
 }
 
 /// A reply, decoded (see [`protocol`](crate::protocol)).
@@ -143,6 +158,8 @@ pub enum Reply {
     Release(Option<u64>),
     /// Of `hg_set_limit`.
     SetLimit(SetLimitReply),
+    /// Of `WAIT`: the replicas that acknowledged.
+    Replicated(u64),
 }
 
 /// What [`LeaseManager::poll`] asks of the driver.
@@ -188,12 +205,16 @@ pub struct LeaseCounters {
     pub releases_fenced_total: u64,
     /// Changes of the pool's epoch seen (Redis lost its state: restart, failover, `FLUSHALL`).
     pub epoch_changes_total: u64,
+    /// Growths `WAIT` did not see replicated in time (left unused until the next sync).
+    pub unreplicated_total: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lease {
     generation: u64,
     held: u64,
+    /// What may be admitted on: `held`, or less while a growth waits for its replicas.
+    usable: u64,
     target: u64,
     deadline: Duration,
     renew_at: Duration,
@@ -227,6 +248,8 @@ pub struct LeaseManager {
     peak: u64,
     nudged: bool,
     closed: bool,
+    /// A growth waits for its `WAIT` to be sent.
+    replicate_pending: bool,
 }
 
 impl LeaseManager {
@@ -251,6 +274,7 @@ impl LeaseManager {
             peak: 0,
             nudged: false,
             closed: false,
+            replicate_pending: false,
         }
     }
 
@@ -317,7 +341,7 @@ impl LeaseManager {
     /// unreachable past the deadline in `LocalShare` mode; else 0.
     pub fn local_limit(&self, now: Duration) -> u64 {
         match self.lease {
-            Some(l) if now < l.deadline => l.held.min(l.target),
+            Some(l) if now < l.deadline => l.usable.min(l.target),
             _ => match self.cfg.on_unreachable {
                 Unreachable::LocalShare(k) if self.failures > 0 => k,
                 _ => 0,
@@ -387,6 +411,15 @@ impl LeaseManager {
             Some(Request::Release { generation })
         } else if let Some((limit, rev)) = self.limit_to_send.take() {
             Some(Request::SetLimit { limit, rev })
+        } else if self
+            .lease
+            .is_some_and(|l| l.usable < l.held && now < l.deadline && self.replicate_pending)
+        {
+            self.replicate_pending = false;
+            Some(Request::Replicate {
+                replicas: self.cfg.wait_replicas,
+                timeout_ms: self.cfg.wait_timeout.as_millis() as u64,
+            })
         } else {
             let due = self.sync_due(now, demand);
             if now >= due {
@@ -503,6 +536,16 @@ impl LeaseManager {
             (Request::SetLimit { limit, rev }, Ok(Reply::SetLimit(r))) => {
                 self.limit_applied(limit, rev, r);
             }
+            (Request::Replicate { replicas, .. }, Ok(Reply::Replicated(n))) => {
+                if n >= replicas {
+                    if let Some(l) = &mut self.lease {
+                        l.usable = l.held;
+                    }
+                } else {
+                    // Not replicated in time: the growth stays unused until the next sync.
+                    self.counters.unreplicated_total += 1;
+                }
+            }
             (request, outcome) => {
                 self.counters.errors_total += 1;
                 self.failures = self.failures.saturating_add(1);
@@ -549,9 +592,21 @@ impl LeaseManager {
                     self.lease = None;
                     self.state = LeaseState::Idle;
                 } else {
+                    // Replicated durability: a growth is used once `WAIT` confirms it.
+                    let before = self
+                        .lease
+                        .filter(|l| l.generation == r.generation)
+                        .map_or(0, |l| l.usable);
+                    let usable = if self.cfg.wait_replicas > 0 && r.held > before {
+                        self.replicate_pending = true;
+                        before
+                    } else {
+                        r.held
+                    };
                     self.lease = Some(Lease {
                         generation: r.generation,
                         held: r.held,
+                        usable,
                         target: r.target,
                         deadline,
                         renew_at: sent + self.cfg.beat,

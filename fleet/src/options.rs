@@ -44,6 +44,11 @@ pub struct FleetConfig {
     pub max_holders: u64,
     /// This process's holder id (default `<hostname>:<pid>:<random>`).
     pub holder: Option<String>,
+    /// Replicated durability: `WAIT` for this many replicas after a growth before admitting on
+    /// it, `0 ..= 16` (default 0: off).
+    pub wait_replicas: u64,
+    /// How long that `WAIT` may take, `1 ms ..= 10 s` (default 100 ms).
+    pub wait_timeout: Duration,
 }
 
 impl FleetConfig {
@@ -62,6 +67,8 @@ impl FleetConfig {
             min_sync_interval: Duration::from_millis(5),
             max_holders: 10_000,
             holder: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 
@@ -76,6 +83,8 @@ impl FleetConfig {
             on_unreachable: self.on_unreachable,
             default_limit: self.max_concurrent,
             max_holders: self.max_holders,
+            wait_replicas: self.wait_replicas,
+            wait_timeout: self.wait_timeout,
         }
     }
 
@@ -104,6 +113,7 @@ impl FleetConfig {
                     "max_queue" => self.max_queue = v,
                     "clock_drift_ppm" => self.clock_drift_ppm = v,
                     "max_holders" => self.max_holders = v,
+                    "wait_replicas" => self.wait_replicas = v,
                     "local_share" => {
                         self.on_unreachable = if v == 0 {
                             Unreachable::FailClosed
@@ -123,6 +133,7 @@ impl FleetConfig {
                     "beat" => self.beat = Some(d),
                     "lease_margin" => self.lease_margin = d,
                     "min_sync_interval" => self.min_sync_interval = d,
+                    "wait_timeout" => self.wait_timeout = d,
                     _ => return Err(expected()),
                 }
             }
@@ -156,6 +167,8 @@ impl FleetConfig {
             FleetValue::Duration(self.min_sync_interval),
         )?;
         copy.set("max_holders", FleetValue::Int(self.max_holders))?;
+        copy.set("wait_replicas", FleetValue::Int(self.wait_replicas))?;
+        copy.set("wait_timeout", FleetValue::Duration(self.wait_timeout))?;
         if let Unreachable::LocalShare(k) = self.on_unreachable {
             copy.set("local_share", FleetValue::Int(k))?;
         }
@@ -321,6 +334,19 @@ pub const FLEET_OPTIONS: &[FleetOption] = &[
             max: 100_000,
         },
         doc: "the most processes the pool admits",
+    },
+    FleetOption {
+        name: "wait_replicas",
+        kind: FleetKind::Int { min: 0, max: 16 },
+        doc: "replicated durability: WAIT for this many replicas before admitting on a growth (0 = off)",
+    },
+    FleetOption {
+        name: "wait_timeout",
+        kind: FleetKind::Duration {
+            min: ms(1),
+            max: Duration::from_secs(10),
+        },
+        doc: "how long that WAIT may take",
     },
     FleetOption {
         name: "holder",

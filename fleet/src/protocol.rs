@@ -18,6 +18,9 @@ pub const FN_SET_LIMIT: &str = "hg_set_limit";
 /// Reads the pool's state (read-only).
 pub const FN_STATS: &str = "hg_stats";
 
+/// Not a library function: Redis's own `WAIT replicas timeout_ms` (replicated durability).
+pub const CMD_WAIT: &str = "WAIT";
+
 /// The largest integer the library keeps exactly (Lua numbers are doubles).
 pub const MAX_EXACT: u64 = (1 << 53) - 1;
 

@@ -71,6 +71,13 @@ impl<C: ConnectionLike + Send> RedisTransport<C> {
     }
 
     fn raw(&mut self, function: &str, keys: &Keys, argv: &[String]) -> redis::RedisResult<Value> {
+        if function == crate::protocol::CMD_WAIT {
+            let mut cmd = redis::cmd(function);
+            for a in argv {
+                cmd.arg(a);
+            }
+            return cmd.query(&mut self.conn);
+        }
         match self.loading {
             Loading::Functions => {
                 let mut cmd = redis::cmd("FCALL");

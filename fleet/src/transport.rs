@@ -70,6 +70,8 @@ pub trait Transport: Send {
     fn ensure_library(&mut self, keys: &Keys) -> Result<(), TransportError>;
 
     /// Runs `function` on `keys` with `argv`; the reply's integers (a scalar reply is one).
+    /// `function` may also be [`CMD_WAIT`](crate::protocol::CMD_WAIT): then `WAIT <argv…>`,
+    /// keys unused.
     ///
     /// # Errors
     /// [`TransportError`].

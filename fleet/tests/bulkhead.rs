@@ -393,3 +393,44 @@ fn a_cluster_holds_the_pool_in_one_slot() {
         opened.push(bh);
     }
 }
+
+#[test]
+fn with_wait_replicas_growth_is_used_once_a_replica_has_it() {
+    let Some(primary) = RedisServer::start() else {
+        return;
+    };
+    let Some(mut replica) = RedisServer::start_replica_of(&primary) else {
+        return;
+    };
+    let mut c = replica.conn();
+    eventually(Duration::from_secs(20), "the replica in sync", || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+        info.contains("master_link_status:up")
+    });
+    let mut cfg = config("replicated", 4, 1000);
+    cfg.wait_replicas = 1;
+    let bh = open(&primary, cfg);
+    let p = bh
+        .acquire_blocking(1, Some(Duration::from_secs(10)))
+        .expect("a replicated block");
+    assert_eq!(bh.stats().lease.counters.unreplicated_total, 0);
+    // Without the replica, a growth is never used: the block stays what was replicated.
+    replica.kill9();
+    let used = bh.stats().lease.local_limit;
+    let extra: Vec<_> = (0..8).filter_map(|_| bh.try_acquire(1).ok()).collect();
+    eventually(
+        Duration::from_secs(20),
+        "a growth WAIT could not confirm",
+        || {
+            let _ = bh.try_acquire(1);
+            bh.stats().lease.counters.unreplicated_total >= 1
+        },
+    );
+    let s = bh.stats().lease;
+    assert!(s.local_limit <= used.max(1 + extra.len() as u64), "{s:?}");
+    assert!(
+        s.held > s.local_limit,
+        "the server counts a growth the process does not use: {s:?}"
+    );
+    drop((p, extra));
+}

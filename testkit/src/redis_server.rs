@@ -141,6 +141,8 @@ fn spawn(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String> {
     let mut child = Command::new(server_bin())
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        // A replica syncs at once (the default waits 5 s for more replicas to share a transfer).
+        .args(["--repl-diskless-sync-delay", "0"])
         .arg("--dir")
         .arg(dir)
         .arg("--logfile")
@@ -170,6 +172,19 @@ impl RedisServer {
             return None;
         }
         Some(Self::start_with(Vec::new(), "node"))
+    }
+
+    /// Starts a replica of `primary` on a free port. `None` only when skipped.
+    pub fn start_replica_of(primary: &RedisServer) -> Option<Self> {
+        if !binaries_present(&[server_bin()]) {
+            return None;
+        }
+        let extra = vec![
+            "--replicaof".to_owned(),
+            "127.0.0.1".to_owned(),
+            primary.port().to_string(),
+        ];
+        Some(Self::start_with(extra, "replica"))
     }
 
     fn start_with(extra: Vec<String>, tag: &str) -> Self {

@@ -309,3 +309,42 @@ fn a_reply_of_the_wrong_kind_is_an_error() {
     assert_eq!(m.counters().errors_total, 1);
     assert!(m.last_error().unwrap().contains("wrong kind"));
 }
+
+#[test]
+fn with_wait_replicas_a_growth_is_used_only_once_replicated() {
+    let mut m = LeaseManager::new(
+        "h".into(),
+        LeaseConfig {
+            wait_replicas: 1,
+            ..cfg(3000, 1000)
+        },
+    );
+    expect_sync(&mut m, 0, demand(0, 3));
+    m.complete(MS(1), Ok(ok(4, 3, 3, 3000)));
+    assert_eq!(m.local_limit(MS(1)), 0, "not replicated yet");
+    assert_eq!(
+        m.poll(MS(1), demand(0, 3)),
+        Poll::Send(Request::Replicate {
+            replicas: 1,
+            timeout_ms: 100
+        })
+    );
+    m.complete(MS(3), Ok(Reply::Replicated(1)));
+    assert_eq!(m.local_limit(MS(3)), 3);
+    // A later growth that WAIT does not confirm stays unused; a shrink applies at once.
+    expect_sync(&mut m, 1000, demand(3, 3));
+    m.complete(MS(1001), Ok(ok(4, 6, 6, 3000)));
+    assert_eq!(m.local_limit(MS(1001)), 3);
+    assert!(matches!(
+        m.poll(MS(1001), demand(3, 3)),
+        Poll::Send(Request::Replicate { .. })
+    ));
+    m.complete(MS(1101), Ok(Reply::Replicated(0)));
+    assert_eq!(
+        (m.local_limit(MS(1101)), m.counters().unreplicated_total),
+        (3, 1)
+    );
+    expect_sync(&mut m, 2000, demand(1, 0));
+    m.complete(MS(2001), Ok(ok(4, 2, 2, 3000)));
+    assert_eq!(m.local_limit(MS(2001)), 2);
+}
