@@ -1,6 +1,7 @@
 #!lua name=hullguard
 -- hullguard fleet mode: block leases of one pool limit, shared by a fleet of holders.
--- Contract: /tmp/hg/fleet-spec.md (protocol v1). Loaded with FUNCTION LOAD REPLACE.
+-- The contract: docs/design.md §16.2 (protocol v1). Loaded with FUNCTION LOAD REPLACE when
+-- hg_version answers another version.
 -- Algorithm: Doorman FAIR_SHARE (youtube/doorman doc/algorithms.md) with integer shares;
 -- learning mode after lost state (youtube/doorman doc/design.md).
 --
