@@ -84,10 +84,13 @@ impl HostClock {
         return u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
     }
 
-    /// A cheap upper bound of [`now_ns`](Self::now_ns): on Linux `CLOCK_MONOTONIC_COARSE` (the
-    /// same time base, updated once per kernel tick, a few ns to read) plus its resolution, so
-    /// the true now is never later; elsewhere `now_ns`. For checks that must never be late and
-    /// may be a tick early (a leased bulkhead's deadline, docs/design.md §16).
+    /// A cheap, conservative reading of [`now_ns`](Self::now_ns): on Linux
+    /// `CLOCK_MONOTONIC_COARSE` (the same time base, updated at kernel ticks, a few ns to read
+    /// where `CLOCK_MONOTONIC` costs tens of ns under some hypervisors) plus **twice** its
+    /// resolution — the coarse clock was measured lagging by up to 1.3 resolutions after an
+    /// idle wake, so one resolution is not enough; elsewhere `now_ns`. For checks that should
+    /// never be late and may be two ticks early (a leased bulkhead's deadline, docs/design.md
+    /// §16; the lease manager also drops the block at the exact deadline on the fine clock).
     #[inline]
     pub fn now_ns_at_most(&self) -> u64 {
         #[cfg(target_os = "linux")]
@@ -118,7 +121,7 @@ impl HostClock {
                 let coarse = (ts.tv_sec as u64)
                     .wrapping_mul(1_000_000_000)
                     .wrapping_add(ts.tv_nsec as u64);
-                return (coarse + res).saturating_sub(self.origin_ns);
+                return (coarse + 2 * res).saturating_sub(self.origin_ns);
             }
         }
         self.now_ns()

@@ -34,6 +34,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Server time in µs (about 1.8e15: exact in a Lua double): a new state's epoch and fence base,
+-- unique even when a state is recreated in the same millisecond as the one it replaces.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- An integer argument in lo..=hi, or nil + the contract's error reply.
 local function int_arg(v, name, lo, hi)
   local n
@@ -85,14 +92,18 @@ local function read_cfg(key)
   }
 end
 
--- A fresh pool state: new epoch; the fence starts at now*1000 so it stays above every gen
--- handed out by an earlier state (base remembers where this state started).
-local function create_cfg(key, limit, now, learn_until)
-  local fence = now * 1000
-  redis.call('HSET', key, 'limit', fmt(limit), 'epoch', fmt(now), 'fence', fmt(fence),
-    'base', fmt(fence), 'used', '0', 'want_sum', '0', 'learn_until', fmt(learn_until), 'rev', '0')
+-- A fresh pool state. Its epoch and fence base are the server's µs: unique per state, and the
+-- fence stays above every gen an earlier state handed out (one gen per call, and a call takes
+-- more than a µs), so `gen < base` tells a lease of an earlier state. Whatever is left of an
+-- earlier state's other keys (some evicted, some not: an allkeys-* maxmemory policy, a DEL) is
+-- deleted: the holders' records must never outlive the `used` they add up to.
+local function create_cfg(keys, limit, learn_until)
+  local us = now_us()
+  redis.call('DEL', keys[2], keys[3], keys[4], keys[5], keys[6])
+  redis.call('HSET', keys[1], 'limit', fmt(limit), 'epoch', fmt(us), 'fence', fmt(us),
+    'base', fmt(us), 'used', '0', 'want_sum', '0', 'learn_until', fmt(learn_until), 'rev', '0')
   return {
-    limit = limit, epoch = now, fence = fence, base = fence, used = 0, want_sum = 0,
+    limit = limit, epoch = us, fence = us, base = us, used = 0, want_sum = 0,
     learn_until = learn_until, rev = 0,
   }
 end
@@ -201,7 +212,7 @@ local function hg_sync(keys, args)
   if cfg == nil then
     local learn_until = 0
     if gen ~= 0 then learn_until = now + learn_ms end
-    cfg = create_cfg(keys[1], dlimit, now, learn_until)
+    cfg = create_cfg(keys, dlimit, learn_until)
   end
   -- 2. Reap expired holders (bounded).
   reap(keys, cfg, now)
@@ -235,13 +246,13 @@ local function hg_sync(keys, args)
   elseif rec_gen == gen then
     -- Renewal of a live lease.
     cur = tonumber(redis.call('HGET', keys[2], holder)) or 0
-  elseif rec_gen == nil and gen < cfg.base and now < cfg.epoch + learn_ms then
+  elseif rec_gen == nil and gen < cfg.base and now < math.floor(cfg.epoch / 1000) + learn_ms then
     -- A lease from before this pool state (state was lost) reporting within one learning
     -- period of the new epoch: re-admit it with what it has (`has` is trusted only here), as
     -- far as the limit allows, keeping its gen. The max_holders guard applies here too.
     if redis.call('HLEN', keys[3]) >= max_holders then return refuse(2) end
-    if cfg.epoch + learn_ms > cfg.learn_until then
-      cfg.learn_until = cfg.epoch + learn_ms
+    if math.floor(cfg.epoch / 1000) + learn_ms > cfg.learn_until then
+      cfg.learn_until = math.floor(cfg.epoch / 1000) + learn_ms
       learn_changed = true
     end
     learning = true
@@ -320,7 +331,7 @@ local function hg_set_limit(keys, args)
   rev, err = int_arg(args[2], 'rev', 1, MAX_SAFE); if err then return err end
   dlimit, err = int_arg(args[3], 'default_limit', 0, MAX_LIMIT); if err then return err end
   local cfg = read_cfg(keys[1])
-  if cfg == nil then cfg = create_cfg(keys[1], dlimit, now_ms(), 0) end
+  if cfg == nil then cfg = create_cfg(keys, dlimit, 0) end
   if rev <= cfg.rev then return { 0, cfg.rev, cfg.limit } end
   redis.call('HSET', keys[1], 'limit', fmt(limit), 'rev', fmt(rev))
   return { 1, rev, limit }

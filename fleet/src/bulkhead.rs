@@ -39,6 +39,10 @@ pub struct FleetBulkhead {
     core: Arc<FleetCore>,
     transport: Arc<std::sync::Mutex<Box<dyn Transport>>>,
     driver: Option<JoinHandle<()>>,
+    /// Told when the driver returns (so `close` never waits on a call that hangs).
+    driver_done: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    /// How long `close` waits for the driver: the lease's TTL.
+    close_wait: Duration,
 }
 
 impl std::fmt::Debug for FleetBulkhead {
@@ -103,11 +107,15 @@ impl FleetBulkhead {
         let mut transport: Box<dyn Transport> = Box::new(transport);
         transport.ensure_library(core.keys())?;
         let transport: Shared = Arc::new(std::sync::Mutex::new(transport));
+        let (done, driver_done) = std::sync::mpsc::channel();
         let driver = {
             let (core, transport) = (Arc::clone(&core), Arc::clone(&transport));
             std::thread::Builder::new()
                 .name(format!("hullguard-fleet:{}", core.pool()))
-                .spawn(move || drive(&core, &transport))
+                .spawn(move || {
+                    drive(&core, &transport);
+                    let _ = done.send(());
+                })
                 .map_err(|e| {
                     FleetError::Transport(crate::TransportError {
                         kind: TransportErrorKind::Io,
@@ -119,6 +127,8 @@ impl FleetBulkhead {
             core,
             transport,
             driver: Some(driver),
+            driver_done: std::sync::Mutex::new(driver_done),
+            close_wait: config.lease_ttl,
         })
     }
 
@@ -216,10 +226,21 @@ impl FleetBulkhead {
     }
 
     /// Stops the driver and gives the block back (fenced: a lease that expired frees nothing);
-    /// queued waiters are refused `shutdown`, calls in flight finish. Idempotent.
+    /// queued waiters are refused `shutdown`, calls in flight finish. Waits at most the lease's
+    /// TTL for a driver stuck in a call (a transport without a timeout, a hung Redis): then
+    /// gives up on the release — the lease runs out by its TTL. Idempotent.
     pub fn close(&mut self) {
         self.core.close();
         if let Some(d) = self.driver.take() {
+            let done = self
+                .driver_done
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .recv_timeout(self.close_wait);
+            if done.is_err() {
+                // Stuck: leave the thread (it holds its own references) and the lease.
+                return;
+            }
             let _ = d.join();
         }
         if let Some(command) = self.core.release_command() {

@@ -116,6 +116,8 @@ pub struct FleetCore {
     /// per `min_sync_interval`, however fast refusals come.
     quiet_until: Mutex<Duration>,
     min_interval: Duration,
+    /// The ceiling before the first reply tells the fleet limit (`max_concurrent`).
+    default_ceiling: u64,
 }
 
 impl std::fmt::Debug for FleetCore {
@@ -154,7 +156,7 @@ impl FleetCore {
         let bulkhead = Bulkhead::with_clock(core_config, clock).map_err(FleetError::Config)?;
         bulkhead.set_lease_until(0);
         bulkhead.set_lease(0).map_err(FleetError::Config)?;
-        let holder = config.holder.clone().unwrap_or_else(new_holder_id);
+        let holder = new_holder_id(config.holder.as_deref());
         let bell = Arc::new(Bell::default());
         Ok(FleetCore {
             bulkhead: Arc::new(bulkhead),
@@ -168,6 +170,7 @@ impl FleetCore {
             polled_shorts: AtomicU64::new(0),
             quiet_until: Mutex::new(Duration::ZERO),
             min_interval: config.min_sync_interval,
+            default_ceiling: config.max_concurrent.clamp(1, hullguard_core::MAX_PERMITS),
         })
     }
 
@@ -207,22 +210,33 @@ impl FleetCore {
             in_flight: s.active,
             queued: s.queued,
             refused_total: self.bulkhead.lease_shorts(),
+            short_weight: self.bulkhead.take_lease_short_weight(),
         }
     }
 
-    /// Installs the lease's block and deadline at `now`: a later deadline before a larger block,
-    /// a smaller block before an earlier deadline, so admissions never see more than the lease
-    /// allows.
+    /// Installs the lease's block, deadline and ceiling at `now`: first the more restrictive
+    /// of the old and the new block and deadline, then the new ones, so admissions never see
+    /// more than either allows (a switch from an expired block to a local share, say). The
+    /// ceiling — the largest weight that may wait — is the fleet limit.
     fn apply(&self, lease: &LeaseManager, now: Duration) {
         let limit = lease.local_limit(now).min(hullguard_core::MAX_PERMITS);
         let until = ns(lease.admit_until(now));
-        if until >= self.bulkhead.lease_until() {
-            self.bulkhead.set_lease_until(until);
-            let _ = self.bulkhead.set_lease(limit);
+        let (old_limit, old_until) = (self.bulkhead.limit(), self.bulkhead.lease_until());
+        let _ = self.bulkhead.set_lease(limit.min(old_limit));
+        self.bulkhead.set_lease_until(until.min(old_until));
+        self.bulkhead.set_lease_until(until);
+        let fleet = lease.fleet().limit;
+        let ceiling = if fleet == 0 {
+            self.default_ceiling
         } else {
-            let _ = self.bulkhead.set_lease(limit);
-            self.bulkhead.set_lease_until(until);
+            fleet
         }
+        .max(limit)
+        .clamp(1, hullguard_core::MAX_PERMITS);
+        if ceiling != self.bulkhead.max_concurrent() {
+            let _ = self.bulkhead.set_lease_ceiling(ceiling);
+        }
+        let _ = self.bulkhead.set_lease(limit);
     }
 
     /// The driver's next step (it also installs what the lease says now: at a deadline, the
@@ -475,13 +489,13 @@ impl FleetCore {
     /// reply to [`released`](Self::released).
     pub fn release_command(&self) -> Option<Command> {
         let mut lease = self.lock();
-        let release = lease.close();
+        let release = lease.close(self.bulkhead.snapshot().active);
         self.apply(&lease, self.now());
         release.map(|r| self.command(&r))
     }
 
-    /// The reply to [`release_command`](Self::release_command)'s release (a fenced one is
-    /// counted in `releases_fenced_total`).
+    /// The reply to [`release_command`](Self::release_command)'s command (a fenced release is
+    /// counted in `releases_fenced_total`; a last sync's reply needs nothing).
     pub fn released(&self, reply: &RawReply) {
         if let RawReply::Int(n) = reply {
             self.lock()

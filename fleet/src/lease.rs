@@ -121,6 +121,9 @@ pub struct Demand {
     pub queued: u64,
     /// Refusals for want of a block so far (a running total: the manager counts the change).
     pub refused_total: u64,
+    /// The largest weight turned away since the last poll (a weighted request needs a block
+    /// at least that large beside the work in flight).
+    pub short_weight: u64,
 }
 
 /// A request to send.
@@ -248,6 +251,11 @@ pub struct LeaseManager {
     peak: u64,
     nudged: bool,
     closed: bool,
+    /// While a sync is out (and until one succeeds): the most the block may admit (what was
+    /// reported busy).
+    cap: Option<u64>,
+    /// The largest weight turned away since the last sync was sent.
+    short_weight: u64,
     /// A growth waits for its `WAIT` to be sent.
     replicate_pending: bool,
 }
@@ -274,6 +282,8 @@ impl LeaseManager {
             peak: 0,
             nudged: false,
             closed: false,
+            cap: None,
+            short_weight: 0,
             replicate_pending: false,
         }
     }
@@ -341,7 +351,7 @@ impl LeaseManager {
     /// unreachable past the deadline in `LocalShare` mode; else 0.
     pub fn local_limit(&self, now: Duration) -> u64 {
         match self.lease {
-            Some(l) if now < l.deadline => l.usable.min(l.target),
+            Some(l) if now < l.deadline => l.usable.min(l.target).min(self.cap.unwrap_or(u64::MAX)),
             _ => match self.cfg.on_unreachable {
                 Unreachable::LocalShare(k) if self.failures > 0 => k,
                 _ => 0,
@@ -394,13 +404,11 @@ impl LeaseManager {
     /// What to send at `now`, given the local `demand`. Call it again after
     /// [`complete`](Self::complete), at the time a [`Poll::Wait`] names, or after a nudge.
     pub fn poll(&mut self, now: Duration, demand: Demand) -> Poll {
-        if let Some(l) = self.lease
-            && now >= l.deadline
-            && self.state == LeaseState::Leased
-        {
+        if self.state == LeaseState::Leased && self.lease.is_some_and(|l| now >= l.deadline) {
             self.state = LeaseState::Expired;
             self.counters.expiries_total += 1;
         }
+        self.short_weight = self.short_weight.max(demand.short_weight);
         if let Some(p) = &self.pending {
             return Poll::Wait(p.sent + self.cfg.ttl);
         }
@@ -423,7 +431,7 @@ impl LeaseManager {
         } else {
             let due = self.sync_due(now, demand);
             if now >= due {
-                Some(Request::Sync(self.sync_args(demand)))
+                Some(Request::Sync(self.sync_args(now, demand)))
             } else {
                 let wake = match self.lease {
                     Some(l) if now < l.deadline => due.min(l.deadline),
@@ -492,7 +500,8 @@ impl LeaseManager {
         let refused = d.refused_total.saturating_sub(self.last_refused);
         let demand = d.in_flight + d.queued + refused;
         let headroom = if demand == 0 { 0 } else { (demand / 4).max(1) };
-        let want = (demand + headroom).max(self.peak / 2);
+        let heaviest = d.in_flight + d.short_weight.max(self.short_weight);
+        let want = (demand + headroom).max(self.peak / 2).max(heaviest);
         let cap = if self.fleet.epoch == 0 {
             self.cfg.default_limit
         } else {
@@ -501,16 +510,22 @@ impl LeaseManager {
         want.min(cap.max(d.in_flight))
     }
 
-    fn sync_args(&mut self, d: Demand) -> SyncArgs {
+    fn sync_args(&mut self, now: Duration, d: Demand) -> SyncArgs {
         let want = self.want_of(d);
         self.peak = want;
         self.last_want = want;
+        self.short_weight = 0;
+        // Redis may shrink the block to max(target, busy) while this request is on the wire,
+        // and give the rest away: until a sync succeeds, admit no more than what is reported
+        // as busy — the work in flight, or the block capped at the want, whichever is more.
+        let busy = d.in_flight.max(self.local_limit(now).min(want));
+        self.cap = Some(busy);
         let ttl_ms = self.cfg.ttl.as_millis() as u64;
         SyncArgs {
             holder: self.holder.clone(),
             generation: self.generation(),
             want,
-            busy: d.in_flight,
+            busy,
             has: self.held(),
             ttl_ms,
             default_limit: self.cfg.default_limit,
@@ -546,6 +561,12 @@ impl LeaseManager {
                     self.counters.unreplicated_total += 1;
                 }
             }
+            (Request::Replicate { .. }, Err(e)) => {
+                // A WAIT that failed (or outlived the transport's timeout) is a growth not
+                // known to be replicated, not Redis unreachable: it stays unused.
+                self.counters.unreplicated_total += 1;
+                self.last_error = Some(e);
+            }
             (request, outcome) => {
                 self.counters.errors_total += 1;
                 self.failures = self.failures.saturating_add(1);
@@ -563,6 +584,7 @@ impl LeaseManager {
 
     fn synced(&mut self, sent: Duration, now: Duration, args: &SyncArgs, r: SyncReply) {
         self.counters.syncs_total += 1;
+        self.cap = None;
         self.failures = 0;
         self.last_error = None;
         if self.fleet.epoch != 0 && r.epoch != self.fleet.epoch {
@@ -635,21 +657,34 @@ impl LeaseManager {
         }
     }
 
-    /// Stops: no more syncs; returns the release of the lease held, if any, to send (fenced:
-    /// a lease that expired meanwhile frees nothing).
-    pub fn close(&mut self) -> Option<Request> {
+    /// Stops: no more syncs; returns what to send last, if anything: with nothing in flight,
+    /// the release of the lease (fenced: a lease that expired meanwhile frees nothing); with
+    /// `in_flight` calls still running, a last sync that shrinks the block to them (so they
+    /// stay counted) and lets the lease run out by its TTL.
+    pub fn close(&mut self, in_flight: u64) -> Option<Request> {
         self.closed = true;
         self.state = LeaseState::Idle;
-        self.lease
-            .take()
-            .map(|l| Request::Release {
+        let ttl_ms = self.cfg.ttl.as_millis() as u64;
+        match self.lease.take() {
+            Some(l) if in_flight > 0 => Some(Request::Sync(SyncArgs {
+                holder: self.holder.clone(),
                 generation: l.generation,
-            })
-            .or_else(|| {
-                self.to_release
-                    .take()
-                    .map(|generation| Request::Release { generation })
-            })
+                want: 0,
+                busy: in_flight,
+                has: l.held,
+                ttl_ms,
+                default_limit: self.cfg.default_limit,
+                learn_ms: ttl_ms,
+                max_holders: self.cfg.max_holders,
+            })),
+            Some(l) => Some(Request::Release {
+                generation: l.generation,
+            }),
+            None => self
+                .to_release
+                .take()
+                .map(|generation| Request::Release { generation }),
+        }
     }
 }
 

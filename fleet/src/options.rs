@@ -8,8 +8,20 @@ use std::time::Duration;
 use crate::{
     error::FleetError,
     lease::{LeaseConfig, Unreachable},
-    pool::{PoolName, check_holder},
+    pool::{NameError, PoolName},
 };
+
+/// A holder label: 1 ..= 64 printable ASCII characters without spaces.
+fn check_label(label: &str) -> Result<(), NameError> {
+    if !label.is_empty() && label.len() <= 64 && label.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(())
+    } else {
+        Err(NameError {
+            what: "holder label",
+            value: label.to_owned(),
+        })
+    }
+}
 
 /// The largest fleet limit.
 pub const MAX_FLEET_LIMIT: u64 = 1 << 32;
@@ -42,7 +54,8 @@ pub struct FleetConfig {
     pub min_sync_interval: Duration,
     /// The most holders the pool admits, `1 ..= 100 000` (default 10 000).
     pub max_holders: u64,
-    /// This process's holder id (default `<hostname>:<pid>:<random>`).
+    /// The label of this process's holder id, `<label>:<pid>:<random>` (default the hostname;
+    /// 1 ..= 64 printable characters without spaces). Only a label: ids are unique per process.
     pub holder: Option<String>,
     /// Replicated durability: `WAIT` for this many replicas after a growth before admitting on
     /// it, `0 ..= 16` (default 0: off).
@@ -140,7 +153,7 @@ impl FleetConfig {
             (FleetKind::Text, FleetValue::Str(s)) => match opt.name {
                 "pool" => self.pool = PoolName::new(s)?,
                 "holder" => {
-                    check_holder(s)?;
+                    check_label(s)?;
                     self.holder = Some(s.to_owned());
                 }
                 _ => return Err(expected()),
@@ -173,7 +186,18 @@ impl FleetConfig {
             copy.set("local_share", FleetValue::Int(k))?;
         }
         if let Some(h) = &self.holder {
-            check_holder(h)?;
+            check_label(h)?;
+        }
+        let beat = self.beat.unwrap_or(self.lease_ttl / 3);
+        if self.min_sync_interval > beat / 4 {
+            return Err(FleetError::Option {
+                option: "min_sync_interval",
+                message: format!(
+                    "{:?}: at most a quarter of the beat ({:?}), so demand is answered within a beat",
+                    self.min_sync_interval,
+                    beat / 4
+                ),
+            });
         }
         if let Some(b) = self.beat {
             copy.set("beat", FleetValue::Duration(b))?;
@@ -351,7 +375,7 @@ pub const FLEET_OPTIONS: &[FleetOption] = &[
     FleetOption {
         name: "holder",
         kind: FleetKind::Text,
-        doc: "this process's holder id (default <hostname>:<pid>:<random>)",
+        doc: "the label of this process's holder id, <label>:<pid>:<random> (default the hostname)",
     },
 ];
 

@@ -18,7 +18,7 @@ pub struct PoolName(String);
 /// Why a pool name or a holder id was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NameError {
-    /// `"pool"` or `"holder"`.
+    /// `"pool"`, `"holder"` or `"holder label"`.
     pub what: &'static str,
     /// The refused text.
     pub value: String,
@@ -30,6 +30,11 @@ impl fmt::Display for NameError {
             "pool" => write!(
                 f,
                 "pool must be 1..={MAX_POOL_LEN} characters of [A-Za-z0-9_.:-], got {:?}",
+                self.value
+            ),
+            "holder label" => write!(
+                f,
+                "holder must be 1..=64 printable ASCII characters without spaces (a label: the id adds :<pid>:<random>), got {:?}",
                 self.value
             ),
             _ => write!(
@@ -113,10 +118,12 @@ pub fn check_holder(id: &str) -> Result<(), NameError> {
     }
 }
 
-/// A fresh holder id for this process: `<hostname>:<pid>:<16 hex digits>` (the random part
-/// from the standard library's per-process hash seed and the clock: unique per process and per
-/// call, not secret).
-pub fn new_holder_id() -> String {
+/// A fresh holder id for this process: `<label>:<pid>:<16 hex digits>`, the label the
+/// hostname by default (the random part from the standard library's per-process hash seed and
+/// the clock: unique per process and per call, not secret). A user's `holder` option is only
+/// the label: two processes can never share an id (a shared id would let one's new lease drop
+/// the other's live block).
+pub fn new_holder_id(label: Option<&str>) -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     let nanos = std::time::SystemTime::now()
@@ -129,7 +136,7 @@ pub fn new_holder_id() -> String {
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| "host".to_owned());
-    let host: String = host.chars().take(64).collect();
+    let host: String = label.map_or(host, str::to_owned).chars().take(64).collect();
     format!("{host}:{}:{:016x}", std::process::id(), h.finish())
 }
 
@@ -151,8 +158,9 @@ mod tests {
             assert!(e.to_string().starts_with("pool must be 1..=64"), "{e}");
         }
         assert!(check_holder("h 1").is_err());
-        let id = new_holder_id();
+        let id = new_holder_id(None);
         assert!(check_holder(&id).is_ok(), "{id}");
-        assert_ne!(id, new_holder_id());
+        assert_ne!(id, new_holder_id(None));
+        assert!(new_holder_id(Some("api")).starts_with(&format!("api:{}:", std::process::id())));
     }
 }

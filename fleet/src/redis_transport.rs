@@ -260,9 +260,9 @@ impl Reconnecting {
     }
 
     fn settle<T>(&mut self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
-        if let Err(e) = &r
-            && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
-        {
+        let broken =
+            |e: &redis::RedisError| e.is_io_error() || e.is_timeout() || e.is_connection_dropped();
+        if r.as_ref().err().is_some_and(broken) {
             self.conn = None;
         }
         r

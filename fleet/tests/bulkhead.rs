@@ -166,10 +166,13 @@ fn redis_killed_fails_closed_at_the_deadline_and_the_lease_comes_back() {
             .unwrap(),
     );
     srv.kill9();
-    // At most one TTL (400 ms) later nothing is admitted; allowed 10 s.
+    // At most one TTL (400 ms) later the lease has expired and nothing is admitted; allowed
+    // 10 s. (An idle holder's failed sync already capped its block at its want, 0.)
     eventually(Duration::from_secs(10), "fail closed", || {
-        bh.try_acquire(1).is_err() && bh.stats().lease.local_limit == 0
+        bh.stats().lease.state == LeaseState::Expired
     });
+    assert!(bh.try_acquire(1).is_err());
+    assert_eq!(bh.stats().lease.local_limit, 0);
     assert_eq!(refusal_bound(bh.try_acquire(1)), Bound::FleetLease);
     let s = bh.stats().lease;
     assert!(s.unreachable && s.last_error.is_some(), "{s:?}");
@@ -199,7 +202,7 @@ fn a_local_share_admits_while_redis_is_unreachable() {
     );
     srv.kill9();
     eventually(Duration::from_secs(10), "the local share", || {
-        bh.stats().lease.local_limit == 2
+        bh.stats().lease.local_limit == 2 && bh.bulkhead().limit() == 2
     });
     let (x, y) = (bh.try_acquire(1).unwrap(), bh.try_acquire(1).unwrap());
     assert!(bh.try_acquire(1).is_err(), "no more than the share");
@@ -407,30 +410,61 @@ fn with_wait_replicas_growth_is_used_once_a_replica_has_it() {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
         info.contains("master_link_status:up")
     });
-    let mut cfg = config("replicated", 4, 1000);
+    let mut cfg = config("replicated", 20, 1000);
     cfg.wait_replicas = 1;
+    // A busy machine can hold a replica's acknowledgement back (under the transport's 500 ms
+    // read timeout).
+    cfg.wait_timeout = Duration::from_millis(400);
     let bh = open(&primary, cfg);
     let p = bh
         .acquire_blocking(1, Some(Duration::from_secs(10)))
         .expect("a replicated block");
-    assert_eq!(bh.stats().lease.counters.unreplicated_total, 0);
+    let before = bh.stats().lease;
+    assert!(
+        before.local_limit >= 1 && before.local_limit < 20,
+        "{before:?}"
+    );
     // Without the replica, a growth is never used: the block stays what was replicated.
     replica.kill9();
-    let used = bh.stats().lease.local_limit;
-    let extra: Vec<_> = (0..8).filter_map(|_| bh.try_acquire(1).ok()).collect();
+    let mut extra = vec![];
     eventually(
-        Duration::from_secs(20),
+        Duration::from_secs(30),
         "a growth WAIT could not confirm",
         || {
-            let _ = bh.try_acquire(1);
+            extra.extend(bh.try_acquire(1).ok());
             bh.stats().lease.counters.unreplicated_total >= 1
         },
     );
     let s = bh.stats().lease;
-    assert!(s.local_limit <= used.max(1 + extra.len() as u64), "{s:?}");
     assert!(
-        s.held > s.local_limit,
-        "the server counts a growth the process does not use: {s:?}"
+        s.local_limit <= before.local_limit,
+        "an unconfirmed growth is never admitted on: {s:?}"
+    );
+    assert!(
+        (extra.len() as u64) < s.local_limit.max(before.local_limit),
+        "{s:?} {}",
+        extra.len()
     );
     drop((p, extra));
+}
+
+#[test]
+fn close_does_not_hang_on_a_transport_that_never_answers() {
+    let Some(srv) = RedisServer::start() else {
+        return;
+    };
+    let ttl = 300;
+    let mut bh = FleetBulkhead::open(
+        Slow {
+            inner: transport(&srv),
+            delay: Duration::from_secs(60),
+        },
+        config("hang", 4, ttl),
+    )
+    .unwrap();
+    thread::sleep(MS(50)); // the driver is inside its first call now
+    let t = Instant::now();
+    bh.close();
+    // Target: one TTL (300 ms); allowed 10 s, far below the transport's 60 s.
+    assert!(t.elapsed() < Duration::from_secs(10), "close took {:?}", t.elapsed());
 }

@@ -295,8 +295,8 @@ fn fair_share_lost_reap_and_fenced_release() {
     );
     assert_eq!(b.generation, a.generation + 1, "gens come from one fence");
     assert_eq!(b.epoch, a.epoch);
-    // The stored fence is an integer (HINCRBY-able), base = epoch * 1000.
-    assert_eq!(cfg_field(c, &p, "base"), Some(a.epoch * 1000));
+    // The stored fence is an integer (HINCRBY-able); the epoch and the base are the server's µs.
+    assert_eq!(cfg_field(c, &p, "base"), Some(a.epoch));
     assert_eq!(cfg_field(c, &p, "fence"), Some(b.generation));
 
     // A renews: target 5, it shrinks at once; B renews and grows into the freed permit.
@@ -462,7 +462,7 @@ fn learning_after_flushall() {
         (b3.status, b3.generation, b3.held, b3.learning),
         (OK, b.generation, 4, 1)
     );
-    assert_eq!(cfg_field(c, &p, "learn_until"), Some(b3.epoch + 300));
+    assert_eq!(cfg_field(c, &p, "learn_until"), Some(b3.epoch / 1000 + 300));
     // Re-admission is capped by the free permits: 3 + 4 used, F reports 5, gets 3.
     let f = sync(c, &p, "F", learn.generation(12345).want(5).has(5));
     assert_eq!((f.status, f.held, f.used), (OK, 3, 10));
@@ -749,7 +749,7 @@ fn stats_shape_and_read_only_flags() {
         want_sum,
         n,
     ] = head;
-    assert!(now >= epoch);
+    assert!(now >= epoch / 1000, "now is ms, the epoch µs");
     assert_eq!(
         (limit, used, epoch, fence, rev),
         (12, 5, a.epoch, b.generation, 4)
@@ -760,8 +760,8 @@ fn stats_shape_and_read_only_flags() {
     let rb = rows["B"];
     assert_eq!(&ra[..3], &[a.generation, 3, 3]);
     assert_eq!(&rb[..3], &[b.generation, 2, 2]);
-    assert!(ra[3] >= a.epoch + 5_000, "exp = server ms + ttl");
-    assert!(rb[3] >= a.epoch + 1_000 && rb[3] < ra[3] + 1_000);
+    assert!(ra[3] >= a.epoch / 1000 + 5_000, "exp = server ms + ttl");
+    assert!(rb[3] >= a.epoch / 1000 + 1_000 && rb[3] < ra[3] + 1_000);
 
     // The write functions refuse FCALL_RO; the read-only ones work with it.
     let r: redis::RedisResult<Value> = redis::cmd("FCALL_RO")

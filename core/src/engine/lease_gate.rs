@@ -21,6 +21,8 @@ pub(crate) struct LeaseGate {
     until_ns: AtomicWord,
     /// Admissions the block turned away (a running total).
     shorts: AtomicWord,
+    /// The largest weight turned away since the lease manager last took it.
+    short_weight: AtomicWord,
     /// The lease manager's waker (ticket 0).
     bell: WakerSlot,
 }
@@ -31,6 +33,7 @@ impl LeaseGate {
         LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
+            short_weight: AtomicWord::new(0),
             bell: WakerSlot::new(),
         }
     }
@@ -40,6 +43,7 @@ impl LeaseGate {
         LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
+            short_weight: AtomicWord::new(0),
             bell: WakerSlot::new(),
         }
     }
@@ -62,9 +66,10 @@ impl LeaseGate {
         self.until_ns.load(Acquire) as u64
     }
 
-    /// An admission found the block short: count it and ring the bell.
-    pub(crate) fn short(&self) {
+    /// An admission of `weight` found the block short: count it and ring the bell.
+    pub(crate) fn short(&self, weight: Word) {
         self.shorts.fetch_add(1, Relaxed);
+        self.short_weight.fetch_max(weight, Relaxed);
         if let Some(w) = self.bell.take(0) {
             w.wake();
         }
@@ -73,6 +78,11 @@ impl LeaseGate {
     /// Admissions the block turned away so far.
     pub(crate) fn shorts(&self) -> u64 {
         self.shorts.load(Relaxed) as u64
+    }
+
+    /// The largest weight turned away since the last call (0: none), reset.
+    pub(crate) fn take_short_weight(&self) -> u64 {
+        self.short_weight.swap(0, Relaxed) as u64
     }
 
     /// Registers the lease manager's waker, woken (once) at the next short admission.

@@ -406,6 +406,25 @@ impl<const N: usize> Engine<N> {
         self.mode.fetch_or(MODE_LEASED, SeqCst);
     }
 
+    /// Sets a leased bulkhead's deadline; a later one runs a dispatcher pass (waiters the
+    /// expired block held back may now be granted).
+    #[cfg(all(feature = "std", target_has_atomic = "64"))]
+    pub(crate) fn set_lease_until(&self, until_ns: u64) {
+        let later = until_ns > self.lease.until();
+        self.lease.set_until(until_ns);
+        if later {
+            self.run_dispatcher();
+        }
+    }
+
+    /// Sets a leased bulkhead's ceiling (the largest weight that may wait: the fleet limit) up
+    /// or down; a pass rejects the waiters above a lower one (`concurrency_limit`).
+    pub(crate) fn set_lease_ceiling(&self, ceiling: u64) {
+        // Relaxed: see `max_concurrent`; the pass below reads it.
+        self.max_concurrent.store(ceiling as Word, Relaxed);
+        self.run_dispatcher();
+    }
+
     /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
     pub(crate) fn raise_ceiling(&self, limit: u64) {
         // Relaxed: see `max_concurrent`; the limit's own resize publishes the permits.
@@ -615,7 +634,7 @@ impl<const N: usize> Engine<N> {
         let r = self.unleased_take::<TAKE>(w, c, mode, class);
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
         if TAKE && r == Err(TakeError::Busy) {
-            self.lease.short();
+            self.lease.short(w);
         }
         r
     }
@@ -1684,6 +1703,13 @@ impl<const N: usize> Engine<N> {
                         }
                         // else: lost to the owner's cancel or a timer; the next turn sees it.
                         continue;
+                    }
+                    // A leased block past its deadline grants nobody, not even by handoff: the
+                    // permits stay free until the lease manager renews (and installing the
+                    // later deadline dispatches again) or shrinks the block.
+                    #[cfg(all(feature = "std", target_has_atomic = "64"))]
+                    if self.is_leased() && !self.lease.admits(self.clock.now_ns_at_most()) {
+                        return false;
                     }
                     // Relaxed: as in `now_or_short`; the mode only selects the check.
                     let observed = (self.mode.load(Relaxed) | own) & TAG_OBSERVE;

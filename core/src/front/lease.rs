@@ -50,6 +50,20 @@ impl<const N: usize> Bulkhead<N> {
         Ok(())
     }
 
+    /// Sets a leased bulkhead's ceiling — the largest weight that may be admitted or wait (the
+    /// fleet limit) — up or down, `1 ..= MAX_PERMITS`; queued waiters above a lower ceiling are
+    /// rejected `concurrency_limit`, and a request above it is an invalid argument.
+    ///
+    /// # Errors
+    /// [`ConfigError::Limit`] outside `1 ..= MAX_PERMITS`, or when the bulkhead is not leased.
+    pub fn set_lease_ceiling(&self, ceiling: u64) -> Result<(), ConfigError> {
+        if !self.engine.is_leased() || ceiling == 0 || ceiling > crate::config::MAX_PERMITS {
+            return Err(ConfigError::Limit);
+        }
+        self.engine.set_lease_ceiling(ceiling);
+        Ok(())
+    }
+
     /// Whether the limit is a leased block ([`set_lease`](Self::set_lease) was called).
     pub fn is_leased(&self) -> bool {
         self.engine.is_leased()
@@ -66,7 +80,7 @@ impl<const N: usize> Bulkhead<N> {
     /// exceeds the block.) Set a later deadline before growing the block, an earlier one after
     /// shrinking it. Only meaningful in leased mode.
     pub fn set_lease_until(&self, until_ns: u64) {
-        self.engine.lease.set_until(until_ns);
+        self.engine.set_lease_until(until_ns);
     }
 
     /// The lease's deadline in force (`u64::MAX`: none).
@@ -85,5 +99,11 @@ impl<const N: usize> Bulkhead<N> {
     /// manager reports the change as demand).
     pub fn lease_shorts(&self) -> u64 {
         self.engine.lease.shorts()
+    }
+
+    /// The largest weight the leased block turned away since the last call (0: none), reset:
+    /// the lease manager asks for at least that much room.
+    pub fn take_lease_short_weight(&self) -> u64 {
+        self.engine.lease.take_short_weight()
     }
 }

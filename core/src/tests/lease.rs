@@ -176,3 +176,69 @@ mod gate {
         drop((x, y));
     }
 }
+
+mod handoff {
+    use core::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{ClockSource, clock::Clock};
+
+    #[derive(Debug, Default)]
+    struct Manual(AtomicU64);
+    impl Clock for Manual {
+        fn now_ns(&self) -> u64 {
+            self.0.load(SeqCst)
+        }
+    }
+
+    #[test]
+    fn past_the_deadline_a_release_hands_nothing_to_a_waiter_until_a_renewal() {
+        let clock = Arc::new(Manual::default());
+        let b = Bulkhead::with_clock(
+            Config {
+                max_concurrent: 4,
+                max_queue: 4,
+                ..Config::DEFAULT
+            },
+            ClockSource::Shared(clock.clone()),
+        )
+        .unwrap();
+        b.set_lease(1).unwrap();
+        b.set_lease_until(1_000);
+        let held = b.try_acquire(1).unwrap();
+        let Decision::Queued(mut w) = b.admit(&Request::new(1), None) else {
+            panic!()
+        };
+        clock.0.store(1_000, SeqCst);
+        drop(held); // the lease ran out: no handoff (Redis may have given the permit away)
+        assert!(w.poll(None).is_pending());
+        assert_eq!(b.stats().active, 0);
+        b.set_lease_until(5_000); // renewed: the waiter is granted at once
+        let Poll::Ready(Ok(c)) = w.poll(None) else {
+            panic!("not granted after the renewal")
+        };
+        drop(c);
+    }
+
+    #[test]
+    fn the_ceiling_follows_the_fleet_limit_both_ways() {
+        let b = bh();
+        assert!(b.set_lease_ceiling(8).is_err(), "only in leased mode");
+        b.set_lease(0).unwrap();
+        b.set_lease_ceiling(8).unwrap();
+        let Decision::Queued(mut heavy) = b.admit(&Request::new(6), None) else {
+            panic!()
+        };
+        b.set_lease_ceiling(5).unwrap(); // the fleet limit was lowered below its weight
+        let Poll::Ready(Err(e)) = heavy.poll(None) else {
+            panic!()
+        };
+        assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+        let Decision::Rejected(e) = b.admit(&Request::new(6), None) else {
+            panic!()
+        };
+        assert_eq!(e.reason(), None, "above the ceiling: an invalid weight");
+        assert!(b.set_lease_ceiling(0).is_err());
+    }
+}

@@ -50,6 +50,7 @@ fn demand(in_flight: u64, queued: u64) -> Demand {
         in_flight,
         queued,
         refused_total: 0,
+        short_weight: 0,
     }
 }
 
@@ -189,9 +190,19 @@ fn the_local_share_applies_only_while_unreachable_past_the_deadline() {
     assert_eq!(m.local_limit(MS(0)), 0);
     expect_sync(&mut m, 0, demand(0, 0));
     m.complete(MS(5), Ok(ok(1, 4, 4, 1000)));
-    expect_sync(&mut m, 333, demand(0, 0));
+    let a = expect_sync(&mut m, 333, demand(1, 1));
+    assert_eq!(
+        (a.want, a.busy),
+        (3, 3),
+        "busy: the block capped at the want"
+    );
     m.complete(MS(340), Err("refused".into()));
-    assert_eq!(m.local_limit(MS(900)), 4, "the lease still holds");
+    // Redis may have run the sync and shrunk the block to 3 before the reply was lost.
+    assert_eq!(
+        m.local_limit(MS(900)),
+        3,
+        "the lease still holds, capped at what was reported"
+    );
     assert_eq!(m.local_limit(MS(988)), 2, "past it: the local share");
     assert_eq!(m.admit_until(MS(988)), Duration::MAX);
     // Redis answers again: LOST (reaped), then a new lease; the share is gone.
@@ -296,7 +307,7 @@ fn close_releases_the_lease_and_stops_syncing() {
     let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
     expect_sync(&mut m, 0, demand(0, 1));
     m.complete(MS(1), Ok(ok(4, 2, 2, 3000)));
-    assert_eq!(m.close(), Some(Request::Release { generation: 4 }));
+    assert_eq!(m.close(0), Some(Request::Release { generation: 4 }));
     assert_eq!(m.poll(MS(5000), demand(0, 1)), Poll::Wait(Duration::MAX));
     assert_eq!(m.local_limit(MS(2)), 0);
 }
@@ -347,4 +358,57 @@ fn with_wait_replicas_a_growth_is_used_only_once_replicated() {
     expect_sync(&mut m, 2000, demand(1, 0));
     m.complete(MS(2001), Ok(ok(4, 2, 2, 3000)));
     assert_eq!(m.local_limit(MS(2001)), 2);
+}
+
+#[test]
+fn while_a_shrinking_sync_is_out_the_block_admits_no_more_than_it_reported_busy() {
+    // Review finding: Redis shrinks to max(target, busy) while the request is on the wire; the
+    // process must not admit past `busy` meanwhile (nor after a lost reply).
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    expect_sync(&mut m, 0, demand(0, 10));
+    m.complete(MS(1), Ok(ok(2, 10, 10, 3000)));
+    assert_eq!(m.local_limit(MS(1)), 10);
+    // Demand fell to 2 in flight: want = max(2 + 1, 10 / 2) = 5; busy = max(2, min(10, 5)) = 5.
+    let a = expect_sync(&mut m, 1000, demand(2, 0));
+    assert_eq!((a.want, a.busy), (5, 5));
+    assert_eq!(m.local_limit(MS(1000)), 5, "capped while the sync is out");
+    m.complete(MS(1100), Err("reply lost".into()));
+    assert_eq!(
+        m.local_limit(MS(1100)),
+        5,
+        "still capped: Redis may have shrunk to 5"
+    );
+    let a = expect_sync(&mut m, 1110, demand(2, 0));
+    assert!(a.busy <= 5);
+    m.complete(MS(1111), Ok(ok(2, a.busy, a.busy, 3000)));
+    assert_eq!(m.local_limit(MS(1111)), a.busy);
+}
+
+#[test]
+fn a_weight_refused_for_want_of_a_block_is_asked_for() {
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    expect_sync(&mut m, 0, demand(0, 1));
+    m.complete(MS(1), Ok(ok(2, 2, 2, 3000)));
+    let a = expect_sync(
+        &mut m,
+        1000,
+        Demand {
+            in_flight: 1,
+            queued: 1,
+            refused_total: 1,
+            short_weight: 6,
+        },
+    );
+    assert!(a.want >= 7, "in flight 1 + the weight 6: {a:?}");
+}
+
+#[test]
+fn close_with_calls_in_flight_shrinks_instead_of_releasing() {
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    expect_sync(&mut m, 0, demand(0, 4));
+    m.complete(MS(1), Ok(ok(3, 4, 4, 3000)));
+    match m.close(2) {
+        Some(Request::Sync(a)) => assert_eq!((a.generation, a.want, a.busy), (3, 0, 2)),
+        other => panic!("{other:?}"),
+    }
 }
