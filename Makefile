@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium redis fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test fleet-test
 
@@ -51,9 +51,15 @@ redis:
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools; }
 
+# Debian's hiredis headers and library, only for the C tests' transport of the fleet bulkhead
+# (tests/c/fleet.c: libhullguard itself links no Redis client), only when missing.
+hiredis:
+	@echo '#include <hiredis/hiredis.h>' | $(CC) -E -x c - >/dev/null 2>&1 || { apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libhiredis-dev; }
+
 # Idempotent and quiet when everything is already there: rustup is only called for what is
 # missing.
-setup: chromium redis
+setup: chromium redis hiredis
 	@installed="$$(rustup component list --installed)"; \
 	missing=""; \
 	for c in rustfmt clippy; do \
@@ -230,7 +236,7 @@ node-build: bindings-node/node_modules/.package-lock.json
 # committed ones), the typed usage files against index.d.ts (with and without lib.dom), the
 # node:test suites (`node --expose-gc --test __test__/`), then the `npm pack` tarball installed
 # in a temp dir and loaded with require and import.
-node-test: node-build
+node-test: redis node-build
 	bash bindings-node/scripts/check-drift.sh
 	cd bindings-node && node_modules/.bin/tsc --noEmit -p types-check
 	cd bindings-node && node_modules/.bin/tsc --noEmit -p types-check/tsconfig.bare.json
@@ -266,7 +272,7 @@ FIRMWARE_CARGO := env CARGO_TARGET_DIR=target/nostd cargo
 
 .PHONY: c-test install firmware
 
-c-test:
+c-test: redis hiredis
 	tests/c/run.sh
 
 # What a user installs, into dist/ (ci/dist.sh): the abi3 wheel, the npm package and its
@@ -279,7 +285,7 @@ dist-test: dist
 	bash ci/dist-check.sh
 
 # The README's Python, Node and C snippets, run as written (ci/readme.py; Rust's are doc tests).
-readme: py-dev node-build
+readme: py-dev node-build redis hiredis
 	cargo build --quiet --release -p hullguard-ffi
 	python3 ci/readme.py
 

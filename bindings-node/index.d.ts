@@ -1438,6 +1438,253 @@ export declare class HostBulkhead {
  */
 export declare function reapHost(name: string, options?: { dir?: string | null } | null): number
 
+// ----- one limit for a fleet (fleet.js, re-exported by the entry) -------------------------------
+
+/**
+ * The Redis client a `FleetBulkhead` drives — the one the application already has (its
+ * connection, TLS, auth, Sentinel and Cluster settings stay its own), detected by shape:
+ * - ioredis (`Redis` or `Cluster`): `client.call(...args)`;
+ * - node-redis v4 and later: a client's `sendCommand(args)`, a cluster's
+ *   `sendCommand(firstKey, isReadonly, args)` (routed by the pool's key);
+ * - any function `(args) => Promise<reply>` (a wrapper, another client): `args` is the whole
+ *   command as strings (`['FCALL', 'hg_sync', '6', …]`), the reply as the client resolves it
+ *   (an integer, an array of integers, or of integers and strings).
+ */
+export type FleetRedisClient =
+  | { call(command: string, ...args: string[]): Promise<unknown> }
+  | { sendCommand(args: string[], ...rest: any[]): Promise<unknown> }
+  | { sendCommand(firstKey: any, isReadonly: boolean | undefined, args: string[], ...rest: any[]): Promise<unknown> }
+  | ((args: string[]) => Promise<unknown>)
+
+/**
+ * Options of `new FleetBulkhead(client, options)`, read by the fleet crate's option table (any
+ * other key is a `TypeError` naming it — a local bulkhead's option that cannot be fleet-wide,
+ * such as `budget`, `classes`, `resilience`, `adaptive` or `startLimit`, is refused as such, a
+ * snake_case spelling too; `undefined` / `null` is the default). A value out of range is a
+ * `RangeError` naming the option and its range.
+ */
+export interface FleetBulkheadOptions {
+  /**
+   * The pool: every process that opens the same pool on the same Redis shares its limit.
+   * 1 … 64 characters of `A-Z a-z 0-9 _ . : -`. Required.
+   */
+  pool: string
+  /**
+   * The fleet limit a *new* pool starts with: 1 … 2^32. Default 10. Once the pool exists its
+   * limit lives in Redis (`applyLimits` changes it under a revision).
+   */
+  maxConcurrent?: number | null
+  /** This process's waiters: 0 … 2^20 (0 = never queue). Default 100. */
+  maxQueue?: number | null
+  /** How long a request may wait by default, ms. Default 30 000. */
+  queueTimeoutMs?: number | null
+  /**
+   * The lease's time to live, ms: 100 … 3 600 000. Default 10 000. A crashed or partitioned
+   * process's block returns within it; keep the longest call under it.
+   */
+  leaseTtlMs?: number | null
+  /** The renewal period, ms: 10 … `leaseTtlMs` / 2. Default `leaseTtlMs` / 3. */
+  beatMs?: number | null
+  /**
+   * Permits admitted on local authority while Redis is unreachable and the lease has run out
+   * (0 … 2^32; 0, the default, fails closed). The fleet may then run up to `processes ×
+   * localShare` over its limit: the user's choice.
+   */
+  localShare?: number | null
+  /** Clock-rate allowance taken off each lease, parts per million of the TTL: 0 … 100 000. Default 10 000 (1 %). */
+  clockDriftPpm?: number | null
+  /** A fixed allowance taken off each lease deadline, ms: 0 … 1 000. Default 2. */
+  leaseMarginMs?: number | null
+  /** The shortest time between two syncs, ms: 1 … 1 000. Default 5. */
+  minSyncIntervalMs?: number | null
+  /** The most processes the pool admits: 1 … 100 000. Default 10 000. */
+  maxHolders?: number | null
+  /**
+   * Replicated durability: after a sync that grew the block, `WAIT` for this many replicas
+   * before admitting on the growth (0 … 16; 0, the default, is off).
+   */
+  waitReplicas?: number | null
+  /** How long that `WAIT` may take, ms: 1 … 10 000. Default 100. */
+  waitTimeoutMs?: number | null
+  /** This process's holder id: 1 … 128 printable characters, no spaces. Default `<hostname>:<pid>:<random hex>`. */
+  holder?: string | null
+}
+
+/** The lease's state: `'idle'` (none yet, or a late grant given back), `'leased'`, `'lost'` (Redis answered LOST: a new one is on its way), `'expired'` (the deadline passed with no renewal), `'full'` (the pool has `maxHolders` holders). */
+export type FleetLeaseState = 'idle' | 'leased' | 'lost' | 'expired' | 'full'
+
+/** `FleetBulkhead.stats().lease`: the lease as this process sees it. Counts are Numbers, times ms. */
+export interface FleetLeaseStats {
+  pool: string
+  holder: string
+  state: FleetLeaseState
+  /** The lease's generation (its fencing token; 0 without one). */
+  generation: number
+  /** The block Redis counts for this process. */
+  held: number
+  /** This process's share: the block it converges to (its fair share under contention). */
+  share: number
+  /** The block admissions run on now (0 without a valid lease; `localShare` while unreachable). */
+  localLimit: number
+  /** The fleet limit (0 before the first reply). */
+  fleetLimit: number
+  /** Permits held across the fleet, at the last reply. */
+  fleetUsed: number
+  /** Processes holding leases in the pool, at the last reply. */
+  holders: number
+  /** The pool state's epoch (server ms): it changes when Redis loses its state. */
+  epoch: number
+  /** The fleet limit's revision. */
+  rev: number
+  /** Whether the pool is learning (after a state loss: blocks do not grow). */
+  learning: boolean
+  /** Time left on the lease, ms (`null` without one). */
+  leaseLeftMs: number | null
+  /** Whether Redis failed to answer since the last successful sync. */
+  unreachable: boolean
+  /** The last error (`'redis unreachable: …'`, `'redis error: …'`), until a sync succeeds. */
+  lastError: string | null
+  /** Permits in flight here that no valid lease covers (after a loss or an expiry they run to completion). */
+  unleasedInFlight: number
+  /** Syncs answered. */
+  syncsTotal: number
+  /** Calls that failed (transport or protocol errors, no reply within 2 × `leaseTtlMs`). */
+  errorsTotal: number
+  /** LOST answers. */
+  lossesTotal: number
+  /** Deadlines passed with no renewal. */
+  expiriesTotal: number
+  /** Grants that came back too late to use and were given back (C42). */
+  lateGrantsTotal: number
+  /** Releases Redis fenced (the lease had already expired or been replaced). */
+  releasesFencedTotal: number
+  /** Changes of the pool's epoch seen (Redis restarted, failed over, `FLUSHALL`). */
+  epochChangesTotal: number
+  /** Growths `WAIT` did not see replicated in time (`waitReplicas`). */
+  unreplicatedTotal: number
+}
+
+/** `FleetBulkhead.stats()`: the local bulkhead's stats (its `limit` is the block admitted on) plus `lease`. */
+export interface FleetBulkheadStats extends BulkheadStats {
+  lease: FleetLeaseStats
+}
+
+/** `FleetBulkhead.applyLimits()`: the fleet limit under a revision (any other key is refused by name). */
+export interface FleetLimits {
+  /** 1 … 2^53 − 1; applied only above the revision in force. */
+  revision: number
+  /** The fleet limit: 0 … 2^32. */
+  limit: number
+}
+
+/** What `applyLimits()` resolves: whether this revision was installed, and the revision and limit in force. */
+export interface FleetLimitsResult {
+  applied: boolean
+  revision: number
+  limit: number
+}
+
+/** One holder of a pool, as Redis holds it. */
+export interface FleetPoolHolder {
+  holder: string
+  generation: number
+  held: number
+  /** Its last reported want. */
+  want: number
+  /** When its lease expires, server ms. */
+  expiresMs: number
+}
+
+/** `FleetBulkhead.poolStats()`: the pool as Redis holds it (times are server ms). */
+export interface FleetPoolStats {
+  nowMs: number
+  /** The fleet limit; `null` when the pool does not exist (yet, or any more). */
+  limit: number | null
+  /** Permits held across the pool. */
+  used: number
+  /** The state's epoch. */
+  epoch: number
+  /** The last generation handed out. */
+  fence: number
+  /** The limit's revision. */
+  rev: number
+  /** Until when the pool learns (0: not since its creation). */
+  learnUntilMs: number
+  /** The sum of the holders' wants. */
+  wantSum: number
+  holders: FleetPoolHolder[]
+}
+
+/**
+ * One limit for a fleet of processes on many hosts, held in Redis (≥ 7.0: Functions;
+ * docs/design.md §16): each process leases a block of permits under a TTL and admits on it
+ * locally — an acquire is a local bulkhead's acquire plus one clock read, never a round trip —
+ * while a fenced sync per beat (and when demand changes) grows, shrinks and renews the block by
+ * fair share of the processes' wants. A `Bulkhead` in every other respect: `acquire`, `run`,
+ * `tryAcquire`, `admit`, `drain`, AbortSignals, deadlines, `Permit`s, `BulkheadError`s (a
+ * refusal for want of a lease is `concurrency_limit` with `detail.bound` `'fleet_lease'`),
+ * `withBulkhead`, `hullguard/metrics`. Without a valid lease it admits nothing (or
+ * `localShare`); a crashed process's block returns within `leaseTtlMs`.
+ *
+ * @example
+ * const redis = new Redis(process.env.REDIS_URL)            // ioredis, or a connected node-redis client
+ * const llm = new FleetBulkhead(redis, { pool: 'llm-provider', maxConcurrent: 50 })
+ * const answer = await llm.run((signal) => callProvider(prompt, { signal }))
+ * // at shutdown: give the block back, then quit the client
+ * await llm.close()
+ * await redis.quit()
+ */
+export declare class FleetBulkhead extends Bulkhead implements AsyncDisposable {
+  /**
+   * Starts at once: the first block is asked for in one round trip (acquires queue until it
+   * arrives). The driver runs on the event loop; it keeps the process alive only while callers
+   * are queued for the block (their queue timeout bounds that), never after `close()`.
+   * @throws {TypeError} a client of no known kind; an unknown option, a local bulkhead's option
+   *   that cannot be fleet-wide, a snake_case spelling, a value of the wrong type; no `pool`.
+   * @throws {RangeError} a value out of range (naming the option and its range), a bad `pool`
+   *   or `holder`, `beatMs` above half of `leaseTtlMs`.
+   */
+  constructor(client: FleetRedisClient, options: FleetBulkheadOptions)
+  /**
+   * `new FleetBulkhead(client, options)`, resolved once the hullguard library is on the server
+   * (loaded if missing: one round trip when it is there). Rejects with the client's error, the
+   * bulkhead closed, when Redis cannot be reached or refuses the library; throws as the
+   * constructor for bad arguments (as a rejection).
+   */
+  static open(client: FleetRedisClient, options: FleetBulkheadOptions): Promise<FleetBulkhead>
+  /** The pool. */
+  readonly pool: string
+  /** This process's holder id in the pool. */
+  readonly holder: string
+  /** The local bulkhead's stats plus `lease`. */
+  stats(): FleetBulkheadStats
+  /**
+   * Sets the fleet limit in Redis under `revision` (lowering never revokes: holders shrink to
+   * their shares at their next syncs). Resolves `{applied, revision, limit}` — `applied` false
+   * when a revision as new or newer is in force; rejects with a `TypeError` / `RangeError` for
+   * another field (`budget`, `maxQueue`, …: not fleet-wide), a missing or out-of-range value,
+   * or with the client's error.
+   */
+  applyLimits(limits: FleetLimits): Promise<FleetLimitsResult>
+  /** The pool as Redis holds it (one read-only call). Rejects with the client's error. */
+  poolStats(): Promise<FleetPoolStats>
+  /**
+   * Stops admission (queued callers are rejected `BULKHEAD_CLOSED`, calls in flight finish),
+   * stops the driver and gives the block back, then resolves (never rejects: a block that
+   * could not be given back expires in Redis within `leaseTtlMs`). Idempotent. Call it before
+   * quitting the client.
+   */
+  close(): Promise<void>
+  /** `close()`: `await using fleet = new FleetBulkhead(…)`. */
+  [Symbol.asyncDispose](): Promise<void>
+  /** @throws {TypeError} always: the limit is the lease's block; set the fleet limit with `applyLimits`. */
+  setLimit(limit: number): never
+  /** @throws {TypeError} always: a budget is not leased fleet-wide. */
+  setBudget(budget: number): never
+  /** @throws {TypeError} always: observe mode is not fleet-wide. */
+  setObserve(mode: ObserveMode): never
+}
+
 // ----- deadlines (ambient time budgets) ---------------------------------------------------------
 
 /**

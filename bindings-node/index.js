@@ -217,6 +217,22 @@ const FAST_IDS = 2 ** 31
 const fastWaiters = []
 const freeFastIds = []
 
+/**
+ * A permanent id of the facade's table for `party`, whose `settled()` runs when the addon
+ * reports the id (a fleet bulkhead's bell: fleet.js); given back with `giveFacadeId`. Ids of
+ * this table are never reused while held, unlike the addon's wrapping ones.
+ */
+function takeFacadeId(party) {
+  const id = freeFastIds.length > 0 ? freeFastIds.pop() : FAST_IDS + fastWaiters.push(undefined) - 1
+  fastWaiters[id - FAST_IDS] = party
+  return id
+}
+
+function giveFacadeId(id) {
+  fastWaiters[id - FAST_IDS] = undefined
+  freeFastIds.push(id)
+}
+
 function settle(id) {
   if (id >= FAST_IDS) fastWaiters[id - FAST_IDS]?.settled()
   else pending.get(id)?.settled()
@@ -1285,6 +1301,18 @@ class Registry {
   }
 }
 
+// ----- FleetBulkhead ---------------------------------------------------------------------------
+
+// One limit for a fleet (fleet.js): a `Bulkhead` over the fleet's local core bulkhead.
+const { FleetBulkhead } = require('./fleet.js').defineFleet({
+  Bulkhead,
+  kInternal,
+  handleOf,
+  newEmitter,
+  takeId: takeFacadeId,
+  giveId: giveFacadeId,
+})
+
 /** The canonical origin key of `url`: `scheme://host:port` (docs/design.md, origin keys). */
 function originKey(url) {
   return native.originKey(url)
@@ -1310,6 +1338,7 @@ native.init(onSettled, BulkheadError, scratch, settledIds)
 
 module.exports = {
   Bulkhead,
+  FleetBulkhead,
   Registry,
   Permit,
   BulkheadError,

@@ -5,5 +5,6 @@ export const { Bulkhead, Registry, Permit, BulkheadError, StaleRevisionError, or
 export const { withDeadline, withDeadlineAt, currentDeadline, remainingMs } = cjs
 export const { withBulkhead, guardAgent, BulkheadAgent } = cjs
 export const { HostBulkhead, HostPermit, LeaseError, reapHost } = cjs
+export const { FleetBulkhead } = cjs
 export const { __test } = cjs
 export default cjs

@@ -236,6 +236,97 @@ export declare class NativeDrain {
   giveUp(): DrainReport
 }
 
+/** One fleet bulkhead (see the module docs). */
+export declare class NativeFleet {
+  /**
+   * `new FleetBulkhead(client, options)`: the options (see `fleet_options`); `bell` is the
+   * facade id the bell reports (one of its own, held for the bulkhead's life).
+   */
+  constructor(options: unknown, bell: number)
+  /** A handle on the local bulkhead the lease sets the limit of: every admission goes there. */
+  bulkhead(): NativeBulkhead
+  /**
+   * The driver's next step (see `FleetStep`); on a park the bell is registered unless in a
+   * quiet period (then the park is at most what is left of it).
+   */
+  step(): FleetStep | null
+  /** The bell ended a park: a quiet period of `minSyncIntervalMs` starts. */
+  rung(): void
+  /**
+   * The reply to the command `step()` returned, as the client resolved it (a number or an
+   * array of numbers; anything else is counted as an error).
+   */
+  complete(reply: unknown): void
+  /** The command `step()` returned failed (the client's error, or no reply in time). */
+  fail(message: string): void
+  /**
+   * Closes: queued waiters are refused `shutdown` (calls in flight finish), the next step is
+   * `null`. Idempotent.
+   */
+  close(): void
+  /**
+   * After `close()`, once the driver stopped: the release of the lease to send (once), or
+   * `null`.
+   */
+  releaseCommand(): Array<string> | null
+  /** The release's reply (a fenced one is counted in `releasesFencedTotal`). */
+  released(reply: unknown): void
+  /** The library's commands (see `FleetLibrary`). */
+  library(): FleetLibrary
+  /**
+   * From now on the library runs as one script (`EVALSHA sha`): the server's ACL refuses
+   * `FUNCTION` (the `redis` crate transport's fallback).
+   */
+  useScript(sha: string): void
+  /**
+   * `args` as this bulkhead sends them: an `FCALL` / `FCALL_RO` of the library as
+   * `EVALSHA <sha> <numkeys> <keys…> <function> <argv…>` once `useScript` was called (the
+   * script dispatches on its first argument), anything else unchanged.
+   */
+  wire(args: Array<string>): Array<string>
+  /** Whether the library runs as a script (`useScript`). */
+  get scripted(): boolean
+  /**
+   * `applyLimits({revision, limit})`'s command, validated by the local bulkhead's parser and
+   * the crate (only `limit` may be set: `budget`, `maxQueue`, `queueTimeoutMs`, `queueDelay`,
+   * `reserve`, `rates` are refused by name; `revision` 1 ..= 2^53 − 1, `limit` 0 ..= 2^32).
+   */
+  applyLimitsCommand(limits: unknown): FleetLimitsCommand
+  /**
+   * `hg_set_limit`'s reply for `applyLimitsCommand`'s `revision` and `limit`: the result,
+   * remembered when applied (set again if the pool loses its state).
+   */
+  limitApplied(revision: number, limit: number, reply: unknown): FleetLimitsResult
+  /** The read-only command that reads the pool (`hg_stats`). */
+  poolStatsCommand(): Array<string>
+  /**
+   * `hg_stats`' reply as `{nowMs, limit, used, epoch, fence, rev, learnUntilMs, wantSum,
+   * holders: [{holder, generation, held, want, expiresMs}]}` (server ms; `limit` `null` when
+   * the pool does not exist).
+   */
+  decodePoolStats(reply: unknown): Record<string, unknown>
+  /** The local bulkhead's stats object plus `lease` (see index.d.ts `FleetLeaseStats`). */
+  stats(): Record<string, unknown>
+  /** The pool's name. */
+  get pool(): string
+  /** This process's holder id. */
+  get holder(): string
+  /**
+   * The key every command of the pool is about (its keys share one hash tag): a cluster
+   * client routes a command without keys (`WAIT`) by it.
+   */
+  get routeKey(): string
+  /** The lease's time to live, ms. */
+  get leaseTtlMs(): number
+  /**
+   * Whether callers are queued for the block (the driver then keeps the process alive: what
+   * grants them is its next sync).
+   */
+  get waiting(): boolean
+  /** Whether `close()` was called. */
+  get closed(): boolean
+}
+
 /** One handle on a host bulkhead (its own per isolate; the attachment is the process's). */
 export declare class NativeHostBulkhead {
   /**
@@ -365,6 +456,46 @@ export interface DrainReport {
  * fastPoll(slot, ticket), fastExpire(slot, ticket, aborted: 0 | 1)}` (all numbers in and out).
  */
 export declare function fastEntryPoints(): { fastTake(slot: number, id: number): number; fastGive(slot: number, weight: number): number; fastPoll(slot: number, ticket: number): number; fastExpire(slot: number, ticket: number, aborted: number): number }
+
+/**
+ * The library's commands for this pool: `check` (`FCALL_RO hg_version 1 <key>`, which answers
+ * `version` when the library is loaded), `load` (`FUNCTION LOAD REPLACE <source>`), and for a
+ * server whose ACL refuses `FUNCTION` (`NOPERM`), `loadScript` (`SCRIPT LOAD <the library as
+ * one EVAL script>`, whose reply is the SHA1 to give `useScript`).
+ */
+export interface FleetLibrary {
+  check: Array<string>
+  load: Array<string>
+  loadScript: Array<string>
+  version: number
+}
+
+/** `applyLimits()`'s command (validated) and what it sets. */
+export interface FleetLimitsCommand {
+  args: Array<string>
+  revision: number
+  limit: number
+}
+
+/**
+ * `applyLimits()`' result: whether this revision was installed (false: one as new or newer is
+ * in force) and the revision and limit in force.
+ */
+export interface FleetLimitsResult {
+  applied: boolean
+  revision: number
+  limit: number
+}
+
+/**
+ * What the driver does next: send `args` (the whole command) and hand its outcome to
+ * `complete` / `fail`; or park for at most `waitMs` (0: step again now). `null` from `step()`:
+ * closed, stop.
+ */
+export interface FleetStep {
+  args?: Array<string>
+  waitMs?: number
+}
 
 /**
  * The outcome of an HTTP response by its status, the core's one rule (5xx `'failure'`, 429

@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.NativeBulkhead = nativeBinding.NativeBulkhead
 module.exports.NativeCall = nativeBinding.NativeCall
 module.exports.NativeDrain = nativeBinding.NativeDrain
+module.exports.NativeFleet = nativeBinding.NativeFleet
 module.exports.NativeHostBulkhead = nativeBinding.NativeHostBulkhead
 module.exports.NativeHostPermit = nativeBinding.NativeHostPermit
 module.exports.NativeRegistry = nativeBinding.NativeRegistry

@@ -8,7 +8,10 @@ Every fenced block is run:
               from a scratch project whose `node_modules/hullguard` is `bindings-node/`;
   ```c        compiled against `ffi/include` and the release static library, then run.
 Each block gets a time limit and must exit 0; a language with no block fails the run, so a
-README edit cannot turn this check into a no-op.
+README edit cannot turn this check into a no-op. A real `redis-server` runs on a free loopback
+port for the whole run, its URL in `HULLGUARD_REDIS_URL` (the fleet snippets read it); a JS
+snippet can `require('ioredis')` (the Node package's dev dependency), a C snippet that includes
+hiredis is linked with `-lhiredis`.
 
     ci/readme.py            every block
     ci/readme.py --list     the blocks found, not run
@@ -50,6 +53,30 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[i
     return p.returncode, (p.stdout + p.stderr).strip()
 
 
+def start_redis(work: Path) -> tuple[subprocess.Popen[str], str]:
+    """A `redis-server` on a free loopback port (no persistence), and its URL."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(port),
+                             "--save", "", "--appendonly", "no", "--dir", str(work)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(16).startswith(b"+PONG"):
+                    return proc, f"redis://127.0.0.1:{port}/"
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise SystemExit("readme: redis-server did not start (make setup installs it)")
+
+
 def main() -> int:
     found = blocks()
     if "--list" in sys.argv:
@@ -66,39 +93,55 @@ def main() -> int:
     lib = target / "release" / "libhullguard.a"
     py = ROOT / ".venv" / "bin" / "python"
     cc = os.environ.get("CC", "cc")
-    failed = 0
     with tempfile.TemporaryDirectory(prefix="hg-readme-") as tmp:
         work = Path(tmp)
         (work / "node_modules").mkdir()
         (work / "node_modules" / "hullguard").symlink_to(ROOT / "bindings-node")
-        for i, (lang, line, body) in enumerate(found):
-            start = time.monotonic()
-            if lang == "python":
-                f = work / f"snippet{i}.py"
-                f.write_text(body)
-                rc, out = run([str(py), str(f)], work)
-            elif lang == "js":
-                f = work / f"snippet{i}.{'cjs' if 'require(' in body else 'mjs'}"
-                f.write_text(body)
-                rc, out = run([shutil.which("node") or "node", str(f)], work)
-            else:
-                f = work / f"snippet{i}.c"
-                f.write_text(body)
-                exe = work / f"snippet{i}"
-                rc, out = run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror",
-                               f"-I{ROOT / 'ffi' / 'include'}", str(f), str(lib),
-                               "-lpthread", "-ldl", "-lm", "-o", str(exe)], work)
-                if rc == 0:
-                    rc, out = run([str(exe)], work)
-            took = time.monotonic() - start
-            status = "ok" if rc == 0 else f"FAILED (exit {rc})"
-            first = out.splitlines()[-1] if out else ""
-            print(f"readme: README.md:{line:<4} {lang:<6} {status:<16} {took:5.1f} s  {first[:60]}")
-            if rc != 0:
-                failed += 1
-                print(out, file=sys.stderr)
+        ioredis = ROOT / "bindings-node" / "node_modules" / "ioredis"
+        if ioredis.exists():
+            (work / "node_modules" / "ioredis").symlink_to(ioredis)
+        server, url = start_redis(work)
+        os.environ["HULLGUARD_REDIS_URL"] = url
+        try:
+            failed = run_all(found, work, py, cc, lib)
+        finally:
+            server.kill()
+            server.wait()
     print(f"readme: {len(found) - failed} of {len(found)} snippets ran as written")
     return 1 if failed else 0
+
+
+def run_all(found: list[tuple[str, int, str]], work: Path, py: Path, cc: str, lib: Path) -> int:
+    """Runs every block in `work`; the number that failed."""
+    failed = 0
+    for i, (lang, line, body) in enumerate(found):
+        start = time.monotonic()
+        if lang == "python":
+            f = work / f"snippet{i}.py"
+            f.write_text(body)
+            rc, out = run([str(py), str(f)], work)
+        elif lang == "js":
+            f = work / f"snippet{i}.{'cjs' if 'require(' in body else 'mjs'}"
+            f.write_text(body)
+            rc, out = run([shutil.which("node") or "node", str(f)], work)
+        else:
+            f = work / f"snippet{i}.c"
+            f.write_text(body)
+            exe = work / f"snippet{i}"
+            extra = ["-lhiredis"] if "hiredis" in body else []
+            rc, out = run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror",
+                           f"-I{ROOT / 'ffi' / 'include'}", str(f), str(lib), *extra,
+                           "-lpthread", "-ldl", "-lm", "-o", str(exe)], work)
+            if rc == 0:
+                rc, out = run([str(exe)], work)
+        took = time.monotonic() - start
+        status = "ok" if rc == 0 else f"FAILED (exit {rc})"
+        first = out.splitlines()[-1] if out else ""
+        print(f"readme: README.md:{line:<4} {lang:<6} {status:<16} {took:5.1f} s  {first[:60]}")
+        if rc != 0:
+            failed += 1
+            print(out, file=sys.stderr)
+    return failed
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `bulkhead` | `NativeBulkhead` (admission, release, stats, drain), `NativeCall`, `NativeDrain` |
 //! | `host` | `NativeHostBulkhead`, `NativeHostPermit` (one limit per host, Linux only), `hostPoll` / `hostCancel` of pending acquires, `reapHost`, `hostCli` |
+//! | `fleet` | `NativeFleet`: a fleet bulkhead's lease (`hullguard_fleet::FleetCore`) for the facade's driver loop over the user's Redis client; its admissions are a `NativeBulkhead`'s |
 //! | `fast` | the hot entry points on a handle's slot (`fastTake`, `fastGive`, `fastPoll`, `fastExpire`) |
 //! | `registry` | `NativeRegistry`, `originKey` |
 //! | `options` | users' option objects → `PartialConfig` / `Request`, by the core's option table |
@@ -22,6 +23,7 @@
 mod bulkhead;
 mod clock;
 mod fast;
+mod fleet;
 mod gateway;
 #[cfg(target_os = "linux")]
 mod host;

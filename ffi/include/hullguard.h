@@ -56,6 +56,11 @@
 #define HG_UNSET (UINT64_MAX - 1)
 
 /**
+ * The library's version (`FCALL_RO hg_version` answers it).
+ */
+#define HG_FLEET_LIBRARY_VERSION 1
+
+/**
  * The result of every fallible `hg_*` call.
  *
  * `HG_STATUS_<REASON> = 2000 + hg_reason`: one rejection status per reason (2011–2015 are
@@ -135,6 +140,14 @@ enum hg_status
    * says which).
    */
   HG_STATUS_HOST_SEGMENT = 1011,
+  /**
+   * A fleet bulkhead's call to Redis failed (`hg_fleet_*`): the transport callback reported
+   * that Redis could not be reached, Redis answered an error (a refused `FUNCTION LOAD`, an
+   * ACL), or the reply was not what the hullguard library sends (`hg_fleet_last_error()`
+   * says which). Admissions never return it: a fleet bulkhead that cannot renew its lease
+   * refuses `HG_STATUS_CONCURRENCY_LIMIT` with the bound `HG_BOUND_FLEET_LEASE`.
+   */
+  HG_STATUS_FLEET_TRANSPORT = 1012,
   /**
    * Rejected `concurrency_limit`.
    */
@@ -596,10 +609,74 @@ typedef uint32_t hg_host_on_mismatch;
 #endif
 
 /**
+ * A lease's state (`hg_fleet_stats.state`), as every layer names it (`"idle"`, `"leased"`,
+ * …). Read it as a `uint32_t`: new states are appended.
+ */
+enum hg_fleet_lease_state
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * No lease asked for yet, or closed (or the last grant came back too late and was given
+   * back).
+   */
+  HG_FLEET_LEASE_IDLE = 0,
+  /**
+   * A valid lease.
+   */
+  HG_FLEET_LEASE_LEASED = 1,
+  /**
+   * Redis answered that the lease is gone (expired and reaped, or fenced): a new one is on
+   * its way.
+   */
+  HG_FLEET_LEASE_LOST = 2,
+  /**
+   * The lease's deadline passed with no renewal (Redis unreachable or slow): nothing is
+   * admitted (in flight runs on), unless `local_share` is set.
+   */
+  HG_FLEET_LEASE_EXPIRED = 3,
+  /**
+   * The pool already has `max_holders` holders.
+   */
+  HG_FLEET_LEASE_FULL = 4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_fleet_lease_state hg_fleet_lease_state;
+#else
+typedef uint32_t hg_fleet_lease_state;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
  * `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
  */
 typedef struct hg_bulkhead hg_bulkhead;
+
+/**
+ * A fleet bulkhead: its local bulkhead (`hg_fleet_bulkhead_bulkhead()`) and the thread that
+ * keeps its lease. Owned by the caller: `hg_fleet_bulkhead_close()` releases the lease,
+ * `hg_fleet_bulkhead_free()` closes if need be and frees. Thread-safe (but a free must not
+ * race any other call on the same handle).
+ */
+typedef struct hg_fleet_bulkhead hg_fleet_bulkhead;
+
+/**
+ * A fleet bulkhead's options, set by name (`hg_fleet_options_new()`,
+ * `hg_fleet_options_set_int()`, `hg_fleet_options_set_str()`), freed with
+ * `hg_fleet_options_free()`. `hg_fleet_bulkhead_open()` copies them. Not thread-safe: set
+ * them from one thread at a time.
+ */
+typedef struct hg_fleet_options hg_fleet_options;
+
+/**
+ * The reply of one transport call, filled by the callback with `hg_fleet_reply_integer()`,
+ * `hg_fleet_reply_string()`, `hg_fleet_reply_array()` and `hg_fleet_reply_error()`. Valid only
+ * during the callback that received it; the library owns it.
+ */
+typedef struct hg_fleet_reply hg_fleet_reply;
 
 #if defined(__linux__)
 /**
@@ -1744,6 +1821,250 @@ typedef struct hg_stats {
   uint64_t load_shed_total;
 } hg_stats;
 
+/**
+ * Runs one Redis command on the caller's client (see `hg_fleet_transport`).
+ *
+ * Parameters:
+ *   ctx: `hg_fleet_transport.ctx`.
+ *   argv, argv_len, argc: the command, `argc` arguments, each `argv_len[i]` bytes (also
+ *   NUL-terminated: `argv[i][argv_len[i]] == 0`) — the shape of hiredis'
+ *   `redisCommandArgv(c, argc, argv, argv_len)`. Valid during the call only.
+ *   reply: fill it (see `hg_fleet_reply`).
+ *
+ * Returns: 0 when Redis answered: the reply is filled with its answer (an integer, a string,
+ *   an array of those, or Redis' error reply with `hg_fleet_reply_error()`). Any other value
+ *   when Redis could not be reached (connection refused or lost, a timeout): the call failed;
+ *   `hg_fleet_reply_error()` may say why (the text goes to the stats' lease error and to
+ *   `hg_fleet_last_error()`).
+ */
+typedef int (*hg_fleet_call_fn)(void *ctx,
+                                const char *const *argv,
+                                const size_t *argv_len,
+                                size_t argc,
+                                struct hg_fleet_reply *reply);
+
+/**
+ * Gives `ctx` back to its owner when the fleet bulkhead no longer needs it.
+ */
+typedef void (*hg_fleet_release_fn)(void *ctx);
+
+/**
+ * How a fleet bulkhead reaches Redis: a callback over the caller's own client.
+ *
+ * The callback runs on the fleet bulkhead's own thread (`hullguard-fleet:<pool>`, which keeps
+ * the lease), and also on the threads that call `hg_fleet_bulkhead_open()` (the library load),
+ * `hg_fleet_bulkhead_apply_limits()`, `hg_fleet_bulkhead_pool_stats()`,
+ * `hg_fleet_bulkhead_close()` and `hg_fleet_bulkhead_free()` (the release) — never two at
+ * once: the library serialises the calls of one fleet bulkhead, so one connection that is not
+ * thread-safe (a `redisContext`) serves it. With the `wait_replicas` option, send every call
+ * of a fleet bulkhead on one connection: `WAIT` counts the writes of its own connection. Give the client a timeout (hiredis:
+ * `redisSetTimeout`): a call that hangs holds up renewals (the lease then runs out and
+ * admissions fail closed, which is safe) and a close. The callback must not unwind, and must
+ * not call `hg_fleet_bulkhead_apply_limits()`, `_pool_stats()`, `_close()` or `_free()` of its
+ * own fleet bulkhead (refused `HG_STATUS_INVALID_ARGUMENT`: they would wait for it).
+ *
+ * Size-versioned: `struct_size = sizeof(hg_fleet_transport)`.
+ */
+typedef struct hg_fleet_transport {
+  /**
+   * `sizeof(hg_fleet_transport)` as the caller compiled it.
+   */
+  uint32_t struct_size;
+  /**
+   * Passed to `call` and `release`.
+   */
+  void *ctx;
+  /**
+   * Required.
+   */
+  hg_fleet_call_fn call;
+  /**
+   * NULL, or called once with `ctx` when the fleet bulkhead is done with it (at
+   * `hg_fleet_bulkhead_free()`). Not called when `hg_fleet_bulkhead_open()` fails: `ctx` is
+   * then still the caller's.
+   */
+  hg_fleet_release_fn release;
+} hg_fleet_transport;
+
+/**
+ * The lease as this process sees it (`hg_fleet_bulkhead_stats()`): the `lease` section of
+ * the other bindings' stats. The local figures (active, queued, the limit the block sets,
+ * rejections by reason) are the local bulkhead's: `hg_bulkhead_stats()` on
+ * `hg_fleet_bulkhead_bulkhead()`. The strings are read apart: `hg_fleet_bulkhead_holder()`,
+ * `hg_fleet_bulkhead_lease_error()`. Output only: set `struct_size = sizeof(hg_fleet_stats)`
+ * first; the library writes at most that many bytes and stores back how many it wrote.
+ */
+typedef struct hg_fleet_stats {
+  /**
+   * `sizeof(hg_fleet_stats)` as the caller compiled it; on return, the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * An `hg_fleet_lease_state`.
+   */
+  uint32_t state;
+  /**
+   * The lease's generation (its fencing token; 0 without one).
+   */
+  uint64_t generation;
+  /**
+   * The block Redis counts for this process.
+   */
+  uint64_t held;
+  /**
+   * This process's share: the block it converges to (its fair share under contention).
+   */
+  uint64_t share;
+  /**
+   * The block the local bulkhead admits on now (0 without a valid lease, or `local_share`
+   * while Redis is unreachable in that mode).
+   */
+  uint64_t local_limit;
+  /**
+   * The fleet limit (0 before the first reply).
+   */
+  uint64_t fleet_limit;
+  /**
+   * Permits held across the fleet, at the last reply.
+   */
+  uint64_t fleet_used;
+  /**
+   * Processes holding leases in the pool, at the last reply.
+   */
+  uint64_t holders;
+  /**
+   * The pool state's epoch (Redis ms): it changes when Redis loses its state.
+   */
+  uint64_t epoch;
+  /**
+   * The fleet limit's revision.
+   */
+  uint64_t rev;
+  /**
+   * Time left on the lease in ms, rounded down; `HG_TIMEOUT_INFINITE` without a lease.
+   */
+  uint64_t lease_left_ms;
+  /**
+   * Permits in flight here that no valid lease covers (after a loss or an expiry they run
+   * to completion; the fleet may be over its limit by at most these).
+   */
+  uint64_t unleased_in_flight;
+  /**
+   * Syncs answered.
+   */
+  uint64_t syncs_total;
+  /**
+   * Calls that failed (unreachable, error replies, unexpected replies).
+   */
+  uint64_t errors_total;
+  /**
+   * Answers that the lease was gone.
+   */
+  uint64_t losses_total;
+  /**
+   * Deadlines passed with no renewal.
+   */
+  uint64_t expiries_total;
+  /**
+   * Grants that came back too late to use and were given back.
+   */
+  uint64_t late_grants_total;
+  /**
+   * Releases Redis fenced (the lease had already expired or been replaced).
+   */
+  uint64_t releases_fenced_total;
+  /**
+   * Changes of the pool's epoch seen (Redis lost its state: a restart, a failover,
+   * `FLUSHALL`).
+   */
+  uint64_t epoch_changes_total;
+  /**
+   * Growths `WAIT` did not see on `wait_replicas` replicas in time (left unused until the
+   * next sync).
+   */
+  uint64_t unreplicated_total;
+  /**
+   * Whether the pool is learning (after a state loss: blocks do not grow for a TTL).
+   */
+  bool learning;
+  /**
+   * Whether Redis failed to answer since the last successful sync.
+   */
+  bool unreachable;
+  /**
+   * Whether there is a lease error (`hg_fleet_bulkhead_lease_error()`): the last error,
+   * until a sync succeeds.
+   */
+  bool has_lease_error;
+} hg_fleet_stats;
+
+/**
+ * The pool as Redis holds it (`hg_fleet_bulkhead_pool_stats()`: one read-only call). Output
+ * only: set `struct_size = sizeof(hg_fleet_pool_stats)` first.
+ */
+typedef struct hg_fleet_pool_stats {
+  /**
+   * `sizeof(hg_fleet_pool_stats)` as the caller compiled it; on return, the bytes written.
+   */
+  uint32_t struct_size;
+  /**
+   * Whether the pool exists (`limit` is 0 otherwise).
+   */
+  bool exists;
+  /**
+   * Whether this process holds a lease in it (`self_*` are 0 otherwise).
+   */
+  bool self_present;
+  /**
+   * Redis' clock (ms) when read.
+   */
+  uint64_t now_ms;
+  /**
+   * The fleet limit.
+   */
+  uint64_t limit;
+  /**
+   * Permits held across the pool.
+   */
+  uint64_t used;
+  /**
+   * The pool state's epoch (Redis ms).
+   */
+  uint64_t epoch;
+  /**
+   * The last generation handed out.
+   */
+  uint64_t fence;
+  /**
+   * The limit's revision.
+   */
+  uint64_t rev;
+  /**
+   * Redis ms until which the pool learns (0: not learning since creation).
+   */
+  uint64_t learn_until_ms;
+  /**
+   * The sum of the holders' wants.
+   */
+  uint64_t want_sum;
+  /**
+   * Processes holding leases.
+   */
+  uint64_t holders;
+  /**
+   * This process's block, as Redis counts it.
+   */
+  uint64_t self_held;
+  /**
+   * This process's lease generation, as Redis has it.
+   */
+  uint64_t self_generation;
+  /**
+   * Redis ms at which this process's lease expires.
+   */
+  uint64_t self_expires_ms;
+} hg_fleet_pool_stats;
+
 #if defined(__linux__)
 /**
  * Options of `hg_host_bulkhead_open()`. Fill it with `hg_host_options_default()`, then change
@@ -2144,7 +2465,8 @@ hg_status hg_limits_default(struct hg_limits *limits);
  * Returns: `HG_STATUS_OK`; `HG_STATUS_STALE` (nothing changed; `*limits->current_revision`
  *   receives the revision in force); `HG_STATUS_INVALID_ARGUMENT` (a value out of range, a
  *   budget on a bulkhead without one, a reserve or rates on one without classes, a partition
- *   that no longer fits the floors, a bad `struct_size`: nothing changed);
+ *   that no longer fits the floors, a bad `struct_size`, a fleet bulkhead's handle — its limit
+ *   is the lease's, set with `hg_fleet_bulkhead_apply_limits()`: nothing changed);
  *   `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; never waits.
  */
@@ -2166,8 +2488,9 @@ hg_status hg_bulkhead_set_budget(const struct hg_bulkhead *bh, uint64_t budget);
  * enforcing refuses newcomers and preempts nobody; switching to observing grants the waiters
  * of that dimension (callbacks on this thread).
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (an unknown number, or
- *   `HG_OBSERVE_BUDGET` without a budget); `HG_STATUS_NULL_PARAMETER`.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (an unknown number,
+ *   `HG_OBSERVE_BUDGET` without a budget, or a fleet bulkhead's handle: a lease is always
+ *   enforced); `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; never waits.
  */
 hg_status hg_bulkhead_set_observe(const struct hg_bulkhead *bh, uint32_t observe);
@@ -2507,8 +2830,9 @@ hg_status hg_ticket_cancel(const struct hg_bulkhead *bh, hg_ticket ticket);
  * than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks, which run on
  * this thread). An adaptive limit restarts from the hand-set value.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range (nothing
- *   changes); `HG_STATUS_NULL_PARAMETER`.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range, or a fleet
+ *   bulkhead's handle (its limit is the lease's: `hg_fleet_bulkhead_apply_limits()` sets the
+ *   fleet limit) — nothing changes; `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; never waits.
  */
 hg_status hg_bulkhead_set_limit(const struct hg_bulkhead *bh, uint64_t limit);
@@ -2622,6 +2946,290 @@ hg_status hg_config_check(const struct hg_config *config, const char **bad_field
  * Thread-safety: any thread; touches only `*config`.
  */
 hg_status hg_config_default(struct hg_config *config);
+
+/**
+ * The message of the last `hg_fleet_*` call of this thread that did not return `HG_STATUS_OK`
+ * (a successful call leaves it as it is: read it right after the failure), written into `buf`
+ * with a terminating NUL: the function, then which argument was NULL or bad, the option and
+ * its range (the fleet crate's option table: `"hg_fleet_options_set_int: budget: not
+ * supported by a fleet bulkhead: …"`), or what Redis or the transport answered. An empty
+ * string when this thread has had no failure.
+ *
+ * Parameters:
+ *   buf, buf_len: where to write. out_len: receives the message's length without the NUL
+ *   (also when `buf` is too small).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `buf` too small (then
+ *   `*out_len` says how much is needed, plus 1 for the NUL; pass `buf` NULL and `buf_len` 0 to
+ *   ask for the size first); `HG_STATUS_NULL_PARAMETER`. It never changes the message.
+ * Thread-safety: any thread; reads this thread's message only.
+ */
+hg_status hg_fleet_last_error(char *buf, size_t buf_len, size_t *out_len);
+
+/**
+ * The hullguard Functions library (Lua, `#!lua name=hullguard`), NUL-terminated; `*len`
+ * (if not NULL) receives its length. `hg_fleet_bulkhead_open()` loads it itself (`FUNCTION
+ * LOAD REPLACE` when `FCALL_RO hg_version` is missing or differs); this is for a deployment
+ * whose ACL lets clients run `FCALL` but not `FUNCTION LOAD`: an operator loads it once, and
+ * the clients then find it.
+ *
+ * Memory and lifetimes: static; never free it. Thread-safety: any thread.
+ */
+const char *hg_fleet_library(size_t *len);
+
+/**
+ * New options for the pool `pool`, with the defaults (a new pool's fleet limit 10, 100
+ * waiters, a queue timeout of 30000 ms, a lease TTL of 10000 ms renewed every third of it,
+ * fail closed while Redis is unreachable).
+ *
+ * Parameters:
+ *   pool: NUL-terminated, 1 to 64 characters of `A-Z a-z 0-9 _ . : -`: every process that
+ *   opens the same pool on the same Redis shares its limit.
+ *   out: receives the options (set only on `HG_STATUS_OK`).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a bad pool name
+ *   (`hg_fleet_last_error()` says the allowed form); `HG_STATUS_NULL_PARAMETER`.
+ * Memory and lifetimes: free them with `hg_fleet_options_free()`.
+ * Thread-safety: any thread.
+ */
+hg_status hg_fleet_options_new(const char *pool, struct hg_fleet_options **out);
+
+/**
+ * Sets the option `name` to `value`: a count (`max_concurrent`, `max_queue`, `local_share`,
+ * `clock_drift_ppm`, `max_holders`, `wait_replicas`, …) or a duration in ms (`queue_timeout`,
+ * `lease_ttl`, `beat`, `lease_margin`, `min_sync_interval`, `wait_timeout`, …: the table says
+ * which). The names, ranges and rules are the fleet crate's
+ * option table (docs/design.md §16.5), as in every binding; the relations between options
+ * (`beat` at most half of `lease_ttl`, …) are checked by `hg_fleet_bulkhead_open()`.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for an unknown name (the message lists
+ *   the known ones), a local bulkhead's option that cannot be fleet-wide (`budget`, `classes`,
+ *   `adaptive`, `breaker`, `observe`, …: named as such, with why), a string option, or a value
+ *   out of range (the range shown) — `hg_fleet_last_error()` has the message, nothing
+ *   changed; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: one thread at a time per options object.
+ */
+hg_status hg_fleet_options_set_int(struct hg_fleet_options *opts, const char *name, uint64_t value);
+
+/**
+ * Sets the string option `name` (`pool`, `holder`: this process's holder id, 1 to 128
+ * printable characters without spaces; default `<hostname>:<pid>:<random hex>`).
+ *
+ * Returns: as `hg_fleet_options_set_int()` (a count or duration option is refused as a
+ *   string: the message says what it takes).
+ * Thread-safety: one thread at a time per options object.
+ */
+hg_status hg_fleet_options_set_str(struct hg_fleet_options *opts,
+                                   const char *name,
+                                   const char *value);
+
+/**
+ * Frees options. NULL is accepted and ignored.
+ *
+ * Memory and lifetimes: after this call `opts` is dangling; fleet bulkheads opened with them
+ * keep their own copy. Thread-safety: not while another call uses `opts`.
+ */
+void hg_fleet_options_free(struct hg_fleet_options *opts);
+
+/**
+ * The reply is an integer (Redis `:n`), or, after `hg_fleet_reply_array()`, appends one.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the reply already holds a scalar
+ *   (the reply is then refused as a whole: the call counts as failed); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: only from the callback that received `reply`.
+ */
+hg_status hg_fleet_reply_integer(struct hg_fleet_reply *reply, int64_t value);
+
+/**
+ * The reply is a string of `len` bytes (a bulk or status reply: `FUNCTION LOAD` answers the
+ * library's name; an integer sent as a string is read as one), or, after
+ * `hg_fleet_reply_array()`, appends one (`hg_stats` answers holder ids). The bytes are copied.
+ *
+ * Returns: as `hg_fleet_reply_integer()`; `HG_STATUS_NULL_PARAMETER` also for `s` NULL with a
+ *   `len` above 0.
+ * Thread-safety: only from the callback that received `reply`.
+ */
+hg_status hg_fleet_reply_string(struct hg_fleet_reply *reply, const char *s, size_t len);
+
+/**
+ * The reply is an array (Redis `*n`): the following `hg_fleet_reply_integer()` /
+ * `hg_fleet_reply_string()` calls append its elements, in order. The library's replies are
+ * flat: an array inside an array is refused.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` when the reply already holds a value
+ *   (the reply is then refused as a whole); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: only from the callback that received `reply`.
+ */
+hg_status hg_fleet_reply_array(struct hg_fleet_reply *reply);
+
+/**
+ * The reply is Redis' error reply `msg` (`len` bytes, copied: `"ERR Function not found"`, a
+ * `NOPERM`, …) when the callback returns 0; when it returns another value, `msg` says why the
+ * call failed (`"Connection refused"`). Replaces any value set before.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER` (`reply`, or `msg` NULL with a `len`
+ *   above 0).
+ * Thread-safety: only from the callback that received `reply`.
+ */
+hg_status hg_fleet_reply_error(struct hg_fleet_reply *reply, const char *msg, size_t len);
+
+/**
+ * Opens a fleet bulkhead on `transport` with `opts`: loads the hullguard library if Redis
+ * does not have it (`FCALL_RO hg_version`, then `FUNCTION LOAD REPLACE` when it is missing or
+ * differs: one round trip when it is there), then starts the thread that keeps the lease
+ * (`hullguard-fleet:<pool>`), which asks for the first block at once. Until it arrives,
+ * acquires queue (or a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
+ * `HG_BOUND_FLEET_LEASE`).
+ *
+ * Parameters:
+ *   opts: from `hg_fleet_options_new()` (copied: free them whenever).
+ *   transport: the callback over the caller's Redis client (see `hg_fleet_transport`); its
+ *   `struct_size` must be `sizeof(hg_fleet_transport)`.
+ *   out: receives the fleet bulkhead (set only on `HG_STATUS_OK`).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for options whose relations do not hold
+ *   (`beat` above half of `lease_ttl`, …) or a bad `transport->struct_size`;
+ *   `HG_STATUS_FLEET_TRANSPORT` when Redis cannot be reached or refuses the library
+ *   (`hg_fleet_last_error()` has what the callback or Redis said); `HG_STATUS_OUT_OF_MEMORY`
+ *   when the thread cannot be started; `HG_STATUS_NULL_PARAMETER` (also for a NULL `call`).
+ *
+ * Memory and lifetimes: the caller owns `*out`: close it with `hg_fleet_bulkhead_close()`,
+ * free it with `hg_fleet_bulkhead_free()`. On `HG_STATUS_OK` the fleet bulkhead owns
+ * `transport->ctx` until its free (then `release` is called, if set); on failure it keeps
+ * nothing and calls no `release`.
+ *
+ * Thread-safety: any thread; blocks for the library's load (the callback runs on this
+ * thread); the fleet bulkhead's own thread then calls the callback (see
+ * `hg_fleet_transport`).
+ */
+hg_status hg_fleet_bulkhead_open(const struct hg_fleet_options *opts,
+                                 const struct hg_fleet_transport *transport,
+                                 struct hg_fleet_bulkhead **out);
+
+/**
+ * A handle on the fleet bulkhead's local bulkhead, for every `hg_bulkhead_*` admission
+ * function (`hg_bulkhead_try_acquire()`, `_acquire_timeout()`, `_acquire_async()`,
+ * `_enqueue()`, the `_request` forms with their `hg_rejection` detail, `hg_bulkhead_stats()`,
+ * `_drain()`, …): admissions are local and never touch the network. While the block has room
+ * an acquire is a local acquire plus one clock read (the lease's deadline); when it is short
+ * the request queues (FIFO in this process) and the lease's thread is woken to ask for more;
+ * with no valid lease a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
+ * `HG_BOUND_FLEET_LEASE`. Its limit is the lease's: `hg_bulkhead_set_limit()`,
+ * `hg_bulkhead_apply_limits()` and `hg_bulkhead_set_observe()` refuse it
+ * (`HG_STATUS_INVALID_ARGUMENT`; set the fleet limit with `hg_fleet_bulkhead_apply_limits()`).
+ * `hg_bulkhead_close()` on it stops admissions only: `hg_fleet_bulkhead_close()` also stops the
+ * lease's thread and gives the block back.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
+ * Memory and lifetimes: the caller owns one reference: free it with `hg_bulkhead_free()`
+ * (which does not close anything). It may outlive the fleet bulkhead: after
+ * `hg_fleet_bulkhead_close()` its acquires are refused `HG_STATUS_SHUTDOWN`.
+ * Thread-safety: any thread; never waits.
+ */
+hg_status hg_fleet_bulkhead_bulkhead(const struct hg_fleet_bulkhead *fb, struct hg_bulkhead **out);
+
+/**
+ * Fills `*out` with the lease as this process sees it (see `hg_fleet_stats`; at most
+ * `out->struct_size` bytes: set it to `sizeof(hg_fleet_stats)` first; on return it says how
+ * many bytes were written).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits for Redis (takes the lease's lock for a moment).
+ */
+hg_status hg_fleet_bulkhead_stats(const struct hg_fleet_bulkhead *fb, struct hg_fleet_stats *out);
+
+/**
+ * This process's holder id in the pool, `<label>:<pid>:<random hex>` (the label is the
+ * hostname, or `hg_fleet_options_set_str(opts, "holder", …)`), written into `buf` with a
+ * terminating NUL (as
+ * `hg_fleet_last_error()`: pass `buf` NULL and `buf_len` 0 to ask for the size).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `buf` too small (`*out_len`
+ *   says how much is needed, plus 1); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread.
+ */
+hg_status hg_fleet_bulkhead_holder(const struct hg_fleet_bulkhead *fb,
+                                   char *buf,
+                                   size_t buf_len,
+                                   size_t *out_len);
+
+/**
+ * The lease's last error (what the transport or Redis said), kept until a sync succeeds; an
+ * empty string when there is none (`hg_fleet_stats.has_lease_error`). Written as
+ * `hg_fleet_bulkhead_holder()`.
+ *
+ * Returns: as `hg_fleet_bulkhead_holder()`.
+ * Thread-safety: any thread (takes the lease's lock for a moment).
+ */
+hg_status hg_fleet_bulkhead_lease_error(const struct hg_fleet_bulkhead *fb,
+                                        char *buf,
+                                        size_t buf_len,
+                                        size_t *out_len);
+
+/**
+ * Sets the fleet limit in Redis under `revision` (one call through the transport, on this
+ * thread): applied only if `revision` is above the one in force, so a delayed or repeated
+ * update never undoes a newer one. Lowering never revokes: holders shrink to their shares at
+ * their next syncs; raising lets them grow. Applied here, it is set again if Redis loses the
+ * pool's state.
+ *
+ * Parameters:
+ *   revision: `1 .. 2^53 - 1`. limit: the fleet limit, `0 .. 2^32`.
+ *   rev_in_force, limit_in_force: NULL, or receive the revision and limit in force after the
+ *   call (on `HG_STATUS_OK` and `HG_STATUS_STALE`).
+ *
+ * Returns: `HG_STATUS_OK` (applied); `HG_STATUS_STALE` (a revision as new or newer is in
+ *   force: nothing changed); `HG_STATUS_INVALID_ARGUMENT` for a `revision` or `limit` out of
+ *   range (`hg_fleet_last_error()` names it), or a call from the transport callback;
+ *   `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread but the callback's; waits for the transport (one call).
+ */
+hg_status hg_fleet_bulkhead_apply_limits(const struct hg_fleet_bulkhead *fb,
+                                         uint64_t revision,
+                                         uint64_t limit,
+                                         uint64_t *rev_in_force,
+                                         uint64_t *limit_in_force);
+
+/**
+ * Reads the pool as Redis holds it (`hg_stats`, one read-only call on this thread) into
+ * `*out` (see `hg_fleet_pool_stats`; set `out->struct_size` first).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_INVALID_ARGUMENT` for a
+ *   `struct_size` below 4, or a call from the transport callback; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread but the callback's; waits for the transport (one call).
+ */
+hg_status hg_fleet_bulkhead_pool_stats(const struct hg_fleet_bulkhead *fb,
+                                       struct hg_fleet_pool_stats *out);
+
+/**
+ * Closes: the local bulkhead's queued acquires are refused `HG_STATUS_SHUTDOWN` and new ones
+ * too (permits in flight finish and release normally), the lease's thread stops (joined), and
+ * the block is given back to the pool (`hg_release`, fenced: a lease that expired meanwhile
+ * frees nothing), through the transport on this thread. Idempotent: a later call returns
+ * `HG_STATUS_OK` and sends nothing.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT` when the release could not be sent
+ *   (closed all the same: the block returns to the pool when its TTL passes);
+ *   `HG_STATUS_INVALID_ARGUMENT` from the transport callback; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread but the callback's; waits for the lease's thread's current call
+ * and for the release.
+ */
+hg_status hg_fleet_bulkhead_close(const struct hg_fleet_bulkhead *fb);
+
+/**
+ * Closes (as `hg_fleet_bulkhead_close()`, if not closed yet: its status is not reported) and
+ * frees the fleet bulkhead, then calls the transport's `release` with its `ctx`. NULL is
+ * accepted and ignored. Handles from `hg_fleet_bulkhead_bulkhead()` and permits stay valid
+ * (refused `HG_STATUS_SHUTDOWN` / releasing normally).
+ *
+ * Memory and lifetimes: after this call `fb` is dangling; it must not race another call on
+ * `fb`. Called from the transport callback (do not), it closes without waiting: the release
+ * is not sent (the block returns when its TTL passes) and `release` runs when the callback
+ * has returned.
+ * Thread-safety: see above.
+ */
+void hg_fleet_bulkhead_free(struct hg_fleet_bulkhead *fb);
 
 #if defined(__linux__)
 /**

@@ -897,7 +897,8 @@ pub extern "C" fn hg_limits_default(limits: *mut hg_limits) -> hg_status {
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_STALE` (nothing changed; `*limits->current_revision`
 ///   receives the revision in force); `HG_STATUS_INVALID_ARGUMENT` (a value out of range, a
 ///   budget on a bulkhead without one, a reserve or rates on one without classes, a partition
-///   that no longer fits the floors, a bad `struct_size`: nothing changed);
+///   that no longer fits the floors, a bad `struct_size`, a fleet bulkhead's handle — its limit
+///   is the lease's, set with `hg_fleet_bulkhead_apply_limits()`: nothing changed);
 ///   `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
@@ -908,6 +909,9 @@ pub extern "C" fn hg_bulkhead_apply_limits(
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
+        if core.is_leased() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
         // SAFETY: contract.
         let l = try_val!(unsafe { read_limits(limits) });
         let mut snap = LimitsSnapshot::new(l.revision);
@@ -973,14 +977,18 @@ pub extern "C" fn hg_bulkhead_set_budget(bh: *const hg_bulkhead, budget: u64) ->
 /// enforcing refuses newcomers and preempts nobody; switching to observing grants the waiters
 /// of that dimension (callbacks on this thread).
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (an unknown number, or
-///   `HG_OBSERVE_BUDGET` without a budget); `HG_STATUS_NULL_PARAMETER`.
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (an unknown number,
+///   `HG_OBSERVE_BUDGET` without a budget, or a fleet bulkhead's handle: a lease is always
+///   enforced); `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_set_observe(bh: *const hg_bulkhead, observe: u32) -> hg_status {
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
+        if core.is_leased() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
         let Some(o) = observe_of(observe) else {
             return hg_status::HG_STATUS_INVALID_ARGUMENT;
         };

@@ -457,13 +457,17 @@ pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) ->
 /// than the new limit (`HG_STATUS_CONCURRENCY_LIMIT` through their callbacks, which run on
 /// this thread). An adaptive limit restarts from the hand-set value.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range (nothing
-///   changes); `HG_STATUS_NULL_PARAMETER`.
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a limit out of range, or a fleet
+///   bulkhead's handle (its limit is the lease's: `hg_fleet_bulkhead_apply_limits()` sets the
+///   fleet limit) — nothing changes; `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_set_limit(bh: *const hg_bulkhead, limit: u64) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
+        if core.is_leased() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
         ok_or(core.set_limit(limit), hg_status::HG_STATUS_INVALID_ARGUMENT)
     })
 }

@@ -26,7 +26,7 @@ use crate::{
     admission::{hg_request, read_request, refused},
     boundary::boundary,
     config::{HG_TIMEOUT_DEFAULT, hg_drain_result, hg_stats, wait_timeout},
-    sized::{self, Output, Plain},
+    sized::{self, Output, Plain, write_str},
     status::hg_status,
 };
 
@@ -314,30 +314,6 @@ fn guard(function: &'static str, body: impl FnOnce() -> hg_status) -> hg_status 
     } else {
         status
     }
-}
-
-/// Writes `bytes` with a terminating NUL into `buf` (as `hg_origin_key()`): `*out_len`
-/// receives the length without the NUL; a `buf` too small is `HG_STATUS_INVALID_ARGUMENT`.
-///
-/// # Safety
-/// `buf` is NULL or has `buf_len` writable bytes; `out_len` is non-null and writable.
-unsafe fn write_str(
-    bytes: &[u8],
-    buf: *mut c_char,
-    buf_len: usize,
-    out_len: &mut usize,
-) -> hg_status {
-    *out_len = bytes.len();
-    if bytes.len() + 1 > buf_len {
-        return hg_status::HG_STATUS_INVALID_ARGUMENT;
-    }
-    // SAFETY: `buf` has `buf_len >= bytes.len() + 1` writable bytes (contract + check; a
-    // NULL `buf` comes with `buf_len` 0, refused above).
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
-        *buf.add(bytes.len()) = 0;
-    }
-    hg_status::HG_STATUS_OK
 }
 
 /// The message of the last `hg_host_*` call of this thread that did not return `HG_STATUS_OK`

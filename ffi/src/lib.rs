@@ -16,6 +16,7 @@
 //! | `bulkhead` | `hg_bulkhead_*`, `hg_ticket_poll`, `hg_ticket_cancel*` |
 //! | `async_wait` | queued async acquires: the waker that owns the callback, and the timer thread |
 //! | `permit` | `hg_permit_*` |
+//! | `fleet` | `hg_fleet_*`: the fleet bulkhead of hullguard-fleet over a caller's Redis client (a callback, `hg_fleet_transport`), `hg_fleet_options` by name, `hg_fleet_stats`, `hg_fleet_last_error` |
 //! | `host` | `hg_host_*` (Linux): the host bulkhead of hullguard-host, `hg_host_options`, `hg_host_stats`, `hg_host_last_error` |
 //! | `registry` | `hg_registry_*`, `hg_origin_key` |
 //! | `admission` | gateway admission: `hg_request`, `hg_rejection`, `hg_would_admit`, usage, `hg_limits`, classes, rates |
@@ -33,6 +34,7 @@ mod boundary;
 mod bulkhead;
 mod config;
 mod event;
+mod fleet;
 mod handle;
 #[cfg(target_os = "linux")]
 mod host;
@@ -47,6 +49,7 @@ pub use crate::{
     bulkhead::*,
     config::*,
     event::{hg_circuit_state, hg_event, hg_event_fn, hg_event_kind, hg_state_change_fn},
+    fleet::*,
     handle::{hg_bulkhead, hg_permit, hg_registry},
     permit::*,
     registry::*,

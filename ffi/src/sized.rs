@@ -16,7 +16,7 @@
 //!   cannot be written (`struct_size` below 4) is refused before the call changes anything
 //!   ([`writable`]).
 
-use std::ops::Range;
+use std::{ffi::c_char, ops::Range};
 
 use crate::status::hg_status;
 
@@ -122,6 +122,30 @@ pub(crate) unsafe fn write<T: Output>(out: *mut T, v: &T) -> hg_status {
     unsafe {
         std::ptr::copy_nonoverlapping((&raw const *v).cast::<u8>(), out.cast::<u8>(), n);
         out.cast::<u32>().write_unaligned(n as u32);
+    }
+    hg_status::HG_STATUS_OK
+}
+
+/// Writes `bytes` with a terminating NUL into `buf` (as `hg_origin_key()`; the host and fleet bulkheads' strings): `*out_len`
+/// receives the length without the NUL; a `buf` too small is `HG_STATUS_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `buf` is NULL or has `buf_len` writable bytes; `out_len` is non-null and writable.
+pub(crate) unsafe fn write_str(
+    bytes: &[u8],
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: &mut usize,
+) -> hg_status {
+    *out_len = bytes.len();
+    if bytes.len() + 1 > buf_len {
+        return hg_status::HG_STATUS_INVALID_ARGUMENT;
+    }
+    // SAFETY: `buf` has `buf_len >= bytes.len() + 1` writable bytes (contract + check; a
+    // NULL `buf` comes with `buf_len` 0, refused above).
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), bytes.len());
+        *buf.add(bytes.len()) = 0;
     }
     hg_status::HG_STATUS_OK
 }

@@ -58,6 +58,12 @@ pub enum hg_status {
     /// from the segment's, no free slot, a poisoned or removed segment (`hg_host_last_error()`
     /// says which).
     HG_STATUS_HOST_SEGMENT = 1011,
+    /// A fleet bulkhead's call to Redis failed (`hg_fleet_*`): the transport callback reported
+    /// that Redis could not be reached, Redis answered an error (a refused `FUNCTION LOAD`, an
+    /// ACL), or the reply was not what the hullguard library sends (`hg_fleet_last_error()`
+    /// says which). Admissions never return it: a fleet bulkhead that cannot renew its lease
+    /// refuses `HG_STATUS_CONCURRENCY_LIMIT` with the bound `HG_BOUND_FLEET_LEASE`.
+    HG_STATUS_FLEET_TRANSPORT = 1012,
     /// Rejected `concurrency_limit`.
     HG_STATUS_CONCURRENCY_LIMIT = 2000,
     /// Rejected `queue_limit`.
@@ -188,6 +194,7 @@ pub extern "C" fn hg_status_message(status: u32) -> *const c_char {
         1009 => c"stale lease: the permit's lease expired or was reclaimed before this release; its permits were already returned, nothing was released twice",
         1010 => c"foreign lease: the permit belongs to another process (acquired before fork); nothing was released",
         1011 => c"the host bulkhead's segment file cannot be used (I/O, permission, incompatible layout, settings mismatch, no free slot, poisoned or removed): hg_host_last_error() says which",
+        1012 => c"a fleet bulkhead's call to Redis failed (unreachable, an error reply, or an unexpected reply): hg_fleet_last_error() says which",
         s if (REJECTED..=hg_status::HG_STATUS_RATE_LIMIT as u32).contains(&s) => {
             Reason::from_index((s - REJECTED) as usize)
                 .map_or(c"reserved: not returned by this version", |r| {

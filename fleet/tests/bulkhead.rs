@@ -466,5 +466,9 @@ fn close_does_not_hang_on_a_transport_that_never_answers() {
     let t = Instant::now();
     bh.close();
     // Target: one TTL (300 ms); allowed 10 s, far below the transport's 60 s.
-    assert!(t.elapsed() < Duration::from_secs(10), "close took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "close took {:?}",
+        t.elapsed()
+    );
 }

@@ -195,7 +195,8 @@ static void budget_and_detail(void) {
     CHECK_EQ_U64(d.calls_in_use, 1);
     CHECK_EQ_U64(d.retry_after_ms, HG_TIMEOUT_INFINITE);
     CHECK(!d.class_present);
-    CHECK(hg_bound_name(17) == NULL);
+    CHECK(strcmp(hg_bound_name(HG_BOUND_FLEET_LEASE), "fleet_lease") == 0);
+    CHECK(hg_bound_name(18) == NULL);
     CHECK(hg_bound_name(UINT32_MAX) == NULL);
     CHECK(strcmp(hg_bound_name(HG_BOUND_KILL_SWITCH), "kill_switch") == 0);
 

@@ -246,7 +246,7 @@ static void options_are_checked(void) {
     CHECK(strstr(hg_status_message(HG_STATUS_STALE_LEASE), "stale lease") != NULL);
     CHECK(strstr(hg_status_message(HG_STATUS_FOREIGN_LEASE), "foreign lease") != NULL);
     CHECK(strstr(hg_status_message(HG_STATUS_HOST_SEGMENT), "hg_host_last_error") != NULL);
-    CHECK(strcmp(hg_status_message(1012), "unknown status") == 0);
+    CHECK(strcmp(hg_status_message(1013), "unknown status") == 0); /* 1012: the fleet */
 
     /* hg_host_last_error: a size query, a buffer too small, NULL. */
     size_t len = 0;

@@ -3,7 +3,10 @@
 #
 #   1. tests/c/*.c (policies.c: the policies, C21/C22/C24; core_api.c: what the port to the core
 #      admission API changed or added; admission.c: gateway admission, issue 16; host.c: the
-#      host bulkhead with real processes, issue 19) with gcc -std=c11 -Wall -Wextra -Werror:
+#      host bulkhead with real processes, issue 19; fleet.c: the fleet bulkhead against real
+#      redis-server processes with hiredis as its transport callback, issue 20 — it needs
+#      libhiredis-dev and redis-server, which `make setup` installs) with gcc -std=c11 -Wall
+#      -Wextra -Werror:
 #      plain, under AddressSanitizer + UndefinedBehaviorSanitizer (leak detection on), and under
 #      valgrind --leak-check=full;
 #      threaded.c runs 10^6 operations under ASan and 10^4 under valgrind.
@@ -15,10 +18,11 @@
 #      with `pkg-config --cflags --libs` (shared) and against libhullguard.a (static), and run.
 #
 # Leak suppressions: LeakSanitizer needs none (it credits interior pointers); valgrind gets
-# tests/c/valgrind.supp, whose two entries are explained there, and host.c also
-# tests/c/valgrind-host.supp. host.c forks: its children report their checks on a pipe, and
-# valgrind runs them with --child-silent-after-fork=yes (a forked child's leak check counts the
-# blocks of the parent's threads, which the child does not have, and would set its exit code).
+# tests/c/valgrind.supp, whose two entries are explained there, host.c also
+# tests/c/valgrind-host.supp and fleet.c tests/c/valgrind-fleet.supp. host.c forks: its children
+# report their checks on a pipe, and valgrind runs them with --child-silent-after-fork=yes (a
+# forked child's leak check counts the blocks of the parent's threads, which the child does not
+# have, and would set its exit code). fleet.c forks too, to exec redis-server (not traced).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -46,15 +50,27 @@ mkdir -p "$OUT"
 HOST=()
 if [ "$(uname -s)" = Linux ]; then HOST=(host); fi
 
+# The fleet bulkhead's test (hg_fleet_*) uses hiredis as the transport callback a C program
+# brings (the library links no Redis client), and starts its own redis-server processes.
+if ! echo '#include <hiredis/hiredis.h>' | "$CC" -E -x c - >/dev/null 2>&1; then
+    echo "hiredis is missing (Debian: libhiredis-dev; 'make setup' installs it): tests/c/fleet.c needs it" >&2
+    exit 1
+fi
+# The libraries of test $1 beyond LIBS.
+extra_libs() { if [ "$1" = fleet ]; then echo -lhiredis; fi; }
+
 step "C tests: plain"
-for t in smoke bad_input cases threaded bugs policies core_api admission deadline edge "${HOST[@]}"; do
-    "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t"
+for t in smoke bad_input cases threaded bugs policies core_api admission deadline edge "${HOST[@]}" fleet; do
+    # shellcheck disable=SC2046  # no extra library, or one word
+    "$CC" "${CFLAGS[@]}" "tests/c/$t.c" "$LIB" $(extra_libs "$t") "${LIBS[@]}" -o "$OUT/$t"
     "$OUT/$t"
 done
 
 step "C tests: AddressSanitizer + UBSan (detect_leaks=1)"
-for t in smoke bad_input cases bugs policies core_api admission deadline edge "${HOST[@]}"; do
-    "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" "${LIBS[@]}" -o "$OUT/$t-asan"
+for t in smoke bad_input cases bugs policies core_api admission deadline edge "${HOST[@]}" fleet; do
+    # shellcheck disable=SC2046
+    "$CC" "${CFLAGS[@]}" "${SAN[@]}" "tests/c/$t.c" "$LIB" $(extra_libs "$t") "${LIBS[@]}" \
+        -o "$OUT/$t-asan"
     "$OUT/$t-asan"
 done
 "$CC" "${CFLAGS[@]}" "${SAN[@]}" -DHG_OPS=1000000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \
@@ -71,6 +87,8 @@ if command -v valgrind >/dev/null; then
         "${VALGRIND[@]}" --child-silent-after-fork=yes --suppressions=tests/c/valgrind-host.supp \
             "$OUT/$t"
     done
+    "${VALGRIND[@]}" --child-silent-after-fork=yes --suppressions=tests/c/valgrind-fleet.supp \
+        "$OUT/fleet"
     "$CC" "${CFLAGS[@]}" -DHG_OPS=10000 tests/c/threaded.c "$LIB" "${LIBS[@]}" \
         -o "$OUT/threaded-vg"
     "${VALGRIND[@]}" "$OUT/threaded-vg"
