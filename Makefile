@@ -195,7 +195,7 @@ py-dev: $(VENV)/bin/maturin
 
 # pytest (warnings are errors; two workers, a file's tests in one), stubtest on the native module,
 # then the wheel in a fresh venv.
-py-test: py-dev
+py-test: redis py-dev
 	cd bindings-python && ../$(PY) -m pytest -q -n 2 --dist loadfile
 	cd bindings-python && ../$(PY) -m mypy.stubtest hullguard._native --allowlist stubtest-allowlist.txt
 	$(MAKE) --no-print-directory py-wheel

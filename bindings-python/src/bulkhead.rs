@@ -341,9 +341,11 @@ impl Bulkhead {
 
     fn observer(&self) -> PyResult<&Arc<PyObserver>> {
         self.observer.as_ref().ok_or_else(|| {
-            PyValueError::new_err(
-                "this bulkhead belongs to a Registry: listen with Registry.on(event, callback)",
-            )
+            PyValueError::new_err(if self.key.is_some() {
+                "this bulkhead belongs to a Registry: listen with Registry.on(event, callback)"
+            } else {
+                "this bulkhead has no event listeners (a FleetBulkhead's local bulkhead emits no events)"
+            })
         })
     }
 
@@ -497,7 +499,7 @@ impl Bulkhead {
     /// raises when awaited (`.detail` says which bound refused).
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn acquire(
+    pub(crate) fn acquire(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -527,7 +529,7 @@ impl Bulkhead {
     /// would raise>`). Bad arguments still raise.
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn admit(
+    pub(crate) fn admit(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -587,7 +589,7 @@ impl Bulkhead {
     /// (Ctrl-C: `KeyboardInterrupt`, within 100 ms; the place is given up).
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn acquire_sync(
+    pub(crate) fn acquire_sync(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -610,7 +612,7 @@ impl Bulkhead {
     /// `acquire_sync` that never raises a refusal: an `Admission`.
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn admit_sync(
+    pub(crate) fn admit_sync(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -635,7 +637,7 @@ impl Bulkhead {
     /// `BulkheadFullError` for `budget_limit` / `queue_limit`, `BulkheadRateLimitError`,
     /// `BulkheadQueueTimeoutError` for a `deadline` that has passed).
     #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
-    fn try_acquire(
+    pub(crate) fn try_acquire(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -657,7 +659,7 @@ impl Bulkhead {
     /// `try_acquire` that never raises a refusal: an `Admission` (every reason, including
     /// `concurrency_limit`, is `ok=False` with its `detail`).
     #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
-    fn try_admit(
+    pub(crate) fn try_admit(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -682,7 +684,7 @@ impl Bulkhead {
     /// the reason it would be refused (`.detail`). Bad arguments raise.
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn would_admit(
+    pub(crate) fn would_admit(
         &self,
         py: Python<'_>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -706,7 +708,7 @@ impl Bulkhead {
     /// in `admission_class`). `@bh.guard` or `@bh.guard(weight=2, timeout=1.0, cost=500)`.
     #[pyo3(signature = (r#fn=None, *, weight=None, timeout=None, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
-    fn guard(
+    pub(crate) fn guard(
         slf: &Bound<'_, Self>,
         r#fn: Option<&Bound<'_, PyAny>>,
         weight: Option<&Bound<'_, PyAny>>,
@@ -962,14 +964,14 @@ impl Bulkhead {
     /// Waits (without closing) until idle or `timeout` seconds pass (`None` / `math.inf`: no
     /// deadline; 0: report at once).
     #[pyo3(signature = (timeout=None))]
-    fn drain(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<DrainAwaitable> {
+    pub(crate) fn drain(&self, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<DrainAwaitable> {
         let t = timeout_arg(timeout)?.unwrap_or(Duration::MAX);
         Ok(DrainAwaitable::new(self.bh.clone(), t))
     }
 
     /// `drain` on this thread (GIL released; Ctrl-C raises promptly).
     #[pyo3(signature = (timeout=None))]
-    fn drain_sync<'py>(
+    pub(crate) fn drain_sync<'py>(
         &self,
         py: Python<'py>,
         timeout: Option<&Bound<'_, PyAny>>,

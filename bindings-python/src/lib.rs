@@ -18,12 +18,14 @@
 //! | `errors`, `stats`, `guard` | exceptions and `REASONS`; the stats / drain dicts; `guard` |
 //! | `metrics` | the metric table and samples for the exporters, `report_load`'s readings |
 //! | `host` | `HostBulkhead`, `HostPermit` (Linux): one limit per host over `hullguard-host` |
+//! | `fleet` | `_FleetBulkhead`, `_FleetCore`: one limit across hosts over `hullguard-fleet` (the driver is `hullguard/fleet.py`) |
 
 mod awaitable;
 mod bulkhead;
 mod deadline;
 mod errors;
 mod events;
+mod fleet;
 mod gateway;
 mod guard;
 #[cfg(target_os = "linux")]
@@ -65,6 +67,7 @@ mod _native {
         m.add("EVENT_KINDS", kinds)?;
         m.add("MAX_BUDGET", hullguard_core::MAX_BUDGET)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        crate::fleet::register(m)?;
         #[cfg(target_os = "linux")]
         crate::host::register(m)?;
         Ok(())

@@ -178,3 +178,57 @@ def test_mypy_reads_the_deadline_api(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     for line in range(3, 3 + len(DEADLINE_MUST_FAIL)):
         assert f"user_code.py:{line}: error" in out, (DEADLINE_MUST_FAIL[line - 3], out)
+
+
+FLEET = '''
+import redis
+import redis.asyncio
+
+import hullguard
+
+r = redis.Redis()
+fleet = hullguard.FleetBulkhead(r, "llm", max_concurrent=50, lease_ttl=10.0, local_share=2)
+
+
+def sync_use() -> int:
+    with fleet.acquire_sync(timeout=2.0):
+        p = fleet.try_acquire()
+        reveal_type(p)
+        held: int = fleet.stats()["lease"]["held"]
+        b: hullguard.Bulkhead = fleet.bulkhead
+        del b
+        fleet.close(timeout=1.0)
+        return held
+
+
+async def async_use() -> None:
+    async with hullguard.FleetBulkhead(redis.asyncio.Redis(), "llm", beat=1.0) as f:
+        async with f.acquire() as permit:
+            reveal_type(permit)
+        await f.aclose()
+'''
+
+FLEET_MUST_FAIL = [
+    'hullguard.FleetBulkhead(r, "x", lease_tll=1.0)',
+    'hullguard.FleetBulkhead(r, "x", budget=5)',
+    'hullguard.FleetBulkhead(r, 5)',
+    'hullguard.FleetBulkhead(r, "x", lease_ttl="1s")',
+    'hullguard.FleetBulkhead(r, "x").try_acquire(observe="all")',
+]
+
+
+def test_mypy_reads_the_fleet_api(tmp_path: Path) -> None:
+    """``FleetBulkhead``'s options and admission methods type-check (the local bulkhead's
+    ``Permit``); a misspelled or local-only option, a wrong type and a request's observe mode
+    are errors."""
+    proc = _mypy(tmp_path, FLEET)
+    out = proc.stdout + proc.stderr
+    assert out.count('Revealed type is "Union[hullguard._native.Permit, None]"') + out.count(
+        'Revealed type is "hullguard._native.Permit | None"') == 1, out
+    assert 'Revealed type is "hullguard._native.Permit"' in out, out
+    assert proc.returncode == 0 and out.count("error:") == 0, out
+    bad = "import redis\nimport hullguard\nr = redis.Redis()\n" + "\n".join(FLEET_MUST_FAIL) + "\n"
+    proc = _mypy(tmp_path, bad)
+    out = proc.stdout + proc.stderr
+    for line in range(4, 4 + len(FLEET_MUST_FAIL)):
+        assert f"user_code.py:{line}: error" in out, (FLEET_MUST_FAIL[line - 4], out)

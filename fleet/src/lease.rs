@@ -258,6 +258,8 @@ pub struct LeaseManager {
     short_weight: u64,
     /// A growth waits for its `WAIT` to be sent.
     replicate_pending: bool,
+    /// Sync at the minimum interval (a new fleet limit).
+    sync_soon: bool,
 }
 
 impl LeaseManager {
@@ -285,6 +287,7 @@ impl LeaseManager {
             cap: None,
             short_weight: 0,
             replicate_pending: false,
+            sync_soon: false,
         }
     }
 
@@ -382,9 +385,11 @@ impl LeaseManager {
     }
 
     /// Records a limit this process set through its own call (so it is set again after the
-    /// pool loses its state), with the reply.
+    /// pool loses its state), with the reply; the next sync goes out at once (at the minimum
+    /// interval), to take the new limit's share.
     pub fn limit_applied(&mut self, limit: u64, rev: u64, reply: SetLimitReply) {
         self.applied = Some((limit, rev));
+        self.sync_soon = true;
         if reply.rev >= self.fleet.rev {
             self.fleet.rev = reply.rev;
             self.fleet.limit = reply.limit;
@@ -446,6 +451,7 @@ impl LeaseManager {
             sent: now,
         });
         if matches!(request, Request::Sync(_)) {
+            self.sync_soon = false;
             self.last_sent = Some(now);
             self.nudged = false;
             self.last_refused = demand.refused_total;
@@ -466,6 +472,9 @@ impl LeaseManager {
             self.cfg.min_sync_interval
         };
         let earliest = last + gap;
+        if self.sync_soon {
+            return earliest;
+        }
         let due = match (self.state, self.lease) {
             (LeaseState::Full, _) => last + self.cfg.beat,
             (_, None) => earliest,

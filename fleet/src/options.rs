@@ -115,9 +115,14 @@ impl FleetConfig {
         else {
             return Err(unknown(name));
         };
+        let given = match value {
+            FleetValue::Int(n) => n.to_string(),
+            FleetValue::Duration(d) => format!("{d:?}"),
+            FleetValue::Str(s) => format!("{s:?}"),
+        };
         let expected = || FleetError::Option {
             option: opt.name,
-            message: format!("{value:?}: expected {}", range_text(&opt.kind)),
+            message: format!("{given}: expected {}", range_text(&opt.kind)),
         };
         match (opt.kind, value) {
             (FleetKind::Int { min, max }, FleetValue::Int(v)) if (min..=max).contains(&v) => {

@@ -65,6 +65,15 @@ the limit, crash-safe (a killed holder's permits return within about 0.25 s)::
 
 (``hullguard.host``: the gunicorn ``child_exit`` hook, ``reap``, the ``hullguard host`` command.)
 
+One limit across hosts (docs/design.md §16): every process that opens the same pool on one Redis
+shares the limit, through the redis-py client you already have (sync or asyncio); each leases a
+block of permits and admits on it locally::
+
+    llm = hullguard.FleetBulkhead(redis.Redis(socket_timeout=1.0), "llm-provider",
+                                  max_concurrent=50)       # 50 in the whole fleet
+    with llm.acquire_sync(timeout=2.0):                      # as a local bulkhead's
+        ...
+
 Times are in seconds (floats); ``math.inf`` means no deadline, ``0`` means do not queue.
 Thread-safe; bulkheads may be shared by several event loops and threads. Free-threaded CPython
 is not supported yet. After ``os.fork()`` the child's copy is independent: create bulkheads
@@ -108,6 +117,7 @@ from ._native import (
 from ._results import Admission, Admitted, Refused, UsageReport, WouldAdmit
 from . import llm
 from .dedup import SingleFlight, UnshareableResultError
+from .fleet import FleetBulkhead
 
 __version__: str = _native.__version__
 
@@ -145,6 +155,7 @@ __all__ = [
     "SingleFlight",
     "UnshareableResultError",
     "llm",
+    "FleetBulkhead",
     "EVENT_KINDS",
     "MAX_BUDGET",
     "MAX_PERMITS",

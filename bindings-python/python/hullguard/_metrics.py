@@ -76,11 +76,14 @@ class Sources:
         if not isinstance(name, str):
             raise TypeError(f"a bulkhead's name must be a str, not {type(name).__name__}")
         # A host bulkhead (Linux) is sampled like a bulkhead: the host's figures, live
-        # holders only (C37).
+        # holders only (C37). A fleet bulkhead: its local bulkhead (this process's block).
         host = getattr(_native, "HostBulkhead", None)
-        if not isinstance(bulkhead, Bulkhead) and not (host and isinstance(bulkhead, host)):
+        if not isinstance(bulkhead, (Bulkhead, _native._FleetBulkhead)) and not (
+            host and isinstance(bulkhead, host)
+        ):
             raise TypeError(
-                f"expected a hullguard.Bulkhead or HostBulkhead, not {type(bulkhead).__name__}")
+                "expected a hullguard.Bulkhead, HostBulkhead or FleetBulkhead, not "
+                f"{type(bulkhead).__name__}")
         with self._lock:
             if name in self._bulkheads:
                 raise ValueError(f"a bulkhead named {name!r} is sampled already")

@@ -45,6 +45,12 @@ __all__ = [
     "_parse_grpc_timeout",
     "_enable_ambient_deadline",
     "metric_table",
+    "_FleetBulkhead",
+    "_FleetCore",
+    "FLEET_OPTIONS",
+    "_FLEET_LIBRARY",
+    "_FLEET_LIB_VERSION",
+    "_FLEET_EVAL_SOURCE",
     "MAX_PERMITS",
     "MAX_QUEUE",
     "MAX_BUDGET",
@@ -562,6 +568,196 @@ def _parse_grpc_timeout(value: bytes) -> Optional[float]: ...
 def _enable_ambient_deadline(var: ContextVar[Optional[float]]) -> None: ...
 def metric_table() -> List[Dict[str, Any]]: ...
 def outcome_of_status(status_code: int) -> _Outcome: ...
+
+# ----- one limit across hosts (docs/design.md §16): hullguard.FleetBulkhead --------------------
+
+FLEET_OPTIONS: List[str]
+"""The option names of `FleetBulkhead(...)`, from the fleet crate's table (`pool` first)."""
+
+_FLEET_LIBRARY: str
+"""The `hullguard` Redis Functions library (`FUNCTION LOAD REPLACE`)."""
+
+_FLEET_LIB_VERSION: int
+"""What `FCALL_RO hg_version` answers when the library is loaded."""
+
+_FLEET_EVAL_SOURCE: str
+"""The library as one `EVAL` script (`EVALSHA sha 6 <keys> <function> <args>`)."""
+
+# One step of the driver loop: ("send", args) | ("wait", seconds) | ("closed", None).
+_FleetStep = Tuple[str, Any]
+
+@final
+class _FleetCore:
+    """The lease's driver handle (driven by `hullguard.fleet`; not public API)."""
+
+    def step(self) -> _FleetStep: ...
+    def complete(self, reply: Any) -> None: ...
+    def fail(self, message: str) -> None: ...
+    def wait(self, seconds: float) -> None: ...
+    def arm(self, event_loop: Any, callback: Callable[[], Any], demand: bool) -> bool: ...
+    def close(self) -> None: ...
+    def _abandon(self) -> None: ...
+    def release_command(self) -> Optional[List[str]]: ...
+    def released(self, reply: Any) -> None: ...
+    def apply_limits_command(
+        self,
+        revision: int,
+        limit: Optional[int] = None,
+        budget: Optional[int] = None,
+        max_queue: Optional[int] = None,
+        queue_timeout: Optional[_Seconds] = None,
+    ) -> List[str]: ...
+    def limit_applied(self, revision: int, limit: Optional[int], reply: Any) -> Dict[str, Any]: ...
+    def pool_stats_command(self) -> List[str]: ...
+    @staticmethod
+    def decode_pool_stats(reply: Any) -> Dict[str, Any]: ...
+    def version_command(self) -> List[str]: ...
+    @property
+    def min_sync_interval(self) -> float: ...
+    @property
+    def lease_ttl(self) -> float: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def holder(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+
+@disjoint_base
+class _FleetBulkhead:
+    """The native base of `hullguard.FleetBulkhead` (`hullguard/fleet.py`): the local
+    `Bulkhead`'s admission over the leased block, and the stats with the `lease` section."""
+
+    def __new__(
+        cls,
+        pool: str,
+        *,
+        max_concurrent: Optional[int] = None,
+        max_queue: Optional[int] = None,
+        queue_timeout: Optional[_Seconds] = None,
+        lease_ttl: Optional[_Seconds] = None,
+        beat: Optional[_Seconds] = None,
+        local_share: Optional[int] = None,
+        clock_drift_ppm: Optional[int] = None,
+        lease_margin: Optional[_Seconds] = None,
+        min_sync_interval: Optional[_Seconds] = None,
+        max_holders: Optional[int] = None,
+        holder: Optional[str] = None,
+    ) -> _FleetBulkhead: ...
+    def acquire(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> AcquireContext[Permit]: ...
+    def admit(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> AcquireContext[_Admission]: ...
+    def acquire_sync(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> Permit: ...
+    def admit_sync(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> _Admission: ...
+    def try_acquire(
+        self,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> Optional[Permit]: ...
+    def try_admit(
+        self,
+        weight: Optional[int] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> _Admission: ...
+    def would_admit(
+        self,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        *,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> WouldAdmit: ...
+    @overload
+    def guard(
+        self,
+        fn: None = None,
+        *,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> Callable[[_F], _F]: ...
+    @overload
+    def guard(
+        self,
+        fn: _F,
+        *,
+        weight: Optional[int] = None,
+        timeout: Optional[_Seconds] = None,
+        cost: Optional[int] = None,
+        admission_class: Optional[_Class] = None,
+        observe: Optional[Literal["off"]] = None,
+        deadline: Optional[_Deadline] = None,
+    ) -> _F: ...
+    def drain(self, timeout: Optional[_Seconds] = None) -> DrainAwaitable: ...
+    def drain_sync(self, timeout: Optional[_Seconds] = None) -> Dict[str, Any]: ...
+    def stats(self) -> _Stats: ...
+    def _metric_samples(self) -> List[_MetricSample]: ...
+    @property
+    def bulkhead(self) -> Bulkhead: ...
+    @property
+    def _core(self) -> _FleetCore: ...
+    @property
+    def pool(self) -> str: ...
+    @property
+    def holder(self) -> str: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def max_queue(self) -> int: ...
+    @property
+    def queue_timeout(self) -> float: ...
+    @property
+    def lease_ttl(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
 
 # ----- one limit per host (docs/design.md §14; Linux): hullguard.HostBulkhead -----------------
 

@@ -618,6 +618,9 @@ impl<const N: usize> Engine<N> {
         mode: Word,
         class: u16,
     ) -> Result<Word, TakeError> {
+        // A leased block is never observed: observe mode (the bulkhead's or a request's) must
+        // not admit past a block other processes count on.
+        let mode = mode & !OBSERVE_CALLS;
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
         let r = if self.lease.admits(self.clock.now_ns_at_most()) {
             if mode == MODE_LEASED {
@@ -849,8 +852,8 @@ impl<const N: usize> Engine<N> {
         let observed = |bit: Word| (self.mode.load(Relaxed) | observe) & bit != 0;
         let limit = self.limit.load(Acquire);
         let refused = if self.is_leased() {
-            // An empty or short block grows back: only the ceiling refuses.
-            w > self.max_concurrent.load(Relaxed) && !observed(OBSERVE_CALLS)
+            // An empty or short block grows back: only the ceiling refuses (never observed).
+            w > self.max_concurrent.load(Relaxed)
         } else {
             w > limit && (limit == 0 || !observed(OBSERVE_CALLS))
         };
@@ -1711,8 +1714,12 @@ impl<const N: usize> Engine<N> {
                     if self.is_leased() && !self.lease.admits(self.clock.now_ns_at_most()) {
                         return false;
                     }
-                    // Relaxed: as in `now_or_short`; the mode only selects the check.
-                    let observed = (self.mode.load(Relaxed) | own) & TAG_OBSERVE;
+                    // Relaxed: as in `now_or_short`; the mode only selects the check. A leased
+                    // block is never observed (see `leased_take`).
+                    let mut observed = (self.mode.load(Relaxed) | own) & TAG_OBSERVE;
+                    if self.is_leased() {
+                        observed &= !OBSERVE_CALLS;
+                    }
                     let mut short = 0;
                     let reserved = if observed == 0 {
                         self.permits.reserve_for_head(w, c)

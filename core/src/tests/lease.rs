@@ -242,3 +242,24 @@ mod handoff {
         assert!(b.set_lease_ceiling(0).is_err());
     }
 }
+
+#[test]
+fn a_leased_block_is_never_observed() {
+    // Review finding: a request's own observe mode got past the block other processes count on.
+    let b = bh();
+    b.set_lease(1).unwrap();
+    let _held = b.try_acquire(1).unwrap();
+    let r = b.admit(
+        &Request::new(1).observe(crate::Observe::All).no_wait(),
+        None,
+    );
+    let Decision::Rejected(e) = r else {
+        panic!("an observed request got past the block")
+    };
+    assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
+    assert!(b.set_observe(crate::Observe::All).is_ok());
+    assert!(
+        b.try_acquire(1).is_err(),
+        "nor the bulkhead's own observe mode"
+    );
+}

@@ -412,3 +412,21 @@ fn close_with_calls_in_flight_shrinks_instead_of_releasing() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_new_fleet_limit_is_synced_at_once() {
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    expect_sync(&mut m, 0, demand(1, 0));
+    m.complete(MS(1), Ok(ok(2, 2, 2, 3000)));
+    assert_eq!(m.poll(MS(10), demand(1, 0)), Poll::Wait(MS(1000)));
+    m.limit_applied(
+        20,
+        3,
+        SetLimitReply {
+            applied: true,
+            rev: 3,
+            limit: 20,
+        },
+    );
+    expect_sync(&mut m, 10, demand(1, 0));
+}
