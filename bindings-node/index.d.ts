@@ -1532,7 +1532,7 @@ export interface FleetLeaseStats {
   fleetUsed: number
   /** Processes holding leases in the pool, at the last reply. */
   holders: number
-  /** The pool state's epoch (server ms): it changes when Redis loses its state. */
+  /** The pool state's epoch (server µs at its creation): it changes when Redis loses its state. */
   epoch: number
   /** The fleet limit's revision. */
   rev: number

@@ -58,7 +58,7 @@
 /**
  * The library's version (`FCALL_RO hg_version` answers it).
  */
-#define HG_FLEET_LIBRARY_VERSION 1
+#define HG_FLEET_LIBRARY_VERSION 2
 
 /**
  * The result of every fallible `hg_*` call.
@@ -1933,7 +1933,7 @@ typedef struct hg_fleet_stats {
    */
   uint64_t holders;
   /**
-   * The pool state's epoch (Redis ms): it changes when Redis loses its state.
+   * The pool state's epoch (Redis µs at its creation): it changes when Redis loses its state.
    */
   uint64_t epoch;
   /**
@@ -2028,7 +2028,7 @@ typedef struct hg_fleet_pool_stats {
    */
   uint64_t used;
   /**
-   * The pool state's epoch (Redis ms).
+   * The pool state's epoch (Redis µs at its creation).
    */
   uint64_t epoch;
   /**

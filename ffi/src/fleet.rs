@@ -205,7 +205,7 @@ pub struct hg_fleet_stats {
     pub fleet_used: u64,
     /// Processes holding leases in the pool, at the last reply.
     pub holders: u64,
-    /// The pool state's epoch (Redis ms): it changes when Redis loses its state.
+    /// The pool state's epoch (Redis µs at its creation): it changes when Redis loses its state.
     pub epoch: u64,
     /// The fleet limit's revision.
     pub rev: u64,
@@ -299,7 +299,7 @@ pub struct hg_fleet_pool_stats {
     pub limit: u64,
     /// Permits held across the pool.
     pub used: u64,
-    /// The pool state's epoch (Redis ms).
+    /// The pool state's epoch (Redis µs at its creation).
     pub epoch: u64,
     /// The last generation handed out.
     pub fence: u64,
@@ -455,7 +455,7 @@ pub extern "C" fn hg_fleet_library(len: *mut usize) -> *const c_char {
 }
 
 /// The library's version (`FCALL_RO hg_version` answers it).
-pub const HG_FLEET_LIBRARY_VERSION: i64 = 1;
+pub const HG_FLEET_LIBRARY_VERSION: i64 = 2;
 const _: () = assert!(HG_FLEET_LIBRARY_VERSION == LIB_VERSION);
 
 // ----- options -----------------------------------------------------------------------------

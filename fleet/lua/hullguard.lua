@@ -16,7 +16,7 @@
 -- (the EVAL fallback) formats a bare Lua number with %.14g, e.g. a fence as 1.796514869786e+15,
 -- which HINCRBY would then reject.
 
-local LIB_VERSION = 1
+local LIB_VERSION = 2
 local REAP_BUDGET = 128            -- expired holders reaped per call (bounded work)
 local MAX_SAFE = 9007199254740991  -- 2^53 - 1
 local MAX_LIMIT = 4294967296       -- 2^32

@@ -88,7 +88,7 @@ pub fn render(pool: &PoolName, s: &PoolStats, json: bool) -> String {
             })
             .collect();
         return format!(
-            "{{\"pool\":{},\"exists\":{},\"limit\":{},\"used\":{},\"rev\":{},\"epoch_ms\":{},\"learning\":{},\"want_sum\":{},\"holders\":[{}]}}\n",
+            "{{\"pool\":{},\"exists\":{},\"limit\":{},\"used\":{},\"rev\":{},\"epoch_us\":{},\"learning\":{},\"want_sum\":{},\"holders\":[{}]}}\n",
             json_str(pool.as_str()),
             s.limit.is_some(),
             s.limit.map_or("null".to_owned(), |l| l.to_string()),

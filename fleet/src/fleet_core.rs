@@ -225,14 +225,19 @@ impl FleetCore {
         let _ = self.bulkhead.set_lease(limit.min(old_limit));
         self.bulkhead.set_lease_until(until.min(old_until));
         self.bulkhead.set_lease_until(until);
-        let fleet = lease.fleet().limit;
-        let ceiling = if fleet == 0 {
+        let fleet = lease.fleet();
+        let mut ceiling = if fleet.limit == 0 {
             self.default_ceiling
         } else {
-            fleet
+            fleet.limit
         }
         .max(limit)
         .clamp(1, hullguard_core::MAX_PERMITS);
+        if fleet.learning {
+            // A recreated pool starts at a default limit until the applied one is set again:
+            // never reject a waiter the fleet's real limit allows meanwhile.
+            ceiling = ceiling.max(self.bulkhead.max_concurrent());
+        }
         if ceiling != self.bulkhead.max_concurrent() {
             let _ = self.bulkhead.set_lease_ceiling(ceiling);
         }
@@ -412,8 +417,10 @@ impl FleetCore {
         };
         let r = SetLimitReply::decode(v).map_err(|e| FleetError::Transport(e.into()))?;
         if r.applied {
-            self.lock()
-                .limit_applied(snapshot.limit.unwrap_or(r.limit), snapshot.revision, r);
+            let mut lease = self.lock();
+            lease.limit_applied(snapshot.limit.unwrap_or(r.limit), snapshot.revision, r);
+            // The new ceiling at once: a weight the new limit allows is valid now.
+            self.apply(&lease, self.now());
         }
         self.bell_waker.wake_by_ref();
         Ok(r)

@@ -483,9 +483,10 @@ impl LeaseManager {
                 let short = d.queued > 0 || d.refused_total > self.last_refused;
                 let mut due = l.renew_at;
                 if (short || self.nudged) && want > l.held {
-                    // Asking for more: at once if the last answer left room, else at a
-                    // quarter beat while contended (others give back at their beats).
-                    let contended = l.target < self.last_want;
+                    // Asking for more: at once if the last answer gave all that was asked,
+                    // else at a quarter beat — contended, or nothing was free (others give
+                    // back at their beats; a closed holder's calls drain by its TTL).
+                    let contended = l.target < self.last_want || l.held < self.last_want;
                     due = due.min(if contended {
                         last + (self.cfg.beat / 4).max(self.cfg.min_sync_interval)
                     } else {
@@ -523,7 +524,11 @@ impl LeaseManager {
         let want = self.want_of(d);
         self.peak = want;
         self.last_want = want;
-        self.short_weight = 0;
+        // The heaviest refused weight stays asked for while anything is queued (a queued waiter
+        // does not ask again): a partial grant must not make the next sync forget it.
+        if d.queued == 0 {
+            self.short_weight = 0;
+        }
         // Redis may shrink the block to max(target, busy) while this request is on the wire,
         // and give the rest away: until a sync succeeds, admit no more than what is reported
         // as busy — the work in flight, or the block capped at the want, whichever is more.

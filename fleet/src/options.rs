@@ -198,7 +198,7 @@ impl FleetConfig {
             return Err(FleetError::Option {
                 option: "min_sync_interval",
                 message: format!(
-                    "{:?}: at most a quarter of the beat ({:?}), so demand is answered within a beat",
+                    "{:?}: at most a quarter of the beat ({:?}, from beat {beat:?}), so demand is answered within a beat: lower min_sync_interval or raise beat / lease_ttl",
                     self.min_sync_interval,
                     beat / 4
                 ),

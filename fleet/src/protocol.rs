@@ -102,7 +102,7 @@ pub struct SyncReply {
     pub limit: u64,
     /// The TTL the server set, ms.
     pub ttl_ms: u64,
-    /// The pool state's epoch (server ms of its creation): a change means the state was lost.
+    /// The pool state's epoch (server µs of its creation): a change means the state was lost.
     pub epoch: u64,
     /// The revision of the limit.
     pub rev: u64,
@@ -267,7 +267,7 @@ pub struct PoolStats {
     pub limit: Option<u64>,
     /// Permits held across the pool.
     pub used: u64,
-    /// The state's epoch (server ms).
+    /// The state's epoch (server µs at its creation).
     pub epoch: u64,
     /// The last generation handed out.
     pub fence: u64,

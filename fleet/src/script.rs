@@ -7,7 +7,24 @@ pub const LIBRARY: &str = include_str!("../lua/hullguard.lua");
 
 /// The library's version: `FCALL_RO hg_version` answers it; a client reloads the library only
 /// when the answer differs.
-pub const LIB_VERSION: i64 = 1;
+pub const LIB_VERSION: i64 = 2;
+
+/// A hash of [`LIBRARY`] (FNV-1a 64): a test fails when the library changes without a new
+/// [`LIB_VERSION`] — a Redis that has the old one would otherwise keep running it.
+pub const LIBRARY_HASH: u64 = 9_226_865_323_335_743;
+
+/// FNV-1a 64 of `text`.
+pub const fn fnv1a(text: &str) -> u64 {
+    let b = text.as_bytes();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
 
 /// The library as one `EVAL` script: the shebang line dropped, `redis.register_function`
 /// replaced by a local table of functions, and a dispatch on `ARGV[1]` (the function's name;
@@ -32,4 +49,19 @@ pub fn eval_source() -> String {
          for i = 2, #ARGV do hg_args[i - 1] = ARGV[i] end\n\
          return hg_fn(KEYS, hg_args)\n"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_library_has_a_new_version() {
+        assert_eq!(
+            fnv1a(LIBRARY),
+            LIBRARY_HASH,
+            "fleet/lua/hullguard.lua changed: raise LIB_VERSION (here and in the library) and set LIBRARY_HASH to the new hash"
+        );
+        assert!(LIBRARY.contains(&format!("local LIB_VERSION = {LIB_VERSION}\n")));
+    }
 }

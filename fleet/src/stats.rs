@@ -30,7 +30,7 @@ pub struct LeaseStats {
     pub fleet_used: u64,
     /// Processes holding leases in the pool, at the last reply.
     pub holders: u64,
-    /// The pool state's epoch (server ms): it changes when Redis loses its state.
+    /// The pool state's epoch (server µs at its creation): it changes when Redis loses its state.
     pub epoch: u64,
     /// The fleet limit's revision.
     pub rev: u64,

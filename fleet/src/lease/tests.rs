@@ -252,22 +252,28 @@ fn demand_nudges_are_rate_limited_and_idle_blocks_shrink_over_beats() {
     let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
     let a = expect_sync(&mut m, 0, demand(0, 8));
     assert_eq!(a.want, 10, "8 queued + 2 headroom, capped at the limit");
+    // A partial grant (nothing more was free): the next ask waits a quarter beat.
     m.complete(MS(1), Ok(ok(2, 6, 10, 3000)));
+    assert_eq!(m.poll(MS(2), demand(6, 4)), Poll::Wait(MS(250)));
+    let a = expect_sync(&mut m, 250, demand(6, 1));
+    assert_eq!(a.want, 8, "7 + 1 headroom");
+    // The whole ask granted: new demand is asked for at once, 5 ms apart.
+    m.complete(MS(251), Ok(ok(2, 8, 8, 3000)));
     m.nudge();
     assert_eq!(
-        m.poll(MS(2), demand(10, 4)),
-        Poll::Wait(MS(5)),
+        m.poll(MS(252), demand(8, 1)),
+        Poll::Wait(MS(255)),
         "5 ms apart"
     );
     // Idle: the want halves each beat.
     let mut wants = vec![];
-    let mut t = 1000;
+    let mut t = 1250;
     for _ in 0..5 {
         wants.push(expect_sync(&mut m, t, demand(0, 0)).want);
         m.complete(MS(t + 1), Ok(ok(2, *wants.last().unwrap(), 10, 3000)));
         t += 1000;
     }
-    assert_eq!(wants, [5, 2, 1, 0, 0]);
+    assert_eq!(wants, [4, 2, 1, 0, 0]);
 }
 
 #[test]
@@ -429,4 +435,28 @@ fn a_new_fleet_limit_is_synced_at_once() {
         },
     );
     expect_sync(&mut m, 10, demand(1, 0));
+}
+
+#[test]
+fn a_queued_heavy_weight_stays_asked_for_after_a_partial_grant() {
+    // Review finding: the heaviest refused weight was asked for in one sync, then forgotten.
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    expect_sync(&mut m, 0, demand(0, 0));
+    m.complete(MS(1), Ok(ok(2, 0, 0, 3000)));
+    let heavy = Demand {
+        in_flight: 0,
+        queued: 1,
+        refused_total: 1,
+        short_weight: 5,
+    };
+    let a = expect_sync(&mut m, 10, heavy);
+    assert!(a.want >= 5, "{a:?}");
+    m.complete(MS(11), Ok(ok(2, 2, 5, 3000))); // only 2 were free
+    // The waiter is still queued (the core does not report its weight again).
+    let later = Demand {
+        short_weight: 0,
+        ..heavy
+    };
+    let a = expect_sync(&mut m, 300, later);
+    assert!(a.want >= 5, "the weight is still asked for: {a:?}");
 }
