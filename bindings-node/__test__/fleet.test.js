@@ -520,7 +520,7 @@ test('open() resolves once the library is loaded, and rejects (closed) when Redi
   await c.sendCommand(['FUNCTION', 'FLUSH'])
   const f = await FleetBulkhead.open(c, { pool: 'open', maxConcurrent: 2 })
   t.after(() => f.close())
-  assert.equal(await c.sendCommand(['FCALL_RO', 'hg_version', '1', '{hg:open}:cfg']), 1)
+  assert.equal(await c.sendCommand(['FCALL_RO', 'hg_version', '1', '{hg:open}:cfg']), 2)
   ;(await f.acquire()).release()
   // A node-redis client that was never connected.
   const port = await freePort()
