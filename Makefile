@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed fleet-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test fleet-test
 
@@ -31,6 +31,7 @@ MATURIN := env CARGO_TARGET_DIR=$(abspath $(PY_TARGET)) VIRTUAL_ENV=$(abspath $(
 help:
 	@echo "make demo       run the isolation demo (two local HTTP upstreams, without/with hullguard)"
 	@echo "make demo-host  one limit per host: 4 worker processes, per-process vs host-wide, a SIGKILL"
+	@echo "make demo-fleet one limit per fleet: 3 hosts on one Redis pool, shares, a killed host, Redis restarted"
 	@echo "make test       set up what is missing, then run every test"
 	@echo "make setup      install the no_std targets, nightly's miri + rust-src, chromium and redis-server (idempotent)"
 	@echo "make report-test  the demo's HTML report: structure + headless Chromium render"
@@ -125,6 +126,13 @@ host-mixed: py-dev node-build
 	HG_MIXED_PYTHON=$(abspath $(VENV))/bin/python HG_MIXED_NODE=$(abspath bindings-node) \
 	    cargo test --release -p hullguard-host --features crash-hook --test mixed -- --ignored --nocapture
 
+# The fleet bulkhead across languages (fleet/tests/mixed.rs): Rust, Python and Node worker
+# processes (2, 3 and 5, each busy) on one pool of a real redis-server, an oracle redis-server
+# counting calls in flight: fair shares, in flight <= limit, every block given back at the end.
+fleet-mixed: py-dev node-build redis
+	HG_MIXED_PYTHON=$(abspath $(VENV))/bin/python HG_MIXED_NODE=$(abspath bindings-node) \
+	    cargo test -p hullguard-fleet --test mixed -- --ignored --nocapture
+
 # The host bulkhead's loom models (docs/design.md §14.7): the ledger, reclaim and expiry against
 # the owner, tickets and doorbells, crash injection at every named step (about a minute).
 loom-host:
@@ -144,7 +152,7 @@ nostd:
 # Every test, each target timed (ci/timed.sh prints the table at the end). Heavy modes have their
 # own targets: `make bench` (real figures), `make demo`.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test fleet-test stress loom loom-host miri nostd firmware \
-	c-test py-test report-test node-test host-mixed readme dist-test bench-smoke
+	c-test py-test report-test node-test host-mixed fleet-mixed readme dist-test bench-smoke
 
 test:
 	ci/timed.sh $(TEST_TARGETS)
@@ -168,6 +176,13 @@ demo: py-dev chromium
 .PHONY: demo-host
 demo-host: py-dev
 	$(PY) examples/host_demo.py
+
+# One limit per fleet (docs/design.md §16): 3 "hosts" (process groups of 2 workers) share one
+# FleetBulkhead pool on a redis-server the demo starts; demand shifts, a host is SIGKILLed (its
+# blocks reaped after the TTL), Redis is killed and restarted empty (learning).
+.PHONY: demo-fleet
+demo-fleet: py-dev redis
+	$(PY) examples/fleet_demo.py
 
 # The demo's HTML report (examples/report.py, docs/design.md §13): a deterministic synthetic
 # recording of every phase through the demo's own report code, checked for structure and

@@ -458,6 +458,33 @@ export interface DrainReport {
 export declare function fastEntryPoints(): { fastTake(slot: number, id: number): number; fastGive(slot: number, weight: number): number; fastPoll(slot: number, ticket: number): number; fastExpire(slot: number, ticket: number, aborted: number): number }
 
 /**
+ * `hullguard fleet show POOL [--redis URL] [--json]` (`bin/hullguard.js`; `args` without the
+ * program name), parsed and rendered by the fleet crate (`hullguard_fleet::cli`), in two calls
+ * around the read, which the script makes with ioredis or node-redis: without `reply`, status
+ * 2 and the usage error, or status 0 and what to read; with `hg_stats`' reply, status 0 and
+ * the report, or status 1 when the reply is not `hg_stats`'.
+ */
+export declare function fleetCli(args: Array<string>, defaultRedis?: string | undefined | null, reply?: unknown | undefined | null): FleetCliOutput
+
+/**
+ * What `fleetCli` returns: the exit status and the text to print; after a parse without a
+ * reply (status 0), what to read and where (`redis`, `command`, `library`, `evalCommand`).
+ */
+export interface FleetCliOutput {
+  status: number
+  stdout: string
+  stderr: string
+  /** The Redis URL (`--redis`, else `defaultRedis`, else the crate's default). */
+  redis?: string
+  /** `FCALL_RO hg_stats 6 <keys…>`. */
+  command?: Array<string>
+  /** The same read as one `EVAL` of the library's script (an ACL that refuses `FUNCTION`). */
+  evalCommand?: Array<string>
+  /** The library's check and load (`FCALL_RO hg_version`, `FUNCTION LOAD REPLACE`). */
+  library?: FleetLibrary
+}
+
+/**
  * The library's commands for this pool: `check` (`FCALL_RO hg_version 1 <key>`, which answers
  * `version` when the library is loaded), `load` (`FUNCTION LOAD REPLACE <source>`), and for a
  * server whose ACL refuses `FUNCTION` (`NOPERM`), `loadScript` (`SCRIPT LOAD <the library as

@@ -844,6 +844,7 @@ module.exports.NativeHostPermit = nativeBinding.NativeHostPermit
 module.exports.NativeRegistry = nativeBinding.NativeRegistry
 module.exports.VirtualClock = nativeBinding.VirtualClock
 module.exports.fastEntryPoints = nativeBinding.fastEntryPoints
+module.exports.fleetCli = nativeBinding.fleetCli
 module.exports.grpcTimeout = nativeBinding.grpcTimeout
 module.exports.hostCancel = nativeBinding.hostCancel
 module.exports.hostCli = nativeBinding.hostCli

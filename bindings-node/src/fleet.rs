@@ -27,9 +27,9 @@ use std::{cell::Cell, fmt::Display, sync::Arc, task::Waker, time::Duration};
 
 use hullguard_core::{LimitsSnapshot, config::convert::count_from_f64};
 use hullguard_fleet::{
-    FleetConfig, FleetCore, FleetError, PoolName, RawReply, Step,
+    FleetConfig, FleetCore, FleetError, PoolName, RawReply, Step, cli,
     options::{FLEET_OPTIONS, FleetKind, FleetOption, FleetValue, NOT_FLEET_WIDE, node_name},
-    protocol::{FN_VERSION, Field, PoolStats},
+    protocol::{FN_STATS, FN_VERSION, Field, PoolStats},
     script::{LIB_VERSION, LIBRARY, eval_source},
 };
 use napi::{
@@ -710,4 +710,92 @@ impl NativeFleet {
     pub fn closed(&self) -> bool {
         self.core.is_closed()
     }
+}
+
+// ----- the `hullguard fleet show` command -----------------------------------------------------
+
+/// What `fleetCli` returns: the exit status and the text to print; after a parse without a
+/// reply (status 0), what to read and where (`redis`, `command`, `library`, `evalCommand`).
+#[napi(object)]
+pub struct FleetCliOutput {
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// The Redis URL (`--redis`, else `defaultRedis`, else the crate's default).
+    pub redis: Option<String>,
+    /// `FCALL_RO hg_stats 6 <keys…>`.
+    pub command: Option<Vec<String>>,
+    /// The same read as one `EVAL` of the library's script (an ACL that refuses `FUNCTION`).
+    pub eval_command: Option<Vec<String>>,
+    /// The library's check and load (`FCALL_RO hg_version`, `FUNCTION LOAD REPLACE`).
+    pub library: Option<FleetLibrary>,
+}
+
+/// `hullguard fleet show POOL [--redis URL] [--json]` (`bin/hullguard.js`; `args` without the
+/// program name), parsed and rendered by the fleet crate (`hullguard_fleet::cli`), in two calls
+/// around the read, which the script makes with ioredis or node-redis: without `reply`, status
+/// 2 and the usage error, or status 0 and what to read; with `hg_stats`' reply, status 0 and
+/// the report, or status 1 when the reply is not `hg_stats`'.
+#[napi]
+pub fn fleet_cli(
+    env: &Env,
+    args: Vec<String>,
+    default_redis: Option<String>,
+    reply: Option<Unknown>,
+) -> Result<FleetCliOutput> {
+    let out = |status, stdout, stderr| FleetCliOutput {
+        status,
+        stdout,
+        stderr,
+        redis: None,
+        command: None,
+        eval_command: None,
+        library: None,
+    };
+    let show = match cli::parse(&args, default_redis) {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok(out(
+                2,
+                String::new(),
+                format!("hullguard: {e}\n{}", cli::USAGE),
+            ));
+        }
+    };
+    let Some(reply) = reply else {
+        let keys = show.pool.keys();
+        let mut command = vec!["FCALL_RO".to_owned(), FN_STATS.to_owned(), "6".to_owned()];
+        command.extend(keys.iter().map(str::to_owned));
+        let mut eval_command = vec!["EVAL".to_owned(), eval_source(), "6".to_owned()];
+        eval_command.extend(keys.iter().map(str::to_owned));
+        eval_command.push(FN_STATS.to_owned());
+        return Ok(FleetCliOutput {
+            redis: Some(show.redis),
+            command: Some(command),
+            eval_command: Some(eval_command),
+            library: Some(FleetLibrary {
+                check: vec![
+                    "FCALL_RO".into(),
+                    FN_VERSION.into(),
+                    "1".into(),
+                    keys.0[0].clone(),
+                ],
+                load: vec![
+                    "FUNCTION".into(),
+                    "LOAD".into(),
+                    "REPLACE".into(),
+                    LIBRARY.into(),
+                ],
+                load_script: vec!["SCRIPT".into(), "LOAD".into(), eval_source()],
+                version: LIB_VERSION as f64,
+            }),
+            ..out(0, String::new(), String::new())
+        });
+    };
+    // A reply that is not an array of numbers and strings throws (as `decodePoolStats`).
+    let f = fields(env, &reply)?;
+    Ok(match FleetCore::decode_pool_stats(&f) {
+        Ok(stats) => out(0, cli::render(&show.pool, &stats, show.json), String::new()),
+        Err(e) => out(1, String::new(), format!("hullguard: {}\n", message(e))),
+    })
 }

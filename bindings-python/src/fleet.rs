@@ -33,9 +33,9 @@ use std::{
 
 use hullguard_core::LimitsSnapshot;
 use hullguard_fleet::{
-    FleetConfig, FleetCore, FleetError, FleetStats, PoolName, RawReply, Step,
+    FleetConfig, FleetCore, FleetError, FleetStats, PoolName, RawReply, Step, cli,
     options::{FLEET_OPTIONS, FleetKind, FleetOption, FleetValue, NOT_FLEET_WIDE, node_name},
-    protocol::{FN_VERSION, Field, PoolStats},
+    protocol::{FN_STATS, FN_VERSION, Field, PoolStats},
     script::{LIB_VERSION, LIBRARY, eval_source},
 };
 use pyo3::{
@@ -63,6 +63,7 @@ const MAX_PARK: Duration = Duration::from_secs(3600);
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FleetDriver>()?;
     m.add_class::<FleetBulkhead>()?;
+    m.add_function(wrap_pyfunction!(fleet_cli, m)?)?;
     m.add("_FLEET_LIBRARY", LIBRARY)?;
     m.add("_FLEET_LIB_VERSION", LIB_VERSION)?;
     m.add("_FLEET_EVAL_SOURCE", eval_source())?;
@@ -879,7 +880,7 @@ impl FleetBulkhead {
     /// The local bulkhead's stats (as `Bulkhead.stats()`: `limit` is the block admitted on now)
     /// plus `lease`: `pool`, `holder`, `state` (`"idle"`, `"leased"`, `"lost"`, `"expired"`,
     /// `"full"`), `generation`, `held`, `share`, `local_limit`, `fleet_limit`, `fleet_used`,
-    /// `holders`, `epoch` (server ms), `rev`, `learning`, `lease_left` (seconds, `None`
+    /// `holders`, `epoch` (server µs at the state's creation), `rev`, `learning`, `lease_left` (seconds, `None`
     /// without a lease), `unreachable`, `last_error` (`None` once a sync succeeds),
     /// `unleased_in_flight`, and the counters `syncs_total`, `errors_total`, `losses_total`,
     /// `expiries_total`, `late_grants_total`, `releases_fenced_total`, `epoch_changes_total`.
@@ -967,4 +968,72 @@ impl FleetBulkhead {
             s.stats.queued
         ))
     }
+}
+
+// ----- the `hullguard fleet show` command ------------------------------------------------------
+
+/// `hullguard fleet show POOL [--redis URL] [--json]` (`hullguard.host.main`; `args` without
+/// the program name), parsed and rendered by the fleet crate (`hullguard_fleet::cli`), in two
+/// calls around the read, which Python makes with redis-py:
+///
+/// * without `reply`: `(2, "", <message and usage>, None)` for bad usage, else
+///   `(0, "", "", plan)` with `plan = {"pool", "redis" (the URL: `--redis`, else
+///   `default_redis`, else the crate's default), "json", "check" (`FCALL_RO hg_version 1
+///   <key>`), "command" (`FCALL_RO hg_stats 6 <keys…>`)}`;
+/// * with `hg_stats`' reply: `(0, <the report>, "", None)`, or `(1, "", <message>, None)` when
+///   the reply is not `hg_stats`'.
+#[pyfunction(name = "_fleet_cli")]
+#[pyo3(signature = (args, default_redis=None, reply=None))]
+fn fleet_cli<'py>(
+    py: Python<'py>,
+    args: Vec<String>,
+    default_redis: Option<String>,
+    reply: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(i32, String, String, Option<Bound<'py, PyDict>>)> {
+    let show = match cli::parse(&args, default_redis) {
+        Ok(s) => s,
+        Err(e) => {
+            return Ok((
+                2,
+                String::new(),
+                format!("hullguard: {e}\n{}", cli::USAGE),
+                None,
+            ));
+        }
+    };
+    let Some(reply) = reply else {
+        let keys = show.pool.keys();
+        let mut command = vec!["FCALL_RO".to_owned(), FN_STATS.to_owned(), "6".to_owned()];
+        command.extend(keys.iter().map(str::to_owned));
+        let check = vec![
+            "FCALL_RO".to_owned(),
+            FN_VERSION.to_owned(),
+            "1".to_owned(),
+            keys.0[0].clone(),
+        ];
+        let plan = PyDict::new(py);
+        plan.set_item("pool", show.pool.as_str())?;
+        plan.set_item("redis", &show.redis)?;
+        plan.set_item("json", show.json)?;
+        plan.set_item("check", check)?;
+        plan.set_item("command", command)?;
+        return Ok((0, String::new(), String::new(), Some(plan)));
+    };
+    let decoded = fields(reply).and_then(|f| {
+        FleetCore::decode_pool_stats(&f).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    });
+    Ok(match decoded {
+        Ok(stats) => (
+            0,
+            cli::render(&show.pool, &stats, show.json),
+            String::new(),
+            None,
+        ),
+        Err(e) => (
+            1,
+            String::new(),
+            format!("hullguard: {}\n", e.value(py)),
+            None,
+        ),
+    })
 }

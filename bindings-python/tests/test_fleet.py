@@ -8,7 +8,8 @@ bound ``fleet_lease`` within the TTL) and restarted (a lease again); a local sha
 unreachable; ``FLUSHALL`` (learning, holders keep their blocks); C42 (a client whose replies
 come after the TTL: the grant is never used and is given back); ``apply_limits`` under
 revisions; bad options named; close releasing the block; the ``EVALSHA`` fallback under an ACL
-that forbids ``FUNCTION``.
+that forbids ``FUNCTION``; the ``hullguard fleet show`` command (the holder and the limit, JSON,
+bad usage exits 2, Redis unreachable 1).
 
 The ``redis_server`` fixture starts ``redis-server`` on a free loopback port (no persistence, its
 own directory) and kills and reaps it afterwards. Without ``redis-server`` the tests fail with a
@@ -796,3 +797,77 @@ def test_sync_an_unreachable_redis_raises_at_construction() -> None:
             hullguard.FleetBulkhead(r, "nowhere", lease_ttl=1.0)
     finally:
         r.close()
+
+
+# ----- the `hullguard fleet show` command -------------------------------------------------------
+
+
+def _hullguard(*args: str, _prelude: str = "", **env: str) -> "subprocess.CompletedProcess[str]":
+    """``hullguard <args>`` (the console script's ``main``) in a child interpreter."""
+    code = f"import sys; {_prelude}from hullguard.host import main; sys.exit(main())"
+    e = {k: v for k, v in os.environ.items() if k != "HULLGUARD_REDIS_URL"}
+    e.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=30, env=e
+    )
+
+
+def test_fleet_show_names_the_holder_and_the_limit(redis_server: RedisServer, admin: Any) -> None:
+    r = redis_server.client()
+    fleet = hullguard.FleetBulkhead(r, "cli", max_concurrent=7, lease_ttl=5.0)
+    url = f"redis://127.0.0.1:{redis_server.port}/"
+    try:
+        p = fleet.acquire_sync(timeout=10)
+        eventually(10, "a block", lambda: lease(fleet)["held"] >= 1)
+        out = _hullguard("fleet", "show", "cli", "--redis", url)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert lines[0].startswith("pool cli: limit 7 (rev "), out.stdout
+        assert lines[0].endswith(", 1 holder"), out.stdout
+        [row] = [ln for ln in lines if fleet.holder in ln]
+        assert row.split()[0] == fleet.holder and 1 <= int(row.split()[1]) <= 7, row
+        # JSON, the URL from $HULLGUARD_REDIS_URL.
+        out = _hullguard("fleet", "show", "cli", "--json", HULLGUARD_REDIS_URL=url)
+        assert out.returncode == 0, out.stderr
+        j = json.loads(out.stdout)
+        assert (j["pool"], j["exists"], j["limit"]) == ("cli", True, 7)
+        [h] = j["holders"]
+        assert h["holder"] == fleet.holder and 1 <= h["held"] <= 7
+        assert 0 < h["expires_in_ms"] <= 5000
+        p.release()
+    finally:
+        fleet.close()
+        r.close()
+    # A pool nobody opened; a server without the library (it is loaded, as a driver does).
+    admin.execute_command("FUNCTION", "FLUSH")
+    out = _hullguard("fleet", "show", "nobody", "--json", "--redis", url)
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)
+    assert (j["exists"], j["limit"], j["holders"]) == (False, None, [])
+    assert admin.execute_command("FUNCTION", "LIST") != []
+    # An ACL that forbids FUNCTION: the same read as one script (EVALSHA), as a driver does.
+    admin.execute_command("FUNCTION", "FLUSH")
+    admin.execute_command("ACL", "SETUSER", "ro", "on", ">pw", "~*", "&*", "+@all",
+                          "-function", "-fcall", "-fcall_ro")
+    out = _hullguard("fleet", "show", "nobody", "--redis",
+                     f"redis://ro:pw@127.0.0.1:{redis_server.port}/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("pool nobody: no such pool in this Redis"), out.stdout
+    assert admin.execute_command("FUNCTION", "LIST") == []
+
+
+def test_fleet_show_bad_usage_exits_2_an_unreachable_redis_or_no_redis_py_1() -> None:
+    for args in (["fleet"], ["fleet", "show"], ["fleet", "show", "a{b}"],
+                 ["fleet", "show", "x", "--nope"], ["fleet", "ls"]):
+        out = _hullguard(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert out.stdout == ""
+        assert out.stderr.startswith("hullguard: "), out.stderr
+        assert "\nusage: hullguard fleet show POOL" in out.stderr, out.stderr
+    out = _hullguard("fleet", "show", "x", "--redis", f"redis://127.0.0.1:{_free_port()}/")
+    assert out.returncode == 1
+    assert out.stderr.startswith("hullguard: ConnectionError"), out.stderr
+    # Without redis-py (an optional dependency: hullguard[fleet]).
+    out = _hullguard("fleet", "show", "x", _prelude="sys.modules['redis'] = None; ")
+    assert (out.returncode, out.stdout) == (1, "")
+    assert out.stderr == "hullguard: fleet show needs redis-py: pip install 'hullguard[fleet]'\n"

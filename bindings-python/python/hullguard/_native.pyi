@@ -51,6 +51,7 @@ __all__ = [
     "_FLEET_LIBRARY",
     "_FLEET_LIB_VERSION",
     "_FLEET_EVAL_SOURCE",
+    "_fleet_cli",
     "MAX_PERMITS",
     "MAX_QUEUE",
     "MAX_BUDGET",
@@ -582,6 +583,13 @@ _FLEET_LIB_VERSION: int
 
 _FLEET_EVAL_SOURCE: str
 """The library as one `EVAL` script (`EVALSHA sha 6 <keys> <function> <args>`)."""
+
+def _fleet_cli(
+    args: List[str], default_redis: Optional[str] = None, reply: Any = None
+) -> Tuple[int, str, str, Optional[Dict[str, Any]]]:
+    """`hullguard fleet show …` (args without the program name), parsed and rendered in Rust:
+    without `reply` the usage error (status 2) or the plan `{"pool", "redis", "json", "check",
+    "command"}`; with `hg_stats`' reply the report (status 0) or an error (status 1)."""
 
 # One step of the driver loop: ("send", args) | ("wait", seconds) | ("closed", None).
 _FleetStep = Tuple[str, Any]

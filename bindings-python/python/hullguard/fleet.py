@@ -41,7 +41,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import _native
 from ._native import _FleetBulkhead, _FleetCore
@@ -88,7 +88,7 @@ class _Link:
     once when a call finds it missing (Redis restarted empty, ``FUNCTION FLUSH``), and run as
     one ``EVALSHA`` script where an ACL forbids ``FUNCTION`` (``NOPERM``)."""
 
-    def __init__(self, client: Any, core: _FleetCore) -> None:
+    def __init__(self, client: Any, core: "_FleetCore | _LibraryCheck") -> None:
         import redis.exceptions as rex  # the client is redis-py's: redis is installed
 
         self.client = client
@@ -177,6 +177,56 @@ class _AsyncLink(_Link):
         self.ready = False
         await self.ensure_library()
         return await self._raw(args)
+
+
+# ----- `hullguard fleet show` --------------------------------------------------------------------
+
+
+class _LibraryCheck:
+    """What a link asks of its core, for a read without a lease (the command below): the
+    library's version check."""
+
+    def __init__(self, check: List[str]) -> None:
+        self._check = list(check)
+
+    def version_command(self) -> List[str]:
+        return list(self._check)
+
+
+def _cli(args: List[str]) -> Tuple[int, str, str]:
+    """``hullguard fleet show POOL [--redis URL] [--json]`` (``args`` without the program name):
+    ``(status, stdout, stderr)`` as the Rust command's — 0 shown, 1 failed (Redis unreachable,
+    redis-py missing), 2 bad usage. The fleet crate parses the arguments and renders the
+    report (``_native._fleet_cli``); this reads ``FCALL_RO hg_stats`` with redis-py, the library
+    loaded first when it is missing (as a fleet bulkhead's driver does: ``_SyncLink``)."""
+    default = os.environ.get("HULLGUARD_REDIS_URL")
+    status, out, err, plan = _native._fleet_cli(args, default)
+    if plan is None:
+        return status, out, err
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError:
+        return 1, "", "hullguard: fleet show needs redis-py: pip install 'hullguard[fleet]'\n"
+    try:
+        # One attempt of at most 5 s per command (as the Rust command's connection).
+        client = redis.Redis.from_url(
+            plan["redis"],
+            socket_timeout=5.0,
+            socket_connect_timeout=5.0,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError as e:
+        return 1, "", f"hullguard: {plan['redis']}: {e}\n"
+    try:
+        reply = _SyncLink(client, _LibraryCheck(plan["check"])).call(plan["command"])
+    except Exception as e:  # Redis unreachable, an error reply (NOPERM, ...)
+        return 1, "", f"hullguard: {_describe(e)}\n"
+    finally:
+        client.close()
+    status, out, err, _ = _native._fleet_cli(args, default, reply)
+    return status, out, err
 
 
 # ----- the drivers ------------------------------------------------------------------------------

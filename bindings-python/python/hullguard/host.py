@@ -22,7 +22,8 @@ A gunicorn master reaps a dead worker's slot at once (``gunicorn.conf.py``)::
     child_exit = child_exit("payments-db")
 
 The ``hullguard`` command (``hullguard host ls | show NAME | reap NAME | rm NAME``) lists,
-shows, reaps and removes segments (:func:`main`).
+shows, reaps and removes segments; ``hullguard fleet show POOL`` shows a fleet pool
+(:func:`main`).
 """
 
 from __future__ import annotations
@@ -95,10 +96,17 @@ def child_exit(name: str, *, dir: str = DEFAULT_DIR) -> Callable[[Any, Any], int
 
 def main(argv: Optional[List[str]] = None) -> int:
     """The ``hullguard`` command: ``hullguard host ls | show NAME | reap NAME | rm NAME
-    [--dir DIR] [--json] [--force]`` (the Rust crate's command, shared by every package).
-    Prints what it prints; returns its exit status (0 done, 1 failed, 2 bad usage)."""
+    [--dir DIR] [--json] [--force]`` and ``hullguard fleet show POOL [--redis URL] [--json]``
+    (the Rust crate's command, shared by every package: the fleet pool is read with redis-py,
+    ``$HULLGUARD_REDIS_URL`` by default). Prints what it prints; returns its exit status (0
+    done, 1 failed, 2 bad usage)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    status, out, err = _host_cli(args)
+    if args[:1] == ["fleet"]:
+        from .fleet import _cli
+
+        status, out, err = _cli(args)
+    else:
+        status, out, err = _host_cli(args)
     if out:
         sys.stdout.write(out)
         sys.stdout.flush()

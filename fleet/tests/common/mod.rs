@@ -1,7 +1,10 @@
 //! The fleet tests' fixtures: real `redis-server` processes (`hullguard_testkit::redis_server`,
-//! re-exported) and loading the library.
+//! re-exported), loading the library, and fleet bulkheads in real processes ([`procs`]: the
+//! worker role, the pool and its oracle).
 
 #![allow(dead_code)]
+
+pub mod procs;
 
 pub use hullguard_testkit::redis_server::*;
 
