@@ -305,17 +305,15 @@ def test_the_first_block_then_local_acquires(redis_server: RedisServer, admin: A
 
 
 def test_demand_wakes_the_driver_before_its_beat(redis_server: RedisServer) -> None:
-    """A 30 s lease renews every 10 s; more demand than the block covers wakes the driver at
-    once (the core's demand bell): the waiters are admitted long before the next beat."""
+    """A 60 s lease renews every 20 s; more demand than the block covers wakes the driver at
+    once (the core's demand bell): every waiter is admitted within its 10 s queue timeout, half
+    the beat — without the bell none of them could be (no wall-clock assertion needed)."""
     r = redis_server.client()
-    fleet = hullguard.FleetBulkhead(r, "bell", max_concurrent=8, lease_ttl=30.0)
+    fleet = hullguard.FleetBulkhead(r, "bell", max_concurrent=8, lease_ttl=60.0)
     try:
         first = fleet.acquire_sync(timeout=10)
         start = lease(fleet)["held"]
-        t0 = time.monotonic()
         permits = [fleet.acquire_sync(timeout=10) for _ in range(7)]
-        # Target: a few round trips; allowed 5 s, half the beat.
-        assert time.monotonic() - t0 < 5.0
         assert lease(fleet)["held"] == 8 > start
         for p in permits + [first]:
             p.release()
@@ -374,11 +372,9 @@ def test_redis_killed_refuses_fleet_lease_within_the_ttl_then_the_lease_comes_ba
     fleet = hullguard.FleetBulkhead(r, "killed", max_concurrent=4, lease_ttl=0.4)
     try:
         fleet.acquire_sync(timeout=10).release()
-        killed = time.monotonic()
         redis_server.kill()
         # At most one TTL (0.4 s) later nothing is admitted; allowed 10 s.
         eventually(10, "fail closed", lambda: fleet.try_acquire() is None and lease(fleet)["state"] == "expired")
-        assert time.monotonic() - killed < 10
         assert fleet_refusal_bound(fleet) == "fleet_lease"
         le = lease(fleet)
         assert le["unreachable"] and le["last_error"], le
@@ -669,19 +665,18 @@ def test_a_redis_cluster_holds_each_pool_in_one_slot(redis_cluster: List[RedisSe
 async def test_async_first_block_local_acquires_demand_and_aclose(redis_server: RedisServer) -> None:
     r = redis_server.aclient()
     try:
-        async with hullguard.FleetBulkhead(r, "afirst", max_concurrent=8, lease_ttl=30.0) as fleet:
+        async with hullguard.FleetBulkhead(r, "afirst", max_concurrent=8, lease_ttl=60.0) as fleet:
             async with fleet.acquire(timeout=10) as p:
                 assert isinstance(p, hullguard.Permit)
                 le = lease(fleet)
                 assert le["state"] == "leased" and le["fleet_limit"] == 8, le
             # More demand than the block — on the loop and from other threads — wakes the
-            # driver at once (the beat is 10 s away): target a few round trips; allowed 5 s.
-            t0 = time.monotonic()
+            # driver at once: the beat is 20 s away, so being admitted within the 10 s queue
+            # timeouts is the proof (no wall-clock assertion).
             permits = await asyncio.gather(
                 *(fleet.acquire(timeout=10) for _ in range(4)),
                 *(asyncio.to_thread(fleet.acquire_sync, timeout=10) for _ in range(4)),
             )
-            assert time.monotonic() - t0 < 5.0
             assert lease(fleet)["held"] == 8
             syncs = lease(fleet)["syncs_total"]
             for q in permits:

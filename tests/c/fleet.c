@@ -1071,11 +1071,10 @@ static void close_releases_the_block(void) {
     CHECK(start_thread(&t, wait_for_permit, &w) == 0);
     CHECK(EVENTUALLY(10000, hg_test_stats(bha).queued == 1));
 
-    uint64_t t0 = now_ms();
     CHECK_STATUS(hg_fleet_bulkhead_close(a), HG_STATUS_OK);
     pthread_join(t, NULL);
+    /* Woken by the close (SHUTDOWN), not by its 10 s timeout (that would be TIMEOUT). */
     CHECK_STATUS(w.status, HG_STATUS_SHUTDOWN);
-    CHECK(now_ms() - t0 < 9000); /* woken by the close, not its 10 s timeout */
     CHECK(w.permit == NULL);
     /* a's call still in flight stays counted: its block shrank to it (the lease runs out by its
        TTL) instead of a release that would free a permit in use. */
