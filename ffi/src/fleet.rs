@@ -40,7 +40,7 @@ use hullguard_core::LimitsSnapshot;
 use hullguard_fleet::{
     FleetConfig, FleetCore, FleetError, LeaseState, PoolName, RawReply, Step,
     fleet_core::Command,
-    options::{FLEET_OPTIONS, FleetKind, FleetValue, node_name},
+    options::{FleetKind, FleetValue},
     pool::Keys,
     protocol::{FN_VERSION, Field},
     script::{LIB_VERSION, LIBRARY},
@@ -536,10 +536,8 @@ pub extern "C" fn hg_fleet_options_set_int(
         };
         // The table says whether the number is a count or a duration (in ms, in C); an unknown
         // name goes to the table as well, which refuses it in its own words.
-        let duration = FLEET_OPTIONS
-            .iter()
-            .find(|o| o.name == name || node_name(o) == name)
-            .is_some_and(|o| matches!(o.kind, FleetKind::Duration { .. }));
+        let duration =
+            FleetConfig::find(name).is_some_and(|o| matches!(o.kind, FleetKind::Duration { .. }));
         let value = if duration {
             FleetValue::Duration(Duration::from_millis(value))
         } else {
@@ -1415,6 +1413,7 @@ pub extern "C" fn hg_fleet_bulkhead_free(fb: *mut hg_fleet_bulkhead) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hullguard_fleet::options::FLEET_OPTIONS;
 
     fn message() -> String {
         let mut len = 0usize;

@@ -13,7 +13,7 @@ use crate::{
 
 /// A holder label: 1 ..= 64 printable ASCII characters without spaces.
 fn check_label(label: &str) -> Result<(), NameError> {
-    if !label.is_empty() && label.len() <= 64 && label.bytes().all(|b| b.is_ascii_graphic()) {
+    if crate::pool::is_printable(label, 64) {
         Ok(())
     } else {
         Err(NameError {
@@ -101,6 +101,14 @@ impl FleetConfig {
         }
     }
 
+    /// Looks an option up by name: the snake_case name, or Node's camelCase spelling
+    /// (`maxConcurrent`, `leaseTtlMs`).
+    pub fn find(name: &str) -> Option<&'static FleetOption> {
+        FLEET_OPTIONS
+            .iter()
+            .find(|o| o.name == name || node_name(o) == name)
+    }
+
     /// Sets option `name` (snake_case, or Node's camelCase with `Ms` for durations) from
     /// `value`.
     ///
@@ -109,10 +117,7 @@ impl FleetConfig {
     /// option that cannot be fleet-wide (named as such), a value of the wrong kind or out of
     /// range (showing the range).
     pub fn set(&mut self, name: &str, value: FleetValue<'_>) -> Result<(), FleetError> {
-        let Some(opt) = FLEET_OPTIONS
-            .iter()
-            .find(|o| o.name == name || node_name(o) == name)
-        else {
+        let Some(opt) = Self::find(name) else {
             return Err(unknown(name));
         };
         let given = match value {
@@ -432,22 +437,11 @@ fn unknown(name: &str) -> FleetError {
 
 /// Node's spelling of an option (`maxConcurrent`, `leaseTtlMs`).
 pub fn node_name(opt: &FleetOption) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in opt.name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    if matches!(opt.kind, FleetKind::Duration { .. }) {
-        out.push_str("Ms");
-    }
-    out
+    hullguard_core::config::options::node_spelled(
+        opt.name,
+        matches!(opt.kind, FleetKind::Duration { .. }),
+    )
+    .to_string()
 }
 
 #[cfg(test)]

@@ -103,12 +103,17 @@ impl Keys {
     }
 }
 
+/// Whether `s` is 1 ..= `max` printable ASCII characters without spaces (holder ids, labels).
+pub fn is_printable(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// Validates a holder id: 1 ..= 128 printable ASCII characters without spaces.
 ///
 /// # Errors
 /// [`NameError`] naming `holder`.
 pub fn check_holder(id: &str) -> Result<(), NameError> {
-    if !id.is_empty() && id.len() <= MAX_HOLDER_LEN && id.bytes().all(|b| b.is_ascii_graphic()) {
+    if is_printable(id, MAX_HOLDER_LEN) {
         Ok(())
     } else {
         Err(NameError {
@@ -134,7 +139,7 @@ pub fn new_holder_id(label: Option<&str>) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic()))
+        .filter(|s| is_printable(s, usize::MAX))
         .unwrap_or_else(|| "host".to_owned());
     let host: String = label.map_or(host, str::to_owned).chars().take(64).collect();
     format!("{host}:{}:{:016x}", std::process::id(), h.finish())

@@ -324,22 +324,11 @@ impl HostOptions {
 
 /// Node's spelling of an option (`maxConcurrent`, `leaseTtlMs`).
 pub fn node_name(opt: &HostOption) -> String {
-    let mut out = String::new();
-    let mut upper = false;
-    for c in opt.name.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    if matches!(opt.kind, HostKind::Duration { .. }) {
-        out.push_str("Ms");
-    }
-    out
+    hullguard_core::config::options::node_spelled(
+        opt.name,
+        matches!(opt.kind, HostKind::Duration { .. }),
+    )
+    .to_string()
 }
 
 fn unknown(name: &str) -> HostError {

@@ -255,6 +255,48 @@ pub enum Spelling {
     Vector,
 }
 
+/// Writes `name` (snake_case) in Node's spelling, one piece at a time: camelCase, and `Ms`
+/// after a duration's name.
+fn node_pieces(
+    name: &str,
+    duration: bool,
+    mut out: impl FnMut(&str) -> fmt::Result,
+) -> fmt::Result {
+    for (i, word) in name.split('_').enumerate() {
+        if i == 0 {
+            out(word)?;
+        } else {
+            let mut chars = word.chars();
+            if let Some(c) = chars.next() {
+                let mut buf = [0u8; 4];
+                out(c.to_ascii_uppercase().encode_utf8(&mut buf))?;
+                out(chars.as_str())?;
+            }
+        }
+    }
+    if duration { out("Ms") } else { Ok(()) }
+}
+
+/// Any option name in Node's spelling (`lease_ttl`, a duration → `leaseTtlMs`): the rule of
+/// [`Spelling::Node`], for the option tables outside the core's (the host and fleet
+/// bulkheads'). `Display` writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeSpelled<'a> {
+    name: &'a str,
+    duration: bool,
+}
+
+/// `name` (snake_case) in Node's spelling; `duration` adds the `Ms` suffix.
+pub const fn node_spelled(name: &str, duration: bool) -> NodeSpelled<'_> {
+    NodeSpelled { name, duration }
+}
+
+impl fmt::Display for NodeSpelled<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        node_pieces(self.name, self.duration, |p| f.write_str(p))
+    }
+}
+
 /// An option name in one spelling (see [`OptionSpec::spelled`]). `Display` writes it;
 /// [`is`](Self::is) compares it with a string without allocating.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -290,25 +332,7 @@ impl Spelled {
                     Ok(())
                 }
             }
-            Spelling::Node => {
-                for (i, word) in name.split('_').enumerate() {
-                    if i == 0 {
-                        out(word)?;
-                    } else {
-                        let mut chars = word.chars();
-                        if let Some(c) = chars.next() {
-                            let mut buf = [0u8; 4];
-                            out(c.to_ascii_uppercase().encode_utf8(&mut buf))?;
-                            out(chars.as_str())?;
-                        }
-                    }
-                }
-                if self.is_duration() {
-                    out("Ms")
-                } else {
-                    Ok(())
-                }
-            }
+            Spelling::Node => node_pieces(name, self.is_duration(), out),
         }
     }
 
