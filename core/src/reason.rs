@@ -454,6 +454,7 @@ impl Rejection {
             Reason::ConcurrencyLimit if self.leased => Bound::FleetLease,
             Reason::ConcurrencyLimit if s.limit == 0 => Bound::KillSwitch,
             Reason::ConcurrencyLimit => Bound::Limit,
+            Reason::BudgetLimit if self.leased => Bound::FleetLease,
             Reason::BudgetLimit => Bound::Budget,
             Reason::QueueLimit if s.queued >= s.max_queue => Bound::Queue,
             Reason::QueueLimit => Bound::QueuedCost,

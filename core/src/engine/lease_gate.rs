@@ -23,6 +23,11 @@ pub(crate) struct LeaseGate {
     shorts: AtomicWord,
     /// The largest weight turned away since the lease manager last took it.
     short_weight: AtomicWord,
+    /// The largest cost turned away since the lease manager last took it (a leased budget).
+    short_cost: AtomicWord,
+    /// The largest cost that may wait (the fleet budget): a leased budget's block grows back,
+    /// so only this refuses a cost outright. `Word::MAX`: none.
+    budget_ceiling: AtomicWord,
     /// The lease manager's waker (ticket 0).
     bell: WakerSlot,
 }
@@ -34,6 +39,8 @@ impl LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
+            short_cost: AtomicWord::new(0),
+            budget_ceiling: AtomicWord::new(Word::MAX),
             bell: WakerSlot::new(),
         }
     }
@@ -44,6 +51,8 @@ impl LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
+            short_cost: AtomicWord::new(0),
+            budget_ceiling: AtomicWord::new(Word::MAX),
             bell: WakerSlot::new(),
         }
     }
@@ -66,10 +75,14 @@ impl LeaseGate {
         self.until_ns.load(Acquire) as u64
     }
 
-    /// An admission of `weight` found the block short: count it and ring the bell.
-    pub(crate) fn short(&self, weight: Word) {
+    /// An admission of `weight` permits and `cost` units found the block short: count it and
+    /// ring the bell.
+    pub(crate) fn short(&self, weight: Word, cost: Word) {
         self.shorts.fetch_add(1, Relaxed);
         self.short_weight.fetch_max(weight, Relaxed);
+        if cost != 0 {
+            self.short_cost.fetch_max(cost, Relaxed);
+        }
         if let Some(w) = self.bell.take(0) {
             w.wake();
         }
@@ -83,6 +96,23 @@ impl LeaseGate {
     /// The largest weight turned away since the last call (0: none), reset.
     pub(crate) fn take_short_weight(&self) -> u64 {
         self.short_weight.swap(0, Relaxed) as u64
+    }
+
+    /// The largest cost turned away since the last call (0: none), reset.
+    pub(crate) fn take_short_cost(&self) -> u64 {
+        self.short_cost.swap(0, Relaxed) as u64
+    }
+
+    /// The largest cost that may wait (`u64::MAX`: no ceiling).
+    #[inline]
+    pub(crate) fn budget_ceiling(&self) -> Word {
+        // Relaxed: a setting; the dispatcher pass that follows a change reads it.
+        self.budget_ceiling.load(Relaxed)
+    }
+
+    /// Sets the largest cost that may wait.
+    pub(crate) fn set_budget_ceiling(&self, units: Word) {
+        self.budget_ceiling.store(units, Relaxed);
     }
 
     /// Registers the lease manager's waker, woken (once) at the next short admission.

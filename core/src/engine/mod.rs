@@ -425,6 +425,13 @@ impl<const N: usize> Engine<N> {
         self.run_dispatcher();
     }
 
+    /// Sets a leased budget's ceiling (the largest cost that may wait: the fleet budget) up or
+    /// down; a pass rejects the waiters above a lower one (`budget_limit`).
+    pub(crate) fn set_lease_budget_ceiling(&self, units: u64) {
+        self.lease.set_budget_ceiling(units as Word);
+        self.run_dispatcher();
+    }
+
     /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
     pub(crate) fn raise_ceiling(&self, limit: u64) {
         // Relaxed: see `max_concurrent`; the limit's own resize publishes the permits.
@@ -522,7 +529,10 @@ impl<const N: usize> Engine<N> {
     pub(crate) fn rejection(&self, reason: Reason) -> Rejection {
         Rejection {
             class: None,
-            leased: self.lease_refuses(),
+            leased: self.lease_refuses()
+                || (reason == Reason::BudgetLimit
+                    && self.is_leased()
+                    && self.budget.limit.load(Acquire) == 0),
             retry_after_ns: 0,
             reason,
             snapshot: self.snapshot(),
@@ -636,8 +646,8 @@ impl<const N: usize> Engine<N> {
         #[cfg(not(all(feature = "std", target_has_atomic = "64")))]
         let r = self.unleased_take::<TAKE>(w, c, mode, class);
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
-        if TAKE && r == Err(TakeError::Busy) {
-            self.lease.short(w);
+        if TAKE && matches!(r, Err(TakeError::Busy | TakeError::Budget)) {
+            self.lease.short(w, c);
         }
         r
     }
@@ -857,9 +867,15 @@ impl<const N: usize> Engine<N> {
         } else {
             w > limit && (limit == 0 || !observed(OBSERVE_CALLS))
         };
+        let budget_ceiling = if self.is_leased() {
+            // A leased budget's block grows back too: only its ceiling refuses.
+            self.lease.budget_ceiling()
+        } else {
+            self.budget.limit.load(Acquire)
+        };
         if refused {
             Some(Reason::ConcurrencyLimit)
-        } else if c > self.budget.limit.load(Acquire) && !observed(OBSERVE_BUDGET) {
+        } else if c > budget_ceiling && !observed(OBSERVE_BUDGET) {
             Some(Reason::BudgetLimit)
         } else {
             None

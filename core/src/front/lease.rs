@@ -21,8 +21,12 @@ impl<const N: usize> Bulkhead<N> {
     /// Not for a bulkhead with an adaptive limit (both would move the limit): the fleet layer
     /// refuses that option.
     ///
+    /// On a classed bulkhead a block below the class floors is accepted: the floors are then
+    /// taken first-come up to the block (the permit word bounds the whole), and protected
+    /// again once the block covers them.
+    ///
     /// # Errors
-    /// [`ConfigError::Limit`] above `MAX_PERMITS`, or below a classed bulkhead's class floors.
+    /// [`ConfigError::Limit`] above `MAX_PERMITS`.
     ///
     /// # Examples
     /// ```
@@ -39,7 +43,9 @@ impl<const N: usize> Bulkhead<N> {
         if held > crate::config::MAX_PERMITS {
             return Err(ConfigError::Limit);
         }
-        self.check_partition(Some(held), None)?;
+        // No partition check: a block smaller than the class floors is a lease's passing
+        // state, not a configuration error — the permit word still bounds the whole at the
+        // block, and the floors are protected again once it grows back.
         self.engine.set_leased();
         self.engine.raise_ceiling(held);
         let before = self.engine.limit();
@@ -67,6 +73,75 @@ impl<const N: usize> Bulkhead<N> {
     /// Whether the limit is a leased block ([`set_lease`](Self::set_lease) was called).
     pub fn is_leased(&self) -> bool {
         self.engine.is_leased()
+    }
+
+    /// Sets a leased bulkhead's budget block to `units`, `0 ..= budget` (the budget it was
+    /// built with): the second leased dimension (a fleet budget, docs/design.md §16.10). As
+    /// [`set_lease`](Self::set_lease) for permits: never blocks, never revokes (shrinking
+    /// lets the free units go negative until releases pay them back), grants the queued
+    /// waiters that now fit, and — unlike [`set_budget`](Self::set_budget) — keeps waiting a
+    /// waiter whose cost is above the block but within the budget ceiling
+    /// ([`set_lease_budget_ceiling`](Self::set_lease_budget_ceiling)). A block below the
+    /// classes' budget floors is accepted. A cost refused while the block is 0 names the bound
+    /// `fleet_lease`. Emits `reconfigure` when the block changes. Call
+    /// [`set_lease`](Self::set_lease) first (it switches to leased mode).
+    ///
+    /// # Errors
+    /// [`ConfigError::BudgetLimit`] without a budget, above the budget it was built with, or
+    /// before leased mode.
+    ///
+    /// # Examples
+    /// ```
+    /// use hullguard_core::{Bulkhead, Config, Decision, Request};
+    /// let bh = Bulkhead::new(Config { budget: Some(10_000), ..Config::default() })?;
+    /// bh.set_lease(4)?;
+    /// bh.set_lease_budget_ceiling(10_000)?; // the fleet budget
+    /// bh.set_lease_budget(500)?; // this process's block of it
+    /// assert!(matches!(bh.admit(&Request::new(1).cost(400), None), Decision::Granted(_)));
+    /// let big = Request::new(1).cost(800);
+    /// assert!(matches!(bh.admit(&big.no_wait(), None), Decision::Rejected(_)));
+    /// assert!(matches!(bh.admit(&big, None), Decision::Queued(_))); // the block grows back
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_lease_budget(&self, units: u64) -> Result<(), ConfigError> {
+        if !self.engine.is_leased() {
+            return Err(ConfigError::BudgetLimit);
+        }
+        let before = self.engine.budget_limit();
+        self.engine.apply_budget(units)?;
+        if before != units {
+            self.emit_reconfigure();
+        }
+        Ok(())
+    }
+
+    /// A leased bulkhead's budget ceiling in force (`u64::MAX` before one is set).
+    pub fn lease_budget_ceiling(&self) -> u64 {
+        let c = self.engine.lease.budget_ceiling();
+        if c == crate::sync::Word::MAX {
+            u64::MAX
+        } else {
+            c as u64
+        }
+    }
+
+    /// Sets a leased bulkhead's budget ceiling — the largest cost that may be admitted or wait
+    /// (the fleet budget) — up or down, `1 ..= budget`; queued waiters above a lower ceiling
+    /// are rejected `budget_limit`.
+    ///
+    /// # Errors
+    /// [`ConfigError::BudgetLimit`] outside `1 ..= budget`, without a budget, or when the
+    /// bulkhead is not leased.
+    pub fn set_lease_budget_ceiling(&self, units: u64) -> Result<(), ConfigError> {
+        if !self.engine.is_leased()
+            || !self.engine.has_budget()
+            || units == 0
+            || units > self.engine.max_budget()
+        {
+            return Err(ConfigError::BudgetLimit);
+        }
+        self.engine.set_lease_budget_ceiling(units);
+        Ok(())
     }
 }
 
@@ -105,5 +180,11 @@ impl<const N: usize> Bulkhead<N> {
     /// the lease manager asks for at least that much room.
     pub fn take_lease_short_weight(&self) -> u64 {
         self.engine.lease.take_short_weight()
+    }
+
+    /// The largest cost the leased budget block turned away since the last call (0: none),
+    /// reset: the lease manager asks for at least that much room.
+    pub fn take_lease_short_cost(&self) -> u64 {
+        self.engine.lease.take_short_cost()
     }
 }

@@ -263,3 +263,158 @@ fn a_leased_block_is_never_observed() {
         "nor the bulkhead's own observe mode"
     );
 }
+
+fn refusal_of(d: Decision<&Bulkhead, 0>) -> crate::RejectionDetail {
+    match d {
+        Decision::Rejected(AcquireError::Rejected(r)) => r.detail(),
+        _ => panic!("not refused"),
+    }
+}
+
+fn budgeted() -> Bulkhead {
+    Bulkhead::new(Config {
+        max_concurrent: 8,
+        max_queue: 8,
+        budget: Some(1000),
+        ..Config::DEFAULT
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_leased_budget_block_admits_within_it_and_keeps_a_larger_cost_waiting() {
+    let b = budgeted();
+    b.set_lease(8).unwrap();
+    b.set_lease_budget_ceiling(1000).unwrap();
+    b.set_lease_budget(0).unwrap();
+    // An empty budget block: a cost is refused budget_limit with the bound fleet_lease; cost 0
+    // is still admitted (the permit block has room).
+    let d = refusal_of(b.admit(&Request::new(1).cost(10).no_wait(), None));
+    assert_eq!(
+        (d.reason, d.bound),
+        (Reason::BudgetLimit, Bound::FleetLease)
+    );
+    assert!(matches!(
+        b.admit(&Request::new(1), None),
+        Decision::Granted(_)
+    ));
+    b.set_lease_budget(300).unwrap();
+    let Decision::Granted(first) = b.admit(&Request::new(1).cost(200), None) else {
+        panic!()
+    };
+    // Short: the block has 100 left. A try is refused with the block's own bound...
+    let d = refusal_of(b.admit(&Request::new(1).cost(150).no_wait(), None));
+    assert_eq!(d.reason, Reason::BudgetLimit);
+    assert_ne!(d.bound, Bound::FleetLease, "the block is not empty");
+    assert_eq!(b.take_lease_short_cost(), 150, "the short cost is reported");
+    assert_eq!(b.take_lease_short_cost(), 0, "and reset");
+    // ...a cost above the whole block waits for the block to grow (a local budget would
+    // refuse it outright)...
+    let Decision::Queued(mut w) = b.admit(&Request::new(1).cost(600), None) else {
+        panic!("a cost within the fleet budget must wait for the block to grow")
+    };
+    assert!(w.poll(None).is_pending());
+    // ...and is granted when it does; a shrink below what is held never revokes.
+    b.set_lease_budget(900).unwrap();
+    let Poll::Ready(Ok(second)) = w.poll(None) else {
+        panic!("the grown block did not grant the waiter")
+    };
+    b.set_lease_budget(100).unwrap();
+    let s = b.stats().budget.unwrap();
+    assert_eq!((s.limit, s.in_use, s.available), (100, 800, -700));
+    drop((first, second));
+    assert_eq!(b.stats().budget.unwrap().available, 100);
+}
+
+#[test]
+fn only_the_budget_ceiling_refuses_a_cost_and_a_lower_one_rejects_waiters() {
+    let b = budgeted();
+    b.set_lease(8).unwrap();
+    b.set_lease_budget(50).unwrap();
+    b.set_lease_budget_ceiling(500).unwrap();
+    let Decision::Rejected(e) = b.admit(&Request::new(1).cost(501), None) else {
+        panic!("a cost above the fleet budget must be refused at once")
+    };
+    assert_eq!(e.reason(), Some(Reason::BudgetLimit));
+    let Decision::Queued(mut w) = b.admit(&Request::new(1).cost(400), None) else {
+        panic!()
+    };
+    b.set_lease_budget_ceiling(300).unwrap();
+    let Poll::Ready(Err(AcquireError::Rejected(r))) = w.poll(None) else {
+        panic!("a waiter above the lowered ceiling must be rejected")
+    };
+    assert_eq!(r.reason, Reason::BudgetLimit);
+    // Validation: the ceiling is 1 ..= budget; both need leased mode and a budget.
+    assert!(b.set_lease_budget_ceiling(0).is_err());
+    assert!(b.set_lease_budget_ceiling(1001).is_err());
+    assert!(b.set_lease_budget(1001).is_err());
+    assert!(budgeted().set_lease_budget(10).is_err(), "not leased");
+    let plain = bh();
+    plain.set_lease(1).unwrap();
+    assert!(plain.set_lease_budget(1).is_err(), "no budget");
+    assert!(plain.set_lease_budget_ceiling(1).is_err(), "no budget");
+}
+
+#[test]
+fn a_block_below_the_class_floors_is_a_lease_state_not_an_error() {
+    use crate::{
+        ClockSource,
+        config::classes::{ClassSpec, ClassTable},
+    };
+    let classes = [
+        ClassSpec {
+            floor: 2,
+            ..ClassSpec::DEFAULT
+        },
+        ClassSpec {
+            floor: 2,
+            priority: 1,
+            ..ClassSpec::DEFAULT
+        },
+    ];
+    let b = Bulkhead::with_classes(
+        Config {
+            max_concurrent: 6,
+            max_queue: 8,
+            ..Config::DEFAULT
+        },
+        &ClassTable {
+            lending: false,
+            shed: false,
+            rates: Default::default(),
+            classes: &classes,
+            reserve: crate::config::classes::PriorityReserve::default(),
+        },
+        ClockSource::None,
+    )
+    .unwrap();
+    b.set_lease(1)
+        .expect("a block below the floors is accepted");
+    let Decision::Granted(a) = b.admit(&Request::new(1).class(0).no_wait(), None) else {
+        panic!("a class takes its floor inside the block")
+    };
+    // The block (1) bounds the whole: the other class's floor take must wait.
+    let Decision::Queued(mut w) = b.admit(&Request::new(1).class(1), None) else {
+        panic!("the block is full: the second class must queue")
+    };
+    assert!(w.poll(None).is_pending());
+    assert_eq!(b.stats().active, 1);
+    b.set_lease(4).unwrap();
+    let Poll::Ready(Ok(c)) = w.poll(None) else {
+        panic!("the grown block did not grant the other class's floor")
+    };
+    // With the block covering the floors they are protected again: class 0 may not take
+    // class 1's remaining floor permit (shared is 0).
+    let Decision::Granted(a2) = b.admit(&Request::new(1).class(0).no_wait(), None) else {
+        panic!("class 0's own floor")
+    };
+    assert!(
+        matches!(
+            b.admit(&Request::new(1).class(0).no_wait(), None),
+            Decision::Rejected(_)
+        ),
+        "class 0 took class 1's floor"
+    );
+    drop((a, a2, c));
+    assert_eq!(b.stats().active, 0);
+}

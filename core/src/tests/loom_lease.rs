@@ -125,3 +125,45 @@ fn loom_lease_demand_bell_is_never_lost() {
         drop(held);
     });
 }
+
+#[test]
+fn loom_lease_budget_shrink_to_empty_vs_release_with_a_waiter() {
+    // A leased budget (docs/design.md §16.10): block 3 units, H holds 2 of them, W (cost 2) is
+    // queued. The budget lease expires (block 0) while H ends. W is either handed H's units
+    // (the release won: units in flight never exceed the old block) or stays queued — never
+    // rejected for the empty block, its cost is within the budget's ceiling — and the units
+    // balance.
+    model_at_most(3, || {
+        let b = bh();
+        b.set_lease(2).unwrap();
+        b.set_lease_budget_ceiling(4).unwrap();
+        b.set_lease_budget(3).unwrap();
+        let h = granted(admit(&b, 1, 2));
+        let mut w = queued(admit(&b, 1, 2));
+        let shrink = {
+            let b = b.clone();
+            thread::spawn(move || b.set_lease_budget(0).unwrap())
+        };
+        let rel = thread::spawn(move || drop(h));
+        shrink.join().unwrap();
+        rel.join().unwrap();
+        let in_use = |b: &super::loom_bulkhead::Bh| b.stats().budget.unwrap().in_use;
+        match w.poll(None) {
+            Poll::Ready(Ok(c)) => {
+                assert_eq!(in_use(&b), 2);
+                drop(c);
+            }
+            Poll::Ready(Err(e)) => panic!("waiter rejected by an empty budget block: {e:?}"),
+            Poll::Pending => {
+                assert_eq!(in_use(&b), 0);
+                b.set_lease_budget(2).unwrap();
+                match w.poll(None) {
+                    Poll::Ready(Ok(c)) => drop(c),
+                    other => panic!("waiter not granted after the block grew: {other:?}"),
+                }
+            }
+        }
+        let s = b.stats().budget.unwrap();
+        assert_eq!((s.in_use, s.available), (0, s.limit as i64), "{s:?}");
+    });
+}
