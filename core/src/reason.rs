@@ -398,8 +398,8 @@ pub struct Rejection {
     /// padding: a rejection does not grow for it.)
     pub class: Option<ClassRefusal>,
     /// Whether a leased bulkhead (a fleet bulkhead's, docs/design.md §16) refused for want of
-    /// a lease: its block was 0 or past its deadline (bound `fleet_lease`, not the kill
-    /// switch). (In the same padding.)
+    /// a lease: its block was 0 or past its deadline, or — for `budget_limit` — its leased
+    /// budget block was 0 (bound `fleet_lease`, not the kill switch). (In the same padding.)
     pub leased: bool,
     /// For `rate_limit`: how long, in ns on the bulkhead's clock, until the request would
     /// conform (docs/design.md §4.9), as seen when it was refused; 0 otherwise (and for a
