@@ -49,11 +49,11 @@ fn fleet(args: &[String]) -> (i32, String, String) {
 fn read(show: &Show) -> Result<String, String> {
     let client = redis::Client::open(show.redis.as_str()).map_err(|e| e.to_string())?;
     let mut t = RedisTransport::new(Reconnecting::new(client, Duration::from_secs(5)));
-    let keys = show.pool.keys();
+    let keys = show.keys();
     t.ensure_library(&keys).map_err(|e| e.to_string())?;
     let fields = t
         .call_fields(hullguard_fleet::protocol::FN_STATS, &keys, &[])
         .map_err(|e| e.to_string())?;
     let stats = FleetCore::decode_pool_stats(&fields).map_err(|e| e.to_string())?;
-    Ok(cli::render(&show.pool, &stats, show.json))
+    Ok(show.render(&stats))
 }

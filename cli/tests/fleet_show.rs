@@ -31,6 +31,7 @@ fn fleet_show_prints_the_pool_and_its_holders() {
         let client = redis::Client::open(srv.url()).unwrap();
         let mut cfg = FleetConfig::new(PoolName::new("shown").unwrap());
         cfg.max_concurrent = 8;
+        cfg.budget = Some(500);
         let t = RedisTransport::new(Reconnecting::new(client, Duration::from_secs(2)));
         FleetBulkhead::open(t, cfg).unwrap()
     };
@@ -54,7 +55,27 @@ fn fleet_show_prints_the_pool_and_its_holders() {
     );
     let (status, json, _) = hullguard(&["fleet", "show", "shown", "--json", "--redis", &srv.url()]);
     assert_eq!(status, 0);
-    assert!(json.contains("\"exists\":true,\"limit\":8"), "{json}");
+    assert!(
+        json.contains("\"dimension\":\"permits\",\"exists\":true,\"limit\":8"),
+        "{json}"
+    );
+    // The budget's table: both holders lease units too (once each has synced it).
+    let mut budget = String::new();
+    for _ in 0..1000 {
+        let (status, out, err) =
+            hullguard(&["fleet", "show", "shown", "--budget", "--redis", &srv.url()]);
+        assert_eq!(status, 0, "{err}");
+        budget = out;
+        if budget.contains("2 holders") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        budget.starts_with("budget of pool shown: budget 500 (rev 0)")
+            && budget.contains("2 holders"),
+        "{budget}"
+    );
     let (status, none, _) = hullguard(&["fleet", "show", "other", "--redis", &srv.url()]);
     assert_eq!(status, 0);
     assert!(none.contains("no such pool"), "{none}");

@@ -5,7 +5,9 @@
 -- Algorithm: Doorman FAIR_SHARE (youtube/doorman doc/algorithms.md) with integer shares;
 -- learning mode after lost state (youtube/doorman doc/design.md).
 --
--- KEYS (always 6, one hash tag, one cluster slot):
+-- KEYS (always 6, one hash tag, one cluster slot), of one dimension D of pool P: the permits
+-- (D empty: {hg:P}:cfg, ...) or the budget units (D = 'budget:': {hg:P}:budget:cfg, ...), two
+-- independent lease tables in one slot:
 --   1 {hg:P}:cfg    HASH  limit epoch fence base used want_sum learn_until rev
 --   2 {hg:P}:held   HASH  holder -> permits held
 --   3 {hg:P}:gen    HASH  holder -> generation (fencing token)
@@ -16,7 +18,7 @@
 -- (the EVAL fallback) formats a bare Lua number with %.14g, e.g. a fence as 1.796514869786e+15,
 -- which HINCRBY would then reject.
 
-local LIB_VERSION = 2
+local LIB_VERSION = 3
 local REAP_BUDGET = 128            -- expired holders reaped per call (bounded work)
 local MAX_SAFE = 9007199254740991  -- 2^53 - 1
 local MAX_LIMIT = 4294967296       -- 2^32
@@ -51,14 +53,15 @@ local function int_arg(v, name, lo, hi)
   return n
 end
 
--- The 6 keys of one pool: {hg:P}:<suffix>, P = 1..=64 of [A-Za-z0-9_.:-].
+-- The 6 keys of one dimension of a pool: {hg:P}:<D><suffix>, P = 1..=64 of [A-Za-z0-9_.:-],
+-- D = '' (permits) or 'budget:' (budget units).
 local function check_keys(keys)
-  local msg = 'keys must be the 6 keys {hg:<pool>}:cfg,held,gen,exp,want,served '
+  local msg = 'keys must be the 6 keys {hg:<pool>}:[budget:]cfg,held,gen,exp,want,served '
     .. '(pool: 1..=64 of [A-Za-z0-9_.:-])'
   if #keys ~= 6 then return fail(msg) end
-  local pool = string.match(keys[1], '^{hg:([A-Za-z0-9_.:%-]+)}:cfg$')
-  if pool == nil or #pool > 64 then return fail(msg) end
-  local prefix = '{hg:' .. pool .. '}:'
+  local pool, dim = string.match(keys[1], '^{hg:([A-Za-z0-9_.:%-]+)}:(.-)cfg$')
+  if pool == nil or #pool > 64 or (dim ~= '' and dim ~= 'budget:') then return fail(msg) end
+  local prefix = '{hg:' .. pool .. '}:' .. dim
   for i = 2, 6 do
     if keys[i] ~= prefix .. SUFFIXES[i] then return fail(msg) end
   end

@@ -12,9 +12,10 @@ use hullguard_core::{
 
 use crate::{
     error::FleetError,
-    fleet_core::{Command, FleetCore, RawReply, Step},
+    fleet_core::{AppliedLimits, Command, FleetCore, Local, RawReply, Step},
     options::FleetConfig,
-    protocol::{PoolStats, SetLimitReply},
+    pool::Dimension,
+    protocol::PoolStats,
     stats::FleetStats,
     transport::{Transport, TransportErrorKind},
 };
@@ -55,9 +56,9 @@ impl std::fmt::Debug for FleetBulkhead {
 
 type Shared = Arc<std::sync::Mutex<Box<dyn Transport>>>;
 
-fn send(transport: &Shared, core: &FleetCore, command: &Command) -> Result<RawReply, String> {
+fn send(transport: &Shared, command: &Command) -> Result<RawReply, String> {
     let mut t = transport.lock().unwrap_or_else(|p| p.into_inner());
-    match t.call_ints(command.function, core.keys(), &command.argv) {
+    match t.call_ints(command.function, &command.keys, &command.argv) {
         Ok(v) if command.scalar_reply() && v.len() == 1 => Ok(RawReply::Int(v[0])),
         Ok(v) => Ok(RawReply::Ints(v)),
         Err(e) => Err(e.to_string()),
@@ -67,7 +68,7 @@ fn send(transport: &Shared, core: &FleetCore, command: &Command) -> Result<RawRe
 fn drive(core: &FleetCore, transport: &Shared) {
     loop {
         match core.step() {
-            Step::Send(command) => match send(transport, core, &command) {
+            Step::Send(command) => match send(transport, &command) {
                 Ok(reply) => core.complete(reply),
                 Err(e) => core.fail(&e),
             },
@@ -103,7 +104,23 @@ impl FleetBulkhead {
         config: FleetConfig,
         clock: Option<Arc<dyn Clock>>,
     ) -> Result<Self, FleetError> {
-        let core = Arc::new(FleetCore::new(&config, clock)?);
+        Self::open_with(transport, config, clock, Local::default())
+    }
+
+    /// [`open_with_clock`](Self::open_with_clock) with what stays local: admission classes
+    /// (they partition this process's block: [`Request::class`]) and an observer for the
+    /// local core's events.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), and [`FleetError::Config`] for a class table the config does
+    /// not allow.
+    pub fn open_with(
+        transport: impl Transport + 'static,
+        config: FleetConfig,
+        clock: Option<Arc<dyn Clock>>,
+        local: Local<'_>,
+    ) -> Result<Self, FleetError> {
+        let core = Arc::new(FleetCore::with_local(&config, clock, local)?);
         let mut transport: Box<dyn Transport> = Box::new(transport);
         transport.ensure_library(core.keys())?;
         let transport: Shared = Arc::new(std::sync::Mutex::new(transport));
@@ -189,22 +206,26 @@ impl FleetBulkhead {
         }
     }
 
-    /// Sets the fleet limit in Redis under `snapshot.revision` (a stale or equal revision is
-    /// refused by Redis, and the limit in force is returned). Lowering never revokes: holders
-    /// shrink to their shares at their next syncs. Only `limit` may be set.
+    /// Sets the fleet limit and/or the fleet budget in Redis under `snapshot.revision` (each
+    /// lease table refuses a stale or equal revision of its own and answers the value in
+    /// force). Lowering never revokes: holders shrink to their shares at their next syncs.
+    /// Only `limit` and `budget` may be set.
     ///
     /// # Errors
-    /// [`FleetError::Option`] for a field other than `limit`, a missing or out-of-range limit;
-    /// [`FleetError::Transport`].
-    pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<SetLimitReply, FleetError> {
-        let command = self.core.apply_limits(snapshot)?;
-        let reply = send(&self.transport, &self.core, &command).map_err(|message| {
-            FleetError::Transport(crate::TransportError {
-                kind: TransportErrorKind::Io,
-                message,
-            })
-        })?;
-        self.core.limit_applied(snapshot, &reply)
+    /// [`FleetError::Option`] for another field, neither given, a value out of range, a
+    /// budget on a fleet bulkhead without one; [`FleetError::Transport`].
+    pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<AppliedLimits, FleetError> {
+        let commands = self.core.apply_limits(snapshot)?;
+        let mut replies = Vec::with_capacity(commands.len());
+        for command in &commands {
+            replies.push(send(&self.transport, command).map_err(|message| {
+                FleetError::Transport(crate::TransportError {
+                    kind: TransportErrorKind::Io,
+                    message,
+                })
+            })?);
+        }
+        self.core.limits_applied(snapshot, &replies)
     }
 
     /// The pool as Redis holds it (holders, blocks, generations, expiries): one read-only call.
@@ -212,10 +233,18 @@ impl FleetBulkhead {
     /// # Errors
     /// [`FleetError::Transport`].
     pub fn pool_stats(&self) -> Result<PoolStats, FleetError> {
-        let command = self.core.pool_stats_command();
+        self.pool_stats_of(Dimension::Permits)
+    }
+
+    /// [`pool_stats`](Self::pool_stats) of one dimension's lease table (the budget's).
+    ///
+    /// # Errors
+    /// [`FleetError::Transport`].
+    pub fn pool_stats_of(&self, dimension: Dimension) -> Result<PoolStats, FleetError> {
+        let command = self.core.pool_stats_command_of(dimension);
         let fields = {
             let mut t = self.transport.lock().unwrap_or_else(|p| p.into_inner());
-            t.call_fields(command.function, self.core.keys(), &command.argv)?
+            t.call_fields(command.function, &command.keys, &command.argv)?
         };
         FleetCore::decode_pool_stats(&fields)
     }
@@ -243,8 +272,9 @@ impl FleetBulkhead {
             }
             let _ = d.join();
         }
-        if let Some(command) = self.core.release_command() {
-            match send(&self.transport, &self.core, &command) {
+        // One release per lease (the permits', then the budget's).
+        while let Some(command) = self.core.release_command() {
+            match send(&self.transport, &command) {
                 Ok(reply) => self.core.released(&reply),
                 Err(e) => self.core.fail(&e),
             }

@@ -4,14 +4,18 @@
 //! print what [`render`] returns; each reads `hg_stats` through its own Redis client (so the
 //! command reaches Redis the way the services do).
 
-use crate::{pool::PoolName, protocol::PoolStats};
+use crate::{
+    pool::{Dimension, Keys, PoolName},
+    protocol::PoolStats,
+};
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: hullguard fleet show POOL [--redis URL] [--json]
+usage: hullguard fleet show POOL [--budget] [--redis URL] [--json]
 
   show  one pool: its limit, what is used, every holder (block, want, share, generation,
         time to expiry), whether it is learning after Redis lost its state
+  --budget  the pool's fleet budget (units) instead of its permits
   --redis  the Redis URL (default $HULLGUARD_REDIS_URL, else redis://127.0.0.1:6379/)
 ";
 
@@ -24,6 +28,20 @@ pub struct Show {
     pub redis: String,
     /// Print JSON instead of a table.
     pub json: bool,
+    /// Which lease table: the permits (default) or the budget (`--budget`).
+    pub dimension: Dimension,
+}
+
+impl Show {
+    /// The keys to read (`hg_stats`) for this command.
+    pub fn keys(&self) -> Keys {
+        self.pool.keys_of(self.dimension)
+    }
+
+    /// The report of `stats` (read from [`keys`](Self::keys)).
+    pub fn render(&self, stats: &PoolStats) -> String {
+        render_of(&self.pool, self.dimension, stats, self.json)
+    }
 }
 
 /// Parses `args` (without the program name: `["fleet", "show", "llm"]`); `Err` is the message
@@ -35,11 +53,13 @@ pub fn parse(args: &[String], default_redis: Option<String>) -> Result<Show, Str
     let mut words = vec![];
     let mut redis = default_redis.unwrap_or_else(|| "redis://127.0.0.1:6379/".to_owned());
     let mut json = false;
+    let mut dimension = Dimension::Permits;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--redis" => redis = it.next().ok_or("--redis needs a URL")?.clone(),
             "--json" => json = true,
+            "--budget" => dimension = Dimension::Budget,
             s if s.starts_with("--") => return Err(format!("unknown option {s}")),
             s => words.push(s.to_owned()),
         }
@@ -49,6 +69,7 @@ pub fn parse(args: &[String], default_redis: Option<String>) -> Result<Show, Str
             pool: PoolName::new(pool).map_err(|e| e.to_string())?,
             redis,
             json,
+            dimension,
         }),
         [f, ..] if f == "fleet" => Err("expected: fleet show POOL".into()),
         _ => Err("expected: fleet show POOL".into()),
@@ -69,9 +90,18 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// The report of `stats` for `pool`: a table, or one JSON object (`--json`).
+/// The report of `stats` for `pool`'s permits: a table, or one JSON object (`--json`).
 pub fn render(pool: &PoolName, s: &PoolStats, json: bool) -> String {
+    render_of(pool, Dimension::Permits, s, json)
+}
+
+/// The report of `stats` for one lease table of `pool`: a table, or one JSON object.
+pub fn render_of(pool: &PoolName, dimension: Dimension, s: &PoolStats, json: bool) -> String {
     let learning = s.now_ms < s.learn_until_ms;
+    let (what, limit_word) = match dimension {
+        Dimension::Permits => ("pool", "limit"),
+        Dimension::Budget => ("budget of pool", "budget"),
+    };
     if json {
         let holders: Vec<String> = s
             .holders
@@ -88,8 +118,9 @@ pub fn render(pool: &PoolName, s: &PoolStats, json: bool) -> String {
             })
             .collect();
         return format!(
-            "{{\"pool\":{},\"exists\":{},\"limit\":{},\"used\":{},\"rev\":{},\"epoch_us\":{},\"learning\":{},\"want_sum\":{},\"holders\":[{}]}}\n",
+            "{{\"pool\":{},\"dimension\":\"{}\",\"exists\":{},\"limit\":{},\"used\":{},\"rev\":{},\"epoch_us\":{},\"learning\":{},\"want_sum\":{},\"holders\":[{}]}}\n",
             json_str(pool.as_str()),
+            dimension.name(),
             s.limit.is_some(),
             s.limit.map_or("null".to_owned(), |l| l.to_string()),
             s.used,
@@ -102,11 +133,11 @@ pub fn render(pool: &PoolName, s: &PoolStats, json: bool) -> String {
     }
     let Some(limit) = s.limit else {
         return format!(
-            "pool {pool}: no such pool in this Redis (nobody has opened it, or Redis lost its state)\n"
+            "{what} {pool}: no such pool in this Redis (nobody has opened it, or Redis lost its state)\n"
         );
     };
     let mut out = format!(
-        "pool {pool}: limit {limit} (rev {}), used {}, wanted {}, {} holder{}{}\n",
+        "{what} {pool}: {limit_word} {limit} (rev {}), used {}, wanted {}, {} holder{}{}\n",
         s.rev,
         s.used,
         s.want_sum,
@@ -231,6 +262,19 @@ mod tests {
         assert_eq!(
             parse(&a("fleet show x --nope"), None).unwrap_err(),
             "unknown option --nope"
+        );
+        let b = parse(&a("fleet show llm --budget"), None).unwrap();
+        assert_eq!(b.dimension, Dimension::Budget);
+        assert_eq!(b.keys().0[0], "{hg:llm}:budget:cfg");
+        assert!(
+            b.render(&stats())
+                .starts_with("budget of pool llm: budget ")
+        );
+        assert!(
+            parse(&a("fleet show llm --json"), None)
+                .unwrap()
+                .render(&stats())
+                .contains("\"dimension\":\"permits\"")
         );
     }
 }

@@ -17,13 +17,16 @@ use std::{
     time::Duration,
 };
 
-use hullguard_core::{Bulkhead, ClockSource, Config, LimitsSnapshot, clock::Clock};
+use hullguard_core::{
+    Bulkhead, ClockSource, Config, LimitsSnapshot, clock::Clock, config::classes::ClassTable,
+    event::SharedObserver,
+};
 
 use crate::{
     error::FleetError,
     lease::{Demand, LeaseManager, Poll, Reply, Request},
     options::FleetConfig,
-    pool::{Keys, PoolName, new_holder_id},
+    pool::{Dimension, Keys, PoolName, new_holder_id},
     protocol::{
         self, FN_RELEASE, FN_SET_LIMIT, FN_STATS, FN_SYNC, Field, PoolStats, SetLimitReply,
         SyncReply,
@@ -37,6 +40,8 @@ use crate::{
 pub struct Command {
     /// The library function.
     pub function: &'static str,
+    /// The keys of the lease table it runs on (the pool's permits or its budget: one slot).
+    pub keys: Keys,
     /// Its arguments (after the keys).
     pub argv: Vec<String>,
 }
@@ -44,13 +49,13 @@ pub struct Command {
 impl Command {
     /// The whole command as strings, for a client's `execute_command(*args)` / `call(...args)`:
     /// `FCALL <function> 6 <keys…> <argv…>`, or `WAIT <replicas> <timeout_ms>`.
-    pub fn args(&self, keys: &Keys) -> Vec<String> {
+    pub fn args(&self) -> Vec<String> {
         if self.function == protocol::CMD_WAIT {
             let mut v = vec![protocol::CMD_WAIT.to_owned()];
             v.extend(self.argv.iter().cloned());
             return v;
         }
-        protocol::fcall(self.function, keys, &self.argv)
+        protocol::fcall(self.function, &self.keys, &self.argv)
     }
 
     /// Whether the reply is one integer ([`RawReply::Int`]: `hg_release`, `WAIT`) rather than
@@ -99,14 +104,67 @@ impl Wake for Bell {
     }
 }
 
+/// What a fleet bulkhead keeps local (docs/design.md §16.10): its admission classes (they
+/// partition this process's block, not the fleet's limit) and where its events go.
+#[derive(Default)]
+pub struct Local<'a> {
+    /// The classes (validated against the config as a local bulkhead's are).
+    pub classes: Option<&'a ClassTable<'a>>,
+    /// Where the local core's events go.
+    pub observer: Option<SharedObserver>,
+}
+
+/// The leases of a fleet bulkhead: its permits', and its budget's when it has one (two lease
+/// tables of one pool, one hash tag).
+struct Leases {
+    permits: LeaseManager,
+    budget: Option<LeaseManager>,
+    /// The dimension whose release [`FleetCore::release_command`] handed out last.
+    releasing: Option<Dimension>,
+}
+
+impl Leases {
+    fn get_mut(&mut self, d: Dimension) -> Option<&mut LeaseManager> {
+        match d {
+            Dimension::Permits => Some(&mut self.permits),
+            Dimension::Budget => self.budget.as_mut(),
+        }
+    }
+
+    /// The dimension whose request is out, if any (the driver sends one at a time).
+    fn pending(&self) -> Option<Dimension> {
+        if self.permits.pending_request().is_some() {
+            Some(Dimension::Permits)
+        } else if self
+            .budget
+            .as_ref()
+            .is_some_and(|b| b.pending_request().is_some())
+        {
+            Some(Dimension::Budget)
+        } else {
+            None
+        }
+    }
+
+    /// Until when the local core may admit: the earlier of both leases' deadlines (past
+    /// either, nothing is admitted).
+    fn admit_until(&self, now: Duration) -> Duration {
+        let p = self.permits.admit_until(now);
+        self.budget
+            .as_ref()
+            .map_or(p, |b| p.min(b.admit_until(now)))
+    }
+}
+
 /// A fleet bulkhead's state, shared by its admissions and its driver (see the module docs).
 /// Thread-safe.
 pub struct FleetCore {
     bulkhead: Arc<Bulkhead>,
     pool: PoolName,
     keys: Keys,
+    budget_keys: Keys,
     holder: String,
-    lease: Mutex<LeaseManager>,
+    lease: Mutex<Leases>,
     bell: Arc<Bell>,
     bell_waker: Waker,
     closing: AtomicBool,
@@ -118,6 +176,8 @@ pub struct FleetCore {
     min_interval: Duration,
     /// The ceiling before the first reply tells the fleet limit (`max_concurrent`).
     default_ceiling: u64,
+    /// The budget ceiling before the first reply tells the fleet budget (`budget`).
+    default_budget: u64,
 }
 
 impl std::fmt::Debug for FleetCore {
@@ -141,28 +201,64 @@ impl FleetCore {
     /// # Errors
     /// [`FleetError::Option`] naming a bad option.
     pub fn new(config: &FleetConfig, clock: Option<Arc<dyn Clock>>) -> Result<Self, FleetError> {
+        Self::with_local(config, clock, Local::default())
+    }
+
+    /// [`new`](Self::new) with what stays local: admission classes (partitioning this
+    /// process's block) and an observer for the local core's events.
+    ///
+    /// # Errors
+    /// [`FleetError::Option`] naming a bad option; [`FleetError::Config`] for a class table
+    /// the config does not allow.
+    pub fn with_local(
+        config: &FleetConfig,
+        clock: Option<Arc<dyn Clock>>,
+        local: Local<'_>,
+    ) -> Result<Self, FleetError> {
         config.validate()?;
         let core_config = Config {
             max_concurrent: config.max_concurrent.min(hullguard_core::MAX_PERMITS),
             max_queue: config.max_queue,
             queue_timeout: config.queue_timeout,
             start_limit: Some(0),
+            // The local budget's bound is the largest block a lease may grant; the fleet
+            // budget is its ceiling (`set_lease_budget_ceiling`).
+            budget: config.budget.map(|_| hullguard_core::MAX_BUDGET),
             ..Config::DEFAULT
         };
         let clock = match clock {
             Some(c) => ClockSource::Shared(c),
             None => ClockSource::default_for_host(),
         };
-        let bulkhead = Bulkhead::with_clock(core_config, clock).map_err(FleetError::Config)?;
+        let bulkhead = match local.classes {
+            Some(t) => Bulkhead::with_classes_and_observer(core_config, t, clock, local.observer),
+            None => Bulkhead::with_observer(core_config, clock, local.observer, None),
+        }
+        .map_err(FleetError::Config)?;
         bulkhead.set_lease_until(0);
         bulkhead.set_lease(0).map_err(FleetError::Config)?;
+        if let Some(b) = config.budget {
+            let ceiling = b.clamp(1, hullguard_core::MAX_BUDGET);
+            bulkhead
+                .set_lease_budget_ceiling(ceiling)
+                .map_err(FleetError::Config)?;
+            bulkhead.set_lease_budget(0).map_err(FleetError::Config)?;
+        }
         let holder = new_holder_id(config.holder.as_deref());
         let bell = Arc::new(Bell::default());
+        let leases = Leases {
+            permits: LeaseManager::new(holder.clone(), config.lease()),
+            budget: config
+                .budget_lease()
+                .map(|cfg| LeaseManager::new(holder.clone(), cfg)),
+            releasing: None,
+        };
         Ok(FleetCore {
             bulkhead: Arc::new(bulkhead),
             keys: config.pool.keys(),
+            budget_keys: config.pool.keys_of(Dimension::Budget),
             pool: config.pool.clone(),
-            lease: Mutex::new(LeaseManager::new(holder.clone(), config.lease())),
+            lease: Mutex::new(leases),
             holder,
             bell_waker: Waker::from(bell.clone()),
             bell,
@@ -171,6 +267,10 @@ impl FleetCore {
             quiet_until: Mutex::new(Duration::ZERO),
             min_interval: config.min_sync_interval,
             default_ceiling: config.max_concurrent.clamp(1, hullguard_core::MAX_PERMITS),
+            default_budget: config
+                .budget
+                .unwrap_or(1)
+                .clamp(1, hullguard_core::MAX_BUDGET),
         })
     }
 
@@ -186,9 +286,22 @@ impl FleetCore {
         &self.pool
     }
 
-    /// The pool's keys.
+    /// The pool's keys (of its permits).
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// The keys of one dimension's lease table.
+    pub fn keys_of(&self, dimension: Dimension) -> &Keys {
+        match dimension {
+            Dimension::Permits => &self.keys,
+            Dimension::Budget => &self.budget_keys,
+        }
+    }
+
+    /// Whether this fleet bulkhead leases a fleet budget too.
+    pub fn has_budget(&self) -> bool {
+        self.bulkhead.has_budget()
     }
 
     /// This process's holder id.
@@ -196,7 +309,7 @@ impl FleetCore {
         &self.holder
     }
 
-    fn lock(&self) -> MutexGuard<'_, LeaseManager> {
+    fn lock(&self) -> MutexGuard<'_, Leases> {
         self.lease.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -214,17 +327,62 @@ impl FleetCore {
         }
     }
 
+    /// The budget's demand, in units: held, queued, and the largest cost turned away.
+    fn budget_demand(&self, refused_total: u64) -> Demand {
+        let b = self.bulkhead.stats().budget.unwrap_or_default();
+        Demand {
+            in_flight: b.in_use.saturating_add(b.overrun_held),
+            queued: b.queued_cost,
+            refused_total,
+            short_weight: self.bulkhead.take_lease_short_cost(),
+        }
+    }
+
+    /// Budget units held here (what a closing lease must keep counted).
+    fn budget_in_use(&self) -> u64 {
+        self.bulkhead
+            .stats()
+            .budget
+            .map_or(0, |b| b.in_use.saturating_add(b.overrun_held))
+    }
+
     /// Installs the lease's block, deadline and ceiling at `now`: first the more restrictive
     /// of the old and the new block and deadline, then the new ones, so admissions never see
     /// more than either allows (a switch from an expired block to a local share, say). The
     /// ceiling — the largest weight that may wait — is the fleet limit.
-    fn apply(&self, lease: &LeaseManager, now: Duration) {
+    fn apply(&self, leases: &Leases, now: Duration) {
+        let lease = &leases.permits;
         let limit = lease.local_limit(now).min(hullguard_core::MAX_PERMITS);
-        let until = ns(lease.admit_until(now));
+        let until = ns(leases.admit_until(now));
         let (old_limit, old_until) = (self.bulkhead.limit(), self.bulkhead.lease_until());
         let _ = self.bulkhead.set_lease(limit.min(old_limit));
+        let budget = leases.budget.as_ref().map(|b| {
+            let units = b.local_limit(now).min(hullguard_core::MAX_BUDGET);
+            let old = self.bulkhead.stats().budget.map_or(0, |s| s.limit);
+            let _ = self.bulkhead.set_lease_budget(units.min(old));
+            (b, units)
+        });
         self.bulkhead.set_lease_until(until.min(old_until));
         self.bulkhead.set_lease_until(until);
+        if let Some((b, units)) = budget {
+            let fleet = b.fleet();
+            let mut ceiling = if fleet.limit == 0 {
+                self.default_budget
+            } else {
+                fleet.limit
+            }
+            .max(units)
+            .clamp(1, hullguard_core::MAX_BUDGET);
+            let current = self.bulkhead.lease_budget_ceiling();
+            if fleet.learning {
+                // As for the permits: never reject a waiter the real fleet budget allows.
+                ceiling = ceiling.max(current.min(hullguard_core::MAX_BUDGET));
+            }
+            if ceiling != current {
+                let _ = self.bulkhead.set_lease_budget_ceiling(ceiling);
+            }
+            let _ = self.bulkhead.set_lease_budget(units);
+        }
         let fleet = lease.fleet();
         let mut ceiling = if fleet.limit == 0 {
             self.default_ceiling
@@ -247,33 +405,47 @@ impl FleetCore {
     /// The driver's next step (it also installs what the lease says now: at a deadline, the
     /// block drops to 0).
     pub fn step(&self) -> Step {
-        let mut lease = self.lock();
+        let mut leases = self.lock();
         if self.closing.load(Acquire) {
             return Step::Closed;
         }
         let now = self.now();
         let demand = self.demand();
         self.polled_shorts.store(demand.refused_total, Release);
-        let poll = lease.poll(now, demand);
-        self.apply(&lease, now);
-        match poll {
-            Poll::Send(request) => Step::Send(self.command(&request)),
-            Poll::Wait(at) => Step::Wait(at.saturating_sub(now)),
+        let refused_total = demand.refused_total;
+        let poll = leases.permits.poll(now, demand);
+        // The budget's lease is polled too (a sync of the permits does not renew it); one
+        // command goes out at a time, the permits' first.
+        let permits_out = leases.permits.pending_request().is_some();
+        let budget_poll = match leases.budget.as_mut() {
+            Some(b) if !permits_out => Some(b.poll(now, self.budget_demand(refused_total))),
+            _ => None,
+        };
+        self.apply(&leases, now);
+        match (poll, budget_poll) {
+            (Poll::Send(request), _) => Step::Send(self.command(Dimension::Permits, &request)),
+            (_, Some(Poll::Send(request))) => Step::Send(self.command(Dimension::Budget, &request)),
+            (Poll::Wait(at), Some(Poll::Wait(b))) => Step::Wait(at.min(b).saturating_sub(now)),
+            (Poll::Wait(at), None) => Step::Wait(at.saturating_sub(now)),
         }
     }
 
-    fn command(&self, request: &Request) -> Command {
+    fn command(&self, dimension: Dimension, request: &Request) -> Command {
+        let keys = self.keys_of(dimension).clone();
         match request {
             Request::Sync(args) => Command {
                 function: FN_SYNC,
+                keys,
                 argv: args.argv(),
             },
             Request::Release { generation } => Command {
                 function: FN_RELEASE,
+                keys,
                 argv: protocol::release_argv(&self.holder, *generation),
             },
             Request::SetLimit { limit, rev } => Command {
                 function: FN_SET_LIMIT,
+                keys,
                 argv: protocol::set_limit_argv(*limit, *rev, *limit),
             },
             Request::Replicate {
@@ -281,6 +453,7 @@ impl FleetCore {
                 timeout_ms,
             } => Command {
                 function: protocol::CMD_WAIT,
+                keys,
                 argv: vec![replicas.to_string(), timeout_ms.to_string()],
             },
         }
@@ -288,22 +461,29 @@ impl FleetCore {
 
     /// The reply to the command [`step`](Self::step) returned.
     pub fn complete(&self, reply: RawReply) {
-        let mut lease = self.lock();
+        let mut leases = self.lock();
+        let Some(d) = leases.pending() else { return };
+        let Some(lease) = leases.get_mut(d) else {
+            return;
+        };
         let decoded = match lease.pending_request() {
             Some(r) => decode(r, &reply).map_err(|e| e.to_string()),
             None => return,
         };
         let now = self.now();
         lease.complete(now, decoded);
-        self.apply(&lease, now);
+        self.apply(&leases, now);
     }
 
     /// The command [`step`](Self::step) returned failed (Redis unreachable, an error reply).
     pub fn fail(&self, error: &str) {
-        let mut lease = self.lock();
+        let mut leases = self.lock();
         let now = self.now();
-        lease.complete(now, Err(error.to_owned()));
-        self.apply(&lease, now);
+        let d = leases.pending().unwrap_or(Dimension::Permits);
+        if let Some(lease) = leases.get_mut(d) {
+            lease.complete(now, Err(error.to_owned()));
+        }
+        self.apply(&leases, now);
     }
 
     /// Registers a binding's own waker, woken once by the next admission the block turns away
@@ -358,19 +538,28 @@ impl FleetCore {
             self.now() + self.min_interval;
     }
 
-    /// The command that sets the fleet limit under `snapshot.revision`, validated (only
-    /// `limit` may be set: the rest is per process). Send it, then hand the reply to
-    /// [`limit_applied`](Self::limit_applied).
+    /// The commands that set the fleet limit and/or the fleet budget under
+    /// `snapshot.revision` (each lease table keeps its own revision), validated (only `limit`
+    /// and `budget` may be set: the rest is per process): the limit's first. Send each, then
+    /// hand the replies, in order, to [`limits_applied`](Self::limits_applied).
     ///
     /// # Errors
     /// [`FleetError::Option`] naming what is wrong.
-    pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<Command, FleetError> {
+    pub fn apply_limits(&self, snapshot: &LimitsSnapshot) -> Result<Vec<Command>, FleetError> {
         let bad = |option, message: &str| FleetError::Option {
             option,
             message: message.to_owned(),
         };
-        if snapshot.budget.is_some() {
-            return Err(bad("budget", "not supported by a fleet bulkhead"));
+        if snapshot.budget.is_some() && !self.has_budget() {
+            return Err(bad(
+                "budget",
+                "this fleet bulkhead has no fleet budget (open it with budget=…)",
+            ));
+        }
+        if let Some(b) = snapshot.budget
+            && !(1..=crate::options::MAX_FLEET_LIMIT).contains(&b)
+        {
+            return Err(bad("budget", "must be an integer in 1 ..= 2^32"));
         }
         if snapshot.max_queue.is_some()
             || snapshot.queue_timeout.is_some()
@@ -381,56 +570,97 @@ impl FleetCore {
                 "only the fleet limit can be applied to a fleet bulkhead",
             ));
         }
-        let Some(limit) = snapshot.limit else {
+        if snapshot.limit.is_none() && snapshot.budget.is_none() {
             return Err(bad(
                 "limit",
-                "apply_limits on a fleet bulkhead sets the fleet limit: give one",
+                "apply_limits on a fleet bulkhead sets the fleet limit or budget: give one",
             ));
-        };
-        if limit > crate::options::MAX_FLEET_LIMIT {
+        }
+        if snapshot
+            .limit
+            .is_some_and(|l| l > crate::options::MAX_FLEET_LIMIT)
+        {
             return Err(bad("limit", "must be an integer in 0 ..= 2^32"));
         }
         if snapshot.revision == 0 || snapshot.revision > protocol::MAX_EXACT {
             return Err(bad("revision", "must be an integer in 1 ..= 2^53 - 1"));
         }
-        Ok(Command {
+        let set = |keys: &Keys, v: u64| Command {
             function: FN_SET_LIMIT,
-            argv: protocol::set_limit_argv(limit, snapshot.revision, limit),
-        })
+            keys: keys.clone(),
+            argv: protocol::set_limit_argv(v, snapshot.revision, v),
+        };
+        let mut out = Vec::new();
+        if let Some(l) = snapshot.limit {
+            out.push(set(&self.keys, l));
+        }
+        if let Some(b) = snapshot.budget {
+            out.push(set(&self.budget_keys, b));
+        }
+        Ok(out)
     }
 
-    /// The reply to [`apply_limits`](Self::apply_limits)'s command, for `snapshot`: remembered
-    /// when applied (it is set again if the pool loses its state), and the driver is woken to
-    /// sync under the new limit.
+    /// The replies to [`apply_limits`](Self::apply_limits)'s commands, in their order, for
+    /// `snapshot`: each remembered when applied (it is set again if the pool loses its
+    /// state), and the driver is woken to sync under the new limits.
     ///
     /// # Errors
-    /// [`FleetError::Transport`] for a reply of another shape.
-    pub fn limit_applied(
+    /// [`FleetError::Transport`] for a reply of another shape or count.
+    pub fn limits_applied(
         &self,
         snapshot: &LimitsSnapshot,
-        reply: &RawReply,
-    ) -> Result<SetLimitReply, FleetError> {
-        let RawReply::Ints(v) = reply else {
-            return Err(FleetError::Transport(TransportError::protocol(
-                "hg_set_limit answered a scalar",
-            )));
-        };
-        let r = SetLimitReply::decode(v).map_err(|e| FleetError::Transport(e.into()))?;
-        if r.applied {
-            let mut lease = self.lock();
-            lease.limit_applied(snapshot.limit.unwrap_or(r.limit), snapshot.revision, r);
-            // The new ceiling at once: a weight the new limit allows is valid now.
-            self.apply(&lease, self.now());
+        replies: &[RawReply],
+    ) -> Result<AppliedLimits, FleetError> {
+        let dims: Vec<(Dimension, u64)> = [
+            snapshot.limit.map(|l| (Dimension::Permits, l)),
+            snapshot.budget.map(|b| (Dimension::Budget, b)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if dims.len() != replies.len() {
+            return Err(FleetError::Transport(TransportError::protocol(format!(
+                "{} replies to {} hg_set_limit commands",
+                replies.len(),
+                dims.len()
+            ))));
+        }
+        let mut out = AppliedLimits::default();
+        for ((d, value), reply) in dims.into_iter().zip(replies) {
+            let RawReply::Ints(v) = reply else {
+                return Err(FleetError::Transport(TransportError::protocol(
+                    "hg_set_limit answered a scalar",
+                )));
+            };
+            let r = SetLimitReply::decode(v).map_err(|e| FleetError::Transport(e.into()))?;
+            if r.applied {
+                let mut leases = self.lock();
+                if let Some(lease) = leases.get_mut(d) {
+                    lease.limit_applied(value, snapshot.revision, r);
+                }
+                // The new ceiling at once: a weight the new limit allows is valid now.
+                self.apply(&leases, self.now());
+            }
+            match d {
+                Dimension::Permits => out.limit = Some(r),
+                Dimension::Budget => out.budget = Some(r),
+            }
         }
         self.bell_waker.wake_by_ref();
-        Ok(r)
+        Ok(out)
     }
 
     /// The read-only command that reads the pool (`hg_stats`); decode its reply with
     /// [`decode_pool_stats`](Self::decode_pool_stats).
     pub fn pool_stats_command(&self) -> Command {
+        self.pool_stats_command_of(Dimension::Permits)
+    }
+
+    /// [`pool_stats_command`](Self::pool_stats_command) of one dimension's lease table.
+    pub fn pool_stats_command_of(&self, dimension: Dimension) -> Command {
         Command {
             function: FN_STATS,
+            keys: self.keys_of(dimension).clone(),
             argv: Vec::new(),
         }
     }
@@ -447,16 +677,38 @@ impl FleetCore {
     pub fn stats(&self) -> FleetStats {
         let stats = self.bulkhead.stats();
         let now = self.now();
-        let lease = self.lock();
+        let leases = self.lock();
+        let until = leases.admit_until(now);
+        let budget = leases.budget.as_ref().map(|b| {
+            let in_use = stats
+                .budget
+                .map_or(0, |s| s.in_use.saturating_add(s.overrun_held));
+            self.lease_stats(b, now, until, in_use)
+        });
+        FleetStats {
+            lease: self.lease_stats(&leases.permits, now, until, stats.active),
+            budget_lease: budget,
+            stats,
+        }
+    }
+
+    /// One lease table's stats; `in_flight`: what this process holds of its dimension.
+    fn lease_stats(
+        &self,
+        lease: &LeaseManager,
+        now: Duration,
+        until: Duration,
+        in_flight: u64,
+    ) -> LeaseStats {
         let fleet = lease.fleet();
         let local_limit = lease.local_limit(now);
-        let covered = if lease.admit_until(now) > now {
+        let covered = if until > now {
             local_limit.max(lease.held())
         } else {
             0
         };
-        FleetStats {
-            lease: LeaseStats {
+        {
+            LeaseStats {
                 pool: self.pool.as_str().to_owned(),
                 holder: self.holder.clone(),
                 state: lease.state(now),
@@ -473,10 +725,9 @@ impl FleetCore {
                 lease_left: lease.deadline().map(|d| d.saturating_sub(now)),
                 unreachable: lease.unreachable(),
                 last_error: lease.last_error().map(str::to_owned),
-                unleased_in_flight: stats.active.saturating_sub(covered),
+                unleased_in_flight: in_flight.saturating_sub(covered),
                 counters: lease.counters(),
-            },
-            stats,
+            }
         }
     }
 
@@ -495,24 +746,57 @@ impl FleetCore {
     /// to send (fenced: a lease that expired meanwhile frees nothing), once; then hand its
     /// reply to [`released`](Self::released).
     pub fn release_command(&self) -> Option<Command> {
-        let mut lease = self.lock();
-        let release = lease.close(self.bulkhead.snapshot().active);
-        self.apply(&lease, self.now());
-        release.map(|r| self.command(&r))
+        let mut leases = self.lock();
+        let mut out = None;
+        for d in [Dimension::Permits, Dimension::Budget] {
+            let in_flight = match d {
+                Dimension::Permits => self.bulkhead.snapshot().active,
+                Dimension::Budget => self.budget_in_use(),
+            };
+            if let Some(r) = leases.get_mut(d).and_then(|l| l.close(in_flight)) {
+                leases.releasing = Some(d);
+                out = Some(self.command(d, &r));
+                break;
+            }
+        }
+        self.apply(&leases, self.now());
+        out
     }
 
     /// The reply to [`release_command`](Self::release_command)'s command (a fenced release is
-    /// counted in `releases_fenced_total`; a last sync's reply needs nothing).
+    /// counted in `releases_fenced_total`; a last sync's reply needs nothing). Then ask
+    /// [`release_command`](Self::release_command) again: a fleet bulkhead with a budget has
+    /// two leases to release.
     pub fn released(&self, reply: &RawReply) {
         if let RawReply::Int(n) = reply {
-            self.lock()
-                .released(protocol::decode_release(*n).ok().flatten());
+            let mut leases = self.lock();
+            let d = leases.releasing.unwrap_or(Dimension::Permits);
+            if let Some(l) = leases.get_mut(d) {
+                l.released(protocol::decode_release(*n).ok().flatten());
+            }
         }
     }
 
     /// Whether [`close`](Self::close) was called.
     pub fn is_closed(&self) -> bool {
         self.closing.load(Acquire)
+    }
+}
+
+/// What [`FleetCore::limits_applied`] found: the reply of each lease table a limit was set
+/// on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppliedLimits {
+    /// The fleet limit's reply (`None`: not set).
+    pub limit: Option<SetLimitReply>,
+    /// The fleet budget's reply (`None`: not set).
+    pub budget: Option<SetLimitReply>,
+}
+
+impl AppliedLimits {
+    /// Whether every limit given was installed (none was refused as an older revision).
+    pub fn applied(&self) -> bool {
+        self.limit.is_none_or(|r| r.applied) && self.budget.is_none_or(|r| r.applied)
     }
 }
 

@@ -33,10 +33,10 @@ pub mod transport;
 pub use crate::{
     bulkhead::FleetBulkhead,
     error::FleetError,
-    fleet_core::{Command, FleetCore, RawReply, Step},
+    fleet_core::{AppliedLimits, Command, FleetCore, Local, RawReply, Step},
     lease::{Demand, LeaseConfig, LeaseManager, LeaseState, Unreachable},
     options::FleetConfig,
-    pool::PoolName,
+    pool::{Dimension, PoolName},
     stats::{FleetStats, LeaseStats},
     transport::{Transport, TransportError},
 };

@@ -1,7 +1,8 @@
 //! A fleet bulkhead's options (docs/design.md §16.5): one table, read by every binding, so a
 //! name is parsed, range-checked and refused the same way everywhere. A local bulkhead's option
-//! that cannot be fleet-wide (a budget, classes, an adaptive limit, policies…) is refused by
-//! name — never silently ignored.
+//! that cannot be fleet-wide (an adaptive limit, policies, observe mode, rates…) is refused by
+//! name — never silently ignored. (Admission classes are a structured option each binding
+//! parses with its local bulkhead's parser: they partition this process's block, §16.10.)
 
 use std::time::Duration;
 
@@ -34,6 +35,10 @@ pub struct FleetConfig {
     /// The fleet limit a *new* pool starts with, `1 ..= 2^32` (default 10). Once the pool
     /// exists its limit lives in Redis (`apply_limits` changes it under a revision).
     pub max_concurrent: u64,
+    /// The fleet budget (units in flight: tokens, bytes) a *new* budget table starts with,
+    /// `1 ..= 2^32`; `None` (default): no budget. Leased like the permits, in a second lease
+    /// table of the pool (docs/design.md §16.10); `apply_limits(budget=…)` changes it.
+    pub budget: Option<u64>,
     /// This process's waiters, `0 ..= MAX_QUEUE` (default 100; 0 = never queue).
     pub max_queue: u64,
     /// How long a request may wait by default (default 30 s).
@@ -70,6 +75,7 @@ impl FleetConfig {
         FleetConfig {
             pool,
             max_concurrent: 10,
+            budget: None,
             max_queue: 100,
             queue_timeout: Duration::from_secs(30),
             lease_ttl: Duration::from_secs(10),
@@ -99,6 +105,23 @@ impl FleetConfig {
             wait_replicas: self.wait_replicas,
             wait_timeout: self.wait_timeout,
         }
+    }
+
+    /// The budget's lease manager settings (`None` without a budget): the permits' timing; a
+    /// new table starts at `budget`; the local share while Redis is unreachable is the
+    /// permits' share of the budget in proportion (`budget × local_share / max_concurrent`,
+    /// at least 1 unit).
+    pub fn budget_lease(&self) -> Option<LeaseConfig> {
+        let budget = self.budget?;
+        let mut cfg = self.lease();
+        cfg.default_limit = budget;
+        if let Unreachable::LocalShare(k) = self.on_unreachable {
+            let units = (u128::from(budget) * u128::from(k)
+                / u128::from(self.max_concurrent.max(1)))
+            .clamp(1, u128::from(MAX_FLEET_LIMIT));
+            cfg.on_unreachable = Unreachable::LocalShare(units as u64);
+        }
+        Some(cfg)
     }
 
     /// Looks an option up by name: the snake_case name, or Node's camelCase spelling
@@ -133,6 +156,7 @@ impl FleetConfig {
             (FleetKind::Int { min, max }, FleetValue::Int(v)) if (min..=max).contains(&v) => {
                 match opt.name {
                     "max_concurrent" => self.max_concurrent = v,
+                    "budget" => self.budget = Some(v),
                     "max_queue" => self.max_queue = v,
                     "clock_drift_ppm" => self.clock_drift_ppm = v,
                     "max_holders" => self.max_holders = v,
@@ -180,6 +204,9 @@ impl FleetConfig {
     pub fn validate(&self) -> Result<(), FleetError> {
         let mut copy = FleetConfig::new(self.pool.clone());
         copy.set("max_concurrent", FleetValue::Int(self.max_concurrent))?;
+        if let Some(b) = self.budget {
+            copy.set("budget", FleetValue::Int(b))?;
+        }
         copy.set("max_queue", FleetValue::Int(self.max_queue))?;
         copy.set("queue_timeout", FleetValue::Duration(self.queue_timeout))?;
         copy.set("lease_ttl", FleetValue::Duration(self.lease_ttl))?;
@@ -298,6 +325,14 @@ pub const FLEET_OPTIONS: &[FleetOption] = &[
         doc: "the fleet limit a new pool starts with (then it lives in Redis)",
     },
     FleetOption {
+        name: "budget",
+        kind: FleetKind::Int {
+            min: 1,
+            max: MAX_FLEET_LIMIT,
+        },
+        doc: "the fleet budget (units in flight) a new pool starts with, leased like the permits (default none)",
+    },
+    FleetOption {
         name: "max_queue",
         kind: FleetKind::Int {
             min: 0,
@@ -392,12 +427,12 @@ pub const FLEET_OPTIONS: &[FleetOption] = &[
 /// A local bulkhead's options a fleet bulkhead refuses, and why.
 pub const NOT_FLEET_WIDE: &[(&str, &str)] = &[
     (
-        "budget",
-        "a budget is not leased fleet-wide yet: open a second pool for the tokens, or use a local bulkhead",
+        "rates",
+        "class rates are not fleet-wide: each process would refill its own",
     ),
     (
-        "classes",
-        "classes are not fleet-wide: their ceilings would be per process",
+        "max_queued_cost",
+        "not supported by a fleet bulkhead (its queue is bounded by max_queue)",
     ),
     (
         "adaptive",
@@ -458,8 +493,11 @@ mod tests {
         c.set("leaseTtlMs", FleetValue::Duration(ms(900))).unwrap();
         c.set("local_share", FleetValue::Int(2)).unwrap();
         assert_eq!(c.on_unreachable, Unreachable::LocalShare(2));
-        let e = c.set("budget", FleetValue::Int(5)).unwrap_err();
-        assert_eq!(e.option(), Some("budget"));
+        let e = c.set("adaptive", FleetValue::Int(5)).unwrap_err();
+        assert_eq!(e.option(), Some("adaptive"));
+        c.set("budget", FleetValue::Int(5)).unwrap();
+        assert_eq!(c.budget, Some(5));
+        assert!(c.set("budget", FleetValue::Int(0)).is_err());
         assert!(
             e.to_string().contains("not supported by a fleet bulkhead"),
             "{e}"

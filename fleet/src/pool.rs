@@ -74,16 +74,51 @@ impl PoolName {
         &self.0
     }
 
-    /// The pool's six keys, in the order every function of the library takes them.
+    /// The pool's six keys of its permits, in the order every function of the library takes
+    /// them.
     pub fn keys(&self) -> Keys {
-        let tag = format!("{{hg:{}}}", self.0);
-        Keys(KEY_SUFFIXES.map(|s| format!("{tag}:{s}")))
+        self.keys_of(Dimension::Permits)
+    }
+
+    /// The six keys of one dimension: the permits' (`{hg:<pool>}:cfg`, …) or the budget's
+    /// (`{hg:<pool>}:budget:cfg`, …) — one hash tag, one cluster slot for both.
+    pub fn keys_of(&self, dimension: Dimension) -> Keys {
+        let tag = format!("{{hg:{}}}:{}", self.0, dimension.infix());
+        Keys(KEY_SUFFIXES.map(|s| format!("{tag}{s}")))
     }
 }
 
 impl fmt::Display for PoolName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// What a lease table of a pool counts (docs/design.md §16.10): its permits, or the units of
+/// its fleet budget — two independent lease tables under one hash tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dimension {
+    /// Permits (calls in flight).
+    Permits,
+    /// Budget units (tokens, bytes in flight).
+    Budget,
+}
+
+impl Dimension {
+    /// The keys' infix: `""` or `"budget:"`.
+    pub const fn infix(self) -> &'static str {
+        match self {
+            Dimension::Permits => "",
+            Dimension::Budget => "budget:",
+        }
+    }
+
+    /// `"permits"` or `"budget"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dimension::Permits => "permits",
+            Dimension::Budget => "budget",
+        }
     }
 }
 
@@ -154,6 +189,10 @@ mod tests {
         let k = PoolName::new("llm.openai").unwrap().keys();
         assert_eq!(k.0[0], "{hg:llm.openai}:cfg");
         assert!(k.iter().all(|s| s.starts_with("{hg:llm.openai}:")));
+        let b = PoolName::new("llm.openai")
+            .unwrap()
+            .keys_of(Dimension::Budget);
+        assert_eq!(b.0[5], "{hg:llm.openai}:budget:served");
     }
 
     #[test]

@@ -7,11 +7,11 @@ pub const LIBRARY: &str = include_str!("../lua/hullguard.lua");
 
 /// The library's version: `FCALL_RO hg_version` answers it; a client reloads the library only
 /// when the answer differs.
-pub const LIB_VERSION: i64 = 2;
+pub const LIB_VERSION: i64 = 3;
 
 /// A hash of [`LIBRARY`] (FNV-1a 64): a test fails when the library changes without a new
 /// [`LIB_VERSION`] — a Redis that has the old one would otherwise keep running it.
-pub const LIBRARY_HASH: u64 = 9_226_865_323_335_743;
+pub const LIBRARY_HASH: u64 = 9_577_143_867_689_680_013;
 
 /// FNV-1a 64 of `text`.
 pub const fn fnv1a(text: &str) -> u64 {

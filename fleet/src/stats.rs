@@ -54,6 +54,10 @@ pub struct LeaseStats {
 pub struct FleetStats {
     /// The local core's stats (its `limit` is the block it admits on).
     pub stats: Stats,
-    /// The lease.
+    /// The lease of the permits.
     pub lease: LeaseStats,
+    /// The lease of the fleet budget's units (`None` without a budget): the same fields, in
+    /// units (`held`, `share`, `local_limit` are units of the budget block; `fleet_limit` is
+    /// the fleet budget).
+    pub budget_lease: Option<LeaseStats>,
 }

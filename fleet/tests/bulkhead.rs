@@ -351,8 +351,11 @@ fn apply_limits_sets_the_fleet_limit_under_a_revision() {
     let a = open(&srv, config("limit", 4, 600));
     let b = open(&srv, config("limit", 4, 600));
     let r = a.apply_limits(&LimitsSnapshot::new(2).limit(7)).unwrap();
+    assert!(r.applied() && r.budget.is_none());
+    let r = r.limit.unwrap();
     assert!(r.applied && r.limit == 7 && r.rev == 2);
     let stale = b.apply_limits(&LimitsSnapshot::new(1).limit(1)).unwrap();
+    let stale = stale.limit.unwrap();
     assert!(
         !stale.applied && stale.limit == 7 && stale.rev == 2,
         "{stale:?}"

@@ -681,7 +681,7 @@ fn bad_arguments_name_the_argument() {
     );
 
     // Keys: exactly the 6 keys of one pool.
-    let keys_msg = "hullguard: keys must be the 6 keys {hg:<pool>}:cfg,held,gen,exp,want,served \
+    let keys_msg = "hullguard: keys must be the 6 keys {hg:<pool>}:[budget:]cfg,held,gen,exp,want,served \
                     (pool: 1..=64 of [A-Za-z0-9_.:-])";
     let r = redis::cmd("FCALL")
         .arg("hg_sync")
@@ -703,6 +703,36 @@ fn bad_arguments_name_the_argument() {
         }),
     };
     expect_err(fcall("hg_sync", &mixed).arg(&base[..]).query(c), keys_msg);
+    // A budget table's keys are one dimension too: not mixed with the permits', and only the
+    // `budget:` infix.
+    let budget_keys = |infix: &str, odd: usize| Pool {
+        keys: std::array::from_fn(|i| {
+            let k = &p.keys[i];
+            let at = k.find("}:").unwrap() + 2;
+            if i == odd {
+                k.clone()
+            } else {
+                format!("{}{infix}{}", &k[..at], &k[at..])
+            }
+        }),
+    };
+    expect_err(
+        fcall("hg_sync", &budget_keys("budget:", 4))
+            .arg(&base[..])
+            .query(c),
+        keys_msg,
+    );
+    expect_err(
+        fcall("hg_sync", &budget_keys("tokens:", 99))
+            .arg(&base[..])
+            .query(c),
+        keys_msg,
+    );
+    let ok_r: Vec<i64> = fcall("hg_sync", &budget_keys("budget:", 99))
+        .arg(&base[..])
+        .query(c)
+        .unwrap();
+    assert_eq!(ok_r[0], OK, "the budget table's keys");
     for name in ["", "a b", "x/y", &"p".repeat(65)] {
         let q = Pool::new(name);
         expect_err(fcall("hg_sync", &q).arg(&base[..]).query(c), keys_msg);
