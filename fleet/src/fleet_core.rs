@@ -327,15 +327,23 @@ impl FleetCore {
         }
     }
 
-    /// The budget's demand, in units: held, queued, and the largest cost turned away.
-    fn budget_demand(&self, refused_total: u64) -> Demand {
+    /// The budget's demand, in units: held, queued, the admissions its block turned away, and
+    /// the largest cost among them.
+    fn budget_demand(&self) -> Demand {
         let b = self.bulkhead.stats().budget.unwrap_or_default();
         Demand {
             in_flight: b.in_use.saturating_add(b.overrun_held),
             queued: b.queued_cost,
-            refused_total,
+            refused_total: self.bulkhead.lease_budget_shorts(),
             short_weight: self.bulkhead.take_lease_short_cost(),
         }
+    }
+
+    /// Every admission either block turned away so far (what a parked driver compares).
+    fn all_shorts(&self) -> u64 {
+        self.bulkhead
+            .lease_shorts()
+            .wrapping_add(self.bulkhead.lease_budget_shorts())
     }
 
     /// Budget units held here (what a closing lease must keep counted).
@@ -410,15 +418,14 @@ impl FleetCore {
             return Step::Closed;
         }
         let now = self.now();
+        self.polled_shorts.store(self.all_shorts(), Release);
         let demand = self.demand();
-        self.polled_shorts.store(demand.refused_total, Release);
-        let refused_total = demand.refused_total;
         let poll = leases.permits.poll(now, demand);
         // The budget's lease is polled too (a sync of the permits does not renew it); one
         // command goes out at a time, the permits' first.
         let permits_out = leases.permits.pending_request().is_some();
         let budget_poll = match leases.budget.as_mut() {
-            Some(b) if !permits_out => Some(b.poll(now, self.budget_demand(refused_total))),
+            Some(b) if !permits_out => Some(b.poll(now, self.budget_demand())),
             _ => None,
         };
         self.apply(&leases, now);
@@ -517,7 +524,7 @@ impl FleetCore {
         // waker at once, and the waker takes that lock.
         self.bulkhead.register_lease_demand(&self.bell_waker);
         // Registered before this check: demand after it rings the bell.
-        let demand = self.bulkhead.lease_shorts() > self.polled_shorts.load(Acquire);
+        let demand = self.all_shorts() != self.polled_shorts.load(Acquire);
         let rung = self.bell.rung.lock().unwrap_or_else(|p| p.into_inner());
         if self.closing.load(Acquire) {
             return;

@@ -19,8 +19,10 @@ use crate::sync::{AtomicWord, Ordering::*, Word};
 pub(crate) struct LeaseGate {
     /// Admissions are allowed while `now < until_ns`. `Word::MAX`: no deadline.
     until_ns: AtomicWord,
-    /// Admissions the block turned away (a running total).
+    /// Admissions the block turned away for want of permits (a running total).
     shorts: AtomicWord,
+    /// Admissions the budget block turned away for want of units (a running total).
+    budget_shorts: AtomicWord,
     /// The largest weight turned away since the lease manager last took it.
     short_weight: AtomicWord,
     /// The largest cost turned away since the lease manager last took it (a leased budget).
@@ -38,6 +40,7 @@ impl LeaseGate {
         LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
+            budget_shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
             short_cost: AtomicWord::new(0),
             budget_ceiling: AtomicWord::new(Word::MAX),
@@ -50,6 +53,7 @@ impl LeaseGate {
         LeaseGate {
             until_ns: AtomicWord::new(Word::MAX),
             shorts: AtomicWord::new(0),
+            budget_shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
             short_cost: AtomicWord::new(0),
             budget_ceiling: AtomicWord::new(Word::MAX),
@@ -75,22 +79,30 @@ impl LeaseGate {
         self.until_ns.load(Acquire) as u64
     }
 
-    /// An admission of `weight` permits and `cost` units found the block short: count it and
-    /// ring the bell.
-    pub(crate) fn short(&self, weight: Word, cost: Word) {
-        self.shorts.fetch_add(1, Relaxed);
-        self.short_weight.fetch_max(weight, Relaxed);
-        if cost != 0 {
+    /// An admission of `weight` permits and `cost` units found the block short — the permits
+    /// (`budget` false) or the budget's units (`budget` true): count it under its dimension
+    /// (each dimension's lease reports its own demand) and ring the bell.
+    pub(crate) fn short(&self, weight: Word, cost: Word, budget: bool) {
+        if budget {
+            self.budget_shorts.fetch_add(1, Relaxed);
             self.short_cost.fetch_max(cost, Relaxed);
+        } else {
+            self.shorts.fetch_add(1, Relaxed);
+            self.short_weight.fetch_max(weight, Relaxed);
         }
         if let Some(w) = self.bell.take(0) {
             w.wake();
         }
     }
 
-    /// Admissions the block turned away so far.
+    /// Admissions the block turned away for want of permits so far.
     pub(crate) fn shorts(&self) -> u64 {
         self.shorts.load(Relaxed) as u64
+    }
+
+    /// Admissions the budget block turned away so far.
+    pub(crate) fn budget_shorts(&self) -> u64 {
+        self.budget_shorts.load(Relaxed) as u64
     }
 
     /// The largest weight turned away since the last call (0: none), reset.

@@ -647,7 +647,7 @@ impl<const N: usize> Engine<N> {
         let r = self.unleased_take::<TAKE>(w, c, mode, class);
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
         if TAKE && matches!(r, Err(TakeError::Busy | TakeError::Budget)) {
-            self.lease.short(w, c);
+            self.lease.short(w, c, r == Err(TakeError::Budget));
         }
         r
     }

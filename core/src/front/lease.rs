@@ -170,10 +170,16 @@ impl<const N: usize> Bulkhead<N> {
         self.engine.lease.register(waker);
     }
 
-    /// How many admissions the leased block has turned away so far (a running total: the lease
-    /// manager reports the change as demand).
+    /// How many admissions the leased block has turned away for want of permits so far (a
+    /// running total: the lease manager reports the change as demand).
     pub fn lease_shorts(&self) -> u64 {
         self.engine.lease.shorts()
+    }
+
+    /// How many admissions the leased budget block has turned away for want of units so far
+    /// (a running total: the budget's lease reports the change as its demand).
+    pub fn lease_budget_shorts(&self) -> u64 {
+        self.engine.lease.budget_shorts()
     }
 
     /// The largest weight the leased block turned away since the last call (0: none), reset:

@@ -307,6 +307,12 @@ fn a_leased_budget_block_admits_within_it_and_keeps_a_larger_cost_waiting() {
     assert_eq!(d.reason, Reason::BudgetLimit);
     assert_ne!(d.bound, Bound::FleetLease, "the block is not empty");
     assert_eq!(b.take_lease_short_cost(), 150, "the short cost is reported");
+    assert_eq!(
+        (b.lease_shorts(), b.lease_budget_shorts()),
+        (0, 2),
+        "budget shortages count as the budget's demand, not the permits'"
+    );
+    assert_eq!(b.take_lease_short_weight(), 0);
     assert_eq!(b.take_lease_short_cost(), 0, "and reset");
     // ...a cost above the whole block waits for the block to grow (a local budget would
     // refuse it outright)...
