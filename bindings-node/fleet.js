@@ -16,7 +16,22 @@
  * deadlines, `Permit`s, `BulkheadError`s (a refusal for want of a lease: `concurrency_limit`,
  * detail bound `'fleet_lease'`), `withBulkhead` and `hullguard/metrics` work as for a local one.
  * What the lease owns is refused by name (`setLimit`, `setBudget`, `setObserve`); `applyLimits`
- * sets the fleet limit in Redis and `close()` gives the block back, both async.
+ * sets the fleet limit and budget in Redis and `close()` gives the blocks back, both async.
+ *
+ * Fleet budget (`budget`): a second leased dimension, units in flight (tokens, bytes) shared
+ * by the pool as the permits are — a second lease table of the pool, synced by the same driver.
+ * The local budget is this process's block of it: `acquire({cost})` is admitted while the block
+ * has room, waits (queues) for the block to grow when the cost is above it but within the fleet
+ * budget, and is refused `budget_limit` above the fleet budget (while the block is 0 a try is
+ * refused `budget_limit`, detail bound `'fleet_lease'`). `stats().budgetLease` is its lease.
+ *
+ * What stays local (docs/design.md §16.10): admission classes (`classes`, `reserve`,
+ * `lending`, `shed`) partition this process's block (priorities, floors and ceilings apply
+ * inside it; a block below the floors is fine) and `events: true` delivers the local core's
+ * admission events to `on('admit' | 'reject' | …)` — both read by the local `Bulkhead`'s own
+ * parser and delivered through its emitter, so `admissionClass`, `classStats`, `classNames`
+ * and the events work as on a local classed bulkhead. `rates` are refused by name (each process
+ * would refill its own).
  *
  * The driver: an async loop on the JS thread — `step()` → send through the client → `complete`
  * / `fail` — that parks between steps on an unref'd timer and on the lease's *bell* (rung by an
@@ -40,6 +55,9 @@ const native = require('./native.js')
 const { MAX_TIMER_MS } = require('./deadlines.js')
 
 function noop() {}
+
+/** The most releases a close sends: one per lease (the permits', the budget's), with room. */
+const MAX_RELEASES = 4
 
 // ----- the user's client ----------------------------------------------------------------------
 
@@ -259,20 +277,24 @@ class Driver {
 
   /**
    * Stops the loop (after its command in flight, waited for at most one TTL) and gives the
-   * block back (fenced: a lease that expired meanwhile frees nothing). Never rejects: what
-   * could not be released expires in Redis within the TTL.
+   * blocks back, one release per lease — the permits', then the budget's (fenced: a lease that
+   * expired meanwhile frees nothing), each bounded by one TTL. Never rejects: what could not
+   * be released expires in Redis within the TTL.
    */
   async close() {
     this.nf.close()
     this.wake(false)
     const ttl = this.nf.leaseTtlMs
     await bounded(this.done, ttl, 'the lease driver').catch(noop)
-    const release = this.nf.releaseCommand()
-    if (release === null) return
-    try {
-      this.nf.released(await this.call(release, ttl))
-    } catch (e) {
-      this.nf.fail(describe(e))
+    // The crate hands each lease's release out once: at most two (bounded all the same).
+    for (let i = 0; i < MAX_RELEASES; i++) {
+      const release = this.nf.releaseCommand()
+      if (release === null) return
+      try {
+        this.nf.released(await this.call(release, ttl))
+      } catch (e) {
+        this.nf.fail(describe(e))
+      }
     }
   }
 }
@@ -291,8 +313,9 @@ function warn(e) {
 
 /**
  * Builds `FleetBulkhead` over the facade's internals (index.js): `Bulkhead` and its private
- * constructor token, `handleOf`, `newEmitter`, and `takeId` / `giveId` (a permanent id of the
- * facade's table of settled parties: the bell's).
+ * constructor token, `handleOf`, `newEmitter` (the emitter a local `Bulkhead` delivers its
+ * events through: the fleet's local core reports to one too), and `takeId` / `giveId` (a
+ * permanent id of the facade's table of settled parties: the bell's).
  */
 function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId }) {
   const refuse = (what, why) => {
@@ -301,8 +324,9 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
 
   /**
    * A bulkhead whose limit is shared by every process that opens the same `pool` on one Redis
-   * (see the file header). `new FleetBulkhead(client, {pool, maxConcurrent, leaseTtlMs, …})`
-   * starts at once (acquires queue until the first block arrives, one round trip);
+   * (see the file header). `new FleetBulkhead(client, {pool, maxConcurrent, budget, leaseTtlMs,
+   * classes, events, …})` starts at once (acquires queue until the first block arrives, one
+   * round trip);
    * `await FleetBulkhead.open(client, options)` also waits until the library is there (and
    * rejects when Redis cannot be reached or refuses it). `await close()` before quitting the
    * client: it gives the block back.
@@ -316,14 +340,19 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
       const sender = senderOf(client)
       const bell = { driver: null, settled: () => bell.driver?.wake(true) }
       const id = takeId(bell)
+      // The local core's events (admission events with `events: true`) go to this emitter, as
+      // a local Bulkhead's do.
+      const emitter = newEmitter()
       let nf
       try {
-        nf = new native.NativeFleet(options, id)
+        nf = new native.NativeFleet(options, id, emitter.id)
       } catch (e) {
         giveId(id)
         throw e
       }
-      super(undefined, kInternal, handleOf(nf.bulkhead(), noop, false), undefined, newEmitter())
+      const h = handleOf(nf.bulkhead(), noop, false)
+      emitter.events = h.nb.events
+      super(undefined, kInternal, h, undefined, emitter)
       this.#nf = nf
       this.#driver = bell.driver = new Driver(nf, sender)
       this.#driver.done.then(() => giveId(id))
@@ -355,16 +384,25 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
       return this.#nf.holder
     }
 
-    /** The local bulkhead's stats plus `lease` (the lease as this process sees it; ms). */
+    /**
+     * The local bulkhead's stats plus `lease` (the lease of the permits as this process sees
+     * it; ms) and `budgetLease` (the fleet budget's lease, the same fields in units; `null`
+     * without `budget`).
+     */
     stats() {
       return this.#nf.stats()
     }
 
     /**
-     * Sets the fleet limit in Redis under `revision`: resolves `{applied, revision, limit}` —
-     * `applied` false when a revision as new or newer is in force (its revision and limit are
-     * returned). Lowering never revokes: holders shrink to their shares at their next syncs.
-     * Only `limit` may be set; rejects with a `TypeError` / `RangeError` naming a bad field.
+     * Sets the fleet limit and/or the fleet budget in Redis under `revision` (each lease table
+     * keeps its own revision; one `hg_set_limit` per value, the limit's first): resolves
+     * `{applied, revision, limit, budget}` — `applied` true only if every value given was
+     * installed (false when a revision as new or newer is in force: the value in force is
+     * returned), `revision` the revision in force (the limit's table's, else the budget's),
+     * `limit` / `budget` the value in force, or `null` when not given. Lowering never revokes:
+     * holders shrink to their shares at their next syncs. Only `limit` and `budget` may be
+     * set, at least one; rejects with a `TypeError` / `RangeError` naming a bad field (`budget`
+     * on a fleet bulkhead opened without one: a `TypeError`), or with the client's error.
      */
     applyLimits(limits) {
       let c
@@ -374,20 +412,28 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
         return Promise.reject(e)
       }
       const driver = this.#driver
-      return driver.call(c.args).then((reply) => {
-        const r = this.#nf.limitApplied(c.revision, c.limit, reply)
-        // Sync under the new limit now.
+      const send = async () => {
+        const replies = []
+        for (const args of c.commands) replies.push(await driver.call(args))
+        return replies
+      }
+      return send().then((replies) => {
+        const r = this.#nf.limitsApplied(c.revision, c.limit, c.budget, replies)
+        // Sync under the new limits now.
         driver.wake(false)
-        return r
+        return { applied: r.applied, revision: r.revision, limit: r.limit ?? null, budget: r.budget ?? null }
       })
     }
 
-    /** The pool as Redis holds it: one read-only call (`hg_stats`). */
-    poolStats() {
+    /**
+     * The pool as Redis holds it: one read-only call (`hg_stats`) of its lease table of
+     * `dimension`, `'permits'` (default) or `'budget'` (units; a `TypeError` without `budget`).
+     */
+    poolStats(dimension) {
       const nf = this.#nf
       let args
       try {
-        args = nf.poolStatsCommand()
+        args = nf.poolStatsCommand(dimension)
       } catch (e) {
         return Promise.reject(e)
       }
@@ -396,8 +442,9 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
 
     /**
      * Stops admission (queued callers are rejected `BULKHEAD_CLOSED`, calls in flight finish),
-     * stops the driver and gives the block back. Resolves once done (never rejects: a block
-     * that could not be given back expires in Redis within `leaseTtlMs`). Idempotent.
+     * stops the driver and gives the blocks back (the permits', and the budget's). Resolves
+     * once done (never rejects: a block that could not be given back expires in Redis within
+     * `leaseTtlMs`). Idempotent.
      */
     close() {
       this.#closing ??= this.#driver.close()
@@ -409,7 +456,7 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
     }
 
     setBudget() {
-      refuse('setBudget', 'a budget is not leased fleet-wide')
+      refuse('setBudget', "a fleet bulkhead's budget is its lease's block; set the fleet budget with applyLimits({revision, budget})")
     }
 
     setObserve() {

@@ -1457,11 +1457,13 @@ export type FleetRedisClient =
   | ((args: string[]) => Promise<unknown>)
 
 /**
- * Options of `new FleetBulkhead(client, options)`, read by the fleet crate's option table (any
- * other key is a `TypeError` naming it — a local bulkhead's option that cannot be fleet-wide,
- * such as `budget`, `classes`, `resilience`, `adaptive` or `startLimit`, is refused as such, a
- * snake_case spelling too; `undefined` / `null` is the default). A value out of range is a
- * `RangeError` naming the option and its range.
+ * Options of `new FleetBulkhead(client, options)`: the fleet's, read by the fleet crate's option
+ * table, and what stays local to this process — the class table (`classes`, `reserve`,
+ * `lending`, `shed`) and `events` — read by the local `Bulkhead`'s own parser, with its errors
+ * (`classes[1].priority must be …`). Any other key is a `TypeError` naming it — a local
+ * bulkhead's option that cannot be fleet-wide, such as `rates`, `resilience`, `adaptive` or
+ * `startLimit`, is refused as such, a snake_case spelling too; `undefined` / `null` is the
+ * default. A value out of range is a `RangeError` naming the option and its range.
  */
 export interface FleetBulkheadOptions {
   /**
@@ -1474,6 +1476,16 @@ export interface FleetBulkheadOptions {
    * limit lives in Redis (`applyLimits` changes it under a revision).
    */
   maxConcurrent?: number | null
+  /**
+   * The fleet budget — units in flight (tokens, bytes) across the pool — a *new* budget table
+   * starts with: 1 … 2^32. Default none (no budget). Leased like the permits, in a second
+   * lease table of the pool: this process admits a request's `cost` on its block of it (its
+   * fair share); a cost above the block but within the fleet budget waits (queues) for the
+   * block to grow, a cost above the fleet budget is refused `budget_limit` (while the block is
+   * 0 a try is refused `budget_limit` with `detail.bound` `'fleet_lease'`). Once the table
+   * exists its budget lives in Redis (`applyLimits({revision, budget})` changes it).
+   */
+  budget?: number | null
   /** This process's waiters: 0 … 2^20 (0 = never queue). Default 100. */
   maxQueue?: number | null
   /** How long a request may wait by default, ms. Default 30 000. */
@@ -1508,12 +1520,35 @@ export interface FleetBulkheadOptions {
   waitTimeoutMs?: number | null
   /** This process's holder id: 1 … 128 printable characters, no spaces. Default `<hostname>:<pid>:<random hex>`. */
   holder?: string | null
+  /**
+   * Admission classes, local to this process (as a local `Bulkhead`'s; index = class):
+   * requests name one with `admissionClass`. They partition this process's block (and budget
+   * block) — priorities, floors and ceilings apply inside it, not fleet-wide; a block below
+   * the floors is fine. `classStats()` / `classNames` as on a local classed bulkhead.
+   */
+  classes?: ClassOptions[] | null
+  /** Units of this process's block kept for high-priority classes (as a local `Bulkhead`'s). */
+  reserve?: ReserveOptions | null
+  /** Idle floor units lent to other classes, reclaimed first. Default false. */
+  lending?: boolean | null
+  /** A full queue evicts its youngest lowest-priority waiter for a higher arrival. Default false. */
+  shed?: boolean | null
+  /**
+   * Admission events of the local core (`on('admit' | 'reject' | 'release' | …)`), delivered
+   * as a local `Bulkhead`'s. Default false.
+   */
+  events?: boolean | null
 }
 
 /** The lease's state: `'idle'` (none yet, or a late grant given back), `'leased'`, `'lost'` (Redis answered LOST: a new one is on its way), `'expired'` (the deadline passed with no renewal), `'full'` (the pool has `maxHolders` holders). */
 export type FleetLeaseState = 'idle' | 'leased' | 'lost' | 'expired' | 'full'
 
-/** `FleetBulkhead.stats().lease`: the lease as this process sees it. Counts are Numbers, times ms. */
+/**
+ * `FleetBulkhead.stats().lease`: the lease of the permits as this process sees it; and
+ * `stats().budgetLease`: the fleet budget's, the same fields in budget units (`held`, `share`,
+ * `localLimit`, `fleetUsed`, `unleasedInFlight` are units; `fleetLimit` is the fleet budget,
+ * `rev` its revision). Counts are Numbers, times ms.
+ */
 export interface FleetLeaseStats {
   pool: string
   holder: string
@@ -1564,24 +1599,44 @@ export interface FleetLeaseStats {
   unreplicatedTotal: number
 }
 
-/** `FleetBulkhead.stats()`: the local bulkhead's stats (its `limit` is the block admitted on) plus `lease`. */
+/**
+ * `FleetBulkhead.stats()`: the local bulkhead's stats (its `limit` is the block admitted on, its
+ * `budget.limit` the budget block) plus `lease` and `budgetLease`.
+ */
 export interface FleetBulkheadStats extends BulkheadStats {
   lease: FleetLeaseStats
+  /** The fleet budget's lease (units); `null` without `budget`. */
+  budgetLease: FleetLeaseStats | null
 }
 
-/** `FleetBulkhead.applyLimits()`: the fleet limit under a revision (any other key is refused by name). */
-export interface FleetLimits {
-  /** 1 … 2^53 − 1; applied only above the revision in force. */
+/**
+ * `FleetBulkhead.applyLimits()`: the fleet limit and/or the fleet budget under a revision, at
+ * least one of them (any other key is refused by name).
+ */
+export type FleetLimits = {
+  /** 1 … 2^53 − 1; applied only above the revision in force (each lease table has its own). */
   revision: number
-  /** The fleet limit: 0 … 2^32. */
-  limit: number
-}
+} & (
+  | {
+      /** The fleet limit: 0 … 2^32. */
+      limit: number
+      /** The fleet budget, units: 1 … 2^32 (a bulkhead opened with `budget` only). */
+      budget?: number | null
+    }
+  | { limit?: number | null; budget: number }
+)
 
-/** What `applyLimits()` resolves: whether this revision was installed, and the revision and limit in force. */
+/**
+ * What `applyLimits()` resolves: `applied` true only if every value given was installed (false
+ * when a revision as new or newer is in force); the revision in force (the limit's table's, or
+ * the budget's when only `budget` was given); the fleet limit and the fleet budget in force,
+ * each `null` when not given.
+ */
 export interface FleetLimitsResult {
   applied: boolean
   revision: number
-  limit: number
+  limit: number | null
+  budget: number | null
 }
 
 /** One holder of a pool, as Redis holds it. */
@@ -1595,12 +1650,15 @@ export interface FleetPoolHolder {
   expiresMs: number
 }
 
-/** `FleetBulkhead.poolStats()`: the pool as Redis holds it (times are server ms). */
+/**
+ * `FleetBulkhead.poolStats()`: the pool's lease table as Redis holds it (times are server ms):
+ * of its permits, or (`poolStats('budget')`) of its fleet budget, in units.
+ */
 export interface FleetPoolStats {
   nowMs: number
-  /** The fleet limit; `null` when the pool does not exist (yet, or any more). */
+  /** The fleet limit (the fleet budget); `null` when the table does not exist (yet, or any more). */
   limit: number | null
-  /** Permits held across the pool. */
+  /** Permits (units) held across the pool. */
   used: number
   /** The state's epoch. */
   epoch: number
@@ -1625,6 +1683,12 @@ export interface FleetPoolStats {
  * refusal for want of a lease is `concurrency_limit` with `detail.bound` `'fleet_lease'`),
  * `withBulkhead`, `hullguard/metrics`. Without a valid lease it admits nothing (or
  * `localShare`); a crashed process's block returns within `leaseTtlMs`.
+ *
+ * With `budget`, a fleet budget of units (tokens, bytes) is leased the same way: a request's
+ * `cost` is admitted on this process's budget block, waits for it to grow when above it, and is
+ * refused `budget_limit` above the fleet budget. Admission classes (`classes`, …) and
+ * admission events (`events: true`, `on('admit' | …)`) are this process's, as a local
+ * `Bulkhead`'s: classes partition its blocks.
  *
  * @example
  * const redis = new Redis(process.env.REDIS_URL)            // ioredis, or a connected node-redis client
@@ -1656,30 +1720,37 @@ export declare class FleetBulkhead extends Bulkhead implements AsyncDisposable {
   readonly pool: string
   /** This process's holder id in the pool. */
   readonly holder: string
-  /** The local bulkhead's stats plus `lease`. */
+  /** The local bulkhead's stats plus `lease` and `budgetLease` (`null` without `budget`). */
   stats(): FleetBulkheadStats
   /**
-   * Sets the fleet limit in Redis under `revision` (lowering never revokes: holders shrink to
-   * their shares at their next syncs). Resolves `{applied, revision, limit}` — `applied` false
-   * when a revision as new or newer is in force; rejects with a `TypeError` / `RangeError` for
-   * another field (`budget`, `maxQueue`, …: not fleet-wide), a missing or out-of-range value,
-   * or with the client's error.
+   * Sets the fleet limit and/or the fleet budget in Redis under `revision` (one call per value,
+   * the limit's first; each lease table keeps its own revision; lowering never revokes:
+   * holders shrink to their shares at their next syncs). Resolves `{applied, revision, limit,
+   * budget}` — `applied` true only if every value given was installed, the values in force
+   * (`null` when not given); rejects with a `TypeError` for another field (`maxQueue`,
+   * `reserve`, `rates`, …: not fleet-wide), neither value, or `budget` on a bulkhead opened
+   * without one (naming `budget`), a `RangeError` for a value out of range, or with the
+   * client's error.
    */
   applyLimits(limits: FleetLimits): Promise<FleetLimitsResult>
-  /** The pool as Redis holds it (one read-only call). Rejects with the client's error. */
-  poolStats(): Promise<FleetPoolStats>
+  /**
+   * The pool's lease table as Redis holds it (one read-only call): of its permits (default),
+   * or of its fleet budget (`'budget'`: units; rejects with a `TypeError` without `budget`).
+   * Rejects with the client's error.
+   */
+  poolStats(dimension?: 'permits' | 'budget'): Promise<FleetPoolStats>
   /**
    * Stops admission (queued callers are rejected `BULKHEAD_CLOSED`, calls in flight finish),
-   * stops the driver and gives the block back, then resolves (never rejects: a block that
-   * could not be given back expires in Redis within `leaseTtlMs`). Idempotent. Call it before
-   * quitting the client.
+   * stops the driver and gives the blocks back (the permits', and the budget's), then resolves
+   * (never rejects: a block that could not be given back expires in Redis within
+   * `leaseTtlMs`). Idempotent. Call it before quitting the client.
    */
   close(): Promise<void>
   /** `close()`: `await using fleet = new FleetBulkhead(…)`. */
   [Symbol.asyncDispose](): Promise<void>
   /** @throws {TypeError} always: the limit is the lease's block; set the fleet limit with `applyLimits`. */
   setLimit(limit: number): never
-  /** @throws {TypeError} always: a budget is not leased fleet-wide. */
+  /** @throws {TypeError} always: the budget is the lease's block; set the fleet budget with `applyLimits({revision, budget})`. */
   setBudget(budget: number): never
   /** @throws {TypeError} always: observe mode is not fleet-wide. */
   setObserve(mode: ObserveMode): never

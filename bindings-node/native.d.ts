@@ -240,10 +240,16 @@ export declare class NativeDrain {
 export declare class NativeFleet {
   /**
    * `new FleetBulkhead(client, options)`: the options (see `fleet_options`); `bell` is the
-   * facade id the bell reports (one of its own, held for the bulkhead's life).
+   * facade id the bell reports (one of its own, held for the bulkhead's life); `emitter` the
+   * facade emitter the local core's events go to (a local `Bulkhead`'s `emitter`: admission
+   * events with `events: true`). Throws `TypeError` / `RangeError` naming a bad option (a
+   * class table the options do not allow: the core's `RangeError`).
    */
-  constructor(options: unknown, bell: number)
-  /** A handle on the local bulkhead the lease sets the limit of: every admission goes there. */
+  constructor(options: unknown, bell: number, emitter: number)
+  /**
+   * A handle on the local bulkhead the lease sets the limit (and the budget) of: every
+   * admission goes there, by class name or index as on a local classed bulkhead.
+   */
   bulkhead(): NativeBulkhead
   /**
    * The driver's next step (see `FleetStep`); on a park the bell is registered unless in a
@@ -265,11 +271,12 @@ export declare class NativeFleet {
    */
   close(): void
   /**
-   * After `close()`, once the driver stopped: the release of the lease to send (once), or
-   * `null`.
+   * After `close()`, once the driver stopped: the next release to send, or `null` once
+   * there is none. Each lease's release is handed out once (the permits', then the
+   * budget's): send it, hand its outcome to `released` / `fail`, and ask again.
    */
   releaseCommand(): Array<string> | null
-  /** The release's reply (a fenced one is counted in `releasesFencedTotal`). */
+  /** The last release's reply (a fenced one is counted in `releasesFencedTotal`). */
   released(reply: unknown): void
   /** The library's commands (see `FleetLibrary`). */
   library(): FleetLibrary
@@ -287,25 +294,39 @@ export declare class NativeFleet {
   /** Whether the library runs as a script (`useScript`). */
   get scripted(): boolean
   /**
-   * `applyLimits({revision, limit})`'s command, validated by the local bulkhead's parser and
-   * the crate (only `limit` may be set: `budget`, `maxQueue`, `queueTimeoutMs`, `queueDelay`,
-   * `reserve`, `rates` are refused by name; `revision` 1 ..= 2^53 − 1, `limit` 0 ..= 2^32).
+   * `applyLimits({revision, limit, budget})`'s commands (see `FleetLimitsCommand`), read by
+   * the local bulkhead's parser (`options::limits`) and validated by the crate: only `limit`
+   * (0 ..= 2^32) and `budget` (1 ..= 2^32, a fleet bulkhead opened with `budget` only) may
+   * be set, at least one of them; `revision` 1 ..= 2^53 − 1. A `TypeError` naming `budget`
+   * without a fleet budget, the other fields (`maxQueue`, `queueTimeoutMs`, `queueDelay`:
+   * `limits`; `reserve`, `rates` by name), neither value (`limit`); a `RangeError` naming a
+   * value out of range.
    */
   applyLimitsCommand(limits: unknown): FleetLimitsCommand
   /**
-   * `hg_set_limit`'s reply for `applyLimitsCommand`'s `revision` and `limit`: the result,
-   * remembered when applied (set again if the pool loses its state).
+   * The replies to `applyLimitsCommand`'s commands, in their order (an array), for its
+   * `revision`, `limit` and `budget`: the result (see `FleetLimitsResult`), each value
+   * remembered when applied (set again if the pool loses its state). Throws an `Error` for
+   * a reply of another shape or count.
    */
-  limitApplied(revision: number, limit: number, reply: unknown): FleetLimitsResult
-  /** The read-only command that reads the pool (`hg_stats`). */
-  poolStatsCommand(): Array<string>
+  limitsApplied(revision: number, limit: number | undefined | null, budget: number | undefined | null, replies: unknown): FleetLimitsResult
+  /**
+   * The read-only command that reads the pool's lease table of `dimension` (`hg_stats`):
+   * `'permits'` (default) or `'budget'` (a `TypeError` without a fleet budget, or for
+   * another name).
+   */
+  poolStatsCommand(dimension?: string | undefined | null): Array<string>
   /**
    * `hg_stats`' reply as `{nowMs, limit, used, epoch, fence, rev, learnUntilMs, wantSum,
    * holders: [{holder, generation, held, want, expiresMs}]}` (server ms; `limit` `null` when
    * the pool does not exist).
    */
   decodePoolStats(reply: unknown): Record<string, unknown>
-  /** The local bulkhead's stats object plus `lease` (see index.d.ts `FleetLeaseStats`). */
+  /**
+   * The local bulkhead's stats object plus `lease` and `budgetLease` (the budget's lease,
+   * the same fields in units; `null` without a fleet budget): see index.d.ts
+   * `FleetLeaseStats`.
+   */
   stats(): Record<string, unknown>
   /** The pool's name. */
   get pool(): string
@@ -497,21 +518,32 @@ export interface FleetLibrary {
   version: number
 }
 
-/** `applyLimits()`'s command (validated) and what it sets. */
+/**
+ * `applyLimits()`'s commands (validated) and what they set: one `hg_set_limit` per value
+ * given, the limit's first, then the budget's (each lease table keeps its own revision). Send
+ * each in order, then hand the replies, in the same order, to `limitsApplied` with
+ * `revision`, `limit` and `budget`.
+ */
 export interface FleetLimitsCommand {
-  args: Array<string>
+  commands: Array<Array<string>>
   revision: number
-  limit: number
+  /** The fleet limit to set (`undefined`: not given). */
+  limit?: number
+  /** The fleet budget to set, units (`undefined`: not given). */
+  budget?: number
 }
 
 /**
- * `applyLimits()`' result: whether this revision was installed (false: one as new or newer is
- * in force) and the revision and limit in force.
+ * `applyLimits()`' result: `applied` whether every value given was installed (false: a
+ * revision as new or newer is in force in its lease table); `revision` the revision in force
+ * (the limit's table's, or the budget's when only `budget` was given); `limit` / `budget` the
+ * fleet limit / fleet budget in force (`undefined` when not given: the facade answers `null`).
  */
 export interface FleetLimitsResult {
   applied: boolean
   revision: number
-  limit: number
+  limit?: number
+  budget?: number
 }
 
 /**

@@ -331,13 +331,14 @@ test('applyLimits sets the fleet limit under a revision; only the limit; stale r
   if (srv === null) return
   const a = fleet(t, client(t, srv, 'ioredis'), 'limit')
   const b = fleet(t, await client(t, srv, 'node-redis'), 'limit')
-  assert.deepEqual(await a.applyLimits({ revision: 2, limit: 7 }), { applied: true, revision: 2, limit: 7 })
-  assert.deepEqual(await b.applyLimits({ revision: 1, limit: 1 }), { applied: false, revision: 2, limit: 7 })
-  assert.deepEqual(await b.applyLimits({ revision: 2, limit: 1 }), { applied: false, revision: 2, limit: 7 })
+  assert.deepEqual(await a.applyLimits({ revision: 2, limit: 7 }), { applied: true, revision: 2, limit: 7, budget: null })
+  assert.deepEqual(await b.applyLimits({ revision: 1, limit: 1 }), { applied: false, revision: 2, limit: 7, budget: null })
+  assert.deepEqual(await b.applyLimits({ revision: 2, limit: 1 }), { applied: false, revision: 2, limit: 7, budget: null })
   await eventually('b sees the new limit', () => b.stats().lease.fleetLimit === 7 && b.stats().lease.rev === 2)
   assert.equal((await a.poolStats()).limit, 7)
   await assert.rejects(a.applyLimits({ revision: 3, maxQueue: 1 }), (e) => e instanceof TypeError && /^limits: /.test(e.message))
-  await assert.rejects(a.applyLimits({ revision: 3, budget: 1 }), (e) => e instanceof TypeError && /^budget: /.test(e.message))
+  // A fleet budget needs a bulkhead opened with one (fleet-budget.test.js).
+  await assert.rejects(a.applyLimits({ revision: 3, budget: 1 }), (e) => e instanceof TypeError && /^budget: .*no fleet budget/.test(e.message))
   await assert.rejects(a.applyLimits({ revision: 3 }), (e) => e instanceof TypeError && /^limit: /.test(e.message))
   await assert.rejects(a.applyLimits({ revision: 0, limit: 3 }), (e) => e instanceof RangeError && /^revision: /.test(e.message))
   await assert.rejects(a.applyLimits({ revision: 3, limit: 2 ** 33 }), (e) => e instanceof RangeError && /^limit: /.test(e.message))
@@ -345,7 +346,7 @@ test('applyLimits sets the fleet limit under a revision; only the limit; stale r
   await assert.rejects(a.applyLimits({ revision: 3, limit: 3, nope: 1 }), (e) => e instanceof TypeError && /"nope"/.test(e.message))
   // What the lease owns is refused by name.
   assert.throws(() => a.setLimit(3), (e) => e instanceof TypeError && /^setLimit: .*applyLimits/.test(e.message))
-  assert.throws(() => a.setBudget(3), (e) => e instanceof TypeError && /^setBudget: /.test(e.message))
+  assert.throws(() => a.setBudget(3), (e) => e instanceof TypeError && /^setBudget: .*applyLimits/.test(e.message))
   assert.throws(() => a.setObserve('all'), (e) => e instanceof TypeError && /^setObserve: /.test(e.message))
 })
 
@@ -417,8 +418,9 @@ test('bad options and clients are refused by name', () => {
   refused({ pool: 'p', maxConcurrent: 0 }, RangeError, /^maxConcurrent must be an integer in 1 \.\.= 4294967296, got 0$/)
   refused({ pool: 'p', maxConcurrent: '4' }, TypeError, /^maxConcurrent must be an integer/)
   refused({ pool: 'p', lease_ttl: 500 }, TypeError, /"lease_ttl" is spelled "leaseTtlMs" in Node/)
-  refused({ pool: 'p', budget: 5 }, TypeError, /"budget" is not supported by a fleet bulkhead/)
-  refused({ pool: 'p', classes: [] }, TypeError, /"classes" is not supported by a fleet bulkhead/)
+  // `budget` is the fleet's, `classes` and `events` this process's (fleet-budget.test.js); rates are refused.
+  refused({ pool: 'p', budget: 0 }, RangeError, /^budget must be an integer in 1 \.\.= 4294967296, got 0$/)
+  refused({ pool: 'p', rates: {} }, TypeError, /"rates" is not supported by a fleet bulkhead: class rates are not fleet-wide/)
   refused({ pool: 'p', resilience: null }, TypeError, /"resilience" is not supported by a fleet bulkhead/)
   refused({ pool: 'p', startLimit: 1 }, TypeError, /"startLimit" is not supported by a fleet bulkhead/)
   refused({ pool: 'p', leaseTtl: 500 }, TypeError, /unknown option "leaseTtl" \(known: "pool", "maxConcurrent", .*"leaseTtlMs"/)
@@ -518,7 +520,7 @@ test('open() resolves once the library is loaded, and rejects (closed) when Redi
   await c.sendCommand(['FUNCTION', 'FLUSH'])
   const f = await FleetBulkhead.open(c, { pool: 'open', maxConcurrent: 2 })
   t.after(() => f.close())
-  assert.equal(await c.sendCommand(['FCALL_RO', 'hg_version', '1', '{hg:open}:cfg']), 2)
+  assert.equal(await c.sendCommand(['FCALL_RO', 'hg_version', '1', '{hg:open}:cfg']), 3)
   ;(await f.acquire()).release()
   // A node-redis client that was never connected.
   const port = await freePort()

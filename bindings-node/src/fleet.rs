@@ -5,6 +5,15 @@
 //! the local bulkhead's own handle (`NativeBulkhead::from_arc` over `FleetCore::bulkhead()`), so
 //! a fleet bulkhead admits, queues, refuses and counts exactly as a local one.
 //!
+//! With `budget` the crate leases a second dimension, the fleet budget's units, in a second
+//! lease table of the pool: the local core's budget is this process's block of it (a cost above
+//! the block waits for it to grow; above the fleet budget it is refused `budget_limit`). What
+//! stays local (docs/design.md §16.10) is built exactly as a local `Bulkhead`'s: the class
+//! table (`classes`, `reserve`, `lending`, `shed`) and `events` are read by the local
+//! bulkhead's own parser (`options::bulkhead`) and handed to `FleetCore::with_local` with the
+//! same observer (`settled::Emitter`), so classes partition this process's block and the
+//! admission events reach the facade's emitter as a local bulkhead's do.
+//!
 //! The driver loop is the facade's (an async loop on the JS thread, with the user's Redis
 //! client): `step()` says what to send (the whole command as strings) or how long to park;
 //! `complete(reply)` / `fail(message)` hand the outcome back. Waiting never blocks the thread:
@@ -25,11 +34,19 @@
 
 use std::{cell::Cell, fmt::Display, sync::Arc, task::Waker, time::Duration};
 
-use hullguard_core::{LimitsSnapshot, config::convert::count_from_f64};
+use hullguard_core::{
+    LimitsSnapshot,
+    config::{
+        Spelling,
+        class_options::{self, ClassSection, TABLE_KEYS},
+        convert::count_from_f64,
+    },
+};
 use hullguard_fleet::{
-    FleetConfig, FleetCore, FleetError, PoolName, RawReply, Step, cli,
+    Dimension, FleetConfig, FleetCore, FleetError, LeaseStats, Local, PoolName, RawReply, Step,
+    cli,
     options::{FLEET_OPTIONS, FleetKind, FleetOption, FleetValue, NOT_FLEET_WIDE, node_name},
-    protocol::{FN_STATS, FN_VERSION, Field, PoolStats},
+    protocol::{FN_STATS, FN_VERSION, Field, PoolStats, SetLimitReply},
     script::{LIB_VERSION, LIBRARY, eval_source},
 };
 use napi::{
@@ -60,11 +77,43 @@ fn snake(key: &str) -> String {
     out
 }
 
-/// The option list of the "unknown option" message, in the Node spelling.
+/// Whether a local bulkhead's option `key` (Node spelling) is refused by the crate as one that
+/// cannot be fleet-wide (`NOT_FLEET_WIDE`: `rates`, `resilience`, `startLimit` …), and why.
+fn not_fleet_wide(key: &str) -> Option<&'static str> {
+    let snake = snake(key);
+    let base = snake.strip_suffix("_ms").unwrap_or(&snake);
+    NOT_FLEET_WIDE
+        .iter()
+        .find(|(n, _)| *n == snake || *n == base)
+        .map(|(_, why)| *why)
+}
+
+/// Whether `key` is one of what stays local (docs/design.md §16.10), read by the local
+/// bulkhead's parser (`options::bulkhead`): `events`, and the class table's keys (the core's
+/// `TABLE_KEYS` and table options: `classes`, `reserve`, `lending`, `shed`) that the crate does
+/// not refuse (`rates` is: each process would refill its own).
+fn is_local_key(key: &str) -> bool {
+    let table = TABLE_KEYS.contains(&key)
+        || class_options::find(ClassSection::Table, Spelling::Node, key).is_some();
+    (key == "events" || table) && not_fleet_wide(key).is_none()
+}
+
+/// The option list of the "unknown option" message, in the Node spelling: the crate's table,
+/// then what stays local.
 fn known() -> String {
+    let table_options = class_options::options_in(ClassSection::Table)
+        .map(|o| o.spelled(Spelling::Node).to_string());
+    let local = TABLE_KEYS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .chain(table_options)
+        .chain(["events".to_owned()])
+        .filter(|k| is_local_key(k));
     let names: Vec<String> = FLEET_OPTIONS
         .iter()
-        .map(|o| format!("{:?}", node_name(o)))
+        .map(node_name)
+        .chain(local)
+        .map(|n| format!("{n:?}"))
         .collect();
     names.join(", ")
 }
@@ -82,12 +131,7 @@ fn refused_key(env: &Env, key: &str) -> Error {
             ),
         );
     }
-    let snake = snake(key);
-    let base = snake.strip_suffix("_ms").unwrap_or(&snake);
-    if let Some((_, why)) = NOT_FLEET_WIDE
-        .iter()
-        .find(|(n, _)| *n == snake || *n == base)
-    {
+    if let Some(why) = not_fleet_wide(key) {
         return type_error(
             env,
             format_args!("option {key:?} is not supported by a fleet bulkhead: {why}"),
@@ -99,7 +143,8 @@ fn refused_key(env: &Env, key: &str) -> Error {
     )
 }
 
-/// The crate's option names in its messages, spelled the Node way (`lease_ttl` → `leaseTtlMs`).
+/// The crate's option names in its messages, spelled the Node way (`lease_ttl` → `leaseTtlMs`,
+/// `apply_limits` → `applyLimits`, `budget=…` → `{budget: …}`).
 fn node_spelled(message: &str) -> String {
     let mut rows: Vec<&FleetOption> = FLEET_OPTIONS
         .iter()
@@ -108,9 +153,12 @@ fn node_spelled(message: &str) -> String {
     rows.sort_by_key(|o| std::cmp::Reverse(o.name.len()));
     rows.iter()
         .fold(message.to_owned(), |m, o| m.replace(o.name, &node_name(o)))
+        .replace("apply_limits", "applyLimits")
+        .replace("budget=…", "{budget: …}")
 }
 
-/// A crate error as JS throws it: a bad option or name a `RangeError` in the Node spelling,
+/// A crate error as JS throws it: a bad option or name a `RangeError` in the Node spelling
+/// (a class table the configuration does not allow too, in the core's Node spelling),
 /// anything else an `Error`.
 fn fleet_error(env: &Env, e: FleetError) -> Error {
     match &e {
@@ -121,7 +169,8 @@ fn fleet_error(env: &Env, e: FleetError) -> Error {
                 .map_or_else(|| (*option).to_owned(), node_name);
             range_error(env, format_args!("{name}: {}", node_spelled(message)))
         }
-        FleetError::Name(_) | FleetError::Config(_) => range_error(env, &e),
+        FleetError::Config(c) => range_error(env, c.spelled(Spelling::Node)),
+        FleetError::Name(_) => range_error(env, &e),
         _ => Error::from_reason(e.to_string()),
     }
 }
@@ -150,17 +199,27 @@ fn int(env: &Env, v: Unknown, key: &str, min: u64, max: u64) -> Result<u64> {
         .map_err(|_| range_error(env, format_args!("{}, got {x}", range())))
 }
 
-/// `new FleetBulkhead(client, options)`'s options, by the crate's table: `pool` (required) and
-/// every other key by its row (Node's spelling: `maxConcurrent`, `leaseTtlMs` …), range-checked
-/// by its kind, set with `FleetConfig::set`, then `validate()` (the relations: `beatMs` at most
-/// half of `leaseTtlMs`, …). An unknown key, a snake_case spelling, or a local bulkhead's option
-/// that cannot be fleet-wide (`budget`, `classes`, `resilience` …) is a `TypeError` naming it; a
-/// value of the wrong type a `TypeError`; out of range, a bad pool or holder a `RangeError`.
-/// `undefined` / `null`: not given.
-fn fleet_options(env: &Env, opts: Unknown) -> Result<FleetConfig> {
+/// `new FleetBulkhead(client, options)`'s options, split the crate's way (docs/design.md
+/// §16.10): the fleet's, read by the crate's table (`FLEET_OPTIONS`) — `pool` (required) and
+/// every other key by its row (Node's spelling: `maxConcurrent`, `budget`, `leaseTtlMs` …),
+/// range-checked by its kind, set with `FleetConfig::set` (its camelCase lookup), then
+/// `validate()` (the relations: `beatMs` at most half of `leaseTtlMs`, …); and what stays local
+/// — `classes`, `reserve`, `lending`, `shed`, `events` — handed, as an object of those keys
+/// only, to the local `Bulkhead`'s parser (`options::bulkhead`: its class table and `events`;
+/// its errors are a local bulkhead's, `classes[1].priority must be …`). An unknown key, a
+/// snake_case spelling, or a local bulkhead's option that cannot be fleet-wide (`rates`,
+/// `resilience`, `adaptive`, `startLimit` …) is a `TypeError` naming it; a value of the wrong
+/// type a `TypeError`; out of range, a bad pool or holder a `RangeError`. `undefined` /
+/// `null`: not given.
+fn fleet_options(env: &Env, opts: Unknown) -> Result<(FleetConfig, options::BulkheadOptions)> {
     let mut pool = None;
     let mut rest = Vec::new();
+    let mut local = Object::new(env)?;
     for (key, v) in options::entries(env, opts, "options must be an object")? {
+        if is_local_key(&key) {
+            local.set(key.as_str(), v)?;
+            continue;
+        }
         let Some(v) = options::not_null(v)? else {
             if FLEET_OPTIONS.iter().any(|o| node_name(o) == key) {
                 continue;
@@ -195,10 +254,13 @@ fn fleet_options(env: &Env, opts: Unknown) -> Result<FleetConfig> {
                 FleetValue::Str(&text)
             }
         };
-        cfg.set(row.name, value).map_err(|e| fleet_error(env, e))?;
+        cfg.set(&key, value).map_err(|e| fleet_error(env, e))?;
     }
     cfg.validate().map_err(|e| fleet_error(env, e))?;
-    Ok(cfg)
+    // What stays local, by the local bulkhead's parser (its configuration part is empty and
+    // unused: the crate builds the local core's from the fleet's options).
+    let local = options::bulkhead(env, local.to_unknown())?;
+    Ok((cfg, local))
 }
 
 // ----- replies --------------------------------------------------------------------------------
@@ -300,21 +362,30 @@ pub struct FleetLibrary {
     pub version: f64,
 }
 
-/// `applyLimits()`'s command (validated) and what it sets.
+/// `applyLimits()`'s commands (validated) and what they set: one `hg_set_limit` per value
+/// given, the limit's first, then the budget's (each lease table keeps its own revision). Send
+/// each in order, then hand the replies, in the same order, to `limitsApplied` with
+/// `revision`, `limit` and `budget`.
 #[napi(object)]
 pub struct FleetLimitsCommand {
-    pub args: Vec<String>,
+    pub commands: Vec<Vec<String>>,
     pub revision: f64,
-    pub limit: f64,
+    /// The fleet limit to set (`undefined`: not given).
+    pub limit: Option<f64>,
+    /// The fleet budget to set, units (`undefined`: not given).
+    pub budget: Option<f64>,
 }
 
-/// `applyLimits()`' result: whether this revision was installed (false: one as new or newer is
-/// in force) and the revision and limit in force.
+/// `applyLimits()`' result: `applied` whether every value given was installed (false: a
+/// revision as new or newer is in force in its lease table); `revision` the revision in force
+/// (the limit's table's, or the budget's when only `budget` was given); `limit` / `budget` the
+/// fleet limit / fleet budget in force (`undefined` when not given: the facade answers `null`).
 #[napi(object)]
 pub struct FleetLimitsResult {
     pub applied: bool,
     pub revision: f64,
-    pub limit: f64,
+    pub limit: Option<f64>,
+    pub budget: Option<f64>,
 }
 
 /// One fleet bulkhead (see the module docs).
@@ -328,6 +399,10 @@ pub struct NativeFleet {
     ttl: Duration,
     /// The library's EVAL script's SHA1 once `FUNCTION` was refused (`useScript`).
     script: std::cell::RefCell<Option<String>>,
+    /// The class names of its class table (index = class; empty without classes).
+    names: std::rc::Rc<[Option<String>]>,
+    /// Whether admission events were asked for (`events: true`).
+    events: bool,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -347,11 +422,46 @@ fn message(e: impl Display) -> String {
 #[napi]
 impl NativeFleet {
     /// `new FleetBulkhead(client, options)`: the options (see `fleet_options`); `bell` is the
-    /// facade id the bell reports (one of its own, held for the bulkhead's life).
+    /// facade id the bell reports (one of its own, held for the bulkhead's life); `emitter` the
+    /// facade emitter the local core's events go to (a local `Bulkhead`'s `emitter`: admission
+    /// events with `events: true`). Throws `TypeError` / `RangeError` naming a bad option (a
+    /// class table the options do not allow: the core's `RangeError`).
     #[napi(constructor)]
-    pub fn new(env: Env, options: Unknown, bell: u32) -> Result<Self> {
-        let cfg = fleet_options(&env, options)?;
-        let core = FleetCore::new(&cfg, None).map_err(|e| fleet_error(&env, e))?;
+    pub fn new(env: Env, options: Unknown, bell: u32, emitter: u32) -> Result<Self> {
+        let (cfg, mut local) = fleet_options(&env, options)?;
+        let observer = Arc::new(settled::Emitter {
+            id: emitter,
+            events: local.events,
+        });
+        let (core, names) = match local.table.as_mut() {
+            None => (
+                FleetCore::with_local(
+                    &cfg,
+                    None,
+                    Local {
+                        classes: None,
+                        observer: Some(observer),
+                    },
+                ),
+                Vec::new(),
+            ),
+            Some(b) => {
+                let names = (0..b.len())
+                    .map(|i| b.name_of(i as u16).map(str::to_owned))
+                    .collect();
+                let t = b.table();
+                let core = FleetCore::with_local(
+                    &cfg,
+                    None,
+                    Local {
+                        classes: Some(&t),
+                        observer: Some(observer),
+                    },
+                );
+                (core, names)
+            }
+        };
+        let core = core.map_err(|e| fleet_error(&env, e))?;
         Ok(NativeFleet {
             core: Arc::new(core),
             bell: settled::waker_of(bell),
@@ -359,13 +469,19 @@ impl NativeFleet {
             min_interval: cfg.min_sync_interval,
             ttl: cfg.lease_ttl,
             script: std::cell::RefCell::new(None),
+            names: std::rc::Rc::from(names),
+            events: local.events,
         })
     }
 
-    /// A handle on the local bulkhead the lease sets the limit of: every admission goes there.
+    /// A handle on the local bulkhead the lease sets the limit (and the budget) of: every
+    /// admission goes there, by class name or index as on a local classed bulkhead.
     #[napi]
     pub fn bulkhead(&self) -> NativeBulkhead {
-        NativeBulkhead::from_arc(Arc::clone(self.core.bulkhead()), None)
+        let mut nb = NativeBulkhead::from_arc(Arc::clone(self.core.bulkhead()), None);
+        nb.names = std::rc::Rc::clone(&self.names);
+        nb.events = self.events;
+        nb
     }
 
     /// The driver's next step (see `FleetStep`); on a park the bell is registered unless in a
@@ -378,7 +494,7 @@ impl NativeFleet {
         let out = match step {
             Step::Closed => None,
             Step::Send(command) => Some(FleetStep {
-                args: Some(command.args(self.core.keys())),
+                args: Some(command.args()),
                 wait_ms: None,
             }),
             Step::Wait(d) => {
@@ -446,16 +562,17 @@ impl NativeFleet {
         settled::flush(env)
     }
 
-    /// After `close()`, once the driver stopped: the release of the lease to send (once), or
-    /// `null`.
+    /// After `close()`, once the driver stopped: the next release to send, or `null` once
+    /// there is none. Each lease's release is handed out once (the permits', then the
+    /// budget's): send it, hand its outcome to `released` / `fail`, and ask again.
     #[napi]
     pub fn release_command(&self, env: &Env) -> Result<Option<Vec<String>>> {
         let c = self.core.release_command();
         settled::flush(env)?;
-        Ok(c.map(|c| c.args(self.core.keys())))
+        Ok(c.map(|c| c.args()))
     }
 
-    /// The release's reply (a fenced one is counted in `releasesFencedTotal`).
+    /// The last release's reply (a fenced one is counted in `releasesFencedTotal`).
     #[napi]
     pub fn released(&self, reply: Unknown) -> Result<()> {
         if let Ok(r) = raw_reply(&reply)? {
@@ -520,67 +637,111 @@ impl NativeFleet {
         self.script.borrow().is_some()
     }
 
-    /// `applyLimits({revision, limit})`'s command, validated by the local bulkhead's parser and
-    /// the crate (only `limit` may be set: `budget`, `maxQueue`, `queueTimeoutMs`, `queueDelay`,
-    /// `reserve`, `rates` are refused by name; `revision` 1 ..= 2^53 − 1, `limit` 0 ..= 2^32).
+    /// `applyLimits({revision, limit, budget})`'s commands (see `FleetLimitsCommand`), read by
+    /// the local bulkhead's parser (`options::limits`) and validated by the crate: only `limit`
+    /// (0 ..= 2^32) and `budget` (1 ..= 2^32, a fleet bulkhead opened with `budget` only) may
+    /// be set, at least one of them; `revision` 1 ..= 2^53 − 1. A `TypeError` naming `budget`
+    /// without a fleet budget, the other fields (`maxQueue`, `queueTimeoutMs`, `queueDelay`:
+    /// `limits`; `reserve`, `rates` by name), neither value (`limit`); a `RangeError` naming a
+    /// value out of range.
     #[napi]
     pub fn apply_limits_command(&self, env: &Env, limits: Unknown) -> Result<FleetLimitsCommand> {
         let (snap, reserve, rates) = options::limits(env, limits)?;
         if reserve.is_some() || rates.is_some() {
-            let what = if reserve.is_some() {
-                "reserve"
+            let (what, why) = if reserve.is_some() {
+                (
+                    "reserve",
+                    "the class table is this process's, set when the bulkhead is built",
+                )
             } else {
-                "rates"
+                ("rates", not_fleet_wide("rates").unwrap_or_default())
             };
             return Err(type_error(
                 env,
                 format_args!(
-                    "{what}: not supported by a fleet bulkhead (classes are not fleet-wide); \
-                     applyLimits sets the fleet limit: {{revision, limit}}"
+                    "{what}: not supported by a fleet bulkhead ({why}); applyLimits sets the \
+                     fleet limit and budget: {{revision, limit, budget}}"
                 ),
             ));
         }
-        let command = self.core.apply_limits(&snap).map_err(|e| match &e {
+        let commands = self.core.apply_limits(&snap).map_err(|e| match &e {
+            // What the call cannot set (not a value out of range): a TypeError.
             FleetError::Option { option, message }
-                if matches!(*option, "budget" | "limits") || snap.limit.is_none() =>
+                if (*option == "budget" && !self.core.has_budget())
+                    || *option == "limits"
+                    || (*option == "limit" && snap.limit.is_none()) =>
             {
                 type_error(env, format_args!("{option}: {}", node_spelled(message)))
             }
             _ => fleet_error(env, e),
         })?;
         Ok(FleetLimitsCommand {
-            args: command.args(self.core.keys()),
+            commands: commands.iter().map(|c| c.args()).collect(),
             revision: snap.revision as f64,
-            limit: snap.limit.unwrap_or_default() as f64,
+            limit: snap.limit.map(|l| l as f64),
+            budget: snap.budget.map(|b| b as f64),
         })
     }
 
-    /// `hg_set_limit`'s reply for `applyLimitsCommand`'s `revision` and `limit`: the result,
-    /// remembered when applied (set again if the pool loses its state).
+    /// The replies to `applyLimitsCommand`'s commands, in their order (an array), for its
+    /// `revision`, `limit` and `budget`: the result (see `FleetLimitsResult`), each value
+    /// remembered when applied (set again if the pool loses its state). Throws an `Error` for
+    /// a reply of another shape or count.
     #[napi]
-    pub fn limit_applied(
+    pub fn limits_applied(
         &self,
         revision: f64,
-        limit: f64,
-        reply: Unknown,
+        limit: Option<f64>,
+        budget: Option<f64>,
+        replies: Unknown,
     ) -> Result<FleetLimitsResult> {
-        let raw = raw_reply(&reply)?.map_err(Error::from_reason)?;
-        let snap = LimitsSnapshot::new(revision as u64).limit(limit as u64);
+        let mut raw = Vec::new();
+        if replies.is_array()? {
+            let a = replies.coerce_to_object()?;
+            for i in 0..a.get_array_length()? {
+                let x: Unknown = a.get_element(i)?;
+                raw.push(raw_reply(&x)?.map_err(Error::from_reason)?);
+            }
+        }
+        let mut snap = LimitsSnapshot::new(revision as u64);
+        snap.limit = limit.map(|l| l as u64);
+        snap.budget = budget.map(|b| b as u64);
         let r = self
             .core
-            .limit_applied(&snap, &raw)
+            .limits_applied(&snap, &raw)
             .map_err(|e| Error::from_reason(message(e)))?;
+        // The revision in force: the limit's table's, else the budget's.
+        let rev = |x: Option<SetLimitReply>| x.map(|x| x.rev as f64);
         Ok(FleetLimitsResult {
-            applied: r.applied,
-            revision: r.rev as f64,
-            limit: r.limit as f64,
+            applied: r.applied(),
+            revision: rev(r.limit).or(rev(r.budget)).unwrap_or(revision),
+            limit: r.limit.map(|x| x.limit as f64),
+            budget: r.budget.map(|x| x.limit as f64),
         })
     }
 
-    /// The read-only command that reads the pool (`hg_stats`).
+    /// The read-only command that reads the pool's lease table of `dimension` (`hg_stats`):
+    /// `'permits'` (default) or `'budget'` (a `TypeError` without a fleet budget, or for
+    /// another name).
     #[napi]
-    pub fn pool_stats_command(&self) -> Vec<String> {
-        self.core.pool_stats_command().args(self.core.keys())
+    pub fn pool_stats_command(&self, env: &Env, dimension: Option<String>) -> Result<Vec<String>> {
+        let d = match dimension.as_deref() {
+            None | Some("permits") => Dimension::Permits,
+            Some("budget") if self.core.has_budget() => Dimension::Budget,
+            Some("budget") => {
+                return Err(type_error(
+                    env,
+                    "dimension: 'budget' needs a fleet budget (open the bulkhead with {budget: …})",
+                ));
+            }
+            Some(other) => {
+                return Err(type_error(
+                    env,
+                    format_args!("dimension must be 'permits' or 'budget', got {other:?}"),
+                ));
+            }
+        };
+        Ok(self.core.pool_stats_command_of(d).args())
     }
 
     /// `hg_stats`' reply as `{nowMs, limit, used, epoch, fence, rev, learnUntilMs, wantSum,
@@ -621,55 +782,19 @@ impl NativeFleet {
         Ok(out)
     }
 
-    /// The local bulkhead's stats object plus `lease` (see index.d.ts `FleetLeaseStats`).
+    /// The local bulkhead's stats object plus `lease` and `budgetLease` (the budget's lease,
+    /// the same fields in units; `null` without a fleet budget): see index.d.ts
+    /// `FleetLeaseStats`.
     #[napi(ts_return_type = "Record<string, unknown>")]
     pub fn stats<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let s = self.core.stats();
         settled::flush(env)?;
         let mut out = stats::object(env, &s.stats)?;
-        let l = s.lease;
-        let mut o = Object::new(env)?;
-        o.set("pool", l.pool.as_str())?;
-        o.set("holder", l.holder.as_str())?;
-        o.set("state", l.state.as_str())?;
-        let c = l.counters;
-        for (k, v) in [
-            ("generation", l.generation),
-            ("held", l.held),
-            ("share", l.share),
-            ("localLimit", l.local_limit),
-            ("fleetLimit", l.fleet_limit),
-            ("fleetUsed", l.fleet_used),
-            ("holders", l.holders),
-            ("epoch", l.epoch),
-            ("rev", l.rev),
-        ] {
-            o.set(k, v as f64)?;
+        out.set("lease", lease_object(env, &s.lease)?)?;
+        match &s.budget_lease {
+            Some(b) => out.set("budgetLease", lease_object(env, b)?)?,
+            None => out.set("budgetLease", Null)?,
         }
-        o.set("learning", l.learning)?;
-        match l.lease_left {
-            Some(d) => o.set("leaseLeftMs", crate::marshal::ms(d))?,
-            None => o.set("leaseLeftMs", Null)?,
-        }
-        o.set("unreachable", l.unreachable)?;
-        match &l.last_error {
-            Some(e) => o.set("lastError", e.as_str())?,
-            None => o.set("lastError", Null)?,
-        }
-        for (k, v) in [
-            ("unleasedInFlight", l.unleased_in_flight),
-            ("syncsTotal", c.syncs_total),
-            ("errorsTotal", c.errors_total),
-            ("lossesTotal", c.losses_total),
-            ("expiriesTotal", c.expiries_total),
-            ("lateGrantsTotal", c.late_grants_total),
-            ("releasesFencedTotal", c.releases_fenced_total),
-            ("epochChangesTotal", c.epoch_changes_total),
-            ("unreplicatedTotal", c.unreplicated_total),
-        ] {
-            o.set(k, v as f64)?;
-        }
-        out.set("lease", o)?;
         Ok(out)
     }
 
@@ -710,6 +835,52 @@ impl NativeFleet {
     pub fn closed(&self) -> bool {
         self.core.is_closed()
     }
+}
+
+/// One lease's stats as `FleetLeaseStats` (counts as numbers, times ms).
+fn lease_object<'e>(env: &'e Env, l: &LeaseStats) -> Result<Object<'e>> {
+    let mut o = Object::new(env)?;
+    o.set("pool", l.pool.as_str())?;
+    o.set("holder", l.holder.as_str())?;
+    o.set("state", l.state.as_str())?;
+    let c = &l.counters;
+    for (k, v) in [
+        ("generation", l.generation),
+        ("held", l.held),
+        ("share", l.share),
+        ("localLimit", l.local_limit),
+        ("fleetLimit", l.fleet_limit),
+        ("fleetUsed", l.fleet_used),
+        ("holders", l.holders),
+        ("epoch", l.epoch),
+        ("rev", l.rev),
+    ] {
+        o.set(k, v as f64)?;
+    }
+    o.set("learning", l.learning)?;
+    match l.lease_left {
+        Some(d) => o.set("leaseLeftMs", crate::marshal::ms(d))?,
+        None => o.set("leaseLeftMs", Null)?,
+    }
+    o.set("unreachable", l.unreachable)?;
+    match &l.last_error {
+        Some(e) => o.set("lastError", e.as_str())?,
+        None => o.set("lastError", Null)?,
+    }
+    for (k, v) in [
+        ("unleasedInFlight", l.unleased_in_flight),
+        ("syncsTotal", c.syncs_total),
+        ("errorsTotal", c.errors_total),
+        ("lossesTotal", c.losses_total),
+        ("expiriesTotal", c.expiries_total),
+        ("lateGrantsTotal", c.late_grants_total),
+        ("releasesFencedTotal", c.releases_fenced_total),
+        ("epochChangesTotal", c.epoch_changes_total),
+        ("unreplicatedTotal", c.unreplicated_total),
+    ] {
+        o.set(k, v as f64)?;
+    }
+    Ok(o)
 }
 
 // ----- the `hullguard fleet show` command -----------------------------------------------------

@@ -7,6 +7,7 @@ import {
   type FleetBulkheadOptions,
   type FleetBulkheadStats,
   type FleetLeaseState,
+  type FleetLeaseStats,
   type FleetLimitsResult,
   type FleetPoolStats,
   type FleetRedisClient,
@@ -46,8 +47,33 @@ const opened: FleetBulkhead = await FleetBulkhead.open(nodeRedis, { pool: 'p', l
 new FleetBulkhead(ioredis, { maxConcurrent: 5 })
 // @ts-expect-error durations are …Ms
 new FleetBulkhead(ioredis, { pool: 'p', leaseTtl: 10 })
-// @ts-expect-error a budget is not fleet-wide (refused by name at run time too)
-new FleetBulkhead(ioredis, { pool: 'p', budget: 10 })
+// @ts-expect-error class rates are not fleet-wide (refused by name at run time too)
+new FleetBulkhead(ioredis, { pool: 'p', rates: { requests: { amount: 1, perMs: 1000 } } })
+// A fleet budget, classes and events (this process's, as a local Bulkhead's).
+const tokens = new FleetBulkhead(ioredis, {
+  pool: 'llm-tokens',
+  maxConcurrent: 50,
+  budget: 100_000,
+  classes: [{ name: 'batch', priority: 0 }, { name: 'interactive', priority: 9, floor: 1 }],
+  reserve: null,
+  lending: true,
+  shed: false,
+  events: true,
+})
+tokens.on('admit', (e) => console.log(e.type, e.cost))
+const costly: Permit = await tokens.acquire({ cost: 2_000, admissionClass: 'interactive' })
+costly.release({ usage: 1_500 })
+const budgetLease = tokens.stats().budgetLease
+const units: number = budgetLease === null ? 0 : budgetLease.held + budgetLease.fleetLimit
+const both: FleetLimitsResult = await tokens.applyLimits({ revision: 4, limit: 60, budget: 200_000 })
+const onlyBudget: number | null = (await tokens.applyLimits({ revision: 5, budget: 150_000 })).budget
+// @ts-expect-error applyLimits sets the limit or the budget: one is required
+await tokens.applyLimits({ revision: 6 })
+const budgetPool: FleetPoolStats = await tokens.poolStats('budget')
+// @ts-expect-error a lease table is 'permits' or 'budget'
+await tokens.poolStats('tokens')
+const interactive: string | null = tokens.classNames[1] ?? null
+void [units, both, onlyBudget, budgetPool, interactive]
 // @ts-expect-error not a Redis client
 new FleetBulkhead({ get: () => 1 }, { pool: 'p' })
 
@@ -65,8 +91,9 @@ const state: FleetLeaseState = s.lease.state
 const left: number | null = s.lease.leaseLeftMs
 const err: string | null = s.lease.lastError
 const counters: number = s.lease.syncsTotal + s.lease.lateGrantsTotal + s.active + s.lease.unreplicatedTotal
+const noBudget: FleetLeaseStats | null = s.budgetLease
 const applied: FleetLimitsResult = await llm.applyLimits({ revision: 2, limit: 40 })
-// @ts-expect-error only the limit is fleet-wide
+// @ts-expect-error only the limit and the budget are fleet-wide
 await llm.applyLimits({ revision: 3, limit: 1, maxQueue: 3 })
 const pool: FleetPoolStats = await llm.poolStats()
 const holders: string[] = pool.holders.map((h) => `${h.holder}:${h.held}/${h.want}@${h.expiresMs}`)
@@ -75,4 +102,4 @@ const name: string = llm.pool + llm.holder
 const closing: Promise<void> = llm.close()
 await opened[Symbol.asyncDispose]()
 const never: never = llm.setLimit(3)
-void [asLocal, answer, now, state, left, err, counters, applied, holders, limit, name, closing, never, BulkheadError]
+void [asLocal, answer, now, state, left, err, counters, noBudget, applied, holders, limit, name, closing, never, BulkheadError]
