@@ -376,6 +376,10 @@ pub enum ConfigError {
     /// a clock or a `static` one, or changed by `apply_limits` on a plain bulkhead (whose
     /// dispatcher keeps no lists to shed from).
     Unsupported(OptionId),
+    /// `set_limit`, `set_budget` or `apply_limits` on a leased bulkhead (a fleet bulkhead's
+    /// local one, docs/design.md §16): its limit and budget are the lease's blocks; the fleet
+    /// bulkhead's own `apply_limits` sets the fleet's.
+    Leased,
 }
 
 impl ConfigError {
@@ -393,6 +397,7 @@ impl ConfigError {
             ConfigError::Limit
             | ConfigError::Resilience
             | ConfigError::BudgetLimit
+            | ConfigError::Leased
             | ConfigError::Class(_) => {
                 return None;
             }
@@ -429,7 +434,7 @@ impl ConfigError {
         match self.option_id() {
             Some(id) => id.spec().name,
             None => match self {
-                ConfigError::Limit => "limit",
+                ConfigError::Limit | ConfigError::Leased => "limit",
                 ConfigError::BudgetLimit => "budget_limit",
                 ConfigError::Class(_) => "classes",
                 _ => "resilience",
@@ -473,6 +478,10 @@ impl fmt::Display for SpelledError {
         let s = self.spelling;
         match self.error {
             ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
+            ConfigError::Leased => f.write_str(
+                "the limit and budget of a fleet bulkhead's local bulkhead are its lease's blocks: \
+                 set the fleet limit or budget with the fleet bulkhead's apply_limits",
+            ),
             ConfigError::Class(e) => e.fmt(f),
             ConfigError::Budget => write!(
                 f,

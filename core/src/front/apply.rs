@@ -248,7 +248,8 @@ impl<const N: usize> Bulkhead<N> {
     /// # Errors
     /// [`LimitsError::Stale`] with the revision in force when `snapshot.revision` is not above
     /// it; [`LimitsError::Revision`], [`LimitsError::Config`] or [`LimitsError::AdaptiveLimit`]
-    /// for a value out of range.
+    /// for a value out of range; `LimitsError::Config(ConfigError::Leased)` on a leased
+    /// bulkhead (a fleet bulkhead's limits are set in Redis).
     ///
     /// # Examples
     /// ```
@@ -315,6 +316,9 @@ impl<const N: usize> Bulkhead<N> {
         snapshot: &LimitsSnapshot,
         table: &ClassTableLimits<'_>,
     ) -> Result<(), LimitsError> {
+        if self.engine.is_leased() {
+            return Err(LimitsError::Config(ConfigError::Leased));
+        }
         let s = snapshot;
         let classes = table.classes;
         match table.reserve {

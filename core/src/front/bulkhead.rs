@@ -1149,7 +1149,8 @@ impl<const N: usize> Bulkhead<N> {
     /// adaptive limit restarts from the hand-set value.
     ///
     /// # Errors
-    /// [`ConfigError::Limit`] outside `1 ..= max_concurrent`.
+    /// [`ConfigError::Limit`] outside `1 ..= max_concurrent`; [`ConfigError::Leased`] on a
+    /// leased bulkhead (its limit is the lease's block).
     ///
     /// # Examples
     /// ```
@@ -1162,6 +1163,9 @@ impl<const N: usize> Bulkhead<N> {
     /// assert_eq!(bh.stats().available, 1);
     /// ```
     pub fn set_limit(&self, limit: u64) -> Result<(), ConfigError> {
+        if self.engine.is_leased() {
+            return Err(ConfigError::Leased);
+        }
         self.check_partition(Some(limit), None)?;
         self.engine.apply_limit(limit)?;
         if let Some(a) = self.policies().and_then(Policies::adaptive) {
@@ -1179,7 +1183,8 @@ impl<const N: usize> Bulkhead<N> {
     /// above the new ceiling (`budget_limit`). 0 admits only requests of cost 0.
     ///
     /// # Errors
-    /// [`ConfigError::BudgetLimit`] outside `0 ..= budget`, or without a budget.
+    /// [`ConfigError::BudgetLimit`] outside `0 ..= budget`, or without a budget;
+    /// [`ConfigError::Leased`] on a leased bulkhead.
     ///
     /// # Examples
     /// ```
@@ -1193,6 +1198,9 @@ impl<const N: usize> Bulkhead<N> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_budget(&self, budget: u64) -> Result<(), ConfigError> {
+        if self.engine.is_leased() {
+            return Err(ConfigError::Leased);
+        }
         self.check_partition(None, Some(budget))?;
         self.engine.apply_budget(budget)?;
         self.emit_reconfigure();

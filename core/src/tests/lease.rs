@@ -424,3 +424,27 @@ fn a_block_below_the_class_floors_is_a_lease_state_not_an_error() {
     drop((a, a2, c));
     assert_eq!(b.stats().active, 0);
 }
+
+#[test]
+fn a_leased_bulkheads_limits_belong_to_the_lease() {
+    // Review finding (C binding): set_budget moved a fleet bulkhead's leased budget block.
+    let b = budgeted();
+    b.set_lease(4).unwrap();
+    b.set_lease_budget(100).unwrap();
+    assert_eq!(b.set_limit(8), Err(crate::ConfigError::Leased));
+    assert_eq!(b.set_budget(500), Err(crate::ConfigError::Leased));
+    assert_eq!(
+        b.apply_limits(&LimitsSnapshot::new(1).limit(8)),
+        Err(crate::LimitsError::Config(crate::ConfigError::Leased))
+    );
+    let s = b.stats();
+    assert_eq!(
+        (s.limit, s.budget.unwrap().limit, b.revision()),
+        (4, 100, 0)
+    );
+    let text = alloc::format!(
+        "{}",
+        crate::ConfigError::Leased.spelled(crate::config::Spelling::Python)
+    );
+    assert!(text.contains("apply_limits"), "{text}");
+}
