@@ -58,7 +58,7 @@
 /**
  * The library's version (`FCALL_RO hg_version` answers it).
  */
-#define HG_FLEET_LIBRARY_VERSION 2
+#define HG_FLEET_LIBRARY_VERSION 3
 
 /**
  * The result of every fallible `hg_*` call.
@@ -650,6 +650,36 @@ typedef uint32_t hg_fleet_lease_state;
 #endif // __cplusplus
 
 /**
+ * What a fleet bulkhead leases (`hg_fleet_bulkhead_stats_of()`, `_apply_limits_of()`,
+ * `_pool_stats_of()`, `_lease_error_of()`): each dimension is leased from its own lease table
+ * of the pool (same hash tag), under its own revision. Pass it as a `uint32_t`: a number this
+ * library does not know is refused `HG_STATUS_INVALID_ARGUMENT`.
+ */
+enum hg_fleet_dimension
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * The permits (calls in flight): the fleet limit, `max_concurrent` for a new pool. Every
+   * fleet bulkhead has it.
+   */
+  HG_FLEET_DIMENSION_PERMITS = 0,
+  /**
+   * The fleet budget's units (tokens, bytes in flight: a request's `cost`), `budget` for a
+   * new pool. Only a fleet bulkhead opened with the `budget` option has it.
+   */
+  HG_FLEET_DIMENSION_BUDGET = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum hg_fleet_dimension hg_fleet_dimension;
+#else
+typedef uint32_t hg_fleet_dimension;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * A bulkhead: a bounded pool of permits plus a fixed-capacity waiter queue. Reference-counted:
  * `hg_bulkhead_retain()` adds a reference, `hg_bulkhead_free()` drops one. Thread-safe.
  */
@@ -665,9 +695,11 @@ typedef struct hg_fleet_bulkhead hg_fleet_bulkhead;
 
 /**
  * A fleet bulkhead's options, set by name (`hg_fleet_options_new()`,
- * `hg_fleet_options_set_int()`, `hg_fleet_options_set_str()`), freed with
- * `hg_fleet_options_free()`. `hg_fleet_bulkhead_open()` copies them. Not thread-safe: set
- * them from one thread at a time.
+ * `hg_fleet_options_set_int()`, `hg_fleet_options_set_str()`), plus what stays local: the
+ * admission classes (`hg_fleet_options_set_classes()`) and the event callback
+ * (`hg_fleet_options_set_on_event()`); freed with `hg_fleet_options_free()`.
+ * `hg_fleet_bulkhead_open()` copies them. Not thread-safe: set them from one thread at a
+ * time.
  */
 typedef struct hg_fleet_options hg_fleet_options;
 
@@ -1852,16 +1884,18 @@ typedef void (*hg_fleet_release_fn)(void *ctx);
  * How a fleet bulkhead reaches Redis: a callback over the caller's own client.
  *
  * The callback runs on the fleet bulkhead's own thread (`hullguard-fleet:<pool>`, which keeps
- * the lease), and also on the threads that call `hg_fleet_bulkhead_open()` (the library load),
- * `hg_fleet_bulkhead_apply_limits()`, `hg_fleet_bulkhead_pool_stats()`,
- * `hg_fleet_bulkhead_close()` and `hg_fleet_bulkhead_free()` (the release) — never two at
- * once: the library serialises the calls of one fleet bulkhead, so one connection that is not
- * thread-safe (a `redisContext`) serves it. With the `wait_replicas` option, send every call
- * of a fleet bulkhead on one connection: `WAIT` counts the writes of its own connection. Give the client a timeout (hiredis:
- * `redisSetTimeout`): a call that hangs holds up renewals (the lease then runs out and
- * admissions fail closed, which is safe) and a close. The callback must not unwind, and must
- * not call `hg_fleet_bulkhead_apply_limits()`, `_pool_stats()`, `_close()` or `_free()` of its
- * own fleet bulkhead (refused `HG_STATUS_INVALID_ARGUMENT`: they would wait for it).
+ * the leases), and also on the threads that call `hg_fleet_bulkhead_open()` (the library
+ * load), `hg_fleet_bulkhead_apply_limits()` (and `_of()`), `hg_fleet_bulkhead_pool_stats()`
+ * (and `_of()`), `hg_fleet_bulkhead_close()` and `hg_fleet_bulkhead_free()` (the releases) —
+ * never two at once: the library serialises the calls of one fleet bulkhead, so one
+ * connection that is not thread-safe (a `redisContext`) serves it. With the `wait_replicas`
+ * option, send every call of a fleet bulkhead on one connection: `WAIT` counts the writes of
+ * its own connection. Give the client a timeout (hiredis: `redisSetTimeout`): a call that
+ * hangs holds up renewals (the lease then runs out and admissions fail closed, which is safe)
+ * and a close. The callback must not unwind, and must not call
+ * `hg_fleet_bulkhead_apply_limits()`, `_pool_stats()` (nor their `_of()` forms), `_close()` or
+ * `_free()` of its own fleet bulkhead (refused `HG_STATUS_INVALID_ARGUMENT`: they would wait
+ * for it).
  *
  * Size-versioned: `struct_size = sizeof(hg_fleet_transport)`.
  */
@@ -1887,12 +1921,16 @@ typedef struct hg_fleet_transport {
 } hg_fleet_transport;
 
 /**
- * The lease as this process sees it (`hg_fleet_bulkhead_stats()`): the `lease` section of
- * the other bindings' stats. The local figures (active, queued, the limit the block sets,
- * rejections by reason) are the local bulkhead's: `hg_bulkhead_stats()` on
- * `hg_fleet_bulkhead_bulkhead()`. The strings are read apart: `hg_fleet_bulkhead_holder()`,
- * `hg_fleet_bulkhead_lease_error()`. Output only: set `struct_size = sizeof(hg_fleet_stats)`
- * first; the library writes at most that many bytes and stores back how many it wrote.
+ * One lease as this process sees it (`hg_fleet_bulkhead_stats()`: the permits';
+ * `hg_fleet_bulkhead_stats_of()`: either dimension's — the budget's has the same fields in
+ * units: `held`, `share`, `local_limit` are units of this process's budget block,
+ * `fleet_limit` is the fleet budget, `unleased_in_flight` units): the `lease` (and
+ * `budget_lease`) section of the other bindings' stats. The local figures (active, queued,
+ * the limit and budget the blocks set, rejections by reason) are the local bulkhead's:
+ * `hg_bulkhead_stats()` on `hg_fleet_bulkhead_bulkhead()`. The strings are read apart:
+ * `hg_fleet_bulkhead_holder()`, `hg_fleet_bulkhead_lease_error_of()`. Output only: set
+ * `struct_size = sizeof(hg_fleet_stats)` first; the library writes at most that many bytes
+ * and stores back how many it wrote.
  */
 typedef struct hg_fleet_stats {
   /**
@@ -1992,15 +2030,17 @@ typedef struct hg_fleet_stats {
    */
   bool unreachable;
   /**
-   * Whether there is a lease error (`hg_fleet_bulkhead_lease_error()`): the last error,
+   * Whether there is a lease error (`hg_fleet_bulkhead_lease_error_of()`): the last error,
    * until a sync succeeds.
    */
   bool has_lease_error;
 } hg_fleet_stats;
 
 /**
- * The pool as Redis holds it (`hg_fleet_bulkhead_pool_stats()`: one read-only call). Output
- * only: set `struct_size = sizeof(hg_fleet_pool_stats)` first.
+ * One lease table of the pool as Redis holds it (`hg_fleet_bulkhead_pool_stats()`: the
+ * permits'; `hg_fleet_bulkhead_pool_stats_of()`: either dimension's — the budget's figures are
+ * units, `limit` the fleet budget; one read-only call). Output only: set
+ * `struct_size = sizeof(hg_fleet_pool_stats)` first.
  */
 typedef struct hg_fleet_pool_stats {
   /**
@@ -2477,8 +2517,10 @@ hg_status hg_bulkhead_apply_limits(const struct hg_bulkhead *bh, const struct hg
  * grants waiters (callbacks on this thread), a shrink is by attrition (holders keep their
  * units) and rejects queued waiters that can no longer fit.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (out of range, or no budget);
- *   `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (out of range, no budget, or a fleet
+ *   bulkhead's handle — its budget is the lease's, set with
+ *   `hg_fleet_bulkhead_apply_limits_of()`: nothing changed); `HG_STATUS_NULL_PARAMETER`.
+ *   Thread-safety: any thread; never waits.
  */
 hg_status hg_bulkhead_set_budget(const struct hg_bulkhead *bh, uint64_t budget);
 
@@ -2951,7 +2993,7 @@ hg_status hg_config_default(struct hg_config *config);
  * The message of the last `hg_fleet_*` call of this thread that did not return `HG_STATUS_OK`
  * (a successful call leaves it as it is: read it right after the failure), written into `buf`
  * with a terminating NUL: the function, then which argument was NULL or bad, the option and
- * its range (the fleet crate's option table: `"hg_fleet_options_set_int: budget: not
+ * its range (the fleet crate's option table: `"hg_fleet_options_set_int: adaptive: not
  * supported by a fleet bulkhead: …"`), or what Redis or the transport answered. An empty
  * string when this thread has had no failure.
  *
@@ -2995,17 +3037,25 @@ const char *hg_fleet_library(size_t *len);
 hg_status hg_fleet_options_new(const char *pool, struct hg_fleet_options **out);
 
 /**
- * Sets the option `name` to `value`: a count (`max_concurrent`, `max_queue`, `local_share`,
- * `clock_drift_ppm`, `max_holders`, `wait_replicas`, …) or a duration in ms (`queue_timeout`,
- * `lease_ttl`, `beat`, `lease_margin`, `min_sync_interval`, `wait_timeout`, …: the table says
- * which). The names, ranges and rules are the fleet crate's
- * option table (docs/design.md §16.5), as in every binding; the relations between options
- * (`beat` at most half of `lease_ttl`, …) are checked by `hg_fleet_bulkhead_open()`.
+ * Sets the option `name` to `value`: a count (`max_concurrent`, `budget`, `max_queue`,
+ * `local_share`, `clock_drift_ppm`, `max_holders`, `wait_replicas`, …) or a duration in ms
+ * (`queue_timeout`, `lease_ttl`, `beat`, `lease_margin`, `min_sync_interval`, `wait_timeout`,
+ * …: the table says which). The names, ranges and rules are the fleet crate's option table
+ * (docs/design.md §16.5), as in every binding; the relations between options (`beat` at most
+ * half of `lease_ttl`, …) are checked by `hg_fleet_bulkhead_open()`.
+ *
+ * `budget` (units in flight: tokens, bytes; `1 .. 2^32`; default none) gives the fleet
+ * bulkhead a fleet budget, leased like the permits: the budget a new pool starts with (then it
+ * lives in Redis: `hg_fleet_bulkhead_apply_limits_of()` with `HG_FLEET_DIMENSION_BUDGET`
+ * changes it). A request's `cost` within this process's block is admitted at once; above the
+ * block but within the fleet budget it waits (queues) for the block to grow; above the fleet
+ * budget it is refused `HG_STATUS_BUDGET_LIMIT`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for an unknown name (the message lists
- *   the known ones), a local bulkhead's option that cannot be fleet-wide (`budget`, `classes`,
- *   `adaptive`, `breaker`, `observe`, …: named as such, with why), a string option, or a value
- *   out of range (the range shown) — `hg_fleet_last_error()` has the message, nothing
+ *   the known ones), a local bulkhead's option that cannot be fleet-wide (`rates`,
+ *   `adaptive`, `breaker`, `observe`, …: named as such, with why), `classes` or `on_event`
+ *   (the message names the function that sets it), a string option, or a value out of range
+ *   (the range shown; `budget` 0 included) — `hg_fleet_last_error()` has the message, nothing
  *   changed; `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: one thread at a time per options object.
  */
@@ -3022,6 +3072,56 @@ hg_status hg_fleet_options_set_int(struct hg_fleet_options *opts, const char *na
 hg_status hg_fleet_options_set_str(struct hg_fleet_options *opts,
                                    const char *name,
                                    const char *value);
+
+/**
+ * Sets the admission classes (docs/design.md §4.8, §16.10): the classes of `table` (a request
+ * names one by `hg_request.class_index`), the priority reserve, lending and shedding, as for
+ * `hg_bulkhead_new_with_classes()`. They partition **this process's block**, not the fleet's
+ * limit: floors, ceilings, the reserve and priorities apply inside the local block (and the
+ * local budget block, for the budget floors and ceilings); while the block is below the
+ * floors, they are taken first-come up to the block. The table is converted and copied now
+ * (`table` and its `classes` array may be freed on return); replaces a table set before. The
+ * core checks the table against the options at `hg_fleet_bulkhead_open()` (a floor above its
+ * class's ceiling, budget floors or ceilings without a `budget`, …: in its words); a block
+ * below the floors is not an error (the block is the lease's).
+ *
+ * Parameters:
+ *   opts: from `hg_fleet_options_new()`.
+ *   table: required (its `struct_size = sizeof(hg_class_table)`, each class's from
+ *   `hg_class_default()`). Its `requests` and `units` rates must be off (`amount` 0): a rate
+ *   is not fleet-wide (each process would refill its own).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a bad table — its
+ *   `struct_size`, 0 or more than 64 classes, a bad class (a priority above 255, an unknown
+ *   `observe`, a set `reserved`, a bad `struct_size` or array stride), a reserve priority above
+ *   255, a rate — (`hg_fleet_last_error()` names the field; nothing changed);
+ *   `HG_STATUS_NULL_PARAMETER` (`opts`, `table`, or `table->classes` with a `classes_len`
+ *   above 0).
+ * Thread-safety: one thread at a time per options object.
+ */
+hg_status hg_fleet_options_set_classes(struct hg_fleet_options *opts,
+                                       const struct hg_class_table *table);
+
+/**
+ * Sets the event callback: the local bulkhead's events — every admission (admit, reject,
+ * release, usage, shed) with its admission id, class, weight, cost and timings, and each
+ * reconfiguration (the lease moving the block: `HG_EVENT_RECONFIGURE` with the new limit and
+ * budget) — as `hg_config.on_event` delivers them (see `hg_event_fn`: where it runs, what is
+ * safe inside it; `key` is NULL). The lease's own thread runs it too (for reconfigurations).
+ * NULL turns events off (the default: then no admission does any event work). Replaces a
+ * callback set before.
+ *
+ * Parameters:
+ *   opts: from `hg_fleet_options_new()`.
+ *   on_event: NULL, or the callback. user_data: passed to it; must stay valid while the
+ *   fleet bulkhead (and any handle from `hg_fleet_bulkhead_bulkhead()`) lives.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER` (`opts`).
+ * Thread-safety: one thread at a time per options object.
+ */
+hg_status hg_fleet_options_set_on_event(struct hg_fleet_options *opts,
+                                        hg_event_fn on_event,
+                                        void *user_data);
 
 /**
  * Frees options. NULL is accepted and ignored.
@@ -3079,16 +3179,20 @@ hg_status hg_fleet_reply_error(struct hg_fleet_reply *reply, const char *msg, si
  * differs: one round trip when it is there), then starts the thread that keeps the lease
  * (`hullguard-fleet:<pool>`), which asks for the first block at once. Until it arrives,
  * acquires queue (or a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
- * `HG_BOUND_FLEET_LEASE`).
+ * `HG_BOUND_FLEET_LEASE`). With the `budget` option it leases the fleet budget too (on the
+ * same thread, from a second lease table of the pool); with `hg_fleet_options_set_classes()`
+ * the local bulkhead is classed; with `hg_fleet_options_set_on_event()` it emits events.
  *
  * Parameters:
- *   opts: from `hg_fleet_options_new()` (copied: free them whenever).
+ *   opts: from `hg_fleet_options_new()` (copied, with its class table: free them whenever).
  *   transport: the callback over the caller's Redis client (see `hg_fleet_transport`); its
  *   `struct_size` must be `sizeof(hg_fleet_transport)`.
  *   out: receives the fleet bulkhead (set only on `HG_STATUS_OK`).
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for options whose relations do not hold
- *   (`beat` above half of `lease_ttl`, …) or a bad `transport->struct_size`;
+ *   (`beat` above half of `lease_ttl`, …), a class table the core refuses with these options
+ *   (a floor above its class's ceiling, budget floors without a `budget`, …: in its words),
+ *   or a bad `transport->struct_size` — all checked before the transport is called;
  *   `HG_STATUS_FLEET_TRANSPORT` when Redis cannot be reached or refuses the library
  *   (`hg_fleet_last_error()` has what the callback or Redis said); `HG_STATUS_OUT_OF_MEMORY`
  *   when the thread cannot be started; `HG_STATUS_NULL_PARAMETER` (also for a NULL `call`).
@@ -3114,11 +3218,21 @@ hg_status hg_fleet_bulkhead_open(const struct hg_fleet_options *opts,
  * an acquire is a local acquire plus one clock read (the lease's deadline); when it is short
  * the request queues (FIFO in this process) and the lease's thread is woken to ask for more;
  * with no valid lease a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
- * `HG_BOUND_FLEET_LEASE`. Its limit is the lease's: `hg_bulkhead_set_limit()`,
+ * `HG_BOUND_FLEET_LEASE`.
+ *
+ * With a fleet budget (the `budget` option), an `hg_request`'s `cost` is admitted on this
+ * process's budget block the same way: granted when the block has room; above it but within
+ * the fleet budget it waits for the block to grow (a try, or `timeout_ms` 0, is refused
+ * `HG_STATUS_BUDGET_LIMIT`, with the bound `HG_BOUND_FLEET_LEASE` while the block is 0); above
+ * the fleet budget it is refused `HG_STATUS_BUDGET_LIMIT` at once. With classes
+ * (`hg_fleet_options_set_classes()`), `hg_request.class_index` names the class: priorities,
+ * floors and ceilings apply inside the local block (`hg_bulkhead_class_stats()` reads them).
+ *
+ * Its limit and budget are the leases': `hg_bulkhead_set_limit()`, `hg_bulkhead_set_budget()`,
  * `hg_bulkhead_apply_limits()` and `hg_bulkhead_set_observe()` refuse it
- * (`HG_STATUS_INVALID_ARGUMENT`; set the fleet limit with `hg_fleet_bulkhead_apply_limits()`).
- * `hg_bulkhead_close()` on it stops admissions only: `hg_fleet_bulkhead_close()` also stops the
- * lease's thread and gives the block back.
+ * (`HG_STATUS_INVALID_ARGUMENT`; set the fleet limit and budget with
+ * `hg_fleet_bulkhead_apply_limits_of()`). `hg_bulkhead_close()` on it stops admissions only:
+ * `hg_fleet_bulkhead_close()` also stops the lease's thread and gives the blocks back.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
  * Memory and lifetimes: the caller owns one reference: free it with `hg_bulkhead_free()`
@@ -3129,15 +3243,31 @@ hg_status hg_fleet_bulkhead_open(const struct hg_fleet_options *opts,
 hg_status hg_fleet_bulkhead_bulkhead(const struct hg_fleet_bulkhead *fb, struct hg_bulkhead **out);
 
 /**
- * Fills `*out` with the lease as this process sees it (see `hg_fleet_stats`; at most
- * `out->struct_size` bytes: set it to `sizeof(hg_fleet_stats)` first; on return it says how
- * many bytes were written).
+ * Fills `*out` with the permits' lease as this process sees it: `hg_fleet_bulkhead_stats_of()`
+ * with `HG_FLEET_DIMENSION_PERMITS`.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
- *   `HG_STATUS_NULL_PARAMETER`.
+ * Returns: as `hg_fleet_bulkhead_stats_of()`.
  * Thread-safety: any thread; never waits for Redis (takes the lease's lock for a moment).
  */
 hg_status hg_fleet_bulkhead_stats(const struct hg_fleet_bulkhead *fb, struct hg_fleet_stats *out);
+
+/**
+ * Fills `*out` with one dimension's lease as this process sees it (see `hg_fleet_stats`; the
+ * budget's in units; at most `out->struct_size` bytes: set it to `sizeof(hg_fleet_stats)`
+ * first; on return it says how many bytes were written).
+ *
+ * Parameters:
+ *   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only on a fleet
+ *   bulkhead opened with the `budget` option).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4, an
+ *   unknown `dimension`, or the budget of a fleet bulkhead without one
+ *   (`hg_fleet_last_error()` names it); `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread; never waits for Redis (takes the lease's lock for a moment).
+ */
+hg_status hg_fleet_bulkhead_stats_of(const struct hg_fleet_bulkhead *fb,
+                                     uint32_t dimension,
+                                     struct hg_fleet_stats *out);
 
 /**
  * This process's holder id in the pool, `<label>:<pid>:<random hex>` (the label is the
@@ -3155,9 +3285,8 @@ hg_status hg_fleet_bulkhead_holder(const struct hg_fleet_bulkhead *fb,
                                    size_t *out_len);
 
 /**
- * The lease's last error (what the transport or Redis said), kept until a sync succeeds; an
- * empty string when there is none (`hg_fleet_stats.has_lease_error`). Written as
- * `hg_fleet_bulkhead_holder()`.
+ * The permits' lease's last error: `hg_fleet_bulkhead_lease_error_of()` with
+ * `HG_FLEET_DIMENSION_PERMITS`.
  *
  * Returns: as `hg_fleet_bulkhead_holder()`.
  * Thread-safety: any thread (takes the lease's lock for a moment).
@@ -3168,21 +3297,28 @@ hg_status hg_fleet_bulkhead_lease_error(const struct hg_fleet_bulkhead *fb,
                                         size_t *out_len);
 
 /**
- * Sets the fleet limit in Redis under `revision` (one call through the transport, on this
- * thread): applied only if `revision` is above the one in force, so a delayed or repeated
- * update never undoes a newer one. Lowering never revokes: holders shrink to their shares at
- * their next syncs; raising lets them grow. Applied here, it is set again if Redis loses the
- * pool's state.
+ * One dimension's lease's last error (what the transport or Redis said), kept until a sync
+ * of that lease succeeds; an empty string when there is none (`hg_fleet_stats.has_lease_error`
+ * of `hg_fleet_bulkhead_stats_of()`). Written as `hg_fleet_bulkhead_holder()`.
  *
  * Parameters:
- *   revision: `1 .. 2^53 - 1`. limit: the fleet limit, `0 .. 2^32`.
- *   rev_in_force, limit_in_force: NULL, or receive the revision and limit in force after the
- *   call (on `HG_STATUS_OK` and `HG_STATUS_STALE`).
+ *   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only with a budget).
  *
- * Returns: `HG_STATUS_OK` (applied); `HG_STATUS_STALE` (a revision as new or newer is in
- *   force: nothing changed); `HG_STATUS_INVALID_ARGUMENT` for a `revision` or `limit` out of
- *   range (`hg_fleet_last_error()` names it), or a call from the transport callback;
- *   `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_NULL_PARAMETER`.
+ * Returns: as `hg_fleet_bulkhead_holder()`, and `HG_STATUS_INVALID_ARGUMENT` for an unknown
+ *   `dimension` or the budget of a fleet bulkhead without one.
+ * Thread-safety: any thread (takes the lease's lock for a moment).
+ */
+hg_status hg_fleet_bulkhead_lease_error_of(const struct hg_fleet_bulkhead *fb,
+                                           uint32_t dimension,
+                                           char *buf,
+                                           size_t buf_len,
+                                           size_t *out_len);
+
+/**
+ * Sets the fleet limit in Redis under `revision`: `hg_fleet_bulkhead_apply_limits_of()` with
+ * `HG_FLEET_DIMENSION_PERMITS` (`limit`: `0 .. 2^32`).
+ *
+ * Returns: as `hg_fleet_bulkhead_apply_limits_of()`.
  * Thread-safety: any thread but the callback's; waits for the transport (one call).
  */
 hg_status hg_fleet_bulkhead_apply_limits(const struct hg_fleet_bulkhead *fb,
@@ -3192,28 +3328,80 @@ hg_status hg_fleet_bulkhead_apply_limits(const struct hg_fleet_bulkhead *fb,
                                          uint64_t *limit_in_force);
 
 /**
- * Reads the pool as Redis holds it (`hg_stats`, one read-only call on this thread) into
- * `*out` (see `hg_fleet_pool_stats`; set `out->struct_size` first).
+ * Sets one dimension's fleet limit in Redis under `revision` — the fleet limit
+ * (`HG_FLEET_DIMENSION_PERMITS`) or the fleet budget (`HG_FLEET_DIMENSION_BUDGET`) — with one
+ * call through the transport, on this thread: applied only if `revision` is above the
+ * revision in force in that dimension's lease table (each dimension keeps its own), so a
+ * delayed or repeated update never undoes a newer one. Lowering never revokes: holders shrink
+ * to their shares at their next syncs (a cost waiting above a lowered fleet budget is refused
+ * `HG_STATUS_BUDGET_LIMIT`); raising lets them grow. Applied here, it is set again if Redis
+ * loses the pool's state.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_INVALID_ARGUMENT` for a
- *   `struct_size` below 4, or a call from the transport callback; `HG_STATUS_NULL_PARAMETER`.
+ * Parameters:
+ *   dimension: an `hg_fleet_dimension`.
+ *   revision: `1 .. 2^53 - 1`.
+ *   limit: the fleet limit, `0 .. 2^32` (0: nothing admitted fleet-wide), or the fleet
+ *   budget in units, `1 .. 2^32`.
+ *   rev_in_force, limit_in_force: NULL, or receive the revision and the value in force in that
+ *   dimension after the call (on `HG_STATUS_OK` and `HG_STATUS_STALE`).
+ *
+ * Returns: `HG_STATUS_OK` (applied); `HG_STATUS_STALE` (a revision as new or newer is in
+ *   force: nothing changed); `HG_STATUS_INVALID_ARGUMENT` for an unknown `dimension`, a
+ *   `revision` or `limit` out of range, the budget of a fleet bulkhead opened without one
+ *   (`hg_fleet_last_error()` names which: `revision`, `limit`, `budget`), or a call from the
+ *   transport callback — nothing is sent; `HG_STATUS_FLEET_TRANSPORT`;
+ *   `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread but the callback's; waits for the transport (one call).
+ */
+hg_status hg_fleet_bulkhead_apply_limits_of(const struct hg_fleet_bulkhead *fb,
+                                            uint32_t dimension,
+                                            uint64_t revision,
+                                            uint64_t limit,
+                                            uint64_t *rev_in_force,
+                                            uint64_t *limit_in_force);
+
+/**
+ * Reads the pool's permits as Redis holds them: `hg_fleet_bulkhead_pool_stats_of()` with
+ * `HG_FLEET_DIMENSION_PERMITS`.
+ *
+ * Returns: as `hg_fleet_bulkhead_pool_stats_of()`.
  * Thread-safety: any thread but the callback's; waits for the transport (one call).
  */
 hg_status hg_fleet_bulkhead_pool_stats(const struct hg_fleet_bulkhead *fb,
                                        struct hg_fleet_pool_stats *out);
 
 /**
+ * Reads one dimension's lease table of the pool as Redis holds it (`hg_stats`, one read-only
+ * call on this thread) into `*out` (see `hg_fleet_pool_stats`, whose figures are units for the
+ * budget: `limit` is the fleet budget; set `out->struct_size` first).
+ *
+ * Parameters:
+ *   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only with a budget).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_INVALID_ARGUMENT` for a
+ *   `struct_size` below 4, an unknown `dimension`, the budget of a fleet bulkhead without one,
+ *   or a call from the transport callback — nothing is sent; `HG_STATUS_NULL_PARAMETER`.
+ * Thread-safety: any thread but the callback's; waits for the transport (one call).
+ */
+hg_status hg_fleet_bulkhead_pool_stats_of(const struct hg_fleet_bulkhead *fb,
+                                          uint32_t dimension,
+                                          struct hg_fleet_pool_stats *out);
+
+/**
  * Closes: the local bulkhead's queued acquires are refused `HG_STATUS_SHUTDOWN` and new ones
  * too (permits in flight finish and release normally), the lease's thread stops (joined), and
- * the block is given back to the pool (`hg_release`, fenced: a lease that expired meanwhile
- * frees nothing), through the transport on this thread. Idempotent: a later call returns
- * `HG_STATUS_OK` and sends nothing.
+ * each block is given back to its lease table — the permits', then the budget's, if any
+ * (`hg_release`, fenced: a lease that expired meanwhile frees nothing; with calls still in
+ * flight, a last sync shrinks the block to them instead and the lease runs out by its TTL) —
+ * through the transport on this thread. Idempotent: a later call returns `HG_STATUS_OK` and
+ * sends nothing.
  *
- * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT` when the release could not be sent
- *   (closed all the same: the block returns to the pool when its TTL passes);
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT` when a release could not be sent (every
+ *   release is tried; closed all the same: a block not given back returns to the pool when
+ *   its TTL passes; `hg_fleet_last_error()` has the first failure);
  *   `HG_STATUS_INVALID_ARGUMENT` from the transport callback; `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread but the callback's; waits for the lease's thread's current call
- * and for the release.
+ * and for the releases.
  */
 hg_status hg_fleet_bulkhead_close(const struct hg_fleet_bulkhead *fb);
 
@@ -3225,7 +3413,7 @@ hg_status hg_fleet_bulkhead_close(const struct hg_fleet_bulkhead *fb);
  *
  * Memory and lifetimes: after this call `fb` is dangling; it must not race another call on
  * `fb`. Called from the transport callback (do not), it closes without waiting: the release
- * is not sent (the block returns when its TTL passes) and `release` runs when the callback
+ * is not sent (the blocks return when their TTL passes) and `release` runs when the callback
  * has returned.
  * Thread-safety: see above.
  */

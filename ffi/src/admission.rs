@@ -958,13 +958,18 @@ pub extern "C" fn hg_bulkhead_apply_limits(
 /// grants waiters (callbacks on this thread), a shrink is by attrition (holders keep their
 /// units) and rejects queued waiters that can no longer fit.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (out of range, or no budget);
-///   `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread; never waits.
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` (out of range, no budget, or a fleet
+///   bulkhead's handle — its budget is the lease's, set with
+///   `hg_fleet_bulkhead_apply_limits_of()`: nothing changed); `HG_STATUS_NULL_PARAMETER`.
+///   Thread-safety: any thread; never waits.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_bulkhead_set_budget(bh: *const hg_bulkhead, budget: u64) -> hg_status {
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
+        if core.is_leased() {
+            return hg_status::HG_STATUS_INVALID_ARGUMENT;
+        }
         ok_or(
             core.set_budget(budget),
             hg_status::HG_STATUS_INVALID_ARGUMENT,
@@ -1102,6 +1107,55 @@ unsafe fn class_specs(t: &hg_class_table) -> Result<Vec<ClassSpec>, hg_status> {
         .collect()
 }
 
+/// A caller's `hg_class_table` as the core's, owning its classes (`table()` lends the core's
+/// `ClassTable`): the one conversion of a class table, for `hg_bulkhead_new_with_classes()`
+/// and the fleet bulkhead's `hg_fleet_options_set_classes()` (which keeps it until the open).
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedClassTable {
+    specs: Vec<ClassSpec>,
+    reserve: PriorityReserve,
+    lending: bool,
+    shed: bool,
+    pub(crate) rates: Rates,
+}
+
+impl OwnedClassTable {
+    /// Converts `t` (its classes, then the reserve's priority; every other check is the
+    /// core's, when the table is used).
+    ///
+    /// # Safety
+    /// `t.classes` points to `t.classes_len` elements of the caller's `hg_class`.
+    pub(crate) unsafe fn of(t: &hg_class_table) -> Result<Self, hg_status> {
+        // SAFETY: per the contract.
+        let specs = unsafe { class_specs(t) }?;
+        Ok(OwnedClassTable {
+            reserve: PriorityReserve {
+                permits: t.reserve_permits,
+                budget: t.reserve_budget,
+                min_priority: priority(t.reserve_min_priority)?,
+            },
+            lending: t.lending != 0,
+            shed: t.shed != 0,
+            rates: Rates {
+                requests: rate(&t.requests),
+                units: rate(&t.units),
+            },
+            specs,
+        })
+    }
+
+    /// The core's table.
+    pub(crate) fn table(&self) -> ClassTable<'_> {
+        ClassTable {
+            reserve: self.reserve,
+            lending: self.lending,
+            shed: self.shed,
+            rates: self.rates,
+            ..ClassTable::new(&self.specs)
+        }
+    }
+}
+
 /// Creates a classed bulkhead (docs/design.md §4.8, §4.9): `config` as for `hg_bulkhead_new()`,
 /// and a class table — its classes (a request names one by `class_index`), the priority
 /// reserve, the rates, lending and shedding. The core validates the partition (the floors and
@@ -1136,26 +1190,17 @@ pub extern "C" fn hg_bulkhead_new_with_classes(
             return hg_status::HG_STATUS_INVALID_ARGUMENT;
         };
         // SAFETY: the table's classes per its contract.
-        let specs = try_val!(unsafe { class_specs(&t) });
-        let table = ClassTable {
-            reserve: PriorityReserve {
-                permits: t.reserve_permits,
-                budget: t.reserve_budget,
-                min_priority: try_val!(priority(t.reserve_min_priority)),
-            },
-            lending: t.lending != 0,
-            shed: t.shed != 0,
-            rates: Rates {
-                requests: rate(&t.requests),
-                units: rate(&t.units),
-            },
-            ..ClassTable::new(&specs)
-        };
+        let table = try_val!(unsafe { OwnedClassTable::of(&t) });
         let clock = match now_ns {
             Some(f) => c_clock(f, user_data),
             None => ClockSource::default_for_host(),
         };
-        match CoreBulkhead::with_classes_and_observer(config, &table, clock, c.observer.shared()) {
+        match CoreBulkhead::with_classes_and_observer(
+            config,
+            &table.table(),
+            clock,
+            c.observer.shared(),
+        ) {
             Ok(core) => {
                 *out = bulkhead_into_raw(BulkheadHandle {
                     core: Arc::new(core),

@@ -21,6 +21,16 @@
 //! works on it unchanged and never touches the network. The lease's block, its deadline and the
 //! demand bell live in the core.
 //!
+//! **The budget, classes and events are a local bulkhead's too.** With the `budget` option
+//! the fleet also leases a budget (units in flight: tokens, bytes) exactly like the permits, in
+//! a second lease table of the pool: the local bulkhead's budget is this process's block of the
+//! fleet budget, and a request's `cost` (`hg_request.cost`) is admitted on it. Admission
+//! classes (`hg_fleet_options_set_classes()`, an `hg_class_table`) partition this process's
+//! block, not the fleet's limit; events (`hg_fleet_options_set_on_event()`) are the local
+//! bulkhead's, as `hg_config.on_event` delivers them. The per-dimension calls
+//! (`hg_fleet_bulkhead_stats_of()`, `_apply_limits_of()`, `_pool_stats_of()`,
+//! `_lease_error_of()`) take an `hg_fleet_dimension`.
+//!
 //! **What is here** is the driver loop of the crate's binding contract (step → send through the
 //! callback → complete / fail; wait; closed → release), on one native thread per fleet bulkhead
 //! (`hullguard-fleet:<pool>`); the options, read by name through the crate's table
@@ -38,18 +48,21 @@ use std::{
 
 use hullguard_core::LimitsSnapshot;
 use hullguard_fleet::{
-    FleetConfig, FleetCore, FleetError, LeaseState, PoolName, RawReply, Step,
+    AppliedLimits, Dimension, FleetConfig, FleetCore, FleetError, LeaseState, Local, PoolName,
+    RawReply, Step,
     fleet_core::Command,
-    options::{FleetKind, FleetValue},
+    options::{FleetKind, FleetValue, NOT_FLEET_WIDE},
     pool::Keys,
-    protocol::{FN_VERSION, Field},
+    protocol::{FN_VERSION, Field, SetLimitReply},
     script::{LIB_VERSION, LIBRARY},
-    stats::FleetStats,
+    stats::LeaseStats,
     transport::{TransportError, TransportErrorKind},
 };
 
 use crate::{
+    admission::{OwnedClassTable, hg_class_table},
     boundary::boundary,
+    event::{CObserver, hg_event_fn},
     handle::{BulkheadHandle, bulkhead_into_raw, hg_bulkhead},
     sized::{self, Output, Plain, write_str},
     status::hg_status,
@@ -58,9 +71,11 @@ use crate::{
 // ----- handles and structs ---------------------------------------------------------------
 
 /// A fleet bulkhead's options, set by name (`hg_fleet_options_new()`,
-/// `hg_fleet_options_set_int()`, `hg_fleet_options_set_str()`), freed with
-/// `hg_fleet_options_free()`. `hg_fleet_bulkhead_open()` copies them. Not thread-safe: set
-/// them from one thread at a time.
+/// `hg_fleet_options_set_int()`, `hg_fleet_options_set_str()`), plus what stays local: the
+/// admission classes (`hg_fleet_options_set_classes()`) and the event callback
+/// (`hg_fleet_options_set_on_event()`); freed with `hg_fleet_options_free()`.
+/// `hg_fleet_bulkhead_open()` copies them. Not thread-safe: set them from one thread at a
+/// time.
 pub struct hg_fleet_options {
     _private: [u8; 0],
 }
@@ -110,16 +125,18 @@ pub type hg_fleet_release_fn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
 /// How a fleet bulkhead reaches Redis: a callback over the caller's own client.
 ///
 /// The callback runs on the fleet bulkhead's own thread (`hullguard-fleet:<pool>`, which keeps
-/// the lease), and also on the threads that call `hg_fleet_bulkhead_open()` (the library load),
-/// `hg_fleet_bulkhead_apply_limits()`, `hg_fleet_bulkhead_pool_stats()`,
-/// `hg_fleet_bulkhead_close()` and `hg_fleet_bulkhead_free()` (the release) — never two at
-/// once: the library serialises the calls of one fleet bulkhead, so one connection that is not
-/// thread-safe (a `redisContext`) serves it. With the `wait_replicas` option, send every call
-/// of a fleet bulkhead on one connection: `WAIT` counts the writes of its own connection. Give the client a timeout (hiredis:
-/// `redisSetTimeout`): a call that hangs holds up renewals (the lease then runs out and
-/// admissions fail closed, which is safe) and a close. The callback must not unwind, and must
-/// not call `hg_fleet_bulkhead_apply_limits()`, `_pool_stats()`, `_close()` or `_free()` of its
-/// own fleet bulkhead (refused `HG_STATUS_INVALID_ARGUMENT`: they would wait for it).
+/// the leases), and also on the threads that call `hg_fleet_bulkhead_open()` (the library
+/// load), `hg_fleet_bulkhead_apply_limits()` (and `_of()`), `hg_fleet_bulkhead_pool_stats()`
+/// (and `_of()`), `hg_fleet_bulkhead_close()` and `hg_fleet_bulkhead_free()` (the releases) —
+/// never two at once: the library serialises the calls of one fleet bulkhead, so one
+/// connection that is not thread-safe (a `redisContext`) serves it. With the `wait_replicas`
+/// option, send every call of a fleet bulkhead on one connection: `WAIT` counts the writes of
+/// its own connection. Give the client a timeout (hiredis: `redisSetTimeout`): a call that
+/// hangs holds up renewals (the lease then runs out and admissions fail closed, which is safe)
+/// and a close. The callback must not unwind, and must not call
+/// `hg_fleet_bulkhead_apply_limits()`, `_pool_stats()` (nor their `_of()` forms), `_close()` or
+/// `_free()` of its own fleet bulkhead (refused `HG_STATUS_INVALID_ARGUMENT`: they would wait
+/// for it).
 ///
 /// Size-versioned: `struct_size = sizeof(hg_fleet_transport)`.
 #[repr(C)]
@@ -177,12 +194,32 @@ impl From<LeaseState> for hg_fleet_lease_state {
     }
 }
 
-/// The lease as this process sees it (`hg_fleet_bulkhead_stats()`): the `lease` section of
-/// the other bindings' stats. The local figures (active, queued, the limit the block sets,
-/// rejections by reason) are the local bulkhead's: `hg_bulkhead_stats()` on
-/// `hg_fleet_bulkhead_bulkhead()`. The strings are read apart: `hg_fleet_bulkhead_holder()`,
-/// `hg_fleet_bulkhead_lease_error()`. Output only: set `struct_size = sizeof(hg_fleet_stats)`
-/// first; the library writes at most that many bytes and stores back how many it wrote.
+/// What a fleet bulkhead leases (`hg_fleet_bulkhead_stats_of()`, `_apply_limits_of()`,
+/// `_pool_stats_of()`, `_lease_error_of()`): each dimension is leased from its own lease table
+/// of the pool (same hash tag), under its own revision. Pass it as a `uint32_t`: a number this
+/// library does not know is refused `HG_STATUS_INVALID_ARGUMENT`.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(non_camel_case_types, clippy::enum_variant_names)]
+pub enum hg_fleet_dimension {
+    /// The permits (calls in flight): the fleet limit, `max_concurrent` for a new pool. Every
+    /// fleet bulkhead has it.
+    HG_FLEET_DIMENSION_PERMITS = 0,
+    /// The fleet budget's units (tokens, bytes in flight: a request's `cost`), `budget` for a
+    /// new pool. Only a fleet bulkhead opened with the `budget` option has it.
+    HG_FLEET_DIMENSION_BUDGET = 1,
+}
+
+/// One lease as this process sees it (`hg_fleet_bulkhead_stats()`: the permits';
+/// `hg_fleet_bulkhead_stats_of()`: either dimension's — the budget's has the same fields in
+/// units: `held`, `share`, `local_limit` are units of this process's budget block,
+/// `fleet_limit` is the fleet budget, `unleased_in_flight` units): the `lease` (and
+/// `budget_lease`) section of the other bindings' stats. The local figures (active, queued,
+/// the limit and budget the blocks set, rejections by reason) are the local bulkhead's:
+/// `hg_bulkhead_stats()` on `hg_fleet_bulkhead_bulkhead()`. The strings are read apart:
+/// `hg_fleet_bulkhead_holder()`, `hg_fleet_bulkhead_lease_error_of()`. Output only: set
+/// `struct_size = sizeof(hg_fleet_stats)` first; the library writes at most that many bytes
+/// and stores back how many it wrote.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct hg_fleet_stats {
@@ -236,7 +273,7 @@ pub struct hg_fleet_stats {
     pub learning: bool,
     /// Whether Redis failed to answer since the last successful sync.
     pub unreachable: bool,
-    /// Whether there is a lease error (`hg_fleet_bulkhead_lease_error()`): the last error,
+    /// Whether there is a lease error (`hg_fleet_bulkhead_lease_error_of()`): the last error,
     /// until a sync succeeds.
     pub has_lease_error: bool,
 }
@@ -249,9 +286,8 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 2)
 }
 
-impl From<&FleetStats> for hg_fleet_stats {
-    fn from(s: &FleetStats) -> Self {
-        let l = &s.lease;
+impl From<&LeaseStats> for hg_fleet_stats {
+    fn from(l: &LeaseStats) -> Self {
         let c = &l.counters;
         hg_fleet_stats {
             struct_size: size_of::<hg_fleet_stats>() as u32,
@@ -282,8 +318,10 @@ impl From<&FleetStats> for hg_fleet_stats {
     }
 }
 
-/// The pool as Redis holds it (`hg_fleet_bulkhead_pool_stats()`: one read-only call). Output
-/// only: set `struct_size = sizeof(hg_fleet_pool_stats)` first.
+/// One lease table of the pool as Redis holds it (`hg_fleet_bulkhead_pool_stats()`: the
+/// permits'; `hg_fleet_bulkhead_pool_stats_of()`: either dimension's — the budget's figures are
+/// units, `limit` the fleet budget; one read-only call). Output only: set
+/// `struct_size = sizeof(hg_fleet_pool_stats)` first.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct hg_fleet_pool_stats {
@@ -402,7 +440,7 @@ unsafe fn text<'a>(function: &str, what: &str, p: *const c_char) -> Result<&'a s
 /// The message of the last `hg_fleet_*` call of this thread that did not return `HG_STATUS_OK`
 /// (a successful call leaves it as it is: read it right after the failure), written into `buf`
 /// with a terminating NUL: the function, then which argument was NULL or bad, the option and
-/// its range (the fleet crate's option table: `"hg_fleet_options_set_int: budget: not
+/// its range (the fleet crate's option table: `"hg_fleet_options_set_int: adaptive: not
 /// supported by a fleet bulkhead: …"`), or what Redis or the transport answered. An empty
 /// string when this thread has had no failure.
 ///
@@ -455,16 +493,42 @@ pub extern "C" fn hg_fleet_library(len: *mut usize) -> *const c_char {
 }
 
 /// The library's version (`FCALL_RO hg_version` answers it).
-pub const HG_FLEET_LIBRARY_VERSION: i64 = 2;
+pub const HG_FLEET_LIBRARY_VERSION: i64 = 3;
 const _: () = assert!(HG_FLEET_LIBRARY_VERSION == LIB_VERSION);
 
 // ----- options -----------------------------------------------------------------------------
 
+/// What an `hg_fleet_options*` points to: the options by name, and what stays local.
+struct Options {
+    config: FleetConfig,
+    /// `hg_fleet_options_set_classes()`'s table, converted (and copied) when set.
+    classes: Option<OwnedClassTable>,
+    /// `hg_fleet_options_set_on_event()`'s callback (`event` NULL: none).
+    events: CObserver,
+}
+
 /// # Safety
 /// `p` is non-null and a live `hg_fleet_options*` not used elsewhere during the call.
-unsafe fn options_mut<'a>(p: *mut hg_fleet_options) -> &'a mut FleetConfig {
-    // SAFETY: per the contract, a live `Box<FleetConfig>` pointer.
-    unsafe { &mut *p.cast::<FleetConfig>() }
+unsafe fn options_mut<'a>(p: *mut hg_fleet_options) -> &'a mut Options {
+    // SAFETY: per the contract, a live `Box<Options>` pointer.
+    unsafe { &mut *p.cast::<Options>() }
+}
+
+/// What the options of a local bulkhead that C sets with a function of its own are called by
+/// name, and the function: a helpful refusal instead of the table's "unknown option".
+const SET_APART: &[(&str, &str)] = &[
+    ("classes", "hg_fleet_options_set_classes()"),
+    ("on_event", "hg_fleet_options_set_on_event()"),
+];
+
+/// `name` if C sets it with a function of its own: the refusal that names the function.
+fn set_apart(function: &str, name: &str) -> Option<hg_status> {
+    SET_APART.iter().find(|(n, _)| *n == name).map(|(n, f)| {
+        invalid(
+            function,
+            format_args!("{n}: not an option set by name: set it with {f}"),
+        )
+    })
 }
 
 /// New options for the pool `pool`, with the defaults (a new pool's fleet limit 10, 100
@@ -496,9 +560,18 @@ pub extern "C" fn hg_fleet_options_new(
         };
         match PoolName::new(pool) {
             Ok(pool) => {
-                let config = Box::new(FleetConfig::new(pool));
+                let options = Box::new(Options {
+                    config: FleetConfig::new(pool),
+                    classes: None,
+                    events: CObserver {
+                        state_change: None,
+                        state_change_data: std::ptr::null_mut(),
+                        event: None,
+                        event_data: std::ptr::null_mut(),
+                    },
+                });
                 // SAFETY: non-null and writable (contract).
-                unsafe { *out = Box::into_raw(config).cast() };
+                unsafe { *out = Box::into_raw(options).cast() };
                 hg_status::HG_STATUS_OK
             }
             Err(e) => failed(F, &FleetError::Name(e)),
@@ -506,17 +579,25 @@ pub extern "C" fn hg_fleet_options_new(
     })
 }
 
-/// Sets the option `name` to `value`: a count (`max_concurrent`, `max_queue`, `local_share`,
-/// `clock_drift_ppm`, `max_holders`, `wait_replicas`, …) or a duration in ms (`queue_timeout`,
-/// `lease_ttl`, `beat`, `lease_margin`, `min_sync_interval`, `wait_timeout`, …: the table says
-/// which). The names, ranges and rules are the fleet crate's
-/// option table (docs/design.md §16.5), as in every binding; the relations between options
-/// (`beat` at most half of `lease_ttl`, …) are checked by `hg_fleet_bulkhead_open()`.
+/// Sets the option `name` to `value`: a count (`max_concurrent`, `budget`, `max_queue`,
+/// `local_share`, `clock_drift_ppm`, `max_holders`, `wait_replicas`, …) or a duration in ms
+/// (`queue_timeout`, `lease_ttl`, `beat`, `lease_margin`, `min_sync_interval`, `wait_timeout`,
+/// …: the table says which). The names, ranges and rules are the fleet crate's option table
+/// (docs/design.md §16.5), as in every binding; the relations between options (`beat` at most
+/// half of `lease_ttl`, …) are checked by `hg_fleet_bulkhead_open()`.
+///
+/// `budget` (units in flight: tokens, bytes; `1 .. 2^32`; default none) gives the fleet
+/// bulkhead a fleet budget, leased like the permits: the budget a new pool starts with (then it
+/// lives in Redis: `hg_fleet_bulkhead_apply_limits_of()` with `HG_FLEET_DIMENSION_BUDGET`
+/// changes it). A request's `cost` within this process's block is admitted at once; above the
+/// block but within the fleet budget it waits (queues) for the block to grow; above the fleet
+/// budget it is refused `HG_STATUS_BUDGET_LIMIT`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for an unknown name (the message lists
-///   the known ones), a local bulkhead's option that cannot be fleet-wide (`budget`, `classes`,
-///   `adaptive`, `breaker`, `observe`, …: named as such, with why), a string option, or a value
-///   out of range (the range shown) — `hg_fleet_last_error()` has the message, nothing
+///   the known ones), a local bulkhead's option that cannot be fleet-wide (`rates`,
+///   `adaptive`, `breaker`, `observe`, …: named as such, with why), `classes` or `on_event`
+///   (the message names the function that sets it), a string option, or a value out of range
+///   (the range shown; `budget` 0 included) — `hg_fleet_last_error()` has the message, nothing
 ///   changed; `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: one thread at a time per options object.
 #[unsafe(no_mangle)]
@@ -534,6 +615,9 @@ pub extern "C" fn hg_fleet_options_set_int(
             Ok(n) => n,
             Err(s) => return s,
         };
+        if let Some(s) = set_apart(F, name) {
+            return s;
+        }
         // The table says whether the number is a count or a duration (in ms, in C); an unknown
         // name goes to the table as well, which refuses it in its own words.
         let duration =
@@ -544,7 +628,7 @@ pub extern "C" fn hg_fleet_options_set_int(
             FleetValue::Int(value)
         };
         // SAFETY: a live options object (contract).
-        let config = unsafe { options_mut(opts) };
+        let config = &mut unsafe { options_mut(opts) }.config;
         match config.set(name, value) {
             Ok(()) => hg_status::HG_STATUS_OK,
             Err(e) => failed(F, &e),
@@ -574,12 +658,149 @@ pub extern "C" fn hg_fleet_options_set_str(
             (Ok(n), Ok(v)) => (n, v),
             (Err(s), _) | (_, Err(s)) => return s,
         };
+        if let Some(s) = set_apart(F, name) {
+            return s;
+        }
         // SAFETY: a live options object (contract).
-        let config = unsafe { options_mut(opts) };
+        let config = &mut unsafe { options_mut(opts) }.config;
         match config.set(name, FleetValue::Str(value)) {
             Ok(()) => hg_status::HG_STATUS_OK,
             Err(e) => failed(F, &e),
         }
+    })
+}
+
+/// Sets the admission classes (docs/design.md §4.8, §16.10): the classes of `table` (a request
+/// names one by `hg_request.class_index`), the priority reserve, lending and shedding, as for
+/// `hg_bulkhead_new_with_classes()`. They partition **this process's block**, not the fleet's
+/// limit: floors, ceilings, the reserve and priorities apply inside the local block (and the
+/// local budget block, for the budget floors and ceilings); while the block is below the
+/// floors, they are taken first-come up to the block. The table is converted and copied now
+/// (`table` and its `classes` array may be freed on return); replaces a table set before. The
+/// core checks the table against the options at `hg_fleet_bulkhead_open()` (a floor above its
+/// class's ceiling, budget floors or ceilings without a `budget`, …: in its words); a block
+/// below the floors is not an error (the block is the lease's).
+///
+/// Parameters:
+///   opts: from `hg_fleet_options_new()`.
+///   table: required (its `struct_size = sizeof(hg_class_table)`, each class's from
+///   `hg_class_default()`). Its `requests` and `units` rates must be off (`amount` 0): a rate
+///   is not fleet-wide (each process would refill its own).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a bad table — its
+///   `struct_size`, 0 or more than 64 classes, a bad class (a priority above 255, an unknown
+///   `observe`, a set `reserved`, a bad `struct_size` or array stride), a reserve priority above
+///   255, a rate — (`hg_fleet_last_error()` names the field; nothing changed);
+///   `HG_STATUS_NULL_PARAMETER` (`opts`, `table`, or `table->classes` with a `classes_len`
+///   above 0).
+/// Thread-safety: one thread at a time per options object.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_options_set_classes(
+    opts: *mut hg_fleet_options,
+    table: *const hg_class_table,
+) -> hg_status {
+    const F: &str = "hg_fleet_options_set_classes";
+    guard(F, || {
+        need!(F, opts, "opts");
+        need!(F, table, "table");
+        // SAFETY: a readable `hg_class_table` of its declared size (contract).
+        let t = match unsafe { sized::read(table, size_of::<hg_class_table>()) } {
+            Ok(t) => t,
+            Err(s) => {
+                return fail(
+                    s,
+                    F,
+                    format_args!(
+                        "`table->struct_size` must be sizeof(hg_class_table) = {} (or a newer \
+                         one's, with only zeroes past this library's fields)",
+                        size_of::<hg_class_table>()
+                    ),
+                );
+            }
+        };
+        if t.classes_len == 0 || t.classes_len > hullguard_core::config::MAX_CLASSES {
+            return invalid(
+                F,
+                format_args!(
+                    "`table->classes_len` {} is not in 1 ..= {}",
+                    t.classes_len,
+                    hullguard_core::config::MAX_CLASSES
+                ),
+            );
+        }
+        if t.classes.is_null() {
+            return null(F, "table->classes");
+        }
+        // SAFETY: `t.classes` has `t.classes_len` elements (the table's contract).
+        let classes = match unsafe { OwnedClassTable::of(&t) } {
+            Ok(c) => c,
+            Err(s) => {
+                return fail(
+                    s,
+                    F,
+                    "`table->classes`: a bad class (a priority above 255, an unknown observe, \
+                     a set reserved field, or a struct_size that is not sizeof(hg_class) or \
+                     differs between elements), or `table->reserve_min_priority` above 255",
+                );
+            }
+        };
+        if classes.rates.requests.is_some() || classes.rates.units.is_some() {
+            let why = NOT_FLEET_WIDE
+                .iter()
+                .find(|(n, _)| *n == "rates")
+                .map_or("not fleet-wide", |(_, why)| why);
+            let field = if classes.rates.requests.is_some() {
+                "requests"
+            } else {
+                "units"
+            };
+            return invalid(
+                F,
+                format_args!(
+                    "`table->{field}`: rates: not supported by a fleet bulkhead: {why} (set \
+                     `amount` 0)"
+                ),
+            );
+        }
+        // SAFETY: a live options object (contract).
+        unsafe { options_mut(opts) }.classes = Some(classes);
+        hg_status::HG_STATUS_OK
+    })
+}
+
+/// Sets the event callback: the local bulkhead's events — every admission (admit, reject,
+/// release, usage, shed) with its admission id, class, weight, cost and timings, and each
+/// reconfiguration (the lease moving the block: `HG_EVENT_RECONFIGURE` with the new limit and
+/// budget) — as `hg_config.on_event` delivers them (see `hg_event_fn`: where it runs, what is
+/// safe inside it; `key` is NULL). The lease's own thread runs it too (for reconfigurations).
+/// NULL turns events off (the default: then no admission does any event work). Replaces a
+/// callback set before.
+///
+/// Parameters:
+///   opts: from `hg_fleet_options_new()`.
+///   on_event: NULL, or the callback. user_data: passed to it; must stay valid while the
+///   fleet bulkhead (and any handle from `hg_fleet_bulkhead_bulkhead()`) lives.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER` (`opts`).
+/// Thread-safety: one thread at a time per options object.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_options_set_on_event(
+    opts: *mut hg_fleet_options,
+    on_event: hg_event_fn,
+    user_data: *mut c_void,
+) -> hg_status {
+    const F: &str = "hg_fleet_options_set_on_event";
+    guard(F, || {
+        need!(F, opts, "opts");
+        // SAFETY: a live options object (contract).
+        let o = unsafe { options_mut(opts) };
+        o.events.event = on_event;
+        o.events.event_data = if on_event.is_some() {
+            user_data
+        } else {
+            std::ptr::null_mut()
+        };
+        hg_status::HG_STATUS_OK
     })
 }
 
@@ -591,8 +812,8 @@ pub extern "C" fn hg_fleet_options_set_str(
 pub extern "C" fn hg_fleet_options_free(opts: *mut hg_fleet_options) {
     boundary(|| {
         if !opts.is_null() {
-            // SAFETY: a live `Box<FleetConfig>` pointer the caller gives up (contract).
-            drop(unsafe { Box::from_raw(opts.cast::<FleetConfig>()) });
+            // SAFETY: a live `Box<Options>` pointer the caller gives up (contract).
+            drop(unsafe { Box::from_raw(opts.cast::<Options>()) });
         }
     })
 }
@@ -880,9 +1101,10 @@ impl Conn {
 
     /// `command` as the crate spells it (`FCALL function 6 keys… argv…`, or `WAIT replicas
     /// timeout_ms`), loading the library again (and retrying once) if the server lost it.
-    fn run(&mut self, command: &Command, keys: &Keys) -> Result<Value, TransportError> {
+    fn run(&mut self, command: &Command) -> Result<Value, TransportError> {
+        let keys = &command.keys;
         self.ensure_library(keys)?;
-        let args = command.args(keys);
+        let args = command.args();
         let fcall = args.first().is_some_and(|a| a == "FCALL");
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         match self.raw(&args) {
@@ -907,8 +1129,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Sends `command` and reads its reply as the core takes it.
-fn send(conn: &Shared, core: &FleetCore, command: &Command) -> Result<RawReply, TransportError> {
-    let v = lock(conn).run(command, core.keys())?;
+fn send(conn: &Shared, command: &Command) -> Result<RawReply, TransportError> {
+    let v = lock(conn).run(command)?;
     Ok(match v {
         Value::Int(n) => RawReply::Int(n),
         Value::Text(s) => RawReply::Int(int_of(&Field::Text(s))?),
@@ -920,7 +1142,7 @@ fn send(conn: &Shared, core: &FleetCore, command: &Command) -> Result<RawReply, 
 fn drive(core: &FleetCore, conn: &Shared) {
     loop {
         match core.step() {
-            Step::Send(command) => match send(conn, core, &command) {
+            Step::Send(command) => match send(conn, &command) {
                 Ok(reply) => core.complete(reply),
                 Err(e) => core.fail(&e.to_string()),
             },
@@ -946,23 +1168,38 @@ impl Fleet {
         std::thread::current().id() == self.driver_id
     }
 
-    /// Stops the driver and sends the release (once). Idempotent.
+    /// Stops the driver and sends the releases (one per lease: the permits', then the
+    /// budget's; each once): the first failure is returned after every release was tried.
+    /// Idempotent.
     fn close(&self) -> Result<(), TransportError> {
         self.core.close();
         let mut driver = lock(&self.driver);
         if let Some(d) = driver.take() {
             let _ = d.join();
         }
-        if let Some(command) = self.core.release_command() {
-            match send(&self.conn, &self.core, &command) {
+        let mut first_error = None;
+        // Finite: each lease hands out its release (or last sync) once.
+        while let Some(command) = self.core.release_command() {
+            match send(&self.conn, &command) {
                 Ok(reply) => self.core.released(&reply),
                 Err(e) => {
                     self.core.fail(&e.to_string());
-                    return Err(e);
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends `snapshot`'s commands (the limit's, then the budget's), then hands the replies
+    /// to the core.
+    fn apply(&self, snapshot: &LimitsSnapshot) -> Result<AppliedLimits, FleetError> {
+        let commands = self.core.apply_limits(snapshot)?;
+        let mut replies = Vec::with_capacity(commands.len());
+        for command in &commands {
+            replies.push(send(&self.conn, command).map_err(FleetError::Transport)?);
+        }
+        self.core.limits_applied(snapshot, &replies)
     }
 }
 
@@ -999,16 +1236,20 @@ macro_rules! not_on_driver {
 /// differs: one round trip when it is there), then starts the thread that keeps the lease
 /// (`hullguard-fleet:<pool>`), which asks for the first block at once. Until it arrives,
 /// acquires queue (or a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
-/// `HG_BOUND_FLEET_LEASE`).
+/// `HG_BOUND_FLEET_LEASE`). With the `budget` option it leases the fleet budget too (on the
+/// same thread, from a second lease table of the pool); with `hg_fleet_options_set_classes()`
+/// the local bulkhead is classed; with `hg_fleet_options_set_on_event()` it emits events.
 ///
 /// Parameters:
-///   opts: from `hg_fleet_options_new()` (copied: free them whenever).
+///   opts: from `hg_fleet_options_new()` (copied, with its class table: free them whenever).
 ///   transport: the callback over the caller's Redis client (see `hg_fleet_transport`); its
 ///   `struct_size` must be `sizeof(hg_fleet_transport)`.
 ///   out: receives the fleet bulkhead (set only on `HG_STATUS_OK`).
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for options whose relations do not hold
-///   (`beat` above half of `lease_ttl`, …) or a bad `transport->struct_size`;
+///   (`beat` above half of `lease_ttl`, …), a class table the core refuses with these options
+///   (a floor above its class's ceiling, budget floors without a `budget`, …: in its words),
+///   or a bad `transport->struct_size` — all checked before the transport is called;
 ///   `HG_STATUS_FLEET_TRANSPORT` when Redis cannot be reached or refuses the library
 ///   (`hg_fleet_last_error()` has what the callback or Redis said); `HG_STATUS_OUT_OF_MEMORY`
 ///   when the thread cannot be started; `HG_STATUS_NULL_PARAMETER` (also for a NULL `call`).
@@ -1033,7 +1274,7 @@ pub extern "C" fn hg_fleet_bulkhead_open(
         need!(F, transport, "transport");
         need!(F, out, "out");
         // SAFETY: a live options object (contract); only read.
-        let config = unsafe { &*opts.cast::<FleetConfig>() };
+        let options = unsafe { &*opts.cast::<Options>() };
         // SAFETY: a readable `hg_fleet_transport` of its declared size (contract).
         let t = match unsafe { sized::read(transport, TRANSPORT_MIN) } {
             Ok(t) => t,
@@ -1051,7 +1292,12 @@ pub extern "C" fn hg_fleet_bulkhead_open(
         let Some(call) = t.call else {
             return null(F, "transport->call");
         };
-        let core = match FleetCore::new(config, None) {
+        let table = options.classes.as_ref().map(OwnedClassTable::table);
+        let local = Local {
+            classes: table.as_ref(),
+            observer: options.events.shared(),
+        };
+        let core = match FleetCore::with_local(&options.config, None, local) {
             Ok(c) => Arc::new(c),
             Err(e) => return failed(F, &e),
         };
@@ -1103,11 +1349,21 @@ pub extern "C" fn hg_fleet_bulkhead_open(
 /// an acquire is a local acquire plus one clock read (the lease's deadline); when it is short
 /// the request queues (FIFO in this process) and the lease's thread is woken to ask for more;
 /// with no valid lease a try is refused `HG_STATUS_CONCURRENCY_LIMIT` with the bound
-/// `HG_BOUND_FLEET_LEASE`. Its limit is the lease's: `hg_bulkhead_set_limit()`,
+/// `HG_BOUND_FLEET_LEASE`.
+///
+/// With a fleet budget (the `budget` option), an `hg_request`'s `cost` is admitted on this
+/// process's budget block the same way: granted when the block has room; above it but within
+/// the fleet budget it waits for the block to grow (a try, or `timeout_ms` 0, is refused
+/// `HG_STATUS_BUDGET_LIMIT`, with the bound `HG_BOUND_FLEET_LEASE` while the block is 0); above
+/// the fleet budget it is refused `HG_STATUS_BUDGET_LIMIT` at once. With classes
+/// (`hg_fleet_options_set_classes()`), `hg_request.class_index` names the class: priorities,
+/// floors and ceilings apply inside the local block (`hg_bulkhead_class_stats()` reads them).
+///
+/// Its limit and budget are the leases': `hg_bulkhead_set_limit()`, `hg_bulkhead_set_budget()`,
 /// `hg_bulkhead_apply_limits()` and `hg_bulkhead_set_observe()` refuse it
-/// (`HG_STATUS_INVALID_ARGUMENT`; set the fleet limit with `hg_fleet_bulkhead_apply_limits()`).
-/// `hg_bulkhead_close()` on it stops admissions only: `hg_fleet_bulkhead_close()` also stops the
-/// lease's thread and gives the block back.
+/// (`HG_STATUS_INVALID_ARGUMENT`; set the fleet limit and budget with
+/// `hg_fleet_bulkhead_apply_limits_of()`). `hg_bulkhead_close()` on it stops admissions only:
+/// `hg_fleet_bulkhead_close()` also stops the lease's thread and gives the blocks back.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
 /// Memory and lifetimes: the caller owns one reference: free it with `hg_bulkhead_free()`
@@ -1133,12 +1389,10 @@ pub extern "C" fn hg_fleet_bulkhead_bulkhead(
     })
 }
 
-/// Fills `*out` with the lease as this process sees it (see `hg_fleet_stats`; at most
-/// `out->struct_size` bytes: set it to `sizeof(hg_fleet_stats)` first; on return it says how
-/// many bytes were written).
+/// Fills `*out` with the permits' lease as this process sees it: `hg_fleet_bulkhead_stats_of()`
+/// with `HG_FLEET_DIMENSION_PERMITS`.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4;
-///   `HG_STATUS_NULL_PARAMETER`.
+/// Returns: as `hg_fleet_bulkhead_stats_of()`.
 /// Thread-safety: any thread; never waits for Redis (takes the lease's lock for a moment).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_fleet_bulkhead_stats(
@@ -1146,17 +1400,95 @@ pub extern "C" fn hg_fleet_bulkhead_stats(
     out: *mut hg_fleet_stats,
 ) -> hg_status {
     const F: &str = "hg_fleet_bulkhead_stats";
-    guard(F, || {
-        let fleet = try_fleet!(F, fb);
-        need!(F, out, "out");
-        // SAFETY: non-null, its `struct_size` set (contract).
-        if unsafe { sized::writable(out) }.is_err() {
-            return invalid(F, "`out->struct_size` is below 4");
-        }
-        let v = hg_fleet_stats::from(&fleet.core.stats());
-        // SAFETY: as above.
-        unsafe { sized::write(out, &v) }
-    })
+    guard(F, || stats_of(F, fb, PERMITS, out))
+}
+
+/// Fills `*out` with one dimension's lease as this process sees it (see `hg_fleet_stats`; the
+/// budget's in units; at most `out->struct_size` bytes: set it to `sizeof(hg_fleet_stats)`
+/// first; on return it says how many bytes were written).
+///
+/// Parameters:
+///   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only on a fleet
+///   bulkhead opened with the `budget` option).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a `struct_size` below 4, an
+///   unknown `dimension`, or the budget of a fleet bulkhead without one
+///   (`hg_fleet_last_error()` names it); `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread; never waits for Redis (takes the lease's lock for a moment).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_bulkhead_stats_of(
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    out: *mut hg_fleet_stats,
+) -> hg_status {
+    const F: &str = "hg_fleet_bulkhead_stats_of";
+    guard(F, || stats_of(F, fb, dimension, out))
+}
+
+/// `hg_fleet_bulkhead_stats_of()` for `function`.
+fn stats_of(
+    function: &str,
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    out: *mut hg_fleet_stats,
+) -> hg_status {
+    let fleet = try_fleet!(function, fb);
+    need!(function, out, "out");
+    let dimension = match leased_dimension(function, fleet, dimension) {
+        Ok(d) => d,
+        Err(s) => return s,
+    };
+    // SAFETY: non-null, its `struct_size` set (contract).
+    if unsafe { sized::writable(out) }.is_err() {
+        return invalid(function, "`out->struct_size` is below 4");
+    }
+    let v = match lease_of(fleet, dimension) {
+        Some(l) => hg_fleet_stats::from(&l),
+        None => return no_budget(function),
+    };
+    // SAFETY: as above.
+    unsafe { sized::write(out, &v) }
+}
+
+const PERMITS: u32 = hg_fleet_dimension::HG_FLEET_DIMENSION_PERMITS as u32;
+const BUDGET: u32 = hg_fleet_dimension::HG_FLEET_DIMENSION_BUDGET as u32;
+
+/// A caller's `hg_fleet_dimension`.
+fn dimension_of(function: &str, n: u32) -> Result<Dimension, hg_status> {
+    match n {
+        PERMITS => Ok(Dimension::Permits),
+        BUDGET => Ok(Dimension::Budget),
+        _ => Err(invalid(
+            function,
+            format_args!("`dimension` {n} is not an hg_fleet_dimension (0 permits, 1 budget)"),
+        )),
+    }
+}
+
+/// A caller's `hg_fleet_dimension` that this fleet bulkhead leases.
+fn leased_dimension(function: &str, fleet: &Fleet, n: u32) -> Result<Dimension, hg_status> {
+    match dimension_of(function, n)? {
+        Dimension::Budget if !fleet.core.has_budget() => Err(no_budget(function)),
+        d => Ok(d),
+    }
+}
+
+/// The budget of a fleet bulkhead opened without one.
+fn no_budget(function: &str) -> hg_status {
+    invalid(
+        function,
+        "budget: this fleet bulkhead has no fleet budget (set the `budget` option before \
+         hg_fleet_bulkhead_open())",
+    )
+}
+
+/// One lease's stats now (`None`: the budget of a fleet bulkhead without one).
+fn lease_of(fleet: &Fleet, dimension: Dimension) -> Option<LeaseStats> {
+    let s = fleet.core.stats();
+    match dimension {
+        Dimension::Permits => Some(s.lease),
+        Dimension::Budget => s.budget_lease,
+    }
 }
 
 /// Writes `s` into the caller's buffer, naming `F` on a buffer too small.
@@ -1208,9 +1540,8 @@ pub extern "C" fn hg_fleet_bulkhead_holder(
     })
 }
 
-/// The lease's last error (what the transport or Redis said), kept until a sync succeeds; an
-/// empty string when there is none (`hg_fleet_stats.has_lease_error`). Written as
-/// `hg_fleet_bulkhead_holder()`.
+/// The permits' lease's last error: `hg_fleet_bulkhead_lease_error_of()` with
+/// `HG_FLEET_DIMENSION_PERMITS`.
 ///
 /// Returns: as `hg_fleet_bulkhead_holder()`.
 /// Thread-safety: any thread (takes the lease's lock for a moment).
@@ -1222,33 +1553,63 @@ pub extern "C" fn hg_fleet_bulkhead_lease_error(
     out_len: *mut usize,
 ) -> hg_status {
     const F: &str = "hg_fleet_bulkhead_lease_error";
+    guard(F, || lease_error_of(F, fb, PERMITS, buf, buf_len, out_len))
+}
+
+/// One dimension's lease's last error (what the transport or Redis said), kept until a sync
+/// of that lease succeeds; an empty string when there is none (`hg_fleet_stats.has_lease_error`
+/// of `hg_fleet_bulkhead_stats_of()`). Written as `hg_fleet_bulkhead_holder()`.
+///
+/// Parameters:
+///   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only with a budget).
+///
+/// Returns: as `hg_fleet_bulkhead_holder()`, and `HG_STATUS_INVALID_ARGUMENT` for an unknown
+///   `dimension` or the budget of a fleet bulkhead without one.
+/// Thread-safety: any thread (takes the lease's lock for a moment).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_bulkhead_lease_error_of(
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> hg_status {
+    const F: &str = "hg_fleet_bulkhead_lease_error_of";
     guard(F, || {
-        let fleet = try_fleet!(F, fb);
-        need!(F, out_len, "out_len");
-        if buf.is_null() && buf_len != 0 {
-            return null(F, "buf");
-        }
-        let error = fleet.core.stats().lease.last_error.unwrap_or_default();
-        // SAFETY: checked above; the buffer per the contract.
-        unsafe { string_out(F, &error, buf, buf_len, out_len) }
+        lease_error_of(F, fb, dimension, buf, buf_len, out_len)
     })
 }
 
-/// Sets the fleet limit in Redis under `revision` (one call through the transport, on this
-/// thread): applied only if `revision` is above the one in force, so a delayed or repeated
-/// update never undoes a newer one. Lowering never revokes: holders shrink to their shares at
-/// their next syncs; raising lets them grow. Applied here, it is set again if Redis loses the
-/// pool's state.
+/// `hg_fleet_bulkhead_lease_error_of()` for `function`.
+fn lease_error_of(
+    function: &str,
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    buf: *mut c_char,
+    buf_len: usize,
+    out_len: *mut usize,
+) -> hg_status {
+    let fleet = try_fleet!(function, fb);
+    need!(function, out_len, "out_len");
+    if buf.is_null() && buf_len != 0 {
+        return null(function, "buf");
+    }
+    let dimension = match leased_dimension(function, fleet, dimension) {
+        Ok(d) => d,
+        Err(s) => return s,
+    };
+    let Some(lease) = lease_of(fleet, dimension) else {
+        return no_budget(function);
+    };
+    let error = lease.last_error.unwrap_or_default();
+    // SAFETY: checked above; the buffer per the contract.
+    unsafe { string_out(function, &error, buf, buf_len, out_len) }
+}
+
+/// Sets the fleet limit in Redis under `revision`: `hg_fleet_bulkhead_apply_limits_of()` with
+/// `HG_FLEET_DIMENSION_PERMITS` (`limit`: `0 .. 2^32`).
 ///
-/// Parameters:
-///   revision: `1 .. 2^53 - 1`. limit: the fleet limit, `0 .. 2^32`.
-///   rev_in_force, limit_in_force: NULL, or receive the revision and limit in force after the
-///   call (on `HG_STATUS_OK` and `HG_STATUS_STALE`).
-///
-/// Returns: `HG_STATUS_OK` (applied); `HG_STATUS_STALE` (a revision as new or newer is in
-///   force: nothing changed); `HG_STATUS_INVALID_ARGUMENT` for a `revision` or `limit` out of
-///   range (`hg_fleet_last_error()` names it), or a call from the transport callback;
-///   `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_NULL_PARAMETER`.
+/// Returns: as `hg_fleet_bulkhead_apply_limits_of()`.
 /// Thread-safety: any thread but the callback's; waits for the transport (one call).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_fleet_bulkhead_apply_limits(
@@ -1260,48 +1621,134 @@ pub extern "C" fn hg_fleet_bulkhead_apply_limits(
 ) -> hg_status {
     const F: &str = "hg_fleet_bulkhead_apply_limits";
     guard(F, || {
-        let fleet = try_fleet!(F, fb);
-        not_on_driver!(F, fleet);
-        let mut snapshot = LimitsSnapshot::new(revision);
-        snapshot.limit = Some(limit);
-        let command = match fleet.core.apply_limits(&snapshot) {
-            Ok(c) => c,
-            Err(e) => return failed(F, &e),
-        };
-        let reply = match send(&fleet.conn, &fleet.core, &command) {
-            Ok(r) => r,
-            Err(e) => return failed(F, &FleetError::Transport(e)),
-        };
-        let r = match fleet.core.limit_applied(&snapshot, &reply) {
-            Ok(r) => r,
-            Err(e) => return failed(F, &e),
-        };
-        for (p, v) in [(rev_in_force, r.rev), (limit_in_force, r.limit)] {
-            if !p.is_null() {
-                // SAFETY: a non-NULL out-parameter is writable (contract).
-                unsafe { p.write_unaligned(v) };
-            }
-        }
-        if r.applied {
-            hg_status::HG_STATUS_OK
-        } else {
-            fail(
-                hg_status::HG_STATUS_STALE,
-                F,
-                format_args!(
-                    "revision {revision} is not above the one in force ({}, limit {})",
-                    r.rev, r.limit
-                ),
-            )
-        }
+        apply_limits_of(
+            F,
+            fb,
+            PERMITS,
+            revision,
+            limit,
+            rev_in_force,
+            limit_in_force,
+        )
     })
 }
 
-/// Reads the pool as Redis holds it (`hg_stats`, one read-only call on this thread) into
-/// `*out` (see `hg_fleet_pool_stats`; set `out->struct_size` first).
+/// Sets one dimension's fleet limit in Redis under `revision` — the fleet limit
+/// (`HG_FLEET_DIMENSION_PERMITS`) or the fleet budget (`HG_FLEET_DIMENSION_BUDGET`) — with one
+/// call through the transport, on this thread: applied only if `revision` is above the
+/// revision in force in that dimension's lease table (each dimension keeps its own), so a
+/// delayed or repeated update never undoes a newer one. Lowering never revokes: holders shrink
+/// to their shares at their next syncs (a cost waiting above a lowered fleet budget is refused
+/// `HG_STATUS_BUDGET_LIMIT`); raising lets them grow. Applied here, it is set again if Redis
+/// loses the pool's state.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_INVALID_ARGUMENT` for a
-///   `struct_size` below 4, or a call from the transport callback; `HG_STATUS_NULL_PARAMETER`.
+/// Parameters:
+///   dimension: an `hg_fleet_dimension`.
+///   revision: `1 .. 2^53 - 1`.
+///   limit: the fleet limit, `0 .. 2^32` (0: nothing admitted fleet-wide), or the fleet
+///   budget in units, `1 .. 2^32`.
+///   rev_in_force, limit_in_force: NULL, or receive the revision and the value in force in that
+///   dimension after the call (on `HG_STATUS_OK` and `HG_STATUS_STALE`).
+///
+/// Returns: `HG_STATUS_OK` (applied); `HG_STATUS_STALE` (a revision as new or newer is in
+///   force: nothing changed); `HG_STATUS_INVALID_ARGUMENT` for an unknown `dimension`, a
+///   `revision` or `limit` out of range, the budget of a fleet bulkhead opened without one
+///   (`hg_fleet_last_error()` names which: `revision`, `limit`, `budget`), or a call from the
+///   transport callback — nothing is sent; `HG_STATUS_FLEET_TRANSPORT`;
+///   `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread but the callback's; waits for the transport (one call).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_bulkhead_apply_limits_of(
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    revision: u64,
+    limit: u64,
+    rev_in_force: *mut u64,
+    limit_in_force: *mut u64,
+) -> hg_status {
+    const F: &str = "hg_fleet_bulkhead_apply_limits_of";
+    guard(F, || {
+        apply_limits_of(
+            F,
+            fb,
+            dimension,
+            revision,
+            limit,
+            rev_in_force,
+            limit_in_force,
+        )
+    })
+}
+
+/// `hg_fleet_bulkhead_apply_limits_of()` for `function`.
+fn apply_limits_of(
+    function: &str,
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    revision: u64,
+    limit: u64,
+    rev_in_force: *mut u64,
+    limit_in_force: *mut u64,
+) -> hg_status {
+    let fleet = try_fleet!(function, fb);
+    not_on_driver!(function, fleet);
+    let dimension = match dimension_of(function, dimension) {
+        Ok(d) => d,
+        Err(s) => return s,
+    };
+    let mut snapshot = LimitsSnapshot::new(revision);
+    match dimension {
+        Dimension::Permits => snapshot.limit = Some(limit),
+        Dimension::Budget => snapshot.budget = Some(limit),
+    }
+    // The crate names a bad value (and a budget without one) before anything is sent.
+    let applied = match fleet.apply(&snapshot) {
+        Ok(a) => a,
+        Err(e) => return failed(function, &e),
+    };
+    let reply = match dimension {
+        Dimension::Permits => applied.limit,
+        Dimension::Budget => applied.budget,
+    };
+    let Some(SetLimitReply {
+        applied,
+        rev,
+        limit: in_force,
+    }) = reply
+    else {
+        return fail(
+            hg_status::HG_STATUS_FLEET_TRANSPORT,
+            function,
+            "hg_set_limit: no reply for the dimension set",
+        );
+    };
+    for (p, v) in [(rev_in_force, rev), (limit_in_force, in_force)] {
+        if !p.is_null() {
+            // SAFETY: a non-NULL out-parameter is writable (contract).
+            unsafe { p.write_unaligned(v) };
+        }
+    }
+    if applied {
+        hg_status::HG_STATUS_OK
+    } else {
+        fail(
+            hg_status::HG_STATUS_STALE,
+            function,
+            format_args!(
+                "revision {revision} is not above the one in force ({rev}, {} {in_force})",
+                match dimension {
+                    Dimension::Permits => "limit",
+                    Dimension::Budget => "budget",
+                }
+            ),
+        )
+    }
+}
+
+/// Reads the pool's permits as Redis holds them: `hg_fleet_bulkhead_pool_stats_of()` with
+/// `HG_FLEET_DIMENSION_PERMITS`.
+///
+/// Returns: as `hg_fleet_bulkhead_pool_stats_of()`.
 /// Thread-safety: any thread but the callback's; waits for the transport (one call).
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_fleet_bulkhead_pool_stats(
@@ -1309,65 +1756,101 @@ pub extern "C" fn hg_fleet_bulkhead_pool_stats(
     out: *mut hg_fleet_pool_stats,
 ) -> hg_status {
     const F: &str = "hg_fleet_bulkhead_pool_stats";
-    guard(F, || {
-        let fleet = try_fleet!(F, fb);
-        need!(F, out, "out");
-        not_on_driver!(F, fleet);
-        // SAFETY: non-null, its `struct_size` set (contract).
-        if unsafe { sized::writable(out) }.is_err() {
-            return invalid(F, "`out->struct_size` is below 4");
+    guard(F, || pool_stats_of(F, fb, PERMITS, out))
+}
+
+/// Reads one dimension's lease table of the pool as Redis holds it (`hg_stats`, one read-only
+/// call on this thread) into `*out` (see `hg_fleet_pool_stats`, whose figures are units for the
+/// budget: `limit` is the fleet budget; set `out->struct_size` first).
+///
+/// Parameters:
+///   dimension: an `hg_fleet_dimension` (`HG_FLEET_DIMENSION_BUDGET` only with a budget).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT`; `HG_STATUS_INVALID_ARGUMENT` for a
+///   `struct_size` below 4, an unknown `dimension`, the budget of a fleet bulkhead without one,
+///   or a call from the transport callback — nothing is sent; `HG_STATUS_NULL_PARAMETER`.
+/// Thread-safety: any thread but the callback's; waits for the transport (one call).
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_fleet_bulkhead_pool_stats_of(
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    out: *mut hg_fleet_pool_stats,
+) -> hg_status {
+    const F: &str = "hg_fleet_bulkhead_pool_stats_of";
+    guard(F, || pool_stats_of(F, fb, dimension, out))
+}
+
+/// `hg_fleet_bulkhead_pool_stats_of()` for `function`.
+fn pool_stats_of(
+    function: &str,
+    fb: *const hg_fleet_bulkhead,
+    dimension: u32,
+    out: *mut hg_fleet_pool_stats,
+) -> hg_status {
+    let fleet = try_fleet!(function, fb);
+    need!(function, out, "out");
+    not_on_driver!(function, fleet);
+    let dimension = match leased_dimension(function, fleet, dimension) {
+        Ok(d) => d,
+        Err(s) => return s,
+    };
+    // SAFETY: non-null, its `struct_size` set (contract).
+    if unsafe { sized::writable(out) }.is_err() {
+        return invalid(function, "`out->struct_size` is below 4");
+    }
+    let command = fleet.core.pool_stats_command_of(dimension);
+    let fields = match lock(&fleet.conn).run(&command) {
+        Ok(Value::Array(fields)) => fields,
+        Ok(other) => {
+            return failed(
+                function,
+                &FleetError::Transport(TransportError::protocol(format!(
+                    "hg_stats answered {other:?}"
+                ))),
+            );
         }
-        let command = fleet.core.pool_stats_command();
-        let fields = match lock(&fleet.conn).run(&command, fleet.core.keys()) {
-            Ok(Value::Array(fields)) => fields,
-            Ok(other) => {
-                return failed(
-                    F,
-                    &FleetError::Transport(TransportError::protocol(format!(
-                        "hg_stats answered {other:?}"
-                    ))),
-                );
-            }
-            Err(e) => return failed(F, &FleetError::Transport(e)),
-        };
-        let p = match FleetCore::decode_pool_stats(&fields) {
-            Ok(p) => p,
-            Err(e) => return failed(F, &e),
-        };
-        let me = p.holders.iter().find(|h| h.holder == fleet.core.holder());
-        let v = hg_fleet_pool_stats {
-            struct_size: size_of::<hg_fleet_pool_stats>() as u32,
-            exists: p.limit.is_some(),
-            self_present: me.is_some(),
-            now_ms: p.now_ms,
-            limit: p.limit.unwrap_or(0),
-            used: p.used,
-            epoch: p.epoch,
-            fence: p.fence,
-            rev: p.rev,
-            learn_until_ms: p.learn_until_ms,
-            want_sum: p.want_sum,
-            holders: p.holders.len() as u64,
-            self_held: me.map_or(0, |h| h.held),
-            self_generation: me.map_or(0, |h| h.generation),
-            self_expires_ms: me.map_or(0, |h| h.expires_ms),
-        };
-        // SAFETY: as above.
-        unsafe { sized::write(out, &v) }
-    })
+        Err(e) => return failed(function, &FleetError::Transport(e)),
+    };
+    let p = match FleetCore::decode_pool_stats(&fields) {
+        Ok(p) => p,
+        Err(e) => return failed(function, &e),
+    };
+    let me = p.holders.iter().find(|h| h.holder == fleet.core.holder());
+    let v = hg_fleet_pool_stats {
+        struct_size: size_of::<hg_fleet_pool_stats>() as u32,
+        exists: p.limit.is_some(),
+        self_present: me.is_some(),
+        now_ms: p.now_ms,
+        limit: p.limit.unwrap_or(0),
+        used: p.used,
+        epoch: p.epoch,
+        fence: p.fence,
+        rev: p.rev,
+        learn_until_ms: p.learn_until_ms,
+        want_sum: p.want_sum,
+        holders: p.holders.len() as u64,
+        self_held: me.map_or(0, |h| h.held),
+        self_generation: me.map_or(0, |h| h.generation),
+        self_expires_ms: me.map_or(0, |h| h.expires_ms),
+    };
+    // SAFETY: as above.
+    unsafe { sized::write(out, &v) }
 }
 
 /// Closes: the local bulkhead's queued acquires are refused `HG_STATUS_SHUTDOWN` and new ones
 /// too (permits in flight finish and release normally), the lease's thread stops (joined), and
-/// the block is given back to the pool (`hg_release`, fenced: a lease that expired meanwhile
-/// frees nothing), through the transport on this thread. Idempotent: a later call returns
-/// `HG_STATUS_OK` and sends nothing.
+/// each block is given back to its lease table — the permits', then the budget's, if any
+/// (`hg_release`, fenced: a lease that expired meanwhile frees nothing; with calls still in
+/// flight, a last sync shrinks the block to them instead and the lease runs out by its TTL) —
+/// through the transport on this thread. Idempotent: a later call returns `HG_STATUS_OK` and
+/// sends nothing.
 ///
-/// Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT` when the release could not be sent
-///   (closed all the same: the block returns to the pool when its TTL passes);
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_FLEET_TRANSPORT` when a release could not be sent (every
+///   release is tried; closed all the same: a block not given back returns to the pool when
+///   its TTL passes; `hg_fleet_last_error()` has the first failure);
 ///   `HG_STATUS_INVALID_ARGUMENT` from the transport callback; `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread but the callback's; waits for the lease's thread's current call
-/// and for the release.
+/// and for the releases.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_fleet_bulkhead_close(fb: *const hg_fleet_bulkhead) -> hg_status {
     const F: &str = "hg_fleet_bulkhead_close";
@@ -1388,7 +1871,7 @@ pub extern "C" fn hg_fleet_bulkhead_close(fb: *const hg_fleet_bulkhead) -> hg_st
 ///
 /// Memory and lifetimes: after this call `fb` is dangling; it must not race another call on
 /// `fb`. Called from the transport callback (do not), it closes without waiting: the release
-/// is not sent (the block returns when its TTL passes) and `release` runs when the callback
+/// is not sent (the blocks return when their TTL passes) and `release` runs when the callback
 /// has returned.
 /// Thread-safety: see above.
 #[unsafe(no_mangle)]
@@ -1451,6 +1934,48 @@ mod tests {
             };
             assert_eq!(status, hg_status::HG_STATUS_OK, "{}: {}", o.name, message());
         }
+        hg_fleet_options_free(opts);
+    }
+
+    /// The dimension numbers are C's (`hg_fleet_dimension`); another number is refused by
+    /// name.
+    #[test]
+    fn dimension_numbers_are_checked() {
+        assert_eq!(dimension_of("t", 0).ok(), Some(Dimension::Permits));
+        assert_eq!(dimension_of("t", 1).ok(), Some(Dimension::Budget));
+        assert_eq!(
+            dimension_of("t", 2).err(),
+            Some(hg_status::HG_STATUS_INVALID_ARGUMENT)
+        );
+        assert!(message().contains("`dimension` 2 is not an hg_fleet_dimension"));
+    }
+
+    /// Classes and events are set with their own functions: their names point there.
+    #[test]
+    fn classes_and_on_event_by_name_name_their_setters() {
+        let mut opts = std::ptr::null_mut();
+        assert_eq!(
+            hg_fleet_options_new(c"c-unit".as_ptr(), &mut opts),
+            hg_status::HG_STATUS_OK
+        );
+        assert_eq!(
+            hg_fleet_options_set_int(opts, c"classes".as_ptr(), 1),
+            hg_status::HG_STATUS_INVALID_ARGUMENT
+        );
+        assert!(
+            message().contains("hg_fleet_options_set_classes()"),
+            "{}",
+            message()
+        );
+        assert_eq!(
+            hg_fleet_options_set_str(opts, c"on_event".as_ptr(), c"x".as_ptr()),
+            hg_status::HG_STATUS_INVALID_ARGUMENT
+        );
+        assert!(
+            message().contains("hg_fleet_options_set_on_event()"),
+            "{}",
+            message()
+        );
         hg_fleet_options_free(opts);
     }
 

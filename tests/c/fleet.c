@@ -6,15 +6,25 @@
  * libhiredis-dev).
  *
  *   options_are_named_by_the_table       hg_fleet_options_*: unknown and local-only options
- *                                        (budget, classes, observe) refused with the fleet
- *                                        table's message, ranges shown, camelCase accepted, a
- *                                        bad pool or holder, the beat/TTL relation at open
+ *                                        (rates, adaptive, observe) refused with the fleet
+ *                                        table's message, classes / on_event by name pointed
+ *                                        to their setters, ranges shown (budget 0 named),
+ *                                        camelCase accepted, a bad pool or holder, the
+ *                                        beat/TTL relation at open
+ *   classes_and_events_options_are_checked  hg_fleet_options_set_classes / _set_on_event: NULL,
+ *                                        a bad struct size, class count, class or rate refused
+ *                                        naming the field; floors that do not fit (or budget
+ *                                        floors without a budget) refused at open, before the
+ *                                        transport is called
  *   bad_arguments_are_statuses           NULL for every pointer, a bad transport struct, a
  *                                        callback that fails, fills nothing, fills twice, nests
  *                                        arrays or answers NOPERM (HG_STATUS_FLEET_TRANSPORT
  *                                        with its words, release never called); with Redis
  *                                        "down": FLEET_LEASE refusals, the handle's limit
- *                                        setters refused, apply_limits' ranges named, the lease
+ *                                        setters refused (set_budget too), apply_limits' ranges
+ *                                        named, the budget dimension of a fleet bulkhead
+ *                                        without one refused by name (apply, stats, pool
+ *                                        stats, lease error), an unknown dimension, the lease
  *                                        error kept, a call from the callback refused (no
  *                                        deadlock), close / free / release exactly once
  *   first_block_then_local_acquires      one blocking acquire gets the first block; the lease
@@ -41,6 +51,19 @@
  *   close_releases_the_block             close refuses the queued waiter HG_STATUS_SHUTDOWN,
  *                                        lets the permit in flight release, gives the block
  *                                        back (the pool shows no holder), is idempotent
+ *   budget_is_leased_like_the_permits    budget 100 on two fleet bulkheads of one pool: a cost
+ *                                        within the block granted at once; the other's empty
+ *                                        budget block refuses a try BUDGET_LIMIT (bound
+ *                                        FLEET_LEASE); a cost above the fleet budget refused
+ *                                        BUDGET_LIMIT at once; a cost within it waits and is
+ *                                        granted within its queue timeout once the block grows;
+ *                                        the events carry the costs; apply_limits_of(BUDGET)
+ *                                        under its own revision (stale named, the new budget in
+ *                                        stats_of and pool_stats_of); close gives back both
+ *                                        leases
+ *   classes_order_the_block_and_events_are_delivered  fleet limit 1, two classes: a queued
+ *                                        high-priority waiter is granted before an earlier
+ *                                        low one; on_event sees the admits in that order
  *
  * No redis-server on PATH: a failure with a clear message, unless HG_SKIP_REDIS=1. Time: lower
  * bounds where time must pass; upper bounds of 10 s or more (10x the targets or more); the
@@ -458,10 +481,25 @@ static void options_are_named_by_the_table(void) {
     CHECK_STATUS(hg_fleet_options_new("c-options", &o), HG_STATUS_OK);
 
     /* A local bulkhead's option that cannot be fleet-wide: named, with why. */
-    CHECK_STATUS(hg_fleet_options_set_int(o, "budget", 5), HG_STATUS_INVALID_ARGUMENT);
-    CHECK_MESSAGE_HAS("hg_fleet_options_set_int: budget: not supported by a fleet bulkhead");
+    CHECK_STATUS(hg_fleet_options_set_int(o, "rates", 5), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_int: rates: not supported by a fleet bulkhead");
+    CHECK_MESSAGE_HAS("each process would refill its own");
+    CHECK_STATUS(hg_fleet_options_set_int(o, "adaptive", 1), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("adaptive: not supported by a fleet bulkhead");
+    /* Classes and events stay local: set with their own functions, not by name. */
     CHECK_STATUS(hg_fleet_options_set_int(o, "classes", 1), HG_STATUS_INVALID_ARGUMENT);
-    CHECK_MESSAGE_HAS("classes: not supported by a fleet bulkhead");
+    CHECK_MESSAGE_HAS("classes: not an option set by name: set it with "
+                      "hg_fleet_options_set_classes()");
+    CHECK_STATUS(hg_fleet_options_set_str(o, "on_event", "f"), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_on_event()");
+    /* The fleet budget is an option: 1 ..= 2^32 units, 0 refused by name. */
+    CHECK_STATUS(hg_fleet_options_set_int(o, "budget", 0), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_int: budget: ");
+    CHECK_MESSAGE_HAS("1 ..= 4294967296");
+    CHECK_STATUS(hg_fleet_options_set_int(o, "budget", (1ull << 32) + 1),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("budget");
+    CHECK_STATUS(hg_fleet_options_set_int(o, "budget", 5), HG_STATUS_OK);
     CHECK_STATUS(hg_fleet_options_set_str(o, "observe", "all"), HG_STATUS_INVALID_ARGUMENT);
     CHECK_MESSAGE_HAS("observe mode is not fleet-wide");
     CHECK_STATUS(hg_fleet_options_set_int(o, "start_limit", 0), HG_STATUS_INVALID_ARGUMENT);
@@ -675,6 +713,44 @@ static void bad_arguments_are_statuses(void) {
                  HG_STATUS_FLEET_TRANSPORT);
     CHECK_MESSAGE_HAS("hg_fleet_bulkhead_apply_limits: redis unreachable: down (test)");
     CHECK_STATUS(hg_fleet_bulkhead_apply_limits(NULL, 1, 5, NULL, NULL), HG_STATUS_NULL_PARAMETER);
+    /* No budget: its dimension is refused by name, before anything is sent; an unknown one. */
+    rev = 77;
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(fb, HG_FLEET_DIMENSION_BUDGET, 1, 5, &rev,
+                                                   &limit),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_apply_limits_of: budget: this fleet bulkhead has no "
+                      "fleet budget");
+    CHECK_EQ_U64(rev, 77);
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(fb, 7, 1, 5, NULL, NULL),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`dimension` 7 is not an hg_fleet_dimension");
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(fb, HG_FLEET_DIMENSION_PERMITS, 0, 5, NULL,
+                                                   NULL),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("revision: must be");
+    hg_fleet_stats bs;
+    memset(&bs, 0, sizeof bs);
+    bs.struct_size = (uint32_t)sizeof bs;
+    CHECK_STATUS(hg_fleet_bulkhead_stats_of(fb, HG_FLEET_DIMENSION_BUDGET, &bs),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_stats_of: budget: this fleet bulkhead has no fleet "
+                      "budget");
+    CHECK_STATUS(hg_fleet_bulkhead_stats_of(fb, 2, &bs), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`dimension` 2");
+    CHECK_STATUS(hg_fleet_bulkhead_stats_of(fb, HG_FLEET_DIMENSION_PERMITS, NULL),
+                 HG_STATUS_NULL_PARAMETER);
+    CHECK_STATUS(hg_fleet_bulkhead_stats_of(fb, HG_FLEET_DIMENSION_PERMITS, &bs), HG_STATUS_OK);
+    CHECK_EQ_U64(bs.struct_size, sizeof bs);
+    CHECK(bs.unreachable);
+    hg_fleet_pool_stats bps;
+    memset(&bps, 0, sizeof bps);
+    bps.struct_size = (uint32_t)sizeof bps;
+    CHECK_STATUS(hg_fleet_bulkhead_pool_stats_of(fb, HG_FLEET_DIMENSION_BUDGET, &bps),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_pool_stats_of: budget: this fleet bulkhead has no");
+    CHECK_STATUS(hg_fleet_bulkhead_lease_error_of(fb, HG_FLEET_DIMENSION_BUDGET, NULL, 0, &len),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_lease_error_of: budget: this fleet bulkhead has no");
     hg_fleet_pool_stats ps;
     memset(&ps, 0, sizeof ps);
     ps.struct_size = (uint32_t)sizeof ps;
@@ -1113,12 +1189,416 @@ static void close_releases_the_block(void) {
     server_kill(&srv);
 }
 
+/* ----- budget, classes, events ----------------------------------------------------------- */
+
+/* A class table of `n` classes (priorities given), no floors, no rates. */
+static hg_class_table class_table(hg_class *k, size_t n, const uint32_t *priorities) {
+    for (size_t i = 0; i < n; i++) {
+        if (hg_class_default(&k[i]) != HG_STATUS_OK) abort();
+        k[i].priority = priorities[i];
+    }
+    hg_class_table t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = (uint32_t)sizeof t;
+    t.classes = k;
+    t.classes_len = n;
+    return t;
+}
+
+static void classes_and_events_options_are_checked(void) {
+    hg_fleet_options *o = NULL;
+    CHECK_STATUS(hg_fleet_options_new("c-classes-opts", &o), HG_STATUS_OK);
+    hg_class k[2];
+    const uint32_t prio[2] = {0, 9};
+    hg_class_table t = class_table(k, 2, prio);
+
+    CHECK_STATUS(hg_fleet_options_set_classes(NULL, &t), HG_STATUS_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_classes: `opts` is NULL");
+    CHECK_STATUS(hg_fleet_options_set_classes(o, NULL), HG_STATUS_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_classes: `table` is NULL");
+    hg_class_table bad = t;
+    bad.struct_size = 8;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->struct_size` must be sizeof(hg_class_table)");
+    bad = t;
+    bad.classes_len = 0;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->classes_len` 0 is not in 1 ..= 64");
+    bad.classes_len = 65;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->classes_len` 65");
+    bad = t;
+    bad.classes = NULL;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("`table->classes` is NULL");
+    k[1].priority = 256;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->classes`: a bad class");
+    k[1].priority = 9;
+    bad = t;
+    bad.reserve_min_priority = 300;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("reserve_min_priority");
+    /* A rate is per process: not fleet-wide, refused with the fleet table's words. */
+    bad = t;
+    bad.requests.amount = 10;
+    bad.requests.per_ms = 1000;
+    bad.requests.burst = 10;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->requests`: rates: not supported by a fleet bulkhead");
+    bad = t;
+    bad.units.amount = 10;
+    bad.units.per_ms = 1000;
+    bad.units.burst = 10;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table->units`: rates:");
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_OK);
+    CHECK_STATUS(hg_fleet_options_set_on_event(NULL, NULL, NULL), HG_STATUS_NULL_PARAMETER);
+    CHECK_MESSAGE_HAS("hg_fleet_options_set_on_event: `opts` is NULL");
+    CHECK_STATUS(hg_fleet_options_set_on_event(o, NULL, NULL), HG_STATUS_OK);
+
+    /* The partition is the core's to check, at open, before the transport is called: a floor
+     * above its class's ceiling; budget floors without a budget. */
+    k[0].floor = 3;
+    k[0].ceiling = 2;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_OK);
+    script sk = {.mode = S_DOWN};
+    hg_fleet_bulkhead *fb = NULL;
+    CHECK_STATUS(open_script(&sk, o, &fb), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_open: classes[0]");
+    CHECK(fb == NULL);
+    k[0].floor = 0;
+    k[0].ceiling = HG_UNSET;
+    k[1].budget_floor = 5;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_OK);
+    CHECK_STATUS(open_script(&sk, o, &fb), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("hg_fleet_bulkhead_open: classes[1]: a budget floor");
+    CHECK_MESSAGE_HAS("needs a bulkhead with a budget");
+    CHECK(fb == NULL);
+    CHECK_EQ_U64(atomic_load(&sk.calls), 0);
+    CHECK_EQ_U64(atomic_load(&sk.released), 0);
+    hg_fleet_options_free(o);
+}
+
+/* What an on_event callback saw (the lease's thread delivers reconfigurations, admissions
+ * come on the caller's threads: a lock). */
+typedef struct {
+    pthread_mutex_t lock;
+    int n;            /* admission events kept (not reconfigure) */
+    hg_event e[64];
+    int reconfigures; /* HG_EVENT_RECONFIGURE seen */
+    int bad_size;     /* events with another struct_size than this header's, or a key */
+} events_t;
+
+static void record_event(void *user_data, const hg_event *ev) {
+    events_t *l = user_data;
+    pthread_mutex_lock(&l->lock);
+    if (ev->struct_size != sizeof(hg_event) || ev->key != NULL) l->bad_size++;
+    if (ev->kind == HG_EVENT_RECONFIGURE) {
+        l->reconfigures++;
+    } else if (l->n < 64) {
+        l->e[l->n++] = *ev;
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+/* How many events of each tally (under the lock: the lease's thread may be delivering). */
+static int reconfigures_of(events_t *l) {
+    pthread_mutex_lock(&l->lock);
+    int n = l->reconfigures;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+static int bad_events_of(events_t *l) {
+    pthread_mutex_lock(&l->lock);
+    int n = l->bad_size;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+/* The kept events of `kind`, in order, into `out` (at most `max`): how many. */
+static int events_of(events_t *l, uint32_t kind, hg_event *out, int max) {
+    int k = 0;
+    pthread_mutex_lock(&l->lock);
+    for (int i = 0; i < l->n && k < max; i++) {
+        if (l->e[i].kind == kind) out[k++] = l->e[i];
+    }
+    pthread_mutex_unlock(&l->lock);
+    return k;
+}
+
+static hg_fleet_stats budget_stats(const hg_fleet_bulkhead *fb) {
+    hg_fleet_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = (uint32_t)sizeof s;
+    if (hg_fleet_bulkhead_stats_of(fb, HG_FLEET_DIMENSION_BUDGET, &s) != HG_STATUS_OK) abort();
+    return s;
+}
+
+static hg_fleet_pool_stats budget_pool(const hg_fleet_bulkhead *fb) {
+    hg_fleet_pool_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = (uint32_t)sizeof s;
+    hg_status st = hg_fleet_bulkhead_pool_stats_of(fb, HG_FLEET_DIMENSION_BUDGET, &s);
+    if (st != HG_STATUS_OK) {
+        hg_test_failures++;
+        fprintf(stderr, "hg_fleet_bulkhead_pool_stats_of -> %u: %s\n", (unsigned)st,
+                last_error());
+    }
+    return s;
+}
+
+/* A request of weight 1 and `cost` units, waiting at most `timeout_ms` (0: a try). */
+static hg_request costing(uint64_t cost, uint64_t timeout_ms, hg_rejection *detail) {
+    hg_request r;
+    if (hg_request_default(&r) != HG_STATUS_OK) abort();
+    r.cost = cost;
+    r.timeout_ms = timeout_ms;
+    r.detail = detail;
+    if (detail != NULL) {
+        memset(detail, 0, sizeof *detail);
+        detail->struct_size = (uint32_t)sizeof *detail;
+    }
+    return r;
+}
+
+typedef struct {
+    hg_bulkhead *bh;
+    uint64_t cost;
+    hg_status status;
+    hg_permit *permit;
+} cost_waiter;
+
+static void *wait_for_cost(void *arg) {
+    cost_waiter *w = arg;
+    hg_request r = costing(w->cost, 10000, NULL);
+    w->status = hg_bulkhead_acquire_request(w->bh, &r, &w->permit);
+    return NULL;
+}
+
+static void budget_is_leased_like_the_permits(void) {
+    server srv;
+    if (!server_start(&srv, 0)) return;
+    static events_t ev = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    rconn ka = {.port = srv.port}, kb = {.port = srv.port};
+    hg_fleet_options *oa = options("c-budget", 10, 1500);
+    CHECK_STATUS(hg_fleet_options_set_int(oa, "budget", 100), HG_STATUS_OK);
+    hg_fleet_bulkhead *a = open_with(&ka, oa);
+    hg_bulkhead *bha = local_of(a);
+
+    /* The first budget block comes with the first cost (a wait within the queue timeout). */
+    hg_permit *p = NULL;
+    hg_request r = costing(60, 10000, NULL);
+    CHECK_STATUS(hg_bulkhead_acquire_request(bha, &r, &p), HG_STATUS_OK);
+    hg_fleet_stats bs = budget_stats(a);
+    CHECK_EQ_U64(bs.struct_size, sizeof bs);
+    CHECK_EQ_U64(bs.state, HG_FLEET_LEASE_LEASED);
+    CHECK_EQ_U64(bs.fleet_limit, 100);
+    CHECK(bs.held >= 60 && bs.local_limit >= 60);
+    CHECK(bs.generation >= 1);
+    CHECK_EQ_U64(hg_test_stats(bha).budget_in_use, 60);
+    CHECK_STATUS(hg_permit_release(p), HG_STATUS_OK);
+    hg_permit_free(p);
+    /* A cost within the block: granted at once (a try never waits). */
+    uint64_t block = budget_stats(a).local_limit;
+    r = costing(block, 0, NULL);
+    CHECK_STATUS(hg_bulkhead_try_acquire_request(bha, &r, &p), HG_STATUS_OK);
+    CHECK_STATUS(hg_permit_release(p), HG_STATUS_OK);
+    hg_permit_free(p);
+    /* The local budget is the lease's. */
+    CHECK_STATUS(hg_bulkhead_set_budget(bha, 1000), HG_STATUS_INVALID_ARGUMENT);
+    /* A takes the whole fleet budget (its block grows to it). */
+    hg_permit *big = NULL;
+    r = costing(100, 10000, NULL);
+    CHECK_STATUS(hg_bulkhead_acquire_request(bha, &r, &big), HG_STATUS_OK);
+
+    hg_fleet_options *ob = options("c-budget", 10, 1500);
+    CHECK_STATUS(hg_fleet_options_set_int(ob, "budget", 100), HG_STATUS_OK);
+    CHECK_STATUS(hg_fleet_options_set_on_event(ob, record_event, &ev), HG_STATUS_OK);
+    hg_fleet_bulkhead *b = open_with(&kb, ob);
+    hg_bulkhead *bhb = local_of(b);
+    /* B gets a block of permits with room for one more call (one in flight: a want of 2). */
+    hg_permit *p0 = NULL;
+    r = costing(0, 10000, NULL);
+    CHECK_STATUS(hg_bulkhead_acquire_request(bhb, &r, &p0), HG_STATUS_OK);
+    CHECK(EVENTUALLY(10000, fleet_stats(b).local_limit >= 2));
+    /* B's budget block is empty (A holds the fleet budget): a try is refused BUDGET_LIMIT,
+     * for want of a lease. */
+    hg_rejection d;
+    r = costing(10, 0, &d);
+    CHECK_STATUS(hg_bulkhead_try_acquire_request(bhb, &r, &p), HG_STATUS_BUDGET_LIMIT);
+    CHECK_EQ_U64(d.reason, HG_REASON_BUDGET_LIMIT);
+    CHECK_EQ_U64(d.bound, HG_BOUND_FLEET_LEASE);
+    /* Above the fleet budget: refused at once, not after the queue timeout. */
+    r = costing(101, 10000, &d);
+    p = NULL;
+    CHECK_STATUS(hg_bulkhead_acquire_request(bhb, &r, &p), HG_STATUS_BUDGET_LIMIT);
+    CHECK_EQ_U64(d.reason, HG_REASON_BUDGET_LIMIT);
+    CHECK(p == NULL);
+    /* Within the fleet budget: it waits for B's block to grow, which it does once A gives
+     * back (granted within its queue timeout: OK, not TIMEOUT). */
+    cost_waiter w = {.bh = bhb, .cost = 60};
+    pthread_t t;
+    CHECK(start_thread(&t, wait_for_cost, &w) == 0);
+    CHECK(EVENTUALLY(10000, hg_test_stats(bhb).queued == 1));
+    CHECK_STATUS(hg_permit_release(big), HG_STATUS_OK);
+    hg_permit_free(big);
+    pthread_join(t, NULL);
+    CHECK_STATUS(w.status, HG_STATUS_OK);
+    CHECK(budget_stats(b).held >= 60);
+    CHECK_EQ_U64(hg_test_stats(bhb).budget_in_use, 60);
+    /* No more in flight than the fleet budget: the pool counts both holders. */
+    hg_fleet_pool_stats ps = budget_pool(a);
+    CHECK(ps.exists);
+    CHECK_EQ_U64(ps.limit, 100);
+    CHECK(ps.used <= 100);
+    CHECK_EQ_U64(ps.holders, 2);
+    CHECK_STATUS(hg_permit_release(w.permit), HG_STATUS_OK);
+    hg_permit_free(w.permit);
+    CHECK_STATUS(hg_permit_release(p0), HG_STATUS_OK);
+    hg_permit_free(p0);
+    /* B's events carry the costs: the refusal above the fleet budget, the admit that waited. */
+    hg_event got[8];
+    int n = events_of(&ev, HG_EVENT_REJECT, got, 8);
+    CHECK(n >= 2);
+    int saw_101 = 0;
+    for (int i = 0; i < n; i++) {
+        if (got[i].cost == 101 && got[i].reason == HG_REASON_BUDGET_LIMIT) saw_101 = 1;
+    }
+    CHECK(saw_101);
+    n = events_of(&ev, HG_EVENT_ADMIT, got, 8);
+    CHECK_EQ_U64(n, 2); /* p0 (no cost), then the cost that waited */
+    if (n == 2) {
+        CHECK_EQ_U64(got[0].cost, 0);
+        CHECK_EQ_U64(got[1].cost, 60);
+        CHECK_EQ_U64(got[1].weight, 1);
+        CHECK(got[1].queued);
+        CHECK(got[1].id != 0 && got[1].id != got[0].id);
+    }
+    CHECK(reconfigures_of(&ev) >= 1); /* the lease moving B's blocks */
+    CHECK_EQ_U64(bad_events_of(&ev), 0);
+
+    /* The fleet budget under its own revision (the permits' table keeps its own). */
+    uint64_t rev = 0, value = 0;
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(a, HG_FLEET_DIMENSION_BUDGET, 2, 300, &rev,
+                                                   &value),
+                 HG_STATUS_OK);
+    CHECK_EQ_U64(rev, 2);
+    CHECK_EQ_U64(value, 300);
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(b, HG_FLEET_DIMENSION_BUDGET, 1, 10, &rev,
+                                                   &value),
+                 HG_STATUS_STALE);
+    CHECK_MESSAGE_HAS("revision 1 is not above the one in force (2, budget 300)");
+    CHECK_EQ_U64(rev, 2);
+    CHECK_EQ_U64(value, 300);
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits_of(a, HG_FLEET_DIMENSION_BUDGET, 3, 0, NULL,
+                                                   NULL),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("budget: must be an integer in 1 ..= 2^32");
+    CHECK_STATUS(hg_fleet_bulkhead_apply_limits(a, 1, 12, &rev, &value), HG_STATUS_OK);
+    CHECK_EQ_U64(rev, 1);
+    CHECK_EQ_U64(value, 12);
+    CHECK(EVENTUALLY(10000, budget_stats(b).fleet_limit == 300 && budget_stats(b).rev == 2));
+    CHECK(EVENTUALLY(10000, fleet_stats(b).fleet_limit == 12));
+    CHECK_EQ_U64(budget_pool(b).limit, 300);
+    CHECK_EQ_U64(pool_stats(b).limit, 12);
+    /* A cost the new fleet budget allows is valid now (within it: it waits, not refused). */
+    r = costing(250, 10000, NULL);
+    CHECK_STATUS(hg_bulkhead_acquire_request(bhb, &r, &p), HG_STATUS_OK);
+    CHECK_STATUS(hg_permit_release(p), HG_STATUS_OK);
+    hg_permit_free(p);
+    char text[256];
+    size_t len = 0;
+    CHECK_STATUS(hg_fleet_bulkhead_lease_error_of(b, HG_FLEET_DIMENSION_BUDGET, text,
+                                                  sizeof text, &len),
+                 HG_STATUS_OK);
+    CHECK_EQ_U64(len, 0);
+
+    /* Close gives back both of A's leases: the pool's two tables no longer list it. */
+    CHECK_STATUS(hg_fleet_bulkhead_close(a), HG_STATUS_OK);
+    CHECK_EQ_U64(budget_pool(b).holders, 1);
+    CHECK(budget_pool(b).self_present);
+    CHECK_EQ_U64(pool_stats(b).holders, 1);
+    CHECK_EQ_U64(budget_stats(a).state, HG_FLEET_LEASE_IDLE);
+    hg_bulkhead_free(bha);
+    hg_bulkhead_free(bhb);
+    hg_fleet_bulkhead_free(a);
+    hg_fleet_bulkhead_free(b);
+    CHECK_EQ_U64(atomic_load(&ka.released) + atomic_load(&kb.released), 2);
+    server_kill(&srv);
+}
+
+static void classes_order_the_block_and_events_are_delivered(void) {
+    server srv;
+    if (!server_start(&srv, 0)) return;
+    static events_t ev = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    rconn k = {.port = srv.port};
+    hg_fleet_options *o = options("c-classes", 1, 1500);
+    hg_class cls[2];
+    const uint32_t prio[2] = {0, 9};
+    hg_class_table t = class_table(cls, 2, prio);
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_OK);
+    memset(cls, 0xAB, sizeof cls); /* copied at set time: the caller's table is free again */
+    CHECK_STATUS(hg_fleet_options_set_on_event(o, record_event, &ev), HG_STATUS_OK);
+    hg_fleet_bulkhead *fb = open_with(&k, o);
+    hg_bulkhead *bh = local_of(fb);
+    /* The fleet limit is 1: hold it, then queue a low-priority and a high-priority waiter. */
+    hg_permit *held = NULL, *pl = NULL, *ph = NULL;
+    hg_request r = costing(0, 10000, NULL);
+    CHECK_STATUS(hg_bulkhead_acquire_request(bh, &r, &held), HG_STATUS_OK);
+    hg_ticket low = 0, high = 0;
+    r.class_index = 0;
+    CHECK_STATUS(hg_bulkhead_enqueue_request(bh, &r, &pl, &low), HG_STATUS_QUEUED);
+    r.class_index = 1;
+    CHECK_STATUS(hg_bulkhead_enqueue_request(bh, &r, &ph, &high), HG_STATUS_QUEUED);
+    r.class_index = 2;
+    hg_permit *none = NULL;
+    CHECK_STATUS(hg_bulkhead_try_acquire_request(bh, &r, &none), HG_STATUS_INVALID_ARGUMENT);
+    hg_class_stats cs;
+    memset(&cs, 0, sizeof cs);
+    cs.struct_size = (uint32_t)sizeof cs;
+    CHECK_STATUS(hg_bulkhead_class_stats(bh, 1, &cs), HG_STATUS_OK);
+    CHECK_EQ_U64(cs.priority, 9);
+    CHECK_EQ_U64(cs.queued, 1);
+    /* The release hands the permit to the later, higher-priority waiter. */
+    CHECK_STATUS(hg_permit_release(held), HG_STATUS_OK);
+    hg_permit_free(held);
+    hg_status sh = HG_STATUS_QUEUED;
+    CHECK(EVENTUALLY(10000, (sh = hg_ticket_poll(bh, high, &ph)) != HG_STATUS_QUEUED));
+    CHECK_STATUS(sh, HG_STATUS_OK);
+    CHECK_STATUS(hg_ticket_poll(bh, low, &pl), HG_STATUS_QUEUED);
+    CHECK_STATUS(hg_permit_release(ph), HG_STATUS_OK);
+    hg_permit_free(ph);
+    hg_status sl = HG_STATUS_QUEUED;
+    CHECK(EVENTUALLY(10000, (sl = hg_ticket_poll(bh, low, &pl)) != HG_STATUS_QUEUED));
+    CHECK_STATUS(sl, HG_STATUS_OK);
+    CHECK_STATUS(hg_permit_release(pl), HG_STATUS_OK);
+    hg_permit_free(pl);
+    /* The admits, in grant order: the first (class 0), the high (1), the low (0). */
+    hg_event got[8];
+    int n = events_of(&ev, HG_EVENT_ADMIT, got, 8);
+    CHECK_EQ_U64(n, 3);
+    if (n == 3) {
+        CHECK_EQ_U64(got[0].class_index, 0);
+        CHECK_EQ_U64(got[1].class_index, 1);
+        CHECK_EQ_U64(got[2].class_index, 0);
+        CHECK(got[1].queued && got[2].queued);
+    }
+    CHECK_EQ_U64(events_of(&ev, HG_EVENT_RELEASE, got, 8), 3);
+    CHECK_EQ_U64(bad_events_of(&ev), 0);
+    hg_bulkhead_free(bh);
+    hg_fleet_bulkhead_free(fb);
+    server_kill(&srv);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     /* A write to a killed server's socket must fail with EPIPE, not kill the test. */
     signal(SIGPIPE, SIG_IGN);
     RUN(options_are_named_by_the_table);
     RUN(bad_arguments_are_statuses);
+    RUN(classes_and_events_options_are_checked);
     if (find_redis()) {
         RUN(first_block_then_local_acquires);
         RUN(two_bulkheads_converge_to_fair_shares);
@@ -1128,6 +1608,8 @@ int main(int argc, char **argv) {
         RUN(late_grant_is_never_used);
         RUN(wait_replicas_without_a_replica_admits_nothing);
         RUN(close_releases_the_block);
+        RUN(budget_is_leased_like_the_permits);
+        RUN(classes_order_the_block_and_events_are_delivered);
     } else if (getenv("HG_SKIP_REDIS") != NULL && strcmp(getenv("HG_SKIP_REDIS"), "1") == 0) {
         printf("SKIPPED the Redis tests: no redis-server on PATH (HG_SKIP_REDIS=1)\n");
     } else {
