@@ -295,13 +295,18 @@ impl PoolStats {
             }
         };
         let u = |i: usize, what: &str| int(i).and_then(|n| nonneg(n, what));
-        let n = u(8, "n")? as usize;
-        if v.len() != 9 + 5 * n {
+        let n = u(8, "n")?;
+        // The count is the server's (up to 2^63 - 1): the length it implies is computed
+        // without overflow, so no count can pass for another length (found by fuzzing).
+        let Some(n) = usize::try_from(n)
+            .ok()
+            .filter(|&n| n.checked_mul(5).and_then(|k| k.checked_add(9)) == Some(v.len()))
+        else {
             return Err(ProtocolError(format!(
                 "hg_stats answered {} fields for {n} holders",
                 v.len()
             )));
-        }
+        };
         let mut holders = Vec::with_capacity(n);
         for h in 0..n {
             let at = 9 + 5 * h;
@@ -360,6 +365,23 @@ mod tests {
         assert_eq!(s.holders[0].holder, "h:1:ab");
         assert_eq!((s.limit, s.holders[0].held), (Some(10), 3));
         v.pop();
+        assert!(PoolStats::decode(&v).is_err());
+    }
+
+    /// Found by the `fleet_reply` fuzz target: a holder count whose implied length (`9 + 5 n`)
+    /// overflows panicked (overflow checks on), or wrapped to the reply's real length and then
+    /// asked `Vec::with_capacity` for 7.4·10^18 holders (capacity overflow: a panic in every
+    /// binding's `pool_stats`). `0x6666666666666667 · 5 + 9` wraps to exactly 12.
+    #[test]
+    fn stats_decode_refuses_a_holder_count_whose_length_overflows() {
+        let mut v: Vec<Field> = [100, 10, 3, 1, 9, 0, 0, 4, 0x6666_6666_6666_6667]
+            .map(Field::Int)
+            .to_vec();
+        v.extend([1, 2, 3].map(Field::Int));
+        assert!(PoolStats::decode(&v).is_err());
+        v[8] = Field::Int(i64::MAX);
+        assert!(PoolStats::decode(&v).is_err());
+        v.truncate(9);
         assert!(PoolStats::decode(&v).is_err());
     }
 }
