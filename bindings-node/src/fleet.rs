@@ -490,7 +490,7 @@ impl NativeFleet {
     pub fn step(&self, env: &Env) -> Result<Option<FleetStep>> {
         let step = self.core.step();
         let bh = self.core.bulkhead();
-        let shorts = bh.lease_shorts();
+        let shorts = self.core.shorts_total();
         let out = match step {
             Step::Closed => None,
             Step::Send(command) => Some(FleetStep {
@@ -517,7 +517,7 @@ impl NativeFleet {
             // A refusal during that flush, before the park: step again, quietly.
             Some(FleetStep {
                 wait_ms: Some(_), ..
-            }) if bh.lease_shorts() > shorts => {
+            }) if self.core.shorts_total() != shorts => {
                 self.rung();
                 Some(FleetStep {
                     args: None,

@@ -281,7 +281,9 @@ impl Bulkhead {
         Self::wrap_with(py, bh, key, Arc::from([]), None)
     }
 
-    fn wrap_with(
+    /// `wrap` with a classed core's class names and the observer it was built with (a
+    /// `FleetBulkhead`'s local bulkhead: its classes and events are this process's).
+    pub(crate) fn wrap_with(
         py: Python<'_>,
         bh: Arc<CoreBulkhead>,
         key: Option<String>,
@@ -344,7 +346,7 @@ impl Bulkhead {
             PyValueError::new_err(if self.key.is_some() {
                 "this bulkhead belongs to a Registry: listen with Registry.on(event, callback)"
             } else {
-                "this bulkhead has no event listeners (a FleetBulkhead's local bulkhead emits no events)"
+                "this bulkhead has no event listeners"
             })
         })
     }

@@ -344,6 +344,12 @@ impl Observer for PyObserver {
             return;
         }
         Python::attach(|py| {
+            // An event may be emitted while an exception is propagating (a `Permit` dropped
+            // during unwinding releases, and its `release` event runs here): set the pending
+            // error aside so a listener runs with a clean state (one that raises or returns
+            // would otherwise clear it, and the caller gets `SystemError: error return without
+            // exception set`), and restore it after.
+            let pending = PyErr::take(py);
             if let (Some((key, old, new)), Some(cb)) = (state, &self.on_state_change) {
                 let cb = cb.bind(py);
                 if let Err(e) = cb.call1((key, old.as_str(), new.as_str())) {
@@ -352,6 +358,9 @@ impl Observer for PyObserver {
             }
             if listened {
                 self.dispatch(py, event);
+            }
+            if let Some(e) = pending {
+                e.restore(py);
             }
         });
     }

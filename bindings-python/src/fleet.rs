@@ -1,21 +1,26 @@
 //! `FleetBulkhead`: one limit shared by every process that opens the same pool on one Redis
 //! (docs/design.md §16), the Python face of `hullguard_fleet::FleetCore`. Marshalling only:
-//! the options go through the fleet crate's table (`FleetConfig::set`), the lease is the
-//! crate's, admissions are the local `Bulkhead` pyclass's over `FleetCore::bulkhead()`'s `Arc`
-//! (nothing of admission is re-implemented here), and the I/O is the user's redis-py client,
-//! driven from Python (`python/hullguard/fleet.py`).
+//! the options go through the fleet crate's table (`FleetConfig::set`; `budget` too: a second
+//! leased dimension), what stays local — the class table and the observer of `events=True` —
+//! is read by the local `Bulkhead`'s own parsers (`gateway::class_table`,
+//! `PyObserver::from_args`) and handed to `FleetCore::with_local`, the leases are the crate's,
+//! admissions are the local `Bulkhead` pyclass's over `FleetCore::bulkhead()`'s `Arc` (nothing
+//! of admission is re-implemented here), and the I/O is the user's redis-py client, driven
+//! from Python (`python/hullguard/fleet.py`).
 //!
 //! Two classes:
 //!
 //! * `_FleetCore` — what the Python driver loop drives: `step` / `complete` / `fail` / `wait`
 //!   (the crate's driver steps, commands as redis-py `execute_command` arguments), `arm` (the
 //!   asyncio driver's park: the demand bell wakes it through `loop.call_soon_threadsafe`),
-//!   `close`, the release, `apply_limits` and `pool_stats` commands and their replies. The
-//!   driver holds this object, never the public one, so dropping a fleet bulkhead closes it.
+//!   `close`, the releases (one per lease), `apply_limits` and `pool_stats` commands and their
+//!   replies. The driver holds this object, never the public one, so dropping a fleet
+//!   bulkhead closes it.
 //! * `_FleetBulkhead` — the public object's native base (`hullguard.FleetBulkhead` subclasses
 //!   it in Python to add the driver): the admission methods, forwarded natively to the local
-//!   `Bulkhead` (no Python frame in between: admissions stay at a local bulkhead's speed), and
-//!   `stats()` with the `lease` section.
+//!   `Bulkhead` (no Python frame in between: admissions stay at a local bulkhead's speed), the
+//!   events (`on` / `off` / `events()`), and `stats()` with the `lease` and `budget_lease`
+//!   sections.
 //!
 //! Every call into `FleetCore` that takes its lease lock (`step`, `complete`, `fail`, `stats`,
 //! the release and limit replies) is made with the interpreter released: a demand wake-up or a
@@ -32,8 +37,10 @@ use std::{
 };
 
 use hullguard_core::LimitsSnapshot;
+use hullguard_core::{config::class_options::ClassTableBuilder, event::SharedObserver};
 use hullguard_fleet::{
-    FleetConfig, FleetCore, FleetError, FleetStats, PoolName, RawReply, Step, cli,
+    Dimension, FleetConfig, FleetCore, FleetError, FleetStats, LeaseStats, Local, PoolName,
+    RawReply, Step, cli,
     options::{FLEET_OPTIONS, FleetKind, FleetOption, FleetValue, NOT_FLEET_WIDE, node_name},
     protocol::{FN_STATS, FN_VERSION, Field, PoolStats},
     script::{LIB_VERSION, LIBRARY, eval_source},
@@ -49,7 +56,9 @@ use crate::{
     awaitable::{AcquireContext, DrainAwaitable},
     bulkhead::{Bulkhead, seconds},
     errors::acquire_err,
-    options::{count_arg, named_timeout_arg, type_name},
+    events::PyObserver,
+    gateway,
+    options::{self, config_err, count_arg, named_timeout_arg, type_name},
     permit::Permit,
     stats::stats_dict,
 };
@@ -79,9 +88,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// exception, an unexpected reply as `RuntimeError`.
 fn fleet_err(py: Python<'_>, e: FleetError) -> PyErr {
     match e {
-        FleetError::Option { .. } | FleetError::Name(_) | FleetError::Config(_) => {
-            PyValueError::new_err(e.to_string())
-        }
+        FleetError::Option { .. } | FleetError::Name(_) => PyValueError::new_err(e.to_string()),
+        // The local core's words, spelled as the local `Bulkhead`'s (a class table it refuses).
+        FleetError::Config(c) => config_err(c),
         FleetError::Acquire(a) => acquire_err(py, &a, None),
         other => PyRuntimeError::new_err(other.to_string()),
     }
@@ -178,14 +187,31 @@ fn set_option(config: &mut FleetConfig, opt: &FleetOption, v: &Bound<'_, PyAny>)
     })
 }
 
-/// `FleetBulkhead(redis_client, pool, **options)`'s pool and options as a `FleetConfig`, each
-/// option through the crate's table. An unknown name, or a local bulkhead's option a fleet
-/// bulkhead does not support, is a `TypeError` naming it (the crate's message); `None` is "not
-/// given".
+/// The crate's refusal of option `key` (unknown, listing the known ones; or a local bulkhead's
+/// option that cannot be fleet-wide, with why) as a `TypeError` naming it.
+fn refused(config: &FleetConfig, key: &str) -> PyErr {
+    let e = config.clone().set(key, FleetValue::Int(0)).err();
+    let msg = e.map_or_else(|| format!("unknown option `{key}`"), |e| e.to_string());
+    PyTypeError::new_err(format!("FleetBulkhead(): {msg}"))
+}
+
+/// What a fleet bulkhead keeps local (`hullguard_fleet::Local`), read as the local `Bulkhead`
+/// reads it: the class table (`classes`, `reserve`, `lending`, `shed`: `gateway::class_table`,
+/// the one parser) and the observer (`events`: `PyObserver::from_args`).
+struct LocalArgs {
+    table: Option<ClassTableBuilder>,
+    observer: Arc<PyObserver>,
+}
+
+/// `FleetBulkhead(redis_client, pool, **options)`'s pool and options as a `FleetConfig` (each
+/// fleet option through the crate's table) and what stays local. An unknown name, or a local
+/// bulkhead's option a fleet bulkhead does not support (`rates`, `on_state_change`: there is no
+/// breaker), is a `TypeError` naming it (the crate's message); `None` is "not given". `options`
+/// is consumed (the local arguments are taken out of it).
 fn fleet_config(
     pool: &Bound<'_, PyAny>,
-    options: Option<&Bound<'_, PyDict>>,
-) -> PyResult<FleetConfig> {
+    options: &Bound<'_, PyDict>,
+) -> PyResult<(FleetConfig, LocalArgs)> {
     let pool = pool.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!(
             "FleetBulkhead(): pool must be a str, not {}",
@@ -195,7 +221,26 @@ fn fleet_config(
     let name = PoolName::new(&pool.to_string())
         .map_err(|e| PyValueError::new_err(format!("FleetBulkhead(): {e}")))?;
     let mut config = FleetConfig::new(name);
-    for (k, v) in options.into_iter().flat_map(|o| o.iter()) {
+    // Refused before the class table is read (its parser would take `rates`): class rates
+    // would refill per process.
+    if options.contains("rates")? {
+        return Err(refused(&config, "rates"));
+    }
+    if options.contains("on_state_change")? {
+        let why = NOT_FLEET_WIDE
+            .iter()
+            .find(|(n, _)| *n == "breaker")
+            .map_or("policies are not fleet-wide", |(_, why)| why);
+        return Err(PyTypeError::new_err(format!(
+            "FleetBulkhead(): on_state_change: not supported by a fleet bulkhead: it has no \
+             breaker ({why})"
+        )));
+    }
+    let events = options::take(options, "events")?;
+    let observer =
+        PyObserver::from_args(None, events.as_ref()).map_err(|e| prefixed(options.py(), e))?;
+    let table = gateway::class_table(options).map_err(|e| prefixed(options.py(), e))?;
+    for (k, v) in options.iter() {
         let key: String = k
             .extract()
             .map_err(|_| PyTypeError::new_err("FleetBulkhead(): option names must be str"))?;
@@ -209,10 +254,7 @@ fn fleet_config(
                     o.name
                 )));
             }
-            // The crate's refusal: unknown (listing the known ones), or not fleet-wide (why).
-            let e = config.clone().set(&key, FleetValue::Int(0)).err();
-            let msg = e.map_or_else(|| format!("unknown option `{key}`"), |e| e.to_string());
-            return Err(PyTypeError::new_err(format!("FleetBulkhead(): {msg}")));
+            return Err(refused(&config, &key));
         };
         if !v.is_none() {
             set_option(&mut config, opt, &v)?;
@@ -221,7 +263,19 @@ fn fleet_config(
     config
         .validate()
         .map_err(|e| PyValueError::new_err(format!("FleetBulkhead(): {e}")))?;
-    Ok(config)
+    Ok((config, LocalArgs { table, observer }))
+}
+
+/// The local parsers' error with `FleetBulkhead(): ` before its message (same type).
+fn prefixed(py: Python<'_>, e: PyErr) -> PyErr {
+    let msg = e.value(py).to_string();
+    if e.is_instance_of::<PyTypeError>(py) {
+        PyTypeError::new_err(format!("FleetBulkhead(): {msg}"))
+    } else if e.is_instance_of::<PyValueError>(py) {
+        PyValueError::new_err(format!("FleetBulkhead(): {msg}"))
+    } else {
+        e
+    }
 }
 
 // ----- replies ---------------------------------------------------------------------------------
@@ -300,9 +354,8 @@ fn pool_stats_dict<'py>(py: Python<'py>, s: &PoolStats) -> PyResult<Bound<'py, P
     Ok(d)
 }
 
-fn fleet_stats_dict<'py>(py: Python<'py>, s: &FleetStats) -> PyResult<Bound<'py, PyDict>> {
-    let d = stats_dict(py, &s.stats)?;
-    let l = &s.lease;
+/// One lease table's stats (the permits', or the budget's in units) as a dict.
+fn lease_dict<'py>(py: Python<'py>, l: &LeaseStats) -> PyResult<Bound<'py, PyDict>> {
     let lease = PyDict::new(py);
     lease.set_item("pool", &l.pool)?;
     lease.set_item("holder", &l.holder)?;
@@ -329,7 +382,18 @@ fn fleet_stats_dict<'py>(py: Python<'py>, s: &FleetStats) -> PyResult<Bound<'py,
     lease.set_item("late_grants_total", c.late_grants_total)?;
     lease.set_item("releases_fenced_total", c.releases_fenced_total)?;
     lease.set_item("epoch_changes_total", c.epoch_changes_total)?;
-    d.set_item("lease", lease)?;
+    Ok(lease)
+}
+
+fn fleet_stats_dict<'py>(py: Python<'py>, s: &FleetStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = stats_dict(py, &s.stats)?;
+    d.set_item("lease", lease_dict(py, &s.lease)?)?;
+    let budget = s
+        .budget_lease
+        .as_ref()
+        .map(|b| lease_dict(py, b))
+        .transpose()?;
+    d.set_item("budget_lease", budget)?;
     Ok(d)
 }
 
@@ -366,8 +430,8 @@ impl Wake for LoopWake {
 #[pyclass(module = "hullguard._native", name = "_FleetCore", frozen)]
 pub(crate) struct FleetDriver {
     core: Arc<FleetCore>,
-    /// The core's short-admission count read just before the last `step` (at most what that
-    /// step saw): demand after it is new (`arm`).
+    /// The core's short-admission count of both blocks (`FleetCore::shorts_total`) read just before the
+    /// last `step` (at most what that step saw): demand after it is new (`arm`).
     stepped_shorts: AtomicU64,
     /// The asyncio driver's waker while it is parked: `close` wakes it.
     parked: Mutex<Option<Waker>>,
@@ -388,9 +452,11 @@ impl FleetDriver {
         }
     }
 
+    /// `apply_limits`' revision, limit and budget (`None`: not given) as the core's snapshot.
     fn snapshot(
         revision: &Bound<'_, PyAny>,
         limit: Option<&Bound<'_, PyAny>>,
+        budget: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<LimitsSnapshot> {
         let count = |v: Option<&Bound<'_, PyAny>>, name: &str| {
             v.filter(|v| !v.is_none())
@@ -400,6 +466,7 @@ impl FleetDriver {
         // The fleet's ranges are the crate's to check (`FleetCore::apply_limits`).
         let mut snap = LimitsSnapshot::new(count_arg(revision, "revision", 0, u64::MAX)?);
         snap.limit = count(limit, "limit")?;
+        snap.budget = count(budget, "budget")?;
         Ok(snap)
     }
 }
@@ -411,14 +478,11 @@ impl FleetDriver {
     /// seconds)` — park at most that long (`wait`, or `arm` on an event loop), then step;
     /// `("closed", None)` — stop, then send `release_command()`.
     fn step<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let shorts = self.core.bulkhead().lease_shorts();
+        let shorts = self.core.shorts_total();
         let step = py.detach(|| self.core.step());
         self.stepped_shorts.store(shorts, Ordering::Release);
         let (kind, value) = match step {
-            Step::Send(cmd) => (
-                "send",
-                cmd.args(self.core.keys()).into_pyobject(py)?.into_any(),
-            ),
+            Step::Send(cmd) => ("send", cmd.args().into_pyobject(py)?.into_any()),
             Step::Wait(d) => (
                 "wait",
                 seconds(d.min(MAX_PARK)).into_pyobject(py)?.into_any(),
@@ -472,7 +536,7 @@ impl FleetDriver {
         }
         // Registered before this check: a refusal after it wakes the waker.
         self.core.register_demand(&waker);
-        self.core.bulkhead().lease_shorts() > self.stepped_shorts.load(Ordering::Acquire)
+        self.core.shorts_total() != self.stepped_shorts.load(Ordering::Acquire)
     }
 
     /// Closes the fleet bulkhead: queued waiters are refused `shutdown`, calls in flight finish,
@@ -492,11 +556,13 @@ impl FleetDriver {
         self.core.bulkhead().close();
     }
 
-    /// After `close`, once the driver has stopped: the release of the lease to send (fenced),
-    /// once, or `None`; hand its reply to `released`.
+    /// After `close`, once the driver has stopped: the next release to send (fenced; or, with
+    /// calls in flight, a last sync), or `None` once every lease has had its own; hand its
+    /// reply to `released` (or the client's error to `fail`), then ask again — a fleet
+    /// bulkhead with a budget has two leases, the permits' and the budget's.
     fn release_command(&self, py: Python<'_>) -> Option<Vec<String>> {
         let cmd = py.detach(|| self.core.release_command());
-        cmd.map(|c| c.args(self.core.keys()))
+        cmd.map(|c| c.args())
     }
 
     /// The reply of `release_command`'s release (a fenced one is counted).
@@ -506,10 +572,13 @@ impl FleetDriver {
         }
     }
 
-    /// The command that sets the fleet limit under `revision` (validated: `limit` is required,
-    /// `0 ..= 2**32`; `revision` `1 ..= 2**53 - 1`; every other limit is refused by name).
+    /// The commands that set the fleet limit and / or the fleet budget under `revision`
+    /// (validated: at least one of `limit` (`0 ..= 2**32`) and `budget` (`1 ..= 2**32`, only on
+    /// a fleet bulkhead opened with one); `revision` `1 ..= 2**53 - 1`; every other limit is
+    /// refused by name), the limit's first: send each, then hand the replies, in order, to
+    /// `limits_applied`.
     #[pyo3(signature = (revision, limit=None, budget=None, max_queue=None, queue_timeout=None))]
-    fn apply_limits_command(
+    fn apply_limits_commands(
         &self,
         py: Python<'_>,
         revision: &Bound<'_, PyAny>,
@@ -517,47 +586,82 @@ impl FleetDriver {
         budget: Option<&Bound<'_, PyAny>>,
         max_queue: Option<&Bound<'_, PyAny>>,
         queue_timeout: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Vec<String>> {
-        let mut snap = Self::snapshot(revision, limit)?;
+    ) -> PyResult<Vec<Vec<String>>> {
+        let mut snap = Self::snapshot(revision, limit, budget)?;
         let given = |v: Option<&Bound<'_, PyAny>>| v.is_some_and(|v| !v.is_none());
-        snap.budget = given(budget).then_some(0);
         snap.max_queue = given(max_queue).then_some(0);
         snap.queue_timeout = named_timeout_arg(queue_timeout, "queue_timeout")?;
-        let cmd = self
+        let commands = self
             .core
             .apply_limits(&snap)
             .map_err(|e| fleet_err(py, e))?;
-        Ok(cmd.args(self.core.keys()))
+        Ok(commands.iter().map(|c| c.args()).collect())
     }
 
-    /// The reply to `apply_limits_command(revision, limit)`'s command: `{"applied", "revision",
-    /// "limit"}` (the revision and limit in force; `applied` is `False` when Redis had this
-    /// revision or a newer one).
-    fn limit_applied<'py>(
+    /// The replies to `apply_limits_commands(revision, limit, budget)`'s commands, in their
+    /// order: `{"applied", "revision", "limit", "budget"}` — `applied` when every one given
+    /// was installed (`False` when Redis had this revision or a newer one); `revision` and
+    /// `limit` those in force of the fleet limit (when given, else `revision` is the budget's
+    /// and `limit` `None`); `budget` the fleet budget in force (`None` when not given).
+    fn limits_applied<'py>(
         &self,
         py: Python<'py>,
         revision: &Bound<'_, PyAny>,
-        limit: &Bound<'_, PyAny>,
-        reply: &Bound<'_, PyAny>,
+        limit: Option<&Bound<'_, PyAny>>,
+        budget: Option<&Bound<'_, PyAny>>,
+        replies: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let snap = Self::snapshot(revision, Some(limit))?;
-        let raw = raw_reply(reply).map_err(PyRuntimeError::new_err)?;
+        let snap = Self::snapshot(revision, limit, budget)?;
+        let mut raw = Vec::new();
+        for reply in replies.try_iter()? {
+            raw.push(raw_reply(&reply?).map_err(PyRuntimeError::new_err)?);
+        }
         let r = py
-            .detach(|| self.core.limit_applied(&snap, &raw))
+            .detach(|| self.core.limits_applied(&snap, &raw))
             .map_err(|e| fleet_err(py, e))?;
         // The core rang its own bell (a sync driver's `wait`); an asyncio driver parks on its
-        // loop: wake it too, so it syncs under the new limit now rather than at its beat.
+        // loop: wake it too, so it syncs under the new limits now rather than at its beat.
         self.wake_parked();
         let d = PyDict::new(py);
-        d.set_item("applied", r.applied)?;
-        d.set_item("revision", r.rev)?;
-        d.set_item("limit", r.limit)?;
+        d.set_item("applied", r.applied())?;
+        d.set_item("revision", r.limit.or(r.budget).map(|x| x.rev))?;
+        d.set_item("limit", r.limit.map(|x| x.limit))?;
+        d.set_item("budget", r.budget.map(|x| x.limit))?;
         Ok(d)
     }
 
-    /// The read-only command that reads the pool (`hg_stats`).
-    fn pool_stats_command(&self) -> Vec<String> {
-        self.core.pool_stats_command().args(self.core.keys())
+    /// The read-only command that reads the pool (`hg_stats`): its permits' lease table, or
+    /// with `dimension="budget"` its budget's (`ValueError` naming `dimension` for another
+    /// value, or `"budget"` on a fleet bulkhead without one).
+    #[pyo3(signature = (dimension=None))]
+    fn pool_stats_command(&self, dimension: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+        let d = match dimension.filter(|v| !v.is_none()) {
+            None => Dimension::Permits,
+            Some(v) => {
+                let s = v.cast::<PyString>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "dimension must be \"permits\" or \"budget\", not {}",
+                        type_name(v)
+                    ))
+                })?;
+                match &*s.to_cow()? {
+                    "permits" => Dimension::Permits,
+                    "budget" if self.core.has_budget() => Dimension::Budget,
+                    "budget" => {
+                        return Err(PyValueError::new_err(
+                            "dimension: this fleet bulkhead has no fleet budget (open it with \
+                             budget=…)",
+                        ));
+                    }
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "dimension must be \"permits\" or \"budget\", got {other:?}"
+                        )));
+                    }
+                }
+            }
+        };
+        Ok(self.core.pool_stats_command_of(d).args())
     }
 
     /// `hg_stats`' reply as a dict (see `FleetBulkhead.pool_stats`).
@@ -609,7 +713,7 @@ impl FleetDriver {
 
 /// The native base of `hullguard.FleetBulkhead` (see `python/hullguard/fleet.py` for the class
 /// documentation): the admission methods of the local `Bulkhead` over the fleet core's
-/// bulkhead, and the stats.
+/// bulkhead (its classes partition this process's block), its events, and the stats.
 #[pyclass(
     module = "hullguard._native",
     name = "_FleetBulkhead",
@@ -619,6 +723,8 @@ impl FleetDriver {
 pub(crate) struct FleetBulkhead {
     driver: Py<FleetDriver>,
     bh: Py<Bulkhead>,
+    /// The local core's observer (`events=True`: the admission events reach `on` listeners).
+    observer: Arc<PyObserver>,
 }
 
 impl FleetBulkhead {
@@ -630,15 +736,45 @@ impl FleetBulkhead {
 #[pymethods]
 impl FleetBulkhead {
     /// `_FleetBulkhead(pool, **options)`: the options by the fleet crate's table (see
-    /// `hullguard.FleetBulkhead`). The lease is idle (admissions queue or are refused
+    /// `hullguard.FleetBulkhead`); the class table (`classes`, `reserve`, `lending`, `shed`)
+    /// and `events` as the local `Bulkhead` reads them, handed to the fleet core as what stays
+    /// local (`hullguard_fleet::Local`). The lease is idle (admissions queue or are refused
     /// `fleet_lease`) until a driver syncs.
     #[new]
     #[pyo3(signature = (pool, **options))]
     fn new(pool: &Bound<'_, PyAny>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
         let py = pool.py();
-        let config = fleet_config(pool, options)?;
-        let core = Arc::new(FleetCore::new(&config, None).map_err(|e| fleet_err(py, e))?);
-        let bh = Py::new(py, Bulkhead::wrap(py, core.bulkhead().clone(), None)?)?;
+        let options = options.map_or_else(|| Ok(PyDict::new(py)), |o| o.copy())?;
+        let (config, LocalArgs { table, observer }) = fleet_config(pool, &options)?;
+        let shared: SharedObserver = observer.clone();
+        let (core, names) = match table {
+            Some(mut b) => {
+                let names = gateway::names_of(&b);
+                let t = b.table();
+                let local = Local {
+                    classes: Some(&t),
+                    observer: Some(shared),
+                };
+                (FleetCore::with_local(&config, None, local), names)
+            }
+            None => {
+                let local = Local {
+                    classes: None,
+                    observer: Some(shared),
+                };
+                (FleetCore::with_local(&config, None, local), Arc::from([]))
+            }
+        };
+        let core = Arc::new(core.map_err(|e| prefixed(py, fleet_err(py, e)))?);
+        observer.set_names(names.clone());
+        let bh = Bulkhead::wrap_with(
+            py,
+            core.bulkhead().clone(),
+            None,
+            names,
+            Some(observer.clone()),
+        )?;
+        let bh = Py::new(py, bh)?;
         let driver = Py::new(
             py,
             FleetDriver {
@@ -649,19 +785,27 @@ impl FleetBulkhead {
                 lease_ttl: config.lease_ttl,
             },
         )?;
-        Ok(Self { driver, bh })
+        Ok(Self {
+            driver,
+            bh,
+            observer,
+        })
     }
 
-    /// Waits for `weight` permits of this process's leased block, at most `timeout` seconds
-    /// queued (`None`: `queue_timeout`; `math.inf`: no deadline; 0: do not queue), by
-    /// `deadline` (absolute seconds on the `time.monotonic()` scale): `await fleet.acquire()`
-    /// gives a `Permit`, `async with fleet.acquire():` releases it at the exit. A request the
-    /// block cannot take now queues and wakes the driver to ask Redis for more. Raises when
-    /// awaited, as `Bulkhead.acquire`: `BulkheadFullError` (`concurrency_limit`, `.detail["bound"]
-    /// == "fleet_lease"` without a valid lease and `timeout=0`; `queue_limit`),
+    /// Waits for `weight` permits of this process's leased block and `cost` units of its
+    /// budget block (a fleet bulkhead opened with `budget=`), in `admission_class` (a class
+    /// name or index of one opened with `classes=`), at most `timeout` seconds queued (`None`:
+    /// `queue_timeout`; `math.inf`: no deadline; 0: do not queue), by `deadline` (absolute
+    /// seconds on the `time.monotonic()` scale): `await fleet.acquire()` gives a `Permit`,
+    /// `async with fleet.acquire():` releases it at the exit. A request a block cannot take
+    /// now — a weight, or a cost up to the fleet budget — queues and wakes the driver to ask
+    /// Redis for more. Raises when awaited, as `Bulkhead.acquire`: `BulkheadFullError`
+    /// (`concurrency_limit`, `.detail["bound"] == "fleet_lease"` without a valid lease and
+    /// `timeout=0`; `budget_limit` for a cost above the fleet budget, or with the bound
+    /// `"fleet_lease"` while the budget block is empty and `timeout=0`; `queue_limit`),
     /// `BulkheadQueueTimeoutError`, `BulkheadClosedError`; here: `TypeError` / `ValueError` for
     /// a bad argument (`observe` other than `"off"`: a request in observe mode would pass the
-    /// block; `cost` / `admission_class`: a fleet bulkhead has no budget and no classes).
+    /// block; a class this fleet bulkhead does not have).
     #[pyo3(signature = (weight=None, timeout=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
@@ -771,7 +915,9 @@ impl FleetBulkhead {
     /// Permits now, or `None` (`concurrency_limit`: the block is full, a waiter is queued, or
     /// there is no valid lease — before the first block, or Redis unreachable past the
     /// deadline). Never waits, never touches the network. Other refusals raise
-    /// (`BulkheadClosedError`, `BulkheadQueueTimeoutError` for a `deadline` that has passed).
+    /// (`BulkheadFullError` with the reason `budget_limit` for a `cost` the budget block
+    /// cannot take now — bound `"fleet_lease"` while it is empty —
+    /// `BulkheadClosedError`, `BulkheadQueueTimeoutError` for a `deadline` that has passed).
     #[pyo3(signature = (weight=None, *, cost=None, admission_class=None, observe=None, deadline=None))]
     fn try_acquire(
         &self,
@@ -877,13 +1023,16 @@ impl FleetBulkhead {
         self.bh.get().drain_sync(py, timeout)
     }
 
-    /// The local bulkhead's stats (as `Bulkhead.stats()`: `limit` is the block admitted on now)
-    /// plus `lease`: `pool`, `holder`, `state` (`"idle"`, `"leased"`, `"lost"`, `"expired"`,
-    /// `"full"`), `generation`, `held`, `share`, `local_limit`, `fleet_limit`, `fleet_used`,
-    /// `holders`, `epoch` (server µs at the state's creation), `rev`, `learning`, `lease_left` (seconds, `None`
-    /// without a lease), `unreachable`, `last_error` (`None` once a sync succeeds),
+    /// The local bulkhead's stats (as `Bulkhead.stats()`: `limit` is the block admitted on
+    /// now; with a budget, `budget["limit"]` is the budget block) plus `lease`: `pool`,
+    /// `holder`, `state` (`"idle"`, `"leased"`, `"lost"`, `"expired"`, `"full"`),
+    /// `generation`, `held`, `share`, `local_limit`, `fleet_limit`, `fleet_used`, `holders`,
+    /// `epoch` (server µs at the state's creation), `rev`, `learning`, `lease_left` (seconds,
+    /// `None` without a lease), `unreachable`, `last_error` (`None` once a sync succeeds),
     /// `unleased_in_flight`, and the counters `syncs_total`, `errors_total`, `losses_total`,
-    /// `expiries_total`, `late_grants_total`, `releases_fenced_total`, `epoch_changes_total`.
+    /// `expiries_total`, `late_grants_total`, `releases_fenced_total`, `epoch_changes_total`;
+    /// and `budget_lease`: the budget's lease, the same keys in units (`fleet_limit` is the
+    /// fleet budget), or `None` without a budget.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let core = self.core();
         let s = py.detach(|| core.stats());
@@ -892,12 +1041,75 @@ impl FleetBulkhead {
 
     /// The local bulkhead's samples of the core's metric table (for the exporters).
     fn _metric_samples<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        crate::metrics::bulkhead_samples(py, self.core().bulkhead(), &[])
+        crate::metrics::bulkhead_samples(py, self.core().bulkhead(), &self.bh.get().names)
     }
 
-    /// The local `Bulkhead` the fleet admits on (its limit is the leased block: do not change
-    /// it; `apply_limits` sets the fleet limit). Pass it where a `hullguard.Bulkhead` is
-    /// expected (`hullguard.asgi.AdmissionMiddleware`).
+    /// One class's counts in this process's block (as `Bulkhead.class_stats`: `{"class",
+    /// "name", "priority", "floor", "ceiling", "in_flight", "budget_floor", "budget_ceiling",
+    /// "budget_in_use", "queued", "observe", "observed"}`). `ValueError` for a class it does
+    /// not have.
+    fn class_stats<'py>(
+        &self,
+        py: Python<'py>,
+        admission_class: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.bh
+            .bind(py)
+            .call_method1(intern!(py, "class_stats"), (admission_class,))
+    }
+
+    /// The class names, by index (`None` for an unnamed class); `()` without classes.
+    #[getter]
+    fn classes(&self) -> Vec<Option<String>> {
+        self.bh.get().names.to_vec()
+    }
+
+    /// Calls `callback(event)` for every event `name` of this process's admissions, as
+    /// `Bulkhead.on` (`"admit"`, `"reject"`, `"release"`, `"usage"`, `"reconfigure"`,
+    /// `"shed"`, `"observe_bypass"` need `FleetBulkhead(events=True)`, else `ValueError`;
+    /// `"state_change"` never fires: a fleet bulkhead has no breaker). The events are the
+    /// local core's: a block resized by the lease is no event. A callback runs on the thread
+    /// that committed the event (an admission's, or the driver's when a grant reaches a
+    /// queued waiter), with the GIL; its exception goes to `sys.unraisablehook` and is counted
+    /// in `listener_errors`. It must not block.
+    fn on(&self, event: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.observer.on(event, callback)
+    }
+
+    /// Removes one registration of `callback` for `event`; whether there was one.
+    fn off(&self, event: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.observer.off(event, callback)
+    }
+
+    /// An async iterator of this process's admission events (as `Bulkhead.events`: `async
+    /// for e in fleet.events("admit"): …`, buffered up to `maxsize`, dropped and counted when
+    /// full).
+    #[pyo3(signature = (*kinds, maxsize=None))]
+    fn events<'py>(
+        slf: &Bound<'py, Self>,
+        kinds: &Bound<'py, PyTuple>,
+        maxsize: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let stream = py.import("hullguard._events")?.getattr("EventStream")?;
+        let kw = PyDict::new(py);
+        if let Some(m) = maxsize {
+            kw.set_item("maxsize", m)?;
+        }
+        stream.call((slf, kinds), Some(&kw))
+    }
+
+    /// Event callbacks that raised so far.
+    #[getter]
+    fn listener_errors(&self) -> u64 {
+        self.observer.errors()
+    }
+
+    /// The local `Bulkhead` the fleet admits on, with this fleet bulkhead's classes and
+    /// listeners (its limit and budget are the leased blocks: its `set_limit`, `set_budget`
+    /// and `apply_limits` raise `ValueError`; the fleet bulkhead's `apply_limits` sets the
+    /// fleet's). Pass it where a `hullguard.Bulkhead` is expected
+    /// (`hullguard.asgi.AdmissionMiddleware`).
     #[getter]
     fn bulkhead(&self, py: Python<'_>) -> Py<Bulkhead> {
         self.bh.clone_ref(py)

@@ -268,8 +268,8 @@ def test_the_first_block_then_local_acquires(redis_server: RedisServer, admin: A
         # The block arrives in one round trip (target: well under a millisecond); allowed 10 s.
         p = fleet.acquire_sync(timeout=10)
         s = fleet.stats()
-        assert tuple(s) == STATS_KEYS + ("lease",)
-        assert s["active"] == 1
+        assert tuple(s) == STATS_KEYS + ("lease", "budget_lease")
+        assert s["active"] == 1 and s["budget_lease"] is None and s["budget"] is None
         le = s["lease"]
         assert le["state"] == "leased" and le["fleet_limit"] == 4 and le["held"] >= 1, le
         assert le["holder"] == fleet.holder and le["pool"] == "first"
@@ -469,10 +469,10 @@ def test_apply_limits_sets_the_fleet_limit_under_a_revision(redis_server: RedisS
     a = hullguard.FleetBulkhead(ra, "limit", max_concurrent=4, lease_ttl=0.6)
     b = hullguard.FleetBulkhead(rb, "limit", max_concurrent=4, lease_ttl=0.6)
     try:
-        assert a.apply_limits(2, limit=7) == {"applied": True, "revision": 2, "limit": 7}
+        assert a.apply_limits(2, limit=7) == {"applied": True, "revision": 2, "limit": 7, "budget": None}
         # A stale revision is not an error: the limit in force is returned.
-        assert b.apply_limits(1, limit=1) == {"applied": False, "revision": 2, "limit": 7}
-        assert b.apply_limits(2, limit=1) == {"applied": False, "revision": 2, "limit": 7}
+        assert b.apply_limits(1, limit=1) == {"applied": False, "revision": 2, "limit": 7, "budget": None}
+        assert b.apply_limits(2, limit=1) == {"applied": False, "revision": 2, "limit": 7, "budget": None}
         eventually(10, "b sees the new limit", lambda: lease(b)["fleet_limit"] == 7 and lease(b)["rev"] == 2)
         for kwargs, name in [
             (dict(limit=3, max_queue=1), "limits"),
@@ -502,8 +502,16 @@ def test_bad_options_are_refused_by_name(redis_server: RedisServer) -> None:
     try:
         cases: List[Any] = [
             (dict(lease_tt=1), TypeError, r"unknown option \"lease_tt\"; the options are \[\"pool\", \"max_concurrent\""),
-            (dict(budget=5), TypeError, "budget: not supported by a fleet bulkhead: a budget is not leased"),
-            (dict(classes=[]), TypeError, "classes: not supported by a fleet bulkhead"),
+            (dict(rates={"requests": {"amount": 1, "per": 1.0}}), TypeError,
+             "rates: not supported by a fleet bulkhead: class rates are not fleet-wide"),
+            (dict(on_state_change=print), TypeError, "on_state_change: not supported by a fleet bulkhead"),
+            (dict(max_queued_cost=5), TypeError, "max_queued_cost: not supported by a fleet bulkhead"),
+            (dict(budget=0), ValueError, r"budget must be an integer in 1 ..= 4294967296, got 0"),
+            (dict(budget=2**32 + 1), ValueError, "budget must be an integer"),
+            (dict(budget=1.5), TypeError, "budget must be an integer"),
+            (dict(events="yes"), TypeError, "events must be a bool"),
+            (dict(classes="x"), TypeError, "classes must be a list of dicts"),
+            (dict(classes=[{"nope": 1}]), ValueError, r"classes\[0\]: unknown option \"nope\""),
             (dict(resilience={}), TypeError, "resilience: not supported"),
             (dict(leaseTtlMs=900), TypeError, "`leaseTtlMs` is spelled `lease_ttl` in Python"),
             (dict(lease_ttl=0.001), ValueError, r"lease_ttl must be a number of seconds in 0.1 ..= 3600, got 0.001"),
@@ -687,7 +695,9 @@ async def test_async_first_block_local_acquires_demand_and_aclose(redis_server: 
             assert lease(fleet)["syncs_total"] <= syncs + 2, "acquires went to Redis"
             pool = await fleet.pool_stats()
             assert [h["holder"] for h in pool["holders"]] == [fleet.holder]
-            assert await fleet.apply_limits(5, limit=9) == {"applied": True, "revision": 5, "limit": 9}
+            assert await fleet.apply_limits(5, limit=9) == {
+                "applied": True, "revision": 5, "limit": 9, "budget": None,
+            }
             assert lease(fleet)["fleet_limit"] == 9 and lease(fleet)["rev"] == 5
         # `async with` closed it and waited for the release.
         assert fleet.closed

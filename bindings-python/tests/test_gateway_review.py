@@ -5,6 +5,7 @@ refused with a wrong message). Each failed before its fix.
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
@@ -528,3 +529,17 @@ def test_threads_racing_release_report_and_refund_count_once(events: bool) -> No
         assert sorted(answers) == [False, True] and p.released
     s = assert_idle(bh)
     assert (s["released_twice_total"], s["leaked_total"], s["budget"]["in_use"]) == (50, 0, 0)
+
+
+def test_an_event_during_a_propagating_exception_keeps_the_exception() -> None:
+    # Review finding: a Permit dropped while an exception propagated ran its release event's
+    # listener with that exception still set, and the caller got SystemError ("error return
+    # without exception set") instead of the real error.
+    bh = hullguard.Bulkhead(max_concurrent=2, max_queue=0, events=True)
+    ended: List[Any] = []
+    bh.on("release", lambda e: ended.append(e.get("ended")))
+    with pytest.raises(hullguard.BulkheadFullError):
+        [bh.acquire_sync(timeout=0.1) for _ in range(3)]
+    gc.collect()
+    assert len(ended) == 2
+    assert bh.stats()["active"] == 0

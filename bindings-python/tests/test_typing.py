@@ -201,6 +201,18 @@ def sync_use() -> int:
         return held
 
 
+def budget_classes_events() -> None:
+    f = hullguard.FleetBulkhead(r, "tokens", budget=100_000, events=True,
+                                classes=[{"name": "hi", "priority": 1}, {"name": "lo"}])
+    f.on("admit", print)
+    with f.acquire_sync(cost=500, admission_class="hi"):
+        pass
+    f.apply_limits(2, budget=50_000)
+    units: int = f.stats()["budget_lease"]["fleet_limit"]
+    del units
+    f.close()
+
+
 async def async_use() -> None:
     async with hullguard.FleetBulkhead(redis.asyncio.Redis(), "llm", beat=1.0) as f:
         async with f.acquire() as permit:
@@ -210,7 +222,7 @@ async def async_use() -> None:
 
 FLEET_MUST_FAIL = [
     'hullguard.FleetBulkhead(r, "x", lease_tll=1.0)',
-    'hullguard.FleetBulkhead(r, "x", budget=5)',
+    'hullguard.FleetBulkhead(r, "x", rates={})',
     'hullguard.FleetBulkhead(r, 5)',
     'hullguard.FleetBulkhead(r, "x", lease_ttl="1s")',
     'hullguard.FleetBulkhead(r, "x").try_acquire(observe="all")',

@@ -339,8 +339,10 @@ impl FleetCore {
         }
     }
 
-    /// Every admission either block turned away so far (what a parked driver compares).
-    fn all_shorts(&self) -> u64 {
+    /// Every admission either block (the permits', the budget's) turned away so far: what a
+    /// driver parked on its own waker compares before and after a step, as
+    /// [`wait`](Self::wait) does — a change is demand to step for.
+    pub fn shorts_total(&self) -> u64 {
         self.bulkhead
             .lease_shorts()
             .wrapping_add(self.bulkhead.lease_budget_shorts())
@@ -418,7 +420,7 @@ impl FleetCore {
             return Step::Closed;
         }
         let now = self.now();
-        self.polled_shorts.store(self.all_shorts(), Release);
+        self.polled_shorts.store(self.shorts_total(), Release);
         let demand = self.demand();
         let poll = leases.permits.poll(now, demand);
         // The budget's lease is polled too (a sync of the permits does not renew it); one
@@ -524,7 +526,7 @@ impl FleetCore {
         // waker at once, and the waker takes that lock.
         self.bulkhead.register_lease_demand(&self.bell_waker);
         // Registered before this check: demand after it rings the bell.
-        let demand = self.all_shorts() != self.polled_shorts.load(Acquire);
+        let demand = self.shorts_total() != self.polled_shorts.load(Acquire);
         let rung = self.bell.rung.lock().unwrap_or_else(|p| p.into_inner());
         if self.closing.load(Acquire) {
             return;

@@ -607,16 +607,20 @@ class _FleetCore:
     def _abandon(self) -> None: ...
     def release_command(self) -> Optional[List[str]]: ...
     def released(self, reply: Any) -> None: ...
-    def apply_limits_command(
+    def apply_limits_commands(
         self,
         revision: int,
         limit: Optional[int] = None,
         budget: Optional[int] = None,
         max_queue: Optional[int] = None,
         queue_timeout: Optional[_Seconds] = None,
+    ) -> List[List[str]]: ...
+    def limits_applied(
+        self, revision: int, limit: Optional[int], budget: Optional[int], replies: Any
+    ) -> Dict[str, Any]: ...
+    def pool_stats_command(
+        self, dimension: Optional[Literal["permits", "budget"]] = None
     ) -> List[str]: ...
-    def limit_applied(self, revision: int, limit: Optional[int], reply: Any) -> Dict[str, Any]: ...
-    def pool_stats_command(self) -> List[str]: ...
     @staticmethod
     def decode_pool_stats(reply: Any) -> Dict[str, Any]: ...
     def version_command(self) -> List[str]: ...
@@ -634,13 +638,15 @@ class _FleetCore:
 @disjoint_base
 class _FleetBulkhead:
     """The native base of `hullguard.FleetBulkhead` (`hullguard/fleet.py`): the local
-    `Bulkhead`'s admission over the leased block, and the stats with the `lease` section."""
+    `Bulkhead`'s admission over the leased blocks (its classes partition this process's
+    block), its events, and the stats with the `lease` and `budget_lease` sections."""
 
     def __new__(
         cls,
         pool: str,
         *,
         max_concurrent: Optional[int] = None,
+        budget: Optional[int] = None,
         max_queue: Optional[int] = None,
         queue_timeout: Optional[_Seconds] = None,
         lease_ttl: Optional[_Seconds] = None,
@@ -650,7 +656,14 @@ class _FleetBulkhead:
         lease_margin: Optional[_Seconds] = None,
         min_sync_interval: Optional[_Seconds] = None,
         max_holders: Optional[int] = None,
+        wait_replicas: Optional[int] = None,
+        wait_timeout: Optional[_Seconds] = None,
         holder: Optional[str] = None,
+        classes: Optional[List[_ClassSpec]] = None,
+        reserve: Optional[_Reserve] = None,
+        lending: Optional[bool] = None,
+        shed: Optional[bool] = None,
+        events: Optional[bool] = None,
     ) -> _FleetBulkhead: ...
     def acquire(
         self,
@@ -748,6 +761,14 @@ class _FleetBulkhead:
     def drain_sync(self, timeout: Optional[_Seconds] = None) -> Dict[str, Any]: ...
     def stats(self) -> _Stats: ...
     def _metric_samples(self) -> List[_MetricSample]: ...
+    def class_stats(self, admission_class: _Class) -> Dict[str, Any]: ...
+    def on(self, event: _EventName, callback: Callable[[_Event], Any]) -> None: ...
+    def off(self, event: _EventName, callback: Callable[[_Event], Any]) -> bool: ...
+    def events(self, *kinds: _EventName, maxsize: Optional[int] = None) -> EventStream: ...
+    @property
+    def classes(self) -> List[Optional[str]]: ...
+    @property
+    def listener_errors(self) -> int: ...
     @property
     def bulkhead(self) -> Bulkhead: ...
     @property

@@ -24,10 +24,31 @@ beat and grows or shrinks it to the process's fair share of the fleet limit::
 
 Admission is the local :class:`hullguard.Bulkhead`'s (``acquire``, ``acquire_sync``,
 ``try_acquire``, ``admit``, ``guard``, ``drain``… — the same errors and stats), over the leased
-block: a request the block cannot take now queues (FIFO in this process) and wakes the driver to
-ask for more. Without a valid lease (before the first block, Redis unreachable past the lease's
-deadline) a try is refused ``concurrency_limit`` with ``detail["bound"] == "fleet_lease"``
-(``try_acquire`` answers ``None``, ``acquire(timeout=0)`` raises ``BulkheadFullError``).
+block: a request the block cannot take now queues (FIFO in this process, or by class priority)
+and wakes the driver to ask for more. Without a valid lease (before the first block, Redis
+unreachable past the lease's deadline) a try is refused ``concurrency_limit`` with
+``detail["bound"] == "fleet_lease"`` (``try_acquire`` answers ``None``,
+``acquire(timeout=0)`` raises ``BulkheadFullError``).
+
+A fleet *budget* (``budget=``: units in flight — tokens, bytes — fleet-wide) is leased the same
+way, in a second lease table of the pool: this process admits ``acquire(cost=…)`` on its budget
+block, its fair share of the fleet budget. A cost above the block but within the fleet budget
+waits for the block to grow; a cost above the fleet budget is refused ``budget_limit`` at once;
+a try while the budget block is empty is refused ``budget_limit`` with the bound
+``fleet_lease``::
+
+    with hullguard.FleetBulkhead(r, "llm-provider", max_concurrent=50, budget=200_000,
+                                 classes=[{"name": "interactive", "priority": 1},
+                                          {"name": "batch", "priority": 0}],
+                                 events=True) as llm:
+        with llm.acquire_sync(cost=1_200, admission_class="interactive", timeout=2.0) as p:
+            ...
+            p.release(usage=900)
+
+Admission classes (``classes=``, with ``reserve``, ``lending``, ``shed``) and events
+(``events=True``: ``on`` / ``off`` / ``events()``) stay local, as on a
+:class:`hullguard.Bulkhead`: the classes partition this process's block (floors, ceilings and
+priorities apply inside it, not fleet-wide), the events are this process's admissions.
 """
 
 from __future__ import annotations
@@ -41,7 +62,7 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple
 
 from . import _native
 from ._native import _FleetBulkhead, _FleetCore
@@ -50,7 +71,9 @@ __all__ = ["FleetBulkhead", "FLEET_OPTIONS"]
 
 FLEET_OPTIONS: List[str] = list(_native.FLEET_OPTIONS)
 """The option names ``FleetBulkhead(...)`` takes (the fleet crate's table; ``pool`` is the
-second positional argument)."""
+second positional argument). Besides them it takes what stays local, read as
+:class:`hullguard.Bulkhead` reads it: ``classes``, ``reserve``, ``lending``, ``shed`` and
+``events``."""
 
 _LIBRARY: str = _native._FLEET_LIBRARY
 _LIB_VERSION: int = _native._FLEET_LIB_VERSION
@@ -251,12 +274,24 @@ def _drive_sync(core: _FleetCore, link: _SyncLink) -> None:
                 break
     finally:
         core.close()
+        _release_sync(core, link)
+
+
+# At most this many releases at close: one per lease (the permits', the budget's), with room.
+_MAX_RELEASES = 4
+
+
+def _release_sync(core: _FleetCore, link: _SyncLink) -> None:
+    """The releases at close: the fleet crate's loop — each lease's release (or last sync) in
+    turn, until ``release_command`` has none left (a fleet bulkhead with a budget has two)."""
+    for _ in range(_MAX_RELEASES):
         release = core.release_command()
-        if release is not None:
-            try:
-                core.released(link.call(release))
-            except Exception as e:
-                core.fail(_describe(e))
+        if release is None:
+            return
+        try:
+            core.released(link.call(release))
+        except Exception as e:
+            core.fail(_describe(e))
 
 
 async def _park(core: _FleetCore, timeout: float, quiet_until: float) -> float:
@@ -294,8 +329,11 @@ async def _park(core: _FleetCore, timeout: float, quiet_until: float) -> float:
 
 
 async def _release_async(core: _FleetCore, link: _AsyncLink) -> None:
-    release = core.release_command()
-    if release is not None:
+    """``_release_sync`` on the event loop."""
+    for _ in range(_MAX_RELEASES):
+        release = core.release_command()
+        if release is None:
+            return
         try:
             core.released(await link.call(release))
         except Exception as e:
@@ -346,10 +384,11 @@ class FleetBulkhead(_FleetBulkhead):
     """A bulkhead whose limit is shared by every process that opens the same ``pool`` on one
     Redis (docs/design.md §16; see the module docs).
 
-    ``FleetBulkhead(redis_client, pool, *, max_concurrent=10, max_queue=100,
+    ``FleetBulkhead(redis_client, pool, *, max_concurrent=10, budget=None, max_queue=100,
     queue_timeout=30.0, lease_ttl=10.0, beat=lease_ttl/3, local_share=0,
     clock_drift_ppm=10_000, lease_margin=0.002, min_sync_interval=0.005, max_holders=10_000,
-    holder=None)`` — durations in float seconds:
+    wait_replicas=0, wait_timeout=0.1, holder=None, classes=None, reserve=None, lending=False,
+    shed=False, events=False)`` — durations in float seconds:
 
     * ``redis_client``: a redis-py client — ``redis.Redis`` (the driver is a daemon thread;
       the library is loaded here, so an unreachable Redis raises the client's error now) or
@@ -361,6 +400,19 @@ class FleetBulkhead(_FleetBulkhead):
       limit.
     * ``max_concurrent``: the fleet limit a *new* pool starts with (then it lives in Redis:
       ``apply_limits`` changes it). ``max_queue`` / ``queue_timeout``: this process's waiters.
+    * ``budget`` (``1 .. 2**32`` units, default none): the fleet budget a *new* pool's budget
+      table starts with (then ``apply_limits(budget=…)`` changes it), leased like the permits:
+      ``acquire(cost=…)`` admits on this process's budget block (``stats()["budget"]``; its
+      lease in ``stats()["budget_lease"]``), settled as on a local bulkhead
+      (``permit.release(usage=…)``). While Redis is unreachable, ``local_share`` of the
+      permits comes with the same fraction of the budget.
+    * ``classes`` (``[{"name", "priority", "floor", "ceiling", "budget_floor",
+      "budget_ceiling", "observe"}, …]``), ``reserve``, ``lending``, ``shed``: a class table,
+      read as :class:`hullguard.Bulkhead` reads it, that partitions *this process's* block
+      (requests name a class with ``admission_class=``; ``class_stats(...)``, ``classes``). A
+      block below the floors is allowed.
+    * ``events=True``: this process's admission events reach ``on`` / ``off`` / ``events()``
+      listeners (as on a local bulkhead; without it the core builds none).
     * ``lease_ttl`` (0.1 – 3600 s): a crashed process's block returns within it; keep the
       longest call under it (a call outliving its lease is counted in
       ``stats()["lease"]["unleased_in_flight"]``). ``beat``: the renewal period (at most
@@ -370,17 +422,21 @@ class FleetBulkhead(_FleetBulkhead):
       process; ``k``: the fleet may run up to ``processes × k`` over it).
     * ``clock_drift_ppm``, ``lease_margin``: taken off every lease so the client stops first;
       ``min_sync_interval``: the shortest time between two syncs; ``max_holders``: the most
-      processes the pool admits; ``holder``: this process's id (default
-      ``<hostname>:<pid>:<random hex>``).
+      processes the pool admits; ``wait_replicas`` / ``wait_timeout``: ``WAIT`` for that many
+      replicas (at most that long) before admitting on a growth; ``holder``: this process's id
+      (default ``<hostname>:<pid>:<random hex>``).
 
-    An unknown option, or a local bulkhead's option that cannot be fleet-wide (``budget``,
-    ``classes``, ``resilience``, ``observe``…), raises ``TypeError`` naming it (and why); a bad
-    value ``TypeError`` / ``ValueError`` naming the option and its range; a client that is not
-    redis-py's ``TypeError``.
+    An unknown option, or a local bulkhead's option that cannot be fleet-wide (``rates``,
+    ``resilience``, ``on_state_change`` — there is no breaker —, ``observe``,
+    ``max_queued_cost``…), raises ``TypeError`` naming it (and why); a bad value ``TypeError``
+    / ``ValueError`` naming the option and its range (``budget=0``: ``ValueError`` naming
+    ``budget``; a class table the core refuses: ``ValueError`` naming the class option); a
+    client that is not redis-py's ``TypeError``.
 
     The methods that talk to Redis — ``apply_limits``, ``pool_stats`` — are as synchronous as
     the client: with a ``redis.asyncio.Redis`` they return awaitables. ``close()`` stops the
-    driver and gives the lease back (waiting for it with a sync client); ``await aclose()``
+    driver and gives the leases back (the permits', then the budget's; waiting for them with a
+    sync client); ``await aclose()``
     does it on the event loop; ``with`` / ``async with`` close on exit. An
     unclosed fleet bulkhead is closed when collected, at interpreter exit (sync clients: the
     release is sent) and in a forked child (its block is the parent's lease: create fleet
@@ -402,6 +458,7 @@ class FleetBulkhead(_FleetBulkhead):
             pool: str,
             *,
             max_concurrent: Optional[int] = None,
+            budget: Optional[int] = None,
             max_queue: Optional[int] = None,
             queue_timeout: Optional[float] = None,
             lease_ttl: Optional[float] = None,
@@ -411,12 +468,19 @@ class FleetBulkhead(_FleetBulkhead):
             lease_margin: Optional[float] = None,
             min_sync_interval: Optional[float] = None,
             max_holders: Optional[int] = None,
+            wait_replicas: Optional[int] = None,
+            wait_timeout: Optional[float] = None,
             holder: Optional[str] = None,
+            classes: Optional[Sequence[Mapping[str, Any]]] = None,
+            reserve: Optional[Mapping[str, int]] = None,
+            lending: Optional[bool] = None,
+            shed: Optional[bool] = None,
+            events: Optional[bool] = None,
         ) -> None: ...
 
     else:
         # At run time the options go to the fleet crate's table as given, so an option a fleet
-        # bulkhead refuses is named with the reason (`budget`: "not fleet-wide yet: …").
+        # bulkhead refuses is named with the reason (`rates`: "class rates are not fleet-wide").
 
         def __new__(cls, redis_client, pool, **options):
             return super().__new__(cls, pool, **options)
@@ -470,34 +534,49 @@ class FleetBulkhead(_FleetBulkhead):
         max_queue: Optional[int] = None,
         queue_timeout: Optional[float] = None,
     ) -> Any:
-        """Sets the fleet limit in Redis under ``revision`` (``1 .. 2**53 - 1``; ``limit``
-        ``0 .. 2**32``, required): ``{"applied", "revision", "limit"}`` — the revision and
-        limit in force; ``applied`` is ``False`` (not an error) when Redis has this revision
-        or a newer one, as when every process of a fleet applies the same control-plane
-        update. Lowering never revokes: holders shrink to their shares at their next syncs.
-        Only the limit is fleet-wide: ``budget``, ``max_queue`` and ``queue_timeout`` raise
-        ``ValueError`` naming them, as does a bad revision or limit (raised here, before
-        anything is sent). With a ``redis.asyncio`` client this returns an awaitable. The
-        client's errors (Redis unreachable) propagate."""
+        """Sets the fleet limit and / or the fleet budget in Redis under ``revision``
+        (``1 .. 2**53 - 1``; ``limit`` ``0 .. 2**32``; ``budget`` ``1 .. 2**32``, only on a
+        fleet bulkhead opened with ``budget=``; at least one of the two): ``{"applied",
+        "revision", "limit", "budget"}`` — ``revision`` and ``limit`` those in force of the
+        fleet limit (``limit`` ``None`` and ``revision`` the budget's when only ``budget`` is
+        given), ``budget`` the fleet budget in force (``None`` when not given). Each lease
+        table keeps its own revision: ``applied`` is ``True`` when every one given was
+        installed, ``False`` (not an error) when Redis has this revision or a newer one for
+        either, as when every process of a fleet applies the same control-plane update.
+        Lowering never revokes: holders shrink to their shares at their next syncs. Only the
+        limit and the budget are fleet-wide: ``max_queue`` and ``queue_timeout`` raise
+        ``ValueError`` naming them, as do neither ``limit`` nor ``budget`` given, a budget on a
+        fleet bulkhead without one, a bad revision, limit or budget (raised here, before
+        anything is sent). One command per value, the limit's first. With a ``redis.asyncio``
+        client this returns an awaitable. The client's errors (Redis unreachable) propagate
+        (a limit sent before the error may be in force)."""
         core = self._core
-        args = core.apply_limits_command(revision, limit, budget, max_queue, queue_timeout)
+        commands = core.apply_limits_commands(revision, limit, budget, max_queue, queue_timeout)
         if self._async:
-            return self._apply_limits_async(args, revision, limit)
-        return core.limit_applied(revision, limit, self._link.call(args))
+            return self._apply_limits_async(commands, revision, limit, budget)
+        replies = [self._link.call(args) for args in commands]
+        return core.limits_applied(revision, limit, budget, replies)
 
     async def _apply_limits_async(
-        self, args: List[str], revision: int, limit: Optional[int]
+        self,
+        commands: List[List[str]],
+        revision: int,
+        limit: Optional[int],
+        budget: Optional[int],
     ) -> Dict[str, Any]:
-        reply = await self._link.call(args)
-        return self._core.limit_applied(revision, limit, reply)
+        replies = [await self._link.call(args) for args in commands]
+        return self._core.limits_applied(revision, limit, budget, replies)
 
-    def pool_stats(self) -> Any:
+    def pool_stats(self, dimension: Literal["permits", "budget"] = "permits") -> Any:
         """The pool as Redis holds it, in one read-only call: ``{"now_ms", "limit" (None when
         the pool does not exist), "used", "epoch", "fence", "rev", "learn_until_ms",
         "want_sum", "holders": [{"holder", "generation", "held", "want", "expires_ms"}]}``
-        (times are Redis server milliseconds). With a ``redis.asyncio`` client this returns an
-        awaitable. The client's errors propagate; an unexpected reply raises ``RuntimeError``."""
-        args = self._core.pool_stats_command()
+        (times are Redis server milliseconds). ``dimension="budget"``: the fleet budget's lease
+        table (the same keys in units: ``limit`` is the fleet budget; ``ValueError`` naming
+        ``dimension`` on a fleet bulkhead without a budget). With a ``redis.asyncio`` client
+        this returns an awaitable. The client's errors propagate; an unexpected reply raises
+        ``RuntimeError``."""
+        args = self._core.pool_stats_command(dimension)
         if self._async:
             return self._pool_stats_async(args)
         return _FleetCore.decode_pool_stats(self._link.call(args))
