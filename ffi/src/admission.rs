@@ -909,9 +909,6 @@ pub extern "C" fn hg_bulkhead_apply_limits(
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
-        if core.is_leased() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        }
         // SAFETY: contract.
         let l = try_val!(unsafe { read_limits(limits) });
         let mut snap = LimitsSnapshot::new(l.revision);
@@ -967,9 +964,6 @@ pub extern "C" fn hg_bulkhead_set_budget(bh: *const hg_bulkhead, budget: u64) ->
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
-        if core.is_leased() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        }
         ok_or(
             core.set_budget(budget),
             hg_status::HG_STATUS_INVALID_ARGUMENT,
@@ -991,9 +985,6 @@ pub extern "C" fn hg_bulkhead_set_observe(bh: *const hg_bulkhead, observe: u32) 
     boundary(|| {
         // SAFETY: contract of this function.
         let core = try_val!(unsafe { core_of(bh) });
-        if core.is_leased() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        }
         let Some(o) = observe_of(observe) else {
             return hg_status::HG_STATUS_INVALID_ARGUMENT;
         };

@@ -465,9 +465,6 @@ pub extern "C" fn hg_ticket_cancel(bh: *const hg_bulkhead, ticket: hg_ticket) ->
 pub extern "C" fn hg_bulkhead_set_limit(bh: *const hg_bulkhead, limit: u64) -> hg_status {
     boundary(|| {
         let core = try_core!(bh);
-        if core.is_leased() {
-            return hg_status::HG_STATUS_INVALID_ARGUMENT;
-        }
         ok_or(core.set_limit(limit), hg_status::HG_STATUS_INVALID_ARGUMENT)
     })
 }

@@ -376,9 +376,9 @@ pub enum ConfigError {
     /// a clock or a `static` one, or changed by `apply_limits` on a plain bulkhead (whose
     /// dispatcher keeps no lists to shed from).
     Unsupported(OptionId),
-    /// `set_limit`, `set_budget` or `apply_limits` on a leased bulkhead (a fleet bulkhead's
-    /// local one, docs/design.md §16): its limit and budget are the lease's blocks; the fleet
-    /// bulkhead's own `apply_limits` sets the fleet's.
+    /// `set_limit`, `set_budget`, `apply_limits` or an observe mode on a leased bulkhead (a
+    /// fleet bulkhead's local one, docs/design.md §16): its limit and budget are the lease's
+    /// blocks, never observed; the fleet bulkhead's own `apply_limits` sets the fleet's.
     Leased,
 }
 
@@ -479,8 +479,9 @@ impl fmt::Display for SpelledError {
         match self.error {
             ConfigError::Limit => f.write_str("limit must be an integer in 1..=max_concurrent"),
             ConfigError::Leased => f.write_str(
-                "the limit and budget of a fleet bulkhead's local bulkhead are its lease's blocks: \
-                 set the fleet limit or budget with the fleet bulkhead's apply_limits",
+                "the limit and budget of a fleet bulkhead's local bulkhead are its lease's blocks \
+                 (never observed): set the fleet limit or budget with the fleet bulkhead's \
+                 apply_limits",
             ),
             ConfigError::Class(e) => e.fmt(f),
             ConfigError::Budget => write!(

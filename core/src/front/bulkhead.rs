@@ -1298,6 +1298,10 @@ impl<const N: usize> Bulkhead<N> {
     /// # drop((a, b));
     /// ```
     pub fn set_observe(&self, observe: crate::Observe) -> Result<(), ConfigError> {
+        if self.engine.is_leased() && observe != crate::Observe::Off {
+            // A leased block is never observed (other processes count on it).
+            return Err(ConfigError::Leased);
+        }
         if observe == crate::Observe::Budget && !self.has_budget() {
             return Err(ConfigError::Observe);
         }

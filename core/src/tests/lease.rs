@@ -257,11 +257,12 @@ fn a_leased_block_is_never_observed() {
         panic!("an observed request got past the block")
     };
     assert_eq!(e.reason(), Some(Reason::ConcurrencyLimit));
-    assert!(b.set_observe(crate::Observe::All).is_ok());
-    assert!(
-        b.try_acquire(1).is_err(),
+    assert_eq!(
+        b.set_observe(crate::Observe::All),
+        Err(crate::ConfigError::Leased),
         "nor the bulkhead's own observe mode"
     );
+    assert!(b.try_acquire(1).is_err());
 }
 
 fn refusal_of(d: Decision<&Bulkhead, 0>) -> crate::RejectionDetail {
