@@ -16,23 +16,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::RedisServer;
+use common::{RedisServer, eventually, transport};
 use hullguard_core::{
     AcquireError, Bound, Decision, LimitsSnapshot, Reason, Request,
     config::classes::{ClassSpec, ClassTable, PriorityReserve},
     event::{Event, Observer, SharedObserver},
 };
-use hullguard_fleet::{
-    Dimension, FleetBulkhead, FleetConfig, Local, PoolName,
-    redis_transport::{Reconnecting, RedisTransport},
-};
+use hullguard_fleet::{Dimension, FleetBulkhead, FleetConfig, Local, PoolName};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn transport(srv: &RedisServer) -> RedisTransport<Reconnecting> {
-    let client = redis::Client::open(srv.url()).expect("client");
-    RedisTransport::new(Reconnecting::new(client, MS(500)))
-}
 
 fn config(pool: &str, limit: u64, budget: u64, ttl_ms: u64) -> FleetConfig {
     let mut c = FleetConfig::new(PoolName::new(pool).unwrap());
@@ -45,15 +37,6 @@ fn config(pool: &str, limit: u64, budget: u64, ttl_ms: u64) -> FleetConfig {
 
 fn open(srv: &RedisServer, cfg: FleetConfig) -> FleetBulkhead {
     FleetBulkhead::open(transport(srv), cfg).expect("open")
-}
-
-/// Polls `f` every 5 ms until it holds, for at most `within` (panics with `what`).
-fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < end, "not within {within:?}: {what}");
-        thread::sleep(MS(5));
-    }
 }
 
 fn refused<B: std::ops::Deref<Target = hullguard_core::Bulkhead>>(

@@ -15,21 +15,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{RedisCluster, RedisServer};
+use common::{RedisCluster, RedisServer, eventually, transport};
 use hullguard_core::{AcquireError, Bound, LimitsSnapshot, Reason, clock::Clock};
 use hullguard_fleet::{
     FleetBulkhead, FleetConfig, LeaseState, PoolName, Unreachable,
     protocol::Field,
-    redis_transport::{Reconnecting, RedisTransport},
+    redis_transport::RedisTransport,
     transport::{Transport, TransportError},
 };
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
-
-fn transport(srv: &RedisServer) -> RedisTransport<Reconnecting> {
-    let client = redis::Client::open(srv.url()).expect("client");
-    RedisTransport::new(Reconnecting::new(client, MS(500)))
-}
 
 fn config(pool: &str, limit: u64, ttl_ms: u64) -> FleetConfig {
     let mut c = FleetConfig::new(PoolName::new(pool).unwrap());
@@ -41,15 +36,6 @@ fn config(pool: &str, limit: u64, ttl_ms: u64) -> FleetConfig {
 
 fn open(srv: &RedisServer, cfg: FleetConfig) -> FleetBulkhead {
     FleetBulkhead::open(transport(srv), cfg).expect("open")
-}
-
-/// Polls `f` every 5 ms until it holds, for at most `within` (panics with `what`).
-fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < end, "not within {within:?}: {what}");
-        thread::sleep(MS(5));
-    }
 }
 
 fn refusal_bound(r: Result<impl Sized, AcquireError>) -> Bound {

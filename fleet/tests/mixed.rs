@@ -22,7 +22,10 @@ mod common;
 
 use std::{collections::BTreeSet, os::unix::process::CommandExt, path::Path, time::Instant};
 
-use common::procs::{Fleet, SEC, eventually, stop, worker};
+use common::{
+    eventually,
+    procs::{Fleet, SEC, stop, worker},
+};
 use hullguard_testkit::child::{self, Proc, Spawn};
 
 /// The Python worker (common/procs.rs's protocol): threads over a sync redis-py client.

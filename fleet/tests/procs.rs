@@ -12,7 +12,10 @@ mod common;
 
 use std::{thread, time::Instant};
 
-use common::procs::{Fleet, MS, SEC, eventually, stop, worker};
+use common::{
+    eventually,
+    procs::{Fleet, MS, SEC, stop, worker},
+};
 use hullguard_testkit::child::{self, Proc};
 
 #[test]

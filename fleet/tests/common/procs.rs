@@ -17,7 +17,7 @@ use std::{
         atomic::{AtomicBool, Ordering::*},
     },
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use hullguard_fleet::{
@@ -181,15 +181,6 @@ impl Fleet {
             .arg(p.pid().to_string())
             .query::<()>(&mut self.oracle.conn())
             .unwrap();
-    }
-}
-
-/// Polls `f` every 10 ms until it is true, for at most `within` (then fails naming `what`).
-pub fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < end, "not within {within:?}: {what}");
-        thread::sleep(MS(10));
     }
 }
 
