@@ -414,7 +414,14 @@ function defineFleet({ Bulkhead, kInternal, handleOf, newEmitter, takeId, giveId
       const driver = this.#driver
       const send = async () => {
         const replies = []
-        for (const args of c.commands) replies.push(await driver.call(args))
+        try {
+          for (const args of c.commands) replies.push(await driver.call(args))
+        } catch (e) {
+          // What was set before the error is in force: record it (it is set again if Redis
+          // loses its state), then report the error.
+          if (replies.length > 0) this.#nf.limitsApplied(c.revision, c.limit, c.budget, replies)
+          throw e
+        }
         return replies
       }
       return send().then((replies) => {

@@ -218,12 +218,20 @@ impl FleetBulkhead {
         let commands = self.core.apply_limits(snapshot)?;
         let mut replies = Vec::with_capacity(commands.len());
         for command in &commands {
-            replies.push(send(&self.transport, command).map_err(|message| {
-                FleetError::Transport(crate::TransportError {
-                    kind: TransportErrorKind::Io,
-                    message,
-                })
-            })?);
+            match send(&self.transport, command) {
+                Ok(r) => replies.push(r),
+                Err(message) => {
+                    // What was set before the error is in force: keep it (it is set again if
+                    // Redis loses its state), then report the error.
+                    if !replies.is_empty() {
+                        let _ = self.core.limits_applied(snapshot, &replies);
+                    }
+                    return Err(FleetError::Transport(crate::TransportError {
+                        kind: TransportErrorKind::Io,
+                        message,
+                    }));
+                }
+            }
         }
         self.core.limits_applied(snapshot, &replies)
     }

@@ -178,6 +178,36 @@ pub struct FleetCore {
     default_ceiling: u64,
     /// The budget ceiling before the first reply tells the fleet budget (`budget`).
     default_budget: u64,
+    /// The last plan's number (taken under the lease lock: plans are numbered in lease order).
+    plan_seq: AtomicU64,
+    /// The plan waiting to be installed (the newest one handed over).
+    pending: Mutex<Option<Plan>>,
+    /// Held while installing (`install`).
+    installing: Mutex<()>,
+    /// The newest plan installed (written under `installing`).
+    installed_seq: AtomicU64,
+}
+
+/// What the local core enforces, as the leases say at one moment ([`FleetCore::plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    seq: u64,
+    /// The permits' local limit (the block, or the local share).
+    limit: u64,
+    /// Until when the core admits (ns on its clock): the earlier of both leases' deadlines.
+    until: u64,
+    /// The fleet limit at the last reply (0: none yet) and whether the pool is learning.
+    fleet_limit: u64,
+    learning: bool,
+    budget: Option<BudgetPlan>,
+}
+
+/// The budget's part of a [`Plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BudgetPlan {
+    units: u64,
+    fleet_limit: u64,
+    learning: bool,
 }
 
 impl std::fmt::Debug for FleetCore {
@@ -216,8 +246,20 @@ impl FleetCore {
         local: Local<'_>,
     ) -> Result<Self, FleetError> {
         config.validate()?;
+        if let Some(t) = local.classes {
+            check_local_classes(t)?;
+        }
+        // The core's own bound is the largest block its permit word holds: a class without a
+        // ceiling of its own is then bounded by the block alone (review finding: it was capped
+        // at `max_concurrent`, only what a new pool starts with). The ceiling that refuses a
+        // weight follows the fleet limit (`set_lease_ceiling`).
+        let max_block = if config.budget.is_some() {
+            hullguard_core::MAX_CONCURRENT_WITH_BUDGET
+        } else {
+            hullguard_core::MAX_PERMITS
+        };
         let core_config = Config {
-            max_concurrent: config.max_concurrent.min(hullguard_core::MAX_PERMITS),
+            max_concurrent: max_block,
             max_queue: config.max_queue,
             queue_timeout: config.queue_timeout,
             start_limit: Some(0),
@@ -237,6 +279,9 @@ impl FleetCore {
         .map_err(FleetError::Config)?;
         bulkhead.set_lease_until(0);
         bulkhead.set_lease(0).map_err(FleetError::Config)?;
+        bulkhead
+            .set_lease_ceiling(config.max_concurrent.clamp(1, max_block))
+            .map_err(FleetError::Config)?;
         if let Some(b) = config.budget {
             let ceiling = b.clamp(1, hullguard_core::MAX_BUDGET);
             bulkhead
@@ -271,6 +316,10 @@ impl FleetCore {
                 .budget
                 .unwrap_or(1)
                 .clamp(1, hullguard_core::MAX_BUDGET),
+            plan_seq: AtomicU64::new(0),
+            pending: Mutex::new(None),
+            installing: Mutex::new(()),
+            installed_seq: AtomicU64::new(0),
         })
     }
 
@@ -320,7 +369,7 @@ impl FleetCore {
     fn demand(&self) -> Demand {
         let s = self.bulkhead.snapshot();
         Demand {
-            in_flight: s.active,
+            in_flight: held_permits(&s),
             queued: s.queued,
             refused_total: self.bulkhead.lease_shorts(),
             short_weight: self.bulkhead.take_lease_short_weight(),
@@ -332,7 +381,7 @@ impl FleetCore {
     fn budget_demand(&self) -> Demand {
         let b = self.bulkhead.stats().budget.unwrap_or_default();
         Demand {
-            in_flight: b.in_use.saturating_add(b.overrun_held),
+            in_flight: held_units(&b),
             queued: b.queued_cost,
             refused_total: self.bulkhead.lease_budget_shorts(),
             short_weight: self.bulkhead.take_lease_short_cost(),
@@ -350,61 +399,122 @@ impl FleetCore {
 
     /// Budget units held here (what a closing lease must keep counted).
     fn budget_in_use(&self) -> u64 {
-        self.bulkhead
-            .stats()
-            .budget
-            .map_or(0, |b| b.in_use.saturating_add(b.overrun_held))
+        self.bulkhead.stats().budget.map_or(0, |b| held_units(&b))
     }
 
-    /// Installs the lease's block, deadline and ceiling at `now`: first the more restrictive
-    /// of the old and the new block and deadline, then the new ones, so admissions never see
-    /// more than either allows (a switch from an expired block to a local share, say). The
-    /// ceiling — the largest weight that may wait — is the fleet limit.
-    fn apply(&self, leases: &Leases, now: Duration) {
+    /// What the leases say the local core enforces at `now` (under the lease lock): the
+    /// block, the deadline (the earlier of both leases'), the fleet limit for the ceiling, and
+    /// the budget's. [`install`](Self::install) puts it in the core after the lock is
+    /// released.
+    fn plan(&self, leases: &Leases, now: Duration) -> Plan {
         let lease = &leases.permits;
-        let limit = lease.local_limit(now).min(hullguard_core::MAX_PERMITS);
-        let until = ns(leases.admit_until(now));
+        let fleet = lease.fleet();
+        Plan {
+            seq: self.plan_seq.fetch_add(1, Relaxed) + 1,
+            limit: lease.local_limit(now).min(self.bulkhead.max_lease()),
+            until: ns(leases.admit_until(now)),
+            fleet_limit: fleet.limit,
+            learning: fleet.learning,
+            budget: leases.budget.as_ref().map(|b| {
+                let fleet = b.fleet();
+                BudgetPlan {
+                    units: b.local_limit(now).min(hullguard_core::MAX_BUDGET),
+                    fleet_limit: fleet.limit,
+                    learning: fleet.learning,
+                }
+            }),
+        }
+    }
+
+    /// Installs `plan` in the core — outside the lease lock, since the core emits events
+    /// (`reconfigure`, grants) while it installs and an observer may call back into this
+    /// fleet bulkhead (`stats`, `apply_limits`, `close`): a review found the driver
+    /// deadlocked by an observer that read `stats()`. Installs are serialised and never go
+    /// backwards: a plan is handed to whoever is installing (this thread further up the
+    /// stack, or another) and a plan older than the one installed is dropped.
+    fn install(&self, plan: Plan) {
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.is_none_or(|p| p.seq < plan.seq) {
+                *pending = Some(plan);
+            }
+        }
+        loop {
+            let _installing = match self.installing.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                // The installer picks the plan up before it stops.
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            loop {
+                let next = self
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                let Some(p) = next else { break };
+                if p.seq > self.installed_seq.load(Relaxed) {
+                    self.installed_seq.store(p.seq, Relaxed);
+                    self.install_now(&p);
+                }
+            }
+            drop(_installing);
+            // A plan handed over after the last look and before the unlock: install it too.
+            if self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Installs a plan's block, deadline and ceilings: first the more restrictive of the old
+    /// and the new block and deadline, then the new ones, so admissions never see more than
+    /// either allows (a switch from an expired block to a local share, say). The ceiling —
+    /// the largest weight that may wait — is the fleet limit (the budget's, the fleet budget).
+    fn install_now(&self, plan: &Plan) {
+        let (limit, until) = (plan.limit, plan.until);
         let (old_limit, old_until) = (self.bulkhead.limit(), self.bulkhead.lease_until());
         let _ = self.bulkhead.set_lease(limit.min(old_limit));
-        let budget = leases.budget.as_ref().map(|b| {
-            let units = b.local_limit(now).min(hullguard_core::MAX_BUDGET);
+        if let Some(b) = plan.budget {
             let old = self.bulkhead.stats().budget.map_or(0, |s| s.limit);
-            let _ = self.bulkhead.set_lease_budget(units.min(old));
-            (b, units)
-        });
+            let _ = self.bulkhead.set_lease_budget(b.units.min(old));
+        }
         self.bulkhead.set_lease_until(until.min(old_until));
         self.bulkhead.set_lease_until(until);
-        if let Some((b, units)) = budget {
-            let fleet = b.fleet();
-            let mut ceiling = if fleet.limit == 0 {
+        if let Some(b) = plan.budget {
+            let mut ceiling = if b.fleet_limit == 0 {
                 self.default_budget
             } else {
-                fleet.limit
+                b.fleet_limit
             }
-            .max(units)
+            .max(b.units)
             .clamp(1, hullguard_core::MAX_BUDGET);
             let current = self.bulkhead.lease_budget_ceiling();
-            if fleet.learning {
+            if b.learning {
                 // As for the permits: never reject a waiter the real fleet budget allows.
                 ceiling = ceiling.max(current.min(hullguard_core::MAX_BUDGET));
             }
             if ceiling != current {
                 let _ = self.bulkhead.set_lease_budget_ceiling(ceiling);
             }
-            let _ = self.bulkhead.set_lease_budget(units);
+            let _ = self.bulkhead.set_lease_budget(b.units);
         }
-        let fleet = lease.fleet();
-        let mut ceiling = if fleet.limit == 0 {
+        let max = self.bulkhead.max_lease();
+        let mut ceiling = if plan.fleet_limit == 0 {
             self.default_ceiling
         } else {
-            fleet.limit
+            plan.fleet_limit
         }
         .max(limit)
-        .clamp(1, hullguard_core::MAX_PERMITS);
-        if fleet.learning {
+        .clamp(1, max);
+        if plan.learning {
             // A recreated pool starts at a default limit until the applied one is set again:
             // never reject a waiter the fleet's real limit allows meanwhile.
-            ceiling = ceiling.max(self.bulkhead.max_concurrent());
+            ceiling = ceiling.max(self.bulkhead.max_concurrent().min(max));
         }
         if ceiling != self.bulkhead.max_concurrent() {
             let _ = self.bulkhead.set_lease_ceiling(ceiling);
@@ -430,7 +540,9 @@ impl FleetCore {
             Some(b) if !permits_out => Some(b.poll(now, self.budget_demand())),
             _ => None,
         };
-        self.apply(&leases, now);
+        let plan = self.plan(&leases, now);
+        drop(leases);
+        self.install(plan);
         match (poll, budget_poll) {
             (Poll::Send(request), _) => Step::Send(self.command(Dimension::Permits, &request)),
             (_, Some(Poll::Send(request))) => Step::Send(self.command(Dimension::Budget, &request)),
@@ -481,7 +593,9 @@ impl FleetCore {
         };
         let now = self.now();
         lease.complete(now, decoded);
-        self.apply(&leases, now);
+        let plan = self.plan(&leases, now);
+        drop(leases);
+        self.install(plan);
     }
 
     /// The command [`step`](Self::step) returned failed (Redis unreachable, an error reply).
@@ -492,7 +606,9 @@ impl FleetCore {
         if let Some(lease) = leases.get_mut(d) {
             lease.complete(now, Err(error.to_owned()));
         }
-        self.apply(&leases, now);
+        let plan = self.plan(&leases, now);
+        drop(leases);
+        self.install(plan);
     }
 
     /// Registers a binding's own waker, woken once by the next admission the block turns away
@@ -591,6 +707,16 @@ impl FleetCore {
         {
             return Err(bad("limit", "must be an integer in 0 ..= 2^32"));
         }
+        if self.has_budget()
+            && snapshot
+                .limit
+                .is_some_and(|l| l > hullguard_core::MAX_CONCURRENT_WITH_BUDGET)
+        {
+            return Err(bad(
+                "limit",
+                "with a fleet budget must be an integer in 0 ..= 262143 (the permits share the core's word with the units)",
+            ));
+        }
         if snapshot.revision == 0 || snapshot.revision > protocol::MAX_EXACT {
             return Err(bad("revision", "must be an integer in 1 ..= 2^53 - 1"));
         }
@@ -611,10 +737,13 @@ impl FleetCore {
 
     /// The replies to [`apply_limits`](Self::apply_limits)'s commands, in their order, for
     /// `snapshot`: each remembered when applied (it is set again if the pool loses its
-    /// state), and the driver is woken to sync under the new limits.
+    /// state), and the driver is woken to sync under the new limits. After a failed send,
+    /// hand it the replies received so far (a prefix): what they set is in force and kept.
+    /// A revision already in force with the same value (a retry of the same update) counts as
+    /// applied.
     ///
     /// # Errors
-    /// [`FleetError::Transport`] for a reply of another shape or count.
+    /// [`FleetError::Transport`] for a reply of another shape, or more replies than commands.
     pub fn limits_applied(
         &self,
         snapshot: &LimitsSnapshot,
@@ -627,7 +756,7 @@ impl FleetCore {
         .into_iter()
         .flatten()
         .collect();
-        if dims.len() != replies.len() {
+        if replies.len() > dims.len() {
             return Err(FleetError::Transport(TransportError::protocol(format!(
                 "{} replies to {} hg_set_limit commands",
                 replies.len(),
@@ -641,14 +770,18 @@ impl FleetCore {
                     "hg_set_limit answered a scalar",
                 )));
             };
-            let r = SetLimitReply::decode(v).map_err(|e| FleetError::Transport(e.into()))?;
+            let mut r = SetLimitReply::decode(v).map_err(|e| FleetError::Transport(e.into()))?;
+            // A retry of the same update (this revision with this value is in force).
+            r.applied |= r.rev == snapshot.revision && r.limit == value;
             if r.applied {
                 let mut leases = self.lock();
                 if let Some(lease) = leases.get_mut(d) {
                     lease.limit_applied(value, snapshot.revision, r);
                 }
                 // The new ceiling at once: a weight the new limit allows is valid now.
-                self.apply(&leases, self.now());
+                let plan = self.plan(&leases, self.now());
+                drop(leases);
+                self.install(plan);
             }
             match d {
                 Dimension::Permits => out.limit = Some(r),
@@ -759,7 +892,7 @@ impl FleetCore {
         let mut out = None;
         for d in [Dimension::Permits, Dimension::Budget] {
             let in_flight = match d {
-                Dimension::Permits => self.bulkhead.snapshot().active,
+                Dimension::Permits => held_permits(&self.bulkhead.snapshot()),
                 Dimension::Budget => self.budget_in_use(),
             };
             if let Some(r) = leases.get_mut(d).and_then(|l| l.close(in_flight)) {
@@ -768,7 +901,9 @@ impl FleetCore {
                 break;
             }
         }
-        self.apply(&leases, self.now());
+        let plan = self.plan(&leases, self.now());
+        drop(leases);
+        self.install(plan);
         out
     }
 
@@ -790,6 +925,48 @@ impl FleetCore {
     pub fn is_closed(&self) -> bool {
         self.closing.load(Acquire)
     }
+}
+
+/// Permits held here: in flight, and granted to waiters that have not taken them yet — Redis
+/// must keep counting both (review finding: a grant not yet claimed was reported free, and
+/// given to another process).
+fn held_permits(s: &hullguard_core::Snapshot) -> u64 {
+    u64::try_from((s.limit as i128 - i128::from(s.available)).max(0)).unwrap_or(u64::MAX)
+}
+
+/// Budget units held here: in use, granted to waiters not yet claimed, and grown past the
+/// block by usage reports.
+fn held_units(b: &hullguard_core::BudgetStats) -> u64 {
+    b.in_use
+        .saturating_add(b.granted_unclaimed)
+        .saturating_add(b.overrun_held)
+}
+
+/// Refuses what of a class table cannot be local to a process's block: rates (each process
+/// would refill its own), and floors without lending (under contention the block may stay
+/// below the floors, and without lending the classes without a floor would get nothing even
+/// while the block sits idle — a review finding).
+fn check_local_classes(t: &ClassTable<'_>) -> Result<(), FleetError> {
+    if t.rates.requests.is_some() || t.rates.units.is_some() {
+        return Err(FleetError::Option {
+            option: "rates",
+            message: "class rates are not fleet-wide: each process would refill its own".into(),
+        });
+    }
+    let floors = t
+        .classes
+        .iter()
+        .any(|c| c.floor != 0 || c.budget_floor != 0);
+    if floors && !t.lending {
+        return Err(FleetError::Option {
+            option: "lending",
+            message: "class floors on a fleet bulkhead need lending=true: the block can stay \
+                      below the floors under contention, and without lending the classes \
+                      without a floor would get nothing while the floors sit idle"
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// What [`FleetCore::limits_applied`] found: the reply of each lease table a limit was set

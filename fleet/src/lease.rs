@@ -58,6 +58,9 @@ pub struct LeaseConfig {
     pub wait_replicas: u64,
     /// How long that `WAIT` may take.
     pub wait_timeout: Duration,
+    /// The largest block this holder can install in its core (its permit word's range): the
+    /// want is capped at it, so Redis never grants a block the core could not hold.
+    pub max_block: u64,
 }
 
 impl LeaseConfig {
@@ -74,6 +77,7 @@ impl LeaseConfig {
             max_holders: 10_000,
             wait_replicas: 0,
             wait_timeout: Duration::from_millis(100),
+            max_block: u64::MAX,
         }
     }
 
@@ -517,7 +521,7 @@ impl LeaseManager {
         } else {
             self.fleet.limit
         };
-        want.min(cap.max(d.in_flight))
+        want.min(cap.max(d.in_flight)).min(self.cfg.max_block)
     }
 
     fn sync_args(&mut self, now: Duration, d: Demand) -> SyncArgs {
@@ -608,10 +612,15 @@ impl LeaseManager {
                 self.limit_to_send.get_or_insert(a);
             }
         }
+        // A reply that left Redis before a newer limit this process applied (`limit_applied`)
+        // must not put the older limit back (review finding: the ceiling rolled back and a
+        // valid waiter was rejected); a new epoch resets the revisions.
+        let older =
+            (r.epoch == self.fleet.epoch || self.fleet.epoch == 0) && r.rev < self.fleet.rev;
         self.fleet = FleetView {
-            limit: r.limit,
+            limit: if older { self.fleet.limit } else { r.limit },
             epoch: r.epoch,
-            rev: r.rev,
+            rev: if older { self.fleet.rev } else { r.rev },
             holders: r.holders,
             learning: r.learning,
             used: r.used,

@@ -104,6 +104,11 @@ impl FleetConfig {
             max_holders: self.max_holders,
             wait_replicas: self.wait_replicas,
             wait_timeout: self.wait_timeout,
+            max_block: if self.budget.is_some() {
+                hullguard_core::MAX_CONCURRENT_WITH_BUDGET
+            } else {
+                hullguard_core::MAX_PERMITS
+            },
         }
     }
 
@@ -115,6 +120,7 @@ impl FleetConfig {
         let budget = self.budget?;
         let mut cfg = self.lease();
         cfg.default_limit = budget;
+        cfg.max_block = hullguard_core::MAX_BUDGET;
         if let Unreachable::LocalShare(k) = self.on_unreachable {
             let units = (u128::from(budget) * u128::from(k)
                 / u128::from(self.max_concurrent.max(1)))
@@ -206,6 +212,16 @@ impl FleetConfig {
         copy.set("max_concurrent", FleetValue::Int(self.max_concurrent))?;
         if let Some(b) = self.budget {
             copy.set("budget", FleetValue::Int(b))?;
+            if self.max_concurrent > hullguard_core::MAX_CONCURRENT_WITH_BUDGET {
+                return Err(FleetError::Option {
+                    option: "max_concurrent",
+                    message: format!(
+                        "{}: with a budget at most {} (the permits share the core's word with the units)",
+                        self.max_concurrent,
+                        hullguard_core::MAX_CONCURRENT_WITH_BUDGET
+                    ),
+                });
+            }
         }
         copy.set("max_queue", FleetValue::Int(self.max_queue))?;
         copy.set("queue_timeout", FleetValue::Duration(self.queue_timeout))?;

@@ -548,13 +548,23 @@ class FleetBulkhead(_FleetBulkhead):
         ``ValueError`` naming them, as do neither ``limit`` nor ``budget`` given, a budget on a
         fleet bulkhead without one, a bad revision, limit or budget (raised here, before
         anything is sent). One command per value, the limit's first. With a ``redis.asyncio``
-        client this returns an awaitable. The client's errors (Redis unreachable) propagate
-        (a limit sent before the error may be in force)."""
+        client this returns an awaitable. The client's errors (Redis unreachable) propagate; a
+        value set before the error is in force and kept (set again if Redis loses its state).
+        Repeating a revision already in force with the same values answers ``applied``."""
         core = self._core
         commands = core.apply_limits_commands(revision, limit, budget, max_queue, queue_timeout)
         if self._async:
             return self._apply_limits_async(commands, revision, limit, budget)
-        replies = [self._link.call(args) for args in commands]
+        replies: List[Any] = []
+        try:
+            for args in commands:
+                replies.append(self._link.call(args))
+        except BaseException:
+            # What was set before the error is in force: record it (it is set again if Redis
+            # loses its state), then let the error propagate.
+            if replies:
+                core.limits_applied(revision, limit, budget, replies)
+            raise
         return core.limits_applied(revision, limit, budget, replies)
 
     async def _apply_limits_async(
@@ -564,7 +574,14 @@ class FleetBulkhead(_FleetBulkhead):
         limit: Optional[int],
         budget: Optional[int],
     ) -> Dict[str, Any]:
-        replies = [await self._link.call(args) for args in commands]
+        replies: List[Any] = []
+        try:
+            for args in commands:
+                replies.append(await self._link.call(args))
+        except BaseException:
+            if replies:
+                self._core.limits_applied(revision, limit, budget, replies)
+            raise
         return self._core.limits_applied(revision, limit, budget, replies)
 
     def pool_stats(self, dimension: Literal["permits", "budget"] = "permits") -> Any:

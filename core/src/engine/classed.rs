@@ -780,6 +780,13 @@ impl<const N: usize> Engine<N> {
         // whole queue while its schedule catches up, nor leaves the permit unused).
         let mut shed_since_grant = false;
         loop {
+            // A leased block past its deadline grants nobody, not even by handoff (as the
+            // plain pass): the waiters stay queued until the lease manager renews (installing
+            // the later deadline dispatches again) or shrinks the block.
+            #[cfg(all(feature = "std", target_has_atomic = "64"))]
+            if self.is_leased() && !self.lease.admits(self.clock.now_ns_at_most()) {
+                return Some(false);
+            }
             let limits = [self.limit.load(Acquire), self.budget.limit.load(Acquire)];
             // Adaptive LIFO (docs/design.md §4.10): newest first while the oldest waiter has
             // queued past the target.

@@ -629,8 +629,8 @@ impl<const N: usize> Engine<N> {
         class: u16,
     ) -> Result<Word, TakeError> {
         // A leased block is never observed: observe mode (the bulkhead's or a request's) must
-        // not admit past a block other processes count on.
-        let mode = mode & !OBSERVE_CALLS;
+        // not admit past a block other processes count on — the permits' or the budget's.
+        let mode = mode & !(OBSERVE_CALLS | OBSERVE_BUDGET);
         #[cfg(all(feature = "std", target_has_atomic = "64"))]
         let r = if self.lease.admits(self.clock.now_ns_at_most()) {
             if mode == MODE_LEASED {
@@ -859,7 +859,9 @@ impl<const N: usize> Engine<N> {
     /// bulkhead's mode.
     fn never_fits(&self, w: Word, c: Word, observe: Word) -> Option<Reason> {
         // Relaxed: as in `now_or_short`; read only when a limit is passed.
-        let observed = |bit: Word| (self.mode.load(Relaxed) | observe) & bit != 0;
+        // A leased block (permits or budget) is never observed: other processes count on it.
+        let observed =
+            |bit: Word| !self.is_leased() && (self.mode.load(Relaxed) | observe) & bit != 0;
         let limit = self.limit.load(Acquire);
         let refused = if self.is_leased() {
             // An empty or short block grows back: only the ceiling refuses (never observed).
@@ -1734,7 +1736,7 @@ impl<const N: usize> Engine<N> {
                     // block is never observed (see `leased_take`).
                     let mut observed = (self.mode.load(Relaxed) | own) & TAG_OBSERVE;
                     if self.is_leased() {
-                        observed &= !OBSERVE_CALLS;
+                        observed &= !(OBSERVE_CALLS | OBSERVE_BUDGET);
                     }
                     let mut short = 0;
                     let reserved = if observed == 0 {

@@ -26,7 +26,8 @@ impl<const N: usize> Bulkhead<N> {
     /// again once the block covers them.
     ///
     /// # Errors
-    /// [`ConfigError::Limit`] above `MAX_PERMITS`.
+    /// [`ConfigError::Limit`] above [`max_lease`](Self::max_lease) (`MAX_PERMITS`, or
+    /// `MAX_CONCURRENT_WITH_BUDGET` with a budget).
     ///
     /// # Examples
     /// ```
@@ -40,7 +41,7 @@ impl<const N: usize> Bulkhead<N> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_lease(&self, held: u64) -> Result<(), ConfigError> {
-        if held > crate::config::MAX_PERMITS {
+        if held > self.max_lease() {
             return Err(ConfigError::Limit);
         }
         // No partition check: a block smaller than the class floors is a lease's passing
@@ -57,13 +58,13 @@ impl<const N: usize> Bulkhead<N> {
     }
 
     /// Sets a leased bulkhead's ceiling — the largest weight that may be admitted or wait (the
-    /// fleet limit) — up or down, `1 ..= MAX_PERMITS`; queued waiters above a lower ceiling are
+    /// fleet limit) — up or down, `1 ..= max_lease()`; queued waiters above a lower ceiling are
     /// rejected `concurrency_limit`, and a request above it is an invalid argument.
     ///
     /// # Errors
-    /// [`ConfigError::Limit`] outside `1 ..= MAX_PERMITS`, or when the bulkhead is not leased.
+    /// [`ConfigError::Limit`] outside `1 ..= max_lease()`, or when the bulkhead is not leased.
     pub fn set_lease_ceiling(&self, ceiling: u64) -> Result<(), ConfigError> {
-        if !self.engine.is_leased() || ceiling == 0 || ceiling > crate::config::MAX_PERMITS {
+        if !self.engine.is_leased() || ceiling == 0 || ceiling > self.max_lease() {
             return Err(ConfigError::Limit);
         }
         self.engine.set_lease_ceiling(ceiling);
@@ -73,6 +74,17 @@ impl<const N: usize> Bulkhead<N> {
     /// Whether the limit is a leased block ([`set_lease`](Self::set_lease) was called).
     pub fn is_leased(&self) -> bool {
         self.engine.is_leased()
+    }
+
+    /// The largest block (and ceiling) this bulkhead's permit word holds: `MAX_PERMITS`, or
+    /// `MAX_CONCURRENT_WITH_BUDGET` with a budget (the permits then share the word with the
+    /// units).
+    pub fn max_lease(&self) -> u64 {
+        if self.engine.has_budget() {
+            crate::MAX_CONCURRENT_WITH_BUDGET
+        } else {
+            crate::config::MAX_PERMITS
+        }
     }
 
     /// Sets a leased bulkhead's budget block to `units`, `0 ..= budget` (the budget it was

@@ -460,3 +460,30 @@ fn a_queued_heavy_weight_stays_asked_for_after_a_partial_grant() {
     let a = expect_sync(&mut m, 300, later);
     assert!(a.want >= 5, "the weight is still asked for: {a:?}");
 }
+
+#[test]
+fn a_sync_reply_older_than_an_applied_limit_keeps_the_new_limit() {
+    // Review finding: a sync reply that left Redis before apply_limits (rev 0, limit 10) but
+    // arrived after it put the old limit back as the fleet limit (the core's ceiling).
+    let mut m = LeaseManager::new("h".into(), cfg(1000, 333));
+    expect_sync(&mut m, 0, demand(0, 1));
+    m.limit_applied(
+        40,
+        5,
+        crate::protocol::SetLimitReply {
+            applied: true,
+            rev: 5,
+            limit: 40,
+        },
+    );
+    m.complete(MS(1), Ok(ok(4, 1, 1, 1000)));
+    assert_eq!((m.fleet().limit, m.fleet().rev), (40, 5), "rolled back");
+    // A reply of a new epoch (Redis lost its state) resets the revisions.
+    expect_sync(&mut m, 400, demand(0, 1));
+    let Reply::Sync(mut r) = ok(4, 1, 1, 1000) else {
+        unreachable!()
+    };
+    r.epoch = 2;
+    m.complete(MS(401), Ok(Reply::Sync(r)));
+    assert_eq!((m.fleet().limit, m.fleet().rev), (10, 0));
+}
