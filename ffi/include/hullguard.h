@@ -3089,12 +3089,15 @@ hg_status hg_fleet_options_set_str(struct hg_fleet_options *opts,
  *   opts: from `hg_fleet_options_new()`.
  *   table: required (its `struct_size = sizeof(hg_class_table)`, each class's from
  *   `hg_class_default()`). Its `requests` and `units` rates must be off (`amount` 0): a rate
- *   is not fleet-wide (each process would refill its own).
+ *   is not fleet-wide (each process would refill its own). Floors need `lending` set: the
+ *   block can stay below them under contention, and without lending the classes without a
+ *   floor would get nothing while the floors sit idle.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a bad table — its
  *   `struct_size`, 0 or more than 64 classes, a bad class (a priority above 255, an unknown
  *   `observe`, a set `reserved`, a bad `struct_size` or array stride), a reserve priority above
- *   255, a rate — (`hg_fleet_last_error()` names the field; nothing changed);
+ *   255, a rate, floors without `lending` — (`hg_fleet_last_error()` names the field;
+ *   nothing changed);
  *   `HG_STATUS_NULL_PARAMETER` (`opts`, `table`, or `table->classes` with a `classes_len`
  *   above 0).
  * Thread-safety: one thread at a time per options object.

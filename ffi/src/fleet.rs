@@ -51,7 +51,7 @@ use hullguard_fleet::{
     AppliedLimits, Dimension, FleetConfig, FleetCore, FleetError, LeaseState, Local, PoolName,
     RawReply, Step,
     fleet_core::Command,
-    options::{FleetKind, FleetValue, NOT_FLEET_WIDE},
+    options::{FleetKind, FleetValue},
     pool::Keys,
     protocol::{FN_VERSION, Field, SetLimitReply},
     script::{LIB_VERSION, LIBRARY},
@@ -685,12 +685,15 @@ pub extern "C" fn hg_fleet_options_set_str(
 ///   opts: from `hg_fleet_options_new()`.
 ///   table: required (its `struct_size = sizeof(hg_class_table)`, each class's from
 ///   `hg_class_default()`). Its `requests` and `units` rates must be off (`amount` 0): a rate
-///   is not fleet-wide (each process would refill its own).
+///   is not fleet-wide (each process would refill its own). Floors need `lending` set: the
+///   block can stay below them under contention, and without lending the classes without a
+///   floor would get nothing while the floors sit idle.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_INVALID_ARGUMENT` for a bad table — its
 ///   `struct_size`, 0 or more than 64 classes, a bad class (a priority above 255, an unknown
 ///   `observe`, a set `reserved`, a bad `struct_size` or array stride), a reserve priority above
-///   255, a rate — (`hg_fleet_last_error()` names the field; nothing changed);
+///   255, a rate, floors without `lending` — (`hg_fleet_last_error()` names the field;
+///   nothing changed);
 ///   `HG_STATUS_NULL_PARAMETER` (`opts`, `table`, or `table->classes` with a `classes_len`
 ///   above 0).
 /// Thread-safety: one thread at a time per options object.
@@ -744,23 +747,12 @@ pub extern "C" fn hg_fleet_options_set_classes(
                 );
             }
         };
-        if classes.rates.requests.is_some() || classes.rates.units.is_some() {
-            let why = NOT_FLEET_WIDE
-                .iter()
-                .find(|(n, _)| *n == "rates")
-                .map_or("not fleet-wide", |(_, why)| why);
-            let field = if classes.rates.requests.is_some() {
-                "requests"
-            } else {
-                "units"
-            };
-            return invalid(
-                F,
-                format_args!(
-                    "`table->{field}`: rates: not supported by a fleet bulkhead: {why} (set \
-                     `amount` 0)"
-                ),
-            );
+        // What cannot be local to a process's block (rates; floors without lending): the
+        // fleet crate's one rule, checked here so the error names the table at once.
+        if let Err(hullguard_fleet::FleetError::Option { option, message }) =
+            hullguard_fleet::check_local_classes(&classes.table())
+        {
+            return invalid(F, format_args!("`table`: {option}: {message}"));
         }
         // SAFETY: a live options object (contract).
         unsafe { options_mut(opts) }.classes = Some(classes);

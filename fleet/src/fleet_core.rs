@@ -945,8 +945,12 @@ fn held_units(b: &hullguard_core::BudgetStats) -> u64 {
 /// Refuses what of a class table cannot be local to a process's block: rates (each process
 /// would refill its own), and floors without lending (under contention the block may stay
 /// below the floors, and without lending the classes without a floor would get nothing even
-/// while the block sits idle — a review finding).
-fn check_local_classes(t: &ClassTable<'_>) -> Result<(), FleetError> {
+/// while the block sits idle — a review finding). [`FleetCore::with_local`] checks it; a
+/// binding may call it earlier, where it takes the table.
+///
+/// # Errors
+/// [`FleetError::Option`] naming `rates` or `lending`.
+pub fn check_local_classes(t: &ClassTable<'_>) -> Result<(), FleetError> {
     if t.rates.requests.is_some() || t.rates.units.is_some() {
         return Err(FleetError::Option {
             option: "rates",

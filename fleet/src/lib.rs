@@ -33,7 +33,7 @@ pub mod transport;
 pub use crate::{
     bulkhead::FleetBulkhead,
     error::FleetError,
-    fleet_core::{AppliedLimits, Command, FleetCore, Local, RawReply, Step},
+    fleet_core::{AppliedLimits, Command, FleetCore, Local, RawReply, Step, check_local_classes},
     lease::{Demand, LeaseConfig, LeaseManager, LeaseState, Unreachable},
     options::FleetConfig,
     pool::{Dimension, PoolName},

@@ -1245,18 +1245,24 @@ static void classes_and_events_options_are_checked(void) {
     bad.requests.per_ms = 1000;
     bad.requests.burst = 10;
     CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
-    CHECK_MESSAGE_HAS("`table->requests`: rates: not supported by a fleet bulkhead");
+    CHECK_MESSAGE_HAS("`table`: rates: class rates are not fleet-wide");
     bad = t;
     bad.units.amount = 10;
     bad.units.per_ms = 1000;
     bad.units.burst = 10;
     CHECK_STATUS(hg_fleet_options_set_classes(o, &bad), HG_STATUS_INVALID_ARGUMENT);
-    CHECK_MESSAGE_HAS("`table->units`: rates:");
+    CHECK_MESSAGE_HAS("`table`: rates:");
     CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_OK);
     CHECK_STATUS(hg_fleet_options_set_on_event(NULL, NULL, NULL), HG_STATUS_NULL_PARAMETER);
     CHECK_MESSAGE_HAS("hg_fleet_options_set_on_event: `opts` is NULL");
     CHECK_STATUS(hg_fleet_options_set_on_event(o, NULL, NULL), HG_STATUS_OK);
 
+    /* Floors need lending on a fleet bulkhead (the block can stay below them: without lending
+     * the classes without a floor would starve), refused at once naming it. */
+    k[0].floor = 1;
+    CHECK_STATUS(hg_fleet_options_set_classes(o, &t), HG_STATUS_INVALID_ARGUMENT);
+    CHECK_MESSAGE_HAS("`table`: lending: class floors on a fleet bulkhead need lending");
+    t.lending = 1;
     /* The partition is the core's to check, at open, before the transport is called: a floor
      * above its class's ceiling; budget floors without a budget. */
     k[0].floor = 3;
