@@ -17,7 +17,7 @@ NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
 # The machine's preinstalled nightly, for Miri only. Never install another toolchain.
 NIGHTLY := nightly
 
-.PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed fleet-mixed loom-host stress soak loom loom-deep miri nostd test demo demo-rust bench \
+.PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed fleet-mixed loom-host stress soak soak-deep loom loom-deep miri nostd test demo demo-rust bench \
 	bench-smoke py-dev py-test py-wheel node-build node-test demo-node header header-check readme dist \
 	dist-test fleet-test
 
@@ -37,7 +37,8 @@ help:
 	@echo "make report-test  the demo's HTML report: structure + headless Chromium render"
 	@echo "make fmt-check | clippy | unit | host-test | fleet-test | loom | miri | nostd    one test layer"
 	@echo "make loom-deep  the capped three-thread loom models one preemption deeper (slow)"
-	@echo "make soak       the stress tests at 10^6 operations each, then make loom-deep (slow)"
+	@echo "make soak       the all-layers soak (SOAK_SECONDS, default 180), then the stress tests at 10^6 ops"
+	@echo "make soak-deep  make loom-deep (slow: minutes to hours)"
 	@echo "make bench      the benchmarks"
 
 # Debian's chromium, for the demo report's headless render (make demo, make report-test), only
@@ -110,11 +111,18 @@ host-test:
 stress:
 	cargo test --release -p hullguard-tests --test stress
 
-# The long runs (not in make test): the stress tests at 10^6 operations each, and the capped
-# loom models one preemption deeper.
-soak:
+# The long runs (not in make test). `make soak`: the all-layers soak (examples/soak.py: Python,
+# Node and C, the host and the fleet bulkheads at once against the demo's HTTP upstreams, with
+# random cancellations, timeouts, limit changes and breaker trips; RSS and the core's counters
+# sampled, invariants checked, the RSS slope gated; SOAK_SECONDS long, default 180), then the
+# stress tests at 10^6 operations each. `make soak-deep`: the capped loom models one preemption
+# deeper (minutes to hours).
+SOAK_SECONDS ?= 180
+soak: py-dev node-build redis
+	$(PY) examples/soak.py --seconds $(SOAK_SECONDS)
 	HULLGUARD_STRESS_OPS=125000 cargo test --release -p hullguard-tests --test stress
-	$(MAKE) --no-print-directory loom-deep
+
+soak-deep: loom-deep
 
 loom:
 	ci/loom.sh
