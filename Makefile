@@ -121,6 +121,8 @@ SOAK_SECONDS ?= 180
 soak: py-dev node-build redis
 	$(PY) examples/soak.py --seconds $(SOAK_SECONDS)
 	HULLGUARD_STRESS_OPS=125000 cargo test --release -p hullguard-tests --test stress
+	cd bindings-python && HULLGUARD_PROPS=long ../$(PY) -m pytest -q -p no:cacheprovider tests/test_properties.py
+	cd bindings-node && HULLGUARD_PROPS=long node --expose-gc --test __test__/properties.test.js
 
 soak-deep: loom-deep
 
