@@ -657,11 +657,15 @@ pub(crate) unsafe fn read_config(p: *const hg_config) -> Result<ReadConfig, BadF
         return Err(c"struct_size");
     }
     // A size that ends inside a pointer would make a truncated pointer (a callback called
-    // through half an address): an older struct always ends at a field boundary.
+    // through half an address): an older struct always ends at a field boundary. Nor does it
+    // end between `on_event` and its user data (appended together: no header ever ended
+    // there), which would call the callback with a NULL user data the caller never wrote
+    // (found by the `c_abi` fuzz target).
     let word = size_of::<usize>();
     if [at!(on_event), at!(on_event_user_data)]
         .iter()
         .any(|&f| f < declared && declared < f + word)
+        || declared == at!(on_event_user_data)
     {
         return Err(c"struct_size");
     }
