@@ -9,8 +9,15 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use hullguard_core::{
+    Config, GlobalCap, RegistryConfig,
+    config::{
+        OptionSpec, Part, PartialConfig, Section, Spelling, Value as OptionValue, convert,
+        options::{self, Kind},
+    },
+};
 pub use jsonschema::Validator;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// `tests/vectors/`: the plain vectors, `policies/` below it, and `schema.json`.
 pub fn dir() -> PathBuf {
@@ -62,6 +69,182 @@ pub fn for_each(
         run(&v);
     }
     files.len()
+}
+
+/// One JSON object of options (`config`, `registry.defaults`, one of `registry.overrides`) as
+/// the core's [`PartialConfig`]: every key is looked up in the core's option table in the
+/// vector spelling (the Python names, durations as integer `…_ms`), every value converted by the
+/// core's rules (`convert`). `resilience` holds the parts `adaptive` / `breaker` (an object
+/// turns the part on, `null` turns it off) and `call_timeout_ms`. A `null` follows the core's
+/// rule (`PartialConfig::set_null`).
+///
+/// # Errors
+/// An unknown key (listing the known ones) or a bad value, naming the option and its range.
+pub fn partial(v: &Value) -> Result<PartialConfig, String> {
+    let mut p = PartialConfig::new();
+    set_options(&mut p, Section::Bulkhead, object("", v)?)?;
+    Ok(p)
+}
+
+fn object<'a>(path: &str, v: &'a Value) -> Result<&'a Map<String, Value>, String> {
+    v.as_object()
+        .ok_or_else(|| format!("options {path:?} must be an object, not {v}"))
+}
+
+/// The keys of one object of `section` into `p`.
+fn set_options(
+    p: &mut PartialConfig,
+    section: Section,
+    obj: &Map<String, Value>,
+) -> Result<(), String> {
+    let path = section.path();
+    for (k, x) in obj {
+        if section == Section::Bulkhead && k == "resilience" {
+            match x {
+                Value::Null => p.set_null_part(Section::Resilience),
+                _ => {
+                    let r = object("resilience", x)?;
+                    set_options(p, Section::Resilience, r)?;
+                }
+            }
+            continue;
+        }
+        let part = options::find_part(k).filter(|_| section == Section::Resilience);
+        if let Some(part) = part {
+            match x {
+                Value::Null => p.set_null_part(part),
+                _ => {
+                    let o = object(part.path(), x)?;
+                    p.set_part(part, Part::On);
+                    set_options(p, part, o)?;
+                }
+            }
+            continue;
+        }
+        let Some(spec) = options::find(section, Spelling::Vector, k) else {
+            return Err(format!(
+                "unknown option {k:?} in {:?}; known: {}",
+                if path.is_empty() { "config" } else { path },
+                options::known_names(section, Spelling::Vector)
+            ));
+        };
+        if x.is_null() {
+            // The core's null rule: not given, except `call_timeout_ms` (off).
+            p.set_null(spec.id);
+        } else {
+            set_option(p, spec, x)?;
+        }
+    }
+    Ok(())
+}
+
+/// One option's JSON value, converted by the core's rules and checked by `PartialConfig::set`.
+fn set_option(p: &mut PartialConfig, spec: &'static OptionSpec, x: &Value) -> Result<(), String> {
+    let path = spec.path(Spelling::Vector);
+    let bad = |why: &dyn std::fmt::Display| {
+        format!(
+            "{path} = {x}: {why} (want {})",
+            spec.range(Spelling::Vector)
+        )
+    };
+    let value = match spec.kind {
+        Kind::Count { .. } => {
+            let n = match (x.as_u64(), x.as_i64(), x.as_f64()) {
+                (Some(n), _, _) => convert::count_in(i128::from(n), spec.kind),
+                (None, Some(n), _) => convert::count_in(i128::from(n), spec.kind),
+                (None, None, Some(f)) => convert::count_from_f64(f, spec.kind),
+                _ => return Err(bad(&"not a number")),
+            };
+            OptionValue::Count(n.map_err(|e| bad(&e))?)
+        }
+        Kind::Duration { .. } => {
+            // Integer ms; "infinite" is "none", which the core refuses for the options
+            // without one (a null never reaches here: `set_options`).
+            let ms = match x {
+                Value::String(s) if s == "infinite" => f64::INFINITY,
+                _ => x.as_f64().ok_or_else(|| bad(&"not a number"))?,
+            };
+            let d = convert::duration_from_millis(ms, spec.kind);
+            OptionValue::Duration(d.map_err(|e| bad(&e))?)
+        }
+        Kind::Number { .. } => OptionValue::Number(x.as_f64().ok_or_else(|| bad(&"not a number"))?),
+        Kind::Bool => OptionValue::Bool(x.as_bool().ok_or_else(|| bad(&"not a bool"))?),
+        Kind::Choice(choices) => {
+            let s = x.as_str().ok_or_else(|| bad(&"not a string"))?;
+            let c = choices.iter().find(|c| **c == s);
+            OptionValue::Choice(c.ok_or_else(|| bad(&"not a choice"))?)
+        }
+    };
+    p.set(spec.id, value).map_err(|e| bad(&e))
+}
+
+/// A single bulkhead's `config` (absent: the defaults): [`partial`], then the core's
+/// cross-option rules (`PartialConfig::to_config`).
+///
+/// # Errors
+/// As [`partial`]; a configuration the core refuses.
+pub fn config(v: Option<&Value>) -> Result<Config, String> {
+    let p = match v {
+        Some(v) => partial(v)?,
+        None => PartialConfig::new(),
+    };
+    p.to_config().map_err(|e| e.to_string())
+}
+
+/// A vector's `registry`: `defaults` (with the registry's own `max_keys`) and one
+/// [`PartialConfig`] per override, merged over the defaults by the core
+/// (`RegistryConfig::from_partial`), and the `global` cap (docs/design.md §9.2).
+///
+/// # Errors
+/// As [`partial`], naming `defaults` or the override's key; an unknown registry option; a
+/// registry the core refuses; a `global` without integer `limit` and `max_queue`.
+pub fn registry_config(r: &Value) -> Result<RegistryConfig, String> {
+    let r = object("registry", r)?;
+    let mut defaults = match r.get("defaults") {
+        Some(d) => partial(d).map_err(|e| format!("defaults: {e}"))?,
+        None => PartialConfig::new(),
+    };
+    let mut overrides = Vec::new();
+    for (k, x) in r {
+        match k.as_str() {
+            "defaults" | "global" => {}
+            "overrides" => {
+                for (key, o) in object("overrides", x)? {
+                    let p = partial(o).map_err(|e| format!("override {key:?}: {e}"))?;
+                    overrides.push((key.clone(), p));
+                }
+            }
+            other => {
+                let Some(spec) = options::find(Section::Registry, Spelling::Vector, other) else {
+                    let own: Vec<String> = options::options_in(Section::Registry)
+                        .map(|o| format!("{:?}", o.spelled(Spelling::Vector).to_string()))
+                        .collect();
+                    return Err(format!(
+                        "unknown registry option {other:?}; known: \"defaults\", \"overrides\", {}",
+                        own.join(", ")
+                    ));
+                };
+                set_option(&mut defaults, spec, x)?;
+            }
+        }
+    }
+    let mut rc = RegistryConfig::from_partial(&defaults, overrides).map_err(|e| e.to_string())?;
+    // One cap over every key (docs/design.md §9.2).
+    rc.global = match r.get("global") {
+        None => None,
+        Some(g) => {
+            let n = |k: &str| {
+                g.get(k)
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| format!("global.{k} must be a non-negative integer, not {g}"))
+            };
+            Some(GlobalCap {
+                limit: n("limit")?,
+                max_queue: n("max_queue")?,
+            })
+        }
+    };
+    Ok(rc)
 }
 
 /// A registry override merged key by key over the defaults (docs/design.md §7): top-level

@@ -31,11 +31,7 @@ use hullguard_core::{
     Deadline, Decision, HoldChange, LimitsError, LimitsSnapshot, LoadSignal, Observe, Outcome,
     Reason, Registry, RegistryConfig, Request, Stats, UsageError, Waiter, WouldAdmit,
     breaker::{CircuitState, Observer},
-    config::{
-        ClassSpec, ClassTable, OptionSpec, Part, PartialConfig, PriorityReserve, Rate, Rates,
-        Section, Spelling, Value as OptionValue, convert,
-        options::{self, Kind},
-    },
+    config::{ClassSpec, ClassTable, PriorityReserve, Rate, Rates},
 };
 use hullguard_tests::vectors;
 use serde_json::{Map, Value, json};
@@ -110,154 +106,16 @@ struct Runner {
     events: Arc<EventLog>,
 }
 
-/// One JSON object of options (`config`, `registry.defaults`, one of `registry.overrides`) as
-/// the core's [`PartialConfig`]: every key is looked up in the core's option table in the
-/// vector spelling (the Python names, durations as integer `…_ms`), every value converted by the
-/// core's rules (`convert`). `resilience` holds the parts `adaptive` / `breaker` (an object
-/// turns the part on, `null` turns it off) and `call_timeout_ms`. A `null` follows the core's
-/// rule (`PartialConfig::set_null`). Unknown keys and bad values panic, naming the option.
-fn partial(ctx: &str, v: &Value) -> PartialConfig {
-    let mut p = PartialConfig::new();
-    set_options(ctx, &mut p, Section::Bulkhead, object(ctx, "", v));
-    p
-}
-
-fn object<'a>(ctx: &str, path: &str, v: &'a Value) -> &'a Map<String, Value> {
-    v.as_object()
-        .unwrap_or_else(|| panic!("{ctx}: options {path:?} must be an object, not {v}"))
-}
-
-/// The keys of one object of `section` into `p`.
-fn set_options(ctx: &str, p: &mut PartialConfig, section: Section, obj: &Map<String, Value>) {
-    let path = section.path();
-    for (k, x) in obj {
-        if section == Section::Bulkhead && k == "resilience" {
-            match x {
-                Value::Null => p.set_null_part(Section::Resilience),
-                _ => {
-                    let r = object(ctx, "resilience", x);
-                    set_options(ctx, p, Section::Resilience, r);
-                }
-            }
-            continue;
-        }
-        let part = options::find_part(k).filter(|_| section == Section::Resilience);
-        if let Some(part) = part {
-            match x {
-                Value::Null => p.set_null_part(part),
-                _ => {
-                    let o = object(ctx, part.path(), x);
-                    p.set_part(part, Part::On);
-                    set_options(ctx, p, part, o);
-                }
-            }
-            continue;
-        }
-        let Some(spec) = options::find(section, Spelling::Vector, k) else {
-            panic!(
-                "{ctx}: unknown option {k:?} in {:?}; known: {}",
-                if path.is_empty() { "config" } else { path },
-                options::known_names(section, Spelling::Vector)
-            )
-        };
-        if x.is_null() {
-            // The core's null rule: not given, except `call_timeout_ms` (off).
-            p.set_null(spec.id);
-        } else {
-            set_option(ctx, p, spec, x);
-        }
-    }
-}
-
-/// One option's JSON value, converted by the core's rules and checked by `PartialConfig::set`.
-fn set_option(ctx: &str, p: &mut PartialConfig, spec: &'static OptionSpec, x: &Value) {
-    let path = spec.path(Spelling::Vector);
-    let bad = |why: &dyn std::fmt::Display| -> ! {
-        panic!(
-            "{ctx}: {path} = {x}: {why} (want {})",
-            spec.range(Spelling::Vector)
-        )
-    };
-    let value = match spec.kind {
-        Kind::Count { .. } => {
-            let n = match (x.as_u64(), x.as_i64(), x.as_f64()) {
-                (Some(n), _, _) => convert::count_in(i128::from(n), spec.kind),
-                (None, Some(n), _) => convert::count_in(i128::from(n), spec.kind),
-                (None, None, Some(f)) => convert::count_from_f64(f, spec.kind),
-                _ => bad(&"not a number"),
-            };
-            OptionValue::Count(n.unwrap_or_else(|e| bad(&e)))
-        }
-        Kind::Duration { .. } => {
-            // Integer ms; "infinite" is "none", which the core refuses for the options
-            // without one (a null never reaches here: `set_options`).
-            let ms = match x {
-                Value::String(s) if s == "infinite" => f64::INFINITY,
-                _ => x.as_f64().unwrap_or_else(|| bad(&"not a number")),
-            };
-            let d = convert::duration_from_millis(ms, spec.kind);
-            OptionValue::Duration(d.unwrap_or_else(|e| bad(&e)))
-        }
-        Kind::Number { .. } => {
-            OptionValue::Number(x.as_f64().unwrap_or_else(|| bad(&"not a number")))
-        }
-        Kind::Bool => OptionValue::Bool(x.as_bool().unwrap_or_else(|| bad(&"not a bool"))),
-        Kind::Choice(choices) => {
-            let s = x.as_str().unwrap_or_else(|| bad(&"not a string"));
-            let c = choices.iter().find(|c| **c == s);
-            OptionValue::Choice(c.unwrap_or_else(|| bad(&"not a choice")))
-        }
-    };
-    p.set(spec.id, value).unwrap_or_else(|e| bad(&e));
-}
-
-/// A single bulkhead's `config` (absent: the defaults).
+/// A single bulkhead's `config` (absent: the defaults), read by the library's parser
+/// ([`vectors::config`]: the core's option table in the vector spelling). Panics naming the
+/// option on an unknown key or a bad value.
 fn config(ctx: &str, v: Option<&Value>) -> Config {
-    let p = v.map_or_else(PartialConfig::new, |v| partial(ctx, v));
-    p.to_config()
-        .unwrap_or_else(|e| panic!("{ctx}: config: {e}"))
+    vectors::config(v).unwrap_or_else(|e| panic!("{ctx}: config: {e}"))
 }
 
-/// A vector's `registry`: `defaults` (with the registry's own `max_keys`) and one
-/// [`PartialConfig`] per override, merged over the defaults by the core
-/// (`RegistryConfig::from_partial`).
+/// A vector's `registry` ([`vectors::registry_config`]). Panics as [`config`].
 fn registry_config(ctx: &str, r: &Value) -> RegistryConfig {
-    let r = object(ctx, "registry", r);
-    let mut defaults = r.get("defaults").map_or_else(PartialConfig::new, |d| {
-        partial(&format!("{ctx} defaults"), d)
-    });
-    let mut overrides = Vec::new();
-    for (k, x) in r {
-        match k.as_str() {
-            "defaults" | "global" => {}
-            "overrides" => {
-                for (key, o) in object(ctx, "overrides", x) {
-                    overrides.push((key.clone(), partial(&format!("{ctx} override {key:?}"), o)));
-                }
-            }
-            other => {
-                let Some(spec) = options::find(Section::Registry, Spelling::Vector, other) else {
-                    let own: Vec<String> = options::options_in(Section::Registry)
-                        .map(|o| format!("{:?}", o.spelled(Spelling::Vector).to_string()))
-                        .collect();
-                    panic!(
-                        "{ctx}: unknown registry option {other:?}; known: \"defaults\", \
-                         \"overrides\", {}",
-                        own.join(", ")
-                    )
-                };
-                set_option(ctx, &mut defaults, spec, x);
-            }
-        }
-    }
-    let mut rc = RegistryConfig::from_partial(&defaults, overrides)
-        .unwrap_or_else(|e| panic!("{ctx}: registry: {e}"));
-    // One cap over every key (docs/design.md §9.2).
-    rc.global = r.get("global").map(|g| hullguard_core::GlobalCap {
-        limit: g["limit"].as_u64().unwrap(),
-        max_queue: g["max_queue"].as_u64().unwrap(),
-    });
-    rc
+    vectors::registry_config(r).unwrap_or_else(|e| panic!("{ctx}: registry: {e}"))
 }
 
 /// A step's request as a binding builds it: weight and cost unchecked (the core refuses a
