@@ -14,7 +14,7 @@ CARGO_OUT := $(or $(CARGO_TARGET_DIR),target)
 
 # Bare-metal targets of the no_std build (ci/no-std.sh).
 NO_STD_TARGETS := thumbv7em-none-eabihf thumbv6m-none-eabi
-# The machine's preinstalled nightly, for Miri only. Never install another toolchain.
+# The machine's preinstalled nightly, for Miri and cargo-fuzz only. Never install another toolchain.
 NIGHTLY := nightly
 
 .PHONY: help setup chromium redis hiredis fmt-check clippy layers unit host-test host-mixed fleet-mixed loom-host stress soak soak-deep loom loom-deep miri nostd test demo demo-rust bench \
@@ -168,10 +168,11 @@ nostd:
 # node-build) with the main targets: two makes would build it at once.
 TEST_TARGETS := setup fmt-check clippy layers header-check unit host-test fleet-test stress nostd firmware \
 	c-test node-test report-test host-mixed fleet-mixed readme dist-test py-test miri bench-smoke
-TEST_LANE := loom loom-host
+TEST_LANE := loom loom-host fuzz-smoke
 
+# In the lane the fuzz smoke runs one target at a time (one core, as the loom models).
 test:
-	HG_LANE="$(TEST_LANE)" ci/timed.sh $(TEST_TARGETS)
+	HG_LANE="$(TEST_LANE)" FUZZ_JOBS=1 ci/timed.sh $(TEST_TARGETS)
 
 # The core's layer map: dependencies point down, no import cycles (ci/layers.py).
 layers:
@@ -340,3 +341,24 @@ firmware:
 	    --target thumbv6m-none-eabi
 	$(FIRMWARE_CARGO) build -p hullguard-core --no-default-features --target thumbv7em-none-eabihf
 	$(FIRMWARE_CARGO) build -p hullguard-firmware-example --target thumbv7em-none-eabihf
+
+# ----- Fuzzing (fuzz/: cargo-fuzz targets, one per input boundary; docs/design.md §11) ---------
+#
+#   make fuzz        every target for 60 s (ci/fuzz.sh): runs, exec/s, coverage, corpus and
+#                    crashes per target; non-zero on any crash, hang, leak or OOM
+#   make fuzz-smoke  every target for 10 s, on a throwaway copy of the committed seed corpora
+#   make cargo-fuzz  installs cargo-fuzz when `cargo fuzz` is missing (nightly's ASan build)
+#
+# The build and the full runs' growing corpora live in $(CARGO_OUT)/fuzz (FUZZ_TARGET_DIR);
+# FUZZ_JOBS targets run at once (default: the CPUs).
+
+.PHONY: cargo-fuzz fuzz fuzz-smoke
+
+cargo-fuzz:
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+
+fuzz: cargo-fuzz
+	NIGHTLY=$(NIGHTLY) ci/fuzz.sh
+
+fuzz-smoke: cargo-fuzz
+	NIGHTLY=$(NIGHTLY) ci/fuzz.sh --smoke
