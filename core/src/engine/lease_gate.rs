@@ -27,9 +27,6 @@ pub(crate) struct LeaseGate {
     short_weight: AtomicWord,
     /// The largest cost turned away since the lease manager last took it (a leased budget).
     short_cost: AtomicWord,
-    /// The largest cost that may wait (the fleet budget): a leased budget's block grows back,
-    /// so only this refuses a cost outright. `Word::MAX`: none.
-    budget_ceiling: AtomicWord,
     /// The lease manager's waker (ticket 0).
     bell: WakerSlot,
 }
@@ -43,7 +40,6 @@ impl LeaseGate {
             budget_shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
             short_cost: AtomicWord::new(0),
-            budget_ceiling: AtomicWord::new(Word::MAX),
             bell: WakerSlot::new(),
         }
     }
@@ -56,7 +52,6 @@ impl LeaseGate {
             budget_shorts: AtomicWord::new(0),
             short_weight: AtomicWord::new(0),
             short_cost: AtomicWord::new(0),
-            budget_ceiling: AtomicWord::new(Word::MAX),
             bell: WakerSlot::new(),
         }
     }
@@ -113,18 +108,6 @@ impl LeaseGate {
     /// The largest cost turned away since the last call (0: none), reset.
     pub(crate) fn take_short_cost(&self) -> u64 {
         self.short_cost.swap(0, Relaxed) as u64
-    }
-
-    /// The largest cost that may wait (`u64::MAX`: no ceiling).
-    #[inline]
-    pub(crate) fn budget_ceiling(&self) -> Word {
-        // Relaxed: a setting; the dispatcher pass that follows a change reads it.
-        self.budget_ceiling.load(Relaxed)
-    }
-
-    /// Sets the largest cost that may wait.
-    pub(crate) fn set_budget_ceiling(&self, units: Word) {
-        self.budget_ceiling.store(units, Relaxed);
     }
 
     /// Registers the lease manager's waker, woken (once) at the next short admission.

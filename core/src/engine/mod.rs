@@ -279,6 +279,9 @@ pub(crate) struct Engine<const N: usize> {
     max_concurrent: AtomicWord,
     /// `max_orphaned`: the permits orphaned calls may hold outside `active` at once.
     max_orphaned: Word,
+    /// A leased budget's ceiling: the largest cost that may wait (the fleet budget; a leased
+    /// budget's block grows back, so only this refuses a cost outright). `Word::MAX`: none.
+    lease_budget_ceiling: AtomicWord,
     /// Leased mode's deadline and demand bell (docs/design.md §16; the mode itself is
     /// [`MODE_LEASED`]).
     #[cfg(all(feature = "std", target_has_atomic = "64"))]
@@ -318,6 +321,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
+            lease_budget_ceiling: AtomicWord::new(Word::MAX),
             #[cfg(all(feature = "std", target_has_atomic = "64"))]
             lease: lease_gate::LeaseGate::new(),
             enabled,
@@ -348,6 +352,7 @@ impl<const N: usize> Engine<N> {
             revision: AtomicWord::new(0),
             max_concurrent: AtomicWord::new(mc),
             max_orphaned: max_orphaned as Word,
+            lease_budget_ceiling: AtomicWord::new(Word::MAX),
             #[cfg(all(feature = "std", target_has_atomic = "64"))]
             lease: lease_gate::LeaseGate::new(),
             enabled,
@@ -428,8 +433,15 @@ impl<const N: usize> Engine<N> {
     /// Sets a leased budget's ceiling (the largest cost that may wait: the fleet budget) up or
     /// down; a pass rejects the waiters above a lower one (`budget_limit`).
     pub(crate) fn set_lease_budget_ceiling(&self, units: u64) {
-        self.lease.set_budget_ceiling(units as Word);
+        // Relaxed: a setting; the pass below reads it.
+        self.lease_budget_ceiling.store(units as Word, Relaxed);
         self.run_dispatcher();
+    }
+
+    /// A leased budget's ceiling (`Word::MAX`: none).
+    pub(crate) fn lease_budget_ceiling(&self) -> Word {
+        // Relaxed: a setting, read by the checks it bounds.
+        self.lease_budget_ceiling.load(Relaxed)
     }
 
     /// Raises the ceiling to `limit` if it is higher (validated by `LimitsSnapshot::check`).
@@ -603,6 +615,7 @@ impl<const N: usize> Engine<N> {
     /// The enforcing decision of a bulkhead with no mode bits (the fast path's), for a leased
     /// bulkhead within its deadline. (A limit of 0 has no permits: `Busy`, as the kill switch's
     /// path says it.)
+    #[cfg(all(feature = "std", target_has_atomic = "64"))]
     #[inline]
     fn plain_take<const TAKE: bool>(&self, w: Word, c: Word) -> Result<Word, TakeError> {
         if self.ring.is_empty() {
@@ -871,7 +884,7 @@ impl<const N: usize> Engine<N> {
         };
         let budget_ceiling = if self.is_leased() {
             // A leased budget's block grows back too: only its ceiling refuses.
-            self.lease.budget_ceiling()
+            self.lease_budget_ceiling()
         } else {
             self.budget.limit.load(Acquire)
         };

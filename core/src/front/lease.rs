@@ -129,7 +129,7 @@ impl<const N: usize> Bulkhead<N> {
 
     /// A leased bulkhead's budget ceiling in force (`u64::MAX` before one is set).
     pub fn lease_budget_ceiling(&self) -> u64 {
-        let c = self.engine.lease.budget_ceiling();
+        let c = self.engine.lease_budget_ceiling();
         if c == crate::sync::Word::MAX {
             u64::MAX
         } else {
