@@ -296,7 +296,9 @@ test('bad input is refused by name: budget, rates, the class table, events; appl
   refused({ classes: {} }, TypeError, /^classes must be an array of class objects/)
   refused({ classes: [{ priority: 300 }] }, RangeError, /^classes\[0\]\.priority must be an integer in 0\.\.=255, got 300$/)
   refused({ classes: [{ nope: 1 }] }, TypeError, /^classes\[0\]: unknown option "nope"/)
-  refused({ classes: [{ floor: 5 }], maxConcurrent: 2 }, RangeError, /^classes\[0\]: the permits floor \(5\) and ceiling \(2\)/)
+  refused({ classes: [{ floor: 5, ceiling: 2 }] }, RangeError, /^classes\[0\]: the permits floor \(5\) and ceiling \(2\)/)
+  // Floors need lending on a fleet bulkhead (the block can stay below them).
+  refused({ classes: [{ floor: 1 }] }, RangeError, /^lending: class floors on a fleet bulkhead need lending/)
   refused({ lending: 1 }, TypeError, /^lending must be/)
   refused({ events: 'yes' }, TypeError, /^events must be a boolean/)
 

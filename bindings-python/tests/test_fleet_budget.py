@@ -309,7 +309,8 @@ def test_a_fleet_bulkhead_without_a_budget_refuses_budget_input_by_name(redis_se
         (dict(rates={}), TypeError, "rates: not supported by a fleet bulkhead"),
         (dict(on_state_change=None), TypeError, "on_state_change: not supported by a fleet bulkhead"),
         (dict(classes=[{"budget_floor": 5}]), ValueError, r"classes\[0\]: a budget floor"),
-        (dict(max_concurrent=3, classes=[{"floor": 5}]), ValueError, r"classes\[0\]: the permits floor"),
+        (dict(classes=[{"floor": 5, "ceiling": 2}]), ValueError, r"classes\[0\]: the permits floor"),
+        (dict(classes=[{"floor": 1}]), ValueError, r"lending: class floors on a fleet bulkhead need lending"),
     ]
     for kwargs, exc, match in cases:
         with pytest.raises(exc, match=match):

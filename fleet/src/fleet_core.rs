@@ -246,9 +246,6 @@ impl FleetCore {
         local: Local<'_>,
     ) -> Result<Self, FleetError> {
         config.validate()?;
-        if let Some(t) = local.classes {
-            check_local_classes(t)?;
-        }
         // The core's own bound is the largest block its permit word holds: a class without a
         // ceiling of its own is then bounded by the block alone (review finding: it was capped
         // at `max_concurrent`, only what a new pool starts with). The ceiling that refuses a
@@ -277,6 +274,11 @@ impl FleetCore {
             None => Bulkhead::with_observer(core_config, clock, local.observer, None),
         }
         .map_err(FleetError::Config)?;
+        // After the core's own checks of the table (its messages first), what cannot be
+        // local to a block.
+        if let Some(t) = local.classes {
+            check_local_classes(t)?;
+        }
         bulkhead.set_lease_until(0);
         bulkhead.set_lease(0).map_err(FleetError::Config)?;
         bulkhead
