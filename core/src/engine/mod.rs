@@ -871,18 +871,19 @@ impl<const N: usize> Engine<N> {
     /// `observe`: the request's own observed dimensions (`TAG_OBSERVE` bits), added to the
     /// bulkhead's mode.
     fn never_fits(&self, w: Word, c: Word, observe: Word) -> Option<Reason> {
-        // Relaxed: as in `now_or_short`; read only when a limit is passed.
         // A leased block (permits or budget) is never observed: other processes count on it.
-        let observed =
-            |bit: Word| !self.is_leased() && (self.mode.load(Relaxed) | observe) & bit != 0;
+        // One read of the mode (Relaxed: as in `now_or_short`) decides both.
+        let mode = self.mode.load(Relaxed);
+        let leased = mode & MODE_LEASED != 0;
+        let observed = |bit: Word| !leased && (mode | observe) & bit != 0;
         let limit = self.limit.load(Acquire);
-        let refused = if self.is_leased() {
+        let refused = if leased {
             // An empty or short block grows back: only the ceiling refuses (never observed).
             w > self.max_concurrent.load(Relaxed)
         } else {
             w > limit && (limit == 0 || !observed(OBSERVE_CALLS))
         };
-        let budget_ceiling = if self.is_leased() {
+        let budget_ceiling = if leased {
             // A leased budget's block grows back too: only its ceiling refuses.
             self.lease_budget_ceiling()
         } else {
