@@ -52,7 +52,7 @@ fn class(u: &mut Unstructured<'_>) -> Result<ClassSpec> {
 
 fn table(u: &mut Unstructured<'_>) -> Result<Table> {
     let n = u.int_in_range(1..=4)?;
-    let mut classes = (0..n).map(|_| class(u)).collect::<Result<Vec<_>>>()?;
+    let classes = (0..n).map(|_| class(u)).collect::<Result<Vec<_>>>()?;
     let permits = u.int_in_range(0..=1)?;
     let budget = u.int_in_range(0..=2)?;
     let min_priority = u.int_in_range(0..=2)?;
@@ -63,15 +63,6 @@ fn table(u: &mut Unstructured<'_>) -> Result<Table> {
     } else {
         None
     };
-    // Keep Σ floors + reserve within the limit, in each dimension (as the generator does).
-    while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
-        let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
-        c.floor -= 1;
-    }
-    while classes.iter().map(|c| c.budget_floor).sum::<u64>() + budget > BUDGET {
-        let c = classes.iter_mut().find(|c| c.budget_floor > 0).unwrap();
-        c.budget_floor -= 1;
-    }
     Ok(Table {
         classes,
         reserve: PriorityReserve {
@@ -82,7 +73,8 @@ fn table(u: &mut Unstructured<'_>) -> Result<Table> {
         lending,
         shed,
         rate,
-    })
+    }
+    .fit())
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {

@@ -57,16 +57,7 @@ fn table() -> impl Strategy<Value = Table> {
         prop::option::of((1u64..=4, 1u64..=3)),
     )
         .prop_map(
-            |(mut classes, (permits, budget), min_priority, lending, shed, rate)| {
-                // Keep Σ floors + reserve within the limit, in each dimension.
-                while classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
-                    let c = classes.iter_mut().find(|c| c.floor > 0).unwrap();
-                    c.floor -= 1;
-                }
-                while classes.iter().map(|c| c.budget_floor).sum::<u64>() + budget > BUDGET {
-                    let c = classes.iter_mut().find(|c| c.budget_floor > 0).unwrap();
-                    c.budget_floor -= 1;
-                }
+            |(classes, (permits, budget), min_priority, lending, shed, rate)| {
                 Table {
                     classes,
                     reserve: PriorityReserve {
@@ -78,6 +69,7 @@ fn table() -> impl Strategy<Value = Table> {
                     shed,
                     rate,
                 }
+                .fit()
             },
         )
 }

@@ -69,6 +69,28 @@ pub struct Table {
     pub rate: Option<(u64, u64)>,
 }
 
+impl Table {
+    /// This table with Σ floors + reserve within the model's limit and budget, in each
+    /// dimension (floors lowered, first class first): what the proptest generator and the
+    /// fuzz target hand the runner.
+    pub fn fit(mut self) -> Self {
+        let (permits, budget) = (self.reserve.permits, self.reserve.budget);
+        while self.classes.iter().map(|c| c.floor).sum::<u64>() + permits > MAX_CONCURRENT {
+            let c = self.classes.iter_mut().find(|c| c.floor > 0).unwrap();
+            c.floor -= 1;
+        }
+        while self.classes.iter().map(|c| c.budget_floor).sum::<u64>() + budget > BUDGET {
+            let c = self
+                .classes
+                .iter_mut()
+                .find(|c| c.budget_floor > 0)
+                .unwrap();
+            c.budget_floor -= 1;
+        }
+        self
+    }
+}
+
 /// How a head stands (the model's own copy of the rule); `Ceiling` and `Pool` name the
 /// dimension that held it back (0 the permits, 1 the budget).
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
