@@ -660,3 +660,30 @@ describe('edge admission: options', () => {
     }
   })
 })
+
+describe('edge admission: what the implied one-class table refuses', () => {
+  // Found by the C ABI fuzz target (issue 21): a threshold or a queue-delay target gives a
+  // bulkhead without classes a one-class table, which takes no enabled: false, observe mode,
+  // adaptive limit or reservations yet. The refusal names both options (it used to be about
+  // classes the caller never gave); each alone is a valid bulkhead.
+  const cases = [
+    [{ shedCpuThreshold: 0.5 }, { enabled: false }, ['shedCpuThreshold', 'enabled set to false']],
+    [{ shedLagThresholdMs: 100 }, { observe: 'concurrency' }, ['shedLagThresholdMs', 'observe']],
+    [{ queueDelayTargetMs: 50 }, { resilience: { adaptive: {} } }, ['queueDelayTargetMs', 'resilience.adaptive']],
+    [{ shedCpuThreshold: 0.5 }, { maxReservations: 4 }, ['shedCpuThreshold', 'maxReservations']],
+  ]
+  for (const [trigger, conflict, words] of cases) {
+    test(`${Object.keys(trigger)[0]} with ${Object.keys(conflict)[0]} is refused naming both`, () => {
+      assert.throws(
+        () => new Bulkhead({ maxConcurrent: 8, ...trigger, ...conflict }),
+        (e) => {
+          assert.ok(e instanceof RangeError || e instanceof TypeError, String(e && e.stack))
+          for (const w of words) assert.ok(e.message.includes(w), `"${e.message}" names ${w}`)
+          return true
+        },
+      )
+      new Bulkhead({ maxConcurrent: 8, ...trigger })
+      new Bulkhead({ maxConcurrent: 8, ...conflict })
+    })
+  }
+})

@@ -944,3 +944,29 @@ async def _until(cond: Any, limit: float = 10.0) -> None:
     while not cond():
         assert loop.time() < end, "timed out"
         await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    "trigger, conflict, words",
+    [
+        ({"shed_cpu_threshold": 0.5}, {"enabled": False}, ["shed_cpu_threshold", "enabled set to false"]),
+        ({"shed_lag_threshold": 0.1}, {"observe": "concurrency"}, ["shed_lag_threshold", "observe"]),
+        ({"queue_delay_target": 0.05}, {"resilience": {"adaptive": {}}},
+         ["queue_delay_target", "resilience.adaptive"]),
+        ({"shed_cpu_threshold": 0.5}, {"max_reservations": 4}, ["shed_cpu_threshold", "max_reservations"]),
+    ],
+)
+def test_what_the_implied_one_class_table_refuses_is_refused_by_name(
+    trigger: Dict[str, Any], conflict: Dict[str, Any], words: List[str]
+) -> None:
+    """Found by the C ABI fuzz target (issue 21): a threshold or a queue-delay target gives a
+    bulkhead without classes a one-class table, which takes no ``enabled=False``, observe mode,
+    adaptive limit or reservations yet. The refusal names both options (it used to be about
+    classes the caller never gave); each alone is a valid bulkhead."""
+    with pytest.raises(ValueError) as e:
+        hullguard.Bulkhead(max_concurrent=8, **trigger, **conflict)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    assert "classes" not in str(e.value).split(":")[0]
+    hullguard.Bulkhead(max_concurrent=8, **trigger)
+    hullguard.Bulkhead(max_concurrent=8, **conflict)

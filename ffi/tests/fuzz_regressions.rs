@@ -36,19 +36,17 @@ fn check_and_new(c: &hg_config) -> (hg_status, Option<String>, hg_status) {
 }
 
 /// Found by the `c_abi` fuzz target (its first crash): `hg_config_check` — documented as
-/// checking "a configuration as `hg_bulkhead_new()` would" — accepts a config that
-/// `hg_bulkhead_new` refuses. A load-shedding threshold (`shed_lag_threshold_ms`,
+/// checking "a configuration as `hg_bulkhead_new()` would" — accepted a config that
+/// `hg_bulkhead_new` refused. A load-shedding threshold (`shed_lag_threshold_ms`,
 /// `shed_cpu_threshold`) or `queue_delay_target_ms` gives the bulkhead a one-class table
 /// (docs/design.md §4.10, §4.11), which refuses `adaptive_enabled`, an `observe` mode and
-/// `enabled = false` ("classes: a classed bulkhead does not take `adaptive` yet") — but only
-/// when the bulkhead is built: the core's `Config::validate` (what `hg_config_check`, the
-/// bindings' option parsers and `PartialConfig::to_config` run) does not check it, so the check
-/// says OK, and a Python or Node user who never gave a class table reads an error about
-/// classes. The fuzzer's input: `adaptive_enabled = 1`, `shed_lag_threshold_ms = 6`,
-/// `shed_cpu_threshold = 0.5`, every other field the default.
+/// `enabled = false` — but only when the bulkhead was built: the core's `Config::validate`
+/// (what `hg_config_check`, the bindings' option parsers and `PartialConfig::to_config` run)
+/// did not check it, and a Python or Node user who never gave a class table read an error about
+/// classes. Fixed in `Config::validate` (`ConfigError::Conflicts`, naming both options); the
+/// bad field is the option that brings the table. The fuzzer's input: `adaptive_enabled = 1`,
+/// `shed_lag_threshold_ms = 6`, `shed_cpu_threshold = 0.5`, every other field the default.
 #[test]
-#[ignore = "known gap, reported by the fuzz work (core Config::validate): un-ignore with the fix \
-            and drop KNOWN_CHECK_GAP in fuzz/fuzz_targets/c_abi.rs"]
 fn config_check_agrees_with_new_on_a_one_class_table_the_config_implies() {
     let base = || {
         let mut c = hg_config {
@@ -63,30 +61,40 @@ fn config_check_agrees_with_new_on_a_one_class_table_the_config_implies() {
     c.adaptive_enabled = true;
     c.shed_lag_threshold_ms = 6;
     c.shed_cpu_threshold = 0.5;
-    let mut cases = vec![c];
+    let mut cases = vec![(c, "shed_lag_threshold_ms")];
     // The same gap through each trigger and each option a class table refuses.
     for trigger in 0..3 {
         for conflict in 0..3 {
             let mut c = base();
-            match trigger {
-                0 => c.queue_delay_target_ms = 50,
-                1 => c.shed_lag_threshold_ms = 100,
-                _ => c.shed_cpu_threshold = 0.9,
-            }
+            let field = match trigger {
+                0 => {
+                    c.queue_delay_target_ms = 50;
+                    "queue_delay_target_ms"
+                }
+                1 => {
+                    c.shed_lag_threshold_ms = 100;
+                    "shed_lag_threshold_ms"
+                }
+                _ => {
+                    c.shed_cpu_threshold = 0.9;
+                    "shed_cpu_threshold"
+                }
+            };
             match conflict {
                 0 => c.adaptive_enabled = true,
                 1 => c.observe = hg_observe::HG_OBSERVE_CONCURRENCY as u32,
                 _ => c.enabled = false,
             }
-            cases.push(c);
+            cases.push((c, field));
         }
     }
     let mut wrong = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
+    for (i, (c, trigger)) in cases.iter().enumerate() {
         let (check, field, new) = check_and_new(c);
-        // They agree, and a refusal names a field the caller set, not `struct_size`.
-        if (check == hg_status::HG_STATUS_OK) != (new == hg_status::HG_STATUS_OK)
-            || (check != hg_status::HG_STATUS_OK && field.as_deref() == Some("struct_size"))
+        // Both refuse, and the refusal names the option that brings the table.
+        if check != hg_status::HG_STATUS_INVALID_ARGUMENT
+            || new != hg_status::HG_STATUS_INVALID_ARGUMENT
+            || field.as_deref() != Some(*trigger)
         {
             wrong.push(format!(
                 "case {i}: hg_config_check {check:?} (bad field {field:?}), hg_bulkhead_new {new:?}"

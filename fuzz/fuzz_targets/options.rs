@@ -29,7 +29,7 @@ use hullguard_fleet::{
     options::{FLEET_OPTIONS, FleetKind, FleetValue},
     pool::PoolName,
 };
-use hullguard_fuzz::{implicit_table_refusal, pick};
+use hullguard_fuzz::pick;
 use hullguard_host::{HOST_OPTIONS, HostOptions, HostValue, options::HostKind};
 use libfuzzer_sys::fuzz_target;
 
@@ -225,12 +225,6 @@ fn spelled_round_trip(spec: &'static OptionSpec) {
 fn builds(c: &Config) {
     if c.max_queue <= BUILD_QUEUE {
         match Bulkhead::new(*c) {
-            // A config that sheds by queue delay or load gets a one-class table, which refuses
-            // what classes do not take yet (adaptive, observe, enabled = false,
-            // max_reservations): refused by the build, not by `to_config` (docs/design.md
-            // §4.11 says so for max_reservations; for the others see the C ABI's
-            // `hg_config_check` gap in the fuzz report).
-            Err(e) if implicit_table_refusal(c, &e) => {}
             Err(e) => panic!("to_config returned a configuration the core refuses ({e}): {c:?}"),
             Ok(_) => {}
         }
@@ -411,15 +405,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
             let small = rc.defaults.max_queue <= BUILD_QUEUE
                 && rc.overrides.values().all(|c| c.max_queue <= BUILD_QUEUE);
             if small && let Err(e) = Registry::new(rc.clone()) {
-                let implicit = e.error.as_ref().is_some_and(|ce| {
-                    std::iter::once(&rc.defaults)
-                        .chain(rc.overrides.values())
-                        .any(|c| implicit_table_refusal(c, ce))
-                });
-                assert!(
-                    implicit,
-                    "from_partial returned a registry the core refuses ({e}): {rc:?}"
-                );
+                panic!("from_partial returned a registry the core refuses ({e}): {rc:?}");
             }
         }
         Err(e) => {

@@ -12,7 +12,6 @@
 use std::sync::OnceLock;
 
 use hullguard_core::{Bulkhead, Config, Registry};
-use hullguard_fuzz::implicit_table_refusal;
 use hullguard_tests::vectors::{self, Validator};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -29,7 +28,6 @@ fn validator() -> &'static Validator {
 fn builds(c: &Config) {
     if c.max_queue <= BUILD_QUEUE {
         match Bulkhead::new(*c) {
-            Err(e) if implicit_table_refusal(c, &e) => {}
             Err(e) => panic!("the parser accepted a config the core refuses ({e}): {c:?}"),
             Ok(_) => {}
         }
@@ -60,15 +58,8 @@ fuzz_target!(|data: &[u8]| {
         if small && rc.max_keys <= 1 << 16 {
             // Under a global cap the registry checks the keys' options against it (no
             // breaker per key, …): an error there is the core's answer, not the parser's.
-            let implicit = |e: &hullguard_core::RegistryConfigError| {
-                e.error.as_ref().is_some_and(|ce| {
-                    std::iter::once(&rc.defaults)
-                        .chain(rc.overrides.values())
-                        .any(|c| implicit_table_refusal(c, ce))
-                })
-            };
             match Registry::new(rc.clone()) {
-                Err(e) if rc.global.is_none() && !implicit(&e) => {
+                Err(e) if rc.global.is_none() => {
                     panic!("the parser accepted a registry the core refuses ({e}): {rc:?}")
                 }
                 Err(e) => {

@@ -129,14 +129,3 @@ pub fn trace() -> bool {
     static T: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *T.get_or_init(|| std::env::var_os("HG_FUZZ_TRACE").is_some())
 }
-
-/// Whether `e` is the refusal of the one-class table a bulkhead that sheds by queue delay or
-/// by load gets (docs/design.md §4.10, §4.11): it takes nothing classes do not take yet
-/// (adaptive, observe, `enabled = false`, `max_reservations`), refused when the bulkhead is
-/// built rather than by `Config::validate` (see the C ABI's `hg_config_check` gap in the fuzz
-/// report: its contract says "as `hg_bulkhead_new` would").
-pub fn implicit_table_refusal(c: &hullguard_core::Config, e: &hullguard_core::ConfigError) -> bool {
-    use hullguard_core::{ConfigError, config::classes::ClassError};
-    (c.needs_dispatch_lists() || c.sheds_on_load())
-        && matches!(e, ConfigError::Class(ClassError::Unsupported { .. }))
-}

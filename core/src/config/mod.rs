@@ -200,7 +200,36 @@ impl Config {
             // The adaptive limit sets its own start (`resilience.adaptive.initial_limit`).
             return Err(ConfigError::Option(OptionId::StartLimit));
         }
-        self.resilience.validate(self.max_concurrent)
+        self.resilience.validate(self.max_concurrent)?;
+        self.check_implied_table()
+    }
+
+    /// Refuses what the one-class table a bulkhead that sheds by queue delay or by load gets
+    /// (docs/design.md §4.10, §4.11) would refuse when built, so that checking a config answers
+    /// as building it does ([`ConfigError::Conflicts`]). The same options, in the same order,
+    /// as [`ClassTable::validate`](classes::ClassTable::validate)'s.
+    fn check_implied_table(&self) -> Result<(), ConfigError> {
+        let option = if self.needs_dispatch_lists() {
+            OptionId::QueueDelayTarget
+        } else if !self.shed_lag_threshold.is_zero() {
+            OptionId::ShedLagThreshold
+        } else if self.shed_cpu_threshold > 0.0 {
+            OptionId::ShedCpuThreshold
+        } else {
+            return Ok(());
+        };
+        let with = if !self.enabled {
+            OptionId::Enabled
+        } else if self.observe != crate::observe::Observe::Off {
+            OptionId::Observe
+        } else if self.resilience.adaptive.is_some() {
+            OptionId::AdaptiveAlgorithm
+        } else if self.max_reservations != 0 {
+            OptionId::MaxReservations
+        } else {
+            return Ok(());
+        };
+        Err(ConfigError::Conflicts { option, with })
     }
 
     /// The `const` part of [`validate`](Self::validate) (for static bulkheads, which take no
@@ -376,6 +405,18 @@ pub enum ConfigError {
     /// a clock or a `static` one, or changed by `apply_limits` on a plain bulkhead (whose
     /// dispatcher keeps no lists to shed from).
     Unsupported(OptionId),
+    /// `option` (`queue_delay_target`, `shed_lag_threshold` or `shed_cpu_threshold`) gives a
+    /// bulkhead without classes a one-class table (docs/design.md §4.10, §4.11), and a class
+    /// table does not take `with` yet: `enabled` false, an observe mode, an adaptive limit
+    /// (`with` is then [`OptionId::AdaptiveAlgorithm`], standing for the adaptive part) or
+    /// `max_reservations` above 0. Found by the `c_abi` fuzz target: `hg_config_check`
+    /// accepted what `hg_bulkhead_new` refused.
+    Conflicts {
+        /// The option that brings the one-class table.
+        option: OptionId,
+        /// The option the table does not take.
+        with: OptionId,
+    },
     /// `set_limit`, `set_budget`, `apply_limits` or an observe mode on a leased bulkhead (a
     /// fleet bulkhead's local one, docs/design.md §16): its limit and budget are the lease's
     /// blocks, never observed; the fleet bulkhead's own `apply_limits` sets the fleet's.
@@ -401,7 +442,9 @@ impl ConfigError {
             | ConfigError::Class(_) => {
                 return None;
             }
-            ConfigError::Requires { option, .. } | ConfigError::Unsupported(option) => *option,
+            ConfigError::Requires { option, .. }
+            | ConfigError::Unsupported(option)
+            | ConfigError::Conflicts { option, .. } => *option,
             ConfigError::Adaptive(a) => match a {
                 A::MaxLimit => OptionId::AdaptiveMaxLimit,
                 A::MinLimit => OptionId::AdaptiveMinLimit,
@@ -553,6 +596,24 @@ impl fmt::Display for SpelledError {
                 option.spec().path(s),
                 needs.spec().spelled(s),
             ),
+            ConfigError::Conflicts { option, with } => {
+                write!(f, "{} cannot be combined with ", option.spec().path(s))?;
+                let w = with.spec();
+                match with {
+                    OptionId::Enabled => write!(f, "{} set to false", w.path(s))?,
+                    OptionId::Observe => write!(f, "an {} mode other than \"off\"", w.path(s))?,
+                    OptionId::AdaptiveAlgorithm => f.write_str(match s {
+                        Spelling::C => "adaptive_enabled",
+                        _ => Section::Adaptive.path(),
+                    })?,
+                    _ => write!(f, "{} above 0", w.path(s))?,
+                }
+                f.write_str(
+                    " yet: shedding by queue delay or by load dispatches through a class table, \
+                     which takes neither a disabled bulkhead, an observe mode, an adaptive limit \
+                     nor reservations",
+                )
+            }
             ConfigError::Unsupported(option) => write!(
                 f,
                 "{} needs a runtime-sized bulkhead with a clock (and, to change it with {}, one \

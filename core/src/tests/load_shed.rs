@@ -187,6 +187,90 @@ fn a_bulkhead_without_classes_gets_one_non_critical_class() {
     assert!(all_critical.try_acquire(1).is_ok());
 }
 
+/// Found by the `c_abi` fuzz target (issue 21): the one-class table a bulkhead that sheds by
+/// queue delay or by load gets refuses `enabled = false`, an observe mode, an adaptive limit and
+/// reservations, but only when the bulkhead was built; `Config::validate` (what
+/// `hg_config_check` and every binding's option parser run) accepted them. Now `validate`
+/// refuses each, naming the option that brings the table and the one it does not take, and
+/// building answers the same.
+#[test]
+fn what_the_implied_one_class_table_refuses_is_refused_by_validate() {
+    use crate::{Observe, config::Spelling, policy::adaptive::AdaptiveConfig};
+    type Set = fn(&mut Config);
+    let triggers: [(OptionId, Set); 3] = [
+        (OptionId::QueueDelayTarget, |c| {
+            c.queue_delay_target = Duration::from_millis(50)
+        }),
+        (OptionId::ShedLagThreshold, |c| {
+            c.shed_lag_threshold = Duration::from_millis(100)
+        }),
+        (OptionId::ShedCpuThreshold, |c| c.shed_cpu_threshold = 0.9),
+    ];
+    let conflicts: [(OptionId, Set, &str, &str); 4] = [
+        (
+            OptionId::Enabled,
+            |c| c.enabled = false,
+            "enabled set to false",
+            "enabled set to false",
+        ),
+        (
+            OptionId::Observe,
+            |c| c.observe = Observe::Concurrency,
+            "an observe mode",
+            "an observe mode",
+        ),
+        (
+            OptionId::AdaptiveAlgorithm,
+            |c| c.resilience.adaptive = Some(AdaptiveConfig::for_max_concurrent(8)),
+            "resilience.adaptive",
+            "adaptive_enabled",
+        ),
+        (
+            OptionId::MaxReservations,
+            |c| c.max_reservations = 4,
+            "max_reservations above 0",
+            "max_reservations above 0",
+        ),
+    ];
+    for (option, trigger) in triggers {
+        for (with, conflict, python, c_name) in conflicts {
+            let mut c = Config {
+                max_concurrent: 8,
+                ..Config::DEFAULT
+            };
+            trigger(&mut c);
+            assert!(c.validate().is_ok(), "{option:?} alone");
+            conflict(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(
+                e,
+                ConfigError::Conflicts { option, with },
+                "{option:?} {with:?}"
+            );
+            assert_eq!(e.option_id(), Some(option));
+            // Building says what checking says (it used to name classes instead).
+            let built = Bulkhead::with_clock(c, ClockSource::default_for_host()).unwrap_err();
+            assert_eq!(built, e, "{option:?} {with:?}");
+            let msg = std::format!("{}", e.spelled(Spelling::Python));
+            assert!(
+                msg.contains(option.spec().name) && msg.contains(python),
+                "{msg}"
+            );
+            let msg = std::format!("{}", e.spelled(Spelling::C));
+            assert!(msg.contains(c_name), "{msg}");
+        }
+    }
+    // Without a trigger, each conflict is a valid bulkhead.
+    for (with, conflict, ..) in conflicts {
+        let mut c = Config {
+            max_concurrent: 8,
+            ..Config::DEFAULT
+        };
+        conflict(&mut c);
+        assert!(Bulkhead::new(c).is_ok(), "{with:?} alone");
+    }
+}
+
 #[test]
 fn bad_thresholds_are_refused_by_name() {
     for bad in [-0.1, f64::NAN, 1024.5] {
