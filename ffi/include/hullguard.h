@@ -2379,8 +2379,26 @@ extern "C" {
  * `HG_TIMEOUT_DEFAULT`, no detail, no deadline) and its `struct_size`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ *
+ * C callers reach it through the header's macro of the same name, which calls
+ * `hg_request_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+ * written past its struct. This function writes this library's whole struct.
  */
 hg_status hg_request_default(struct hg_request *request);
+
+/**
+ * [`hg_request_default`] for a caller's `hg_request` of `size` bytes (what the header's `hg_request_default(p)` macro
+ * calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_request))` bytes of the
+ * defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+ * header is never written past its struct, and one built against a newer header learns which
+ * fields this library filled (the rest it must fill itself, or zero).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+ * `size` below the first header's (up to `timeout_ms`) (nothing written).
+ * Thread-safety: any thread; touches only the `size` bytes at the pointer.
+ */
+hg_status hg_request_default_sized(struct hg_request *request,
+                                   size_t size);
 
 /**
  * Admits `request` now or refuses it, without waiting (its `timeout_ms` is not read): the
@@ -2492,8 +2510,26 @@ hg_status hg_bulkhead_queue_wait_ms(const struct hg_bulkhead *bh,
  * no rates, no `current_revision`) and its `struct_size`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ *
+ * C callers reach it through the header's macro of the same name, which calls
+ * `hg_limits_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+ * written past its struct. This function writes this library's whole struct.
  */
 hg_status hg_limits_default(struct hg_limits *limits);
+
+/**
+ * [`hg_limits_default`] for a caller's `hg_limits` of `size` bytes (what the header's `hg_limits_default(p)` macro
+ * calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_limits))` bytes of the
+ * defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+ * header is never written past its struct, and one built against a newer header learns which
+ * fields this library filled (the rest it must fill itself, or zero).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+ * `size` below the first header's (up to `units`) (nothing written).
+ * Thread-safety: any thread; touches only the `size` bytes at the pointer.
+ */
+hg_status hg_limits_default_sized(struct hg_limits *limits,
+                                  size_t size);
 
 /**
  * Installs revisioned limits (docs/design.md §4.6): validated whole, then installed at once,
@@ -2542,8 +2578,26 @@ hg_status hg_bulkhead_set_observe(const struct hg_bulkhead *bh, uint32_t observe
  * off) and its `struct_size`.
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+ *
+ * C callers reach it through the header's macro of the same name, which calls
+ * `hg_class_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+ * written past its struct. This function writes this library's whole struct.
  */
 hg_status hg_class_default(struct hg_class *class_);
+
+/**
+ * [`hg_class_default`] for a caller's `hg_class` of `size` bytes (what the header's `hg_class_default(p)` macro
+ * calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_class))` bytes of the
+ * defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+ * header is never written past its struct, and one built against a newer header learns which
+ * fields this library filled (the rest it must fill itself, or zero).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+ * `size` below `sizeof(hg_class)` (its first version) (nothing written).
+ * Thread-safety: any thread; touches only the `size` bytes at the pointer.
+ */
+hg_status hg_class_default_sized(struct hg_class *class_,
+                                 size_t size);
 
 /**
  * Creates a classed bulkhead (docs/design.md §4.8, §4.9): `config` as for `hg_bulkhead_new()`,
@@ -2986,8 +3040,26 @@ hg_status hg_config_check(const struct hg_config *config, const char **bad_field
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; touches only `*config`.
+ *
+ * C callers reach it through the header's macro of the same name, which calls
+ * `hg_config_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+ * written past its struct. This function writes this library's whole struct.
  */
 hg_status hg_config_default(struct hg_config *config);
+
+/**
+ * [`hg_config_default`] for a caller's `hg_config` of `size` bytes (what the header's `hg_config_default(p)` macro
+ * calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_config))` bytes of the
+ * defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+ * header is never written past its struct, and one built against a newer header learns which
+ * fields this library filled (the rest it must fill itself, or zero).
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+ * `size` below the first header's (up to `enabled`) (nothing written).
+ * Thread-safety: any thread; touches only the `size` bytes at the pointer.
+ */
+hg_status hg_config_default_sized(struct hg_config *config,
+                                  size_t size);
 
 /**
  * The message of the last `hg_fleet_*` call of this thread that did not return `HG_STATUS_OK`
@@ -3452,8 +3524,26 @@ hg_status hg_host_last_error(char *buf, size_t buf_len, size_t *out_len);
  *
  * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
  * Thread-safety: any thread; touches only `*opts`.
+ *
+ * C callers reach it through the header's macro of the same name, which calls
+ * `hg_host_options_default_sized(p, sizeof *p)`: a binary built against an older, smaller
+ * header is never written past its struct. This function writes this library's whole struct.
  */
 hg_status hg_host_options_default(struct hg_host_options *opts);
+#endif
+
+#if defined(__linux__)
+/**
+ * [`hg_host_options_default`] for a caller's `hg_host_options` of `size` bytes (what the
+ * header's `hg_host_options_default(p)` macro calls, with `sizeof *p`): writes the first
+ * `min(size, sizeof(hg_host_options))` bytes of the defaults and sets `struct_size` to that
+ * many, so a caller built against an older, smaller header is never written past its struct.
+ *
+ * Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+ * `size` below `sizeof(hg_host_options)` of this first version (nothing written).
+ * Thread-safety: any thread; touches only the `size` bytes at `opts`.
+ */
+hg_status hg_host_options_default_sized(struct hg_host_options *opts, size_t size);
 #endif
 
 #if defined(__linux__)
@@ -4114,3 +4204,17 @@ const char *hg_bound_name(uint32_t bound);
 #endif  // __cplusplus
 
 #endif  /* HULLGUARD_H */
+
+#ifndef HULLGUARD_DEFAULTS_H
+#define HULLGUARD_DEFAULTS_H
+/*
+ * The defaults of a size-versioned struct, written for the caller's own sizeof: a binary built
+ * against this header is never written past its struct by a later library whose struct grew.
+ * (The functions of the same names stay exported; `(hg_config_default)(&c)` calls one.)
+ */
+#define hg_config_default(config) hg_config_default_sized((config), sizeof *(config))
+#define hg_request_default(request) hg_request_default_sized((request), sizeof *(request))
+#define hg_limits_default(limits) hg_limits_default_sized((limits), sizeof *(limits))
+#define hg_class_default(class_) hg_class_default_sized((class_), sizeof *(class_))
+#define hg_host_options_default(opts) hg_host_options_default_sized((opts), sizeof *(opts))
+#endif  /* HULLGUARD_DEFAULTS_H */

@@ -611,23 +611,41 @@ unsafe fn core_of<'a>(bh: *const hg_bulkhead) -> Result<&'a Arc<CoreBulkhead>, h
 /// `HG_TIMEOUT_DEFAULT`, no detail, no deadline) and its `struct_size`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+///
+/// C callers reach it through the header's macro of the same name, which calls
+/// `hg_request_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+/// written past its struct. This function writes this library's whole struct.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_request_default(request: *mut hg_request) -> hg_status {
+    hg_request_default_sized(request, size_of::<hg_request>())
+}
+
+/// [`hg_request_default`] for a caller's `hg_request` of `size` bytes (what the header's `hg_request_default(p)` macro
+/// calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_request))` bytes of the
+/// defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+/// header is never written past its struct, and one built against a newer header learns which
+/// fields this library filled (the rest it must fill itself, or zero).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+/// `size` below the first header's (up to `timeout_ms`) (nothing written).
+/// Thread-safety: any thread; touches only the `size` bytes at the pointer.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_request_default_sized(request: *mut hg_request, size: usize) -> hg_status {
+    const DEFAULT: hg_request = hg_request {
+        struct_size: size_of::<hg_request>() as u32,
+        weight: 1,
+        cost: 0,
+        class_index: 0,
+        observe: 0,
+        timeout_ms: crate::config::HG_TIMEOUT_DEFAULT,
+        detail: std::ptr::null_mut(),
+        deadline_ns: HG_DEADLINE_NONE,
+        has_deadline: 0,
+        reserved: 0,
+    };
     boundary(|| {
-        let out = try_mut!(request);
-        *out = hg_request {
-            struct_size: size_of::<hg_request>() as u32,
-            weight: 1,
-            cost: 0,
-            class_index: 0,
-            observe: 0,
-            timeout_ms: crate::config::HG_TIMEOUT_DEFAULT,
-            detail: std::ptr::null_mut(),
-            deadline_ns: HG_DEADLINE_NONE,
-            has_deadline: 0,
-            reserved: 0,
-        };
-        hg_status::HG_STATUS_OK
+        // SAFETY: NULL or `size` writable bytes (contract).
+        unsafe { sized::fill(request, size, REQUEST_MIN, &DEFAULT) }
     })
 }
 
@@ -856,35 +874,53 @@ fn unset(v: u64) -> Option<u64> {
 /// no rates, no `current_revision`) and its `struct_size`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+///
+/// C callers reach it through the header's macro of the same name, which calls
+/// `hg_limits_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+/// written past its struct. This function writes this library's whole struct.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_limits_default(limits: *mut hg_limits) -> hg_status {
+    hg_limits_default_sized(limits, size_of::<hg_limits>())
+}
+
+/// [`hg_limits_default`] for a caller's `hg_limits` of `size` bytes (what the header's `hg_limits_default(p)` macro
+/// calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_limits))` bytes of the
+/// defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+/// header is never written past its struct, and one built against a newer header learns which
+/// fields this library filled (the rest it must fill itself, or zero).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+/// `size` below the first header's (up to `units`) (nothing written).
+/// Thread-safety: any thread; touches only the `size` bytes at the pointer.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_limits_default_sized(limits: *mut hg_limits, size: usize) -> hg_status {
+    let default = hg_limits {
+        struct_size: size_of::<hg_limits>() as u32,
+        revision: 0,
+        limit: HG_UNSET,
+        budget: HG_UNSET,
+        max_queue: HG_UNSET,
+        queue_timeout_ms: HG_UNSET,
+        has_reserve: 0,
+        has_rates: 0,
+        reserve_min_priority: 0,
+        reserve_permits: 0,
+        reserve_budget: 0,
+        requests: hg_rate::default(),
+        units: hg_rate::default(),
+        current_revision: std::ptr::null_mut(),
+        classes: std::ptr::null(),
+        classes_len: 0,
+        has_queue_delay: 0,
+        reserved: 0,
+        queue_delay_target_ms: 0,
+        queue_delay_interval_ms: 0,
+        adaptive_lifo: 0,
+        reserved2: 0,
+    };
     boundary(|| {
-        let out = try_mut!(limits);
-        *out = hg_limits {
-            struct_size: size_of::<hg_limits>() as u32,
-            revision: 0,
-            limit: HG_UNSET,
-            budget: HG_UNSET,
-            max_queue: HG_UNSET,
-            queue_timeout_ms: HG_UNSET,
-            has_reserve: 0,
-            has_rates: 0,
-            reserve_min_priority: 0,
-            reserve_permits: 0,
-            reserve_budget: 0,
-            requests: hg_rate::default(),
-            units: hg_rate::default(),
-            current_revision: std::ptr::null_mut(),
-            classes: std::ptr::null(),
-            classes_len: 0,
-            has_queue_delay: 0,
-            reserved: 0,
-            queue_delay_target_ms: 0,
-            queue_delay_interval_ms: 0,
-            adaptive_lifo: 0,
-            reserved2: 0,
-        };
-        hg_status::HG_STATUS_OK
+        // SAFETY: NULL or `size` writable bytes (contract).
+        unsafe { sized::fill(limits, size, LIMITS_MIN, &default) }
     })
 }
 
@@ -996,21 +1032,39 @@ pub extern "C" fn hg_bulkhead_set_observe(bh: *const hg_bulkhead, observe: u32) 
 /// off) and its `struct_size`.
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`. Thread-safety: any thread.
+///
+/// C callers reach it through the header's macro of the same name, which calls
+/// `hg_class_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+/// written past its struct. This function writes this library's whole struct.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_class_default(class: *mut hg_class) -> hg_status {
+    hg_class_default_sized(class, size_of::<hg_class>())
+}
+
+/// [`hg_class_default`] for a caller's `hg_class` of `size` bytes (what the header's `hg_class_default(p)` macro
+/// calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_class))` bytes of the
+/// defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+/// header is never written past its struct, and one built against a newer header learns which
+/// fields this library filled (the rest it must fill itself, or zero).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+/// `size` below `sizeof(hg_class)` (its first version) (nothing written).
+/// Thread-safety: any thread; touches only the `size` bytes at the pointer.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_class_default_sized(class: *mut hg_class, size: usize) -> hg_status {
+    const DEFAULT: hg_class = hg_class {
+        struct_size: size_of::<hg_class>() as u32,
+        priority: 0,
+        floor: 0,
+        ceiling: HG_UNSET,
+        budget_floor: 0,
+        budget_ceiling: HG_UNSET,
+        observe: 0,
+        reserved: 0,
+    };
     boundary(|| {
-        let out = try_mut!(class);
-        *out = hg_class {
-            struct_size: size_of::<hg_class>() as u32,
-            priority: 0,
-            floor: 0,
-            ceiling: HG_UNSET,
-            budget_floor: 0,
-            budget_ceiling: HG_UNSET,
-            observe: 0,
-            reserved: 0,
-        };
-        hg_status::HG_STATUS_OK
+        // SAFETY: NULL or `size` writable bytes (contract).
+        unsafe { sized::fill(class, size, size_of::<hg_class>(), &DEFAULT) }
     })
 }
 

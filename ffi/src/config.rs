@@ -766,12 +766,29 @@ pub(crate) fn wait_timeout(ms: u64) -> Option<Duration> {
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; touches only `*config`.
+///
+/// C callers reach it through the header's macro of the same name, which calls
+/// `hg_config_default_sized(p, sizeof *p)`: a binary built against an older, smaller header is never
+/// written past its struct. This function writes this library's whole struct.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_config_default(config: *mut hg_config) -> hg_status {
+    hg_config_default_sized(config, size_of::<hg_config>())
+}
+
+/// [`hg_config_default`] for a caller's `hg_config` of `size` bytes (what the header's `hg_config_default(p)` macro
+/// calls, with `sizeof *p`): writes the first `min(size, sizeof(hg_config))` bytes of the
+/// defaults and sets `struct_size` to that many, so a caller built against an older, smaller
+/// header is never written past its struct, and one built against a newer header learns which
+/// fields this library filled (the rest it must fill itself, or zero).
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+/// `size` below the first header's (up to `enabled`) (nothing written).
+/// Thread-safety: any thread; touches only the `size` bytes at the pointer.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_config_default_sized(config: *mut hg_config, size: usize) -> hg_status {
     crate::boundary::boundary(|| {
-        let out = crate::boundary::try_mut!(config);
-        *out = hg_config::DEFAULT;
-        hg_status::HG_STATUS_OK
+        // SAFETY: NULL or `size` writable bytes (contract).
+        unsafe { crate::sized::fill(config, size, BASE_END, &hg_config::DEFAULT) }
     })
 }
 

@@ -365,8 +365,29 @@ pub extern "C" fn hg_host_last_error(
 ///
 /// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`.
 /// Thread-safety: any thread; touches only `*opts`.
+///
+/// C callers reach it through the header's macro of the same name, which calls
+/// `hg_host_options_default_sized(p, sizeof *p)`: a binary built against an older, smaller
+/// header is never written past its struct. This function writes this library's whole struct.
 #[unsafe(no_mangle)]
 pub extern "C" fn hg_host_options_default(opts: *mut hg_host_options) -> hg_status {
+    hg_host_options_default_sized(opts, size_of::<hg_host_options>())
+}
+
+/// [`hg_host_options_default`] for a caller's `hg_host_options` of `size` bytes (what the
+/// header's `hg_host_options_default(p)` macro calls, with `sizeof *p`): writes the first
+/// `min(size, sizeof(hg_host_options))` bytes of the defaults and sets `struct_size` to that
+/// many, so a caller built against an older, smaller header is never written past its struct.
+///
+/// Returns: `HG_STATUS_OK`; `HG_STATUS_NULL_PARAMETER`; `HG_STATUS_INVALID_ARGUMENT` for a
+/// `size` below `sizeof(hg_host_options)` of this first version (nothing written).
+/// Thread-safety: any thread; touches only the `size` bytes at `opts`.
+#[unsafe(no_mangle)]
+pub extern "C" fn hg_host_options_default_sized(
+    opts: *mut hg_host_options,
+    size: usize,
+) -> hg_status {
+    // Named as the caller wrote it (the header's macro calls this function).
     const F: &str = "hg_host_options_default";
     guard(F, || {
         need!(F, opts, "opts");
@@ -387,8 +408,17 @@ pub extern "C" fn hg_host_options_default(opts: *mut hg_host_options) -> hg_stat
             on_mismatch: hg_host_on_mismatch::HG_HOST_ON_MISMATCH_ERROR as u32,
             reserved: [0; 9],
         };
-        // SAFETY: non-null and writable (contract).
-        unsafe { opts.write(v) };
+        // SAFETY: `size` writable bytes at `opts` (contract).
+        let s = unsafe { crate::sized::fill(opts, size, size_of::<hg_host_options>(), &v) };
+        if s != hg_status::HG_STATUS_OK {
+            return invalid(
+                F,
+                format!(
+                    "size {size} is below sizeof(hg_host_options) = {}",
+                    size_of::<hg_host_options>()
+                ),
+            );
+        }
         hg_status::HG_STATUS_OK
     })
 }

@@ -126,6 +126,31 @@ pub(crate) unsafe fn write<T: Output>(out: *mut T, v: &T) -> hg_status {
     hg_status::HG_STATUS_OK
 }
 
+/// Fills the caller's `*out` of `size` bytes with `v` (a struct's defaults): the first
+/// `min(size, size_of::<T>())` bytes, with `struct_size` set to that many — what the
+/// `hg_*_default_sized` functions do, so that a caller built against an older, smaller header
+/// (the header's `hg_*_default` macros pass its `sizeof`) is never written past its struct.
+/// A `size` below `min` (the struct's first version) is `HG_STATUS_INVALID_ARGUMENT`, nothing
+/// written.
+///
+/// # Safety
+/// `out` is NULL or has `size` writable bytes.
+pub(crate) unsafe fn fill<T: Copy>(out: *mut T, size: usize, min: usize, v: &T) -> hg_status {
+    if out.is_null() {
+        return hg_status::HG_STATUS_NULL_PARAMETER;
+    }
+    if size < min.max(size_of::<u32>()) {
+        return hg_status::HG_STATUS_INVALID_ARGUMENT;
+    }
+    let n = size.min(size_of::<T>());
+    // SAFETY: `n` bytes fit the caller's `size` writable bytes and `v`; distinct objects.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&raw const *v).cast::<u8>(), out.cast::<u8>(), n);
+        out.cast::<u32>().write_unaligned(n as u32);
+    }
+    hg_status::HG_STATUS_OK
+}
+
 /// Writes `bytes` with a terminating NUL into `buf` (as `hg_origin_key()`; the host and fleet bulkheads' strings): `*out_len`
 /// receives the length without the NUL; a `buf` too small is `HG_STATUS_INVALID_ARGUMENT`.
 ///
@@ -184,6 +209,55 @@ mod tests {
     fn wr(p: *mut V2, v: &V2) -> hg_status {
         // SAFETY: every caller passes NULL or a live V2 (or a V3's first bytes).
         unsafe { write(p, v) }
+    }
+
+    #[test]
+    fn fill_writes_at_most_the_callers_size() {
+        let d = V2 {
+            struct_size: 0,
+            a: 7,
+            b: 9,
+        };
+        // An older caller's 16-byte struct inside a bigger buffer: the bytes past it untouched.
+        let mut big = V3 {
+            v2: V2 {
+                struct_size: 0,
+                a: 0,
+                b: 0xEE,
+            },
+            c: 0xCC,
+        };
+        // SAFETY: `big` has at least 16 writable bytes.
+        let s = unsafe { fill(&raw mut big.v2, 16, 8, &d) };
+        assert_eq!(s, hg_status::HG_STATUS_OK);
+        assert_eq!(
+            (big.v2.struct_size, big.v2.a, big.v2.b, big.c),
+            (16, 7, 0xEE, 0xCC)
+        );
+        // A newer caller's bigger struct: ours, `struct_size` says how much.
+        // SAFETY: `big` has size_of::<V3>() writable bytes.
+        let s = unsafe { fill(&raw mut big.v2, size_of::<V3>(), 8, &d) };
+        assert_eq!(s, hg_status::HG_STATUS_OK);
+        assert_eq!(
+            (big.v2.struct_size as usize, big.v2.b, big.c),
+            (size_of::<V2>(), 9, 0xCC)
+        );
+        // Below the first version, or NULL: refused, nothing written.
+        let mut small = V2 {
+            struct_size: 3,
+            ..d
+        };
+        let s = {
+            // SAFETY: `small` has 16 writable bytes (7 passed).
+            unsafe { fill(&raw mut small, 7, 8, &d) }
+        };
+        assert_eq!(s, hg_status::HG_STATUS_INVALID_ARGUMENT);
+        assert_eq!(small.struct_size, 3);
+        let s = {
+            // SAFETY: NULL is refused before any write.
+            unsafe { fill(std::ptr::null_mut::<V2>(), 16, 8, &d) }
+        };
+        assert_eq!(s, hg_status::HG_STATUS_NULL_PARAMETER);
     }
 
     #[test]

@@ -1184,6 +1184,7 @@ fn misc_step(u: &mut Unstructured<'_>) -> Result<()> {
     c_str_ok(hg_reason_name(n));
     c_str_ok(hg_bound_name(n));
     c_str_ok(hg_version());
+    defaults_sized(u)?;
     let url: &[u8] = u.arbitrary()?;
     let url = Exact::of(url);
     let buf_len = u.int_in_range(0..=48)?;
@@ -1202,6 +1203,52 @@ fn misc_step(u: &mut Unstructured<'_>) -> Result<()> {
         &mut out_len,
     ));
     Ok(())
+}
+
+/// The `hg_*_default_sized` functions (what the header's `hg_*_default(p)` macros call) on a
+/// heap buffer of exactly the size passed, any size: ASan sees a byte written past it; a
+/// refused size writes nothing, an accepted one sets `struct_size` to the bytes written.
+fn defaults_sized(u: &mut Unstructured<'_>) -> Result<()> {
+    fn one<T>(
+        u: &mut Unstructured<'_>,
+        f: extern "C" fn(*mut T, usize) -> hg_status,
+    ) -> Result<()> {
+        let full = size_of::<T>();
+        let size = match pick(u, &[4, 1])? {
+            0 => u.int_in_range(0..=full + 16)?,
+            _ => u.arbitrary::<u16>()? as usize,
+        };
+        let buf = Exact::zeroed(size);
+        let p = if u.ratio(1, 32)? {
+            std::ptr::null_mut()
+        } else {
+            buf.ptr::<T>()
+        };
+        match status_of(f(p, size)) {
+            hg_status::HG_STATUS_OK => {
+                // SAFETY: accepted: at least the 4 bytes of `struct_size` were written.
+                let written = unsafe { buf.ptr::<u32>().read_unaligned() } as usize;
+                assert_eq!(written, size.min(full), "struct_size after a default of {size}");
+            }
+            s => {
+                assert!(
+                    p.is_null() || s == hg_status::HG_STATUS_INVALID_ARGUMENT,
+                    "{s:?} for size {size}"
+                );
+                // SAFETY: `buf` has `size` readable bytes.
+                let untouched = (0..size).all(|i| unsafe { *buf.ptr::<u8>().add(i) } == 0);
+                assert!(untouched, "a refused default of size {size} wrote");
+            }
+        }
+        Ok(())
+    }
+    match u.int_in_range(0..=4)? {
+        0 => one(u, hg_config_default_sized),
+        1 => one(u, hg_request_default_sized),
+        2 => one(u, hg_limits_default_sized),
+        3 => one(u, hg_class_default_sized),
+        _ => one(u, hg_host_options_default_sized),
+    }
 }
 
 /// Frees everything the input still owns: tickets cancelled (or their grants taken), permits,

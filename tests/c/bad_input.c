@@ -324,6 +324,63 @@ static void cancelled_ticket(void) {
     hg_bulkhead_free(bh);
 }
 
+/* The fuzz work's finding 4 (issue 21): the hg_*_default functions wrote this library's whole
+ * struct whatever the caller's size, so a binary built against an older, smaller header was
+ * written past its struct. The header's hg_*_default(p) macros now pass sizeof *p to the
+ * _sized functions, which write at most that many bytes. Each struct is filled in a heap
+ * buffer of exactly an older size (ASan and valgrind see any byte written past it). */
+static void defaults_never_write_past_the_callers_size(void) {
+    /* The first header's hg_config ended after `enabled`. */
+    size_t old = offsetof(hg_config, enabled) + 1;
+    hg_config *c = malloc(old);
+    CHECK(c != NULL);
+    CHECK_STATUS(hg_config_default_sized(c, old), HG_STATUS_OK);
+    CHECK_EQ_U64(c->struct_size, old);
+    CHECK_EQ_U64(c->max_concurrent, 10);
+    hg_bulkhead *bh = NULL;
+    CHECK_STATUS(hg_bulkhead_new(c, &bh), HG_STATUS_OK);
+    hg_bulkhead_free(bh);
+    free(c);
+    /* Below the first version: refused, nothing written. */
+    unsigned char raw[16];
+    memset(raw, 0xEE, sizeof raw);
+    CHECK_STATUS(hg_config_default_sized((hg_config *)(void *)raw, sizeof raw),
+                 HG_STATUS_INVALID_ARGUMENT);
+    CHECK(raw[0] == 0xEE && raw[15] == 0xEE);
+    CHECK_STATUS(hg_config_default_sized(NULL, sizeof(hg_config)), HG_STATUS_NULL_PARAMETER);
+    /* hg_request: the first version ended after `timeout_ms`. */
+    old = offsetof(hg_request, timeout_ms) + sizeof(uint64_t);
+    hg_request *r = malloc(old);
+    CHECK(r != NULL);
+    CHECK_STATUS(hg_request_default_sized(r, old), HG_STATUS_OK);
+    CHECK_EQ_U64(r->struct_size, old);
+    CHECK_EQ_U64(r->weight, 1);
+    free(r);
+    /* hg_limits: the first version ended before `current_revision`. */
+    old = offsetof(hg_limits, current_revision);
+    hg_limits *l = malloc(old);
+    CHECK(l != NULL);
+    CHECK_STATUS(hg_limits_default_sized(l, old), HG_STATUS_OK);
+    CHECK_EQ_U64(l->struct_size, old);
+    CHECK_EQ_U64(l->limit, HG_UNSET);
+    free(l);
+    /* A newer caller's bigger struct: this library's fields, struct_size says how many. */
+    struct {
+        hg_class c;
+        uint64_t future_field;
+    } bigger;
+    bigger.future_field = 12345;
+    CHECK_STATUS(hg_class_default_sized(&bigger.c, sizeof bigger), HG_STATUS_OK);
+    CHECK_EQ_U64(bigger.c.struct_size, sizeof(hg_class));
+    CHECK_EQ_U64(bigger.future_field, 12345);
+    /* The macro passes the caller's sizeof. */
+    hg_class k;
+    memset(&k, 0xEE, sizeof k);
+    CHECK_STATUS(hg_class_default(&k), HG_STATUS_OK);
+    CHECK_EQ_U64(k.struct_size, sizeof k);
+    CHECK_EQ_U64(k.ceiling, HG_UNSET);
+}
+
 static void struct_size_checks(void) {
     hg_config c;
     hg_bulkhead *bh = SENTINEL;
@@ -540,6 +597,7 @@ int main(int argc, char **argv) {
     RUN(double_release);
     RUN(cancelled_ticket);
     RUN(struct_size_checks);
+    RUN(defaults_never_write_past_the_callers_size);
     RUN(non_utf8_keys);
     RUN(origin_key_buffers);
     RUN(raw_pair_over_release);
