@@ -612,6 +612,17 @@ impl LeaseManager {
                 self.limit_to_send.get_or_insert(a);
             }
         }
+        if let Some((limit, rev)) = self.applied {
+            if r.rev < rev {
+                // The pool does not hold the revision this process set. Revisions never fall
+                // within an epoch, so either it lost its state — also when this was the first
+                // sync, which has no epoch to compare (the limit was applied through the
+                // caller's own call before it: found by `make test` under a CPU hog, issue 21)
+                // — or this reply left Redis before the set did. Send it again: a pool that
+                // holds it refuses an equal revision, so at worst one command more.
+                self.limit_to_send.get_or_insert((limit, rev));
+            }
+        }
         // A reply that left Redis before a newer limit this process applied (`limit_applied`)
         // must not put the older limit back (review finding: the ceiling rolled back and a
         // valid waiter was rejected); a new epoch resets the revisions.

@@ -293,7 +293,11 @@ fn an_epoch_change_sends_the_applied_limit_again() {
         })),
     );
     expect_sync(&mut m, 1, demand(0, 0));
-    m.complete(MS(2), Ok(ok(1, 0, 0, 3000)));
+    let mut r = ok(1, 0, 0, 3000);
+    if let Reply::Sync(s) = &mut r {
+        s.rev = 4;
+    }
+    m.complete(MS(2), Ok(r));
     expect_sync(&mut m, 1001, demand(0, 0));
     let mut r = ok(0, 0, 0, 3000);
     if let Reply::Sync(s) = &mut r {
@@ -306,6 +310,51 @@ fn an_epoch_change_sends_the_applied_limit_again() {
         m.poll(MS(1010), demand(0, 0)),
         Poll::Send(Request::SetLimit { limit: 20, rev: 4 })
     );
+}
+
+/// Found by `make test` under a CPU hog (issue 21; `fleet/tests/review_budget.rs`'s
+/// `apply_limits_with_both_values_and_a_failed_second_call_keeps_the_first` failed 7 times in
+/// 15): a limit applied through the caller's own call before this process's first sync, then
+/// Redis losing its state (`FLUSHALL`) before that sync — the first sync has no epoch to
+/// compare, so the epoch rule never fired and the pool stayed at the default limit for ever.
+/// A sync reply below the applied revision now sends it again; once the pool holds it, no more.
+#[test]
+fn a_limit_the_pool_lost_before_the_first_sync_is_sent_again() {
+    let mut m = LeaseManager::new("h".into(), cfg(3000, 1000));
+    // The caller's own `apply_limits` (not through the driver): revision 2, limit 8.
+    m.limit_applied(
+        8,
+        2,
+        SetLimitReply {
+            applied: true,
+            rev: 2,
+            limit: 8,
+        },
+    );
+    // Redis loses its state; the first sync recreates the pool at revision 0.
+    expect_sync(&mut m, 0, demand(0, 0));
+    m.complete(MS(1), Ok(ok(1, 0, 0, 3000)));
+    assert_eq!(
+        m.poll(MS(10), demand(0, 0)),
+        Poll::Send(Request::SetLimit { limit: 8, rev: 2 })
+    );
+    m.complete(
+        MS(11),
+        Ok(Reply::SetLimit(SetLimitReply {
+            applied: true,
+            rev: 2,
+            limit: 8,
+        })),
+    );
+    // A sync that shows the revision held sends nothing more.
+    expect_sync(&mut m, 1001, demand(0, 0));
+    let mut r = ok(1, 0, 0, 3000);
+    if let Reply::Sync(s) = &mut r {
+        s.rev = 2;
+        s.limit = 8;
+    }
+    m.complete(MS(1002), Ok(r));
+    assert!(matches!(m.poll(MS(1010), demand(0, 0)), Poll::Wait(_)));
 }
 
 #[test]
@@ -478,6 +527,21 @@ fn a_sync_reply_older_than_an_applied_limit_keeps_the_new_limit() {
     );
     m.complete(MS(1), Ok(ok(4, 1, 1, 1000)));
     assert_eq!((m.fleet().limit, m.fleet().rev), (40, 5), "rolled back");
+    // The reply is below the applied revision: the limit is sent again, and a pool that holds
+    // it refuses the equal revision, answering what is in force.
+    assert_eq!(
+        m.poll(MS(2), demand(0, 1)),
+        Poll::Send(Request::SetLimit { limit: 40, rev: 5 })
+    );
+    m.complete(
+        MS(3),
+        Ok(Reply::SetLimit(crate::protocol::SetLimitReply {
+            applied: false,
+            rev: 5,
+            limit: 40,
+        })),
+    );
+    assert_eq!((m.fleet().limit, m.fleet().rev), (40, 5));
     // A reply of a new epoch (Redis lost its state) resets the revisions.
     expect_sync(&mut m, 400, demand(0, 1));
     let Reply::Sync(mut r) = ok(4, 1, 1, 1000) else {
