@@ -13,6 +13,7 @@
 //! cancel.
 
 use std::{
+    cell::UnsafeCell,
     future::Future,
     mem,
     pin::Pin,
@@ -222,13 +223,64 @@ fn option_value<'a>(
 
 // ----- the wake thread -------------------------------------------------------------------------
 
-/// The wake thread of this process: resolves the asyncio futures of woken host acquires.
-struct Bridge {
-    pid: u32,
-    tx: mpsc::Sender<Arc<WaitTarget>>,
+/// The sender to this process's wake thread, which resolves the asyncio futures of woken host
+/// acquires; guarded by [`BRIDGE_LOCK`].
+struct BridgeSlot(UnsafeCell<Option<mpsc::Sender<Arc<WaitTarget>>>>);
+
+// SAFETY: the slot is only touched while `BRIDGE_LOCK` is held by the touching thread.
+unsafe impl Sync for BridgeSlot {}
+
+static BRIDGE: BridgeSlot = BridgeSlot(UnsafeCell::new(None));
+
+/// The lock of [`BRIDGE`]: `pid << 32 | 1` while a thread of `pid` holds it, `pid << 32` when a
+/// thread of `pid` last released it. Not a `Mutex`: one held by a thread of the parent at
+/// `fork()` (the keeper handing over a wake-up) would stay held in the child for ever, and the
+/// child's wake-ups would block behind it — a queued acquire in a forked child never woken
+/// (`test_fork_child_gets_its_own_slot_and_parent_permits_are_foreign` timed out once in
+/// `make test` under a CPU hog, issue 21). A word of another pid is free, and what it guarded
+/// is the parent's: forgotten, never read.
+static BRIDGE_LOCK: AtomicU64 = AtomicU64::new(0);
+
+/// Holds [`BRIDGE_LOCK`]; released on drop.
+struct BridgeGuard {
+    pid: u64,
 }
 
-static BRIDGE: Mutex<Option<Bridge>> = Mutex::new(None);
+impl BridgeGuard {
+    fn lock() -> BridgeGuard {
+        let pid = u64::from(std::process::id());
+        loop {
+            let cur = BRIDGE_LOCK.load(Ordering::Acquire);
+            let foreign = cur >> 32 != pid;
+            if (foreign || cur & 1 == 0)
+                && BRIDGE_LOCK
+                    .compare_exchange(cur, pid << 32 | 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                if foreign {
+                    // SAFETY: held now; the slot's contents are a parent's (its thread does not
+                    // exist here, and a write of it may have been cut by the fork): overwritten
+                    // without being read or dropped.
+                    unsafe { std::ptr::write(BRIDGE.0.get(), None) };
+                }
+                return BridgeGuard { pid };
+            }
+            // Held by another thread of this process for a channel send or a thread spawn.
+            thread::yield_now();
+        }
+    }
+
+    fn slot(&mut self) -> &mut Option<mpsc::Sender<Arc<WaitTarget>>> {
+        // SAFETY: the lock is held by this thread (exclusive access) for the guard's life.
+        unsafe { &mut *BRIDGE.0.get() }
+    }
+}
+
+impl Drop for BridgeGuard {
+    fn drop(&mut self) {
+        BRIDGE_LOCK.store(self.pid << 32, Ordering::Release);
+    }
+}
 
 /// Set by an `atexit` hook: the interpreter is exiting, wake-ups are dropped.
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -284,10 +336,9 @@ fn bridge_wake(target: Arc<WaitTarget>) {
     if EXITING.load(Ordering::Acquire) {
         return;
     }
-    let pid = std::process::id();
-    let mut bridge = BRIDGE.lock().unwrap_or_else(|p| p.into_inner());
-    let target = match bridge.as_ref().filter(|b| b.pid == pid) {
-        Some(b) => match b.tx.send(target) {
+    let mut bridge = BridgeGuard::lock();
+    let target = match bridge.slot().as_ref() {
+        Some(tx) => match tx.send(target) {
             Ok(()) => return,
             Err(mpsc::SendError(t)) => t, // the thread is gone: start another
         },
@@ -303,11 +354,8 @@ fn bridge_wake(target: Arc<WaitTarget>) {
         attach_unless_exiting(|py| target.wake_now(py));
         return;
     }
-    if let Some(old) = bridge.replace(Bridge { pid, tx }) {
-        // A parent's sender (after fork: its thread does not exist here), or one whose thread
-        // is gone: leave it alone.
-        mem::forget(old);
-    }
+    // The old sender, if any, is one whose thread is gone.
+    *bridge.slot() = Some(tx);
 }
 
 fn bridge_run(rx: &mpsc::Receiver<Arc<WaitTarget>>) {
