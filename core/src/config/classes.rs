@@ -310,19 +310,12 @@ impl<'a> ClassTable<'a> {
         if n == 0 || n > MAX_CLASSES {
             return Err(ClassError::Count { count: n });
         }
-        if !config.enabled {
-            return Err(ClassError::Unsupported { option: "enabled" });
-        }
-        if config.observe != crate::observe::Observe::Off {
-            return Err(ClassError::Unsupported { option: "observe" });
-        }
-        if config.resilience.adaptive.is_some() {
-            return Err(ClassError::Unsupported { option: "adaptive" });
-        }
-        if config.max_reservations != 0 {
-            return Err(ClassError::Unsupported {
-                option: "max_reservations",
-            });
+        if let Some(id) = config.class_conflict() {
+            let option = match id {
+                crate::config::OptionId::AdaptiveAlgorithm => "adaptive",
+                id => id.spec().name,
+            };
+            return Err(ClassError::Unsupported { option });
         }
         let budget = config.budget.unwrap_or(0);
         self.rates.validate(budget != 0)?;

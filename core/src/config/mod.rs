@@ -218,18 +218,28 @@ impl Config {
         } else {
             return Ok(());
         };
-        let with = if !self.enabled {
-            OptionId::Enabled
+        match self.class_conflict() {
+            Some(with) => Err(ConfigError::Conflicts { option, with }),
+            None => Ok(()),
+        }
+    }
+
+    /// The first option set here that a class table does not take yet (`enabled` false, an
+    /// observe mode, an adaptive limit — named by [`OptionId::AdaptiveAlgorithm`] — or
+    /// `max_reservations`), if any: the one list both [`ClassTable::validate`](classes::ClassTable::validate)
+    /// and the implied table's check read.
+    pub(crate) fn class_conflict(&self) -> Option<OptionId> {
+        if !self.enabled {
+            Some(OptionId::Enabled)
         } else if self.observe != crate::observe::Observe::Off {
-            OptionId::Observe
+            Some(OptionId::Observe)
         } else if self.resilience.adaptive.is_some() {
-            OptionId::AdaptiveAlgorithm
+            Some(OptionId::AdaptiveAlgorithm)
         } else if self.max_reservations != 0 {
-            OptionId::MaxReservations
+            Some(OptionId::MaxReservations)
         } else {
-            return Ok(());
-        };
-        Err(ConfigError::Conflicts { option, with })
+            None
+        }
     }
 
     /// The `const` part of [`validate`](Self::validate) (for static bulkheads, which take no
